@@ -1,0 +1,199 @@
+// The portable forward kernel (sm80+, mma.sync): one thread block per (batch, head, query block),
+// K/V streamed through shared memory in kBlockN-row steps, online softmax in registers.
+//
+// Data flow of one step, key block n (walked from the last block down to 0):
+//   wait K[n] -> barrier -> start V[n] load -> S = Q K[n]^T -> scale, mask, online softmax
+//   -> wait V[n] -> barrier -> start K[n-1] load -> O += P V[n]
+// so the V load hides behind Q K^T and softmax, and the next K load behind P V. The barriers
+// also order reuse: V[n+1] may only land once every warp is past P V[n], K[n-1] once every warp
+// is past Q K[n]^T.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "epilogue.cuh"
+#include "gmem_tile.cuh"
+#include "params.h"
+#include "ptx.cuh"
+#include "softmax.cuh"
+#include "tile_scheduler.cuh"
+
+namespace flashattn {
+
+template <typename Traits, typename Element>
+__global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __grid_constant__ FwdParams p,
+                                                                      const int num_m_blocks) {
+  using Softmax = OnlineSoftmax<Traits::kMTiles, Traits::kNTilesS, Traits::kNTilesO>;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kStride = Traits::kSmemStride;
+  constexpr int kMTiles = Traits::kMTiles;
+  constexpr int kNTilesS = Traits::kNTilesS;
+  constexpr int kNTilesO = Traits::kNTilesO;
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  Element* sQ = reinterpret_cast<Element*>(smem_raw);
+  Element* sK = sQ + Traits::kSmemQ;
+  Element* sV = sK + Traits::kSmemK;
+
+  const FwdTile tile = fwd_tile(p, num_m_blocks, blockIdx.x);
+  const int m0 = tile.m_block * kBlockM;
+  const int rows_valid = p.seqlen_q - m0;
+
+  const Element* q_gmem = static_cast<const Element*>(p.q) + tile.batch * p.q_batch_stride +
+                          tile.head_q * p.q_head_stride + m0 * p.q_row_stride;
+  const Element* k_gmem = static_cast<const Element*>(p.k) + tile.batch * p.k_batch_stride + tile.head_kv * p.k_head_stride;
+  const Element* v_gmem = static_cast<const Element*>(p.v) + tile.batch * p.v_batch_stride + tile.head_kv * p.v_head_stride;
+  Element* o_gmem = static_cast<Element*>(p.o) + tile.batch * p.o_batch_stride + tile.head_q * p.o_head_stride +
+                    m0 * p.o_row_stride;
+  float* lse_gmem = p.lse + (static_cast<int64_t>(tile.batch) * p.heads_q + tile.head_q) * p.seqlen_q + m0;
+
+  // Key blocks this query block needs: all of them, or under causal masking only those with a
+  // key visible to the block's last real row.
+  int n_end = p.seqlen_k;
+  if (p.causal) n_end = min(n_end, min(m0 + kBlockM, p.seqlen_q) + p.causal_offset);
+  const int n_blocks = n_end > 0 ? (n_end + kBlockN - 1) / kBlockN : 0;
+  if (n_blocks == 0) {
+    store_empty_rows<Traits>(o_gmem, p.o_row_stride, lse_gmem, rows_valid, p.head_dim);
+    return;
+  }
+  // Blocks [0, n_unmasked) need no mask at all: wholly inside Sk and, under causal masking, at or
+  // left of the diagonal for the block's first row.
+  int n_unmasked = p.seqlen_k / kBlockN;
+  if (p.causal) {
+    const int first_visible_end = m0 + p.causal_offset + 1;  // keys [0, this) visible to row m0
+    n_unmasked = min(n_unmasked, first_visible_end > 0 ? first_visible_end / kBlockN : 0);
+  }
+  n_unmasked = min(n_unmasked, n_blocks);
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+
+  // Per-lane ldmatrix base addresses (see ptx.cuh for the fragment layouts):
+  //  Q (A operand):            row lane%16 of the m-tile, k-half lane/16
+  //  K (B operand, 2 n-tiles): key row lane%8 + 8*(lane/16), k-half (lane/8)%2
+  //  V (B operand, .trans):    key row lane%8 + 8*((lane/8)%2), column half lane/16
+  const uint32_t q_base = smem_addr(sQ + (warp * Traits::kWarpM + lane % 16) * kStride + (lane / 16) * 8);
+  const uint32_t k_base = smem_addr(sK + (lane % 8 + (lane / 16) * 8) * kStride + ((lane / 8) % 2) * 8);
+  const uint32_t v_base = smem_addr(sV + (lane % 8 + ((lane / 8) % 2) * 8) * kStride + (lane / 16) * 8);
+
+  load_tile_async<Traits, kBlockM>(sQ, q_gmem, p.q_row_stride, rows_valid, p.head_dim);
+  {
+    const int n = n_blocks - 1;
+    load_tile_async<Traits, kBlockN>(sK, k_gmem + n * kBlockN * p.k_row_stride, p.k_row_stride,
+                                     p.seqlen_k - n * kBlockN, p.head_dim);
+  }
+  cp_async_commit();
+
+  float o[kMTiles][kNTilesO][4];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNTilesO; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mt][nt][e] = 0.f;
+  Softmax softmax;
+  softmax.init();
+
+  // Query row of accumulator element (mt, e) relative to m0 is warp_row0 + mt*16 + lane/4 + (e/2)*8.
+  const int warp_row0 = warp * Traits::kWarpM;
+
+  auto step = [&](const int n, auto masked) {
+    constexpr bool kMasked = decltype(masked)::value;
+    cp_async_wait<0>();
+    __syncthreads();
+    load_tile_async<Traits, kBlockN>(sV, v_gmem + n * kBlockN * p.v_row_stride, p.v_row_stride,
+                                     p.seqlen_k - n * kBlockN, p.head_dim);
+    cp_async_commit();
+
+    // S = Q K^T
+    float s[kMTiles][kNTilesS][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNTilesS; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
+      uint32_t a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) ldmatrix_x4(a[mt], q_base + (mt * 16 * kStride + kk * 16) * 2);
+#pragma unroll
+      for (int np = 0; np < kNTilesS / 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b, k_base + (np * 16 * kStride + kk * 16) * 2);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_m16n8k16<Element>(s[mt][2 * np], a[mt], b[0], b[1]);
+          mma_m16n8k16<Element>(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+
+    // Scores to log2 units before masking, so that any scale (0 and negative included) is exact
+    // and masked entries stay -inf.
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNTilesS; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[mt][nt][e] *= p.scale_log2;
+          if constexpr (kMasked) {
+            const int row = m0 + warp_row0 + mt * 16 + lane / 4 + (e / 2) * 8;
+            const int col = n * kBlockN + nt * 8 + (lane % 4) * 2 + (e % 2);
+            if (col >= p.seqlen_k || (p.causal && col > row + p.causal_offset)) s[mt][nt][e] = -INFINITY;
+          }
+        }
+    softmax.update(s, o);
+
+    // P in the A-operand layout: the m16n8 accumulators of n-tiles 2kk and 2kk+1 are exactly
+    // the m16k16 A fragment of key slice kk, so P never touches shared memory.
+    uint32_t pa[kMTiles][kNTilesS / 2][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < kNTilesS / 2; ++kk) {
+        pa[mt][kk][0] = pack2<Element>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        pa[mt][kk][1] = pack2<Element>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        pa[mt][kk][2] = pack2<Element>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        pa[mt][kk][3] = pack2<Element>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
+
+    cp_async_wait<0>();
+    __syncthreads();
+    if (n > 0) {
+      load_tile_async<Traits, kBlockN>(sK, k_gmem + (n - 1) * kBlockN * p.k_row_stride, p.k_row_stride,
+                                       p.seqlen_k - (n - 1) * kBlockN, p.head_dim);
+      cp_async_commit();
+    }
+
+    // O += P V
+#pragma unroll
+    for (int kk = 0; kk < kNTilesS / 2; ++kk)
+#pragma unroll
+      for (int np = 0; np < kNTilesO / 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, v_base + (kk * 16 * kStride + np * 16) * 2);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_m16n8k16<Element>(o[mt][2 * np], pa[mt][kk], b[0], b[1]);
+          mma_m16n8k16<Element>(o[mt][2 * np + 1], pa[mt][kk], b[2], b[3]);
+        }
+      }
+  };
+
+  int n = n_blocks - 1;
+  for (; n >= n_unmasked; --n) step(n, std::true_type{});
+  for (; n >= 0; --n) step(n, std::false_type{});
+
+  float lse[kMTiles][2];
+  softmax.finalize(o, lse);
+  store_output<Traits, Element>(o, lse, sQ + warp_row0 * kStride, o_gmem + warp_row0 * p.o_row_stride,
+                                p.o_row_stride, lse_gmem + warp_row0, rows_valid - warp_row0, p.head_dim);
+}
+
+}  // namespace flashattn

@@ -1,0 +1,28 @@
+// One launcher per tile config: grid shape, dynamic shared memory, the launch itself.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernel.cuh"
+#include "params.h"
+#include "traits.h"
+
+namespace flashattn {
+
+template <typename Traits, typename Element>
+cudaError_t run_fwd(const FwdParams& p, cudaStream_t stream) {
+  auto kernel = flash_fwd_kernel<Traits, Element>;
+  constexpr int kSmem = Traits::kSmemBytes;
+  if constexpr (kSmem > 48 * 1024) {
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (err != cudaSuccess) return err;
+  }
+  const int num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
+  const long long grid = static_cast<long long>(num_m_blocks) * p.batch * p.heads_q;
+  if (grid == 0) return cudaSuccess;
+  if (grid > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  kernel<<<static_cast<unsigned>(grid), Traits::kNThreads, kSmem, stream>>>(p, num_m_blocks);
+  return cudaGetLastError();
+}
+
+}  // namespace flashattn

@@ -1,0 +1,22 @@
+"""flashattn: exact, fast attention kernels for NVIDIA GPUs as PyTorch custom ops."""
+
+from ._ext import build_info, extension_available, extension_error
+from ._ops import CAUSAL_BOTTOM_RIGHT, CAUSAL_NONE, CAUSAL_TOP_LEFT
+from .interface import flash_attn_func, get_backend, scaled_dot_product_attention, set_backend
+from .reference import attention_reference
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "scaled_dot_product_attention",
+    "flash_attn_func",
+    "attention_reference",
+    "set_backend",
+    "get_backend",
+    "extension_available",
+    "extension_error",
+    "build_info",
+    "CAUSAL_NONE",
+    "CAUSAL_TOP_LEFT",
+    "CAUSAL_BOTTOM_RIGHT",
+]

@@ -1,0 +1,50 @@
+"""Loading the compiled CUDA extension, and saying clearly when it is not there."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXT: Any = None
+_EXT_ERROR: str | None = None
+
+
+def _load() -> None:
+    global _EXT, _EXT_ERROR
+    if _EXT is not None or _EXT_ERROR is not None:
+        return
+    try:
+        _EXT = importlib.import_module("flashattn._C")
+    except ImportError as exc:  # not built (CPU-only torch, or FLASHATTN_SKIP_CUDA_BUILD)
+        _EXT_ERROR = (
+            "the flashattn CUDA extension is not built "
+            f"({exc}). Build it on a machine with CUDA-enabled PyTorch and nvcc: "
+            "`pip install --no-build-isolation -e .` (see README)."
+        )
+
+
+def extension_available() -> bool:
+    """True when the compiled kernels are importable."""
+    _load()
+    return _EXT is not None
+
+
+def extension_error() -> str | None:
+    """Why the extension is unavailable, or None when it is loaded."""
+    _load()
+    return _EXT_ERROR
+
+
+def require_extension() -> Any:
+    _load()
+    if _EXT is None:
+        raise RuntimeError(_EXT_ERROR)
+    return _EXT
+
+
+def build_info() -> dict[str, str]:
+    """How the extension was built: archs, nvcc and torch versions ({} when not built)."""
+    _load()
+    if _EXT is None:
+        return {}
+    return dict(_EXT.build_info())

@@ -1,0 +1,169 @@
+"""Public entry points: validate the inputs, pick the layout, call the one registered op."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+from . import _ext, _ops
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+MIN_HEAD_DIM = 8
+MAX_HEAD_DIM = 256
+
+_backend = os.environ.get("FLASHATTN_BACKEND", "auto")
+
+
+def set_backend(name: str) -> None:
+    """Choose the forward path: "auto" (Hopper path on sm90 where it applies), "portable"
+    (mma.sync, every sm80+ GPU), or "hopper". Also settable with FLASHATTN_BACKEND."""
+    global _backend
+    if name not in _ops.BACKENDS:
+        raise ValueError(f"backend must be one of {_ops.BACKENDS}, got {name!r}")
+    _backend = name
+
+
+def get_backend() -> str:
+    return _backend
+
+
+def _check_tensor(name: str, t, rank_min: int) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() < rank_min:
+        raise ValueError(f"{name} must have at least {rank_min} dimensions, got shape {tuple(t.shape)}")
+    if t.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{name}.dtype must be torch.float16 or torch.bfloat16, got {t.dtype}")
+    if t.device.type != "cuda":
+        raise ValueError(f"{name} must be on a CUDA device, got device {t.device}")
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError(
+            f"{name} must have a contiguous last dimension (stride(-1) == 1), got strides {tuple(t.stride())}"
+        )
+
+
+def _check_common(q, k, v) -> None:
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"query, key and value must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if k.device != q.device or v.device != q.device:
+        raise ValueError(f"query, key and value must be on one device, got {q.device}, {k.device}, {v.device}")
+    d = q.shape[-1]
+    if d < MIN_HEAD_DIM or d > MAX_HEAD_DIM or d % 8 != 0:
+        raise ValueError(
+            f"head dim (query.shape[-1]) must be a multiple of 8 in [{MIN_HEAD_DIM}, {MAX_HEAD_DIM}], got {d}"
+        )
+    if k.shape != v.shape:
+        raise ValueError(f"key and value must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if k.shape[-1] != d:
+        raise ValueError(f"key head dim must equal query head dim {d}, got key shape {tuple(k.shape)}")
+
+
+def _scale(scale: float | None, d: int) -> float:
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    scale = float(scale)
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale}")
+    return scale
+
+
+def _run(q4, k4, v4, scale: float, causal_mode: int):
+    """q4 [B, Sq, Hq, D], k4/v4 [B, Sk, Hk, D] -> (out [B, Sq, Hq, D], lse [B, Hq, Sq])."""
+    if not torch.compiler.is_compiling():
+        _ext.require_extension()
+    return _ops.fwd(q4, k4, v4, scale, causal_mode, _backend)
+
+
+def scaled_dot_product_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> torch.Tensor:
+    """Drop-in for `torch.nn.functional.scaled_dot_product_attention` (same signature).
+
+    Layout: query [..., Hq, L, D], key/value [..., Hk, S, D] (any leading batch dims, which must
+    match; rank 2 means one batch and one head). Hq must equal Hk unless `enable_gqa=True`, then
+    Hq must be a multiple of Hk (grouped-query / multi-query attention, K/V never repeated in memory).
+    dtype float16 or bfloat16, on one CUDA device, head dim a multiple of 8 in [8, 256], the last
+    dimension contiguous; other strides are free (a transposed [B, S, H, D] view needs no copy).
+
+    `is_causal=True` uses SDPA's top-left alignment: query i attends to keys j <= i, also when
+    L != S. `scale` defaults to 1/sqrt(D). Returns a tensor shaped like query (a view of a
+    [B, L, H, D] buffer). Not supported, and refused with a ValueError naming the argument:
+    `attn_mask`, `dropout_p > 0`.
+    """
+    if attn_mask is not None:
+        raise ValueError("attn_mask is not supported by flashattn (use is_causal, or torch's SDPA for masks)")
+    if dropout_p != 0.0:
+        raise ValueError(f"dropout_p must be 0.0 (dropout is not supported by flashattn), got {dropout_p}")
+    min_rank = 3 if enable_gqa else 2
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        _check_tensor(name, t, min_rank)
+    if not (query.dim() == key.dim() == value.dim()):
+        raise ValueError(
+            f"query, key and value must have the same rank, got {query.dim()}, {key.dim()}, {value.dim()}"
+        )
+    _check_common(query, key, value)
+    rank = query.dim()
+    if rank >= 3:
+        hq, hk = query.shape[-3], key.shape[-3]
+        if query.shape[:-3] != key.shape[:-3]:
+            raise ValueError(
+                f"query and key batch dims must match, got {tuple(query.shape[:-3])} and {tuple(key.shape[:-3])}"
+            )
+        if enable_gqa:
+            if hq % hk != 0:
+                raise ValueError(f"with enable_gqa, query heads ({hq}) must be a multiple of key/value heads ({hk})")
+        elif hq != hk:
+            raise ValueError(
+                f"query heads ({hq}) and key/value heads ({hk}) differ: pass enable_gqa=True for grouped-query attention"
+            )
+
+    def to_bshd(t: torch.Tensor) -> torch.Tensor:
+        if t.dim() == 2:
+            t = t[None, None]
+        elif t.dim() == 3:
+            t = t.unsqueeze(0)
+        elif t.dim() > 4:
+            t = t.flatten(0, -4)
+        return t.transpose(1, 2)
+
+    q4, k4, v4 = to_bshd(query), to_bshd(key), to_bshd(value)
+    causal = _ops.CAUSAL_TOP_LEFT if is_causal else _ops.CAUSAL_NONE
+    out, _ = _run(q4, k4, v4, _scale(scale, query.shape[-1]), causal)
+    return out.transpose(1, 2).reshape(query.shape)
+
+
+def flash_attn_func(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    return_lse: bool = False,
+):
+    """FlashAttention-style forward: q [B, Sq, Hq, D], k/v [B, Sk, Hk, D] with Hq a multiple of
+    Hk (GQA/MQA). `causal=True` is bottom-right aligned (query i attends to keys
+    j <= i + Sk - Sq, as with a KV cache); query rows that see no key give output 0 and LSE -inf.
+    Returns out [B, Sq, Hq, D], and with `return_lse=True` also the natural-log log-sum-exp of the
+    scaled scores, float32 [B, Hq, Sq].
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(name, t, 4)
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D [batch, seqlen, heads, head_dim], got shape {tuple(t.shape)}")
+    _check_common(q, k, v)
+    if k.shape[0] != q.shape[0]:
+        raise ValueError(f"q and k batch sizes differ: {q.shape[0]} vs {k.shape[0]}")
+    if q.shape[2] % k.shape[2] != 0:
+        raise ValueError(f"q heads ({q.shape[2]}) must be a multiple of k/v heads ({k.shape[2]})")
+    causal_mode = _ops.CAUSAL_BOTTOM_RIGHT if causal else _ops.CAUSAL_NONE
+    out, lse = _run(q, k, v, _scale(softmax_scale, q.shape[-1]), causal_mode)
+    return (out, lse) if return_lse else out
