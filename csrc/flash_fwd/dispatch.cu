@@ -1,6 +1,10 @@
 // Picks the instantiation for (dtype, head dim, device) and launches it. Only declares the
 // launcher template: the definitions are the explicit instantiations in csrc/instantiations/.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "api.h"
+#include "registry.h"
 
 namespace flashattn {
 
@@ -11,11 +15,10 @@ namespace {
 
 using LaunchFn = cudaError_t (*)(const FwdParams&, cudaStream_t);
 
-struct FwdInstance {
+struct FwdLauncher {
   DType dtype;
   int head_dim;
   TileVariant variant;
-  int smem_bytes;
   LaunchFn launch;
 };
 
@@ -26,43 +29,21 @@ constexpr DType dtype_of<__half>() { return DType::kFloat16; }
 template <>
 constexpr DType dtype_of<__nv_bfloat16>() { return DType::kBFloat16; }
 
-#define FLASHATTN_FWD_INSTANCE(T, D, V)                                                         \
-  FwdInstance{dtype_of<T>(), D, TileVariant::V, FwdTileConfig<D, TileVariant::V>::Traits::kSmemBytes, \
-              &run_fwd<FwdTileConfig<D, TileVariant::V>::Traits, T>},
-constexpr FwdInstance kInstances[] = {
+#define FLASHATTN_FWD_INSTANCE(T, D, V) \
+  FwdLauncher{dtype_of<T>(), D, TileVariant::V, &run_fwd<FwdTileConfig<D, TileVariant::V>::Traits, T>},
+constexpr FwdLauncher kLaunchers[] = {
 #include "../instantiations/registry.inc"
 };
 #undef FLASHATTN_FWD_INSTANCE
 
-const FwdInstance* find_instance(DType dtype, int head_dim, TileVariant variant) {
-  for (const FwdInstance& inst : kInstances)
-    if (inst.dtype == dtype && inst.head_dim == head_dim && inst.variant == variant) return &inst;
-  return nullptr;
-}
-
 }  // namespace
 
-bool select_fwd_variant(int head_dim, const DeviceLimits& dev, TileVariant* variant, int* smem_bytes) {
-  const int d = round_up_head_dim(head_dim);
-  for (TileVariant v : {TileVariant::kLarge, TileVariant::kCompact}) {
-    // Shared memory does not depend on dtype: look the config up through either.
-    const FwdInstance* inst = find_instance(DType::kBFloat16, d, v);
-    if (inst != nullptr && inst->smem_bytes <= dev.max_smem_per_block) {
-      *variant = v;
-      *smem_bytes = inst->smem_bytes;
-      return true;
-    }
-  }
-  return false;
-}
-
 cudaError_t flash_fwd(const FwdParams& p, const DeviceLimits& dev, cudaStream_t stream) {
-  TileVariant variant;
-  int smem_bytes;
-  if (!select_fwd_variant(p.head_dim, dev, &variant, &smem_bytes)) return cudaErrorInvalidValue;
-  const FwdInstance* inst = find_instance(p.dtype, round_up_head_dim(p.head_dim), variant);
-  if (inst == nullptr) return cudaErrorInvalidValue;
-  return inst->launch(p, stream);
+  const FwdConfigInfo* config = select_fwd_config(p.head_dim, dev.max_smem_per_block);
+  if (config == nullptr) return cudaErrorInvalidValue;
+  for (const FwdLauncher& l : kLaunchers)
+    if (l.dtype == p.dtype && l.head_dim == config->head_dim && l.variant == config->variant) return l.launch(p, stream);
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace flashattn

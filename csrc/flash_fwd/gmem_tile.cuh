@@ -1,5 +1,10 @@
 // Global -> shared tile loads with cp.async. Rows past the sequence end and columns past the
 // runtime head dim are zero-filled, so the main loop never sees garbage (0 * NaN would poison P V).
+//
+// Every thread owns one fixed 16-byte column chunk and every kRowsPerPass-th row, so its source
+// address advances by one uniform stride per pass. Deriving each chunk's row and column from a
+// flat index instead made the compiler hoist one 64-bit address per chunk out of the main loop,
+// some 80 registers, and the kernel spilled.
 #pragma once
 
 #include <cstdint>
@@ -9,20 +14,43 @@
 namespace flashattn {
 
 template <typename Traits, int kRows, typename Element>
-__device__ __forceinline__ void load_tile_async(Element* smem, const Element* gmem, int64_t row_stride,
-                                                int rows_valid, int head_dim) {
-  constexpr int kChunks = kRows * Traits::kChunksPerRow;
+struct GmemTileLoader {
+  static constexpr int kChunksPerRow = Traits::kChunksPerRow;
+  static constexpr int kRowsPerPass = Traits::kNThreads / kChunksPerRow;
+  static constexpr int kPasses = (kRows + kRowsPerPass - 1) / kRowsPerPass;
+  static_assert(kRowsPerPass >= 1, "one pass must cover at least one row");
+
+  const Element* src;  // this thread's chunk in row 0 of the tensor's (batch, head) slice
+  int64_t row_stride;
+  uint32_t dst;        // this thread's chunk in row 0 of the shared tile
+  int row0;            // first row this thread copies; >= kRows for threads left idle
+  bool col_ok;         // chunk inside the runtime head dim
+
+  __device__ __forceinline__ GmemTileLoader(const Element* base, int64_t row_stride_, const Element* smem_tile,
+                                            int head_dim)
+      : row_stride(row_stride_) {
+    const int tid = threadIdx.x;
+    const int c = tid % kChunksPerRow;
+    row0 = tid < kRowsPerPass * kChunksPerRow ? tid / kChunksPerRow : kRows;
+    col_ok = c * 8 < head_dim;
+    src = base + c * 8 + (row0 < kRows ? row0 : 0) * row_stride;
+    dst = smem_addr(smem_tile + (row0 < kRows ? row0 : 0) * Traits::kSmemStride + c * 8);
+  }
+
+  // Copies rows [first_row, first_row + kRows) of the slice; rows at or past rows_valid
+  // (relative to first_row) read as zeros.
+  __device__ __forceinline__ void load(int first_row, int rows_valid) const {
+    const Element* p = src + first_row * row_stride;
 #pragma unroll
-  for (int i = 0; i < (kChunks + Traits::kNThreads - 1) / Traits::kNThreads; ++i) {
-    const int idx = static_cast<int>(threadIdx.x) + i * Traits::kNThreads;
-    if (kChunks % Traits::kNThreads == 0 || idx < kChunks) {
-      const int r = idx / Traits::kChunksPerRow;
-      const int c = idx - r * Traits::kChunksPerRow;
-      const bool pred = r < rows_valid && c * 8 < head_dim;
-      const Element* src = pred ? gmem + r * row_stride + c * 8 : gmem;
-      cp_async_16(smem_addr(smem + r * Traits::kSmemStride + c * 8), src, pred);
+    for (int i = 0; i < kPasses; ++i) {
+      const int r = row0 + i * kRowsPerPass;
+      if (kRows % kRowsPerPass == 0 || r < kRows) {
+        const bool pred = col_ok && r < rows_valid;
+        cp_async_16(dst + i * kRowsPerPass * Traits::kSmemStride * 2, pred ? p : src, pred);
+      }
+      p += kRowsPerPass * row_stride;
     }
   }
-}
+};
 
 }  // namespace flashattn

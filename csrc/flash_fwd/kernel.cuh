@@ -79,11 +79,12 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
   const uint32_t k_base = smem_addr(sK + (lane % 8 + (lane / 16) * 8) * kStride + ((lane / 8) % 2) * 8);
   const uint32_t v_base = smem_addr(sV + (lane % 8 + ((lane / 8) % 2) * 8) * kStride + (lane / 16) * 8);
 
-  load_tile_async<Traits, kBlockM>(sQ, q_gmem, p.q_row_stride, rows_valid, p.head_dim);
+  const GmemTileLoader<Traits, kBlockN, Element> k_loader(k_gmem, p.k_row_stride, sK, p.head_dim);
+  const GmemTileLoader<Traits, kBlockN, Element> v_loader(v_gmem, p.v_row_stride, sV, p.head_dim);
   {
-    const int n = n_blocks - 1;
-    load_tile_async<Traits, kBlockN>(sK, k_gmem + n * kBlockN * p.k_row_stride, p.k_row_stride,
-                                     p.seqlen_k - n * kBlockN, p.head_dim);
+    const GmemTileLoader<Traits, kBlockM, Element> q_loader(q_gmem, p.q_row_stride, sQ, p.head_dim);
+    q_loader.load(0, rows_valid);
+    k_loader.load((n_blocks - 1) * kBlockN, p.seqlen_k - (n_blocks - 1) * kBlockN);
   }
   cp_async_commit();
 
@@ -104,8 +105,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
     constexpr bool kMasked = decltype(masked)::value;
     cp_async_wait<0>();
     __syncthreads();
-    load_tile_async<Traits, kBlockN>(sV, v_gmem + n * kBlockN * p.v_row_stride, p.v_row_stride,
-                                     p.seqlen_k - n * kBlockN, p.head_dim);
+    v_loader.load(n * kBlockN, p.seqlen_k - n * kBlockN);
     cp_async_commit();
 
     // S = Q K^T
@@ -166,8 +166,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
     cp_async_wait<0>();
     __syncthreads();
     if (n > 0) {
-      load_tile_async<Traits, kBlockN>(sK, k_gmem + (n - 1) * kBlockN * p.k_row_stride, p.k_row_stride,
-                                       p.seqlen_k - (n - 1) * kBlockN, p.head_dim);
+      k_loader.load((n - 1) * kBlockN, p.seqlen_k - (n - 1) * kBlockN);
       cp_async_commit();
     }
 

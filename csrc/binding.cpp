@@ -1,0 +1,110 @@
+// The torch binding: the CUDA implementation of flashattn::fwd (schema in flashattn/_ops.py).
+// Thin by design: checks, fills FwdParams, calls the launcher in csrc/flash_fwd/.
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/extension.h>
+#include <torch/library.h>
+
+#include <string>
+
+#include "flash_fwd/api.h"
+
+namespace {
+
+using flashattn::CausalMode;
+using flashattn::DType;
+
+// Device limits, read once per device through torch's cached properties.
+flashattn::DeviceLimits device_limits(int device) {
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device);
+  flashattn::DeviceLimits d;
+  d.sm_count = prop->multiProcessorCount;
+  d.max_smem_per_block = static_cast<int>(prop->sharedMemPerBlockOptin);
+  d.cc_major = prop->major;
+  d.cc_minor = prop->minor;
+  return d;
+}
+
+// cp.async moves 16-byte chunks: base pointers and row/head/batch strides must keep every chunk
+// 16-byte aligned. Other views are copied (the caller asked for any strides, not for speed there).
+at::Tensor aligned_for_kernel(const at::Tensor& t) {
+  const bool ok = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && t.stride(0) % 8 == 0 &&
+                  t.stride(1) % 8 == 0 && t.stride(2) % 8 == 0;
+  return ok ? t : t.contiguous();
+}
+
+std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+                                            double softmax_scale, int64_t causal_mode, c10::string_view backend) {
+  TORCH_CHECK(q_in.dim() == 4 && k_in.dim() == 4 && v_in.dim() == 4, "flashattn::fwd: q, k, v must be 4-D [B, S, H, D]");
+  TORCH_CHECK(q_in.scalar_type() == k_in.scalar_type() && q_in.scalar_type() == v_in.scalar_type(),
+              "flashattn::fwd: q, k, v must share one dtype");
+  TORCH_CHECK(q_in.scalar_type() == at::kHalf || q_in.scalar_type() == at::kBFloat16,
+              "flashattn::fwd: dtype must be float16 or bfloat16");
+  TORCH_CHECK(q_in.is_cuda() && k_in.device() == q_in.device() && v_in.device() == q_in.device(),
+              "flashattn::fwd: q, k, v must be on one CUDA device");
+  TORCH_CHECK(q_in.stride(-1) == 1 && k_in.stride(-1) == 1 && v_in.stride(-1) == 1,
+              "flashattn::fwd: last dimension must be contiguous");
+  const int64_t B = q_in.size(0), Sq = q_in.size(1), Hq = q_in.size(2), D = q_in.size(3);
+  const int64_t Sk = k_in.size(1), Hk = k_in.size(2);
+  TORCH_CHECK(k_in.sizes() == v_in.sizes(), "flashattn::fwd: k and v shapes differ");
+  TORCH_CHECK(k_in.size(0) == B && k_in.size(3) == D, "flashattn::fwd: k/v batch or head dim differ from q");
+  TORCH_CHECK(Hk > 0 && Hq % Hk == 0, "flashattn::fwd: q heads must be a multiple of k/v heads");
+  TORCH_CHECK(D >= 8 && D <= 256 && D % 8 == 0, "flashattn::fwd: head dim must be a multiple of 8 in [8, 256]");
+  TORCH_CHECK(Sk >= 1 || B * Sq * Hq == 0, "flashattn::fwd: key sequence length must be >= 1");
+  TORCH_CHECK(causal_mode >= 0 && causal_mode <= 2, "flashattn::fwd: causal_mode must be 0, 1 or 2");
+  TORCH_CHECK(backend == "auto" || backend == "portable",
+              "flashattn::fwd: backend '", std::string(backend), "' is not available in this build (only 'auto' and 'portable')");
+  TORCH_CHECK(B <= INT32_MAX && Sq <= INT32_MAX && Sk <= INT32_MAX && Hq <= INT32_MAX, "flashattn::fwd: sizes too large");
+
+  const c10::cuda::CUDAGuard guard(q_in.device());
+  at::Tensor out = at::empty({B, Sq, Hq, D}, q_in.options());
+  at::Tensor lse = at::empty({B, Hq, Sq}, q_in.options().dtype(at::kFloat));
+  if (out.numel() == 0) return {out, lse};
+
+  const at::Tensor q = aligned_for_kernel(q_in), k = aligned_for_kernel(k_in), v = aligned_for_kernel(v_in);
+
+  flashattn::FwdParams p;
+  p.q = q.data_ptr();
+  p.k = k.data_ptr();
+  p.v = v.data_ptr();
+  p.o = out.data_ptr();
+  p.lse = lse.data_ptr<float>();
+  p.q_batch_stride = q.stride(0), p.q_row_stride = q.stride(1), p.q_head_stride = q.stride(2);
+  p.k_batch_stride = k.stride(0), p.k_row_stride = k.stride(1), p.k_head_stride = k.stride(2);
+  p.v_batch_stride = v.stride(0), p.v_row_stride = v.stride(1), p.v_head_stride = v.stride(2);
+  p.o_batch_stride = out.stride(0), p.o_row_stride = out.stride(1), p.o_head_stride = out.stride(2);
+  p.batch = static_cast<int>(B);
+  p.heads_q = static_cast<int>(Hq);
+  p.heads_kv = static_cast<int>(Hk);
+  p.seqlen_q = static_cast<int>(Sq);
+  p.seqlen_k = static_cast<int>(Sk);
+  p.head_dim = static_cast<int>(D);
+  p.dtype = q.scalar_type() == at::kBFloat16 ? DType::kBFloat16 : DType::kFloat16;
+  p.set_scale(static_cast<float>(softmax_scale));
+  p.set_causal(static_cast<CausalMode>(causal_mode));
+
+  const cudaError_t err = flashattn::flash_fwd(p, device_limits(q.get_device()), at::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(err == cudaSuccess, "flashattn::fwd: kernel launch failed: ", cudaGetErrorString(err));
+  return {out, lse};
+}
+
+#define FLASHATTN_STR2(x) #x
+#define FLASHATTN_STR(x) FLASHATTN_STR2(x)
+
+std::map<std::string, std::string> build_info() {
+  return {
+      {"cuda_archs", FLASHATTN_STR(FLASHATTN_ARCHS)},
+      {"nvcc", FLASHATTN_STR(FLASHATTN_NVCC_VERSION)},
+      {"torch", FLASHATTN_STR(FLASHATTN_TORCH_VERSION)},
+      {"cuda_runtime", std::to_string(CUDART_VERSION)},
+  };
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(flashattn, CUDA, m) { m.impl("fwd", &fwd_cuda); }
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "flashattn CUDA kernels (the ops are registered under torch.ops.flashattn)";
+  m.def("build_info", &build_info, "How this extension was built");
+}

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Compile-and-resource check of every forward kernel for every target, with no GPU.
+
+1. Builds tools/print_configs.cpp (plain C++) and reads every compiled tile config and the one
+   each architecture's shared-memory limit selects per head dim.
+2. Compiles every file in csrc/instantiations/ (and dispatch.cu) with `nvcc -Xptxas -v` for each
+   target and parses the report per kernel.
+3. Fails unless, for every kernel and target: 0 spill bytes, 0 stack frame, registers <= 255 and
+   registers x threads <= 64K (the launch bounds), and every head dim 8..256 selects a config whose
+   shared memory fits the target's per-block limit (L4/sm89: 99 KB).
+
+usage: tools/check_resources.py [--nvcc PATH] [--archs sm_80,sm_89,sm_90a] [--jobs N] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CSRC = ROOT / "csrc"
+ARCH_GENCODE = {
+    "sm_80": "arch=compute_80,code=sm_80",
+    "sm_86": "arch=compute_86,code=sm_86",
+    "sm_89": "arch=compute_89,code=sm_89",
+    "sm_90a": "arch=compute_90a,code=sm_90a",
+}
+MAX_REGS_PER_THREAD = 255
+REGS_PER_SM = 65536
+
+_ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(\w+)'")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_REGS = re.compile(r"Used (\d+) registers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+_TRAITS = re.compile(r"FwdKernelTraitsILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")
+
+
+def parse_ptxas(text: str) -> list[dict]:
+    """Per-kernel records from `nvcc -Xptxas -v` output."""
+    kernels: list[dict] = []
+    cur: dict | None = None
+    for line in text.splitlines():
+        if m := _ENTRY.search(line):
+            cur = {"name": m.group(1), "arch": m.group(2), "regs": None, "stack": 0, "spill_st": 0, "spill_ld": 0, "smem": 0}
+            kernels.append(cur)
+        elif cur is not None and (m := _FRAME.search(line)):
+            cur["stack"], cur["spill_st"], cur["spill_ld"] = map(int, m.groups())
+        elif cur is not None and (m := _REGS.search(line)):
+            cur["regs"] = int(m.group(1))
+            if s := _SMEM.search(line):
+                cur["smem"] = int(s.group(1))
+    for k in kernels:
+        if t := _TRAITS.search(k["name"]):
+            k["head_dim"], k["block_m"], k["block_n"], k["warps"] = map(int, t.groups())
+            k["threads"] = k["warps"] * 32
+    return kernels
+
+
+def compile_one(nvcc: str, src: pathlib.Path, arch: str, outdir: str) -> tuple[str, str, int, str]:
+    cmd = [nvcc, "-std=c++17", "-O3", "--expt-relaxed-constexpr", f"-I{CSRC}", f"-gencode={ARCH_GENCODE[arch]}",
+           "-Xptxas", "-v", "-c", str(src), "-o", os.path.join(outdir, f"{src.stem}.{arch}.o")]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    return str(src.relative_to(ROOT)), arch, r.returncode, r.stdout + r.stderr
+
+
+def config_report() -> dict:
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        raise SystemExit("check_resources: no C++ compiler (g++) found")
+    with tempfile.TemporaryDirectory() as d:
+        exe = os.path.join(d, "print_configs")
+        subprocess.run([cxx, "-std=c++17", f"-I{CSRC}", str(ROOT / "tools" / "print_configs.cpp"), "-o", exe], check=True)
+        return json.loads(subprocess.run([exe], capture_output=True, text=True, check=True).stdout)
+
+
+def check(kernels: list[dict], configs: dict, archs: list[str]) -> list[str]:
+    errors: list[str] = []
+    for k in kernels:
+        where = f"{k['arch']} {k.get('head_dim')}x{k.get('block_m')}x{k.get('block_n')}x{k.get('warps')}w ({k['name'][:60]})"
+        if k["regs"] is None:
+            errors.append(f"{where}: no register report")
+            continue
+        if k["spill_st"] or k["spill_ld"]:
+            errors.append(f"{where}: spills {k['spill_st']} B stores / {k['spill_ld']} B loads")
+        if k["stack"]:
+            errors.append(f"{where}: {k['stack']} B stack frame (local memory)")
+        if k["regs"] > MAX_REGS_PER_THREAD or k["regs"] * k.get("threads", 32) > REGS_PER_SM:
+            errors.append(f"{where}: {k['regs']} registers x {k.get('threads')} threads exceeds the launch bounds")
+    for arch in archs:
+        sel = configs["selection"].get(arch)
+        if sel is None:
+            errors.append(f"{arch}: no selection report")
+            continue
+        for d, c in sel["by_head_dim"].items():
+            if c is None:
+                errors.append(f"{arch}: head dim {d} selects no config within {sel['smem_limit']} B")
+            elif c["smem_bytes"] > sel["smem_limit"]:
+                errors.append(f"{arch}: head dim {d} selects {c} over the {sel['smem_limit']} B limit")
+        if not any(k["arch"] == arch for k in kernels):
+            errors.append(f"{arch}: no kernel was compiled")
+    return errors
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nvcc", default=os.environ.get("NVCC", shutil.which("nvcc") or "/usr/local/bin/nvcc"))
+    ap.add_argument("--archs", default="sm_80,sm_89,sm_90a")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--only", default="", help="substring filter on instantiation file names")
+    ap.add_argument("--json", help="write the per-kernel records here")
+    args = ap.parse_args()
+    archs = args.archs.split(",")
+    configs = config_report()
+    sources = [p for p in sorted((CSRC / "instantiations").glob("*.cu")) if args.only in p.name]
+    sources.append(CSRC / "flash_fwd" / "dispatch.cu")
+    kernels: list[dict] = []
+    failures: list[str] = []
+    with tempfile.TemporaryDirectory() as outdir, cf.ThreadPoolExecutor(args.jobs) as pool:
+        futs = [pool.submit(compile_one, args.nvcc, s, a, outdir) for s in sources for a in archs]
+        for f in cf.as_completed(futs):
+            src, arch, rc, out = f.result()
+            if rc != 0:
+                failures.append(f"{src} [{arch}] failed to compile:\n{out}")
+            for k in parse_ptxas(out):
+                k["source"] = src
+                kernels.append(k)
+    errors = failures + check(kernels, configs, archs)
+    kernels.sort(key=lambda k: (k["arch"], k.get("head_dim", 0), k["name"]))
+    print(f"{'arch':7} {'D':>4} {'BM':>4} {'BN':>4} {'warps':>5} {'regs':>5} {'spill':>6} {'stack':>6} {'smem KB':>8}  source")
+    smem = {(c["head_dim"], c["block_m"], c["block_n"], c["warps"]): c["smem_bytes"] for c in configs["configs"]}
+    for k in kernels:
+        key = (k.get("head_dim"), k.get("block_m"), k.get("block_n"), k.get("warps"))
+        print(f"{k['arch']:7} {k.get('head_dim', '-'):>4} {k.get('block_m', '-'):>4} {k.get('block_n', '-'):>4} "
+              f"{k.get('warps', '-'):>5} {k['regs']:>5} {k['spill_st'] + k['spill_ld']:>6} {k['stack']:>6} "
+              f"{smem.get(key, 0) / 1024:>8.1f}  {k['source']}")
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps({"kernels": kernels, "configs": configs}, indent=1))
+    if errors:
+        print(f"\n{len(errors)} problem(s):", file=sys.stderr)
+        for e in errors:
+            print("  " + e, file=sys.stderr)
+        return 1
+    print(f"\nOK: {len(kernels)} kernels x targets, no spills, within launch bounds and shared-memory limits")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
