@@ -51,7 +51,7 @@ struct FwdTileConfig;
 FLASHATTN_TILE_CONFIG(32,  kLarge,   128, 64,  4);  // 20.0
 FLASHATTN_TILE_CONFIG(64,  kLarge,   128, 64,  4);  // 36.0
 FLASHATTN_TILE_CONFIG(96,  kLarge,   128, 32,  4);  // 39.0
-FLASHATTN_TILE_CONFIG(128, kLarge,   128, 64,  8);  // 68.0
+FLASHATTN_TILE_CONFIG(128, kLarge,   128, 32,  4);  // 51.0
 FLASHATTN_TILE_CONFIG(160, kLarge,   128, 64,  8);  // 84.0
 FLASHATTN_TILE_CONFIG(192, kLarge,   128, 64,  8);  // 100.0 (over sm89's 99 KB)
 FLASHATTN_TILE_CONFIG(192, kCompact, 64,  64,  4);  // 75.0
