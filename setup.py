@@ -49,7 +49,9 @@ if ok:
     if not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available():
         os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0;8.9;9.0a"
     archs = os.environ.get("TORCH_CUDA_ARCH_LIST", "local").replace(" ", "").replace(";", "_")
-    sources = ["csrc/binding.cpp", "csrc/flash_fwd/dispatch.cu"] + sorted(glob.glob("csrc/instantiations/*.cu"))
+    # Every .cpp directly under csrc/ is a torch binding; every .cu anywhere under csrc/ is a kernel
+    # translation unit (generated instantiations included), so new kernels need no edit here.
+    sources = sorted(glob.glob("csrc/*.cpp")) + sorted(glob.glob("csrc/**/*.cu", recursive=True))
     defines = [
         f"-DFLASHATTN_ARCHS={archs}",
         f"-DFLASHATTN_NVCC_VERSION={_nvcc_version(CUDA_HOME)}",

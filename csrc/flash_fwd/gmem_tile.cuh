@@ -21,14 +21,12 @@ struct GmemTileLoader {
   static_assert(kRowsPerPass >= 1, "one pass must cover at least one row");
 
   const Element* src;  // this thread's chunk in row 0 of the tensor's (batch, head) slice
-  int64_t row_stride;
   uint32_t dst;        // this thread's chunk in row 0 of the shared tile
   int row0;            // first row this thread copies; >= kRows for threads left idle
   bool col_ok;         // chunk inside the runtime head dim
 
-  __device__ __forceinline__ GmemTileLoader(const Element* base, int64_t row_stride_, const Element* smem_tile,
-                                            int head_dim)
-      : row_stride(row_stride_) {
+  __device__ __forceinline__ GmemTileLoader(const Element* base, int64_t row_stride, const Element* smem_tile,
+                                            int head_dim) {
     const int tid = threadIdx.x;
     const int c = tid % kChunksPerRow;
     row0 = tid < kRowsPerPass * kChunksPerRow ? tid / kChunksPerRow : kRows;
@@ -37,16 +35,17 @@ struct GmemTileLoader {
     dst = smem_addr(smem_tile + (row0 < kRows ? row0 : 0) * Traits::kSmemStride + c * 8);
   }
 
-  // Copies rows [first_row, first_row + kRows) of the slice; rows at or past rows_valid
-  // (relative to first_row) read as zeros.
-  __device__ __forceinline__ void load(int first_row, int rows_valid) const {
+  // Copies rows [first_row, first_row + kRows) of the slice into the tile at dst_offset bytes
+  // past the constructor's; rows at or past rows_valid (relative to first_row) read as zeros.
+  // The row stride is passed per call (from the kernel parameters) rather than kept in registers.
+  __device__ __forceinline__ void load(int first_row, int rows_valid, uint32_t dst_offset, int64_t row_stride) const {
     const Element* p = src + first_row * row_stride;
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
       const int r = row0 + i * kRowsPerPass;
       if (kRows % kRowsPerPass == 0 || r < kRows) {
         const bool pred = col_ok && r < rows_valid;
-        cp_async_16(dst + i * kRowsPerPass * Traits::kSmemStride * 2, pred ? p : src, pred);
+        cp_async_16(dst + dst_offset + i * kRowsPerPass * Traits::kSmemStride * 2, pred ? p : src, pred);
       }
       p += kRowsPerPass * row_stride;
     }

@@ -1,12 +1,15 @@
 // The portable forward kernel (sm80+, mma.sync): one thread block per (batch, head, query block),
 // K/V streamed through shared memory in kBlockN-row steps, online softmax in registers.
 //
-// Data flow of one step, key block n (walked from the last block down to 0):
-//   wait K[n] -> barrier -> start V[n] load -> S = Q K[n]^T -> scale, mask, online softmax
-//   -> wait V[n] -> barrier -> start K[n-1] load -> O += P V[n]
-// so the V load hides behind Q K^T and softmax, and the next K load behind P V. The barriers
-// also order reuse: V[n+1] may only land once every warp is past P V[n], K[n-1] once every warp
-// is past Q K[n]^T.
+// K and V live in two shared-memory stages. Step n (key blocks walked from the last one down to
+// 0, so the masked blocks come first and the unmasked loop runs branch-free):
+//   wait for stage n%2 -> barrier -> S = Q K^T -> start loading K/V[n-1] into the other stage
+//   -> scale, mask, online softmax -> O += P V
+// The one barrier per step does two jobs: it publishes K/V[n] to every warp, and it proves every
+// warp is done with step n+1, whose stage the K/V[n-1] load then overwrites. The load is issued
+// after Q K^T rather than right after the barrier: its address arithmetic then does not compete
+// with the S accumulators for registers (issued earlier, D=128 spilled on sm_90a), and it still
+// has the softmax, P V and the next barrier wait to hide behind.
 #pragma once
 
 #include <cmath>
@@ -81,10 +84,15 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
 
   const GmemTileLoader<Traits, kBlockN, Element> k_loader(k_gmem, p.k_row_stride, sK, p.head_dim);
   const GmemTileLoader<Traits, kBlockN, Element> v_loader(v_gmem, p.v_row_stride, sV, p.head_dim);
+  auto load_kv = [&](int n) {
+    const uint32_t stage_bytes = (n % 2) * Traits::kStageBytes;
+    k_loader.load(n * kBlockN, p.seqlen_k - n * kBlockN, stage_bytes, p.k_row_stride);
+    v_loader.load(n * kBlockN, p.seqlen_k - n * kBlockN, stage_bytes, p.v_row_stride);
+  };
   {
     const GmemTileLoader<Traits, kBlockM, Element> q_loader(q_gmem, p.q_row_stride, sQ, p.head_dim);
-    q_loader.load(0, rows_valid);
-    k_loader.load((n_blocks - 1) * kBlockN, p.seqlen_k - (n_blocks - 1) * kBlockN);
+    q_loader.load(0, rows_valid, 0, p.q_row_stride);
+    load_kv(n_blocks - 1);
   }
   cp_async_commit();
 
@@ -105,8 +113,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
     constexpr bool kMasked = decltype(masked)::value;
     cp_async_wait<0>();
     __syncthreads();
-    v_loader.load(n * kBlockN, p.seqlen_k - n * kBlockN);
-    cp_async_commit();
+    const uint32_t stage_bytes = (n % 2) * Traits::kStageBytes;
 
     // S = Q K^T
     float s[kMTiles][kNTilesS][4];
@@ -124,13 +131,18 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
 #pragma unroll
       for (int np = 0; np < kNTilesS / 2; ++np) {
         uint32_t b[4];
-        ldmatrix_x4(b, k_base + (np * 16 * kStride + kk * 16) * 2);
+        ldmatrix_x4(b, k_base + stage_bytes + (np * 16 * kStride + kk * 16) * 2);
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
           mma_m16n8k16<Element>(s[mt][2 * np], a[mt], b[0], b[1]);
           mma_m16n8k16<Element>(s[mt][2 * np + 1], a[mt], b[2], b[3]);
         }
       }
+    }
+
+    if (n > 0) {
+      load_kv(n - 1);
+      cp_async_commit();
     }
 
     // Scores to log2 units before masking, so that any scale (0 and negative included) is exact
@@ -163,20 +175,13 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
         pa[mt][kk][3] = pack2<Element>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
       }
 
-    cp_async_wait<0>();
-    __syncthreads();
-    if (n > 0) {
-      k_loader.load((n - 1) * kBlockN, p.seqlen_k - (n - 1) * kBlockN);
-      cp_async_commit();
-    }
-
     // O += P V
 #pragma unroll
     for (int kk = 0; kk < kNTilesS / 2; ++kk)
 #pragma unroll
       for (int np = 0; np < kNTilesO / 2; ++np) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, v_base + (kk * 16 * kStride + np * 16) * 2);
+        ldmatrix_x4_trans(b, v_base + stage_bytes + (kk * 16 * kStride + np * 16) * 2);
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
           mma_m16n8k16<Element>(o[mt][2 * np], pa[mt][kk], b[0], b[1]);
