@@ -3,7 +3,7 @@
 
 1. Builds tools/print_configs.cpp (plain C++) and reads every compiled tile config and the one
    each architecture's shared-memory limit selects per head dim.
-2. Compiles every file in csrc/instantiations/ (and dispatch.cu) with `nvcc -Xptxas -v` for each
+2. Compiles every .cu under csrc/ (what setup.py builds) with `nvcc -Xptxas -v` for each
    target and parses the report per kernel.
 3. Fails unless, for every kernel and target: 0 spill bytes, 0 stack frame, registers <= 255 and
    registers x threads <= 64K (the launch bounds), and every head dim 8..256 selects a config whose
@@ -119,8 +119,8 @@ def main() -> int:
     args = ap.parse_args()
     archs = args.archs.split(",")
     configs = config_report()
-    sources = [p for p in sorted((CSRC / "instantiations").glob("*.cu")) if args.only in p.name]
-    sources.append(CSRC / "flash_fwd" / "dispatch.cu")
+    # Every kernel translation unit the extension builds (setup.py compiles the same set).
+    sources = [p for p in sorted(CSRC.rglob("*.cu")) if args.only in p.name]
     kernels: list[dict] = []
     failures: list[str] = []
     with tempfile.TemporaryDirectory() as outdir, cf.ThreadPoolExecutor(args.jobs) as pool:

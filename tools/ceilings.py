@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""The two ceilings every floor in docs/perf-notes.md is computed from, measured on the local GPU:
+dense bf16/fp16 matmul rate (torch.matmul, cuBLAS) and device-to-device copy bandwidth
+(bytes read + bytes written). usage: python tools/ceilings.py
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _median_ms(fn, samples: int = 20, reps: int = 5) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(samples):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(reps):
+            fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b) / reps)
+    return sorted(ts)[len(ts) // 2]
+
+
+def main() -> None:
+    print(f"{torch.cuda.get_device_name()} torch {torch.__version__} CUDA {torch.version.cuda}")
+    n = 8192
+    for dtype in (torch.bfloat16, torch.float16):
+        a = torch.randn(n, n, device="cuda", dtype=dtype)
+        b = torch.randn(n, n, device="cuda", dtype=dtype)
+        ms = _median_ms(lambda: torch.matmul(a, b))
+        print(f"matmul {str(dtype):15} {n}^3: {2 * n**3 / ms / 1e9:7.1f} TFLOP/s")
+    x = torch.randn(1 << 28, device="cuda", dtype=torch.bfloat16)  # 512 MiB, far past L2
+    y = torch.empty_like(x)
+    ms = _median_ms(lambda: y.copy_(x))
+    print(f"copy 512 MiB: {2 * x.numel() * 2 / ms / 1e6:7.1f} GB/s (read + write)")
+
+
+if __name__ == "__main__":
+    main()
