@@ -41,6 +41,7 @@ _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) b
 _REGS = re.compile(r"Used (\d+) registers")
 _SMEM = re.compile(r"(\d+) bytes smem")
 _TRAITS = re.compile(r"FwdKernelTraitsILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")
+_PTX_VERSION = re.compile(r"^\.version\s+(\d+\.\d+)\s*$", re.MULTILINE)
 
 
 def parse_ptxas(text: str) -> list[dict]:
@@ -64,11 +65,39 @@ def parse_ptxas(text: str) -> list[dict]:
     return kernels
 
 
-def compile_one(nvcc: str, src: pathlib.Path, arch: str, outdir: str) -> tuple[str, str, int, str]:
-    cmd = [nvcc, "-std=c++17", "-O3", "--expt-relaxed-constexpr", f"-I{CSRC}", f"-gencode={ARCH_GENCODE[arch]}",
-           "-Xptxas", "-v", "-c", str(src), "-o", os.path.join(outdir, f"{src.stem}.{arch}.o")]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    return str(src.relative_to(ROOT)), arch, r.returncode, r.stdout + r.stderr
+def lower_ptx_isa(ptx: str, isa: str) -> str:
+    """`ptx` with its `.version` directive lowered to `isa` ("8.7") when it declares a newer one.
+    Safe to try: ptxas checks every instruction and directive against the declared version and
+    rejects any the lower version lacks ("Feature '...' requires PTX ISA .version 9.0 or later"),
+    so a rewrite can make the check fail, never pass by accepting what it does not know."""
+    want = tuple(int(x) for x in isa.split("."))
+
+    def sub(m: re.Match) -> str:
+        have = tuple(int(x) for x in m.group(1).split("."))
+        return f".version {isa}" if have > want else m.group(0)
+
+    return _PTX_VERSION.sub(sub, ptx, count=1)
+
+
+def compile_one(nvcc: str, src: pathlib.Path, arch: str, outdir: str,
+                ptxas: str | None = None, ptx_isa: str | None = None) -> tuple[str, str, int, str]:
+    base = [nvcc, "-std=c++17", "-O3", "--expt-relaxed-constexpr", f"-I{CSRC}"]
+    stem = os.path.join(outdir, f"{src.stem}.{arch}")
+    rel = str(src.relative_to(ROOT))
+    if ptxas is None:
+        cmd = base + [f"-gencode={ARCH_GENCODE[arch]}", "-Xptxas", "-v", "-c", str(src), "-o", stem + ".o"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        return rel, arch, r.returncode, r.stdout + r.stderr
+    # --ptxas: nvcc emits PTX for the virtual arch, the given ptxas assembles it with -v.
+    virtual = ARCH_GENCODE[arch].split(",")[0].removeprefix("arch=")
+    r = subprocess.run(base + [f"-arch={virtual}", "-ptx", str(src), "-o", stem + ".ptx"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return rel, arch, r.returncode, r.stdout + r.stderr
+    if ptx_isa:
+        ptx = pathlib.Path(stem + ".ptx")
+        ptx.write_text(lower_ptx_isa(ptx.read_text(), ptx_isa))
+    a = subprocess.run([ptxas, "-v", f"-arch={arch}", stem + ".ptx", "-o", stem + ".cubin"], capture_output=True, text=True)
+    return rel, arch, a.returncode, r.stdout + r.stderr + a.stdout + a.stderr
 
 
 def config_report() -> dict:
@@ -116,7 +145,18 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--only", default="", help="substring filter on instantiation file names")
     ap.add_argument("--json", help="write the per-kernel records here")
+    ap.add_argument("--ptxas", help="assemble with this ptxas instead of nvcc's own: nvcc emits PTX (-ptx), then "
+                    "PTXAS -v -arch=sm_XX assembles it (e.g. CUDA 12.8's ptxas from the nvidia-cuda-nvcc-cu12 wheel)")
+    ap.add_argument("--ptx-isa", help="with --ptxas: lower the PTX .version directive to this ISA (e.g. 8.7 for "
+                    "CUDA 12.8) when nvcc emits a newer one; ptxas rejects any feature the lower ISA lacks")
     args = ap.parse_args()
+    if args.ptx_isa and not args.ptxas:
+        ap.error("--ptx-isa needs --ptxas")
+    if args.ptxas:
+        v = subprocess.run([args.ptxas, "--version"], capture_output=True, text=True).stdout
+        release = next((line for line in v.splitlines() if "release" in line), v.strip() or "unknown version")
+        lowered = f"; PTX .version lowered to {args.ptx_isa} where newer" if args.ptx_isa else ""
+        print(f"assembling with {args.ptxas} ({release}){lowered}")
     archs = args.archs.split(",")
     configs = config_report()
     # Every kernel translation unit the extension builds (setup.py compiles the same set).
@@ -124,7 +164,8 @@ def main() -> int:
     kernels: list[dict] = []
     failures: list[str] = []
     with tempfile.TemporaryDirectory() as outdir, cf.ThreadPoolExecutor(args.jobs) as pool:
-        futs = [pool.submit(compile_one, args.nvcc, s, a, outdir) for s in sources for a in archs]
+        futs = [pool.submit(compile_one, args.nvcc, s, a, outdir, args.ptxas, args.ptx_isa)
+                for s in sources for a in archs]
         for f in cf.as_completed(futs):
             src, arch, rc, out = f.result()
             if rc != 0:

@@ -37,20 +37,39 @@ def sdpa_same_dtype(q, k, v, scale, mode):
     return o.transpose(1, 2)
 
 
+# Sq x Sk pairs covering every S of issue 2's grid {1, 2, 17, 64, 65, 113, 128, 129, 339, 1024, 4097},
+# equal and unequal both ways (Sq > Sk with bottom-right causal leaves rows that see no key).
+SEQ_PAIRS = ((1, 1), (2, 2), (17, 17), (64, 64), (128, 128), (65, 129), (129, 65), (339, 1024), (1024, 339),
+             (113, 4097), (4097, 113), (1, 4097), (2, 65))
+LAYOUTS = ("bshd", "bhsd_view", "padded_slice")
+
+
+def make_input(b, s, h, d, dtype, layout, gen):
+    """[B, S, H, D]-shaped tensor in one of three memory layouts: contiguous; a transposed view of
+    a contiguous [B, H, S, D] buffer; a slice of a buffer with extra heads and padded rows."""
+    if layout == "bshd":
+        return torch.randn(b, s, h, d, device="cuda", dtype=dtype, generator=gen)
+    if layout == "bhsd_view":
+        return torch.randn(b, h, s, d, device="cuda", dtype=dtype, generator=gen).transpose(1, 2)
+    big = torch.randn(b, s, h + 1, d + 8, device="cuda", dtype=dtype, generator=gen)
+    return big[:, :, 1:, :d]
+
+
 def numerics() -> int:
     bad = 0
     gen = torch.Generator(device="cuda").manual_seed(0)
     cases = []
     for dtype in (torch.bfloat16, torch.float16):
         for d in (8, 32, 40, 64, 80, 96, 128, 160, 192, 256):
-            for sq, sk in ((1, 1), (17, 17), (65, 129), (129, 65), (339, 1024), (1024, 339), (113, 4097)):
+            for sq, sk in SEQ_PAIRS:
                 for mode in (CAUSAL_NONE, CAUSAL_TOP_LEFT, CAUSAL_BOTTOM_RIGHT):
-                    cases.append((dtype, d, sq, sk, mode))
-    for dtype, d, sq, sk, mode in cases:
+                    # rotate layouts across (pair, mode) so every mode meets every layout
+                    cases.append((dtype, d, sq, sk, mode, LAYOUTS[(len(cases) // 3 + mode) % len(LAYOUTS)]))
+    for dtype, d, sq, sk, mode, layout in cases:
         b, hq, hk = 2, 4, 2
-        q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype, generator=gen)
-        k = torch.randn(b, sk, hk, d, device="cuda", dtype=dtype, generator=gen)
-        v = torch.randn(b, sk, hk, d, device="cuda", dtype=dtype, generator=gen)
+        q = make_input(b, sq, hq, d, dtype, layout, gen)
+        k = make_input(b, sk, hk, d, dtype, layout, gen)
+        v = make_input(b, sk, hk, d, dtype, layout, gen)
         scale = 1 / math.sqrt(d)
         out, lse = torch.ops.flashattn.fwd(q, k, v, scale, mode, flashattn.get_backend())
         ref, ref_lse = flashattn.attention_reference(q, k, v, scale, mode)
@@ -63,7 +82,7 @@ def numerics() -> int:
         ok = (err <= 2 * sd_err + 1e-5) and torch.isfinite(out).all().item() and empty_ok and lse_err < 1e-3
         if not ok:
             bad += 1
-            print(f"FAIL {dtype} D={d} Sq={sq} Sk={sk} mode={mode}: err={err:.3g} sdpa={sd_err:.3g} lse={lse_err:.3g} empty_ok={empty_ok}")
+            print(f"FAIL {dtype} D={d} Sq={sq} Sk={sk} mode={mode} layout={layout}: err={err:.3g} sdpa={sd_err:.3g} lse={lse_err:.3g} empty_ok={empty_ok}")
     print(f"numerics: {len(cases) - bad}/{len(cases)} cases pass")
     return bad
 
