@@ -46,8 +46,16 @@ if ok:
     import torch
     from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CUDAExtension
 
-    if not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available():
-        os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0;8.9;9.0a"
+    if not os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        if torch.cuda.is_available():
+            # The local GPUs. Hopper gets "9.0a": wgmma/TMA/setmaxnreg exist only in the
+            # arch-specific target, and torch's own default would pick plain 9.0.
+            ccs = {torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())}
+            os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(
+                f"{ma}.{mi}a" if (ma, mi) == (9, 0) else f"{ma}.{mi}" for ma, mi in sorted(ccs)
+            )
+        else:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0;8.9;9.0a"
     archs = os.environ.get("TORCH_CUDA_ARCH_LIST", "local").replace(" ", "").replace(";", "_")
     # Every .cpp directly under csrc/ is a torch binding; every .cu anywhere under csrc/ is a kernel
     # translation unit (generated instantiations included), so new kernels need no edit here.

@@ -8,6 +8,10 @@
 #include <string>
 
 #include "flash_fwd/api.h"
+#include "flash_fwd_sm90/api.h"
+
+#define FLASHATTN_STR2(x) #x
+#define FLASHATTN_STR(x) FLASHATTN_STR2(x)
 
 namespace {
 
@@ -52,8 +56,8 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
   TORCH_CHECK(D >= 8 && D <= 256 && D % 8 == 0, "flashattn::fwd: head dim must be a multiple of 8 in [8, 256]");
   TORCH_CHECK(Sk >= 1 || B * Sq * Hq == 0, "flashattn::fwd: key sequence length must be >= 1");
   TORCH_CHECK(causal_mode >= 0 && causal_mode <= 2, "flashattn::fwd: causal_mode must be 0, 1 or 2");
-  TORCH_CHECK(backend == "auto" || backend == "portable",
-              "flashattn::fwd: backend '", std::string(backend), "' is not available in this build (only 'auto' and 'portable')");
+  TORCH_CHECK(backend == "auto" || backend == "portable" || backend == "hopper",
+              "flashattn::fwd: backend must be 'auto', 'portable' or 'hopper', got '", std::string(backend), "'");
   TORCH_CHECK(B <= INT32_MAX && Sq <= INT32_MAX && Sk <= INT32_MAX && Hq <= INT32_MAX, "flashattn::fwd: sizes too large");
 
   const c10::cuda::CUDAGuard guard(q_in.device());
@@ -83,13 +87,26 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
   p.set_scale(static_cast<float>(softmax_scale));
   p.set_causal(static_cast<CausalMode>(causal_mode));
 
-  const cudaError_t err = flashattn::flash_fwd(p, device_limits(q.get_device()), at::cuda::getCurrentCUDAStream());
+  const flashattn::DeviceLimits dev = device_limits(q.get_device());
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  cudaError_t err;
+  if (backend == "hopper") {
+    TORCH_CHECK(flashattn::flash_fwd_sm90_supported(p, dev),
+                "flashattn::fwd: backend 'hopper' needs a compute capability 9.0 GPU (found ", dev.cc_major, ".",
+                dev.cc_minor, "), an extension built with TORCH_CUDA_ARCH_LIST containing 9.0a (this build: ",
+                FLASHATTN_STR(FLASHATTN_ARCHS), "), and 16-byte aligned q/k/v with row/head/batch strides that "
+                "are multiples of 8 elements; use backend 'auto' or 'portable' otherwise");
+    err = flashattn::flash_fwd_sm90(p, dev, stream);
+  } else if (backend == "auto" && flashattn::flash_fwd_sm90_supported(p, dev)) {
+    err = flashattn::flash_fwd_sm90(p, dev, stream);
+    // Returned before any launch (a tensor map the driver refused): no sticky error, safe to retry.
+    if (err == cudaErrorNotSupported) err = flashattn::flash_fwd(p, dev, stream);
+  } else {
+    err = flashattn::flash_fwd(p, dev, stream);
+  }
   TORCH_CHECK(err == cudaSuccess, "flashattn::fwd: kernel launch failed: ", cudaGetErrorString(err));
   return {out, lse};
 }
-
-#define FLASHATTN_STR2(x) #x
-#define FLASHATTN_STR(x) FLASHATTN_STR2(x)
 
 std::map<std::string, std::string> build_info() {
   return {

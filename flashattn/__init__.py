@@ -3,6 +3,7 @@
 from ._ext import build_info, extension_available, extension_error
 from ._ops import CAUSAL_BOTTOM_RIGHT, CAUSAL_NONE, CAUSAL_TOP_LEFT
 from .interface import flash_attn_func, get_backend, scaled_dot_product_attention, set_backend
+from .kvcache import flash_attn_with_kvcache
 from .reference import attention_reference
 
 __version__ = "0.1.0"
@@ -10,6 +11,7 @@ __version__ = "0.1.0"
 __all__ = [
     "scaled_dot_product_attention",
     "flash_attn_func",
+    "flash_attn_with_kvcache",
     "attention_reference",
     "set_backend",
     "get_backend",

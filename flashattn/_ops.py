@@ -40,3 +40,36 @@ _ext._load()
 def fwd(q, k, v, softmax_scale: float, causal_mode: int, backend: str):
     """q [B, Sq, Hq, D], k/v [B, Sk, Hk, D] (any strides, unit last stride) -> (out [B, Sq, Hq, D], lse [B, Hq, Sq])."""
     return torch.ops.flashattn.fwd(q, k, v, softmax_scale, causal_mode, backend)
+
+
+# ==== KV-cache decoding (issue 7): flashattn::fwd_kvcache =======================================
+# Owned by the decode path (flashattn/kvcache.py, csrc/binding_decode.cpp, csrc/flash_decode/).
+# k_cache and v_cache are annotated as mutated (Tensor(a!), Tensor(b!)): with k/v given, the op
+# writes them into the caches in place (rows cache_seqlens[b] .. + Sq_new - 1) before attending.
+# cache_seqlens (Tensor?, int32 [B]) wins over cache_seqlen (the same count for every batch).
+_lib.define(
+    "fwd_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k, Tensor? v, "
+    "Tensor? cache_seqlens, int cache_seqlen, float softmax_scale, bool causal, int num_splits) "
+    "-> (Tensor out, Tensor lse)"
+)
+
+
+@torch.library.register_fake("flashattn::fwd_kvcache")
+def _fwd_kvcache_fake(q, k_cache, v_cache, k, v, cache_seqlens, cache_seqlen, softmax_scale, causal, num_splits):
+    b, sq, hq, d = q.shape
+    out = q.new_empty((b, sq, hq, d))
+    lse = q.new_empty((b, hq, sq), dtype=torch.float32)
+    return out, lse
+
+
+def fwd_kvcache_overload():
+    """The op's OpOverload, for callers that call it on every decode step (skips the packet lookup)."""
+    return torch.ops.flashattn.fwd_kvcache.default
+
+
+def fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_seqlen: int, softmax_scale: float, causal: bool, num_splits: int):
+    """q [B, Sq, Hq, D], caches [B, Sk_max, Hk, D] (appended to in place when k/v are given)
+    -> (out [B, Sq, Hq, D], lse float32 [B, Hq, Sq]). No validation here: see flashattn.kvcache."""
+    return torch.ops.flashattn.fwd_kvcache(
+        q, k_cache, v_cache, k, v, cache_seqlens, cache_seqlen, softmax_scale, causal, num_splits
+    )

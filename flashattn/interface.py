@@ -71,6 +71,11 @@ def _scale(scale: float | None, d: int) -> float:
 
 def _run(q4, k4, v4, scale: float, causal_mode: int):
     """q4 [B, Sq, Hq, D], k4/v4 [B, Sk, Hk, D] -> (out [B, Sq, Hq, D], lse [B, Hq, Sq])."""
+    if q4.numel() > 0 and k4.shape[1] == 0:
+        raise ValueError(
+            f"key/value sequence length must be >= 1 when query is not empty, got key shape {tuple(k4.shape)} "
+            "in [B, S, H, D] order (attention over no keys is undefined)"
+        )
     if not torch.compiler.is_compiling():
         _ext.require_extension()
     return _ops.fwd(q4, k4, v4, scale, causal_mode, _backend)
@@ -114,6 +119,8 @@ def scaled_dot_product_attention(
     rank = query.dim()
     if rank >= 3:
         hq, hk = query.shape[-3], key.shape[-3]
+        if hk == 0:
+            raise ValueError(f"key/value must have at least one head, got key shape {tuple(key.shape)}")
         if query.shape[:-3] != key.shape[:-3]:
             raise ValueError(
                 f"query and key batch dims must match, got {tuple(query.shape[:-3])} and {tuple(key.shape[:-3])}"
@@ -160,6 +167,8 @@ def flash_attn_func(
         if t.dim() != 4:
             raise ValueError(f"{name} must be 4-D [batch, seqlen, heads, head_dim], got shape {tuple(t.shape)}")
     _check_common(q, k, v)
+    if k.shape[2] == 0:
+        raise ValueError(f"k/v must have at least one head, got k shape {tuple(k.shape)}")
     if k.shape[0] != q.shape[0]:
         raise ValueError(f"q and k batch sizes differ: {q.shape[0]} vs {k.shape[0]}")
     if q.shape[2] % k.shape[2] != 0:

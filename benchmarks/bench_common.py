@@ -1,0 +1,371 @@
+"""Shapes, FLOP counting, the implementations under test and the CUDA-event timer for the
+benchmark suite (benchmarks/test_attention.py). See docs/benchmarks.md.
+
+Everything above the "GPU side" line is plain Python (no torch at import), so the CPU tests
+(tests/test_report.py) can check the grids and the FLOP counting on any machine.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+# --------------------------------------------------------------------------------------------
+# Shapes
+# --------------------------------------------------------------------------------------------
+
+CAUSAL_NONE = "none"
+CAUSAL_TOP_LEFT = "top_left"  # query i sees keys j <= i              (SDPA's is_causal)
+CAUSAL_BOTTOM_RIGHT = "bottom_right"  # query i sees keys j <= i + Sk - Sq (FlashAttention)
+
+
+@dataclass(frozen=True)
+class Shape:
+    grid: str  # "latency" | "standard" | "decode"
+    dtype: str  # "bf16" | "fp16"
+    b: int
+    hq: int
+    hk: int
+    sq: int
+    sk: int
+    d: int
+    causal: bool
+    quick: bool = False  # part of the quick subset (`-m "bench and quick"`)
+
+    @property
+    def causal_mode(self) -> str:
+        # The main grids go through the SDPA API (top-left). Decode has Sq=1 and sees the whole
+        # cache, so it is run non-causal (top-left causal would let the one query see one key).
+        return CAUSAL_TOP_LEFT if self.causal else CAUSAL_NONE
+
+    @property
+    def group(self) -> str:
+        """pytest-benchmark group, e.g. "bf16 D=128 S=4096 B=4 H=16 causal"."""
+        if self.grid == "decode":
+            return f"{self.dtype} D={self.d} Sq={self.sq} Sk={self.sk} B={self.b} H={self.hq}/{self.hk} decode"
+        seq = f"S={self.sq}" if self.sq == self.sk else f"Sq={self.sq} Sk={self.sk}"
+        heads = f"H={self.hq}" if self.hq == self.hk else f"H={self.hq}/{self.hk}"
+        return f"{self.dtype} D={self.d} {seq} B={self.b} {heads} {'causal' if self.causal else 'noncausal'}"
+
+    @property
+    def id(self) -> str:
+        """Test-id fragment, for -k: e.g. "bf16-D128-S4096-B4-H16-causal"."""
+        if self.grid == "decode":
+            return f"{self.dtype}-D{self.d}-Sk{self.sk}-B{self.b}-H{self.hq}kv{self.hk}-decode"
+        seq = f"S{self.sq}" if self.sq == self.sk else f"Sq{self.sq}-Sk{self.sk}"
+        return f"{self.dtype}-D{self.d}-{seq}-B{self.b}-H{self.hq}-{'causal' if self.causal else 'full'}"
+
+    @property
+    def flops(self) -> int:
+        return attention_flops(self.b, self.hq, self.sq, self.sk, self.d, self.causal_mode)
+
+    @property
+    def io_bytes(self) -> int:
+        """Bytes that must cross HBM at least once: read Q, K, V, write O (2-byte dtypes)."""
+        return 2 * self.d * (2 * self.b * self.hq * self.sq + 2 * self.b * self.hk * self.sk)
+
+
+def _sum_clamped_ramp(start: int, n: int, hi: int) -> int:
+    """sum_{i=0}^{n-1} clamp(start + i, 0, hi), in closed form."""
+    total = 0
+    lo, up = max(start, 0), min(start + n, hi + 1)  # values x in [lo, up) count as x
+    if up > lo:
+        total += (lo + up - 1) * (up - lo) // 2
+    lo2 = max(start, hi + 1)  # values above hi count as hi
+    if start + n > lo2:
+        total += hi * (start + n - lo2)
+    return total
+
+
+def visible_pairs(sq: int, sk: int, causal_mode: str = CAUSAL_NONE) -> int:
+    """Number of (query, key) pairs the mask lets through, per batch and head.
+
+    none: Sq*Sk. top_left: row i sees min(i+1, Sk) keys. bottom_right: row i sees
+    clamp(i + Sk - Sq + 1, 0, Sk) keys (rows with none left see nothing). With Sq == Sk both
+    causal modes give S*(S+1)/2 (the usual "halve" convention, S^2/2, is low by a factor
+    1 + 1/S: 0.2% at S=512, 3% at S=32; every implementation is counted the same way).
+    """
+    if causal_mode == CAUSAL_NONE:
+        return sq * sk
+    if causal_mode == CAUSAL_TOP_LEFT:
+        return _sum_clamped_ramp(1, sq, sk)
+    if causal_mode == CAUSAL_BOTTOM_RIGHT:
+        return _sum_clamped_ramp(sk - sq + 1, sq, sk)
+    raise ValueError(f"unknown causal mode {causal_mode!r}")
+
+
+def attention_flops(b: int, h: int, sq: int, sk: int, d: int, causal_mode: str = CAUSAL_NONE) -> int:
+    """Forward FLOPs: 2*D for a row of QK^T and 2*D for P@V per visible (query, key) pair."""
+    return 4 * b * h * d * visible_pairs(sq, sk, causal_mode)
+
+
+def latency_shapes() -> list[Shape]:
+    """The earlier attempt's shapes: fp16, D=64, tiny; latency-bound (launch overhead matters)."""
+    out = []
+    for causal in (False, True):
+        for s in (32, 64, 128, 256, 512):
+            out.append(Shape("latency", "fp16", 1, 1, 1, s, s, 64, causal, quick=(s in (128, 512))))
+        out.append(Shape("latency", "fp16", 8, 16, 16, 512, 512, 64, causal, quick=True))
+    return out
+
+
+STANDARD_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
+STANDARD_HEADDIMS = (64, 128, 256)
+STANDARD_TOKENS = 16384  # B * S
+STANDARD_MODEL_DIM = 2048  # H * D
+
+
+def standard_shapes() -> list[Shape]:
+    """bf16 and fp16, D in {64,128,256}, H = 2048/D, B*S = 16k, S 512..16k, causal on/off."""
+    out = []
+    for dtype in ("bf16", "fp16"):
+        for d in STANDARD_HEADDIMS:
+            for causal in (False, True):
+                for s in STANDARD_SEQLENS:
+                    h, b = STANDARD_MODEL_DIM // d, STANDARD_TOKENS // s
+                    quick = dtype == "bf16" and d in (64, 128) and s in (1024, 4096, 16384)
+                    out.append(Shape("standard", dtype, b, h, h, s, s, d, causal, quick=quick))
+    return out
+
+
+# ============================================================================================
+# DECODE GRID -- waits for flashattn.flash_attn_with_kvcache (issue: decode API).
+# B in {1, 8, 64}, Sq = 1, Sk 1k..128k, D = 128, GQA 32 query heads : 8 KV heads, bf16.
+# The tests skip unless `hasattr(flashattn, "flash_attn_with_kvcache")`; see make_callable()
+# (decode "flashattn") for the one call to adapt once the API's signature is final. In this grid
+# "flashattn" IS flash_attn_with_kvcache (the entry point for decode, so the report's speedups are
+# the decode API's) and "flashattn-fwd" is the general forward (scaled_dot_product_attention).
+# ============================================================================================
+DECODE_BATCHES = (1, 8, 64)
+DECODE_SEQLENS = (1024, 4096, 16384, 65536, 131072)
+
+
+def decode_shapes() -> list[Shape]:
+    out = []
+    for b in DECODE_BATCHES:
+        for sk in DECODE_SEQLENS:
+            out.append(Shape("decode", "bf16", b, 32, 8, 1, sk, 128, False, quick=(b == 8 and sk in (4096, 65536))))
+    return out
+
+
+# Implementations. "flashattn" is the package's default ("auto") path; the others are timed on
+# the same input tensors. "flashattn-hopper" runs only where that backend is built.
+DEFAULT_IMPLS = ("flashattn", "flashattn-hopper", "sdpa-default", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
+DECODE_IMPLS = ("flashattn", "flashattn-fwd", "sdpa-default", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
+OPTIONAL_IMPLS = ("flashattn-portable", "sdpa-math")
+FLASHATTN_BACKEND_OF = {
+    "flashattn": "auto",
+    "flashattn-fwd": "auto",
+    "flashattn-hopper": "hopper",
+    "flashattn-portable": "portable",
+}
+
+
+def selected_impls(default: tuple[str, ...]) -> list[str]:
+    """FLASHATTN_BENCH_IMPLS=comma,list overrides which implementations run (order kept)."""
+    env = os.environ.get("FLASHATTN_BENCH_IMPLS", "").strip()
+    if not env:
+        return list(default)
+    known = set(DEFAULT_IMPLS) | set(DECODE_IMPLS) | set(OPTIONAL_IMPLS)
+    names = [n.strip() for n in env.split(",") if n.strip()]
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise ValueError(f"FLASHATTN_BENCH_IMPLS: unknown implementation(s) {bad}; known: {sorted(known)}")
+    return [n for n in names if n in default or n in OPTIONAL_IMPLS]
+
+
+@dataclass(frozen=True)
+class Settings:
+    rounds: int
+    warmup_rounds: int
+    round_ms: float  # calls per round are chosen so one round takes at least this long
+    max_calls_per_round: int
+    latency_samples: int  # single-call latency samples (0: not measured)
+
+
+def settings_for(grid: str) -> Settings:
+    """Per-grid timing settings; FLASHATTN_BENCH_ROUNDS / FLASHATTN_BENCH_ROUND_MS override."""
+    base = {
+        "latency": Settings(rounds=30, warmup_rounds=3, round_ms=1.0, max_calls_per_round=1000, latency_samples=50),
+        "standard": Settings(rounds=15, warmup_rounds=2, round_ms=1.0, max_calls_per_round=1000, latency_samples=0),
+        "decode": Settings(rounds=20, warmup_rounds=2, round_ms=1.0, max_calls_per_round=1000, latency_samples=30),
+    }[grid]
+    rounds = int(os.environ.get("FLASHATTN_BENCH_ROUNDS", base.rounds))
+    round_ms = float(os.environ.get("FLASHATTN_BENCH_ROUND_MS", base.round_ms))
+    return Settings(max(1, rounds), base.warmup_rounds, round_ms, base.max_calls_per_round, base.latency_samples)
+
+
+def calls_per_round(est_ms_per_call: float, round_ms: float, max_calls: int) -> int:
+    """Back-to-back calls per timed round, so that a round lasts >= round_ms."""
+    if not (est_ms_per_call > 0) or not math.isfinite(est_ms_per_call):
+        return max_calls
+    return max(1, min(max_calls, math.ceil(round_ms / est_ms_per_call)))
+
+
+# Largest relative L2 error (vs SDPA's default path on the same inputs) that still counts as
+# "computed attention": a broken kernel gives ~1, a correct bf16 one ~5e-3. Not a tolerance test.
+MAX_REL_ERR = 0.05
+
+
+# --------------------------------------------------------------------------------------------
+# GPU side (imports torch lazily)
+# --------------------------------------------------------------------------------------------
+
+_EVENT_POOL: list = []
+_EVENT_NEXT = 0
+
+
+class _EventStamp:
+    """A recorded CUDA event; `end - start` waits for `end` and gives the seconds between them."""
+
+    __slots__ = ("event",)
+
+    def __init__(self, event):
+        self.event = event
+
+    def __sub__(self, start: _EventStamp) -> float:
+        self.event.synchronize()
+        return start.event.elapsed_time(self.event) * 1e-3
+
+
+def cuda_event_timer() -> _EventStamp:
+    """A pytest-benchmark timer that reads the GPU's clock: records an event on the current
+    stream. pytest-benchmark computes `timer() ... N calls ... timer()` and subtracts, so the
+    subtraction syncs on the end event and returns GPU seconds; it never puts a host clock around
+    asynchronous work. Events come from a small pool (no cudaEventCreate inside a timed span).
+    """
+    global _EVENT_NEXT
+    import torch
+
+    if not _EVENT_POOL:
+        _EVENT_POOL.extend(torch.cuda.Event(enable_timing=True) for _ in range(8))
+    ev = _EVENT_POOL[_EVENT_NEXT % len(_EVENT_POOL)]
+    _EVENT_NEXT += 1
+    ev.record()
+    return _EventStamp(ev)
+
+
+def time_calls_ms(fn, calls: int) -> float:
+    """GPU milliseconds for `calls` back-to-back calls of fn (one event pair around them)."""
+    start = cuda_event_timer()
+    for _ in range(calls):
+        fn()
+    end = cuda_event_timer()
+    return (end - start) * 1e3
+
+
+def median(xs):
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}[name]
+
+
+def make_inputs(shape: Shape, device="cuda", seed: int = 1234):
+    """Q, K, V as the SDPA layout [B, H, S, D]. The main grids allocate them contiguous in that
+    layout; decode allocates a KV-cache-like [B, S, H, D] buffer and hands out [B, H, S, D] views
+    (flashattn takes either through strides, so both sides see the same memory)."""
+    import torch
+
+    dt = torch_dtype(shape.dtype)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    if shape.grid == "decode":
+        q = torch.randn(shape.b, shape.sq, shape.hq, shape.d, device=device, dtype=dt, generator=gen)
+        k = torch.randn(shape.b, shape.sk, shape.hk, shape.d, device=device, dtype=dt, generator=gen)
+        v = torch.randn(shape.b, shape.sk, shape.hk, shape.d, device=device, dtype=dt, generator=gen)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    q = torch.randn(shape.b, shape.hq, shape.sq, shape.d, device=device, dtype=dt, generator=gen)
+    k = torch.randn(shape.b, shape.hk, shape.sk, shape.d, device=device, dtype=dt, generator=gen)
+    v = torch.randn(shape.b, shape.hk, shape.sk, shape.d, device=device, dtype=dt, generator=gen)
+    return q, k, v
+
+
+class Unavailable(Exception):
+    """The implementation cannot run here or for this shape (the test skips with this reason)."""
+
+
+def make_callable(impl: str, shape: Shape, q, k, v):
+    """Returns (fn, context_manager_factory). fn() runs one forward on the given [B,H,S,D] tensors;
+    the context (SDPA backend choice, flashattn backend) is entered once around the whole timing,
+    not per call, so no per-call Python overhead is added to any implementation."""
+    import contextlib
+
+    import torch.nn.functional as F
+
+    gqa = shape.hq != shape.hk
+    kw = {"is_causal": shape.causal}
+    if gqa:
+        kw["enable_gqa"] = True
+
+    if impl.startswith("flashattn"):
+        import flashattn
+
+        if not flashattn.extension_available():
+            raise Unavailable(f"flashattn extension not built: {flashattn.extension_error()}")
+
+        if impl == "flashattn" and shape.grid == "decode":
+            if not hasattr(flashattn, "flash_attn_with_kvcache"):
+                raise Unavailable("flashattn.flash_attn_with_kvcache not in this build (decode API pending)")
+            # ADAPT when the decode API lands: q [B,1,Hq,D], caches [B,Sk,Hk,D], full cache;
+            # returns [B,1,Hq,D], handed back as a [B,Hq,1,D] view like SDPA's output.
+            qb, kb, vb = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+            def fn():
+                return flashattn.flash_attn_with_kvcache(qb, kb, vb).transpose(1, 2)
+
+            return fn, contextlib.nullcontext
+
+        backend = FLASHATTN_BACKEND_OF[impl]
+
+        @contextlib.contextmanager
+        def ctx():
+            prev = flashattn.get_backend()
+            flashattn.set_backend(backend)
+            try:
+                yield
+            finally:
+                flashattn.set_backend(prev)
+
+        def fn():
+            return flashattn.scaled_dot_product_attention(q, k, v, **kw)
+
+        return fn, ctx
+
+    if impl.startswith("sdpa-"):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        which = impl[len("sdpa-") :]
+        backends = {
+            "flash": "FLASH_ATTENTION",
+            "efficient": "EFFICIENT_ATTENTION",
+            "cudnn": "CUDNN_ATTENTION",
+            "math": "MATH",
+        }
+        if which == "default":
+            ctx = contextlib.nullcontext
+        else:
+            be = getattr(SDPBackend, backends[which], None)
+            if be is None:
+                raise Unavailable(f"this torch has no SDPBackend.{backends[which]}")
+
+            def ctx():
+                return sdpa_kernel(be)
+
+        def fn():
+            return F.scaled_dot_product_attention(q, k, v, **kw)
+
+        return fn, ctx
+
+    raise ValueError(f"unknown implementation {impl!r}")
+
+
+def rel_err(out, ref) -> float:
+    diff = (out.float() - ref.float()).norm().item()
+    den = ref.float().norm().item()
+    return diff / den if den > 0 else diff

@@ -1,0 +1,138 @@
+"""Benchmark-suite plumbing: markers, skipping without a GPU, and machine metadata in the JSON.
+
+benchmarks/ is outside pyproject's testpaths, so a plain `python -m pytest` never collects it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def pytest_configure(config):
+    for line in (
+        "bench: benchmark, kept out of the default run",
+        "latency: benchmark grid of tiny, launch/latency-bound shapes (fp16, D=64, S 32..512)",
+        "standard: benchmark grid bf16/fp16, D 64/128/256, H=2048/D, B*S=16k, S 512..16k, causal on/off",
+        "decode: benchmark grid for decode (Sq=1, KV cache, GQA 32:8); runs once flash_attn_with_kvcache exists",
+        "quick: a small subset of the benchmark grids, for a fast look (-m 'bench and quick')",
+    ):
+        config.addinivalue_line("markers", line)
+
+
+def _cuda_skip_reason() -> str | None:
+    try:
+        import torch
+    except ImportError as exc:
+        return f"benchmarks need torch ({exc})"
+    if not torch.cuda.is_available():
+        built = torch.version.cuda or "none (CPU-only build)"
+        return (
+            f"no CUDA GPU: torch.cuda.is_available() is False (torch {torch.__version__}, CUDA {built}); "
+            "the benchmarks time GPU kernels and only run on a GPU machine"
+        )
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    mine = [it for it in items if str(getattr(it, "path", it.fspath)).startswith(_HERE + os.sep)]
+    if not mine:
+        return
+    reason = None
+    if not config.pluginmanager.hasplugin("benchmark"):
+        reason = "the pytest-benchmark plugin is not installed or not loaded (pip install pytest-benchmark)"
+    else:
+        reason = _cuda_skip_reason()
+    decode_reason = None
+    if reason is None:
+        try:
+            import flashattn
+
+            if not hasattr(flashattn, "flash_attn_with_kvcache"):
+                decode_reason = "decode grid waits for flashattn.flash_attn_with_kvcache (not in this build)"
+        except ImportError as exc:
+            reason = f"cannot import flashattn: {exc}"
+    for item in mine:
+        item.add_marker(pytest.mark.bench)
+        if reason is not None:
+            item.add_marker(pytest.mark.skip(reason=reason))
+        elif decode_reason is not None and item.get_closest_marker("decode") is not None:
+            item.add_marker(pytest.mark.skip(reason=decode_reason))
+
+
+def _driver_version() -> str:
+    try:
+        r = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+        if r.returncode == 0 and r.stdout.strip():
+            return r.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            for tok in f.readline().split():
+                if tok[:1].isdigit() and "." in tok:
+                    return tok
+    except OSError:
+        pass
+    return "unknown"
+
+
+def gpu_metadata() -> dict:
+    """GPU and software versions; lands in the JSON under machine_info (gpu, software)."""
+    info: dict = {"gpu": {}, "software": {}}
+    try:
+        import torch
+    except ImportError:
+        return info
+    sw = info["software"]
+    sw["torch"] = torch.__version__
+    sw["cuda"] = torch.version.cuda
+    try:
+        sw["cudnn"] = torch.backends.cudnn.version()
+    except Exception:  # noqa: BLE001
+        sw["cudnn"] = None
+    try:
+        import flashattn
+
+        sw["flashattn"] = getattr(flashattn, "__version__", "?")
+        sw["flashattn_extension"] = flashattn.extension_available()
+        sw["flashattn_build"] = flashattn.build_info()
+        sw["flashattn_backend"] = flashattn.get_backend()
+        sw["flashattn_decode_api"] = hasattr(flashattn, "flash_attn_with_kvcache")
+    except Exception as exc:  # noqa: BLE001
+        sw["flashattn"] = f"import failed: {exc}"
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        info["gpu"] = {
+            "name": p.name,
+            "count": torch.cuda.device_count(),
+            "capability": f"{p.major}.{p.minor}",
+            "sm_count": p.multi_processor_count,
+            "memory_gib": round(p.total_memory / 2**30, 1),
+            "driver": _driver_version(),
+        }
+    return info
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_machine_info(config, machine_info):
+    machine_info.update(gpu_metadata())
+
+
+def pytest_report_header(config):
+    # GPU, driver, torch and build lines come from tests/pytest_flashattn.py (root conftest.py)
+    line = "benchmarks: pytest-benchmark stats are GPU seconds per call from CUDA events"
+    return [line + " (median over rounds of N back-to-back calls; docs/benchmarks.md)"]

@@ -1,0 +1,185 @@
+"""Forward attention benchmarks: flashattn vs every SDPA backend on the same inputs.
+
+Run on a GPU (see docs/benchmarks.md), e.g.
+    python -m pytest benchmarks -m "bench and standard" --benchmark-json=bench.json
+    python tools/bench_report.py bench.json --png bench.png --markdown report.md
+
+One test = one (shape, implementation). Its pytest-benchmark stats are GPU time per call from
+CUDA events (bench_common.cuda_event_timer): each round records an event, runs the op N times
+back to back (N so that a round lasts >= ~1 ms), records an event and synchronizes; the stats
+are over rounds of (round time / N). extra_info holds the shape, FLOPs, median ms, TFLOP/s, and
+for the latency-bound grids the single-call latency (one call between two events, the GPU idle
+before it), which is what a caller who waits for each result sees.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_common as bc
+
+_CACHE: dict = {}
+
+
+def _params(shapes, impls, grid_mark):
+    for shape in shapes:
+        for impl in impls:
+            marks = [pytest.mark.bench, grid_mark]
+            if shape.quick:
+                marks.append(pytest.mark.quick)
+            yield pytest.param(shape, impl, id=f"{shape.id}-{impl}", marks=marks)
+
+
+def _inputs(shape):
+    """Inputs (and SDPA default's output as a sanity reference) for the current shape, shared by
+    all implementations; only the last shape is kept, so memory stays one shape's worth."""
+    import torch
+
+    if _CACHE.get("shape") != shape:
+        _CACHE.clear()
+        torch.cuda.empty_cache()
+        total = torch.cuda.get_device_properties(0).total_memory
+        need = shape.io_bytes + 2 * shape.b * shape.hq * shape.sq * shape.d  # Q, K, V, O + the reference O
+        if need > 0.6 * total:
+            raise bc.Unavailable(f"inputs need ~{need / 2**30:.0f} GiB, over 60% of this GPU's {total / 2**30:.0f} GiB")
+        _CACHE["shape"] = shape
+        _CACHE["qkv"] = bc.make_inputs(shape)
+    return _CACHE["qkv"]
+
+
+def _reference(shape, q, k, v):
+    if "ref" not in _CACHE:
+        import torch.nn.functional as F
+
+        kw = {"is_causal": shape.causal}
+        if shape.hq != shape.hk:
+            kw["enable_gqa"] = True
+        try:
+            _CACHE["ref"] = F.scaled_dot_product_attention(q, k, v, **kw)
+        except (RuntimeError, TypeError) as exc:  # no reference: the sanity check is skipped
+            _CACHE["ref"] = None
+            _CACHE["ref_error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return _CACHE["ref"]
+
+
+def _first_call(impl, fn):
+    """Run once (also the first warm-up); a refusal becomes a skip with the library's reason."""
+    import torch
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            out = fn()
+            torch.cuda.synchronize()
+            return out
+        except (RuntimeError, ValueError, TypeError, NotImplementedError) as exc:
+            if isinstance(exc, torch.cuda.OutOfMemoryError):
+                torch.cuda.empty_cache()
+            msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            why = [str(w.message).strip().replace("\n", " ") for w in caught]
+            reason = f"{impl} cannot run this shape: {msg}"
+            if why:
+                reason += " | " + " | ".join(why)[:400]
+            raise bc.Unavailable(reason) from exc
+
+
+def run_case(benchmark, shape: bc.Shape, impl: str) -> None:
+    import torch
+
+    settings = bc.settings_for(shape.grid)
+    try:
+        q, k, v = _inputs(shape)
+        fn, ctx = bc.make_callable(impl, shape, q, k, v)
+        with ctx():
+            out = _first_call(impl, fn)
+    except bc.Unavailable as exc:
+        pytest.skip(str(exc))
+
+    ref = _reference(shape, q, k, v)
+    err = bc.rel_err(out, ref) if ref is not None else None
+    del out
+    if err is not None and not err <= bc.MAX_REL_ERR:
+        pytest.fail(f"{impl} on {shape.group}: relative L2 error {err:.3g} vs SDPA default exceeds {bc.MAX_REL_ERR}")
+
+    if not hasattr(benchmark, "_timer"):
+        pytest.fail("this pytest-benchmark has no BenchmarkFixture._timer; the CUDA-event timer cannot be installed")
+    benchmark._timer = bc.cuda_event_timer  # GPU clock for this test's rounds (see docs/benchmarks.md)
+    benchmark.group = shape.group
+
+    with ctx():
+        for _ in range(2):  # warm-up before estimating the per-call time
+            fn()
+        est_ms = bc.time_calls_ms(fn, 3) / 3
+        n = bc.calls_per_round(est_ms, settings.round_ms, settings.max_calls_per_round)
+        benchmark.pedantic(fn, rounds=settings.rounds, warmup_rounds=settings.warmup_rounds, iterations=n)
+        latency = []
+        for _ in range(settings.latency_samples):
+            torch.cuda.synchronize()
+            latency.append(bc.time_calls_ms(fn, 1))
+
+    info = benchmark.extra_info
+    info.update(
+        impl=impl,
+        grid=shape.grid,
+        dtype=shape.dtype,
+        b=shape.b,
+        hq=shape.hq,
+        hk=shape.hk,
+        sq=shape.sq,
+        sk=shape.sk,
+        d=shape.d,
+        causal=shape.causal,
+        causal_mode=shape.causal_mode,
+        flops=shape.flops,
+        io_bytes=shape.io_bytes,
+        calls_per_round=n,
+        rounds=settings.rounds,
+        timer="cuda_event",
+        rel_err_vs_sdpa_default=err,
+    )
+    if err is None and "ref_error" in _CACHE:
+        info["reference_error"] = _CACHE["ref_error"]
+    if latency:
+        info["latency_ms"] = bc.median(latency)
+    if benchmark.stats:  # None / empty with --benchmark-disable
+        st = benchmark.stats.stats
+        med_ms = st.median * 1e3
+        info.update(
+            median_ms=med_ms,
+            min_ms=st.min * 1e3,
+            iqr_ms=st.iqr * 1e3,
+            tflops=shape.flops / (med_ms * 1e-3) / 1e12,
+            gbps=shape.io_bytes / (med_ms * 1e-3) / 1e9,
+        )
+
+
+@pytest.mark.parametrize(
+    "shape,impl", list(_params(bc.latency_shapes(), bc.selected_impls(bc.DEFAULT_IMPLS), pytest.mark.latency))
+)
+def test_latency(benchmark, shape, impl):
+    """Earlier attempt's tiny shapes (fp16, D=64): launch/latency-bound."""
+    run_case(benchmark, shape, impl)
+
+
+@pytest.mark.parametrize(
+    "shape,impl", list(_params(bc.standard_shapes(), bc.selected_impls(bc.DEFAULT_IMPLS), pytest.mark.standard))
+)
+def test_standard(benchmark, shape, impl):
+    """bf16/fp16, D in {64,128,256}, H=2048/D, B*S=16k, S 512..16k, causal on/off."""
+    run_case(benchmark, shape, impl)
+
+
+# DECODE GRID: runs once flashattn.flash_attn_with_kvcache exists (see bench_common.decode_shapes).
+@pytest.mark.parametrize(
+    "shape,impl", list(_params(bc.decode_shapes(), bc.selected_impls(bc.DECODE_IMPLS), pytest.mark.decode))
+)
+def test_decode(benchmark, shape, impl):
+    """Decode: Sq=1 against a KV cache, GQA 32:8, D=128, B in {1,8,64}, Sk 1k..128k.
+    Skipped (conftest) while flashattn has no flash_attn_with_kvcache."""
+    run_case(benchmark, shape, impl)

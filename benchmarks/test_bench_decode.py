@@ -1,0 +1,306 @@
+"""Decode benchmarks beyond the shared decode grid (benchmarks/test_attention.py::test_decode,
+which times flash_attn_with_kvcache on full caches against every SDPA backend).
+
+Same conventions as test_attention.py (see docs/benchmarks.md): CUDA-event timer installed into
+pytest-benchmark, rounds of N back-to-back calls, the same extra_info fields, markers `bench` and
+`decode` (so conftest skips them until flash_attn_with_kvcache exists) and `quick` for a subset.
+Each variant is its own grid, so tools/bench_report.py reports it as its own category and the
+headline decode geomean stays the shared grid's:
+
+  decode-step    a whole decode step: append one token per sequence (in place, at per-batch
+                 cache_seqlens) and attend, causal. sdpa-default does the same with index_put_
+                 into the caches, then SDPA (enable_gqa) over the [B, H, S, D] views.
+  decode-splits  the split-KV heuristic vs num_splits=1 ("flashattn-nosplit"): what splitting buys.
+  decode-graph   flashattn and sdpa-default each replayed from a CUDA graph: kernel time without
+                 Python, dispatcher and launch overhead.
+  decode-ragged  B=8 sequences of lengths spread over 1/8..1 of the cache: flashattn with
+                 cache_seqlens (reads only valid keys), "flashattn-full" (the whole cache), and
+                 sdpa-default with a boolean key-padding mask.
+
+    python -m pytest benchmarks/test_bench_decode.py -m bench --benchmark-json=decode.json
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_common as bc  # noqa: E402
+
+
+@dataclass(frozen=True)
+class DecodeCase:
+    kind: str  # "step" | "splits" | "graph" | "ragged"
+    b: int
+    sk: int  # cache capacity (Sk_max)
+    hq: int = 32
+    hk: int = 8
+    d: int = 128
+    dtype: str = "bf16"
+    quick: bool = False
+
+    @property
+    def grid(self) -> str:
+        return f"decode-{self.kind}"
+
+    @property
+    def group(self) -> str:
+        return f"{self.dtype} D={self.d} Sq=1 Sk={self.sk} B={self.b} H={self.hq}/{self.hk} {self.grid}"
+
+    @property
+    def id(self) -> str:
+        return f"{self.dtype}-D{self.d}-Sk{self.sk}-B{self.b}-H{self.hq}kv{self.hk}-{self.grid}"
+
+    def lengths(self) -> list[int]:
+        """Valid keys per sequence seen by the attention."""
+        if self.kind == "ragged":
+            return [max(1, self.sk * (i + 1) // self.b) for i in range(self.b)]
+        return [self.sk] * self.b
+
+    @property
+    def cache_bytes(self) -> int:
+        return 2 * self.b * self.sk * self.hk * self.d * 2
+
+    def flops_and_bytes(self, full: bool = False) -> tuple[int, int]:
+        lens = [self.sk] * self.b if full else self.lengths()
+        keys = sum(lens)
+        flops = 4 * self.hq * self.d * keys  # Sq = 1: every key visible
+        io = 2 * self.d * (2 * self.b * self.hq + 2 * self.hk * keys)  # Q, O, and the K/V read
+        return flops, io
+
+
+IMPLS = {
+    "step": ("flashattn", "sdpa-default"),
+    "splits": ("flashattn", "flashattn-nosplit"),
+    "graph": ("flashattn", "sdpa-default"),
+    "ragged": ("flashattn", "flashattn-full", "sdpa-default"),
+}
+
+
+def cases() -> list[DecodeCase]:
+    out = []
+    for b in (1, 8, 64):
+        for sk in (4096, 32768, 131072):
+            out.append(DecodeCase("step", b, sk, quick=(b == 8 and sk == 32768)))
+    for b in (1, 8):
+        for sk in (4096, 32768, 131072):
+            out.append(DecodeCase("splits", b, sk, quick=(b == 1 and sk == 32768)))
+    for b in (1, 8, 64):
+        for sk in (1024, 16384, 131072):
+            out.append(DecodeCase("graph", b, sk, quick=(b == 8 and sk == 16384)))
+    for sk in (16384, 131072):
+        out.append(DecodeCase("ragged", 8, sk, quick=(sk == 16384)))
+    return out
+
+
+def _params():
+    for case in cases():
+        for impl in IMPLS[case.kind]:
+            marks = [pytest.mark.bench, pytest.mark.decode]
+            if case.quick:
+                marks.append(pytest.mark.quick)
+            yield pytest.param(case, impl, id=f"{case.id}-{impl}", marks=marks)
+
+
+_CACHE: dict = {}
+
+
+def _inputs(case: DecodeCase):
+    """q [B,1,Hq,D], caches [B,Sk,Hk,D], new k/v [B,1,Hk,D], cache_seqlens int32 [B]; kept for
+    the current case only (all its implementations share them)."""
+    import torch
+
+    if _CACHE.get("case") != case:
+        _CACHE.clear()
+        torch.cuda.empty_cache()
+        total = torch.cuda.get_device_properties(0).total_memory
+        if case.cache_bytes > 0.4 * total:
+            raise bc.Unavailable(
+                f"caches need ~{case.cache_bytes / 2**30:.0f} GiB, over 40% of this GPU's {total / 2**30:.0f} GiB"
+            )
+        dt = bc.torch_dtype(case.dtype)
+        gen = torch.Generator(device="cuda").manual_seed(1234)
+        q = torch.randn(case.b, 1, case.hq, case.d, device="cuda", dtype=dt, generator=gen)
+        kc = torch.randn(case.b, case.sk, case.hk, case.d, device="cuda", dtype=dt, generator=gen)
+        vc = torch.randn(case.b, case.sk, case.hk, case.d, device="cuda", dtype=dt, generator=gen)
+        k = torch.randn(case.b, 1, case.hk, case.d, device="cuda", dtype=dt, generator=gen)
+        v = torch.randn(case.b, 1, case.hk, case.d, device="cuda", dtype=dt, generator=gen)
+        if case.kind == "step":  # the new token goes to the last row: afterwards every cache is full
+            seqlens = torch.full((case.b,), case.sk - 1, dtype=torch.int32, device="cuda")
+        else:
+            seqlens = torch.tensor(case.lengths(), dtype=torch.int32, device="cuda")
+        _CACHE.update(case=case, tensors=(q, kc, vc, k, v, seqlens))
+    return _CACHE["tensors"]
+
+
+def _graphed(fn):
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+
+    def replay():
+        graph.replay()
+        return out
+
+    return replay
+
+
+def make_callable(case: DecodeCase, impl: str):
+    """fn() runs one call of `impl` on the case's inputs and returns its [B, 1, Hq, D] output."""
+    import torch
+    import torch.nn.functional as F
+
+    import flashattn
+
+    if impl.startswith("flashattn"):
+        if not flashattn.extension_available():
+            raise bc.Unavailable(f"flashattn extension not built: {flashattn.extension_error()}")
+        if not hasattr(flashattn, "flash_attn_with_kvcache"):
+            raise bc.Unavailable("flashattn.flash_attn_with_kvcache not in this build")
+    q, kc, vc, k, v, seqlens = _inputs(case)
+    kt, vt, qt = kc.transpose(1, 2), vc.transpose(1, 2), q.transpose(1, 2)
+
+    if case.kind == "step":
+        if impl == "flashattn":
+            return lambda: flashattn.flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, causal=True)
+        rows = torch.arange(case.b, device="cuda")
+
+        def sdpa_step():
+            pos = seqlens.long()
+            kc.index_put_((rows, pos), k[:, 0])
+            vc.index_put_((rows, pos), v[:, 0])
+            return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True).transpose(1, 2)
+
+        return sdpa_step
+
+    if case.kind == "splits":
+        splits = 1 if impl == "flashattn-nosplit" else 0
+        return lambda: flashattn.flash_attn_with_kvcache(q, kc, vc, num_splits=splits)
+
+    if case.kind == "graph":
+        if impl == "flashattn":
+            fn = lambda: flashattn.flash_attn_with_kvcache(q, kc, vc)  # noqa: E731
+        else:
+            fn = lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True).transpose(1, 2)  # noqa: E731
+        try:
+            return _graphed(fn)
+        except RuntimeError as exc:
+            raise bc.Unavailable(f"{impl} cannot be captured in a CUDA graph: {str(exc).splitlines()[0]}") from exc
+
+    # ragged
+    if impl == "flashattn":
+        return lambda: flashattn.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens)
+    if impl == "flashattn-full":
+        return lambda: flashattn.flash_attn_with_kvcache(q, kc, vc)
+    mask = (torch.arange(case.sk, device="cuda")[None, :] < seqlens[:, None])[:, None, None, :]  # [B,1,1,Sk]
+    return lambda: F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, enable_gqa=True).transpose(1, 2)
+
+
+def _reference(case: DecodeCase):
+    """SDPA's default path on the case's inputs (after the step's append: every cache is full)."""
+    import torch
+    import torch.nn.functional as F
+
+    q, kc, vc, k, v, seqlens = _inputs(case)
+    if case.kind == "ragged":
+        mask = (torch.arange(case.sk, device="cuda")[None, :] < seqlens[:, None])[:, None, None, :]
+        kw = {"attn_mask": mask}
+    else:
+        kw = {}
+    if case.kind == "step":
+        rows = torch.arange(case.b, device="cuda")
+        kc.index_put_((rows, seqlens.long()), k[:, 0])
+        vc.index_put_((rows, seqlens.long()), v[:, 0])
+    try:
+        return F.scaled_dot_product_attention(q.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2),
+                                              enable_gqa=True, **kw).transpose(1, 2)
+    except (RuntimeError, TypeError):
+        return None
+
+
+@pytest.mark.parametrize("case,impl", list(_params()))
+def test_decode_variant(benchmark, case: DecodeCase, impl: str) -> None:
+    import torch
+
+    settings = bc.settings_for("decode")
+    try:
+        fn = make_callable(case, impl)
+        out = fn()
+        torch.cuda.synchronize()
+    except bc.Unavailable as exc:
+        pytest.skip(str(exc))
+    except (RuntimeError, ValueError, TypeError) as exc:
+        if isinstance(exc, torch.cuda.OutOfMemoryError):
+            torch.cuda.empty_cache()
+        pytest.skip(f"{impl} cannot run {case.group}: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}")
+
+    ref = _reference(case)
+    if ref is not None and impl != "flashattn-full":
+        err = bc.rel_err(out, ref)
+        if not err <= bc.MAX_REL_ERR:
+            pytest.fail(f"{impl} on {case.group}: relative L2 error {err:.3g} vs SDPA default exceeds {bc.MAX_REL_ERR}")
+    else:
+        err = None
+    del out, ref
+
+    if not hasattr(benchmark, "_timer"):
+        pytest.fail("this pytest-benchmark has no BenchmarkFixture._timer; the CUDA-event timer cannot be installed")
+    benchmark._timer = bc.cuda_event_timer
+    benchmark.group = case.group
+    for _ in range(2):
+        fn()
+    est_ms = bc.time_calls_ms(fn, 3) / 3
+    n = bc.calls_per_round(est_ms, settings.round_ms, settings.max_calls_per_round)
+    benchmark.pedantic(fn, rounds=settings.rounds, warmup_rounds=settings.warmup_rounds, iterations=n)
+    latency = []
+    for _ in range(settings.latency_samples):
+        torch.cuda.synchronize()
+        latency.append(bc.time_calls_ms(fn, 1))
+
+    flops, io_bytes = case.flops_and_bytes(full=impl == "flashattn-full" or (case.kind == "ragged" and impl != "flashattn"))
+    info = benchmark.extra_info
+    info.update(
+        impl=impl,
+        grid=case.grid,
+        dtype=case.dtype,
+        b=case.b,
+        hq=case.hq,
+        hk=case.hk,
+        sq=1,
+        sk=case.sk,
+        d=case.d,
+        causal=case.kind == "step",
+        causal_mode="bottom_right" if case.kind == "step" else "none",
+        flops=flops,
+        io_bytes=io_bytes,
+        seqlens=case.lengths(),
+        calls_per_round=n,
+        rounds=settings.rounds,
+        timer="cuda_event",
+        rel_err_vs_sdpa_default=err,
+    )
+    if latency:
+        info["latency_ms"] = bc.median(latency)
+    if benchmark.stats:
+        st = benchmark.stats.stats
+        med_ms = st.median * 1e3
+        info.update(
+            median_ms=med_ms,
+            min_ms=st.min * 1e3,
+            iqr_ms=st.iqr * 1e3,
+            tflops=flops / (med_ms * 1e-3) / 1e12,
+            gbps=io_bytes / (med_ms * 1e-3) / 1e9,
+        )

@@ -1,0 +1,115 @@
+// Host side of the decoding path: picks the instantiation for (dtype, head dim), plans the
+// splits, launches the append, split and combine kernels. The split-kernel launchers are only
+// declared here; their definitions are the explicit instantiations in instantiations/.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "decode_api.h"
+#include "decode_combine.cuh"
+#include "decode_traits.h"
+
+namespace flashattn {
+
+template <typename Traits, typename Element>
+cudaError_t run_decode_split(const DecodeParams& p, cudaStream_t stream);
+template <typename Traits, typename Element>
+cudaError_t decode_ctas_per_sm(int* ctas);
+
+namespace {
+
+struct DecodeLauncher {
+  DType dtype;
+  int head_dim;
+  int block_n;
+  cudaError_t (*launch)(const DecodeParams&, cudaStream_t);
+  cudaError_t (*ctas_per_sm)(int*);
+};
+
+#define FLASHATTN_DECODE_LAUNCHER(T, DT, D)                                                         \
+  DecodeLauncher{DT, D, DecodeTileConfig<D>::Traits::kBlockN, &run_decode_split<DecodeTileConfig<D>::Traits, T>, \
+                 &decode_ctas_per_sm<DecodeTileConfig<D>::Traits, T>}
+// Must match instantiations/decode_{fp16,bf16}_hdim{64,128,256}.cu.
+const DecodeLauncher kDecodeLaunchers[] = {
+    FLASHATTN_DECODE_LAUNCHER(__half, DType::kFloat16, 64),
+    FLASHATTN_DECODE_LAUNCHER(__half, DType::kFloat16, 128),
+    FLASHATTN_DECODE_LAUNCHER(__half, DType::kFloat16, 256),
+    FLASHATTN_DECODE_LAUNCHER(__nv_bfloat16, DType::kBFloat16, 64),
+    FLASHATTN_DECODE_LAUNCHER(__nv_bfloat16, DType::kBFloat16, 128),
+    FLASHATTN_DECODE_LAUNCHER(__nv_bfloat16, DType::kBFloat16, 256),
+};
+#undef FLASHATTN_DECODE_LAUNCHER
+
+const DecodeLauncher* find_launcher(DType dtype, int head_dim) {
+  const int d = decode_round_head_dim(head_dim);
+  for (const DecodeLauncher& l : kDecodeLaunchers)
+    if (l.dtype == dtype && l.head_dim == d) return &l;
+  return nullptr;
+}
+
+bool params_ok(const DecodeParams& p) {
+  return p.batch >= 0 && p.heads_kv > 0 && p.heads_q >= p.heads_kv && p.heads_q % p.heads_kv == 0 &&
+         p.seqlen_q >= 0 && p.seqlen_k_max >= 0 && p.seqlen_new >= 0 && p.seqlen_new <= p.seqlen_k_max;
+}
+
+}  // namespace
+
+cudaError_t flash_decode_plan(const DecodeParams& p, const DeviceLimits& dev, int requested_splits, DecodeParams* plan) {
+  const DecodeLauncher* l = find_launcher(p.dtype, p.head_dim);
+  if (l == nullptr || !params_ok(p) || requested_splits < 0) return cudaErrorInvalidValue;
+  const int group = p.heads_q / p.heads_kv;
+  const int64_t rows = static_cast<int64_t>(p.seqlen_q) * group;
+  const int64_t m_blocks = (rows + kDecodeBlockM - 1) / kDecodeBlockM;
+  if (m_blocks > 0x7fffffffLL) return cudaErrorInvalidValue;
+  const int64_t tiles = m_blocks * p.batch * p.heads_kv;
+  const int64_t n_blocks = (static_cast<int64_t>(p.seqlen_k_max) + l->block_n - 1) / l->block_n;
+  int ctas = 1;
+  const cudaError_t err = l->ctas_per_sm(&ctas);
+  if (err != cudaSuccess) return err;
+  plan->num_m_blocks = static_cast<int>(m_blocks < 1 ? 1 : m_blocks);
+  plan->num_splits = tiles == 0 ? 1 : decode_num_splits(requested_splits, tiles, n_blocks, dev.sm_count, ctas);
+  return cudaSuccess;
+}
+
+int64_t flash_decode_oaccum_numel(const DecodeParams& p) {
+  if (p.num_splits <= 1) return 0;
+  return static_cast<int64_t>(p.num_splits) * p.batch * p.heads_q * p.seqlen_q * p.head_dim;
+}
+
+int64_t flash_decode_lseaccum_numel(const DecodeParams& p) {
+  if (p.num_splits <= 1) return 0;
+  return static_cast<int64_t>(p.num_splits) * p.batch * p.heads_q * p.seqlen_q;
+}
+
+cudaError_t kvcache_append(const DecodeParams& p, cudaStream_t stream) {
+  // Only what the copy needs (the query side may be empty).
+  if (p.batch < 0 || p.heads_kv <= 0 || p.seqlen_new < 0 || p.seqlen_new > p.seqlen_k_max || p.head_dim % 8 != 0)
+    return cudaErrorInvalidValue;
+  if (p.k_new == nullptr || p.v_new == nullptr) return p.k_new == p.v_new ? cudaSuccess : cudaErrorInvalidValue;
+  const int64_t total = static_cast<int64_t>(p.batch) * p.seqlen_new * p.heads_kv * (p.head_dim / 8);
+  if (total == 0) return cudaSuccess;
+  constexpr int kThreads = 256;
+  const int64_t blocks = (total + kThreads - 1) / kThreads;
+  const unsigned grid = static_cast<unsigned>(blocks < 65536 ? blocks : 65536);  // grid-stride loop past that
+  kvcache_append_kernel<<<grid, kThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t flash_decode(const DecodeParams& p, cudaStream_t stream) {
+  const DecodeLauncher* l = find_launcher(p.dtype, p.head_dim);
+  if (l == nullptr || !params_ok(p) || p.num_splits < 1 || p.num_splits > kDecodeMaxSplits || p.num_m_blocks < 1)
+    return cudaErrorInvalidValue;
+  if (p.num_splits > 1 && (p.o_accum == nullptr || p.lse_accum == nullptr)) return cudaErrorInvalidValue;
+  const int64_t rows_all = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
+  if (rows_all == 0) return cudaSuccess;
+  cudaError_t err = l->launch(p, stream);
+  if (err != cudaSuccess || p.num_splits == 1) return err;
+  const int64_t blocks = (rows_all + kCombineWarps - 1) / kCombineWarps;
+  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  if (p.dtype == DType::kBFloat16)
+    flash_decode_combine_kernel<__nv_bfloat16><<<static_cast<unsigned>(blocks), kCombineWarps * 32, 0, stream>>>(p);
+  else
+    flash_decode_combine_kernel<__half><<<static_cast<unsigned>(blocks), kCombineWarps * 32, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace flashattn

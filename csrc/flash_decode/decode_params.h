@@ -1,0 +1,69 @@
+// Host/device parameter block of the split-KV decoding path (flash_attn_with_kvcache). Filled on
+// the host (csrc/binding_decode.cpp or any C++ caller), passed by value as a __grid_constant__.
+// Plain C++: no CUDA header, so host-only tools can include it.
+#pragma once
+
+#include <cstdint>
+
+#include "../flash_fwd/params.h"  // DType, DeviceLimits
+
+namespace flashattn {
+
+struct DecodeParams {
+  // q [B, Sq, Hq, D]; k_cache / v_cache [B, Sk_max, Hk, D], updated in place by the append;
+  // k_new / v_new [B, Sq_new, Hk, D] (nullptr: nothing to append); o [B, Sq, Hq, D];
+  // lse float32 [B, Hq, Sq] contiguous. Strides in elements, the last dimension contiguous, every
+  // stride a multiple of 8 and every base pointer 16-byte aligned (16-byte cp.async / vector IO).
+  const void* q = nullptr;
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  const void* k_new = nullptr;
+  const void* v_new = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;
+
+  // Split-KV partials, used only when num_splits > 1 (contiguous float32):
+  //   o_accum [num_splits, B, Hq, Sq, head_dim], lse_accum [num_splits, B, Hq, Sq].
+  float* o_accum = nullptr;
+  float* lse_accum = nullptr;
+
+  // Valid cache entries per batch *before* the append: cache_seqlens[b] (int32, device memory),
+  // or cache_seqlen for every batch when cache_seqlens is nullptr. The attention of batch b then
+  // sees seqlen_k(b) = cache_len(b) + seqlen_new keys. Values are the caller's contract (checking
+  // them would need a host sync); out-of-range values are clamped to [0, seqlen_k_max] so that
+  // they can never make a kernel touch memory outside the caches.
+  const int* cache_seqlens = nullptr;
+  int cache_seqlen = 0;
+
+  int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
+  int64_t k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;
+  int64_t v_batch_stride = 0, v_row_stride = 0, v_head_stride = 0;
+  int64_t knew_batch_stride = 0, knew_row_stride = 0, knew_head_stride = 0;
+  int64_t vnew_batch_stride = 0, vnew_row_stride = 0, vnew_head_stride = 0;
+  int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
+
+  int batch = 0;
+  int heads_q = 0;
+  int heads_kv = 0;     // heads_q % heads_kv == 0
+  int seqlen_q = 0;     // Sq
+  int seqlen_k_max = 0;  // Sk_max, the cache capacity
+  int seqlen_new = 0;   // Sq_new, rows of k_new / v_new (0 when nothing is appended)
+  int head_dim = 0;     // multiple of 8 in [8, 256]; kernels round up internally
+
+  float softmax_scale = 0.f;
+  float scale_log2 = 0.f;  // softmax_scale * log2(e)
+  bool causal = false;     // bottom-right: query i sees keys j <= i + seqlen_k(b) - Sq
+
+  DType dtype = DType::kBFloat16;
+
+  // Set by the planner (flash_decode_plan), read by the kernels.
+  int num_splits = 1;    // key-range splits per (batch, kv head, query tile)
+  int num_m_blocks = 1;  // query tiles per (batch, kv head): ceil(Sq * Hq/Hk / 16)
+
+  void set_scale(float scale) {
+    softmax_scale = scale;
+    scale_log2 = scale * 1.4426950408889634f;
+  }
+};
+
+}  // namespace flashattn

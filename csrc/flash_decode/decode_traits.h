@@ -1,0 +1,143 @@
+// Tile configurations of the split-KV decoding kernel, and the host-side choice of the number of
+// splits. Plain C++ (constexpr, no CUDA), so the heuristic is checked on CPU
+// (tests/test_kvcache.py compiles a tiny program against this header).
+//
+// Layout of one thread block (CTA) of the split kernel, csrc/flash_decode/decode_kernel.cuh:
+//   * rows: the Sq * (Hq/Hk) query rows that share one KV head are packed into one 16-row tile
+//     (row R <-> query i = R / group, head hk*group + R % group), so each K/V byte a CTA streams
+//     serves every query head of its group: the GQA group is read once per split, not once per head;
+//   * keys: each of the kNWarps warps owns a 16-key slice of every kBlockN-key step
+//     (kBlockN = 16 * kNWarps) with its own online-softmax state; the warps are merged once, at
+//     the end, through shared memory. No warp ever waits on another inside the loop except at the
+//     one barrier per step that guards the shared-memory ring;
+//   * K/V stream through a kStages-deep ring of shared-memory stages filled by 16-byte cp.async.
+#pragma once
+
+#include <cstdint>
+
+namespace flashattn {
+
+// Packed query rows per CTA (one m16 tile); the planner's query-tile count uses it too.
+constexpr int kDecodeBlockM = 16;
+
+template <int kHeadDim_, int kNWarps_, int kStages_>
+struct DecodeKernelTraits {
+  static constexpr int kHeadDim = kHeadDim_;  // head dim the tile is built for (runtime d <= this)
+  static constexpr int kNWarps = kNWarps_;
+  static constexpr int kNThreads = kNWarps * 32;
+  static constexpr int kStages = kStages_;
+
+  static constexpr int kBlockM = kDecodeBlockM;  // packed query rows per CTA: one m16 tile
+  static constexpr int kWarpN = 16;   // keys per warp per step: two n8 tiles of S, one k16 slice of P V
+  static constexpr int kBlockN = kWarpN * kNWarps;  // keys per step (one shared-memory stage)
+  static constexpr int kNTilesS = kWarpN / 8;
+  static constexpr int kNTilesO = kHeadDim / 8;
+
+  // 16-byte padded rows: (kHeadDim/8 + 1) 16-byte units, odd when kHeadDim % 16 == 0, so the 8
+  // row addresses of one ldmatrix phase hit 8 distinct bank groups (as in the forward kernel).
+  static constexpr int kSmemStride = kHeadDim + 8;  // elements
+  static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks per row
+  static constexpr int kRowsPerPass = kNThreads / kChunksPerRow;  // K/V rows one cp.async pass covers
+  static constexpr int kPasses = kBlockN / kRowsPerPass;
+
+  static constexpr int kStageBytes = kBlockN * kSmemStride * 2;  // one stage of K (or of V)
+  static constexpr int kSmemQBytes = kBlockM * kSmemStride * 2;
+  static constexpr int kSmemKVBytes = 2 * kStages * kStageBytes;
+  // After the loop the K/V ring is reused for each warp's fp32 O tile; rows padded by 8 floats,
+  // which makes the float2 accumulator stores conflict-free (rows land 8 banks apart).
+  static constexpr int kOStride = kHeadDim + 8;  // floats
+  static constexpr int kSmemOBytes = kNWarps * kBlockM * kOStride * 4;
+  static constexpr int kSmemRingBytes = kSmemKVBytes > kSmemOBytes ? kSmemKVBytes : kSmemOBytes;
+  // Per-warp row max / row sum / merge weight, and the row LSE.
+  static constexpr int kSmemStatsBytes = (3 * kNWarps * kBlockM + kBlockM) * 4;
+  static constexpr int kSmemBytes = kSmemQBytes + kSmemRingBytes + kSmemStatsBytes;
+
+  static_assert(kHeadDim % 32 == 0 && kHeadDim <= 256, "head dims are multiples of 32 up to 256");
+  static_assert(kBlockM == 16, "the kernel's fragment code holds exactly one m16 tile per warp");
+  static_assert(kNThreads % kChunksPerRow == 0 && kRowsPerPass >= 1, "a pass covers whole rows");
+  static_assert(kBlockN % kRowsPerPass == 0, "a stage is a whole number of passes");
+  static_assert(kStages >= 2, "at least double buffering");
+  static_assert(kSmemQBytes % 128 == 0 && kSmemRingBytes % 16 == 0, "16-byte aligned regions");
+};
+
+// One config per head dim, every one under the 99 KB per block of sm86/sm89, so a single
+// instantiation serves sm80, sm89 and sm90. On the H100 (228 KB per SM) they run 3, 3 and 2
+// CTAs per SM, i.e. 96-110 KB of K/V in flight per SM at steady state, far above the
+// ~25 KB/us * ~1.5 us latency that 3.3 TB/s over 132 SMs needs.
+template <int kHeadDim>
+struct DecodeTileConfig;
+
+#define FLASHATTN_DECODE_CONFIG(D, NW, ST) \
+  template <>                              \
+  struct DecodeTileConfig<D> {             \
+    using Traits = DecodeKernelTraits<D, NW, ST>; \
+  }
+
+//                      head dim warps stages    BlockN   smem (bytes)
+FLASHATTN_DECODE_CONFIG(64,  4, 3);  //          64       58432 (57.1 KB)
+FLASHATTN_DECODE_CONFIG(128, 4, 2);  //          64       74816 (73.1 KB)
+FLASHATTN_DECODE_CONFIG(256, 2, 2);  //          32       76480 (74.7 KB)
+
+#undef FLASHATTN_DECODE_CONFIG
+
+constexpr int kDecodeHeadDims[] = {64, 128, 256};
+
+// Kernel head dim for a runtime head dim (multiples of 8 in [8, 256]); -1 when out of range.
+constexpr int decode_round_head_dim(int d) {
+  if (d < 8 || d > 256 || d % 8 != 0) return -1;
+  for (int h : kDecodeHeadDims)
+    if (d <= h) return h;
+  return -1;
+}
+
+// Upper bound on splits: bounds the partial buffers and the combine kernel's per-row work.
+constexpr int kDecodeMaxSplits = 128;
+
+constexpr int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Fraction of `slots` concurrent CTA slots that `ctas` CTAs keep busy, over whole waves.
+constexpr double wave_efficiency(int64_t ctas, int64_t slots) {
+  return static_cast<double>(ctas) / static_cast<double>(ceil_div64(ctas, slots) * slots);
+}
+
+// Splits the planner uses when the caller passes num_splits = 0.
+//   tiles       = batch * heads_kv * num_m_blocks (CTAs without splitting)
+//   n_blocks    = key blocks (kBlockN keys) of the longest sequence, Sk_max
+//   slots       = sm_count * ctas_per_sm (CTAs resident at once)
+// No split when the unsplit grid already fills the GPU well (>= 80% of its waves busy). Else the
+// candidates are the split counts s that leave no split empty on the longest sequence (the kernel
+// gives each split ceil(n_blocks / s) blocks: s is a candidate iff ceil(n_blocks / that) == s);
+// among them the fewest splits whose wave efficiency is within 5% of the best candidate's. The
+// kernel is bandwidth-bound and a CTA's fixed cost (Q tile, a 16 x D fp32 partial) is small, so a
+// split may be as short as one key block.
+constexpr bool decode_split_candidate(int64_t s, int64_t n_blocks) {
+  return ceil_div64(n_blocks, ceil_div64(n_blocks, s)) == s;
+}
+
+constexpr int decode_num_splits_heuristic(int64_t tiles, int64_t n_blocks, int sm_count, int ctas_per_sm) {
+  if (tiles <= 0 || n_blocks <= 1) return 1;
+  const int64_t slots = static_cast<int64_t>(sm_count > 0 ? sm_count : 1) * (ctas_per_sm > 0 ? ctas_per_sm : 1);
+  if (wave_efficiency(tiles, slots) >= 0.8) return 1;
+  const int64_t max_splits = n_blocks < kDecodeMaxSplits ? n_blocks : kDecodeMaxSplits;
+  double best = 0.0;
+  for (int64_t s = 1; s <= max_splits; ++s) {
+    if (!decode_split_candidate(s, n_blocks)) continue;
+    const double e = wave_efficiency(tiles * s, slots);
+    if (e > best) best = e;
+  }
+  for (int64_t s = 1; s <= max_splits; ++s) {
+    if (decode_split_candidate(s, n_blocks) && wave_efficiency(tiles * s, slots) >= 0.95 * best) return static_cast<int>(s);
+  }
+  return 1;  // unreachable: the best candidate qualifies
+}
+
+// Splits actually launched: the caller's num_splits (> 0) or the heuristic (0), then clamped to
+// [1, min(kDecodeMaxSplits, n_blocks)] (more splits than key blocks would only add empty CTAs).
+constexpr int decode_num_splits(int requested, int64_t tiles, int64_t n_blocks, int sm_count, int ctas_per_sm) {
+  int s = requested > 0 ? requested : decode_num_splits_heuristic(tiles, n_blocks, sm_count, ctas_per_sm);
+  const int64_t cap = n_blocks < kDecodeMaxSplits ? (n_blocks > 1 ? n_blocks : 1) : kDecodeMaxSplits;
+  if (s > cap) s = static_cast<int>(cap);
+  return s < 1 ? 1 : s;
+}
+
+}  // namespace flashattn

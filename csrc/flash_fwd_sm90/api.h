@@ -1,0 +1,23 @@
+// The Hopper (sm_90a) forward path: wgmma + TMA + warp specialization (see docs/hopper.md).
+// Plain host C++ entry points, no torch; the binding picks this path for backend "hopper" (forced)
+// and "auto" (when flash_fwd_sm90_supported() says yes).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "../flash_fwd/params.h"
+
+namespace flashattn {
+
+// True when this build and device can run `p` on the Hopper path: compute capability 9.0, the
+// kernel compiled for sm_90a in this build (TORCH_CUDA_ARCH_LIST with "9.0a"), head dim a multiple
+// of 8 up to 256 (64 / 128 / 256 instantiated; smaller dims run on the next one up), float16 or
+// bfloat16, both sequence lengths >= 1, and strides TMA accepts (16-byte aligned base pointers,
+// batch/row/head strides multiples of 8 elements, nonzero where the dimension has more than one entry).
+bool flash_fwd_sm90_supported(const FwdParams& p, const DeviceLimits& dev);
+
+// Runs the forward pass asynchronously on `stream`. Returns cudaErrorNotSupported when
+// flash_fwd_sm90_supported() is false, else the launch status.
+cudaError_t flash_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream_t stream);
+
+}  // namespace flashattn

@@ -1,0 +1,242 @@
+// A consumer warpgroup of the Hopper forward kernel: 64 query rows of each 128-row tile.
+//
+// Per tile, key blocks n = last .. 0 (masked blocks first, as in the portable kernel), with the
+// softmax of block n overlapped with the P V product of block n+1 (FlashAttention-3's
+// intra-warpgroup pipelining):
+//
+//   S = Q K[last]^T; wait; softmax -> P                         (first block)
+//   for n = last-1 .. 0:
+//     convert P to 16-bit A fragments
+//     issue S = Q K[n]^T                                        (wgmma group A)
+//     O *= rescale(previous softmax); issue O += P V[n+1]       (wgmma group B, P from registers)
+//     wait for A -> release K[n]; softmax(S) -> rescale         (runs while B is in flight)
+//     wait for K[n-1] to land (n > 0) / release Q (n = 0)
+//     wait for B -> release V[n+1]
+//   convert P; O *= rescale; O += P V[0]; wait -> release V[0]
+//   normalize, store O and LSE
+//
+// With kPingPong the two consumer warpgroups also take turns issuing their GEMMs (named barriers
+// 1 and 2): each "issue" section above is entered with bar.sync on its own barrier and left with
+// bar.arrive on the other's, so one warpgroup's softmax runs while the other's GEMMs use the
+// tensor cores. Both warpgroups run identical section counts per tile (the tile's n_blocks + 1),
+// warpgroup 1 pre-arrives once at the start and warpgroup 0 absorbs that arrival at the end.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "epilogue.cuh"
+#include "kernel_params.h"
+#include "ptx.cuh"
+#include "smem.cuh"
+#include "softmax.cuh"
+#include "tile_scheduler.h"
+#include "traits.h"
+#include "wgmma_ops.cuh"
+
+namespace flashattn {
+namespace sm90 {
+
+#if defined(FLASHATTN_SM90A_ENABLED)
+
+constexpr int kPingPongBarrierBase = 1;  // named barriers 1, 2 (0 is __syncthreads)
+
+template <typename Traits>
+__device__ __forceinline__ void pingpong_enter(int wg) {
+  if constexpr (Traits::kPingPong) named_barrier_sync(kPingPongBarrierBase + wg, kConsumerThreads);
+}
+template <typename Traits>
+__device__ __forceinline__ void pingpong_leave(int wg) {
+  if constexpr (Traits::kPingPong) named_barrier_arrive(kPingPongBarrierBase + (1 - wg), kConsumerThreads);
+}
+
+template <typename Traits, typename Element>
+__device__ __forceinline__ void consumer_loop(const Sm90Params& params, const SmemMap<Traits>& sm, const int wg) {
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kSRegs = Traits::kSRegs;
+  constexpr int kORegs = Traits::kORegs;
+  constexpr int kPV_K = kBlockN / 16;  // k-steps of O += P V
+  constexpr int kQK_K = kHeadDim / 16;  // k-steps of S = Q K^T
+  using MmaQK = WgmmaSS<Element, kBlockN>;
+  using MmaPV = WgmmaRS<Element, kHeadDim>;
+  using Softmax = Sm90Softmax<kSRegs>;
+
+  const int tid = threadIdx.x % 128;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int row_in_tile = wg * 64 + warp * 16 + lane / 4;  // this thread's rows: +0 and +8
+  const int col_in_quad = 2 * (lane % 4);
+
+  // Descriptor bases (verified against CuTe by tools/sm90_desc_check.cu): Q rows of this
+  // warpgroup and stage 0 of K and V; k-steps and stages are byte offsets on top.
+  const uint64_t desc_q = make_smem_desc_sw128(sm.q() + wg * 64 * kChunkRowBytes, 16u, 1024u);
+  const uint64_t desc_k = make_smem_desc_sw128(sm.k(0), 16u, 1024u);
+  const uint64_t desc_v = make_smem_desc_sw128(sm.v(0), Traits::kChunks > 1 ? Traits::kKVChunkBytes : 0u, 1024u);
+
+  auto gemm_qk = [&](float (&s)[kSRegs], int stage) {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kQK_K; ++kk) {
+      const uint32_t k_off = (kk / 4) * Traits::kKVChunkBytes + (kk % 4) * 32;
+      const uint32_t q_off = (kk / 4) * Traits::kQChunkBytes + (kk % 4) * 32;
+      MmaQK::mma(s, desc_advance(desc_q, q_off), desc_advance(desc_k, stage * Traits::kKVBytes + k_off), kk > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+  };
+  auto gemm_pv = [&](float (&o)[kORegs], uint32_t (&p)[kPV_K][4], int stage) {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kPV_K; ++kk)
+      MmaPV::mma(o, p[kk], desc_advance(desc_v, stage * Traits::kKVBytes + kk * 16 * kChunkRowBytes), 1);
+    wgmma_commit();
+  };
+
+  PipeState<Traits::kStages> kst, vst;
+  uint32_t q_phase = 0;
+  const int batch_heads = params.batch * params.heads_q;
+  const float scale_log2 = params.scale_log2;
+
+  if (Traits::kPingPong && wg == 1) named_barrier_arrive(kPingPongBarrierBase + 0, kConsumerThreads);
+
+  for (int t = blockIdx.x; t < params.num_tiles; t += gridDim.x) {
+    const TileCoord tc = decode_tile(t, params.num_m_blocks, params.heads_q, batch_heads, params.group_heads);
+    const BlockRange r = block_range(tc.m_block, kBlockM, kBlockN, params.seqlen_q, params.seqlen_k, params.causal != 0,
+                                     params.causal_offset);
+    const int row0 = tc.m_block * kBlockM + row_in_tile;  // sequence index of this thread's first row
+
+    float o[kORegs];
+#pragma unroll
+    for (int i = 0; i < kORegs; ++i) o[i] = 0.f;
+    Softmax softmax;
+    softmax.init();
+
+    if (r.n_blocks > 0) {
+      // Keys [0, limit[h]) are visible to row row0 + 8 h (the causal limit may be <= 0).
+      int limit[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        limit[h] = params.seqlen_k;
+        if (params.causal) {
+          const int c = row0 + 8 * h + params.causal_offset + 1;
+          limit[h] = c < limit[h] ? c : limit[h];
+        }
+      }
+      // Scores to log2 units before masking, so that any scale (0 and negative included) is
+      // exact and masked entries stay -inf.
+      auto scale_and_mask = [&](float (&s)[kSRegs], int n, bool masked) {
+        if (masked) {
+#pragma unroll
+          for (int j = 0; j < kSRegs / 4; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int col = n * kBlockN + 8 * j + col_in_quad + e;
+                const float x = s[4 * j + 2 * h + e] * scale_log2;
+                s[4 * j + 2 * h + e] = col < limit[h] ? x : -INFINITY;
+              }
+        } else {
+#pragma unroll
+          for (int i = 0; i < kSRegs; ++i) s[i] *= scale_log2;
+        }
+      };
+      // P in the A-operand register layout of k-step kk (keys 16 kk .. 16 kk + 15): the
+      // accumulator values of n8-slices 2 kk and 2 kk + 1, packed to 16 bits.
+      auto convert_p = [&](const float (&s)[kSRegs], uint32_t (&p)[kPV_K][4]) {
+#pragma unroll
+        for (int kk = 0; kk < kPV_K; ++kk) {
+          p[kk][0] = pack2<Element>(s[8 * kk + 0], s[8 * kk + 1]);
+          p[kk][1] = pack2<Element>(s[8 * kk + 2], s[8 * kk + 3]);
+          p[kk][2] = pack2<Element>(s[8 * kk + 4], s[8 * kk + 5]);
+          p[kk][3] = pack2<Element>(s[8 * kk + 6], s[8 * kk + 7]);
+        }
+      };
+
+      float s[kSRegs];
+      uint32_t p[kPV_K][4];
+      float rescale[2];
+
+      sm.wait(sm.q_full(), q_phase, kTagConsumerQFull);
+
+      // First (highest) key block: S, softmax, P.
+      int n = r.n_blocks - 1;
+      sm.wait(sm.k_full(kst.index), kst.phase, kTagConsumerKFull);
+      pingpong_enter<Traits>(wg);
+      gemm_qk(s, kst.index);
+      pingpong_leave<Traits>(wg);
+      wgmma_wait<0>();
+      reg_fence(s);
+      mbar_arrive(sm.k_empty(kst.index));
+      kst.advance();
+      if (r.n_blocks == 1) mbar_arrive(sm.q_empty());
+      scale_and_mask(s, n, n >= r.n_unmasked);
+      softmax.update(s, rescale);  // rescale is 0 here and O is still 0
+      if (r.n_blocks > 1) sm.wait(sm.k_full(kst.index), kst.phase, kTagConsumerKFull);
+
+      for (n = r.n_blocks - 2; n >= 0; --n) {
+        // K[n] has landed (waited at the end of the previous step). P of the previous block is
+        // converted only now, once the P V that read the old P registers has completed.
+        convert_p(s, p);
+        pingpong_enter<Traits>(wg);
+        gemm_qk(s, kst.index);
+        rescale_o(o, rescale);
+        sm.wait(sm.v_full(vst.index), vst.phase, kTagConsumerVFull);
+        gemm_pv(o, p, vst.index);
+        pingpong_leave<Traits>(wg);
+
+        wgmma_wait<1>();  // S = Q K[n]^T done; O += P V[n+1] may still run
+        reg_fence(s);
+        mbar_arrive(sm.k_empty(kst.index));
+        kst.advance();
+        scale_and_mask(s, n, n >= r.n_unmasked);
+        softmax.update(s, rescale);
+
+        // Wait for the next K block here, not at the top of the next step: the spin loop ends
+        // the basic block, and ptxas does not hoist the wgmma wait below across it (within one
+        // block it moved the wait, and the V release after it, above the whole softmax, which
+        // then no longer overlapped with P V).
+        if (n > 0)
+          sm.wait(sm.k_full(kst.index), kst.phase, kTagConsumerKFull);
+        else
+          mbar_arrive(sm.q_empty());  // the tile's last read of Q was S = Q K[0]^T
+
+        wgmma_wait<0>();  // O += P V[n+1] done: P and V[n+1] are free
+        reg_fence(o);
+#pragma unroll
+        for (int kk = 0; kk < kPV_K; ++kk) reg_fence(p[kk]);
+        mbar_arrive(sm.v_empty(vst.index));
+        vst.advance();
+      }
+
+      // Last P V.
+      convert_p(s, p);
+      rescale_o(o, rescale);
+      sm.wait(sm.v_full(vst.index), vst.phase, kTagConsumerVFull);
+      pingpong_enter<Traits>(wg);
+      gemm_pv(o, p, vst.index);
+      pingpong_leave<Traits>(wg);
+      wgmma_wait<0>();
+      reg_fence(o);
+#pragma unroll
+      for (int kk = 0; kk < kPV_K; ++kk) reg_fence(p[kk]);
+      mbar_arrive(sm.v_empty(vst.index));
+      vst.advance();
+      q_phase ^= 1u;
+    }
+
+    // Tiles with no visible key (n_blocks == 0) come here directly: O = 0, LSE = -inf.
+    float lse[2];
+    softmax.finalize(o, lse);
+    store_o_lse<Element>(params, o, lse, tc.batch, tc.head_q, row0, col_in_quad, lane % 4 == 0);
+  }
+
+  // Warpgroup 1's initial arrival on barrier 1 is one more than warpgroup 0's syncs on it.
+  if (Traits::kPingPong && wg == 0) named_barrier_sync(kPingPongBarrierBase + 0, kConsumerThreads);
+}
+
+#endif  // FLASHATTN_SM90A_ENABLED
+
+}  // namespace sm90
+}  // namespace flashattn

@@ -1,0 +1,173 @@
+// Entry points of the Hopper forward path: support check, instantiation choice, and the host-side
+// TMA descriptor encoding. Compiles no kernel (the instantiations are in fwd_sm90_*.cu), and is
+// arch-independent host code.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+
+#include "api.h"
+#include "launch_decl.h"
+#include "tma_host.h"
+#include "traits.h"
+
+namespace flashattn {
+namespace sm90 {
+
+namespace {
+
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiledFn encode_tiled_fn() {
+  static const EncodeTiledFn fn = []() -> EncodeTiledFn {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+    const cudaError_t err =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &status);
+#else
+    const cudaError_t err = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &ptr, cudaEnableDefault, &status);
+#endif
+    if (err != cudaSuccess || status != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    return reinterpret_cast<EncodeTiledFn>(ptr);
+  }();
+  return fn;
+}
+
+constexpr int64_t kMaxStrideBytes = int64_t(1) << 40;
+
+bool stride_ok(int64_t extent, int64_t stride_elems) {
+  if (extent <= 1) return true;  // never stepped: replaced by a valid value when encoding
+  const int64_t bytes = stride_elems * 2;
+  return stride_elems > 0 && bytes % 16 == 0 && bytes < kMaxStrideBytes;
+}
+
+}  // namespace
+
+bool tma_tensor_ok(const TmaTensor& t) {
+  if (t.ptr == nullptr || reinterpret_cast<uintptr_t>(t.ptr) % 16 != 0) return false;
+  if (t.batch < 1 || t.seqlen < 1 || t.heads < 1 || t.head_dim < 8 || t.head_dim % 8 != 0) return false;
+  if (t.batch > (int64_t(1) << 31) || t.seqlen > (int64_t(1) << 31) || t.heads > (int64_t(1) << 31)) return false;
+  return stride_ok(t.seqlen, t.row_stride) && stride_ok(t.heads, t.head_stride) && stride_ok(t.batch, t.batch_stride);
+}
+
+bool encode_tma_4d(CUtensorMap* map, const TmaTensor& t, bool bf16, int box_rows) {
+  if (!tma_tensor_ok(t)) return false;
+  const EncodeTiledFn encode = encode_tiled_fn();
+  if (encode == nullptr) return false;
+  // Dimensions innermost first: (D, S, H, B). A dimension of extent 1 is never stepped, so its
+  // stride only has to be valid: use the packed value.
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(t.head_dim), static_cast<cuuint64_t>(t.seqlen),
+                              static_cast<cuuint64_t>(t.heads), static_cast<cuuint64_t>(t.batch)};
+  int64_t row = t.seqlen > 1 ? t.row_stride * 2 : t.head_dim * 2;
+  row = (row + 15) / 16 * 16;
+  int64_t head = t.heads > 1 ? t.head_stride * 2 : row * t.seqlen;
+  int64_t batch = t.batch > 1 ? t.batch_stride * 2 : head * t.heads;
+  if (row >= kMaxStrideBytes || head >= kMaxStrideBytes || batch >= kMaxStrideBytes) return false;
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(row), static_cast<cuuint64_t>(head),
+                                 static_cast<cuuint64_t>(batch)};
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(kChunkCols), static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  const CUresult res =
+      encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, const_cast<void*>(t.ptr),
+             dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return res == CUDA_SUCCESS;
+}
+
+namespace {
+
+// Whether the driver encodes a map whose box is larger than the tensor (head dim < 64, or a
+// sequence shorter than one tile): probed once, as an [1, 1, 1, 8] view of the caller's first
+// 16-byte-aligned device pointer (encoding reads no memory).
+bool small_tensor_boxes_ok(const void* device_ptr) {
+  static const bool ok = [device_ptr] {
+    alignas(64) CUtensorMap map;
+    const TmaTensor tiny{device_ptr, 1, 1, 1, 8, 8, 8, 8};
+    return encode_tma_4d(&map, tiny, true, 128);
+  }();
+  return ok;
+}
+
+using LaunchFn = cudaError_t (*)(const FwdParams&, const DeviceLimits&, cudaStream_t);
+using RealFn = bool (*)();
+
+struct Sm90Launcher {
+  DType dtype;
+  int head_dim;
+  int smem_bytes;
+  LaunchFn launch;
+  RealFn real;
+};
+
+#define FLASHATTN_SM90_INSTANCE(T, DTYPE, D)                                                  \
+  Sm90Launcher{DTYPE, D, Sm90DefaultConfig<D>::Traits::kSmemBytes,                            \
+               &run_fwd_sm90<Sm90DefaultConfig<D>::Traits, T>, &kernel_is_real<Sm90DefaultConfig<D>::Traits, T>}
+const Sm90Launcher kLaunchers[] = {
+    FLASHATTN_SM90_INSTANCE(__nv_bfloat16, DType::kBFloat16, 64),
+    FLASHATTN_SM90_INSTANCE(__nv_bfloat16, DType::kBFloat16, 128),
+    FLASHATTN_SM90_INSTANCE(__nv_bfloat16, DType::kBFloat16, 256),
+    FLASHATTN_SM90_INSTANCE(__half, DType::kFloat16, 64),
+    FLASHATTN_SM90_INSTANCE(__half, DType::kFloat16, 128),
+    FLASHATTN_SM90_INSTANCE(__half, DType::kFloat16, 256),
+};
+#undef FLASHATTN_SM90_INSTANCE
+constexpr int kNumLaunchers = sizeof(kLaunchers) / sizeof(kLaunchers[0]);
+
+int find_launcher(DType dtype, int head_dim) {
+  const int d = sm90_round_head_dim(head_dim);
+  for (int i = 0; i < kNumLaunchers; ++i)
+    if (kLaunchers[i].dtype == dtype && kLaunchers[i].head_dim == d) return i;
+  return -1;
+}
+
+// Whether instantiation i holds real sm_90a code for the device, asked once per process.
+bool launcher_available(int i) {
+  static std::atomic<int> cache[kNumLaunchers] = {};  // 0 unknown, 1 yes, 2 no
+  int v = cache[i].load(std::memory_order_relaxed);
+  if (v == 0) {
+    v = kLaunchers[i].real() ? 1 : 2;
+    cache[i].store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
+}  // namespace
+}  // namespace sm90
+
+bool flash_fwd_sm90_supported(const FwdParams& p, const DeviceLimits& dev) {
+  using namespace sm90;
+  if (dev.cc_major != 9 || dev.cc_minor != 0) return false;
+  if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return false;
+  if (p.head_dim < 8 || p.head_dim > 256 || p.head_dim % 8 != 0) return false;
+  if (p.batch < 1 || p.seqlen_q < 1 || p.seqlen_k < 1 || p.heads_q < 1 || p.heads_kv < 1) return false;
+  if (p.heads_q % p.heads_kv != 0) return false;
+  if (!std::isfinite(p.softmax_scale) || !std::isfinite(p.scale_log2)) return false;
+  if (p.o == nullptr || p.lse == nullptr || reinterpret_cast<uintptr_t>(p.o) % 4 != 0) return false;
+  if (p.o_row_stride % 2 != 0 || p.o_head_stride % 2 != 0 || p.o_batch_stride % 2 != 0) return false;
+  const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + 127) / 128;
+  if (m_blocks * p.batch * p.heads_q >= (int64_t(1) << 31)) return false;
+  const int i = find_launcher(p.dtype, p.head_dim);
+  if (i < 0 || kLaunchers[i].smem_bytes > dev.max_smem_per_block) return false;
+  const TmaTensor tq{p.q, p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.q_batch_stride, p.q_row_stride, p.q_head_stride};
+  const TmaTensor tk{p.k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.k_batch_stride, p.k_row_stride, p.k_head_stride};
+  const TmaTensor tv{p.v, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.v_batch_stride, p.v_row_stride, p.v_head_stride};
+  if (!tma_tensor_ok(tq) || !tma_tensor_ok(tk) || !tma_tensor_ok(tv)) return false;
+  if ((p.head_dim < kChunkCols || p.seqlen_q < 128 || p.seqlen_k < 256) && !small_tensor_boxes_ok(p.q)) return false;
+  return launcher_available(i);
+}
+
+cudaError_t flash_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream_t stream) {
+  if (!flash_fwd_sm90_supported(p, dev)) return cudaErrorNotSupported;
+  const int i = sm90::find_launcher(p.dtype, p.head_dim);
+  return sm90::kLaunchers[i].launch(p, dev, stream);
+}
+
+}  // namespace flashattn

@@ -1,0 +1,10 @@
+// Explicit instantiation of the Hopper forward path: fp16, head dim 128 (and smaller dims rounded up to it).
+#include "launch.cuh"
+
+namespace flashattn {
+namespace sm90 {
+using Traits128 = Sm90DefaultConfig<128>::Traits;
+template cudaError_t run_fwd_sm90<Traits128, __half>(const FwdParams&, const DeviceLimits&, cudaStream_t);
+template bool kernel_is_real<Traits128, __half>();
+}  // namespace sm90
+}  // namespace flashattn

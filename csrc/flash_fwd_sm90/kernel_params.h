@@ -1,0 +1,38 @@
+// What the Hopper forward kernel receives, by value, as a __grid_constant__ parameter.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (header only: the driver is reached through the runtime, see tma_host.h)
+
+#include <cstdint>
+
+namespace flashattn {
+namespace sm90 {
+
+struct Sm90Params {
+  // TMA descriptors of q [B, Sq, Hq, D], k and v [B, Sk, Hk, D]: 4-D maps (D, S, H, B) over the
+  // caller's strides, true extents (so TMA zero-fills rows past the sequence end and columns past
+  // head_dim), box = 64 columns x (128 query rows | kBlockN keys), 128-byte swizzle.
+  CUtensorMap tma_q;
+  CUtensorMap tma_k;
+  CUtensorMap tma_v;
+
+  void* o;     // [B, Sq, Hq, D], written directly from registers
+  float* lse;  // [B, Hq, Sq] float32, contiguous
+  int64_t o_batch_stride, o_row_stride, o_head_stride;
+
+  int batch, heads_q, heads_kv, q_per_kv;
+  int seqlen_q, seqlen_k, head_dim;
+  float scale_log2;
+  int causal;
+  int causal_offset;  // key j visible to query i iff j <= i + causal_offset (when causal)
+
+  // Schedule: tile t in [0, num_tiles) -> (query block, batch, head), see tile_scheduler.h.
+  int num_m_blocks;
+  int num_tiles;
+  int group_heads;  // (batch, head) pairs per L2 group
+
+  int* hang_report;  // host-mapped diagnostics of a stuck wait (lab builds); null otherwise
+};
+
+}  // namespace sm90
+}  // namespace flashattn

@@ -1,0 +1,19 @@
+// Declarations of the per-instantiation entry points (defined in launch.cuh, explicitly
+// instantiated in fwd_sm90_*.cu), so that dispatch.cu compiles no kernel itself.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "../flash_fwd/params.h"
+
+namespace flashattn {
+namespace sm90 {
+
+template <typename Traits, typename Element>
+cudaError_t run_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream_t stream);
+
+template <typename Traits, typename Element>
+bool kernel_is_real();
+
+}  // namespace sm90
+}  // namespace flashattn

@@ -1,0 +1,76 @@
+// The producer of the Hopper forward kernel: one thread issues every TMA load.
+//
+// Per query tile (order = the consumers' order of use):
+//   K[last], Q, then for n = last .. 1: K[n-1], V[n]; then V[0]
+// (K runs one block ahead of V because the consumers compute S = Q K[n-1]^T while P V[n] is
+// still pending: see consumer.cuh). K and V have separate kStages-deep rings so that S can start
+// as soon as its K block lands.
+#pragma once
+
+#include "kernel_params.h"
+#include "ptx.cuh"
+#include "smem.cuh"
+#include "tile_scheduler.h"
+
+namespace flashattn {
+namespace sm90 {
+
+#if defined(FLASHATTN_SM90A_ENABLED)
+
+template <typename Traits>
+__device__ __forceinline__ void producer_loop(const Sm90Params& params, const SmemMap<Traits>& sm) {
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  prefetch_tmap(&params.tma_q);
+  prefetch_tmap(&params.tma_k);
+  prefetch_tmap(&params.tma_v);
+
+  PipeState<Traits::kStages> kst, vst;
+  uint32_t q_phase = 0;
+  const int batch_heads = params.batch * params.heads_q;
+
+  for (int t = blockIdx.x; t < params.num_tiles; t += gridDim.x) {
+    const TileCoord tc = decode_tile(t, params.num_m_blocks, params.heads_q, batch_heads, params.group_heads);
+    const BlockRange r = block_range(tc.m_block, kBlockM, kBlockN, params.seqlen_q, params.seqlen_k, params.causal != 0,
+                                     params.causal_offset);
+    if (r.n_blocks == 0) continue;  // the consumers write O = 0, LSE = -inf without any load
+    const int head_kv = tc.head_q / params.q_per_kv;
+
+    auto load_kv = [&](const CUtensorMap* tmap, PipeState<Traits::kStages>& st, uint32_t tile_base, uint32_t full,
+                       uint32_t empty, int n, int tag) {
+      sm.wait(empty, st.phase ^ 1u, tag);
+      mbar_arrive_expect_tx(full, Traits::kKVBytes);
+#pragma unroll
+      for (int c = 0; c < Traits::kChunks; ++c)
+        tma_load_4d(tile_base + c * Traits::kKVChunkBytes, tmap, full, c * 64, n * kBlockN, head_kv, tc.batch);
+      st.advance();
+    };
+    auto load_k = [&](int n) {
+      load_kv(&params.tma_k, kst, sm.k(kst.index), sm.k_full(kst.index), sm.k_empty(kst.index), n, kTagProducerKEmpty);
+    };
+    auto load_v = [&](int n) {
+      load_kv(&params.tma_v, vst, sm.v(vst.index), sm.v_full(vst.index), sm.v_empty(vst.index), n, kTagProducerVEmpty);
+    };
+
+    load_k(r.n_blocks - 1);
+    // Q: the consumers release the previous tile's Q after their last S = Q K^T of it.
+    sm.wait(sm.q_empty(), q_phase ^ 1u, kTagProducerQEmpty);
+    mbar_arrive_expect_tx(sm.q_full(), Traits::kQBytes);
+#pragma unroll
+    for (int c = 0; c < Traits::kChunks; ++c)
+      tma_load_4d(sm.q() + c * Traits::kQChunkBytes, &params.tma_q, sm.q_full(), c * 64, tc.m_block * kBlockM,
+                  tc.head_q, tc.batch);
+    q_phase ^= 1u;
+
+    for (int n = r.n_blocks - 1; n > 0; --n) {
+      load_k(n - 1);
+      load_v(n);
+    }
+    load_v(0);
+  }
+}
+
+#endif  // FLASHATTN_SM90A_ENABLED
+
+}  // namespace sm90
+}  // namespace flashattn

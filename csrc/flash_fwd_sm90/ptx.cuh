@@ -1,0 +1,216 @@
+// PTX wrappers for the Hopper forward path: mbarriers, TMA loads, wgmma fences and shared-memory
+// matrix descriptors, register reallocation, named barriers.
+//
+// Everything that emits sm_90a-only instructions is inside FLASHATTN_SM90A_ENABLED, defined only in
+// the device pass for compute_90a; the descriptor math is plain host/device code so that
+// tools/sm90_desc_check.cpp can compare it with CuTe's make_gmma_desc on the CPU.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FLASHATTN_SM90A_ENABLED 1
+#endif
+
+#if defined(__CUDACC__)
+#define FLASHATTN_HD __host__ __device__ __forceinline__
+#else
+#define FLASHATTN_HD inline
+#endif
+
+namespace flashattn {
+namespace sm90 {
+
+// ---------------------------------------------------------------------------------------------
+// Shared-memory matrix descriptors (PTX ISA "Matrix Descriptor Format" for wgmma):
+//   bits  0-13  start address >> 4
+//   bits 16-29  leading dimension byte offset >> 4
+//   bits 32-45  stride dimension byte offset >> 4
+//   bits 49-51  base offset (0: every swizzle atom here is 1024-byte aligned)
+//   bits 62-63  swizzle mode: 1 = 128-byte swizzle
+// For the 128-byte swizzle (CuTe's canonical forms, in 16-bit elements):
+//   K-major  ((8,m),(64)) : rows of 64 K-elements at 128 B; SBO = stride between 8-row groups
+//            (1024 B here); LBO unused (1 by convention). One wgmma k-step (16 elements = 32 B)
+//            inside the 64-wide chunk advances the start address by 32 B.
+//   MN-major ((64,n),(8,k)) : 64 contiguous MN-elements per 128-B row, 8 K-rows at 128 B;
+//            LBO = stride between 64-wide MN chunks, SBO = stride between 8-row K groups (1024 B).
+// ---------------------------------------------------------------------------------------------
+FLASHATTN_HD uint64_t make_smem_desc_sw128(uint32_t smem_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  uint64_t desc = 0;
+  desc |= static_cast<uint64_t>((smem_addr & 0x3FFFFu) >> 4);
+  desc |= static_cast<uint64_t>((lbo_bytes >> 4) & 0x3FFFu) << 16;
+  desc |= static_cast<uint64_t>((sbo_bytes >> 4) & 0x3FFFu) << 32;
+  desc |= static_cast<uint64_t>(1) << 62;
+  return desc;
+}
+
+// Q or K tile (A or B operand of S = Q K^T, K-major): `plane0` is the address of the tile's first
+// chunk plane, `plane_bytes` the size of one plane (rows * 128 B), `row0` the first row the
+// wgmma reads (a multiple of 8), `kk` the 16-column k-step.
+FLASHATTN_HD uint64_t desc_kmajor(uint32_t plane0, uint32_t plane_bytes, int row0, int kk) {
+  const uint32_t addr = plane0 + static_cast<uint32_t>(kk / 4) * plane_bytes + static_cast<uint32_t>(row0) * 128u +
+                        static_cast<uint32_t>(kk % 4) * 32u;
+  return make_smem_desc_sw128(addr, 16u, 1024u);
+}
+
+// V tile as the B operand of O += P V (MN-major: N = head dim is the contiguous axis, K = keys):
+// k-step kk reads keys [16 kk, 16 kk + 16) of every chunk plane; LBO steps between the planes
+// (unused with a single plane, where CuTe writes 0).
+FLASHATTN_HD uint64_t desc_mnmajor(uint32_t plane0, uint32_t plane_bytes, int planes, int kk) {
+  const uint32_t addr = plane0 + static_cast<uint32_t>(kk) * 16u * 128u;
+  return make_smem_desc_sw128(addr, planes > 1 ? plane_bytes : 0u, 1024u);
+}
+
+// A descriptor for the same layout `bytes` further on (bytes a multiple of 16). Shared-window
+// addresses stay under 2^18, so the start-address field never carries into the next field.
+FLASHATTN_HD uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + static_cast<uint64_t>(bytes >> 4); }
+
+// Byte offset, inside a tile stored as 128-byte-swizzled chunk planes of `rows` rows, of element
+// (row, col): what TMA's CU_TENSOR_MAP_SWIZZLE_128B writes for a box of [rows, 64] per plane.
+FLASHATTN_HD uint32_t swizzled_offset(int rows, int row, int col) {
+  const uint32_t plane = static_cast<uint32_t>(col / 64);
+  const uint32_t in_row = static_cast<uint32_t>(col % 64) * 2u;  // byte within the 128-byte row
+  const uint32_t chunk16 = (in_row / 16u) ^ static_cast<uint32_t>(row % 8);
+  return plane * static_cast<uint32_t>(rows) * 128u + static_cast<uint32_t>(row) * 128u + chunk16 * 16u + in_row % 16u;
+}
+
+#if defined(__CUDACC__)
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+#if defined(FLASHATTN_SM90A_ENABLED)
+
+// ---------------------------------------------------------------------------------------------
+// mbarriers
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+// Makes the initialized barriers visible to the other threads and to the TMA unit.
+__device__ __forceinline__ void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+// Waits until the phase of parity `parity` of barrier `bar` has completed.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
+}
+
+__device__ __forceinline__ uint64_t globaltimer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// The same wait, bounded: after ~10 s it writes {1, tag, block, thread, parity} to `report`
+// (host-mapped memory, readable after the context dies) and traps. For the lab build
+// (FLASHATTN_SM90_HANG_CHECK); no function call, so the kernel's code is otherwise unchanged.
+__device__ __forceinline__ void mbar_wait_checked(uint32_t bar, uint32_t parity, int* report, int tag) {
+  if (mbar_try_wait(bar, parity)) return;
+  const uint64_t start = globaltimer_ns();
+  while (!mbar_try_wait(bar, parity)) {
+    if (globaltimer_ns() - start > 10000000000ull) {
+      if (report != nullptr) {
+        report[1] = tag;
+        report[2] = static_cast<int>(blockIdx.x);
+        report[3] = static_cast<int>(threadIdx.x);
+        report[4] = static_cast<int>(parity);
+        __threadfence_system();
+        report[0] = 1;
+        __threadfence_system();
+      }
+      __trap();
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// TMA: 4-D tiled load global -> shared, completing on an mbarrier (transaction bytes).
+// Coordinates innermost first: (column, row, head, batch). Out-of-bounds elements are zero-filled
+// and still counted in the transaction bytes.
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const void* tmap, uint32_t bar, int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+
+__device__ __forceinline__ void prefetch_tmap(const void* tmap) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(tmap)) : "memory");
+}
+
+// ---------------------------------------------------------------------------------------------
+// wgmma ordering
+// ---------------------------------------------------------------------------------------------
+// Orders this warpgroup's earlier register writes (accumulators, A fragments) before the wgmmas
+// that follow.
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+// Compiler-level fence on registers an in-flight wgmma reads or writes: the compiler must
+// materialize the values here and may not move their uses across this point.
+template <int N>
+__device__ __forceinline__ void reg_fence(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void reg_fence(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Register reallocation and named barriers
+// ---------------------------------------------------------------------------------------------
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+#endif  // FLASHATTN_SM90A_ENABLED
+#endif  // __CUDACC__
+
+}  // namespace sm90
+}  // namespace flashattn

@@ -1,0 +1,72 @@
+// Shared-memory map and pipeline state of the Hopper forward kernel (see traits.h for the layout).
+#pragma once
+
+#include <cstdint>
+
+#include "ptx.cuh"
+
+namespace flashattn {
+namespace sm90 {
+
+// Shared-window addresses of the tiles and mbarriers, from the 1024-byte-aligned base.
+template <typename Traits>
+struct SmemMap {
+  uint32_t base;
+  int* hang_report;  // FLASHATTN_SM90_HANG_CHECK builds only (see mbar_wait_checked)
+
+#if defined(FLASHATTN_SM90A_ENABLED)
+  // Waits for phase `parity` of barrier `bar`; `tag` (WaitTag) names the wait in a hang report.
+  __device__ __forceinline__ void wait(uint32_t bar, uint32_t parity, int tag) const {
+#if defined(FLASHATTN_SM90_HANG_CHECK)
+    mbar_wait_checked(bar, parity, hang_report, tag);
+#else
+    (void)tag;
+    mbar_wait(bar, parity);
+#endif
+  }
+#endif
+
+  __device__ __forceinline__ uint32_t q() const { return base + Traits::kOffQ; }
+  __device__ __forceinline__ uint32_t k(int stage) const { return base + Traits::kOffK + stage * Traits::kKVBytes; }
+  __device__ __forceinline__ uint32_t v(int stage) const { return base + Traits::kOffV + stage * Traits::kKVBytes; }
+
+  // Barriers. *_full: the producer's arrive.expect_tx (count 1) + the TMA transaction bytes.
+  // *_empty: one arrival from each of the 256 consumer threads once it no longer reads the buffer.
+  __device__ __forceinline__ uint32_t bar(int i) const { return base + Traits::kOffBarriers + 8 * i; }
+  __device__ __forceinline__ uint32_t q_full() const { return bar(0); }
+  __device__ __forceinline__ uint32_t q_empty() const { return bar(1); }
+  __device__ __forceinline__ uint32_t k_full(int s) const { return bar(2 + s); }
+  __device__ __forceinline__ uint32_t k_empty(int s) const { return bar(2 + Traits::kStages + s); }
+  __device__ __forceinline__ uint32_t v_full(int s) const { return bar(2 + 2 * Traits::kStages + s); }
+  __device__ __forceinline__ uint32_t v_empty(int s) const { return bar(2 + 3 * Traits::kStages + s); }
+};
+
+constexpr uint32_t kConsumerThreads = 128 * 2;
+
+// Position in a ring of kStages buffers: the buffer index and the parity of the ring's lap. A
+// consumer waits for *_full phase `phase`; the producer waits for *_empty phase `phase ^ 1`, which a
+// fresh barrier reports complete, so the first lap does not wait.
+template <int kStages>
+struct PipeState {
+  int index = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void advance() {
+    if (++index == kStages) {
+      index = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
+// Tags printed by the hang check (FLASHATTN_SM90_HANG_CHECK) to name the stuck wait.
+enum WaitTag : int {
+  kTagProducerKEmpty = 1,
+  kTagProducerVEmpty = 2,
+  kTagProducerQEmpty = 3,
+  kTagConsumerQFull = 11,
+  kTagConsumerKFull = 12,
+  kTagConsumerVFull = 13,
+};
+
+}  // namespace sm90
+}  // namespace flashattn

@@ -1,0 +1,107 @@
+// Online softmax over the wgmma m64nN accumulator fragment of one consumer warpgroup.
+//
+// Fragment layout (checked against CuTe's CLayout_64xN by tools/sm90_desc_check.cu): thread t of
+// the warpgroup holds value v = 4 j + 2 h + e of an m64nN accumulator at
+//   row 16 (t / 32) + (t % 32) / 4 + 8 h,   col 8 j + 2 (t % 4) + e,
+// so each thread owns two rows (h = 0, 1), each spread over the 4 lanes of a quad: row reductions
+// are two xor-shuffles, exactly as in the portable kernel's m16n8 layout.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "ptx.cuh"
+
+namespace flashattn {
+namespace sm90 {
+
+#if defined(FLASHATTN_SM90A_ENABLED)
+
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+template <int kSRegs>
+struct Sm90Softmax {
+  // Running max in log2 units (scores already multiplied by scale * log2(e)); -inf while the row
+  // has seen no visible key. row_sum is this thread's share only (reduced over the quad once, in
+  // finalize(), since every rescale factor is the same across the quad).
+  float row_max[2];
+  float row_sum[2];
+
+  __device__ __forceinline__ void init() {
+    row_max[0] = row_max[1] = -INFINITY;
+    row_sum[0] = row_sum[1] = 0.f;
+  }
+
+  // s: one key block's scores in log2 units, masked entries -inf. Turns s into the unnormalized
+  // probabilities in place and returns in `rescale` the factor the output accumulated so far must
+  // be multiplied by (applied by the caller, since O may still be in flight in a wgmma).
+  __device__ __forceinline__ void update(float (&s)[kSRegs], float (&rescale)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float block_max = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kSRegs / 4; ++j) block_max = fmaxf(block_max, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+      const float new_max = fmaxf(row_max[h], quad_max(block_max));
+      // A row with no visible key yet keeps max -inf; subtracting 0 instead keeps exp2(-inf - max)
+      // at 0 rather than NaN.
+      const float max_used = new_max == -INFINITY ? 0.f : new_max;
+      rescale[h] = ex2(row_max[h] - max_used);
+      row_max[h] = new_max;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < kSRegs / 4; ++j) {
+        s[4 * j + 2 * h] = ex2(s[4 * j + 2 * h] - max_used);
+        s[4 * j + 2 * h + 1] = ex2(s[4 * j + 2 * h + 1] - max_used);
+        sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+      }
+      row_sum[h] = row_sum[h] * rescale[h] + sum;
+    }
+  }
+
+  // Normalizes o by the row sums; returns the natural-log LSE of each of the thread's two rows
+  // (-inf for a row that saw no key: its o is 0 since every P entry was 0).
+  template <int kORegs>
+  __device__ __forceinline__ void finalize(float (&o)[kORegs], float (&lse)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float sum = quad_sum(row_sum[h]);
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      lse[h] = sum > 0.f ? (row_max[h] + __log2f(sum)) * 0.6931471805599453f : -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kORegs / 4; ++j) {
+        o[4 * j + 2 * h] *= inv;
+        o[4 * j + 2 * h + 1] *= inv;
+      }
+    }
+  }
+};
+
+template <int kORegs>
+__device__ __forceinline__ void rescale_o(float (&o)[kORegs], const float (&rescale)[2]) {
+#pragma unroll
+  for (int j = 0; j < kORegs / 4; ++j) {
+    o[4 * j + 0] *= rescale[0];
+    o[4 * j + 1] *= rescale[0];
+    o[4 * j + 2] *= rescale[1];
+    o[4 * j + 3] *= rescale[1];
+  }
+}
+
+#endif  // FLASHATTN_SM90A_ENABLED
+
+}  // namespace sm90
+}  // namespace flashattn

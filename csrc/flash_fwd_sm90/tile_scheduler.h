@@ -1,0 +1,66 @@
+// Static persistent tile schedule of the Hopper forward kernel (grid = min(#tiles, #SMs)), shared by
+// its producer and consumer warpgroups; plain host/device C++ so that tools/sm90_desc_check.cu
+// checks on the CPU that it visits every tile exactly once.
+#pragma once
+
+#include "ptx.cuh"  // FLASHATTN_HD
+
+namespace flashattn {
+namespace sm90 {
+
+struct TileCoord {
+  int m_block;
+  int batch;
+  int head_q;
+};
+
+// Tiles are walked in groups of `group_heads` consecutive (batch, head) pairs, sized on the host so
+// that a group's K and V stay resident in L2 while the CTAs stream through them. Inside a group the
+// query blocks go last-first (under causal masking the last block sees the most keys: longest work
+// first), the pairs fastest. CTA c runs tiles c, c + grid, c + 2 grid, ... (static persistent schedule:
+// the producer and both consumers compute the same sequence, no communication needed).
+FLASHATTN_HD TileCoord decode_tile(int t, int num_m_blocks, int heads_q, int batch_heads, int group_heads) {
+  const int tiles_per_group = group_heads * num_m_blocks;
+  const int g = t / tiles_per_group;
+  const int within = t - g * tiles_per_group;
+  const int bh0 = g * group_heads;
+  const int rest = batch_heads - bh0;
+  const int heads_here = group_heads < rest ? group_heads : rest;
+  const int m_idx = within / heads_here;
+  const int bh = bh0 + (within - m_idx * heads_here);
+  TileCoord c;
+  c.m_block = num_m_blocks - 1 - m_idx;
+  c.batch = bh / heads_q;
+  c.head_q = bh - c.batch * heads_q;
+  return c;
+}
+
+// Key blocks a query tile visits: [0, n_blocks), walked from n_blocks - 1 down to 0; blocks
+// >= n_unmasked need the mask (past Sk, or crossing the causal diagonal of the tile's first row).
+struct BlockRange {
+  int n_blocks;
+  int n_unmasked;
+};
+
+FLASHATTN_HD BlockRange block_range(int m_block, int block_m, int block_n, int seqlen_q, int seqlen_k, bool causal,
+                                    int causal_offset) {
+  const int m0 = m_block * block_m;
+  int n_end = seqlen_k;
+  if (causal) {
+    const int last_row_end = (m0 + block_m < seqlen_q ? m0 + block_m : seqlen_q) + causal_offset;  // keys < this
+    n_end = n_end < last_row_end ? n_end : last_row_end;
+  }
+  BlockRange r;
+  r.n_blocks = n_end > 0 ? (n_end + block_n - 1) / block_n : 0;
+  int n_unmasked = seqlen_k / block_n;
+  if (causal) {
+    const int first_visible_end = m0 + causal_offset + 1;  // keys [0, this) visible to row m0
+    const int u = first_visible_end > 0 ? first_visible_end / block_n : 0;
+    n_unmasked = n_unmasked < u ? n_unmasked : u;
+  }
+  r.n_unmasked = n_unmasked < r.n_blocks ? n_unmasked : r.n_blocks;
+  return r;
+}
+
+}  // namespace sm90
+}  // namespace flashattn

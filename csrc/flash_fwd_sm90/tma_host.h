@@ -1,0 +1,30 @@
+// Host side of TMA: CUtensorMap encoding through the driver's cuTensorMapEncodeTiled, reached with
+// cudaGetDriverEntryPoint* (no link dependency on libcuda; the runtime has loaded the driver anyway).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace flashattn {
+namespace sm90 {
+
+// One [B, S, H, D] tensor with element strides (last dimension contiguous).
+struct TmaTensor {
+  const void* ptr;
+  int64_t batch, seqlen, heads, head_dim;
+  int64_t batch_stride, row_stride, head_stride;
+};
+
+// True when TMA can describe `t` (16-byte aligned base; strides of dimensions with more than one
+// entry positive, multiples of 8 elements, under 2^40 bytes; every extent >= 1).
+bool tma_tensor_ok(const TmaTensor& t);
+
+// Encodes the 4-D map (D, S, H, B) of a 16-bit tensor `t` with box 64 columns x box_rows rows, the
+// 128-byte swizzle and zero fill out of bounds. Returns false when the driver entry point is
+// missing or the driver rejects the map.
+bool encode_tma_4d(CUtensorMap* map, const TmaTensor& t, bool bf16, int box_rows);
+
+}  // namespace sm90
+}  // namespace flashattn

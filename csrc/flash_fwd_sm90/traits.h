@@ -1,0 +1,93 @@
+// Tile configuration of the Hopper (sm_90a) forward kernel. Plain C++ (no CUDA), so shared-memory
+// budgets and the selection logic can be checked on any machine.
+//
+// One CTA = 3 warpgroups (384 threads):
+//   warpgroup 0: producer. One thread issues every TMA load (Q once per tile, K and V per key
+//                block into a kStages-deep ring); the warpgroup shrinks to kProducerRegs.
+//   warpgroups 1, 2: consumers. Each owns 64 query rows of the 128-row tile (kBlockM = 128) and
+//                computes S = Q K^T (wgmma, both operands in shared memory), the online softmax in
+//                registers, and O += P V (wgmma, P from registers, V in shared memory).
+//
+// Shared memory holds every tile as 64-column (128-byte) chunks, TMA-loaded with the 128-byte
+// swizzle: a [rows, D] tile is D/64 chunk planes of [rows][64] elements, plane c holding columns
+// [64c, 64c + 64), each 128-byte row's 16-byte pieces XOR-permuted by (row % 8). That is exactly
+// the canonical wgmma SWIZZLE_128B layout (K-major for Q and K, MN-major for V).
+#pragma once
+
+namespace flashattn {
+namespace sm90 {
+
+constexpr int kWarpgroupThreads = 128;
+constexpr int kConsumerWarpgroups = 2;
+constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);  // 384
+constexpr int kProducerRegs = 24;   // setmaxnreg.dec for the producer warpgroup
+constexpr int kConsumerRegs = 240;  // setmaxnreg.inc for each consumer warpgroup
+// 128 threads x (24 + 240 + 240) = 64512 <= 65536 registers per SM.
+static_assert(kWarpgroupThreads * (kProducerRegs + kConsumerWarpgroups * kConsumerRegs) <= 65536, "register file");
+
+constexpr int kChunkCols = 64;         // columns per 128-byte swizzle chunk (16-bit elements)
+constexpr int kChunkRowBytes = 128;    // one row of a chunk plane
+constexpr int kSwizzleAtomBytes = 1024;  // 8 rows x 128 B: the swizzle repeats every 8 rows
+constexpr int kMaxSmemSm90 = 232448;   // 227 KB opt-in per block on H100/H200
+
+template <int kHeadDim_, int kBlockN_, int kStages_, bool kPingPong_>
+struct Sm90FwdTraits {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = 64 * kConsumerWarpgroups;  // 128 query rows per tile
+  static constexpr int kBlockN = kBlockN_;                   // keys per K/V block
+  static constexpr int kStages = kStages_;                   // K/V ring depth
+  static constexpr bool kPingPong = kPingPong_;              // alternate the two consumers' GEMMs
+  static constexpr int kChunks = kHeadDim / kChunkCols;
+
+  static_assert(kHeadDim % 64 == 0 && kHeadDim >= 64 && kHeadDim <= 256, "head dim 64, 128, 192 or 256");
+  static_assert(kBlockN % 16 == 0 && kBlockN >= 16 && kBlockN <= 256, "wgmma N and the P V k-steps");
+  static_assert(kBlockN % 8 == 0, "whole swizzle atoms per K/V tile");
+
+  // Bytes of one chunk plane and of whole tiles.
+  static constexpr int kQChunkBytes = kBlockM * kChunkRowBytes;
+  static constexpr int kKVChunkBytes = kBlockN * kChunkRowBytes;
+  static constexpr int kQBytes = kQChunkBytes * kChunks;
+  static constexpr int kKVBytes = kKVChunkBytes * kChunks;
+
+  // Shared-memory map, offsets from a 1024-byte-aligned base (the swizzle needs it).
+  static constexpr int kOffQ = 0;
+  static constexpr int kOffK = kOffQ + kQBytes;
+  static constexpr int kOffV = kOffK + kStages * kKVBytes;
+  static constexpr int kOffBarriers = kOffV + kStages * kKVBytes;
+  // mbarriers: q_full, q_empty, k_full[S], k_empty[S], v_full[S], v_empty[S] (8 bytes each).
+  static constexpr int kNumBarriers = 2 + 4 * kStages;
+  static constexpr int kSmemUsed = kOffBarriers + 8 * kNumBarriers;
+  // Dynamic shared memory is only 16-byte aligned: ask for 1024 more and align by hand.
+  static constexpr int kSmemBytes = kSmemUsed + kSwizzleAtomBytes;
+
+  static_assert(kQChunkBytes % kSwizzleAtomBytes == 0 && kKVChunkBytes % kSwizzleAtomBytes == 0, "alignment");
+  static_assert(kSmemBytes <= kMaxSmemSm90, "shared memory over the 227 KB per-block limit");
+
+  // Per-thread accumulator registers: S is m64 x kBlockN, O is m64 x kHeadDim, over 128 threads.
+  static constexpr int kSRegs = kBlockN / 2;
+  static constexpr int kORegs = kHeadDim / 2;
+  static constexpr int kPRegs = kBlockN / 4;  // P packed two 16-bit values per register
+};
+
+// The configs compiled into the extension, by head dim (what the launcher and the check tools use).
+template <int kHeadDim>
+struct Sm90DefaultConfig;
+template <>
+struct Sm90DefaultConfig<64> {
+  using Traits = Sm90FwdTraits<64, 128, 2, true>;
+};
+template <>
+struct Sm90DefaultConfig<128> {
+  using Traits = Sm90FwdTraits<128, 128, 2, true>;
+};
+template <>
+struct Sm90DefaultConfig<256> {
+  using Traits = Sm90FwdTraits<256, 80, 2, true>;
+};
+
+// Head dims run by each instantiation: any multiple of 8 up to the instantiated one is served by
+// the next instantiation up (TMA zero-fills the missing columns, the epilogue clips them).
+constexpr int sm90_round_head_dim(int d) { return d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : 0; }
+
+}  // namespace sm90
+}  // namespace flashattn

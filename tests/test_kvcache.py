@@ -1,0 +1,586 @@
+"""flash_attn_with_kvcache: split-KV decoding against a KV cache, with in-place append.
+
+CPU (run everywhere, CI included):
+  * the bad-inputs table, on fake CUDA tensors (FakeTensorMode), like tests/test_validation.py;
+  * valid calls reach the op (its fake kernel) with the right output metadata, and without the
+    extension they fail with the build message;
+  * the op's schema marks exactly k_cache and v_cache as mutated, and torch.compile(fullgraph=True)
+    traces through it with the mutation carried back to the caller's caches (aot_eager with a
+    stand-in CPU kernel registered for the duration of the test);
+  * the split heuristic and the tile configs (csrc/flash_decode/decode_traits.h, plain C++
+    compiled with the host compiler).
+GPU (`gpu` marker; they also skip themselves without CUDA or the built extension):
+  * Hypothesis over batch, GQA heads, per-batch cache lengths, Sq 1..16 (and a few larger), head
+    dims, dtypes, causal, scale, forced splits 1..128 and the heuristic, with and without
+    appending: every batch against the float64 reference under the suite's criterion
+    (tests/numerics.py: max err <= 2 x SDPA-math same-dtype err + 1e-5, LSE, empty rows), the
+    append checked bitwise (new rows written, everything else untouched), cache rows past each
+    sequence filled with NaN (they must never leak into the result), outputs poisoned;
+  * long caches with many splits, causal rows that see no key, odd layouts of the caches;
+  * torch.compile(fullgraph=True) and CUDA-graph capture/replay with new cache_seqlens values.
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import flashattn
+from numerics import assert_attention_matches
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+F16, BF16, F32, I32 = torch.float16, torch.bfloat16, torch.float32, torch.int32
+NONE, BOTTOM_RIGHT = flashattn.CAUSAL_NONE, flashattn.CAUSAL_BOTTOM_RIGHT
+
+HAVE_GPU = torch.cuda.is_available() and flashattn.extension_available()
+needs_gpu = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not HAVE_GPU, reason="needs a CUDA GPU and the built flashattn extension"),
+]
+
+
+def gpu_test(fn):
+    for mark in needs_gpu:
+        fn = mark(fn)
+    return fn
+
+
+kvcache = flashattn.flash_attn_with_kvcache
+Maker = Callable[..., torch.Tensor]
+
+# ==== bad inputs (CPU, fake CUDA tensors) =========================================================
+
+B, SQ, HQ, HK, SK, D = 2, 1, 8, 2, 64, 64
+Q = (B, SQ, HQ, D)
+CACHE = (B, SK, HK, D)
+NEW = (B, 1, HK, D)
+
+
+@dataclass(frozen=True)
+class BadInput:
+    id: str
+    call: Callable[[Maker], object]
+    error: type[Exception]
+    match: str
+
+
+def _caches(mk: Maker, shape=CACHE, **kw):
+    return mk(*shape, **kw), mk(*shape, **kw)
+
+
+def _seqlens(mk: Maker, n=B, dtype=I32, device="cuda"):
+    return mk(n, dtype=dtype, device=device)
+
+
+BAD_INPUTS = [
+    BadInput("q-float32", lambda mk: kvcache(mk(*Q, dtype=F32), *_caches(mk, dtype=F32)), TypeError, "q.dtype must be torch.float16 or torch.bfloat16, got torch.float32"),
+    BadInput("q-not-a-tensor", lambda mk: kvcache([[1.0]], *_caches(mk)), TypeError, "q must be a torch.Tensor, got list"),
+    BadInput("cache-not-a-tensor", lambda mk: kvcache(mk(*Q), None, mk(*CACHE)), TypeError, "k_cache must be a torch.Tensor, got NoneType"),
+    BadInput("q-rank-3", lambda mk: kvcache(mk(B, HQ, D), *_caches(mk)), ValueError, "q must have at least 4 dimensions"),
+    BadInput("cache-rank-5", lambda mk: kvcache(mk(*Q), *_caches(mk, (1, *CACHE))), ValueError, "k_cache must be 4-D [batch, seqlen, heads, head_dim]"),
+    BadInput("mixed-dtypes", lambda mk: kvcache(mk(*Q, dtype=BF16), *_caches(mk)), TypeError, "q, k_cache and v_cache must share one dtype"),
+    BadInput("q-on-cpu", lambda mk: kvcache(mk(*Q, device="cpu"), *_caches(mk, device="cpu")), ValueError, "q must be on a CUDA device, got device cpu"),
+    BadInput("cache-on-cpu", lambda mk: kvcache(mk(*Q), mk(*CACHE, device="cpu"), mk(*CACHE)), ValueError, "k_cache must be on a CUDA device"),
+    BadInput("head-dim-12", lambda mk: kvcache(mk(B, SQ, HQ, 12), *_caches(mk, (B, SK, HK, 12))), ValueError, "head dim (q.shape[-1]) must be a multiple of 8 in [8, 256], got 12"),
+    BadInput("head-dim-264", lambda mk: kvcache(mk(B, SQ, HQ, 264), *_caches(mk, (B, SK, HK, 264))), ValueError, "must be a multiple of 8 in [8, 256], got 264"),
+    BadInput("cache-shapes-differ", lambda mk: kvcache(mk(*Q), mk(*CACHE), mk(B, SK + 1, HK, D)), ValueError, "k_cache and v_cache must have the same shape"),
+    BadInput("cache-batch-differs", lambda mk: kvcache(mk(*Q), *_caches(mk, (B + 1, SK, HK, D))), ValueError, "k_cache batch size (3) must equal q's (2)"),
+    BadInput("cache-head-dim-differs", lambda mk: kvcache(mk(*Q), *_caches(mk, (B, SK, HK, 32))), ValueError, "k_cache head dim (32) must equal q's (64)"),
+    BadInput("heads-not-multiple", lambda mk: kvcache(mk(B, SQ, 6, D), *_caches(mk, (B, SK, 4, D))), ValueError, "q heads (6) must be a multiple of k_cache/v_cache heads (4)"),
+    BadInput("cache-last-dim-strided", lambda mk: kvcache(mk(*Q), mk(*CACHE, strides=(SK * HK * 2 * D, HK * 2 * D, 2 * D, 2)), mk(*CACHE)), ValueError, "k_cache must have a contiguous last dimension"),
+    BadInput("cache-row-stride-not-8", lambda mk: kvcache(mk(*Q), mk(*CACHE), mk(*CACHE, strides=(SK * HK * (D + 4), HK * (D + 4), D + 4, 1))), ValueError, "v_cache must have strides of dims 0-2 and a storage offset that are multiples of 8 elements"),
+    BadInput("k-without-v", lambda mk: kvcache(mk(*Q), *_caches(mk), k=mk(*NEW), cache_seqlens=3), ValueError, "k and v must be given together (got k a tensor, v None)"),
+    BadInput("v-without-k", lambda mk: kvcache(mk(*Q), *_caches(mk), v=mk(*NEW), cache_seqlens=3), ValueError, "k and v must be given together (got k None, v a tensor)"),
+    BadInput("k-heads-differ", lambda mk: kvcache(mk(*Q), *_caches(mk), k=mk(B, 1, HK + 1, D), v=mk(B, 1, HK + 1, D), cache_seqlens=3), ValueError, "k must be [B=2, Sq_new, Hk=2, D=64] to match the cache, got shape (2, 1, 3, 64)"),
+    BadInput("k-batch-differs", lambda mk: kvcache(mk(*Q), *_caches(mk), k=mk(1, 1, HK, D), v=mk(1, 1, HK, D), cache_seqlens=3), ValueError, "k must be [B=2, Sq_new, Hk=2, D=64]"),
+    BadInput("v-shape-differs", lambda mk: kvcache(mk(*Q), *_caches(mk), k=mk(*NEW), v=mk(B, 2, HK, D), cache_seqlens=3), ValueError, "v must have k's shape (2, 1, 2, 64), got (2, 2, 2, 64)"),
+    BadInput("k-dtype-differs", lambda mk: kvcache(mk(*Q), *_caches(mk), k=mk(*NEW, dtype=BF16), v=mk(*NEW, dtype=BF16), cache_seqlens=3), TypeError, "k and v must have q's dtype torch.float16"),
+    BadInput("k-on-cpu", lambda mk: kvcache(mk(*Q), *_caches(mk), k=mk(*NEW, device="cpu"), v=mk(*NEW, device="cpu"), cache_seqlens=3), ValueError, "k must be on a CUDA device"),
+    BadInput("k-rows-exceed-cache", lambda mk: kvcache(mk(*Q), *_caches(mk), k=mk(B, SK + 1, HK, D), v=mk(B, SK + 1, HK, D), cache_seqlens=_seqlens(mk)), ValueError, "k/v have 65 new rows but the cache holds only Sk_max = 64"),
+    BadInput("append-without-seqlens", lambda mk: kvcache(mk(*Q), *_caches(mk), k=mk(*NEW), v=mk(*NEW)), ValueError, "cache_seqlens is required when appending k/v"),
+    BadInput("seqlens-int64", lambda mk: kvcache(mk(*Q), *_caches(mk), cache_seqlens=_seqlens(mk, dtype=torch.int64)), TypeError, "cache_seqlens must be an int32 tensor, got dtype torch.int64"),
+    BadInput("seqlens-float", lambda mk: kvcache(mk(*Q), *_caches(mk), cache_seqlens=_seqlens(mk, dtype=F32)), TypeError, "cache_seqlens must be an int32 tensor, got dtype torch.float32"),
+    BadInput("seqlens-wrong-length", lambda mk: kvcache(mk(*Q), *_caches(mk), cache_seqlens=_seqlens(mk, n=B + 1)), ValueError, "cache_seqlens must have shape [B] = [2], got [3]"),
+    BadInput("seqlens-2d", lambda mk: kvcache(mk(*Q), *_caches(mk), cache_seqlens=mk(B, 1, dtype=I32)), ValueError, "cache_seqlens must have shape [B] = [2], got [2, 1]"),
+    BadInput("seqlens-on-cpu", lambda mk: kvcache(mk(*Q), *_caches(mk), cache_seqlens=_seqlens(mk, device="cpu")), ValueError, "cache_seqlens must be on q's device cuda:0, got cpu"),
+    BadInput("seqlens-python-float", lambda mk: kvcache(mk(*Q), *_caches(mk), cache_seqlens=3.0), TypeError, "cache_seqlens must be an int32 tensor, an int or None, got float"),
+    BadInput("seqlens-bool", lambda mk: kvcache(mk(*Q), *_caches(mk), cache_seqlens=True), TypeError, "cache_seqlens must be an int32 tensor, an int or None, got bool"),
+    BadInput("seqlens-int-too-large", lambda mk: kvcache(mk(*Q), *_caches(mk), cache_seqlens=SK + 1), ValueError, "cache_seqlens must be in [0, Sk_max = 64], got 65"),
+    BadInput("seqlens-int-negative", lambda mk: kvcache(mk(*Q), *_caches(mk), cache_seqlens=-1), ValueError, "cache_seqlens must be in [0, Sk_max = 64], got -1"),
+    BadInput("append-overflows-cache", lambda mk: kvcache(mk(*Q), *_caches(mk), k=mk(B, 2, HK, D), v=mk(B, 2, HK, D), cache_seqlens=SK - 1), ValueError, "cache_seqlens must be in [0, Sk_max - Sq_new = 64 - 2], got 63"),
+    BadInput("num-splits-negative", lambda mk: kvcache(mk(*Q), *_caches(mk), num_splits=-1), ValueError, "num_splits must be >= 0 (0: heuristic, 1: no split), got -1"),
+    BadInput("num-splits-float", lambda mk: kvcache(mk(*Q), *_caches(mk), num_splits=2.0), TypeError, "num_splits must be an int, got float"),
+    BadInput("num-splits-bool", lambda mk: kvcache(mk(*Q), *_caches(mk), num_splits=True), TypeError, "num_splits must be an int, got bool"),
+    BadInput("scale-nan", lambda mk: kvcache(mk(*Q), *_caches(mk), softmax_scale=math.nan), ValueError, "scale must be finite, got nan"),
+]
+BAD_INPUT_PARAMS = [pytest.param(row, id=row.id) for row in BAD_INPUTS]
+
+
+def fake_maker(*shape: int, dtype: torch.dtype = F16, device: str = "cuda", strides: tuple[int, ...] | None = None) -> torch.Tensor:
+    if strides is None:
+        return torch.empty(shape, dtype=dtype, device=device)
+    return torch.empty_strided(shape, strides, dtype=dtype, device=device)
+
+
+def real_maker(*shape: int, dtype: torch.dtype = F16, device: str = "cuda", strides: tuple[int, ...] | None = None) -> torch.Tensor:
+    if dtype in (I32, torch.int64):
+        return torch.zeros(shape, dtype=dtype, device=device)
+    values = torch.randn(shape, dtype=F32, device=device).to(dtype)
+    if strides is None:
+        return values
+    return torch.empty_strided(shape, strides, dtype=dtype, device=device).copy_(values)
+
+
+@pytest.mark.parametrize("row", BAD_INPUT_PARAMS)
+def test_bad_input_is_refused(row: BadInput) -> None:
+    with FakeTensorMode(), pytest.raises(row.error) as info:
+        row.call(fake_maker)
+    assert row.match in str(info.value)
+
+
+def test_bad_input_on_real_cpu_tensors_names_the_device() -> None:
+    with pytest.raises(ValueError, match="q must be on a CUDA device, got device cpu"):
+        kvcache(torch.zeros(Q, dtype=F16), torch.zeros(CACHE, dtype=F16), torch.zeros(CACHE, dtype=F16))
+
+
+def _valid_calls(mk: Maker):
+    """(description, call) pairs of valid calls covering every argument form."""
+    seqlens = _seqlens(mk)
+    return [
+        ("full cache", lambda: kvcache(mk(*Q), *_caches(mk), return_lse=True)),
+        ("int seqlens, causal", lambda: kvcache(mk(*Q), *_caches(mk), cache_seqlens=5, causal=True, return_lse=True)),
+        ("tensor seqlens, append", lambda: kvcache(mk(*Q), *_caches(mk), k=mk(*NEW), v=mk(*NEW), cache_seqlens=seqlens, return_lse=True)),
+        ("Sq=16, MQA, forced splits", lambda: kvcache(mk(B, 16, HQ, D), *_caches(mk, (B, SK, 1, D)), num_splits=7, return_lse=True)),
+        ("bhsd cache view, D=256", lambda: kvcache(mk(B, SQ, HQ, 256), *_caches(mk, (B, SK, HK, 256), strides=(HK * SK * 256, 256, SK * 256, 1)), softmax_scale=0.0, return_lse=True)),
+        ("append with int seqlens", lambda: kvcache(mk(*Q), *_caches(mk), k=mk(B, 3, HK, D), v=mk(B, 3, HK, D), cache_seqlens=SK - 3, return_lse=True)),
+    ]
+
+
+def test_valid_inputs_reach_the_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Valid calls pass validation and the fake kernel gives out [B, Sq, Hq, D] in q's dtype and
+    lse float32 [B, Hq, Sq]; so each bad-input row fails because of its one bad input."""
+    monkeypatch.setattr(flashattn._ext, "require_extension", lambda: None)
+    with FakeTensorMode():
+        for what, call in _valid_calls(fake_maker):
+            out, lse = call()
+            b, hq = out.shape[0], out.shape[2]
+            assert out.dim() == 4 and out.dtype == F16 and out.device.type == "cuda", what
+            assert lse.shape == (b, hq, out.shape[1]) and lse.dtype == F32, what
+        out = kvcache(fake_maker(*Q), *_caches(fake_maker))
+        assert isinstance(out, torch.Tensor) and out.shape == Q
+
+
+@pytest.mark.skipif(flashattn.extension_available(), reason="the extension is built here")
+def test_without_the_extension_a_valid_call_says_how_to_build() -> None:
+    with FakeTensorMode(), pytest.raises(RuntimeError, match="CUDA extension is not built"):
+        kvcache(fake_maker(*Q), *_caches(fake_maker))
+
+
+# ==== the op's schema and torch.compile (CPU) ======================================================
+
+
+def test_schema_marks_exactly_the_caches_as_mutated() -> None:
+    schema = torch.ops.flashattn.fwd_kvcache.default._schema
+    written = {a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write}
+    assert written == {"k_cache", "v_cache"}, str(schema)
+    assert all(r.alias_info is None for r in schema.returns), "outputs are fresh tensors, never views of inputs"
+
+
+def _cpu_standin(q, k_cache, v_cache, k, v, cache_seqlens, cache_seqlen, softmax_scale, causal, num_splits):
+    """A CPU kernel for the op, for tracing tests only: the append, and a cheap fake attention."""
+    if k is not None:
+        for b in range(q.shape[0]):
+            base = int(cache_seqlens[b]) if cache_seqlens is not None else cache_seqlen
+            k_cache[b, base : base + k.shape[1]] = k[b]
+            v_cache[b, base : base + k.shape[1]] = v[b]
+    return q * softmax_scale, torch.zeros(q.shape[0], q.shape[2], q.shape[1], dtype=F32)
+
+
+def test_torch_compile_fullgraph_carries_the_cache_mutation() -> None:
+    """torch.compile(fullgraph=True) traces the op (its fake kernel) and, from the schema's
+    mutation annotation, writes the appended rows back into the caller's caches."""
+    lib = torch.library.Library("flashattn", "IMPL")
+    try:
+        lib.impl("fwd_kvcache", _cpu_standin, "CPU")
+
+        def step(q, kc, vc, k, v, seqlens):
+            out, lse = torch.ops.flashattn.fwd_kvcache(q, kc, vc, k, v, seqlens, 0, 0.5, True, 0)
+            return out + 1, lse
+
+        compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+        q = torch.randn(2, 1, 4, 8)
+        kc, vc = torch.zeros(2, 10, 2, 8), torch.zeros(2, 10, 2, 8)
+        k, v = torch.full((2, 1, 2, 8), 2.0), torch.full((2, 1, 2, 8), 3.0)
+        seqlens = torch.tensor([2, 7], dtype=I32)
+        out, lse = compiled(q, kc, vc, k, v, seqlens)
+        torch.testing.assert_close(out, q * 0.5 + 1)
+        assert lse.shape == (2, 4, 1)
+        assert kc[0, 2].eq(2).all() and kc[1, 7].eq(2).all() and vc[1, 7].eq(3).all()
+        assert kc.sum() == 2 * 2 * 2 * 8 and vc.sum() == 3 * 2 * 2 * 8, "only the appended rows change"
+    finally:
+        lib._destroy()
+
+
+# ==== split heuristic and tile configs (plain C++, host compiler) =================================
+
+_HEURISTIC_PROBE = r"""
+#include <cstdio>
+#include <initializer_list>
+#include "flash_decode/decode_traits.h"
+using namespace flashattn;
+template <int D> void config() {
+  using T = typename DecodeTileConfig<D>::Traits;
+  std::printf("config %d %d %d %d %d\n", D, T::kNWarps, T::kStages, T::kBlockN, T::kSmemBytes);
+}
+int main() {
+  config<64>(); config<128>(); config<256>();
+  for (int d = 0; d <= 264; d += 4) std::printf("round %d %d\n", d, decode_round_head_dim(d));
+  // splits requested tiles n_blocks sm_count ctas_per_sm
+  const long tiles[] = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 4096};
+  const long blocks[] = {0, 1, 2, 3, 16, 64, 100, 256, 1024, 2048, 4096};
+  const int sms[][2] = {{132, 3}, {132, 2}, {108, 2}, {58, 1}};
+  for (long t : tiles) for (long n : blocks) for (auto& s : sms) for (int req : {0, 1, 2, 7, 100, 1000})
+    std::printf("split %d %ld %ld %d %d %d\n", req, t, n, s[0], s[1], decode_num_splits(req, t, n, s[0], s[1]));
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def heuristic_table(tmp_path_factory) -> dict:
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler (g++) to build the heuristic probe")
+    d = tmp_path_factory.mktemp("decode_heuristic")
+    (d / "probe.cpp").write_text(_HEURISTIC_PROBE)
+    subprocess.run([cxx, "-std=c++17", f"-I{ROOT / 'csrc'}", str(d / "probe.cpp"), "-o", str(d / "probe")], check=True)
+    lines = subprocess.run([str(d / "probe")], capture_output=True, text=True, check=True).stdout.splitlines()
+    table: dict = {"config": {}, "round": {}, "split": {}}
+    for line in lines:
+        kind, *vals = line.split()
+        vals = [int(x) for x in vals]
+        if kind == "config":
+            table["config"][vals[0]] = dict(warps=vals[1], stages=vals[2], block_n=vals[3], smem=vals[4])
+        elif kind == "round":
+            table["round"][vals[0]] = vals[1]
+        else:
+            table["split"][tuple(vals[:5])] = vals[5]
+    return table
+
+
+def test_every_decode_config_fits_every_target(heuristic_table: dict) -> None:
+    """One instantiation serves sm80, sm89 and sm90: every config is under the L4's 99 KB per block."""
+    assert set(heuristic_table["config"]) == {64, 128, 256}
+    for d, c in heuristic_table["config"].items():
+        assert c["smem"] <= 99 * 1024, (d, c)
+        assert c["block_n"] == 16 * c["warps"] and c["stages"] >= 2, (d, c)
+
+
+def test_every_head_dim_maps_to_a_kernel(heuristic_table: dict) -> None:
+    for d, k in heuristic_table["round"].items():
+        if 8 <= d <= 256 and d % 8 == 0:
+            assert k in (64, 128, 256) and k >= d and (k == 64 or k // 2 < d), (d, k)
+        else:
+            assert k == -1, (d, k)
+
+
+def test_split_choice_is_bounded_and_honours_requests(heuristic_table: dict) -> None:
+    for (req, tiles, n_blocks, sm, ctas), s in heuristic_table["split"].items():
+        cap = max(1, min(128, n_blocks))
+        assert 1 <= s <= cap, (req, tiles, n_blocks, sm, ctas, s)
+        if req > 0:
+            assert s == min(req, cap), "a forced split count is only clamped"
+        else:
+            bps = -(-n_blocks // s) if n_blocks else 0
+            assert n_blocks == 0 or -(-n_blocks // bps) == s, "the heuristic never leaves a split empty"
+
+
+def test_split_heuristic_fills_the_h100_on_the_decode_grid(heuristic_table: dict) -> None:
+    """The benchmark's decode shapes (GQA 32:8, D=128: 64-key blocks, 3 CTAs per SM on 132 SMs):
+    small batches split until >= 85% of the GPU's CTA slots are busy; large grids do not split."""
+    split = heuristic_table["split"]
+    slots = 132 * 3
+    for tiles in (8, 64):  # B = 1, 8 with 8 KV heads
+        for n_blocks in (1024, 2048):  # Sk = 64k, 128k
+            s = split[(0, tiles, n_blocks, 132, 3)]
+            assert tiles * s >= 0.85 * slots, (tiles, n_blocks, s)
+    assert split[(0, 4096, 2048, 132, 3)] == 1
+    assert split[(0, 8, 16, 132, 3)] == 16, "Sk=1k, B=1: one 64-key block per split"
+
+
+# ==== GPU: numerics, append, properties ============================================================
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view({2: torch.int16, 4: torch.int32}[t.element_size()])
+
+
+CACHE_LAYOUTS = ("contiguous", "bhsd", "slice_heads", "slice_seq", "pad_dim")
+
+
+def make_cache(shape, layout: str, dtype, gen, device) -> torch.Tensor:
+    """A [B, S, H, D] cache laid out as `layout` (strides multiples of 8, as the op requires)."""
+    b, s, h, d = shape
+
+    def randn(*size):
+        return torch.randn(*size, generator=gen, device=device, dtype=F32).to(dtype)
+
+    if layout == "contiguous":
+        return randn(b, s, h, d)
+    if layout == "bhsd":
+        return randn(b, h, s, d).transpose(1, 2)
+    if layout == "slice_heads":
+        return randn(b, s, h + 1, d)[:, :, 1:]
+    if layout == "slice_seq":
+        return randn(b, s + 3, h, d)[:, 3:]
+    if layout == "pad_dim":
+        return randn(b, s, h, d + 8)[..., :d]
+    raise ValueError(layout)
+
+
+@dataclass(frozen=True)
+class KVCacheSpec:
+    batch: int
+    seqlen_q: int
+    heads_q: int
+    heads_kv: int
+    head_dim: int
+    seqlen_k_max: int
+    seqlen_new: int  # rows appended (0: no k/v)
+    cache_lens: tuple[int, ...] | int | None  # per batch (tensor), one int, or None (= Sk_max)
+    dtype: torch.dtype
+    causal: bool
+    scale: float | None
+    num_splits: int
+    layout: str
+    q_transposed: bool  # q as a [B, H, S, D] buffer's transpose
+    magnitude: float
+    seed: int
+
+    def __repr__(self) -> str:
+        return (
+            f"KVCacheSpec(B={self.batch} Sq={self.seqlen_q} Hq={self.heads_q} Hk={self.heads_kv} D={self.head_dim} "
+            f"Sk_max={self.seqlen_k_max} Sq_new={self.seqlen_new} cache_seqlens={self.cache_lens} "
+            f"{str(self.dtype).replace('torch.', '')} causal={self.causal} scale={self.scale} "
+            f"num_splits={self.num_splits} cache={self.layout} q_bhsd={self.q_transposed} x{self.magnitude:g} seed={self.seed})"
+        )
+
+
+@st.composite
+def kvcache_specs(draw, max_batch: int = 4, max_seqlen_k: int = 300) -> KVCacheSpec:
+    heads_kv = draw(st.integers(1, 4))
+    heads_q = heads_kv * draw(st.sampled_from((1, 2, 3, 4, 8)))
+    batch = draw(st.integers(1, max_batch))
+    seqlen_q = draw(st.one_of(st.integers(1, 16), st.sampled_from((1, 1, 17, 40))))
+    seqlen_k_max = draw(st.one_of(st.integers(1, 70), st.sampled_from((1, 31, 32, 33, 63, 64, 65, 128, 129, 257)), st.integers(1, max_seqlen_k)))
+    seqlen_new = draw(st.one_of(st.just(0), st.integers(1, min(16, seqlen_k_max)), st.just(min(seqlen_q, seqlen_k_max))))
+    room = seqlen_k_max - seqlen_new
+    form = draw(st.sampled_from(("tensor", "tensor", "int", "none") if seqlen_new == 0 else ("tensor", "tensor", "int")))
+    if form == "tensor":
+        lens = tuple(draw(st.lists(st.one_of(st.integers(0, room), st.just(room), st.just(0)), min_size=batch, max_size=batch)))
+    elif form == "int":
+        lens = draw(st.integers(0, room))
+    else:
+        lens = None
+    return KVCacheSpec(
+        batch=batch,
+        seqlen_q=seqlen_q,
+        heads_q=heads_q,
+        heads_kv=heads_kv,
+        head_dim=draw(st.one_of(st.sampled_from((64, 128, 256)), st.integers(1, 32).map(lambda x: 8 * x))),
+        seqlen_k_max=seqlen_k_max,
+        seqlen_new=seqlen_new,
+        cache_lens=lens,
+        dtype=draw(st.sampled_from((F16, BF16))),
+        causal=draw(st.booleans()),
+        scale=draw(st.one_of(st.none(), st.just(0.0), st.floats(-1.0, 1.0, allow_nan=False, width=32))),
+        num_splits=draw(st.sampled_from((0, 0, 1, 2, 3, 5, 16, 64, 128))),
+        layout=draw(st.sampled_from(CACHE_LAYOUTS)),
+        q_transposed=draw(st.booleans()),
+        magnitude=draw(st.sampled_from((1.0, 30.0))),
+        seed=draw(st.integers(0, 2**31 - 1)),
+    )
+
+
+def run_and_check(spec: KVCacheSpec, device: torch.device) -> None:
+    """One call under `spec`, checked against the reference batch by batch, the append bitwise."""
+    gen = torch.Generator(device=device).manual_seed(spec.seed)
+    b, sq, hq, hk, d = spec.batch, spec.seqlen_q, spec.heads_q, spec.heads_kv, spec.head_dim
+    dt = spec.dtype
+    if spec.q_transposed:
+        q = (torch.randn(b, hq, sq, d, generator=gen, device=device) * spec.magnitude).to(dt).transpose(1, 2)
+    else:
+        q = (torch.randn(b, sq, hq, d, generator=gen, device=device) * spec.magnitude).to(dt)
+    k_cache = make_cache((b, spec.seqlen_k_max, hk, d), spec.layout, dt, gen, device)
+    v_cache = make_cache((b, spec.seqlen_k_max, hk, d), spec.layout, dt, gen, device)
+    k_new = v_new = None
+    if spec.seqlen_new:
+        k_new = torch.randn(b, spec.seqlen_new, hk, d, generator=gen, device=device).to(dt)
+        v_new = torch.randn(b, spec.seqlen_new, hk, d, generator=gen, device=device).to(dt)
+    if isinstance(spec.cache_lens, tuple):
+        lens = list(spec.cache_lens)
+        seqlens_arg = torch.tensor(lens, dtype=I32, device=device)
+    elif isinstance(spec.cache_lens, int):
+        lens = [spec.cache_lens] * b
+        seqlens_arg = spec.cache_lens
+    else:
+        lens = [spec.seqlen_k_max] * b
+        seqlens_arg = None
+    # Rows past each sequence's end hold NaN: the kernels must never let them into the result.
+    for i in range(b):
+        k_cache[i, lens[i] + spec.seqlen_new :] = float("nan")
+        v_cache[i, lens[i] + spec.seqlen_new :] = float("nan")
+    expect_k, expect_v = k_cache.clone(), v_cache.clone()
+    for i in range(b):
+        if spec.seqlen_new:
+            expect_k[i, lens[i] : lens[i] + spec.seqlen_new] = k_new[i]
+            expect_v[i, lens[i] : lens[i] + spec.seqlen_new] = v_new[i]
+    k_ptr = k_cache.data_ptr()
+
+    from gpu_helpers import poison_cuda_allocator
+
+    poison_cuda_allocator(device)
+    out, lse = kvcache(
+        q, k_cache, v_cache, k_new, v_new, cache_seqlens=seqlens_arg, softmax_scale=spec.scale,
+        causal=spec.causal, num_splits=spec.num_splits, return_lse=True,
+    )
+    torch.cuda.synchronize(device)
+    assert k_cache.data_ptr() == k_ptr
+    for name, got, want in (("k_cache", k_cache, expect_k), ("v_cache", v_cache, expect_v)):
+        differ = int((bits(got) != bits(want)).sum())
+        assert differ == 0, f"{spec}: {name}: {differ} elements differ from the expected in-place append"
+    mode = BOTTOM_RIGHT if spec.causal else NONE
+    for i in range(b):
+        n = lens[i] + spec.seqlen_new
+        assert_attention_matches(
+            out[i : i + 1], lse[i : i + 1], q[i : i + 1], expect_k[i : i + 1, :n], expect_v[i : i + 1, :n],
+            spec.scale, mode, context=f"{spec} batch {i} (seqlen_k {n})",
+        )
+
+
+@gpu_test
+@given(spec=kvcache_specs())
+def test_kvcache_matches_reference(spec: KVCacheSpec, device: torch.device) -> None:
+    run_and_check(spec, device)
+
+
+def _spec(**kw) -> KVCacheSpec:
+    base = dict(batch=2, seqlen_q=1, heads_q=32, heads_kv=8, head_dim=128, seqlen_k_max=4096, seqlen_new=0,
+                cache_lens=None, dtype=BF16, causal=False, scale=None, num_splits=0, layout="contiguous",
+                q_transposed=False, magnitude=1.0, seed=0)
+    base.update(kw)
+    return KVCacheSpec(**base)
+
+
+LONG_CASES = [
+    _spec(),
+    _spec(cache_lens=(4000, 17), num_splits=128),
+    _spec(seqlen_k_max=33000, cache_lens=(32999, 1025), num_splits=0, causal=True, seqlen_new=1),
+    _spec(seqlen_k_max=20000, batch=1, cache_lens=19999, num_splits=1, dtype=F16, head_dim=64, heads_q=8, heads_kv=1),
+    _spec(seqlen_k_max=9000, cache_lens=(8000, 8999), head_dim=256, heads_q=16, heads_kv=2, num_splits=7, seqlen_q=4, seqlen_new=1, causal=True),
+    _spec(seqlen_k_max=5000, seqlen_q=16, heads_q=16, heads_kv=2, cache_lens=(4984, 3000), seqlen_new=16, causal=True, layout="bhsd"),
+    _spec(seqlen_k_max=3000, heads_q=8, heads_kv=8, cache_lens=(0, 2999), seqlen_new=1, causal=True, num_splits=5),
+]
+
+
+@gpu_test
+@pytest.mark.parametrize("spec", LONG_CASES, ids=repr)
+def test_long_caches_and_many_splits(spec: KVCacheSpec, device: torch.device) -> None:
+    run_and_check(spec, device)
+
+
+@gpu_test
+def test_rows_that_see_no_key_are_zero_with_lse_minus_inf(device: torch.device) -> None:
+    """Bottom-right causal with Sq > seqlen_k: the first Sq - seqlen_k rows see nothing; a batch
+    with an empty cache and nothing appended sees nothing at all."""
+    q = torch.randn(2, 12, 4, 64, device=device, dtype=F16)
+    kc = torch.randn(2, 40, 2, 64, device=device, dtype=F16)
+    vc = torch.randn(2, 40, 2, 64, device=device, dtype=F16)
+    for splits in (1, 3):
+        out, lse = kvcache(q, kc, vc, cache_seqlens=torch.tensor([5, 0], dtype=I32, device=device), causal=True,
+                           num_splits=splits, return_lse=True)
+        assert (out[0, :7] == 0).all() and torch.isneginf(lse[0, :, :7]).all()
+        assert torch.isfinite(lse[0, :, 7:]).all()
+        assert (out[1] == 0).all() and torch.isneginf(lse[1]).all()
+        assert_attention_matches(out[:1], lse[:1], q[:1], kc[:1, :5], vc[:1, :5], None, BOTTOM_RIGHT)
+
+
+@gpu_test
+def test_split_count_does_not_change_the_result_beyond_rounding(device: torch.device) -> None:
+    gen = torch.Generator(device=device).manual_seed(3)
+    q = torch.randn(1, 1, 32, 128, generator=gen, device=device).to(BF16)
+    kc = torch.randn(1, 16384, 8, 128, generator=gen, device=device).to(BF16)
+    vc = torch.randn(1, 16384, 8, 128, generator=gen, device=device).to(BF16)
+    ref, ref_lse = kvcache(q, kc, vc, num_splits=1, return_lse=True)
+    for splits in (0, 2, 17, 128):
+        out, lse = kvcache(q, kc, vc, num_splits=splits, return_lse=True)
+        torch.testing.assert_close(lse, ref_lse, atol=1e-4, rtol=1e-5)
+        torch.testing.assert_close(out.float(), ref.float(), atol=2e-2, rtol=0)
+
+
+def _decode_step_inputs(device: torch.device):
+    gen = torch.Generator(device=device).manual_seed(7)
+    b, hq, hk, d, sk = 3, 16, 4, 128, 2048
+    q = torch.randn(b, 1, hq, d, generator=gen, device=device).to(BF16)
+    kc = torch.randn(b, sk, hk, d, generator=gen, device=device).to(BF16)
+    vc = torch.randn(b, sk, hk, d, generator=gen, device=device).to(BF16)
+    k = torch.randn(b, 1, hk, d, generator=gen, device=device).to(BF16)
+    v = torch.randn(b, 1, hk, d, generator=gen, device=device).to(BF16)
+    seqlens = torch.tensor([100, 2047, 1000], dtype=I32, device=device)
+    return q, kc, vc, k, v, seqlens
+
+
+@gpu_test
+def test_torch_compile_fullgraph_on_gpu(device: torch.device) -> None:
+    q, kc, vc, k, v, seqlens = _decode_step_inputs(device)
+    kc2, vc2 = kc.clone(), vc.clone()
+
+    def step(q, kc, vc, k, v, seqlens):
+        return flashattn.flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, causal=True, return_lse=True)
+
+    want_out, want_lse = step(q, kc, vc, k, v, seqlens)
+    got_out, got_lse = torch.compile(step, fullgraph=True)(q, kc2, vc2, k, v, seqlens)
+    torch.testing.assert_close(got_out, want_out, atol=0, rtol=0)
+    torch.testing.assert_close(got_lse, want_lse, atol=0, rtol=0)
+    assert bool((bits(kc2) == bits(kc)).all()) and bool((bits(vc2) == bits(vc)).all()), "compiled append differs"
+
+
+@gpu_test
+def test_cuda_graph_replay_follows_new_cache_seqlens(device: torch.device) -> None:
+    """No host sync in the op: it captures; replays read the current cache_seqlens values."""
+    q, kc, vc, k, v, seqlens = _decode_step_inputs(device)
+    kc_eager, vc_eager = kc.clone(), vc.clone()
+    static = dict(q=q.clone(), k=k.clone(), v=v.clone(), seqlens=seqlens.clone())
+
+    def step():
+        return flashattn.flash_attn_with_kvcache(static["q"], kc, vc, static["k"], static["v"],
+                                                 cache_seqlens=static["seqlens"], return_lse=True)
+
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        step()  # warm-up (first-call attribute setup, allocator)
+    torch.cuda.current_stream(device).wait_stream(side)
+    kc.copy_(kc_eager), vc.copy_(vc_eager)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        g_out, g_lse = step()
+    for new_lens in ([5, 10, 15], [2047, 0, 1024], [100, 2047, 1000]):
+        kc.copy_(kc_eager), vc.copy_(vc_eager)
+        static["seqlens"].copy_(torch.tensor(new_lens, dtype=I32, device=device))
+        graph.replay()
+        ke, ve = kc_eager.clone(), vc_eager.clone()
+        e_out, e_lse = flashattn.flash_attn_with_kvcache(q, ke, ve, k, v, cache_seqlens=static["seqlens"], return_lse=True)
+        torch.cuda.synchronize(device)
+        torch.testing.assert_close(g_out, e_out, atol=0, rtol=0)
+        torch.testing.assert_close(g_lse, e_lse, atol=0, rtol=0)
+        assert bool((bits(kc) == bits(ke)).all()), f"graph append differs for cache_seqlens {new_lens}"

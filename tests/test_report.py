@@ -1,0 +1,353 @@
+"""CPU tests of the benchmark report (tools/bench_report.py) and of the benchmark suite's pure
+parts (benchmarks/bench_common.py: grids, FLOP counting), on a hand-made pytest-benchmark JSON
+(tests/data/bench_small.json) whose numbers give exact speedups."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "data" / "bench_small.json"
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+br = _load("bench_report", ROOT / "tools" / "bench_report.py")
+bc = _load("bench_common", ROOT / "benchmarks" / "bench_common.py")
+
+
+@pytest.fixture(scope="module")
+def report():
+    return br.load(str(FIXTURE))
+
+
+def _shape(report, group):
+    (sh,) = [s for s in report.shapes if s.group == group]
+    return sh
+
+
+NC1 = "bf16 D=64 S=1024 B=16 H=32 noncausal"
+NC2 = "bf16 D=64 S=2048 B=8 H=32 noncausal"
+C1 = "bf16 D=64 S=1024 B=16 H=32 causal"
+LAT = "fp16 D=64 S=128 B=1 H=1 noncausal"
+DEC = "bf16 D=128 Sq=1 Sk=4096 B=8 H=32/8 decode"
+
+
+# ---------------------------------------------------------------------------------- the fixture
+
+
+def test_fixture_has_pytest_benchmark_structure():
+    data = json.loads(FIXTURE.read_text())
+    assert set(data) >= {"machine_info", "commit_info", "benchmarks", "datetime", "version"}
+    assert data["machine_info"]["gpu"]["name"] and data["machine_info"]["software"]["torch"]
+    for b in data["benchmarks"]:
+        assert set(b) >= {"group", "name", "fullname", "params", "param", "extra_info", "options", "stats"}
+        assert set(b["stats"]) >= {"min", "max", "mean", "median", "iqr", "rounds", "data", "iterations"}
+        assert b["options"]["timer"] == "cuda_event_timer"
+        info = b["extra_info"]
+        # the fixture's FLOPs and group names are the suite's own
+        shape = bc.Shape(
+            info["grid"],
+            info["dtype"],
+            info["b"],
+            info["hq"],
+            info["hk"],
+            info["sq"],
+            info["sk"],
+            info["d"],
+            info["causal"],
+        )
+        assert info["flops"] == shape.flops
+        assert b["group"] == shape.group
+
+
+# ---------------------------------------------------------------------------------- loading
+
+
+def test_load_groups_shapes_and_orders_implementations(report):
+    assert [s.group for s in report.shapes] == [LAT, NC1, NC2, C1, DEC]
+    assert report.impls == ["flashattn", "sdpa-flash", "sdpa-cudnn"]
+    assert report.baselines() == ["sdpa-flash", "sdpa-cudnn"]
+    assert set(_shape(report, C1).rows) == {"flashattn", "sdpa-flash"}  # cudnn skipped there
+
+
+def test_metadata(report):
+    m = report.meta
+    assert m["gpu"] == "NVIDIA H100 80GB HBM3"
+    assert m["driver"] == "580.159.04"
+    assert m["torch"] == "2.11.0+cu130"
+    assert m["cuda"] == "13.0"
+    assert m["date"].startswith("2026-11-22T21:30")
+    assert m["commit"] == "0123456789ab"
+
+
+def test_time_from_extra_info_and_fallback_to_stats_median(report):
+    assert _shape(report, NC1).rows["flashattn"].ms == pytest.approx(0.50)
+    # this one has no extra_info.median_ms: stats.median (seconds) is used
+    raw = next(
+        b
+        for b in json.loads(FIXTURE.read_text())["benchmarks"]
+        if b["group"] == NC2 and b["extra_info"]["impl"] == "sdpa-cudnn"
+    )
+    assert "median_ms" not in raw["extra_info"]
+    assert _shape(report, NC2).rows["sdpa-cudnn"].ms == pytest.approx(1.25)
+
+
+def test_tflops_and_gbps(report):
+    r = _shape(report, NC1).rows["flashattn"]
+    assert r.flops == 4 * 16 * 32 * 1024 * 1024 * 64
+    assert r.tflops == pytest.approx(137438953472 / 0.5e-3 / 1e12)  # 274.88
+    c = _shape(report, C1).rows["flashattn"]
+    assert c.flops == 4 * 16 * 32 * 64 * (1024 * 1025 // 2)
+    assert c.tflops == pytest.approx(68786585600 / 0.32e-3 / 1e12)
+    d = _shape(report, DEC).rows["flashattn"]
+    assert d.gbps == pytest.approx(2 * 128 * (2 * 8 * 32 * 1 + 2 * 8 * 8 * 4096) / 0.05e-3 / 1e9)
+
+
+# ---------------------------------------------------------------------------------- speedups
+
+
+def test_speedup_per_shape(report):
+    def sp(g, other, **kw):
+        return br.speedup(_shape(report, g), "flashattn", other, **kw)
+
+    assert sp(NC1, "sdpa-flash") == pytest.approx(1.25)
+    assert sp(NC1, "sdpa-cudnn") == pytest.approx(0.80)
+    assert sp(NC2, "sdpa-flash") == pytest.approx(2.0)
+    assert sp(NC2, "sdpa-cudnn") == pytest.approx(1.25)
+    assert sp(C1, "sdpa-flash") == pytest.approx(1.5)
+    assert sp(C1, "sdpa-cudnn") is None
+    assert sp(LAT, "sdpa-cudnn") == pytest.approx(2.0)
+    assert sp(LAT, "sdpa-cudnn", latency=True) == pytest.approx(0.040 / 0.030)
+    assert sp(NC1, "sdpa-flash", latency=True) is None  # not measured on the standard grid
+
+
+def test_geomean():
+    assert br.geomean([1.25, 2.0]) == pytest.approx(math.sqrt(2.5))
+    assert br.geomean([0.5, 2.0]) == pytest.approx(1.0)
+    assert br.geomean([None, 4.0]) == pytest.approx(4.0)
+    assert br.geomean([]) is None
+
+
+def test_summary_geomeans(report):
+    rows = {label: (n, g) for label, n, g in br.summary(report)}
+    assert list(rows) == [
+        "latency fp16 D=64 noncausal",
+        "standard bf16 D=64 noncausal",
+        "standard bf16 D=64 causal",
+        "standard (all)",
+        "decode bf16 D=128",
+        "all",
+    ]
+    n, g = rows["standard bf16 D=64 noncausal"]
+    assert n == 2
+    assert g["sdpa-flash"] == (pytest.approx(math.sqrt(2.5)), 2)
+    assert g["sdpa-cudnn"] == (pytest.approx(1.0), 2)
+    assert rows["standard bf16 D=64 causal"][1]["sdpa-cudnn"] == (None, 0)
+    n, g = rows["standard (all)"]
+    assert n == 3 and g["sdpa-flash"] == (pytest.approx(3.75 ** (1 / 3)), 3)
+    n, g = rows["all"]
+    assert n == 5
+    assert g["sdpa-flash"] == (pytest.approx(11.25**0.2), 5)  # 1.25 * 2 * 1.5 * 1.5 * 2
+    assert g["sdpa-cudnn"] == (pytest.approx(2.0 ** (1 / 3)), 3)  # 0.8 * 1.25 * 2
+    lat = {label: g for label, _, g in br.summary(report, latency=True)}
+    assert lat["latency fp16 D=64 noncausal"]["sdpa-flash"][0] == pytest.approx(1.5)
+    assert lat["decode bf16 D=128"]["sdpa-flash"][0] == pytest.approx(2.0)
+
+
+def test_ours_can_be_another_implementation():
+    rep = br.load(str(FIXTURE), ours="sdpa-flash")
+    assert rep.impls[0] == "sdpa-flash"
+    assert br.speedup(_shape(rep, NC2), "sdpa-flash", "flashattn") == pytest.approx(0.5)
+
+
+# ---------------------------------------------------------------------------------- output
+
+
+def test_markdown_tables(report):
+    md = br.markdown(report)
+    for s in ("NVIDIA H100 80GB HBM3", "580.159.04", "2.11.0+cu130", "CUDA 13.0", "2026-11-22", "0123456789ab"):
+        assert s in md
+    assert "| category | shapes | vs sdpa-flash | vs sdpa-cudnn |" in md
+    assert "| standard bf16 D=64 noncausal | 2 | 1.58x | 1.00x |" in md
+    assert "| standard bf16 D=64 causal | 1 | 1.50x | — |" in md
+    assert "| all | 5 | 1.62x | 1.26x (3) |" in md
+    assert f"| {NC1} | 274.9 | 219.9 | 343.6 | 1.25x | 0.80x |" in md
+    assert f"| {C1} | 215.0 | 143.3 | — | 1.50x | — |" in md
+    assert f"| {LAT} | 10.0 (30.0) | 15.0 (45.0) | 20.0 (40.0) | 1.50x | 2.00x |" in md
+    assert f"| {DEC} | 2687 | 1343 | — | 2.00x | — |" in md
+    # single-call latency summary: cudnn 40 us vs ours 30 us
+    assert "| latency fp16 D=64 noncausal | 1 | 1.50x | 1.33x |" in md
+
+
+def test_printed_report_has_per_group_lines(report, capsys):
+    br.print_report(report)
+    out = capsys.readouterr().out
+    assert f"[2/5] standard {NC1}: flashattn 500.0 µs 274.9 TFLOP/s | vs sdpa-flash 1.25x, sdpa-cudnn 0.80x" in out
+    assert f"[4/5] standard {C1}: flashattn 320.0 µs 215.0 TFLOP/s | vs sdpa-flash 1.50x" in out
+    assert "GPU: NVIDIA H100 80GB HBM3 (sm_90), driver 580.159.04" in out
+    assert "standard bf16 D=64 noncausal       2          1.58x          1.00x" in out
+
+
+def test_cli_markdown(tmp_path, capsys):
+    md = tmp_path / "report.md"
+    assert br.main([str(FIXTURE), "--markdown", str(md)]) == 0
+    text = md.read_text()
+    assert text.startswith("## Attention forward benchmark")
+    assert "1.58x" in text
+    assert "geometric-mean speedup" in capsys.readouterr().out
+
+
+def test_cli_png(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib not installed: the PNG part of the report is untested")
+    png = tmp_path / "bench.png"
+    assert br.main([str(FIXTURE), "--png", str(png), "--quiet"]) == 0
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(data) > 10_000
+
+
+def test_panels(report):
+    ps = {title: (xl, yl, lines) for title, xl, yl, lines in br.panels(report)}
+    _, yl, lines = ps["standard bf16 D=64 noncausal"]
+    assert yl == "TFLOP/s"
+    assert [x for x, _ in lines["flashattn"]] == [1024, 2048]
+    assert lines["sdpa-flash"][1][1] == pytest.approx(137438953472 * 2 / 2.0e-3 / 1e12)
+    assert ps["latency fp16 D=64 B=1 H=1 noncausal"][2]["flashattn"] == [(128, pytest.approx(10.0))]
+    assert ps["decode bf16 D=128 B=8 H=32/8"][0] == "Sk"
+
+
+def test_rejects_foreign_or_empty_json(tmp_path, capsys):
+    data = json.loads(FIXTURE.read_text())
+    for b in data["benchmarks"]:
+        b["extra_info"] = {}
+    bad = tmp_path / "foreign.json"
+    bad.write_text(json.dumps(data))
+    assert br.main([str(bad)]) == 2
+    assert "lacks extra_info" in capsys.readouterr().err
+    data["benchmarks"] = []
+    bad.write_text(json.dumps(data))
+    assert br.main([str(bad)]) == 2
+    assert "no benchmarks" in capsys.readouterr().err
+    assert br.main([str(tmp_path / "missing.json")]) == 2
+
+
+def test_duplicate_result_is_an_error():
+    data = json.loads(FIXTURE.read_text())
+    data["benchmarks"].append(data["benchmarks"][0])
+    with pytest.raises(br.ReportError, match="two results"):
+        br.build(data)
+
+
+# ---------------------------------------------------------------------------------- FLOPs, grids
+
+
+def _brute_pairs(sq, sk, mode):
+    n = 0
+    for i in range(sq):
+        for j in range(sk):
+            if (
+                mode == bc.CAUSAL_NONE
+                or (mode == bc.CAUSAL_TOP_LEFT and j <= i)
+                or (mode == bc.CAUSAL_BOTTOM_RIGHT and j <= i + sk - sq)
+            ):
+                n += 1
+    return n
+
+
+def test_visible_pairs_matches_brute_force():
+    for sq in range(10):
+        for sk in range(10):
+            for mode in (bc.CAUSAL_NONE, bc.CAUSAL_TOP_LEFT, bc.CAUSAL_BOTTOM_RIGHT):
+                assert bc.visible_pairs(sq, sk, mode) == _brute_pairs(sq, sk, mode), (sq, sk, mode)
+
+
+def test_causal_flops_when_sq_differs_from_sk():
+    tl, br_ = bc.CAUSAL_TOP_LEFT, bc.CAUSAL_BOTTOM_RIGHT
+    assert bc.visible_pairs(4, 8, tl) == 1 + 2 + 3 + 4
+    assert bc.visible_pairs(4, 8, br_) == 5 + 6 + 7 + 8
+    assert bc.visible_pairs(8, 4, tl) == 1 + 2 + 3 + 4 * 5
+    assert bc.visible_pairs(8, 4, br_) == 0 + 0 + 0 + 0 + 1 + 2 + 3 + 4  # the first 4 rows see no key
+    assert bc.visible_pairs(1, 131072, br_) == 131072  # decode: one query sees the whole cache
+    assert bc.visible_pairs(1, 131072, tl) == 1
+    s = 16384  # Sq == Sk: S(S+1)/2, the halving convention up to 1 + 1/S
+    assert bc.attention_flops(1, 16, s, s, 128, tl) == 4 * 16 * 128 * s * (s + 1) // 2
+    assert bc.attention_flops(2, 3, 5, 7, 64) == 4 * 2 * 3 * 5 * 7 * 64
+    with pytest.raises(ValueError):
+        bc.visible_pairs(2, 2, "diagonal")
+
+
+def test_standard_grid():
+    shapes = bc.standard_shapes()
+    assert len(shapes) == 2 * 3 * 6 * 2
+    assert all(s.b * s.sq == 16384 and s.hq * s.d == 2048 and s.sq == s.sk for s in shapes)
+    assert {s.d for s in shapes} == {64, 128, 256}
+    assert {s.sq for s in shapes} == {512, 1024, 2048, 4096, 8192, 16384}
+    assert {(s.dtype, s.causal) for s in shapes} == {("bf16", False), ("bf16", True), ("fp16", False), ("fp16", True)}
+    assert len({s.group for s in shapes}) == len(shapes)
+    assert "bf16 D=128 S=4096 B=4 H=16 causal" in {s.group for s in shapes}
+    assert 0 < sum(s.quick for s in shapes) < len(shapes)
+
+
+def test_latency_and_decode_grids():
+    lat = bc.latency_shapes()
+    assert {(s.b, s.hq, s.sq) for s in lat} >= {(1, 1, 32), (1, 1, 512), (8, 16, 512)}
+    assert all(s.dtype == "fp16" and s.d == 64 for s in lat)
+    dec = bc.decode_shapes()
+    assert {s.b for s in dec} == {1, 8, 64} and {s.sq for s in dec} == {1}
+    assert all(s.hq == 32 and s.hk == 8 and s.d == 128 and not s.causal for s in dec)
+    assert min(s.sk for s in dec) == 1024 and max(s.sk for s in dec) == 131072
+    all_groups = [s.group for s in lat + bc.standard_shapes() + dec]
+    assert len(set(all_groups)) == len(all_groups)
+
+
+def test_calls_per_round():
+    assert bc.calls_per_round(0.01, 1.0, 1000) == 100
+    assert bc.calls_per_round(0.3, 1.0, 1000) == 4
+    assert bc.calls_per_round(5.0, 1.0, 1000) == 1
+    assert bc.calls_per_round(1e-6, 1.0, 1000) == 1000
+    assert bc.calls_per_round(0.0, 1.0, 50) == 50
+
+
+def test_selected_impls(monkeypatch):
+    monkeypatch.delenv("FLASHATTN_BENCH_IMPLS", raising=False)
+    assert bc.selected_impls(bc.DEFAULT_IMPLS) == list(bc.DEFAULT_IMPLS)
+    monkeypatch.setenv("FLASHATTN_BENCH_IMPLS", "flashattn, sdpa-cudnn,flashattn-portable")
+    assert bc.selected_impls(bc.DEFAULT_IMPLS) == ["flashattn", "sdpa-cudnn", "flashattn-portable"]
+    monkeypatch.setenv("FLASHATTN_BENCH_IMPLS", "flashattn,nope")
+    with pytest.raises(ValueError, match="nope"):
+        bc.selected_impls(bc.DEFAULT_IMPLS)
+
+
+def test_benchmark_suite_collects_and_skips_without_gpu():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the benchmarks would run, not skip (run them with tools/run_benchmarks.sh)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHATTN_BENCH")}
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "benchmarks", "-q", "-rs", "-m", "bench and quick", "-p", "no:cacheprovider"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert " skipped" in out and "passed" not in out and "error" not in out.lower(), out
+    assert "no CUDA GPU" in out or "pytest-benchmark" in out, out

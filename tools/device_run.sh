@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# One batched GPU session, in stages that each fit a 10-minute device call. Logs go to $OUT
+# (or results/device-run), one file per step, plus a summary line per step in summary.txt.
+#
+#   bash tools/device_run.sh verify   build, Hopper lab correctness, quick_check numerics on both
+#                                     paths, decode check                          (~6-8 min on an H100)
+#   bash tools/device_run.sh suite    the GPU test suite, ci profile, timed; one planted bug
+#   bash tools/device_run.sh bench    benchmark suite + report, Hopper speed table, decode speed
+#
+# A step that fails does not stop the others; the exit status is the number of failed steps.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-results/device-run}
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+failed=0
+
+step() {  # step NAME TIMEOUT_S COMMAND...
+  local name=$1 limit=$2
+  shift 2
+  local t0=$(date +%s)
+  echo "=== $name: $*" | tee -a "$OUT/summary.txt"
+  timeout "$limit" "$@" > "$OUT/step_$name.log" 2>&1
+  local rc=$?
+  tail -25 "$OUT/step_$name.log"
+  echo "=== $name: exit $rc in $(( $(date +%s) - t0 )) s" | tee -a "$OUT/summary.txt"
+  [ $rc -eq 0 ] || failed=$((failed + 1))
+}
+
+env_info() {
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv
+  python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+  nvcc --version | tail -2
+}
+
+ensure_built() {
+  if ! python3 -c "import flashattn, sys; sys.exit(0 if flashattn.extension_available() else 1)" 2>/dev/null; then
+    step build 420 bash tools/device_build.sh
+  fi
+}
+
+case "${1:-verify}" in
+  verify)
+    env_info > "$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
+    step build 420 bash tools/device_build.sh
+    step sm90_lab_check 300 bash tools/sm90_lab.sh check
+    step quick_numerics_portable 150 env FLASHATTN_BACKEND=portable python3 tools/quick_check.py --numerics-only
+    step quick_numerics_hopper 150 env FLASHATTN_BACKEND=hopper python3 tools/quick_check.py --numerics-only
+    step decode_check 150 python3 tools/decode_check.py --no-perf-gate
+    ;;
+  suite)
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    step pytest_ci 330 env FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider --durations=15
+    step planted_causal 240 bash tools/planted_bug.sh causal
+    ;;
+  bench)
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    step benchmarks 420 bash tools/run_benchmarks.sh "$OUT/bench"
+    step sm90_speed 150 python3 tools/sm90_check.py --speed-only --quick
+    ;;
+  *)
+    echo "usage: $0 verify|suite|bench" >&2; exit 2 ;;
+esac
+cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
+echo "failed steps: $failed"
+exit $failed
