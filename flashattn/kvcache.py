@@ -40,17 +40,19 @@ def _meta(name: str, t) -> tuple[torch.Size, tuple[int, ...]]:
 
 def _check_cache_layout(name: str, t: torch.Tensor, shape, stride) -> None:
     # The caches are read and appended to in place, so a layout the kernels cannot stream 16 bytes
-    # at a time cannot be fixed by a copy: refuse it.
+    # at a time cannot be fixed by a copy: refuse it. Under torch.compile the storage offset is not
+    # traceable (a graph break); the binding still checks the data pointer's alignment there.
+    offset = 0 if torch.compiler.is_compiling() else t.storage_offset()
     if (
         (shape[0] > 1 and stride[0] % 8)
         or (shape[1] > 1 and stride[1] % 8)
         or (shape[2] > 1 and stride[2] % 8)
-        or t.storage_offset() % 8
+        or offset % 8
     ):
         raise ValueError(
             f"{name} must have strides of dims 0-2 and a storage offset that are multiples of 8 elements "
             f"(16-byte aligned rows; the cache is used in place and cannot be copied), got strides "
-            f"{stride} and storage offset {t.storage_offset()}"
+            f"{stride} and storage offset {offset}"
         )
 
 

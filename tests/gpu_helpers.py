@@ -10,28 +10,23 @@ import torch
 
 import flashattn
 
-# 0xFF bytes are NaN in float16 (0xFFFF), bfloat16 (0xFFFF) and float32 (0xFFFFFFFF) alike.
-POISON_BYTE = 0xFF
-_LARGE_POOL_BYTES = 256 << 20
-_SMALL_POOL_BLOCKS = 32  # of 1 MiB: allocations <= 1 MiB come from 2 MiB small-pool segments
-
 
 def poison_cuda_allocator(device: torch.device | str = "cuda") -> None:
-    """Make every block the caching allocator hands out next hold NaN bytes.
+    """From now on, every uninitialized CUDA allocation holds NaN (integers: their max value).
 
     flashattn allocates its own outputs, so a kernel that forgets to write some element would
-    return whatever the allocator's block held: often a correct value from an earlier call. This
-    releases the allocator's cached blocks, allocates fresh segments in both of its pools (large
-    and small), fills them with NaN and frees them back to the cache, so the next allocations are
-    carved from NaN. Call it after building the inputs and right before the call under test.
+    return whatever the allocator's block held: often a correct value from an earlier call.
+    Recycling NaN-filled blocks through the caching allocator is not reliable (cached blocks still
+    held elsewhere, block splitting, expandable segments: seen on an H100, fresh tensors came back
+    holding old values). torch's own switch is: with deterministic algorithms on and
+    `torch.utils.deterministic.fill_uninitialized_memory`, `at::empty` fills every new tensor,
+    the ones our C++ binding allocates included. `warn_only=True` keeps ops that have no
+    deterministic implementation working (they warn). The setting stays on for the session.
     """
-    torch.cuda.synchronize(device)
-    torch.cuda.empty_cache()
-    blocks = [torch.empty(_LARGE_POOL_BYTES, dtype=torch.uint8, device=device)]
-    blocks += [torch.empty(1 << 20, dtype=torch.uint8, device=device) for _ in range(_SMALL_POOL_BLOCKS)]
-    for block in blocks:
-        block.fill_(POISON_BYTE)
-    del blocks
+    del device  # process-wide setting
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    if not torch.are_deterministic_algorithms_enabled():
+        torch.use_deterministic_algorithms(True, warn_only=True)
 
 
 @contextmanager
