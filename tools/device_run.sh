@@ -6,6 +6,7 @@
 #                                     paths, decode check                          (~6-8 min on an H100)
 #   bash tools/device_run.sh suite    the GPU test suite, ci profile, timed; every planted bug
 #   bash tools/device_run.sh bench    benchmark suite + report (latency, standard and decode grids)
+#   bash tools/device_run.sh hopper   after a Hopper-path change: lab check, numerics, sm90 tests, benchmarks
 #
 # A step that fails does not stop the others; the exit status is the number of failed steps.
 set -uo pipefail
@@ -61,8 +62,16 @@ case "${1:-verify}" in
     ensure_built
     step benchmarks 480 bash tools/run_benchmarks.sh "$OUT/bench"
     ;;
+  hopper)  # after a Hopper-path change: hang-checked lab, numerics both ways, the suite's sm90 part, benchmarks
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash tools/device_build.sh
+    step sm90_lab_check 240 bash tools/sm90_lab.sh check
+    step quick_numerics_hopper 150 env FLASHATTN_BACKEND=hopper python3 tools/quick_check.py --numerics-only
+    step pytest_hopper 240 env FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider -m gpu --flashattn-backend=hopper
+    step benchmarks 300 bash tools/run_benchmarks.sh "$OUT/bench"
+    ;;
   *)
-    echo "usage: $0 verify|suite|bench" >&2; exit 2 ;;
+    echo "usage: $0 verify|suite|bench|hopper" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed"
