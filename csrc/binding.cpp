@@ -89,16 +89,6 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
 
   const flashattn::DeviceLimits dev = device_limits(q.get_device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  // The Hopper path's dynamic tile schedule takes tiles from a zeroed counter private to this
-  // call (a memset on the stream: stream-ordered, capturable in a CUDA graph).
-  at::Tensor tile_counter;
-  auto run_sm90 = [&]() {
-    if (flashattn::flash_fwd_sm90_wants_tile_counter(p, dev)) {
-      tile_counter = at::zeros({1}, q.options().dtype(at::kInt));
-      p.tile_counter = tile_counter.data_ptr<int>();
-    }
-    return flashattn::flash_fwd_sm90(p, dev, stream);
-  };
   cudaError_t err;
   if (backend == "hopper") {
     TORCH_CHECK(flashattn::flash_fwd_sm90_supported(p, dev),
@@ -106,9 +96,9 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
                 dev.cc_minor, "), an extension built with TORCH_CUDA_ARCH_LIST containing 9.0a (this build: ",
                 FLASHATTN_STR(FLASHATTN_ARCHS), "), and 16-byte aligned q/k/v with row/head/batch strides that "
                 "are multiples of 8 elements; use backend 'auto' or 'portable' otherwise");
-    err = run_sm90();
+    err = flashattn::flash_fwd_sm90(p, dev, stream);
   } else if (backend == "auto" && flashattn::flash_fwd_sm90_supported(p, dev)) {
-    err = run_sm90();
+    err = flashattn::flash_fwd_sm90(p, dev, stream);
     // Returned before any launch (a tensor map the driver refused): no sticky error, safe to retry.
     if (err == cudaErrorNotSupported) err = flashattn::flash_fwd(p, dev, stream);
   } else {

@@ -388,29 +388,12 @@ static double time_config(LaunchFn launch, int d, int s, bool causal, double* tf
 // ------------------------------------------------------------------------------------------------
 // Configs: the compiled defaults (through the public entry point) and variants
 // ------------------------------------------------------------------------------------------------
-// As the torch binding does: a zeroed tile counter for the dynamic schedule where the path asks
-// for one (one lab stream, so one buffer serves every call).
-static FwdParams with_tile_counter(const FwdParams& p, const DeviceLimits& dev, cudaStream_t s) {
-  static int* counter = nullptr;
-  FwdParams q = p;
-  if (flash_fwd_sm90_wants_tile_counter(p, dev)) {
-    if (counter == nullptr) CK(cudaMalloc(&counter, sizeof(int)));
-    CK(cudaMemsetAsync(counter, 0, sizeof(int), s));
-    q.tile_counter = counter;
-  }
-  return q;
-}
-
 template <typename Traits, typename T>
 cudaError_t launch_variant(const FwdParams& p, const DeviceLimits& dev, cudaStream_t s) {
-  return run_fwd_sm90<Traits, T>(with_tile_counter(p, dev, s), dev, s);
+  return run_fwd_sm90<Traits, T>(p, dev, s);
 }
 
-cudaError_t launch_default(const FwdParams& p, const DeviceLimits& dev, cudaStream_t s) {
-  return flash_fwd_sm90(with_tile_counter(p, dev, s), dev, s);
-}
-// The static schedule, kept for comparison (speed table) and as the path with no counter.
-cudaError_t launch_static(const FwdParams& p, const DeviceLimits& dev, cudaStream_t s) { return flash_fwd_sm90(p, dev, s); }
+cudaError_t launch_default(const FwdParams& p, const DeviceLimits& dev, cudaStream_t s) { return flash_fwd_sm90(p, dev, s); }
 
 struct Variant {
   const char* name;
@@ -524,14 +507,7 @@ int main(int argc, char** argv) {
           const double ms = bf ? time_config<__nv_bfloat16>(launch_default, d, s, causal, &tf)
                                : time_config<__half>(launch_default, d, s, causal, &tf);
           all.push_back(tf);
-          std::printf("%-5s %4d %6d %6d %9.1f (%.3f)", bf ? "bf16" : "fp16", d, s, int(causal), tf, ms);
-          if (causal) {  // the same shape on the static schedule (no tile counter)
-            double ts;
-            if (bf) time_config<__nv_bfloat16>(launch_static, d, s, causal, &ts);
-            else time_config<__half>(launch_static, d, s, causal, &ts);
-            std::printf("   static schedule %9.1f", ts);
-          }
-          std::printf("\n");
+          std::printf("%-5s %4d %6d %6d %9.1f (%.3f)\n", bf ? "bf16" : "fp16", d, s, int(causal), tf, ms);
           std::fflush(stdout);
         }
   double lg = 0;

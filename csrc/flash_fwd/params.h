@@ -40,11 +40,6 @@ struct FwdParams {
 
   DType dtype = DType::kBFloat16;
 
-  // Optional: one zeroed int32 in device memory, private to this call. The Hopper path hands
-  // its tiles out through it (dynamic persistent schedule) when flash_fwd_sm90_wants_tile_counter()
-  // says the static one would be unbalanced; null means the static schedule.
-  int* tile_counter = nullptr;
-
   void set_scale(float scale) {
     softmax_scale = scale;
     scale_log2 = scale * 1.4426950408889634f;

@@ -16,12 +16,6 @@ namespace flashattn {
 // batch/row/head strides multiples of 8 elements, nonzero where the dimension has more than one entry).
 bool flash_fwd_sm90_supported(const FwdParams& p, const DeviceLimits& dev);
 
-// True when `p` should get a FwdParams::tile_counter (a zeroed int32 private to the call): causal
-// masking gives query tiles unequal work, and with more than one wave of tiles a static
-// round-robin schedule leaves some SMs with far more of it (a CPU model of the standard grid put
-// the worst SM at up to 1.8x the mean). The counter hands tiles out in order, longest first.
-bool flash_fwd_sm90_wants_tile_counter(const FwdParams& p, const DeviceLimits& dev);
-
 // Runs the forward pass asynchronously on `stream`. Returns cudaErrorNotSupported when
 // flash_fwd_sm90_supported() is false, else the launch status.
 cudaError_t flash_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream_t stream);

@@ -94,20 +94,13 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
   };
 
   PipeState<Traits::kStages> kst, vst;
-  PipeState<Traits::kTileRing> tst;
   uint32_t q_phase = 0;
   const int batch_heads = params.batch * params.heads_q;
   const float scale_log2 = params.scale_log2;
 
   if (Traits::kPingPong && wg == 1) named_barrier_arrive(kPingPongBarrierBase + 0, kConsumerThreads);
 
-  for (;;) {
-    // The tile the producer chose (static or dynamic schedule, see mainloop.cuh).
-    sm.wait(sm.tile_full(tst.index()), tst.phase(), kTagConsumerTileFull);
-    const int t = ld_shared_s32(sm.tile_slot(tst.index()));
-    mbar_arrive(sm.tile_empty(tst.index()));
-    tst.advance();
-    if (t >= params.num_tiles) break;
+  for (int t = blockIdx.x; t < params.num_tiles; t += gridDim.x) {
     const TileCoord tc = decode_tile(t, params.num_m_blocks, params.heads_q, batch_heads, params.group_heads);
     const BlockRange r = block_range(tc.m_block, kBlockM, kBlockN, params.seqlen_q, params.seqlen_k, params.causal != 0,
                                      params.causal_offset);
@@ -169,33 +162,33 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
 
       // First (highest) key block: S, softmax, P.
       int n = r.n_blocks - 1;
-      sm.wait(sm.k_full(kst.index()), kst.phase(), kTagConsumerKFull);
+      sm.wait(sm.k_full(kst.index), kst.phase, kTagConsumerKFull);
       pingpong_enter<Traits>(wg);
-      gemm_qk(s, kst.index());
+      gemm_qk(s, kst.index);
       pingpong_leave<Traits>(wg);
       wgmma_wait<0>();
       reg_fence(s);
-      mbar_arrive(sm.k_empty(kst.index()));
+      mbar_arrive(sm.k_empty(kst.index));
       kst.advance();
       if (r.n_blocks == 1) mbar_arrive(sm.q_empty());
       scale_and_mask(s, n, n >= r.n_unmasked);
       softmax.update(s, rescale);  // rescale is 0 here and O is still 0
-      if (r.n_blocks > 1) sm.wait(sm.k_full(kst.index()), kst.phase(), kTagConsumerKFull);
+      if (r.n_blocks > 1) sm.wait(sm.k_full(kst.index), kst.phase, kTagConsumerKFull);
 
       for (n = r.n_blocks - 2; n >= 0; --n) {
         // K[n] has landed (waited at the end of the previous step). P of the previous block is
         // converted only now, once the P V that read the old P registers has completed.
         convert_p(s, p);
         pingpong_enter<Traits>(wg);
-        gemm_qk(s, kst.index());
+        gemm_qk(s, kst.index);
         rescale_o(o, rescale);
-        sm.wait(sm.v_full(vst.index()), vst.phase(), kTagConsumerVFull);
-        gemm_pv(o, p, vst.index());
+        sm.wait(sm.v_full(vst.index), vst.phase, kTagConsumerVFull);
+        gemm_pv(o, p, vst.index);
         pingpong_leave<Traits>(wg);
 
         wgmma_wait<1>();  // S = Q K[n]^T done; O += P V[n+1] may still run
         reg_fence(s);
-        mbar_arrive(sm.k_empty(kst.index()));
+        mbar_arrive(sm.k_empty(kst.index));
         kst.advance();
         scale_and_mask(s, n, n >= r.n_unmasked);
         softmax.update(s, rescale);
@@ -205,7 +198,7 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
         // block it moved the wait, and the V release after it, above the whole softmax, which
         // then no longer overlapped with P V).
         if (n > 0)
-          sm.wait(sm.k_full(kst.index()), kst.phase(), kTagConsumerKFull);
+          sm.wait(sm.k_full(kst.index), kst.phase, kTagConsumerKFull);
         else
           mbar_arrive(sm.q_empty());  // the tile's last read of Q was S = Q K[0]^T
 
@@ -213,22 +206,22 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
         reg_fence(o);
 #pragma unroll
         for (int kk = 0; kk < kPV_K; ++kk) reg_fence(p[kk]);
-        mbar_arrive(sm.v_empty(vst.index()));
+        mbar_arrive(sm.v_empty(vst.index));
         vst.advance();
       }
 
       // Last P V.
       convert_p(s, p);
       rescale_o(o, rescale);
-      sm.wait(sm.v_full(vst.index()), vst.phase(), kTagConsumerVFull);
+      sm.wait(sm.v_full(vst.index), vst.phase, kTagConsumerVFull);
       pingpong_enter<Traits>(wg);
-      gemm_pv(o, p, vst.index());
+      gemm_pv(o, p, vst.index);
       pingpong_leave<Traits>(wg);
       wgmma_wait<0>();
       reg_fence(o);
 #pragma unroll
       for (int kk = 0; kk < kPV_K; ++kk) reg_fence(p[kk]);
-      mbar_arrive(sm.v_empty(vst.index()));
+      mbar_arrive(sm.v_empty(vst.index));
       vst.advance();
       q_phase ^= 1u;
     }

@@ -152,7 +152,7 @@ bool flash_fwd_sm90_supported(const FwdParams& p, const DeviceLimits& dev) {
   if (!std::isfinite(p.softmax_scale) || !std::isfinite(p.scale_log2)) return false;
   if (p.o == nullptr || p.lse == nullptr || reinterpret_cast<uintptr_t>(p.o) % 4 != 0) return false;
   if (p.o_row_stride % 2 != 0 || p.o_head_stride % 2 != 0 || p.o_batch_stride % 2 != 0) return false;
-  const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + kBlockMAll - 1) / kBlockMAll;
+  const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + 127) / 128;
   if (m_blocks * p.batch * p.heads_q >= (int64_t(1) << 31)) return false;
   const int i = find_launcher(p.dtype, p.head_dim);
   if (i < 0 || kLaunchers[i].smem_bytes > dev.max_smem_per_block) return false;
@@ -162,11 +162,6 @@ bool flash_fwd_sm90_supported(const FwdParams& p, const DeviceLimits& dev) {
   if (!tma_tensor_ok(tq) || !tma_tensor_ok(tk) || !tma_tensor_ok(tv)) return false;
   if ((p.head_dim < kChunkCols || p.seqlen_q < 128 || p.seqlen_k < 256) && !small_tensor_boxes_ok(p.q)) return false;
   return launcher_available(i);
-}
-
-bool flash_fwd_sm90_wants_tile_counter(const FwdParams& p, const DeviceLimits& dev) {
-  const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + sm90::kBlockMAll - 1) / sm90::kBlockMAll;
-  return p.causal && m_blocks * p.batch * p.heads_q > dev.sm_count;
 }
 
 cudaError_t flash_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream_t stream) {

@@ -42,11 +42,6 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
       mbar_init(sm.v_full(s), 1);
       mbar_init(sm.v_empty(s), kConsumerThreads);
     }
-#pragma unroll
-    for (int i = 0; i < Traits::kTileRing; ++i) {
-      mbar_init(sm.tile_full(i), 1);
-      mbar_init(sm.tile_empty(i), kConsumerThreads);
-    }
     fence_barrier_init();
   }
   __syncthreads();

@@ -30,9 +30,6 @@ struct Sm90Params {
   int num_m_blocks;
   int num_tiles;
   int group_heads;  // (batch, head) pairs per L2 group
-  // Zeroed int32 per call: tiles beyond the first wave are taken with atomicAdd (dynamic
-  // schedule, balances causal work); null: CTA c takes tiles c, c + grid, ... (static).
-  int* tile_counter;
 
   int* hang_report;  // host-mapped diagnostics of a stuck wait (lab builds); null otherwise
 };

@@ -74,7 +74,6 @@ bool make_sm90_params(const FwdParams& p, Sm90Params& k) {
   k.num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   k.num_tiles = k.num_m_blocks * p.batch * p.heads_q;
   k.group_heads = l2_group_heads(p);
-  k.tile_counter = p.tile_counter;
   k.hang_report = sm90_hang_report_slot();
   return true;
 }

@@ -1,7 +1,5 @@
 // The producer of the Hopper forward kernel: one thread issues every TMA load.
 //
-// Tiles: CTA c starts with tile c; the next one is c + grid (static) or taken from a per-call
-// atomic counter (dynamic); each is published to the consumers through the tile ring (smem.cuh).
 // Per query tile (order = the consumers' order of use):
 //   K[last], Q, then for n = last .. 1: K[n-1], V[n]; then V[0]
 // (K runs one block ahead of V because the consumers compute S = Q K[n-1]^T while P V[n] is
@@ -28,31 +26,19 @@ __device__ __forceinline__ void producer_loop(const Sm90Params& params, const Sm
   prefetch_tmap(&params.tma_v);
 
   PipeState<Traits::kStages> kst, vst;
-  uint32_t published = 0;  // tiles published so far: ring slot published % kTileRing, lap parity
   uint32_t q_phase = 0;
   const int batch_heads = params.batch * params.heads_q;
 
-  // Tells the consumers which tile comes next (num_tiles or more: none, exit). One counter
-  // instead of a PipeState: this warpgroup runs on 24 registers.
-  auto publish = [&](int tile) {
-    const int slot = static_cast<int>(published % Traits::kTileRing);
-    const uint32_t lap = (published / Traits::kTileRing) & 1u;
-    sm.wait(sm.tile_empty(slot), lap ^ 1u, kTagProducerTileEmpty);
-    st_shared_s32(sm.tile_slot(slot), tile);
-    mbar_arrive(sm.tile_full(slot));
-    ++published;
-  };
-
-  auto load_tile = [&](int t) {
+  for (int t = blockIdx.x; t < params.num_tiles; t += gridDim.x) {
     const TileCoord tc = decode_tile(t, params.num_m_blocks, params.heads_q, batch_heads, params.group_heads);
     const BlockRange r = block_range(tc.m_block, kBlockM, kBlockN, params.seqlen_q, params.seqlen_k, params.causal != 0,
                                      params.causal_offset);
-    if (r.n_blocks == 0) return;  // the consumers write O = 0, LSE = -inf without any load
+    if (r.n_blocks == 0) continue;  // the consumers write O = 0, LSE = -inf without any load
     const int head_kv = tc.head_q / params.q_per_kv;
 
     auto load_kv = [&](const CUtensorMap* tmap, PipeState<Traits::kStages>& st, uint32_t tile_base, uint32_t full,
                        uint32_t empty, int n, int tag) {
-      sm.wait(empty, st.phase() ^ 1u, tag);
+      sm.wait(empty, st.phase ^ 1u, tag);
       mbar_arrive_expect_tx(full, Traits::kKVBytes);
 #pragma unroll
       for (int c = 0; c < Traits::kChunks; ++c)
@@ -60,10 +46,10 @@ __device__ __forceinline__ void producer_loop(const Sm90Params& params, const Sm
       st.advance();
     };
     auto load_k = [&](int n) {
-      load_kv(&params.tma_k, kst, sm.k(kst.index()), sm.k_full(kst.index()), sm.k_empty(kst.index()), n, kTagProducerKEmpty);
+      load_kv(&params.tma_k, kst, sm.k(kst.index), sm.k_full(kst.index), sm.k_empty(kst.index), n, kTagProducerKEmpty);
     };
     auto load_v = [&](int n) {
-      load_kv(&params.tma_v, vst, sm.v(vst.index()), sm.v_full(vst.index()), sm.v_empty(vst.index()), n, kTagProducerVEmpty);
+      load_kv(&params.tma_v, vst, sm.v(vst.index), sm.v_full(vst.index), sm.v_empty(vst.index), n, kTagProducerVEmpty);
     };
 
     load_k(r.n_blocks - 1);
@@ -81,19 +67,6 @@ __device__ __forceinline__ void producer_loop(const Sm90Params& params, const Sm
       load_v(n);
     }
     load_v(0);
-  };
-
-  // The first wave is blockIdx.x itself. Dynamic schedule: every later tile goes to whichever
-  // CTA's producer asks first, in index order (longest causal work first within an L2 group).
-  // The atomic sits after the loads: the producer runs a K/V ring ahead of the consumers, so its
-  // latency stays off their critical path.
-  int t = blockIdx.x;
-  for (;;) {
-    publish(t);
-    if (t >= params.num_tiles) break;
-    load_tile(t);
-    t = params.tile_counter != nullptr ? atomicAdd(params.tile_counter, 1) + static_cast<int>(gridDim.x)
-                                       : t + static_cast<int>(gridDim.x);
   }
 }
 

@@ -39,14 +39,6 @@ struct SmemMap {
   __device__ __forceinline__ uint32_t k_empty(int s) const { return bar(2 + Traits::kStages + s); }
   __device__ __forceinline__ uint32_t v_full(int s) const { return bar(2 + 2 * Traits::kStages + s); }
   __device__ __forceinline__ uint32_t v_empty(int s) const { return bar(2 + 3 * Traits::kStages + s); }
-  // The tile ring: the producer publishes each tile index (and a final one >= num_tiles) in
-  // slot i and arrives on tile_full(i) (count 1); every consumer thread reads it and arrives on
-  // tile_empty(i) (count 256).
-  __device__ __forceinline__ uint32_t tile_full(int i) const { return bar(2 + 4 * Traits::kStages + i); }
-  __device__ __forceinline__ uint32_t tile_empty(int i) const {
-    return bar(2 + 4 * Traits::kStages + Traits::kTileRing + i);
-  }
-  __device__ __forceinline__ uint32_t tile_slot(int i) const { return base + Traits::kOffTileSlots + 4 * i; }
 };
 
 constexpr uint32_t kConsumerThreads = 128 * 2;
@@ -56,12 +48,14 @@ constexpr uint32_t kConsumerThreads = 128 * 2;
 // fresh barrier reports complete, so the first lap does not wait.
 template <int kStages>
 struct PipeState {
-  // One counter of buffers used so far (the producer warpgroup runs on 24 registers; two fields
-  // per ring spilled there): buffer count % kStages, lap parity (count / kStages) & 1.
-  uint32_t count = 0;
-  __device__ __forceinline__ int index() const { return static_cast<int>(count % kStages); }
-  __device__ __forceinline__ uint32_t phase() const { return (count / kStages) & 1u; }
-  __device__ __forceinline__ void advance() { ++count; }
+  int index = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void advance() {
+    if (++index == kStages) {
+      index = 0;
+      phase ^= 1u;
+    }
+  }
 };
 
 // Tags printed by the hang check (FLASHATTN_SM90_HANG_CHECK) to name the stuck wait.
@@ -69,11 +63,9 @@ enum WaitTag : int {
   kTagProducerKEmpty = 1,
   kTagProducerVEmpty = 2,
   kTagProducerQEmpty = 3,
-  kTagProducerTileEmpty = 4,
   kTagConsumerQFull = 11,
   kTagConsumerKFull = 12,
   kTagConsumerVFull = 13,
-  kTagConsumerTileFull = 14,
 };
 
 }  // namespace sm90
