@@ -56,8 +56,9 @@ workflows=(.github/workflows/*.yml .github/workflows/*.yaml)
 actionlint -shellcheck "$(command -v shellcheck)" "${workflows[@]}"
 step "actionlint: ${workflows[*]}"
 
-scripts=(docker/*.sh tools/ci_static.sh tools/check_cuda128.sh)
-shellcheck "${scripts[@]}"
+# Every shell script: warnings fail the check (style and info notes do not).
+scripts=(docker/*.sh tools/*.sh .ci/run)
+shellcheck -S warning "${scripts[@]}"
 step "shellcheck $(shellcheck --version | sed -n 's/^version: //p'): ${#scripts[@]} scripts"
 
 # --- CUDA 12.8 -----------------------------------------------------------------------------------

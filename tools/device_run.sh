@@ -10,7 +10,7 @@
 #
 # A step that fails does not stop the others; the exit status is the number of failed steps.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-results/device-run}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -19,7 +19,8 @@ failed=0
 step() {  # step NAME TIMEOUT_S COMMAND...
   local name=$1 limit=$2
   shift 2
-  local t0=$(date +%s)
+  local t0
+  t0=$(date +%s)
   echo "=== $name: $*" | tee -a "$OUT/summary.txt"
   timeout "$limit" "$@" > "$OUT/step_$name.log" 2>&1
   local rc=$?

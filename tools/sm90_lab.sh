@@ -8,7 +8,7 @@
 # crashes, to say where the pipeline stuck. Logs: build/sm90_lab*.log, also copied to $OUT if set.
 # Exit status: 0 all correct; 1 a correctness failure; 2 CUDA error; 3 build failure; 124 timeout.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 mkdir -p build/sm90_lab_obj build/sm90_lab_hc_obj
 BASE="-std=c++17 -O3 --expt-relaxed-constexpr -Icsrc -gencode=arch=compute_90a,code=sm_90a -lineinfo"
 SRCS="tools/sm90_lab.cu csrc/flash_fwd_sm90/dispatch.cu $(ls csrc/flash_fwd_sm90/fwd_sm90_*.cu)"
