@@ -152,6 +152,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             for key, value in report.user_properties:
                 if str(key).startswith(_MEASURE_PREFIX):
                     rows.append(f"{report.nodeid}: {key[len(_MEASURE_PREFIX):]} = {value}")
+    # What ran where, also under -q (which hides the report header), so that a saved log of a
+    # run says which GPU, driver, torch, CUDA and build its results belong to.
+    terminalreporter.section("flashattn environment")
+    for line in pytest_report_header(config):
+        terminalreporter.write_line(line)
     if rows:
         terminalreporter.section("flashattn measurements")
         for row in rows:
