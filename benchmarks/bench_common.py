@@ -130,12 +130,11 @@ def standard_shapes() -> list[Shape]:
 
 
 # ============================================================================================
-# DECODE GRID -- waits for flashattn.flash_attn_with_kvcache (issue: decode API).
+# DECODE GRID
 # B in {1, 8, 64}, Sq = 1, Sk 1k..128k, D = 128, GQA 32 query heads : 8 KV heads, bf16.
-# The tests skip unless `hasattr(flashattn, "flash_attn_with_kvcache")`; see make_callable()
-# (decode "flashattn") for the one call to adapt once the API's signature is final. In this grid
-# "flashattn" IS flash_attn_with_kvcache (the entry point for decode, so the report's speedups are
-# the decode API's) and "flashattn-fwd" is the general forward (scaled_dot_product_attention).
+# In this grid "flashattn" IS flash_attn_with_kvcache (the entry point for decode, so the report's
+# speedups are the decode API's) and "flashattn-fwd" is the general forward
+# (scaled_dot_product_attention).
 # ============================================================================================
 DECODE_BATCHES = (1, 8, 64)
 DECODE_SEQLENS = (1024, 4096, 16384, 65536, 131072)
@@ -310,10 +309,8 @@ def make_callable(impl: str, shape: Shape, q, k, v):
             raise Unavailable(f"flashattn extension not built: {flashattn.extension_error()}")
 
         if impl == "flashattn" and shape.grid == "decode":
-            if not hasattr(flashattn, "flash_attn_with_kvcache"):
-                raise Unavailable("flashattn.flash_attn_with_kvcache not in this build (decode API pending)")
-            # ADAPT when the decode API lands: q [B,1,Hq,D], caches [B,Sk,Hk,D], full cache;
-            # returns [B,1,Hq,D], handed back as a [B,Hq,1,D] view like SDPA's output.
+            # q [B,1,Hq,D], caches [B,Sk,Hk,D], full cache; returns [B,1,Hq,D], handed back as a
+            # [B,Hq,1,D] view like SDPA's output.
             qb, kb, vb = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
             def fn():
@@ -323,14 +320,8 @@ def make_callable(impl: str, shape: Shape, q, k, v):
 
         backend = FLASHATTN_BACKEND_OF[impl]
 
-        @contextlib.contextmanager
         def ctx():
-            prev = flashattn.get_backend()
-            flashattn.set_backend(backend)
-            try:
-                yield
-            finally:
-                flashattn.set_backend(prev)
+            return flashattn.use_backend(backend)
 
         def fn():
             return flashattn.scaled_dot_product_attention(q, k, v, **kw)

@@ -50,21 +50,15 @@ def pytest_collection_modifyitems(config, items):
         reason = "the pytest-benchmark plugin is not installed or not loaded (pip install pytest-benchmark)"
     else:
         reason = _cuda_skip_reason()
-    decode_reason = None
     if reason is None:
         try:
-            import flashattn
-
-            if not hasattr(flashattn, "flash_attn_with_kvcache"):
-                decode_reason = "decode grid waits for flashattn.flash_attn_with_kvcache (not in this build)"
+            import flashattn  # noqa: F401
         except ImportError as exc:
             reason = f"cannot import flashattn: {exc}"
     for item in mine:
         item.add_marker(pytest.mark.bench)
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=reason))
-        elif decode_reason is not None and item.get_closest_marker("decode") is not None:
-            item.add_marker(pytest.mark.skip(reason=decode_reason))
 
 
 def _driver_version() -> str:

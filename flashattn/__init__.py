@@ -2,7 +2,7 @@
 
 from ._ext import build_info, extension_available, extension_error
 from ._ops import CAUSAL_BOTTOM_RIGHT, CAUSAL_NONE, CAUSAL_TOP_LEFT
-from .interface import flash_attn_func, get_backend, scaled_dot_product_attention, set_backend
+from .interface import flash_attn_func, get_backend, scaled_dot_product_attention, set_backend, use_backend
 from .kvcache import flash_attn_with_kvcache
 from .reference import attention_reference
 
@@ -15,6 +15,7 @@ __all__ = [
     "attention_reference",
     "set_backend",
     "get_backend",
+    "use_backend",
     "extension_available",
     "extension_error",
     "build_info",

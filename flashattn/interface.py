@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+from collections.abc import Iterator
 
 import torch
 
@@ -27,6 +29,18 @@ def set_backend(name: str) -> None:
 
 def get_backend() -> str:
     return _backend
+
+
+@contextlib.contextmanager
+def use_backend(name: str) -> Iterator[None]:
+    """`set_backend(name)` for the duration of a `with` block, then the previous backend again
+    (also when the block raises). Process-wide, like set_backend: not a per-thread setting."""
+    previous = _backend
+    set_backend(name)
+    try:
+        yield
+    finally:
+        set_backend(previous)
 
 
 def _check_tensor(name: str, t, rank_min: int) -> None:

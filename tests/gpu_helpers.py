@@ -1,10 +1,8 @@
-"""Helpers for the GPU tests: output poisoning, backend selection, Hopper-path availability."""
+"""Helpers for the GPU tests: output poisoning, Hopper-path availability."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import torch
 
@@ -27,17 +25,6 @@ def poison_cuda_allocator(device: torch.device | str = "cuda") -> None:
     torch.utils.deterministic.fill_uninitialized_memory = True
     if not torch.are_deterministic_algorithms_enabled():
         torch.use_deterministic_algorithms(True, warn_only=True)
-
-
-@contextmanager
-def using_backend(name: str) -> Iterator[None]:
-    """flashattn.set_backend(name) for the duration of the block, then the previous backend."""
-    previous = flashattn.get_backend()
-    flashattn.set_backend(name)
-    try:
-        yield
-    finally:
-        flashattn.set_backend(previous)
 
 
 @functools.lru_cache(maxsize=None)

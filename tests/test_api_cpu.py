@@ -17,7 +17,6 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import flashattn
-from gpu_helpers import using_backend
 
 F16, BF16 = torch.float16, torch.bfloat16
 
@@ -37,8 +36,17 @@ def no_extension_needed(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("name", ["auto", "portable", "hopper"])
 def test_set_backend_round_trips(name: str) -> None:
-    with using_backend(name):
+    with flashattn.use_backend(name):
         assert flashattn.get_backend() == name
+
+
+def test_use_backend_restores_the_previous_one_after_an_error() -> None:
+    before = flashattn.get_backend()
+    other = "portable" if before != "portable" else "hopper"
+    with pytest.raises(RuntimeError, match="inside"), flashattn.use_backend(other):
+        assert flashattn.get_backend() == other
+        raise RuntimeError("inside")
+    assert flashattn.get_backend() == before
 
 
 def test_set_backend_refuses_unknown_names() -> None:
@@ -163,9 +171,9 @@ def test_compile_retraces_when_the_backend_changes() -> None:
     compiled = torch.compile(fn, fullgraph=True, backend=capture)
     with FakeTensorMode():
         q = fake(1, 8, 2, 64)
-        with using_backend("auto"):
+        with flashattn.use_backend("auto"):
             compiled(q, q, q)
-        with using_backend("portable"):
+        with flashattn.use_backend("portable"):
             compiled(q, q, q)
     backends = [n.args[5] for gm in graphs for n in gm.graph.nodes if n.op == "call_function" and "flashattn" in str(n.target)]
     assert backends == ["auto", "portable"]

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given
 
 import flashattn
-from gpu_helpers import poison_cuda_allocator, using_backend
+from gpu_helpers import poison_cuda_allocator
 from numerics import assert_attention_matches
 from strategies import AttentionInputs, AttentionSpec, Layout, attention_specs
 
@@ -44,7 +44,7 @@ def test_op_matches_reference(spec: AttentionSpec, backend: str, device: torch.d
 def test_flash_attn_func_matches_reference(spec: AttentionSpec, backend: str, device: torch.device) -> None:
     x = spec.make(device)
     poison_cuda_allocator(device)
-    with using_backend(backend):
+    with flashattn.use_backend(backend):
         out, lse = flashattn.flash_attn_func(
             x.q, x.k, x.v, softmax_scale=x.scale, causal=x.causal_mode == BOTTOM_RIGHT, return_lse=True
         )
@@ -56,7 +56,7 @@ def test_sdpa_matches_reference(spec: AttentionSpec, backend: str, device: torch
     x = spec.make(device)
     query, key, value = (t.transpose(1, 2) for t in (x.q, x.k, x.v))  # torch layout [B, H, S, D]
     poison_cuda_allocator(device)
-    with using_backend(backend):
+    with flashattn.use_backend(backend):
         out = flashattn.scaled_dot_product_attention(
             query, key, value, is_causal=x.causal_mode == TOP_LEFT, scale=x.scale, enable_gqa=spec.heads_q != spec.heads_kv
         )
@@ -141,7 +141,7 @@ def test_empty_batch(backend: str, device: torch.device) -> None:
     out, lse = torch.ops.flashattn.fwd(q, k, k, 0.125, BOTTOM_RIGHT, backend)
     assert out.shape == (0, 7, 4, 64) and out.dtype == torch.float16
     assert lse.shape == (0, 4, 7) and lse.dtype == torch.float32
-    with using_backend(backend):
+    with flashattn.use_backend(backend):
         out, lse = flashattn.flash_attn_func(q, k, k, causal=True, return_lse=True)
         assert out.shape == (0, 7, 4, 64) and lse.shape == (0, 4, 7)
         out = flashattn.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), k.transpose(1, 2), enable_gqa=True)
@@ -173,7 +173,7 @@ def test_sdpa_any_rank(q_shape, kv_shape, is_causal: bool, backend: str, device:
     k, v = (torch.randn(kv_shape, generator=gen, device=device).to(torch.bfloat16) for _ in range(2))
     gqa = len(q_shape) > 2 and q_shape[-3] != kv_shape[-3]
     poison_cuda_allocator(device)
-    with using_backend(backend):
+    with flashattn.use_backend(backend):
         out = flashattn.scaled_dot_product_attention(q, k, v, is_causal=is_causal, enable_gqa=gqa)
     assert out.shape == q.shape
     mode = TOP_LEFT if is_causal else NONE
@@ -185,7 +185,7 @@ def test_sdpa_is_top_left_and_flash_attn_func_bottom_right(backend: str, device:
     gen = torch.Generator(device=device).manual_seed(0)
     q = torch.randn(1, 50, 2, 64, generator=gen, device=device).half()
     k, v = (torch.randn(1, 80, 2, 64, generator=gen, device=device).half() for _ in range(2))
-    with using_backend(backend):
+    with flashattn.use_backend(backend):
         sdpa_out = flashattn.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
         fa_out = flashattn.flash_attn_func(q, k, v, causal=True)
     assert_attention_matches(sdpa_out.transpose(1, 2), None, q, k, v, None, TOP_LEFT)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
-from gpu_helpers import poison_cuda_allocator, using_backend
+from gpu_helpers import poison_cuda_allocator
 from numerics import assert_attention_matches
 from strategies import AttentionSpec, Layout
 
@@ -101,7 +101,7 @@ def peak_extra_bytes(fn: Callable[[], object], device: torch.device) -> int:
 def test_peak_memory_is_linear_in_sequence_length(seqlen: int, backend: str, device: torch.device, measure) -> None:
     b, h, d = 1, 4, 64
     q, k, v = (torch.randn(b, seqlen, h, d, device=device, dtype=torch.float16) for _ in range(3))
-    with using_backend(backend):
+    with flashattn.use_backend(backend):
         ours = peak_extra_bytes(lambda: fa(q, k, v), device)
     outputs = q.numel() * q.element_size() + b * h * seqlen * 4  # out + lse
     assert ours <= 2 * outputs + (1 << 20), f"peak extra {ours} B for {outputs} B of outputs at S={seqlen}"
@@ -143,7 +143,7 @@ def test_torch_compile_fullgraph_matches_eager(entry: str, backend: str, device:
     q = torch.randn(q_shape, device=device, dtype=torch.bfloat16)
     k, v = (torch.randn(kv_shape, device=device, dtype=torch.bfloat16) for _ in range(2))
     torch._dynamo.reset()
-    with using_backend(backend):
+    with flashattn.use_backend(backend):
         compiled = torch.compile(fn, fullgraph=True)
         got, want = compiled(q, k, v), fn(q, k, v)
     for i, (g, w) in enumerate(zip(_outputs(got), _outputs(want), strict=True)):
@@ -152,7 +152,7 @@ def test_torch_compile_fullgraph_matches_eager(entry: str, backend: str, device:
 
 def test_torch_compile_dynamic_shapes(backend: str, device: torch.device) -> None:
     torch._dynamo.reset()
-    with using_backend(backend):
+    with flashattn.use_backend(backend):
         compiled = torch.compile(_flash_causal_lse, fullgraph=True, dynamic=True)
         for sq, sk in ((100, 150), (37, 300), (1, 1)):
             q = torch.randn(2, sq, 8, 64, device=device, dtype=torch.float16)
@@ -169,7 +169,7 @@ def test_cuda_graph_capture_and_replay_match_eager(backend: str, device: torch.d
     problem = spec(sq=257, sk=300)
     static = problem.make(device)
     q, k, v = static.q, static.k, static.v
-    with using_backend(backend):
+    with flashattn.use_backend(backend):
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):  # warm up outside the capture, as torch.cuda.graph requires
@@ -200,7 +200,7 @@ def test_cuda_graph_capture_and_replay_match_eager(backend: str, device: torch.d
 def test_two_streams_at_once(backend: str, device: torch.device) -> None:
     a = spec(sq=1000, sk=1000, mode=TOP_LEFT).make(device)
     b = spec(b=3, sq=333, sk=777, hq=4, hk=1, d=64, dtype=torch.float16, seed=1).make(device)
-    with using_backend(backend):
+    with flashattn.use_backend(backend):
         want_a, want_b = fa(a.q, a.k, a.v), fa(b.q, b.k, b.v)
         torch.cuda.synchronize(device)
         current = torch.cuda.current_stream(device)
@@ -227,7 +227,7 @@ def test_kernel_runs_on_the_current_stream(backend: str, device: torch.device) -
     """The input is written late on a side stream (behind a GPU-side spin); a kernel launched on
     any other stream than the current one would read the NaN it held before."""
     x = spec().make(device)
-    with using_backend(backend):
+    with flashattn.use_backend(backend):
         want = fa(x.q, x.k, x.v)
         late_q = torch.full_like(x.q, float("nan"))
         side = torch.cuda.Stream(device)

@@ -2,7 +2,7 @@
 # The main benchmark job, on a machine with a CUDA GPU and the built extension:
 #   tools/run_benchmarks.sh [outdir [extra pytest args...]]   (default outdir: results/bench-YYYYmmdd-HHMMSS)
 #   e.g. tools/run_benchmarks.sh results/run1 --benchmark-autosave --benchmark-storage=file://results/storage
-# runs the benchmark suite (latency + standard grids, and decode once its API exists) ->
+# runs the benchmark suite (latency, standard and decode grids) ->
 #   outdir/bench.json (pytest-benchmark JSON), outdir/pytest.log
 # then the report -> outdir/report.md, outdir/bench.png (PNG only where matplotlib is installed).
 # Environment:
