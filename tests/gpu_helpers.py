@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -25,6 +27,21 @@ def poison_cuda_allocator(device: torch.device | str = "cuda") -> None:
     torch.utils.deterministic.fill_uninitialized_memory = True
     if not torch.are_deterministic_algorithms_enabled():
         torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+@contextmanager
+def nan_filled_allocations() -> Iterator[None]:
+    """poison_cuda_allocator() for a block, then torch's previous settings again: for scripts that
+    check numerics and then time kernels in one process (the fill is a kernel per allocation)."""
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    poison_cuda_allocator()
+    try:
+        yield
+    finally:
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+        torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
 
 
 @functools.lru_cache(maxsize=None)

@@ -7,22 +7,7 @@ dense bf16/fp16 matmul rate (torch.matmul, cuBLAS) and device-to-device copy ban
 from __future__ import annotations
 
 import torch
-
-
-def _median_ms(fn, samples: int = 20, reps: int = 5) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(samples):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(reps):
-            fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) / reps)
-    return sorted(ts)[len(ts) // 2]
+from gpu_timing import median_ms
 
 
 def main() -> None:
@@ -31,11 +16,11 @@ def main() -> None:
     for dtype in (torch.bfloat16, torch.float16):
         a = torch.randn(n, n, device="cuda", dtype=dtype)
         b = torch.randn(n, n, device="cuda", dtype=dtype)
-        ms = _median_ms(lambda: torch.matmul(a, b))
+        ms = median_ms(lambda: torch.matmul(a, b), samples=20, reps=5)
         print(f"matmul {str(dtype):15} {n}^3: {2 * n**3 / ms / 1e9:7.1f} TFLOP/s")
     x = torch.randn(1 << 28, device="cuda", dtype=torch.bfloat16)  # 512 MiB, far past L2
     y = torch.empty_like(x)
-    ms = _median_ms(lambda: y.copy_(x))
+    ms = median_ms(lambda: y.copy_(x), samples=20, reps=5)
     print(f"copy 512 MiB: {2 * x.numel() * 2 / ms / 1e6:7.1f} GB/s (read + write)")
 
 

@@ -29,28 +29,20 @@ import traceback
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))  # the suite's criterion (numerics.py)
+sys.path.insert(0, str(ROOT / "tests"))  # the suite's criterion (numerics.py) and NaN poisoning
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import flashattn  # noqa: E402
+from gpu_helpers import nan_filled_allocations  # noqa: E402
+from gpu_timing import median_ms  # noqa: E402
 
 BF16, F16, I32 = torch.bfloat16, torch.float16, torch.int32
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view({2: torch.int16, 4: torch.int32}[t.element_size()])
-
-
-def poison() -> None:
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    blocks = [torch.empty(256 << 20, dtype=torch.uint8, device="cuda")]
-    blocks += [torch.empty(1 << 20, dtype=torch.uint8, device="cuda") for _ in range(32)]
-    for blk in blocks:
-        blk.fill_(0xFF)
-    del blocks
 
 
 # ---- 1. numerics --------------------------------------------------------------------------------
@@ -88,7 +80,6 @@ def numerics_case(gen, dtype, b, sq, hq, hk, d, sk_max, lens, sq_new, causal, sp
             ek[i, per_batch[i] : per_batch[i] + sq_new] = k[i]
             ev[i, per_batch[i] : per_batch[i] + sq_new] = v[i]
     seqlens = torch.tensor(lens, dtype=I32, device="cuda") if isinstance(lens, list) else lens
-    poison()
     try:
         out, lse = flashattn.flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, softmax_scale=scale,
                                                      causal=causal, num_splits=splits, return_lse=True)
@@ -156,11 +147,6 @@ def numerics(quick: bool) -> int:
 # ---- 2. speed -----------------------------------------------------------------------------------
 
 
-def median(xs):
-    s = sorted(xs)
-    return s[len(s) // 2]
-
-
 def time_ms(fn, round_ms: float = 2.0, rounds: int = 15) -> float:
     """Median over rounds of N back-to-back calls (N so that a round takes >= round_ms), CUDA events."""
     for _ in range(3):
@@ -174,15 +160,7 @@ def time_ms(fn, round_ms: float = 2.0, rounds: int = 15) -> float:
     b.synchronize()
     est = max(a.elapsed_time(b) / 3, 1e-3)
     n = max(1, min(1000, math.ceil(round_ms / est)))
-    ts = []
-    for _ in range(rounds):
-        a.record()
-        for _ in range(n):
-            fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) / n)
-    return median(ts)
+    return median_ms(fn, samples=rounds, reps=n, warmup=0)
 
 
 def graphed(fn):
@@ -327,7 +305,8 @@ def main() -> int:
     failed = 0
     if not args.speed_only:
         try:
-            failed = numerics(args.quick)
+            with nan_filled_allocations():  # fresh outputs start as NaN: an unwritten element fails
+                failed = numerics(args.quick)
         except Exception:  # noqa: BLE001
             traceback.print_exc()
             failed = 1

@@ -18,6 +18,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
 from flashattn import CAUSAL_BOTTOM_RIGHT, CAUSAL_NONE, CAUSAL_TOP_LEFT
+from gpu_timing import median_ms
 
 
 def sdpa_same_dtype(q, k, v, scale, mode):
@@ -87,23 +88,9 @@ def numerics() -> int:
     return bad
 
 
-def bench(fn, samples=15, reps=10):
-    """Median ms per call; each sample times `reps` back-to-back calls between two CUDA events,
-    so the host-side cost of one Python call is hidden behind the GPU queue as it is in a model."""
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(samples):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(reps):
-            fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) / reps)
-    ts.sort()
-    return ts[len(ts) // 2]
+def bench(fn):
+    """Median ms per call over 15 samples of 10 back-to-back calls (gpu_timing.median_ms)."""
+    return median_ms(fn, samples=15, reps=10, warmup=5)
 
 
 def speed() -> None:
