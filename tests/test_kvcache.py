@@ -37,6 +37,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import flashattn
 from numerics import assert_attention_matches
+from tensor_makers import Maker, fake_maker
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 F16, BF16, F32, I32 = torch.float16, torch.bfloat16, torch.float32, torch.int32
@@ -56,7 +57,6 @@ def gpu_test(fn):
 
 
 kvcache = flashattn.flash_attn_with_kvcache
-Maker = Callable[..., torch.Tensor]
 
 # ==== bad inputs (CPU, fake CUDA tensors) =========================================================
 
@@ -124,21 +124,6 @@ BAD_INPUTS = [
     BadInput("scale-nan", lambda mk: kvcache(mk(*Q), *_caches(mk), softmax_scale=math.nan), ValueError, "scale must be finite, got nan"),
 ]
 BAD_INPUT_PARAMS = [pytest.param(row, id=row.id) for row in BAD_INPUTS]
-
-
-def fake_maker(*shape: int, dtype: torch.dtype = F16, device: str = "cuda", strides: tuple[int, ...] | None = None) -> torch.Tensor:
-    if strides is None:
-        return torch.empty(shape, dtype=dtype, device=device)
-    return torch.empty_strided(shape, strides, dtype=dtype, device=device)
-
-
-def real_maker(*shape: int, dtype: torch.dtype = F16, device: str = "cuda", strides: tuple[int, ...] | None = None) -> torch.Tensor:
-    if dtype in (I32, torch.int64):
-        return torch.zeros(shape, dtype=dtype, device=device)
-    values = torch.randn(shape, dtype=F32, device=device).to(dtype)
-    if strides is None:
-        return values
-    return torch.empty_strided(shape, strides, dtype=dtype, device=device).copy_(values)
 
 
 @pytest.mark.parametrize("row", BAD_INPUT_PARAMS)

@@ -18,9 +18,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import flashattn
 from numerics import assert_attention_matches
+from tensor_makers import Maker, fake_maker, real_maker
 
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
-Maker = Callable[..., torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -100,22 +100,6 @@ BAD_INPUTS = [
     BadInput("v-not-a-tensor", "flash_attn_func", lambda mk: fa(mk(*BSHD), mk(*BSHD), None), TypeError, "v must be a torch.Tensor, got NoneType"),
 ]
 BAD_INPUT_PARAMS = [pytest.param(row, id=f"{row.entry}-{row.id}") for row in BAD_INPUTS]
-
-
-def fake_maker(*shape: int, dtype: torch.dtype = F16, device: str = "cuda", strides: tuple[int, ...] | None = None) -> torch.Tensor:
-    """Inside FakeTensorMode: a tensor with metadata only, CUDA ones included on a CPU machine."""
-    if strides is None:
-        return torch.empty(shape, dtype=dtype, device=device)
-    return torch.empty_strided(shape, strides, dtype=dtype, device=device)
-
-
-def real_maker(*shape: int, dtype: torch.dtype = F16, device: str = "cuda", strides: tuple[int, ...] | None = None) -> torch.Tensor:
-    if dtype == torch.bool:
-        return torch.ones(shape, dtype=dtype, device=device)
-    values = torch.randn(shape, dtype=torch.float32, device=device).to(dtype)
-    if strides is None:
-        return values
-    return torch.empty_strided(shape, strides, dtype=dtype, device=device).copy_(values)
 
 
 @pytest.mark.parametrize("row", BAD_INPUT_PARAMS)
