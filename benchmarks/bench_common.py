@@ -254,6 +254,47 @@ def time_calls_ms(fn, calls: int) -> float:
     return (end - start) * 1e3
 
 
+def time_with_benchmark(benchmark, fn, settings: Settings, group: str) -> tuple[int, list[float]]:
+    """Times fn with pytest-benchmark on the GPU clock: a warm-up, calls per round estimated so a
+    round lasts >= settings.round_ms, the rounds, then `settings.latency_samples` single calls
+    from an idle GPU. Returns (calls per round, single-call latencies in ms)."""
+    import pytest
+
+    if not hasattr(benchmark, "_timer"):
+        pytest.fail("this pytest-benchmark has no BenchmarkFixture._timer; the CUDA-event timer cannot be installed")
+    benchmark._timer = cuda_event_timer  # GPU clock for this test's rounds (see docs/benchmarks.md)
+    benchmark.group = group
+    for _ in range(2):  # warm-up before estimating the per-call time
+        fn()
+    est_ms = time_calls_ms(fn, 3) / 3
+    n = calls_per_round(est_ms, settings.round_ms, settings.max_calls_per_round)
+    benchmark.pedantic(fn, rounds=settings.rounds, warmup_rounds=settings.warmup_rounds, iterations=n)
+    import torch
+
+    latency = []
+    for _ in range(settings.latency_samples):
+        torch.cuda.synchronize()
+        latency.append(time_calls_ms(fn, 1))
+    return n, latency
+
+
+def add_timing_info(benchmark, latency: list[float], flops: float, io_bytes: float) -> None:
+    """The derived numbers the report reads, into benchmark.extra_info (after the rounds ran)."""
+    info = benchmark.extra_info
+    if latency:
+        info["latency_ms"] = median(latency)
+    if benchmark.stats:  # None / empty with --benchmark-disable
+        st = benchmark.stats.stats
+        med_ms = st.median * 1e3
+        info.update(
+            median_ms=med_ms,
+            min_ms=st.min * 1e3,
+            iqr_ms=st.iqr * 1e3,
+            tflops=flops / (med_ms * 1e-3) / 1e12,
+            gbps=io_bytes / (med_ms * 1e-3) / 1e9,
+        )
+
+
 def median(xs):
     s = sorted(xs)
     n = len(s)

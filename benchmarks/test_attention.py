@@ -90,8 +90,6 @@ def _first_call(impl, fn):
 
 
 def run_case(benchmark, shape: bc.Shape, impl: str) -> None:
-    import torch
-
     settings = bc.settings_for(shape.grid)
     try:
         q, k, v = _inputs(shape)
@@ -107,21 +105,8 @@ def run_case(benchmark, shape: bc.Shape, impl: str) -> None:
     if err is not None and not err <= bc.MAX_REL_ERR:
         pytest.fail(f"{impl} on {shape.group}: relative L2 error {err:.3g} vs SDPA default exceeds {bc.MAX_REL_ERR}")
 
-    if not hasattr(benchmark, "_timer"):
-        pytest.fail("this pytest-benchmark has no BenchmarkFixture._timer; the CUDA-event timer cannot be installed")
-    benchmark._timer = bc.cuda_event_timer  # GPU clock for this test's rounds (see docs/benchmarks.md)
-    benchmark.group = shape.group
-
     with ctx():
-        for _ in range(2):  # warm-up before estimating the per-call time
-            fn()
-        est_ms = bc.time_calls_ms(fn, 3) / 3
-        n = bc.calls_per_round(est_ms, settings.round_ms, settings.max_calls_per_round)
-        benchmark.pedantic(fn, rounds=settings.rounds, warmup_rounds=settings.warmup_rounds, iterations=n)
-        latency = []
-        for _ in range(settings.latency_samples):
-            torch.cuda.synchronize()
-            latency.append(bc.time_calls_ms(fn, 1))
+        n, latency = bc.time_with_benchmark(benchmark, fn, settings, shape.group)
 
     info = benchmark.extra_info
     info.update(
@@ -145,18 +130,7 @@ def run_case(benchmark, shape: bc.Shape, impl: str) -> None:
     )
     if err is None and "ref_error" in _CACHE:
         info["reference_error"] = _CACHE["ref_error"]
-    if latency:
-        info["latency_ms"] = bc.median(latency)
-    if benchmark.stats:  # None / empty with --benchmark-disable
-        st = benchmark.stats.stats
-        med_ms = st.median * 1e3
-        info.update(
-            median_ms=med_ms,
-            min_ms=st.min * 1e3,
-            iqr_ms=st.iqr * 1e3,
-            tflops=shape.flops / (med_ms * 1e-3) / 1e12,
-            gbps=shape.io_bytes / (med_ms * 1e-3) / 1e9,
-        )
+    bc.add_timing_info(benchmark, latency, shape.flops, shape.io_bytes)
 
 
 @pytest.mark.parametrize(

@@ -254,19 +254,7 @@ def test_decode_variant(benchmark, case: DecodeCase, impl: str) -> None:
         err = None
     del out, ref
 
-    if not hasattr(benchmark, "_timer"):
-        pytest.fail("this pytest-benchmark has no BenchmarkFixture._timer; the CUDA-event timer cannot be installed")
-    benchmark._timer = bc.cuda_event_timer
-    benchmark.group = case.group
-    for _ in range(2):
-        fn()
-    est_ms = bc.time_calls_ms(fn, 3) / 3
-    n = bc.calls_per_round(est_ms, settings.round_ms, settings.max_calls_per_round)
-    benchmark.pedantic(fn, rounds=settings.rounds, warmup_rounds=settings.warmup_rounds, iterations=n)
-    latency = []
-    for _ in range(settings.latency_samples):
-        torch.cuda.synchronize()
-        latency.append(bc.time_calls_ms(fn, 1))
+    n, latency = bc.time_with_benchmark(benchmark, fn, settings, case.group)
 
     flops, io_bytes = case.flops_and_bytes(full=impl == "flashattn-full" or (case.kind == "ragged" and impl != "flashattn"))
     info = benchmark.extra_info
@@ -290,15 +278,4 @@ def test_decode_variant(benchmark, case: DecodeCase, impl: str) -> None:
         timer="cuda_event",
         rel_err_vs_sdpa_default=err,
     )
-    if latency:
-        info["latency_ms"] = bc.median(latency)
-    if benchmark.stats:
-        st = benchmark.stats.stats
-        med_ms = st.median * 1e3
-        info.update(
-            median_ms=med_ms,
-            min_ms=st.min * 1e3,
-            iqr_ms=st.iqr * 1e3,
-            tflops=flops / (med_ms * 1e-3) / 1e12,
-            gbps=io_bytes / (med_ms * 1e-3) / 1e9,
-        )
+    bc.add_timing_info(benchmark, latency, flops, io_bytes)
