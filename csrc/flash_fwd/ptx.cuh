@@ -1,5 +1,5 @@
 // Thin wrappers over the sm80+ instructions the portable path is built from: cp.async,
-// ldmatrix, mma.sync m16n8k16 and ex2.approx.
+// ldmatrix and mma.sync m16n8k16 (ex2 and the quad reductions: ../common/softmax_math.cuh).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -68,13 +68,6 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
     __half2 v = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
   }
-}
-
-// 2^x on the SFU; ex2(-inf) = 0.
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
 }
 
 }  // namespace flashattn

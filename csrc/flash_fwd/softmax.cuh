@@ -5,19 +5,10 @@
 
 #include <cmath>
 
+#include "../common/softmax_math.cuh"
 #include "ptx.cuh"
 
 namespace flashattn {
-
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
 
 template <int kMTiles, int kNTilesS, int kNTilesO>
 struct OnlineSoftmax {

@@ -10,28 +10,13 @@
 #include <cmath>
 #include <cstdint>
 
+#include "../common/softmax_math.cuh"
 #include "ptx.cuh"
 
 namespace flashattn {
 namespace sm90 {
 
 #if defined(FLASHATTN_SM90A_ENABLED)
-
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
 
 template <int kSRegs>
 struct Sm90Softmax {
