@@ -97,9 +97,11 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
                 FLASHATTN_STR(FLASHATTN_ARCHS), "), and 16-byte aligned q/k/v with row/head/batch strides that "
                 "are multiples of 8 elements; use backend 'auto' or 'portable' otherwise");
     err = flashattn::flash_fwd_sm90(p, dev, stream);
-  } else if (backend == "auto" && flashattn::flash_fwd_sm90_supported(p, dev)) {
+  } else if (backend == "auto") {
+    // flash_fwd_sm90 checks flash_fwd_sm90_supported() itself and answers cudaErrorNotSupported
+    // before any launch (also for a tensor map the driver refused): no sticky error, so the
+    // portable path can run instead, and the check is not done twice per call.
     err = flashattn::flash_fwd_sm90(p, dev, stream);
-    // Returned before any launch (a tensor map the driver refused): no sticky error, safe to retry.
     if (err == cudaErrorNotSupported) err = flashattn::flash_fwd(p, dev, stream);
   } else {
     err = flashattn::flash_fwd(p, dev, stream);

@@ -11,7 +11,7 @@ import torch
 import flashattn
 
 
-def poison_cuda_allocator(device: torch.device | str = "cuda") -> None:
+def poison_cuda_allocator() -> None:
     """From now on, every uninitialized CUDA allocation holds NaN (integers: their max value).
 
     flashattn allocates its own outputs, so a kernel that forgets to write some element would
@@ -23,7 +23,6 @@ def poison_cuda_allocator(device: torch.device | str = "cuda") -> None:
     the ones our C++ binding allocates included. `warn_only=True` keeps ops that have no
     deterministic implementation working (they warn). The setting stays on for the session.
     """
-    del device  # process-wide setting
     torch.utils.deterministic.fill_uninitialized_memory = True
     if not torch.are_deterministic_algorithms_enabled():
         torch.use_deterministic_algorithms(True, warn_only=True)

@@ -128,8 +128,8 @@ def device() -> torch.device:
 
 @pytest.fixture
 def poisoned(device: torch.device) -> None:
-    """Poison the CUDA caching allocator (NaN bytes) before the test body; see poison_cuda_allocator."""
-    poison_cuda_allocator(device)
+    """Fresh CUDA allocations hold NaN from the test body on; see poison_cuda_allocator."""
+    poison_cuda_allocator()
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ DTYPES = [pytest.param(torch.float16, id="fp16"), pytest.param(torch.bfloat16, i
 def run_op(x: AttentionInputs, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
     """torch.ops.flashattn.fwd on fresh NaN-poisoned memory."""
     scale = 1.0 / x.q.shape[-1] ** 0.5 if x.scale is None else x.scale
-    poison_cuda_allocator(x.q.device)
+    poison_cuda_allocator()
     return torch.ops.flashattn.fwd(x.q, x.k, x.v, scale, x.causal_mode, backend)
 
 
@@ -43,7 +43,7 @@ def test_op_matches_reference(spec: AttentionSpec, backend: str, device: torch.d
 @given(spec=attention_specs(causal_choices=(NONE, BOTTOM_RIGHT)))
 def test_flash_attn_func_matches_reference(spec: AttentionSpec, backend: str, device: torch.device) -> None:
     x = spec.make(device)
-    poison_cuda_allocator(device)
+    poison_cuda_allocator()
     with flashattn.use_backend(backend):
         out, lse = flashattn.flash_attn_func(
             x.q, x.k, x.v, softmax_scale=x.scale, causal=x.causal_mode == BOTTOM_RIGHT, return_lse=True
@@ -55,7 +55,7 @@ def test_flash_attn_func_matches_reference(spec: AttentionSpec, backend: str, de
 def test_sdpa_matches_reference(spec: AttentionSpec, backend: str, device: torch.device) -> None:
     x = spec.make(device)
     query, key, value = (t.transpose(1, 2) for t in (x.q, x.k, x.v))  # torch layout [B, H, S, D]
-    poison_cuda_allocator(device)
+    poison_cuda_allocator()
     with flashattn.use_backend(backend):
         out = flashattn.scaled_dot_product_attention(
             query, key, value, is_causal=x.causal_mode == TOP_LEFT, scale=x.scale, enable_gqa=spec.heads_q != spec.heads_kv
@@ -172,7 +172,7 @@ def test_sdpa_any_rank(q_shape, kv_shape, is_causal: bool, backend: str, device:
     q = torch.randn(q_shape, generator=gen, device=device).to(torch.bfloat16)
     k, v = (torch.randn(kv_shape, generator=gen, device=device).to(torch.bfloat16) for _ in range(2))
     gqa = len(q_shape) > 2 and q_shape[-3] != kv_shape[-3]
-    poison_cuda_allocator(device)
+    poison_cuda_allocator()
     with flashattn.use_backend(backend):
         out = flashattn.scaled_dot_product_attention(q, k, v, is_causal=is_causal, enable_gqa=gqa)
     assert out.shape == q.shape

@@ -433,7 +433,7 @@ def run_and_check(spec: KVCacheSpec, device: torch.device) -> None:
 
     from gpu_helpers import poison_cuda_allocator
 
-    poison_cuda_allocator(device)
+    poison_cuda_allocator()
     out, lse = kvcache(
         q, k_cache, v_cache, k_new, v_new, cache_seqlens=seqlens_arg, softmax_scale=spec.scale,
         causal=spec.causal, num_splits=spec.num_splits, return_lse=True,

@@ -44,7 +44,7 @@ def fa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor,
 
 @pytest.mark.parametrize("numel", [1, 1000, 3 << 20], ids=["1", "1000", "3M"])
 def test_poisoning_fills_fresh_allocations_with_nan(numel: int, device: torch.device) -> None:
-    poison_cuda_allocator(device)
+    poison_cuda_allocator()
     fresh = [torch.empty(numel, dtype=dtype, device=device) for dtype in (torch.float16, torch.bfloat16, torch.float32)]
     for t in fresh:
         assert torch.isnan(t).all(), f"{t.dtype} x {numel}: fresh memory is not NaN"
@@ -68,7 +68,7 @@ def test_bitwise_deterministic_run_to_run(problem: AttentionSpec, backend: str, 
     scale = problem.resolved_scale
     runs = []
     for _ in range(3):
-        poison_cuda_allocator(device)
+        poison_cuda_allocator()
         runs.append(torch.ops.flashattn.fwd(x.q, x.k, x.v, scale, x.causal_mode, backend))
     for i, (out, lse) in enumerate(runs[1:], start=2):
         assert_bitwise_equal(out, runs[0][0], f"out, run {i} vs run 1")
