@@ -6,6 +6,7 @@
 #                                     paths, decode check                          (~6-8 min on an H100)
 #   bash tools/device_run.sh suite    the GPU test suite, ci profile, timed; every planted bug
 #   bash tools/device_run.sh bench    benchmark suite + report (latency, standard and decode grids)
+#   bash tools/device_run.sh check    verify + the GPU test suite (no planted bugs) in one call      (~7 min)
 #   bash tools/device_run.sh hopper   after a Hopper-path change: lab check, numerics, sm90 tests, benchmarks
 #
 # A step that fails does not stop the others; the exit status is the number of failed steps.
@@ -50,6 +51,15 @@ case "${1:-verify}" in
     step quick_numerics_hopper 150 env FLASHATTN_BACKEND=hopper python3 tools/quick_check.py --numerics-only
     step decode_check 150 python3 tools/decode_check.py --no-perf-gate
     ;;
+  check)  # after a change anywhere: everything that proves correctness, in one device call
+    env_info > "$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
+    step build 420 bash tools/device_build.sh
+    step sm90_lab_check 240 bash tools/sm90_lab.sh check
+    step quick_numerics_portable 120 env FLASHATTN_BACKEND=portable python3 tools/quick_check.py --numerics-only
+    step quick_numerics_hopper 120 env FLASHATTN_BACKEND=hopper python3 tools/quick_check.py --numerics-only
+    step decode_check 120 python3 tools/decode_check.py --no-perf-gate
+    step pytest_ci 240 env FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider --durations=15
+    ;;
   suite)
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
@@ -72,7 +82,7 @@ case "${1:-verify}" in
     step benchmarks 300 bash tools/run_benchmarks.sh "$OUT/bench"
     ;;
   *)
-    echo "usage: $0 verify|suite|bench|hopper" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed"
