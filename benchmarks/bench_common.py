@@ -187,7 +187,7 @@ def settings_for(grid: str) -> Settings:
     """Per-grid timing settings; FLASHATTN_BENCH_ROUNDS / FLASHATTN_BENCH_ROUND_MS override."""
     base = {
         "latency": Settings(rounds=30, warmup_rounds=3, round_ms=1.0, max_calls_per_round=1000, latency_samples=50),
-        "standard": Settings(rounds=15, warmup_rounds=2, round_ms=1.0, max_calls_per_round=1000, latency_samples=0),
+        "standard": Settings(rounds=20, warmup_rounds=2, round_ms=2.0, max_calls_per_round=1000, latency_samples=0),
         "decode": Settings(rounds=20, warmup_rounds=2, round_ms=1.0, max_calls_per_round=1000, latency_samples=30),
     }[grid]
     rounds = int(os.environ.get("FLASHATTN_BENCH_ROUNDS", base.rounds))
@@ -229,10 +229,9 @@ class _EventStamp:
 
 
 def cuda_event_timer() -> _EventStamp:
-    """A pytest-benchmark timer that reads the GPU's clock: records an event on the current
-    stream. pytest-benchmark computes `timer() ... N calls ... timer()` and subtracts, so the
-    subtraction syncs on the end event and returns GPU seconds; it never puts a host clock around
-    asynchronous work. Events come from a small pool (no cudaEventCreate inside a timed span).
+    """A timestamp on the GPU's clock: records an event on the current stream; `end - start`
+    syncs on the end event and gives GPU seconds (never a host clock around asynchronous work).
+    Events come from a small pool (no cudaEventCreate inside a timed span).
     """
     global _EVENT_NEXT
     import torch
@@ -254,33 +253,157 @@ def time_calls_ms(fn, calls: int) -> float:
     return (end - start) * 1e3
 
 
-def time_with_benchmark(benchmark, fn, settings: Settings, group: str) -> tuple[int, list[float]]:
-    """Times fn with pytest-benchmark on the GPU clock: a warm-up, calls per round estimated so a
-    round lasts >= settings.round_ms, the rounds, then `settings.latency_samples` single calls
-    from an idle GPU. Returns (calls per round, single-call latencies in ms)."""
+@dataclass
+class Runnable:
+    """One implementation ready to time: fn() runs one call; ctx() is entered around each timed
+    batch of calls (a backend choice), outside the events, so it adds nothing to the GPU time."""
+
+    fn: object
+    ctx: object = None
+
+
+@dataclass
+class ImplTiming:
+    samples_ms: list  # per-call GPU ms, one per timed round
+    calls_per_round: int
+    latency_ms: list  # single calls from an idle GPU (empty unless settings.latency_samples)
+
+
+def measure_interleaved(runnables: dict, settings: Settings, time_calls=None, synchronize=None) -> dict:
+    """Times every implementation of one case in interleaved rounds: round r times each of them
+    once (settings.round_ms worth of back-to-back calls), in an order rotated by r.
+
+    Why interleaved: an H100 under sustained tensor-core load moves its clocks by several percent
+    within a second (power and thermal limits). Timing one implementation after another put that
+    drift into the ratios: the same kernel, timed twice in a row, differed by up to 12%, and
+    cuDNN timed as "sdpa-default" and as "sdpa-cudnn" by up to 16%. Interleaved, drift hits every
+    implementation alike, and the rotation keeps any "who runs first" effect out of the medians.
+
+    time_calls(fn, n) -> GPU ms for n back-to-back calls (default: CUDA events); synchronize()
+    idles the GPU before a latency sample. Both are parameters so the schedule can be tested on
+    a CPU. Returns {name: ImplTiming}.
+    """
+    import contextlib
+
+    if time_calls is None:
+        time_calls = time_calls_ms
+    if synchronize is None:
+        import torch
+
+        synchronize = torch.cuda.synchronize
+    names = list(runnables)
+
+    def timed(name: str, calls: int) -> float:
+        r = runnables[name]
+        with r.ctx() if r.ctx is not None else contextlib.nullcontext():
+            return time_calls(r.fn, calls)
+
+    calls = {}
+    for name in names:  # warm-up (compilation, autotuning, caches), then the per-call estimate
+        timed(name, 2)
+        calls[name] = calls_per_round(timed(name, 3) / 3, settings.round_ms, settings.max_calls_per_round)
+    samples = {name: [] for name in names}
+    for r in range(settings.warmup_rounds + settings.rounds):
+        k = r % len(names) if names else 0
+        for name in names[k:] + names[:k]:
+            ms = timed(name, calls[name]) / calls[name]
+            if r >= settings.warmup_rounds:
+                samples[name].append(ms)
+    latency = {name: [] for name in names}
+    for _ in range(settings.latency_samples):
+        for name in names:
+            synchronize()
+            latency[name].append(timed(name, 1))
+    return {name: ImplTiming(samples[name], calls[name], latency[name]) for name in names}
+
+
+class ReplayTimer:
+    """A pytest-benchmark timer that replays measured durations: its (2i)th call returns a clock
+    value t and its (2i+1)th t + samples[i]. With pedantic(iterations=1) pytest-benchmark then
+    records exactly the interleaved measurements as its rounds (its stats, JSON and table), while
+    the timing itself happened in measure_interleaved."""
+
+    def __init__(self, samples_s):
+        self._samples = list(samples_s)
+        self._calls = 0
+        self._clock = 0.0
+
+    def __call__(self) -> float:
+        if self._calls % 2 == 1:
+            self._clock += self._samples[self._calls // 2]
+        self._calls += 1
+        return self._clock
+
+
+def record_timing(benchmark, timing: ImplTiming, group: str) -> None:
+    """Hands one implementation's interleaved samples to pytest-benchmark (see ReplayTimer)."""
     import pytest
 
     if not hasattr(benchmark, "_timer"):
-        pytest.fail("this pytest-benchmark has no BenchmarkFixture._timer; the CUDA-event timer cannot be installed")
-    benchmark._timer = cuda_event_timer  # GPU clock for this test's rounds (see docs/benchmarks.md)
+        pytest.fail("this pytest-benchmark has no BenchmarkFixture._timer; the measured rounds cannot be recorded")
     benchmark.group = group
-    for _ in range(2):  # warm-up before estimating the per-call time
-        fn()
-    est_ms = time_calls_ms(fn, 3) / 3
-    n = calls_per_round(est_ms, settings.round_ms, settings.max_calls_per_round)
-    benchmark.pedantic(fn, rounds=settings.rounds, warmup_rounds=settings.warmup_rounds, iterations=n)
-    import torch
-
-    latency = []
-    for _ in range(settings.latency_samples):
-        torch.cuda.synchronize()
-        latency.append(time_calls_ms(fn, 1))
-    return n, latency
+    benchmark._timer = ReplayTimer([ms * 1e-3 for ms in timing.samples_ms])
+    benchmark.pedantic(lambda: None, rounds=len(timing.samples_ms), warmup_rounds=0, iterations=1)
 
 
-def add_timing_info(benchmark, latency: list[float], flops: float, io_bytes: float) -> None:
-    """The derived numbers the report reads, into benchmark.extra_info (after the rounds ran)."""
+class BenchFailure(Exception):
+    """The implementation ran but its output is not attention (the test fails with this message)."""
+
+
+@dataclass
+class Outcome:
+    skip: str | None = None  # why the implementation cannot run this case
+    fail: str | None = None  # why its result is wrong
+    rel_err: float | None = None  # vs SDPA default on the same inputs (None: no reference)
+    timing: ImplTiming | None = None
+
+
+# The implementations each case's tests ask for, in collection order, filled by
+# benchmarks/conftest.py once collection is final (-m and -k applied): the first test of a case
+# then times every one of them together.
+PLAN: dict = {}
+
+
+class CaseBench:
+    """The tests of one case (one per implementation) share one measurement: the first of them
+    prepares every planned implementation (callable, first call, error vs the reference), times
+    the ready ones with measure_interleaved, and keeps the outcomes; each test reports its own.
+    Only the current case is kept (its inputs are the only ones alive)."""
+
+    def __init__(self):
+        self.key = None
+        self.outcomes: dict = {}
+
+    def outcome(self, key, impl: str, prepare, settings: Settings, measure=measure_interleaved) -> Outcome:
+        """prepare(name) -> (Runnable, rel_err or None); raises Unavailable or BenchFailure."""
+        if key != self.key or impl not in self.outcomes:
+            self.key, self.outcomes = key, {}
+            names = list(PLAN.get(key, ()))
+            if impl not in names:
+                names.append(impl)
+            ready = {}
+            for name in names:
+                try:
+                    runnable, err = prepare(name)
+                except Unavailable as exc:
+                    self.outcomes[name] = Outcome(skip=str(exc))
+                    continue
+                except BenchFailure as exc:
+                    self.outcomes[name] = Outcome(fail=str(exc))
+                    continue
+                self.outcomes[name] = Outcome(rel_err=err)
+                ready[name] = runnable
+            if ready:
+                for name, timing in measure(ready, settings).items():
+                    self.outcomes[name].timing = timing
+        return self.outcomes[impl]
+
+
+def add_timing_info(benchmark, timing: ImplTiming, flops: float, io_bytes: float) -> None:
+    """The derived numbers the report reads, into benchmark.extra_info (after record_timing)."""
     info = benchmark.extra_info
+    latency = timing.latency_ms
+    info.update(calls_per_round=timing.calls_per_round, rounds=len(timing.samples_ms), timing="interleaved")
     if latency:
         info["latency_ms"] = median(latency)
     if benchmark.stats:  # None / empty with --benchmark-disable

@@ -126,7 +126,22 @@ def pytest_benchmark_update_machine_info(config, machine_info):
     machine_info.update(gpu_metadata())
 
 
+def pytest_collection_finish(session):
+    """The final test list (-m, -k applied) -> bench_common.PLAN: for each case, the
+    implementations to time together in interleaved rounds (bench_common.CaseBench)."""
+    import bench_common as bc
+
+    bc.PLAN.clear()
+    for item in session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        case = params.get("shape", params.get("case"))
+        if case is not None and "impl" in params:
+            impls = bc.PLAN.setdefault(case, [])
+            if params["impl"] not in impls:
+                impls.append(params["impl"])
+
+
 def pytest_report_header(config):
     # GPU, driver, torch and build lines come from tests/pytest_flashattn.py (root conftest.py)
     line = "benchmarks: pytest-benchmark stats are GPU seconds per call from CUDA events"
-    return [line + " (median over rounds of N back-to-back calls; docs/benchmarks.md)"]
+    return [line + " (the implementations of a case timed in interleaved rounds; docs/benchmarks.md)"]

@@ -4,12 +4,13 @@ Run on a GPU (see docs/benchmarks.md), e.g.
     python -m pytest benchmarks -m "bench and standard" --benchmark-json=bench.json
     python tools/bench_report.py bench.json --png bench.png --markdown report.md
 
-One test = one (shape, implementation). Its pytest-benchmark stats are GPU time per call from
-CUDA events (bench_common.cuda_event_timer): each round records an event, runs the op N times
-back to back (N so that a round lasts >= ~1 ms), records an event and synchronizes; the stats
-are over rounds of (round time / N). extra_info holds the shape, FLOPs, median ms, TFLOP/s, and
-for the latency-bound grids the single-call latency (one call between two events, the GPU idle
-before it), which is what a caller who waits for each result sees.
+One test = one (shape, implementation). The first test of a shape times every implementation
+collected for it together, in interleaved rounds (bench_common.measure_interleaved: round r runs
+each implementation once, N back-to-back calls between two CUDA events, N so that a round lasts
+>= round_ms, in an order rotated by r), so clock drift hits all of them alike; each test's
+pytest-benchmark stats are its rounds of (round time / N). extra_info holds the shape, FLOPs,
+median ms, TFLOP/s, and for the latency-bound grids the single-call latency (one call between
+two events, the GPU idle before it), which is what a caller who waits for each result sees.
 """
 
 from __future__ import annotations
@@ -89,24 +90,30 @@ def _first_call(impl, fn):
             raise bc.Unavailable(reason) from exc
 
 
-def run_case(benchmark, shape: bc.Shape, impl: str) -> None:
-    settings = bc.settings_for(shape.grid)
-    try:
-        q, k, v = _inputs(shape)
-        fn, ctx = bc.make_callable(impl, shape, q, k, v)
-        with ctx():
-            out = _first_call(impl, fn)
-    except bc.Unavailable as exc:
-        pytest.skip(str(exc))
+_BENCH = bc.CaseBench()
 
+
+def _prepare(shape: bc.Shape, impl: str):
+    """impl ready to time on the shape's shared inputs: built, run once, checked against SDPA."""
+    q, k, v = _inputs(shape)
+    fn, ctx = bc.make_callable(impl, shape, q, k, v)
+    with ctx():
+        out = _first_call(impl, fn)
     ref = _reference(shape, q, k, v)
     err = bc.rel_err(out, ref) if ref is not None else None
     del out
     if err is not None and not err <= bc.MAX_REL_ERR:
-        pytest.fail(f"{impl} on {shape.group}: relative L2 error {err:.3g} vs SDPA default exceeds {bc.MAX_REL_ERR}")
+        raise bc.BenchFailure(f"{impl} on {shape.group}: relative L2 error {err:.3g} vs SDPA default exceeds {bc.MAX_REL_ERR}")
+    return bc.Runnable(fn, ctx), err
 
-    with ctx():
-        n, latency = bc.time_with_benchmark(benchmark, fn, settings, shape.group)
+
+def run_case(benchmark, shape: bc.Shape, impl: str) -> None:
+    outcome = _BENCH.outcome(shape, impl, lambda name: _prepare(shape, name), bc.settings_for(shape.grid))
+    if outcome.skip is not None:
+        pytest.skip(outcome.skip)
+    if outcome.fail is not None:
+        pytest.fail(outcome.fail)
+    bc.record_timing(benchmark, outcome.timing, shape.group)
 
     info = benchmark.extra_info
     info.update(
@@ -123,14 +130,12 @@ def run_case(benchmark, shape: bc.Shape, impl: str) -> None:
         causal_mode=shape.causal_mode,
         flops=shape.flops,
         io_bytes=shape.io_bytes,
-        calls_per_round=n,
-        rounds=settings.rounds,
         timer="cuda_event",
-        rel_err_vs_sdpa_default=err,
+        rel_err_vs_sdpa_default=outcome.rel_err,
     )
-    if err is None and "ref_error" in _CACHE:
+    if outcome.rel_err is None and "ref_error" in _CACHE:
         info["reference_error"] = _CACHE["ref_error"]
-    bc.add_timing_info(benchmark, latency, shape.flops, shape.io_bytes)
+    bc.add_timing_info(benchmark, outcome.timing, shape.flops, shape.io_bytes)
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,10 @@
 """Decode benchmarks beyond the shared decode grid (benchmarks/test_attention.py::test_decode,
 which times flash_attn_with_kvcache on full caches against every SDPA backend).
 
-Same conventions as test_attention.py (see docs/benchmarks.md): CUDA-event timer installed into
-pytest-benchmark, rounds of N back-to-back calls, the same extra_info fields, markers `bench` and
-`decode` (so conftest skips them until flash_attn_with_kvcache exists) and `quick` for a subset.
+Same conventions as test_attention.py (see docs/benchmarks.md): the implementations of a case
+timed together in interleaved rounds of N back-to-back calls (CUDA events), the same extra_info
+fields, markers `bench` and `decode` (so conftest skips them until flash_attn_with_kvcache
+exists) and `quick` for a subset.
 Each variant is its own grid, so tools/bench_report.py reports it as its own category and the
 headline decode geomean stays the shared grid's:
 
@@ -229,32 +230,39 @@ def _reference(case: DecodeCase):
         return None
 
 
-@pytest.mark.parametrize("case,impl", list(_params()))
-def test_decode_variant(benchmark, case: DecodeCase, impl: str) -> None:
+_BENCH = bc.CaseBench()
+
+
+def _prepare(case: DecodeCase, impl: str):
+    """impl ready to time on the case's shared inputs: built, run once, checked against SDPA."""
     import torch
 
-    settings = bc.settings_for("decode")
     try:
         fn = make_callable(case, impl)
         out = fn()
         torch.cuda.synchronize()
-    except bc.Unavailable as exc:
-        pytest.skip(str(exc))
     except (RuntimeError, ValueError, TypeError) as exc:
         if isinstance(exc, torch.cuda.OutOfMemoryError):
             torch.cuda.empty_cache()
-        pytest.skip(f"{impl} cannot run {case.group}: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}")
-
+        msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise bc.Unavailable(f"{impl} cannot run {case.group}: {msg}") from exc
     ref = _reference(case)
+    err = None
     if ref is not None and impl != "flashattn-full":
         err = bc.rel_err(out, ref)
         if not err <= bc.MAX_REL_ERR:
-            pytest.fail(f"{impl} on {case.group}: relative L2 error {err:.3g} vs SDPA default exceeds {bc.MAX_REL_ERR}")
-    else:
-        err = None
-    del out, ref
+            raise bc.BenchFailure(f"{impl} on {case.group}: relative L2 error {err:.3g} vs SDPA default exceeds {bc.MAX_REL_ERR}")
+    return bc.Runnable(fn), err
 
-    n, latency = bc.time_with_benchmark(benchmark, fn, settings, case.group)
+
+@pytest.mark.parametrize("case,impl", list(_params()))
+def test_decode_variant(benchmark, case: DecodeCase, impl: str) -> None:
+    outcome = _BENCH.outcome(case, impl, lambda name: _prepare(case, name), bc.settings_for("decode"))
+    if outcome.skip is not None:
+        pytest.skip(outcome.skip)
+    if outcome.fail is not None:
+        pytest.fail(outcome.fail)
+    bc.record_timing(benchmark, outcome.timing, case.group)
 
     flops, io_bytes = case.flops_and_bytes(full=impl == "flashattn-full" or (case.kind == "ragged" and impl != "flashattn"))
     info = benchmark.extra_info
@@ -273,9 +281,7 @@ def test_decode_variant(benchmark, case: DecodeCase, impl: str) -> None:
         flops=flops,
         io_bytes=io_bytes,
         seqlens=case.lengths(),
-        calls_per_round=n,
-        rounds=settings.rounds,
         timer="cuda_event",
-        rel_err_vs_sdpa_default=err,
+        rel_err_vs_sdpa_default=outcome.rel_err,
     )
-    bc.add_timing_info(benchmark, latency, flops, io_bytes)
+    bc.add_timing_info(benchmark, outcome.timing, flops, io_bytes)

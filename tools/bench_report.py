@@ -286,7 +286,8 @@ def meta_lines(report: Report) -> list:
         f"torch {m['torch']}, CUDA {m['cuda']}, cuDNN {m['cudnn']}, flashattn {m['flashattn']}"
         + (f" [{build_s}]" if build_s else ""),
         f"commit: {m['commit'] or '?'}; pytest-benchmark {m['pytest_benchmark']}",
-        "timing: CUDA events; median over rounds of (round time / N back-to-back calls); "
+        "timing: CUDA events; median over rounds of (round time / N back-to-back calls), "
+        "the implementations of a shape in interleaved rounds; "
         "speedup = time(other) / time(" + report.ours + "), > 1 means " + report.ours + " is faster",
     ]
 

@@ -1,0 +1,151 @@
+"""CPU tests of the benchmark suite's timing schedule (benchmarks/bench_common.py): interleaved
+rounds, the replay into pytest-benchmark, and the per-case sharing of one measurement. A fake
+GPU clock stands in for CUDA events, so the schedule's properties are checked exactly."""
+
+from __future__ import annotations
+
+import importlib.util
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+bc = _load("bench_common", ROOT / "benchmarks" / "bench_common.py")
+
+SETTINGS = bc.Settings(rounds=12, warmup_rounds=2, round_ms=2.0, max_calls_per_round=1000, latency_samples=3)
+
+
+class DriftingGpu:
+    """A fake GPU whose clock slows down as it works: a call that costs `cost` ms at full speed
+    takes cost * (1 + drift * elapsed_ms) ms, like an H100 settling under power limits."""
+
+    def __init__(self, drift: float = 0.0):
+        self.elapsed = 0.0
+        self.drift = drift
+        self.log: list[str] = []  # implementation of each timed batch, in order
+        self.syncs = 0
+
+    def impl(self, name: str, cost_ms: float):
+        def fn():
+            self.elapsed += cost_ms * (1.0 + self.drift * self.elapsed)
+
+        fn.impl_name = name
+        return fn
+
+    def time_calls(self, fn, n: int) -> float:
+        self.log.append(fn.impl_name)
+        t0 = self.elapsed
+        for _ in range(n):
+            fn()
+        return self.elapsed - t0
+
+    def synchronize(self):
+        self.syncs += 1
+
+
+def _measure(gpu: DriftingGpu, costs: dict, settings=SETTINGS):
+    runnables = {name: bc.Runnable(gpu.impl(name, c)) for name, c in costs.items()}
+    return bc.measure_interleaved(runnables, settings, time_calls=gpu.time_calls, synchronize=gpu.synchronize)
+
+
+def test_every_round_times_every_impl_in_a_rotated_order():
+    gpu = DriftingGpu()
+    names = ["a", "b", "c"]
+    _measure(gpu, {n: 0.5 for n in names})
+    # 2 batches per impl for warm-up and the estimate, then (warm-up + timed) rounds of all three.
+    rounds = gpu.log[2 * len(names) :][: len(names) * (SETTINGS.warmup_rounds + SETTINGS.rounds)]
+    chunks = [rounds[i : i + 3] for i in range(0, len(rounds), 3)]
+    assert all(sorted(c) == names for c in chunks)
+    assert [c[0] for c in chunks[:3]] == ["a", "b", "c"]  # who goes first rotates
+
+
+def test_samples_are_per_call_and_rounds_last_round_ms():
+    gpu = DriftingGpu()
+    res = _measure(gpu, {"fast": 0.01, "slow": 5.0})
+    assert res["fast"].calls_per_round == 200  # 2 ms / 0.01 ms
+    assert res["slow"].calls_per_round == 1
+    for name, cost in (("fast", 0.01), ("slow", 5.0)):
+        assert len(res[name].samples_ms) == SETTINGS.rounds
+        assert all(s == pytest.approx(cost) for s in res[name].samples_ms)
+        assert res[name].latency_ms == [pytest.approx(cost)] * SETTINGS.latency_samples
+    assert gpu.syncs == 2 * SETTINGS.latency_samples  # the GPU idles before every latency sample
+
+
+def test_drift_does_not_favour_either_of_two_equal_kernels():
+    # Timed one after the other, the second of two identical kernels would look ~10% slower on
+    # this clock; interleaved and rotated, their medians agree to well under 1%.
+    gpu = DriftingGpu(drift=2e-3)
+    res = _measure(gpu, {"ours": 1.0, "theirs": 1.0})
+    ratio = statistics.median(res["theirs"].samples_ms) / statistics.median(res["ours"].samples_ms)
+    assert ratio == pytest.approx(1.0, abs=0.01)
+
+    seq = DriftingGpu(drift=2e-3)
+    first = _measure(seq, {"ours": 1.0})
+    second = _measure(seq, {"theirs": 1.0})
+    seq_ratio = statistics.median(second["theirs"].samples_ms) / statistics.median(first["ours"].samples_ms)
+    assert seq_ratio > 1.05  # the bias the interleaving removes is really there on this clock
+
+
+def test_replay_timer_hands_back_the_samples_as_durations():
+    t = bc.ReplayTimer([0.25, 1.5, 0.125])
+    durations = []
+    for _ in range(3):
+        start = t()
+        end = t()
+        durations.append(end - start)
+    assert durations == [0.25, 1.5, 0.125]
+
+
+def test_record_timing_puts_the_measured_rounds_into_pytest_benchmark(benchmark):
+    timing = bc.ImplTiming(samples_ms=[2.0, 1.0, 4.0, 3.0, 5.0], calls_per_round=7, latency_ms=[])
+    bc.record_timing(benchmark, timing, "cpu-test group")
+    if benchmark.disabled:
+        pytest.skip("pytest-benchmark is disabled in this run (--benchmark-disable)")
+    st = benchmark.stats.stats
+    assert st.rounds == 5
+    assert st.median == pytest.approx(3.0e-3) and st.min == pytest.approx(1.0e-3)
+    bc.add_timing_info(benchmark, timing, flops=6e9, io_bytes=3e6)
+    info = benchmark.extra_info
+    assert info["median_ms"] == pytest.approx(3.0) and info["calls_per_round"] == 7
+    assert info["tflops"] == pytest.approx(2.0)  # 6 GFLOP in 3 ms
+    assert info["timing"] == "interleaved"
+
+
+def test_case_bench_measures_a_case_once_for_all_its_impls(monkeypatch):
+    prepared, measured = [], []
+
+    def prepare(name):
+        prepared.append(name)
+        if name == "missing":
+            raise bc.Unavailable("not built here")
+        if name == "broken":
+            raise bc.BenchFailure("output is not attention")
+        return bc.Runnable(lambda: None), 0.001
+
+    def measure(runnables, settings):
+        measured.append(sorted(runnables))
+        return {n: bc.ImplTiming([1.0], 1, []) for n in runnables}
+
+    monkeypatch.setitem(bc.PLAN, "case1", ["ours", "missing", "broken", "theirs"])
+    cb = bc.CaseBench()
+    outcomes = {n: cb.outcome("case1", n, prepare, SETTINGS, measure=measure) for n in bc.PLAN["case1"]}
+    assert prepared == ["ours", "missing", "broken", "theirs"]  # each prepared once
+    assert measured == [["ours", "theirs"]]  # one interleaved measurement of the ready ones
+    assert outcomes["missing"].skip == "not built here" and outcomes["missing"].timing is None
+    assert outcomes["broken"].fail == "output is not attention"
+    assert outcomes["theirs"].timing.samples_ms == [1.0] and outcomes["ours"].rel_err == 0.001
+
+    cb.outcome("case2", "solo", prepare, SETTINGS, measure=measure)  # not in the plan: itself only
+    assert measured[-1] == ["solo"]
