@@ -89,6 +89,14 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
 
   const flashattn::DeviceLimits dev = device_limits(q.get_device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  // The Hopper path balances causal work over the SMs by handing its tiles out through a zeroed
+  // counter private to this call: a stream-ordered allocation and memset, so concurrent streams
+  // never share one, and CUDA-graph capture records both.
+  at::Tensor tile_counter;
+  if (backend != "portable" && flashattn::flash_fwd_sm90_wants_tile_counter(p, dev)) {
+    tile_counter = at::zeros({1}, q.options().dtype(at::kInt));
+    p.tile_counter = tile_counter.data_ptr<int>();
+  }
   cudaError_t err;
   if (backend == "hopper") {
     TORCH_CHECK(flashattn::flash_fwd_sm90_supported(p, dev),

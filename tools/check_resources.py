@@ -41,6 +41,8 @@ _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) b
 _REGS = re.compile(r"Used (\d+) registers")
 _SMEM = re.compile(r"(\d+) bytes smem")
 _TRAITS = re.compile(r"FwdKernelTraitsILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")
+# Hopper kernel: Sm90FwdTraits<D, N, stages, pingpong>, element, dynamic schedule; 384 threads, 128 rows.
+_SM90_TRAITS = re.compile(r"Sm90FwdTraitsILi(\d+)ELi(\d+)ELi(\d+)ELb([01])EEE\d+\w+?Lb([01])E")
 _PTX_VERSION = re.compile(r"^\.version\s+(\d+\.\d+)\s*$", re.MULTILINE)
 
 
@@ -62,6 +64,10 @@ def parse_ptxas(text: str) -> list[dict]:
         if t := _TRAITS.search(k["name"]):
             k["head_dim"], k["block_m"], k["block_n"], k["warps"] = map(int, t.groups())
             k["threads"] = k["warps"] * 32
+        elif t := _SM90_TRAITS.search(k["name"]):
+            k["head_dim"], k["block_n"] = int(t.group(1)), int(t.group(2))
+            k["block_m"], k["warps"], k["threads"] = 128, 12, 384
+            k["schedule"] = "dynamic" if t.group(5) == "1" else "static"
     return kernels
 
 
@@ -113,7 +119,8 @@ def config_report() -> dict:
 def check(kernels: list[dict], configs: dict, archs: list[str]) -> list[str]:
     errors: list[str] = []
     for k in kernels:
-        where = f"{k['arch']} {k.get('head_dim')}x{k.get('block_m')}x{k.get('block_n')}x{k.get('warps')}w ({k['name'][:60]})"
+        where = (f"{k['arch']} {k.get('head_dim')}x{k.get('block_m')}x{k.get('block_n')}x{k.get('warps')}w"
+                 f"{' ' + k['schedule'] if 'schedule' in k else ''} ({k['source'] if 'source' in k else k['name'][:60]})")
         if k["regs"] is None:
             errors.append(f"{where}: no register report")
             continue

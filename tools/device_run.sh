@@ -7,7 +7,8 @@
 #   bash tools/device_run.sh suite    the GPU test suite, ci profile, timed; every planted bug
 #   bash tools/device_run.sh bench    benchmark suite + report (latency, standard and decode grids)
 #   bash tools/device_run.sh check    verify + the GPU test suite (no planted bugs) in one call      (~7 min)
-#   bash tools/device_run.sh hopper   after a Hopper-path change: lab check, numerics, sm90 tests, benchmarks
+#   bash tools/device_run.sh hopper   after a Hopper-path change: lab check + schedule A/B, numerics, the
+#                                     suite, the standard benchmark grid                  (~6 min)
 #
 # A step that fails does not stop the others; the exit status is the number of failed steps.
 set -uo pipefail
@@ -76,14 +77,22 @@ case "${1:-verify}" in
   hopper)  # after a Hopper-path change: hang-checked lab, numerics both ways, the suite's sm90 part, benchmarks
     env_info > "$OUT/env.txt" 2>&1
     step build 420 bash tools/device_build.sh
-    step sm90_lab_check 240 bash tools/sm90_lab.sh check
+    step sm90_lab_schedule 240 bash tools/sm90_lab.sh schedule
     step quick_numerics_hopper 150 env FLASHATTN_BACKEND=hopper python3 tools/quick_check.py --numerics-only
-    step pytest_hopper 240 env FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider -m gpu --flashattn-backend=hopper
-    step benchmarks 300 bash tools/run_benchmarks.sh "$OUT/bench"
+    step pytest_ci 240 env FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider
+    step benchmarks 300 env BENCH_MARKERS="bench and standard" bash tools/run_benchmarks.sh "$OUT/bench"
     ;;
   *)
     echo "usage: $0 verify|check|suite|bench|hopper" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
-echo "failed steps: $failed"
+echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
+# The device tool returns at most 8 files: everything but the summary and the benchmark report
+# travels as one archive (tar -xzf logs.tgz).
+(
+  cd "$OUT" || exit 0
+  keep="summary.txt bench/report.txt bench/bench.json"
+  files=$(find . -type f ! -name logs.tgz | sed 's#^\./##' | grep -vxF -f <(tr ' ' '\n' <<< "$keep"))
+  [ -n "$files" ] && tar -czf logs.tgz $files && rm -f $files
+) || true
 exit $failed

@@ -1,6 +1,6 @@
 // Standalone lab for the Hopper forward path (no torch): correctness against a naive GPU reference,
 // then TFLOP/s of the compiled configs and of candidate variants. Build and run on an H100/H200:
-//   bash tools/sm90_lab.sh            (see there; modes: sm90_lab [check|speed|full])
+//   bash tools/sm90_lab.sh            (see there; modes: sm90_lab [check|schedule|speed|full])
 // Exit status: 0 when every correctness case passes, 1 otherwise, 2 on a CUDA error. Built with
 // FLASHATTN_SM90_HANG_CHECK, a stuck pipeline traps after 10 s and the error message names the
 // barrier, the block and the thread (the script runs that build only to diagnose a hang, since the
@@ -390,10 +390,33 @@ static double time_config(LaunchFn launch, int d, int s, bool causal, double* tf
 // ------------------------------------------------------------------------------------------------
 template <typename Traits, typename T>
 cudaError_t launch_variant(const FwdParams& p, const DeviceLimits& dev, cudaStream_t s) {
-  return run_fwd_sm90<Traits, T>(p, dev, s);
+  return run_fwd_sm90<Traits, T, false>(p, dev, s);
 }
 
-cudaError_t launch_default(const FwdParams& p, const DeviceLimits& dev, cudaStream_t s) { return flash_fwd_sm90(p, dev, s); }
+// As the torch binding does it: a zeroed tile counter (dynamic schedule) where `want` says so. One
+// lab stream, so one buffer serves every call; the memset is part of the timed work, as there.
+static FwdParams with_tile_counter(const FwdParams& p, bool want, cudaStream_t s) {
+  static int* counter = nullptr;
+  FwdParams q = p;
+  if (want) {
+    if (counter == nullptr) CK(cudaMalloc(&counter, sizeof(int)));
+    CK(cudaMemsetAsync(counter, 0, sizeof(int), s));
+    q.tile_counter = counter;
+  }
+  return q;
+}
+
+// The entry point with the binding's choice of schedule.
+cudaError_t launch_default(const FwdParams& p, const DeviceLimits& dev, cudaStream_t s) {
+  return flash_fwd_sm90(with_tile_counter(p, flash_fwd_sm90_wants_tile_counter(p, dev), s), dev, s);
+}
+// Either schedule forced (correctness of both on every kind of shape; the schedule A/B).
+cudaError_t launch_static(const FwdParams& p, const DeviceLimits& dev, cudaStream_t s) {
+  return flash_fwd_sm90(p, dev, s);
+}
+cudaError_t launch_dynamic(const FwdParams& p, const DeviceLimits& dev, cudaStream_t s) {
+  return flash_fwd_sm90(with_tile_counter(p, true, s), dev, s);
+}
 
 struct Variant {
   const char* name;
@@ -419,10 +442,48 @@ static const Variant kVariants[] = {
     VARIANT("d256-n64-s2-pp", 256, 64, 2, true),
 };
 
+// Static vs dynamic schedule on the causal standard grid, timed in alternating samples (clock
+// drift hits both alike), with the binding's choice marked.
+static void schedule_table() {
+  std::printf("\n== schedule A/B: causal, B*S = 16k, H = 2048/D, bf16, TFLOP/s (alternating samples) ==\n");
+  std::printf("%4s %6s %9s %9s %7s %s\n", "D", "S", "static", "dynamic", "dyn/st", "binding picks");
+  double lg_best = 0, lg_static = 0;
+  int n = 0;
+  for (int d : {64, 128, 256})
+    for (int s : {512, 1024, 2048, 4096, 8192, 16384}) {
+      double ts = 0, td = 0;
+      std::vector<double> a, b;
+      for (int rep = 0; rep < 5; ++rep) {  // alternate A, B, A, B, ...: each call is a median of 9
+        time_config<__nv_bfloat16>(launch_static, d, s, true, &ts);
+        time_config<__nv_bfloat16>(launch_dynamic, d, s, true, &td);
+        a.push_back(ts);
+        b.push_back(td);
+      }
+      std::sort(a.begin(), a.end());
+      std::sort(b.begin(), b.end());
+      ts = a[a.size() / 2];
+      td = b[b.size() / 2];
+      FwdParams p;
+      p.seqlen_q = p.seqlen_k = s;
+      p.batch = 16384 / s;
+      p.heads_q = p.heads_kv = 2048 / d;
+      p.head_dim = d;
+      p.set_causal(CausalMode::kTopLeft);
+      const bool dyn = flash_fwd_sm90_wants_tile_counter(p, g_dev);
+      std::printf("%4d %6d %9.1f %9.1f %7.3f %s\n", d, s, ts, td, td / ts, dyn ? "dynamic" : "static");
+      std::fflush(stdout);
+      lg_best += std::log(dyn ? td : ts);
+      lg_static += std::log(ts);
+      ++n;
+    }
+  std::printf("geomean gain of the binding's choice over static-only: %.3fx\n", std::exp((lg_best - lg_static) / n));
+}
+
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "full";
   const bool do_check = mode == "check" || mode == "full";
   const bool do_speed = mode == "speed" || mode == "full";
+  const bool do_schedule = mode == "schedule" || mode == "full";
   int dev_id = 0;
   CK(cudaSetDevice(dev_id));
   cudaDeviceProp prop;
@@ -480,6 +541,14 @@ int main(int argc, char** argv) {
     check_case<__half>("default", launch_default, Case{1, 200, 300, 2, 1, d, CausalMode::kTopLeft, Layout::kBSHD, -0.3f});
     check_case<__nv_bfloat16>("default", launch_default, Case{4, 4096, 4096, 16, 8, d, CausalMode::kNone});
     check_case<__nv_bfloat16>("default", launch_default, Case{4, 3000, 3000, 16, 4, d, CausalMode::kTopLeft});
+    // Both schedules forced, several tiles per CTA: uneven causal tiles, tiles with no visible key
+    // (bottom-right, Sq > Sk), a ragged last tile, GQA.
+    for (CausalMode m : modes) {
+      check_case<__nv_bfloat16>("dynamic", launch_dynamic, Case{3, 2100, 1500, 16, 4, d, m});
+      check_case<__half>("dynamic", launch_dynamic, Case{2, 1000, 3000, 40, 8, d, m});
+      check_case<__nv_bfloat16>("static", launch_static, Case{3, 2100, 1500, 16, 4, d, m});
+    }
+    check_case<__nv_bfloat16>("dynamic", launch_dynamic, Case{1, 1, 1, 1, 1, d, CausalMode::kTopLeft});
   }
   for (int d : {32, 96, 160, 200}) {  // head dims served by the next instantiation up
     check_case<__nv_bfloat16>("default", launch_default, Case{2, 300, 333, 4, 2, d, CausalMode::kNone});
@@ -493,6 +562,7 @@ int main(int argc, char** argv) {
   }
   std::printf("\ncorrectness: %d/%d cases pass\n", g_cases - g_failures, g_cases);
   }
+  if (do_schedule) schedule_table();
   if (!do_speed) return g_failures ? 1 : 0;
 
   // ---------------- speed ----------------

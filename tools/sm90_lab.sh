@@ -2,6 +2,7 @@
 # On an H100/H200: builds tools/sm90_lab.cu with the Hopper path's sources (no torch) and runs it.
 #   bash tools/sm90_lab.sh          correctness (~1 min), then speed tables (~3 min)
 #   bash tools/sm90_lab.sh check    correctness only
+#   bash tools/sm90_lab.sh schedule correctness, then static vs dynamic tile schedule (causal, ~30 s)
 # Two builds, compiled in parallel: build/sm90_lab (the kernels exactly as the extension compiles
 # them) runs everything; build/sm90_lab_hangcheck (FLASHATTN_SM90_HANG_CHECK: a wait stuck for
 # 10 s reports its barrier/block/thread and traps) runs only when the first one times out or
@@ -11,7 +12,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 mkdir -p build/sm90_lab_obj build/sm90_lab_hc_obj
 BASE="-std=c++17 -O3 --expt-relaxed-constexpr -Icsrc -gencode=arch=compute_90a,code=sm_90a -lineinfo"
-SRCS="tools/sm90_lab.cu csrc/flash_fwd_sm90/dispatch.cu $(ls csrc/flash_fwd_sm90/fwd_sm90_*.cu)"
+SRCS="tools/sm90_lab.cu csrc/flash_fwd_sm90/dispatch.cu $(ls csrc/flash_fwd_sm90/instantiations/fwd_sm90_*.cu)"
 start=$(date +%s)
 pids=()
 for src in $SRCS; do
@@ -44,7 +45,9 @@ if [ $rc -ne 0 ] && [ $rc -ne 1 ]; then
   exit $rc
 fi
 if [ "${1:-full}" != "check" ]; then
-  timeout 600 ./build/sm90_lab speed 2>&1 | tee build/sm90_lab_speed.log
+  speed_mode=speed
+  [ "${1:-full}" = "schedule" ] && speed_mode=schedule
+  timeout 600 ./build/sm90_lab $speed_mode 2>&1 | tee build/sm90_lab_speed.log
   rs=${PIPESTATUS[0]}
   [ $rs -ne 0 ] && echo "sm90_lab: speed run ended with status $rs" && [ $rc -eq 0 ] && rc=$rs
 fi

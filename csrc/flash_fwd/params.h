@@ -40,6 +40,11 @@ struct FwdParams {
 
   DType dtype = DType::kBFloat16;
 
+  // Optional: one zeroed int32 in device memory, private to this call (stream-ordered). The
+  // Hopper path then hands its query tiles out dynamically (flash_fwd_sm90_wants_tile_counter
+  // says when that pays); null means its static schedule. The portable path ignores it.
+  int* tile_counter = nullptr;
+
   void set_scale(float scale) {
     softmax_scale = scale;
     scale_log2 = scale * 1.4426950408889634f;

@@ -28,6 +28,7 @@
 #include "epilogue.cuh"
 #include "kernel_params.h"
 #include "ptx.cuh"
+#include "schedule.cuh"
 #include "smem.cuh"
 #include "softmax.cuh"
 #include "tile_scheduler.h"
@@ -50,7 +51,7 @@ __device__ __forceinline__ void pingpong_leave(int wg) {
   if constexpr (Traits::kPingPong) named_barrier_arrive(kPingPongBarrierBase + (1 - wg), kConsumerThreads);
 }
 
-template <typename Traits, typename Element>
+template <typename Traits, typename Element, bool kDynamic>
 __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const SmemMap<Traits>& sm, const int wg) {
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -100,7 +101,8 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
 
   if (Traits::kPingPong && wg == 1) named_barrier_arrive(kPingPongBarrierBase + 0, kConsumerThreads);
 
-  for (int t = blockIdx.x; t < params.num_tiles; t += gridDim.x) {
+  ConsumerSchedule<Traits, kDynamic> sched{params, sm};
+  for (int t = sched.first(); t < params.num_tiles; t = sched.next(t)) {
     const TileCoord tc = decode_tile(t, params.num_m_blocks, params.heads_q, batch_heads, params.group_heads);
     const BlockRange r = block_range(tc.m_block, kBlockM, kBlockN, params.seqlen_q, params.seqlen_k, params.causal != 0,
                                      params.causal_offset);

@@ -1,5 +1,5 @@
 // Entry points of the Hopper forward path: support check, instantiation choice, and the host-side
-// TMA descriptor encoding. Compiles no kernel (the instantiations are in fwd_sm90_*.cu), and is
+// TMA descriptor encoding. Compiles no kernel (the instantiations are in instantiations/), and is
 // arch-independent host code.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -103,13 +103,20 @@ struct Sm90Launcher {
   DType dtype;
   int head_dim;
   int smem_bytes;
-  LaunchFn launch;
-  RealFn real;
+  LaunchFn launch_static;
+  LaunchFn launch_dynamic;  // needs FwdParams::tile_counter
+  RealFn real_static;
+  RealFn real_dynamic;
 };
 
-#define FLASHATTN_SM90_INSTANCE(T, DTYPE, D)                                                  \
-  Sm90Launcher{DTYPE, D, Sm90DefaultConfig<D>::Traits::kSmemBytes,                            \
-               &run_fwd_sm90<Sm90DefaultConfig<D>::Traits, T>, &kernel_is_real<Sm90DefaultConfig<D>::Traits, T>}
+#define FLASHATTN_SM90_INSTANCE(T, DTYPE, D)                                                                      \
+  Sm90Launcher{DTYPE,                                                                                            \
+               D,                                                                                                \
+               Sm90DefaultConfig<D>::Traits::kSmemBytes,                                                         \
+               &run_fwd_sm90<Sm90DefaultConfig<D>::Traits, T, false>,                                            \
+               &run_fwd_sm90<Sm90DefaultConfig<D>::Traits, T, true>,                                             \
+               &kernel_is_real<Sm90DefaultConfig<D>::Traits, T, false>,                                          \
+               &kernel_is_real<Sm90DefaultConfig<D>::Traits, T, true>}
 const Sm90Launcher kLaunchers[] = {
     FLASHATTN_SM90_INSTANCE(__nv_bfloat16, DType::kBFloat16, 64),
     FLASHATTN_SM90_INSTANCE(__nv_bfloat16, DType::kBFloat16, 128),
@@ -133,7 +140,7 @@ bool launcher_available(int i) {
   static std::atomic<int> cache[kNumLaunchers] = {};  // 0 unknown, 1 yes, 2 no
   int v = cache[i].load(std::memory_order_relaxed);
   if (v == 0) {
-    v = kLaunchers[i].real() ? 1 : 2;
+    v = kLaunchers[i].real_static() && kLaunchers[i].real_dynamic() ? 1 : 2;
     cache[i].store(v, std::memory_order_relaxed);
   }
   return v == 1;
@@ -152,7 +159,7 @@ bool flash_fwd_sm90_supported(const FwdParams& p, const DeviceLimits& dev) {
   if (!std::isfinite(p.softmax_scale) || !std::isfinite(p.scale_log2)) return false;
   if (p.o == nullptr || p.lse == nullptr || reinterpret_cast<uintptr_t>(p.o) % 4 != 0) return false;
   if (p.o_row_stride % 2 != 0 || p.o_head_stride % 2 != 0 || p.o_batch_stride % 2 != 0) return false;
-  const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + 127) / 128;
+  const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + kBlockMAll - 1) / kBlockMAll;
   if (m_blocks * p.batch * p.heads_q >= (int64_t(1) << 31)) return false;
   const int i = find_launcher(p.dtype, p.head_dim);
   if (i < 0 || kLaunchers[i].smem_bytes > dev.max_smem_per_block) return false;
@@ -164,10 +171,16 @@ bool flash_fwd_sm90_supported(const FwdParams& p, const DeviceLimits& dev) {
   return launcher_available(i);
 }
 
+bool flash_fwd_sm90_wants_tile_counter(const FwdParams& p, const DeviceLimits& dev) {
+  const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + sm90::kBlockMAll - 1) / sm90::kBlockMAll;
+  return dev.cc_major == 9 && dev.cc_minor == 0 && p.causal && m_blocks > 1 &&
+         m_blocks * p.batch * p.heads_q > dev.sm_count;
+}
+
 cudaError_t flash_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream_t stream) {
   if (!flash_fwd_sm90_supported(p, dev)) return cudaErrorNotSupported;
-  const int i = sm90::find_launcher(p.dtype, p.head_dim);
-  return sm90::kLaunchers[i].launch(p, dev, stream);
+  const sm90::Sm90Launcher& l = sm90::kLaunchers[sm90::find_launcher(p.dtype, p.head_dim)];
+  return p.tile_counter != nullptr ? l.launch_dynamic(p, dev, stream) : l.launch_static(p, dev, stream);
 }
 
 }  // namespace flashattn

@@ -21,7 +21,8 @@
 namespace flashattn {
 namespace sm90 {
 
-template <typename Traits, typename Element>
+// kDynamic: the tile schedule (schedule.cuh); both variants are instantiated for every config.
+template <typename Traits, typename Element, bool kDynamic>
 __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __grid_constant__ Sm90Params params) {
 #if defined(FLASHATTN_SM90A_ENABLED)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -42,16 +43,23 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
       mbar_init(sm.v_full(s), 1);
       mbar_init(sm.v_empty(s), kConsumerThreads);
     }
+    if constexpr (kDynamic) {
+#pragma unroll
+      for (int i = 0; i < Traits::kTileRing; ++i) {
+        mbar_init(sm.tile_full(i), 1);
+        mbar_init(sm.tile_empty(i), kConsumerThreads);
+      }
+    }
     fence_barrier_init();
   }
   __syncthreads();
 
   if (warpgroup == 0) {
-    setmaxnreg_dec<kProducerRegs>();
-    if (threadIdx.x == 0) producer_loop<Traits>(params, sm);
+    setmaxnreg_dec<RegisterSplit<kDynamic>::kProducer>();
+    if (threadIdx.x == 0) producer_loop<Traits, kDynamic>(params, sm);
   } else {
-    setmaxnreg_inc<kConsumerRegs>();
-    consumer_loop<Traits, Element>(params, sm, warpgroup - 1);
+    setmaxnreg_inc<RegisterSplit<kDynamic>::kConsumer>();
+    consumer_loop<Traits, Element, kDynamic>(params, sm, warpgroup - 1);
   }
 #else
   // Not sm_90a: never launched (flash_fwd_sm90_supported() says no). The marker is this stub's

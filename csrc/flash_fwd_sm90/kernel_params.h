@@ -30,6 +30,9 @@ struct Sm90Params {
   int num_m_blocks;
   int num_tiles;
   int group_heads;  // (batch, head) pairs per L2 group
+  // Dynamic schedule only: a zeroed int32 private to the call. After its first tile (blockIdx.x)
+  // a CTA takes the next one with atomicAdd (+ grid); see schedule.cuh.
+  int* tile_counter;
 
   int* hang_report;  // host-mapped diagnostics of a stuck wait (lab builds); null otherwise
 };

@@ -1,5 +1,5 @@
 // Declarations of the per-instantiation entry points (defined in launch.cuh, explicitly
-// instantiated in fwd_sm90_*.cu), so that dispatch.cu compiles no kernel itself.
+// instantiated in instantiations/fwd_sm90_*.cu), so that dispatch.cu compiles no kernel itself.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,10 +9,10 @@
 namespace flashattn {
 namespace sm90 {
 
-template <typename Traits, typename Element>
+template <typename Traits, typename Element, bool kDynamic>
 cudaError_t run_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream_t stream);
 
-template <typename Traits, typename Element>
+template <typename Traits, typename Element, bool kDynamic>
 bool kernel_is_real();
 
 }  // namespace sm90

@@ -1,6 +1,7 @@
 // The producer of the Hopper forward kernel: one thread issues every TMA load.
 //
-// Per query tile (order = the consumers' order of use):
+// Tiles come from schedule.cuh (static: c, c + grid, ...; dynamic: an atomic counter, each
+// index published to the consumers). Per query tile (order = the consumers' order of use):
 //   K[last], Q, then for n = last .. 1: K[n-1], V[n]; then V[0]
 // (K runs one block ahead of V because the consumers compute S = Q K[n-1]^T while P V[n] is
 // still pending: see consumer.cuh). K and V have separate kStages-deep rings so that S can start
@@ -9,6 +10,7 @@
 
 #include "kernel_params.h"
 #include "ptx.cuh"
+#include "schedule.cuh"
 #include "smem.cuh"
 #include "tile_scheduler.h"
 
@@ -17,7 +19,7 @@ namespace sm90 {
 
 #if defined(FLASHATTN_SM90A_ENABLED)
 
-template <typename Traits>
+template <typename Traits, bool kDynamic>
 __device__ __forceinline__ void producer_loop(const Sm90Params& params, const SmemMap<Traits>& sm) {
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -29,11 +31,13 @@ __device__ __forceinline__ void producer_loop(const Sm90Params& params, const Sm
   uint32_t q_phase = 0;
   const int batch_heads = params.batch * params.heads_q;
 
-  for (int t = blockIdx.x; t < params.num_tiles; t += gridDim.x) {
+  ProducerSchedule<Traits, kDynamic> sched{params, sm};
+
+  auto load_tile = [&](int t) {
     const TileCoord tc = decode_tile(t, params.num_m_blocks, params.heads_q, batch_heads, params.group_heads);
     const BlockRange r = block_range(tc.m_block, kBlockM, kBlockN, params.seqlen_q, params.seqlen_k, params.causal != 0,
                                      params.causal_offset);
-    if (r.n_blocks == 0) continue;  // the consumers write O = 0, LSE = -inf without any load
+    if (r.n_blocks == 0) return;  // the consumers write O = 0, LSE = -inf without any load
     const int head_kv = tc.head_q / params.q_per_kv;
 
     auto load_kv = [&](const CUtensorMap* tmap, PipeState<Traits::kStages>& st, uint32_t tile_base, uint32_t full,
@@ -67,6 +71,12 @@ __device__ __forceinline__ void producer_loop(const Sm90Params& params, const Sm
       load_v(n);
     }
     load_v(0);
+  };
+
+  for (int t = sched.first();; t = sched.next(t)) {
+    sched.publish(t);
+    if (t >= params.num_tiles) break;
+    load_tile(t);
   }
 }
 

@@ -39,6 +39,13 @@ struct SmemMap {
   __device__ __forceinline__ uint32_t k_empty(int s) const { return bar(2 + Traits::kStages + s); }
   __device__ __forceinline__ uint32_t v_full(int s) const { return bar(2 + 2 * Traits::kStages + s); }
   __device__ __forceinline__ uint32_t v_empty(int s) const { return bar(2 + 3 * Traits::kStages + s); }
+  // The dynamic schedule's tile ring (schedule.cuh): slot i holds a tile index; tile_full(i):
+  // the producer's arrival (count 1); tile_empty(i): one arrival from each consumer thread.
+  __device__ __forceinline__ uint32_t tile_full(int i) const { return bar(2 + 4 * Traits::kStages + i); }
+  __device__ __forceinline__ uint32_t tile_empty(int i) const {
+    return bar(2 + 4 * Traits::kStages + Traits::kTileRing + i);
+  }
+  __device__ __forceinline__ uint32_t tile_slot(int i) const { return base + Traits::kOffTileSlots + 4 * i; }
 };
 
 constexpr uint32_t kConsumerThreads = 128 * 2;
@@ -63,9 +70,11 @@ enum WaitTag : int {
   kTagProducerKEmpty = 1,
   kTagProducerVEmpty = 2,
   kTagProducerQEmpty = 3,
+  kTagProducerTileEmpty = 4,
   kTagConsumerQFull = 11,
   kTagConsumerKFull = 12,
   kTagConsumerVFull = 13,
+  kTagConsumerTileFull = 14,
 };
 
 }  // namespace sm90

@@ -3,7 +3,7 @@
 //
 // One CTA = 3 warpgroups (384 threads):
 //   warpgroup 0: producer. One thread issues every TMA load (Q once per tile, K and V per key
-//                block into a kStages-deep ring); the warpgroup shrinks to kProducerRegs.
+//                block into a kStages-deep ring); the warpgroup shrinks to RegisterSplit::kProducer.
 //   warpgroups 1, 2: consumers. Each owns 64 query rows of the 128-row tile (kBlockM = 128) and
 //                computes S = Q K^T (wgmma, both operands in shared memory), the online softmax in
 //                registers, and O += P V (wgmma, P from registers, V in shared memory).
@@ -20,20 +20,27 @@ namespace sm90 {
 constexpr int kWarpgroupThreads = 128;
 constexpr int kConsumerWarpgroups = 2;
 constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);  // 384
-constexpr int kProducerRegs = 24;   // setmaxnreg.dec for the producer warpgroup
-constexpr int kConsumerRegs = 240;  // setmaxnreg.inc for each consumer warpgroup
-// 128 threads x (24 + 240 + 240) = 64512 <= 65536 registers per SM.
-static_assert(kWarpgroupThreads * (kProducerRegs + kConsumerWarpgroups * kConsumerRegs) <= 65536, "register file");
+// setmaxnreg budgets per warpgroup, by tile schedule (schedule.cuh). The dynamic schedule's
+// producer also runs the atomic and the tile ring: at 24 registers ptxas spilled 4 bytes (D=64
+// and 256), so it takes 32 and each consumer 232 (no spill at any head dim either way).
+template <bool kDynamic>
+struct RegisterSplit {
+  static constexpr int kProducer = kDynamic ? 32 : 24;    // setmaxnreg.dec
+  static constexpr int kConsumer = kDynamic ? 232 : 240;  // setmaxnreg.inc
+  // 128 threads x (24 + 240 + 240) = 64512, x (32 + 232 + 232) = 63488: <= 65536 per SM.
+  static_assert(kWarpgroupThreads * (kProducer + kConsumerWarpgroups * kConsumer) <= 65536, "register file");
+};
 
 constexpr int kChunkCols = 64;         // columns per 128-byte swizzle chunk (16-bit elements)
 constexpr int kChunkRowBytes = 128;    // one row of a chunk plane
 constexpr int kSwizzleAtomBytes = 1024;  // 8 rows x 128 B: the swizzle repeats every 8 rows
 constexpr int kMaxSmemSm90 = 232448;   // 227 KB opt-in per block on H100/H200
+constexpr int kBlockMAll = 64 * kConsumerWarpgroups;  // query rows per tile, every config
 
 template <int kHeadDim_, int kBlockN_, int kStages_, bool kPingPong_>
 struct Sm90FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = 64 * kConsumerWarpgroups;  // 128 query rows per tile
+  static constexpr int kBlockM = kBlockMAll;                 // 128 query rows per tile
   static constexpr int kBlockN = kBlockN_;                   // keys per K/V block
   static constexpr int kStages = kStages_;                   // K/V ring depth
   static constexpr bool kPingPong = kPingPong_;              // alternate the two consumers' GEMMs
@@ -54,9 +61,12 @@ struct Sm90FwdTraits {
   static constexpr int kOffK = kOffQ + kQBytes;
   static constexpr int kOffV = kOffK + kStages * kKVBytes;
   static constexpr int kOffBarriers = kOffV + kStages * kKVBytes;
-  // mbarriers: q_full, q_empty, k_full[S], k_empty[S], v_full[S], v_empty[S] (8 bytes each).
-  static constexpr int kNumBarriers = 2 + 4 * kStages;
-  static constexpr int kSmemUsed = kOffBarriers + 8 * kNumBarriers;
+  // mbarriers (8 bytes each): q_full, q_empty, k_full[S], k_empty[S], v_full[S], v_empty[S], and
+  // for the dynamic schedule tile_full[R], tile_empty[R]; then its R tile-index slots (schedule.cuh).
+  static constexpr int kTileRing = 2;
+  static constexpr int kNumBarriers = 2 + 4 * kStages + 2 * kTileRing;
+  static constexpr int kOffTileSlots = kOffBarriers + 8 * kNumBarriers;
+  static constexpr int kSmemUsed = kOffTileSlots + 4 * kTileRing;
   // Dynamic shared memory is only 16-byte aligned: ask for 1024 more and align by hand.
   static constexpr int kSmemBytes = kSmemUsed + kSwizzleAtomBytes;
 
