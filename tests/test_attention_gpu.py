@@ -116,6 +116,11 @@ EDGES = [
     Edge("kv-rows-unaligned", 2, 100, 100, 4, 2, 64, layout_kv=Layout("pad_dim", 5)),
     Edge("causal-2k", 1, 2048, 2048, 2, 1, 128, modes=(TOP_LEFT, BOTTOM_RIGHT)),
     Edge("causal-8k", 1, 8192, 8192, 1, 1, 64, modes=(BOTTOM_RIGHT,), slow=True),
+    # Causal with far more query tiles than SMs: on an H100 the Hopper path hands these tiles out
+    # through its per-call atomic counter (dynamic schedule), incl. tiles with no visible key.
+    Edge("causal-1296-tiles,GQA", 3, 1100, 1300, 48, 8, 128, modes=(TOP_LEFT, BOTTOM_RIGHT)),
+    Edge("causal-960-tiles,Sq>Sk", 2, 1500, 700, 40, 8, 64, modes=(BOTTOM_RIGHT,)),
+    Edge("causal-400-tiles,D=256", 1, 1200, 1200, 40, 40, 256, modes=(TOP_LEFT,)),
 ]
 EDGE_PARAMS = [
     pytest.param(edge, mode, id=f"{edge.id}-{MODE_IDS[mode]}", marks=[pytest.mark.slow] if edge.slow else [])
