@@ -271,13 +271,16 @@ class ImplTiming:
 
 def measure_interleaved(runnables: dict, settings: Settings, time_calls=None, synchronize=None) -> dict:
     """Times every implementation of one case in interleaved rounds: round r times each of them
-    once (settings.round_ms worth of back-to-back calls), in an order rotated by r.
+    once (settings.round_ms worth of back-to-back calls), in an order rotated by r and reversed
+    on odd rounds.
 
     Why interleaved: an H100 under sustained tensor-core load moves its clocks by several percent
     within a second (power and thermal limits). Timing one implementation after another put that
     drift into the ratios: the same kernel, timed twice in a row, differed by up to 12%, and
     cuDNN timed as "sdpa-default" and as "sdpa-cudnn" by up to 16%. Interleaved, drift hits every
-    implementation alike, and the rotation keeps any "who runs first" effect out of the medians.
+    implementation alike; the rotation keeps any "who runs first" effect out of the medians, and
+    the reversal any "who runs after whom" effect (with rotation alone each implementation always
+    followed the same one: the same kernel, listed twice, then measured a steady 2% apart).
 
     time_calls(fn, n) -> GPU ms for n back-to-back calls (default: CUDA events); synchronize()
     idles the GPU before a latency sample. Both are parameters so the schedule can be tested on
@@ -305,7 +308,10 @@ def measure_interleaved(runnables: dict, settings: Settings, time_calls=None, sy
     samples = {name: [] for name in names}
     for r in range(settings.warmup_rounds + settings.rounds):
         k = r % len(names) if names else 0
-        for name in names[k:] + names[:k]:
+        order = names[k:] + names[:k]
+        if r % 2:  # reversed every other round: each implementation follows both of its neighbours
+            order.reverse()
+        for name in order:
             ms = timed(name, calls[name]) / calls[name]
             if r >= settings.warmup_rounds:
                 samples[name].append(ms)
