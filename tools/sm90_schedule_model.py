@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """CPU model of the Hopper path's persistent tile schedule: how evenly the causal work spreads
 over the SMs, for the static round-robin schedule the kernel uses (CTA c takes tiles c, c + grid,
-...) and for a dynamic one (the next free CTA takes the next tile, as with an atomic counter:
-patches/sm90-dynamic-schedule.patch).
+...) and for a dynamic one (the next free CTA takes the next tile, as with the atomic counter of
+csrc/flash_fwd_sm90/schedule.cuh, which the binding uses for causal calls with more tiles than SMs).
 
 Tile order and L2 grouping mirror csrc/flash_fwd_sm90/tile_scheduler.h (decode_tile) and
 launch.cuh (l2_group_heads). Work per tile = key blocks visited + a fixed per-tile overhead.
