@@ -9,6 +9,8 @@
 #   bash tools/device_run.sh check    verify + the GPU test suite (no planted bugs) in one call      (~7 min)
 #   bash tools/device_run.sh hopper   after a Hopper-path change: lab check + schedule A/B, numerics, the
 #                                     suite, the standard benchmark grid                  (~6 min)
+#   bash tools/device_run.sh tune     a Hopper kernel experiment: lab check + all speed tables, the
+#                                     suite's hopper part, the standard grid               (~8 min)
 #
 # A step that fails does not stop the others; the exit status is the number of failed steps.
 set -uo pipefail
@@ -82,8 +84,16 @@ case "${1:-verify}" in
     step pytest_ci 240 env FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider
     step benchmarks 300 env BENCH_MARKERS="bench and standard" bash tools/run_benchmarks.sh "$OUT/bench"
     ;;
+  tune)  # a Hopper kernel experiment: lab correctness + every speed table (configs, variants), the
+         # suite's hopper part, the standard grid
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash tools/device_build.sh
+    step sm90_lab_full 330 bash tools/sm90_lab.sh
+    step pytest_hopper 200 env FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider -m gpu --flashattn-backend=hopper
+    step benchmarks 300 env BENCH_MARKERS="bench and standard" bash tools/run_benchmarks.sh "$OUT/bench"
+    ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -98,6 +98,12 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
   uint32_t q_phase = 0;
   const int batch_heads = params.batch * params.heads_q;
   const float scale_log2 = params.scale_log2;
+  // With a positive scale (every real call) the scale is folded into the exponent: max over raw
+  // scores, then p = exp2(s * scale_log2 - max) is one FFMA per element instead of an FMUL here
+  // and an FADD there. Zero or negative scales (max(scale * s) is then not scale * max(s)) keep
+  // the scores pre-multiplied, and the softmax multiplies by 1. Uniform across the CTA.
+  const bool fold_scale = scale_log2 > 0.f;
+  const float softmax_scale_log2 = fold_scale ? scale_log2 : 1.f;
 
   if (Traits::kPingPong && wg == 1) named_barrier_arrive(kPingPongBarrierBase + 0, kConsumerThreads);
 
@@ -125,9 +131,10 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
           limit[h] = c < limit[h] ? c : limit[h];
         }
       }
-      // Scores to log2 units before masking, so that any scale (0 and negative included) is
-      // exact and masked entries stay -inf.
+      // Masked entries to -inf; unless the scale is folded into the softmax, scores to log2 units
+      // first (so that a zero or negative scale is exact and masked entries stay -inf).
       auto scale_and_mask = [&](float (&s)[kSRegs], int n, bool masked) {
+        const float pre = fold_scale ? 1.f : scale_log2;
         if (masked) {
 #pragma unroll
           for (int j = 0; j < kSRegs / 4; ++j)
@@ -136,10 +143,10 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
                 const int col = n * kBlockN + 8 * j + col_in_quad + e;
-                const float x = s[4 * j + 2 * h + e] * scale_log2;
+                const float x = s[4 * j + 2 * h + e] * pre;
                 s[4 * j + 2 * h + e] = col < limit[h] ? x : -INFINITY;
               }
-        } else {
+        } else if (!fold_scale) {
 #pragma unroll
           for (int i = 0; i < kSRegs; ++i) s[i] *= scale_log2;
         }
@@ -174,7 +181,7 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
       kst.advance();
       if (r.n_blocks == 1) mbar_arrive(sm.q_empty());
       scale_and_mask(s, n, n >= r.n_unmasked);
-      softmax.update(s, rescale);  // rescale is 0 here and O is still 0
+      softmax.update(s, rescale, softmax_scale_log2);  // rescale is 0 here and O is still 0
       if (r.n_blocks > 1) sm.wait(sm.k_full(kst.index), kst.phase, kTagConsumerKFull);
 
       for (n = r.n_blocks - 2; n >= 0; --n) {
@@ -193,7 +200,7 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
         mbar_arrive(sm.k_empty(kst.index));
         kst.advance();
         scale_and_mask(s, n, n >= r.n_unmasked);
-        softmax.update(s, rescale);
+        softmax.update(s, rescale, softmax_scale_log2);
 
         // Wait for the next K block here, not at the top of the next step: the spin loop ends
         // the basic block, and ptxas does not hoist the wgmma wait below across it (within one

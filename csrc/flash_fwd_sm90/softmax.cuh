@@ -31,16 +31,17 @@ struct Sm90Softmax {
     row_sum[0] = row_sum[1] = 0.f;
   }
 
-  // s: one key block's scores in log2 units, masked entries -inf. Turns s into the unnormalized
+  // s: one key block's scores, masked entries -inf, such that s * k are log2 units (k > 0: the
+  // folded scale * log2(e), or 1 for scores already scaled). Turns s into the unnormalized
   // probabilities in place and returns in `rescale` the factor the output accumulated so far must
   // be multiplied by (applied by the caller, since O may still be in flight in a wgmma).
-  __device__ __forceinline__ void update(float (&s)[kSRegs], float (&rescale)[2]) {
+  __device__ __forceinline__ void update(float (&s)[kSRegs], float (&rescale)[2], float k) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float block_max = -INFINITY;
 #pragma unroll
       for (int j = 0; j < kSRegs / 4; ++j) block_max = fmaxf(block_max, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
-      const float new_max = fmaxf(row_max[h], quad_max(block_max));
+      const float new_max = fmaxf(row_max[h], quad_max(block_max) * k);  // k > 0: max(k s) = k max(s)
       // A row with no visible key yet keeps max -inf; subtracting 0 instead keeps exp2(-inf - max)
       // at 0 rather than NaN.
       const float max_used = new_max == -INFINITY ? 0.f : new_max;
@@ -49,8 +50,8 @@ struct Sm90Softmax {
       float sum = 0.f;
 #pragma unroll
       for (int j = 0; j < kSRegs / 4; ++j) {
-        s[4 * j + 2 * h] = ex2(s[4 * j + 2 * h] - max_used);
-        s[4 * j + 2 * h + 1] = ex2(s[4 * j + 2 * h + 1] - max_used);
+        s[4 * j + 2 * h] = ex2(fmaf(s[4 * j + 2 * h], k, -max_used));
+        s[4 * j + 2 * h + 1] = ex2(fmaf(s[4 * j + 2 * h + 1], k, -max_used));
         sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
       }
       row_sum[h] = row_sum[h] * rescale[h] + sum;
