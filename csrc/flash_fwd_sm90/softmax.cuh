@@ -76,8 +76,13 @@ struct Sm90Softmax {
   }
 };
 
+// O *= the rescale factors of its two rows. Skipped when no row of the warp changed its max
+// (every factor is then exactly exp2(0) = 1): after the first few key blocks that is the common
+// case, and in the consumer loop this multiply sits between the two GEMM issues of a ping-pong
+// turn, i.e. on the tensor cores' critical path.
 template <int kORegs>
 __device__ __forceinline__ void rescale_o(float (&o)[kORegs], const float (&rescale)[2]) {
+  if (!__any_sync(0xffffffffu, rescale[0] != 1.f || rescale[1] != 1.f)) return;
 #pragma unroll
   for (int j = 0; j < kORegs / 4; ++j) {
     o[4 * j + 0] *= rescale[0];
