@@ -269,18 +269,29 @@ class ImplTiming:
     latency_ms: list  # single calls from an idle GPU (empty unless settings.latency_samples)
 
 
+def round_order(names: list, r: int) -> list:
+    """Round r's order: the n rotations of the list, then the n rotations of the reversed list,
+    and so on, so that over 2 n rounds every implementation runs first twice and follows each of
+    its two neighbours (for n = 2: ab, ba, ba, ab)."""
+    n = len(names)
+    if n == 0:
+        return []
+    base = list(names) if (r // n) % 2 == 0 else list(reversed(names))
+    k = r % n
+    return base[k:] + base[:k]
+
+
 def measure_interleaved(runnables: dict, settings: Settings, time_calls=None, synchronize=None) -> dict:
     """Times every implementation of one case in interleaved rounds: round r times each of them
-    once (settings.round_ms worth of back-to-back calls), in an order rotated by r and reversed
-    on odd rounds.
+    once (settings.round_ms worth of back-to-back calls), in the order round_order(names, r).
 
     Why interleaved: an H100 under sustained tensor-core load moves its clocks by several percent
     within a second (power and thermal limits). Timing one implementation after another put that
     drift into the ratios: the same kernel, timed twice in a row, differed by up to 12%, and
     cuDNN timed as "sdpa-default" and as "sdpa-cudnn" by up to 16%. Interleaved, drift hits every
-    implementation alike; the rotation keeps any "who runs first" effect out of the medians, and
-    the reversal any "who runs after whom" effect (with rotation alone each implementation always
-    followed the same one: the same kernel, listed twice, then measured a steady 2% apart).
+    implementation alike; the rotations keep any "who runs first" effect out of the medians, and
+    the reversed cycles any "who runs after whom" effect (with rotation alone each implementation
+    always followed the same one: the same kernel, listed twice, then measured a steady 2% apart).
 
     time_calls(fn, n) -> GPU ms for n back-to-back calls (default: CUDA events); synchronize()
     idles the GPU before a latency sample. Both are parameters so the schedule can be tested on
@@ -307,17 +318,15 @@ def measure_interleaved(runnables: dict, settings: Settings, time_calls=None, sy
         calls[name] = calls_per_round(timed(name, 3) / 3, settings.round_ms, settings.max_calls_per_round)
     samples = {name: [] for name in names}
     for r in range(settings.warmup_rounds + settings.rounds):
-        k = r % len(names) if names else 0
-        order = names[k:] + names[:k]
-        if r % 2:  # reversed every other round: each implementation follows both of its neighbours
-            order.reverse()
-        for name in order:
+        for name in round_order(names, r):
             ms = timed(name, calls[name]) / calls[name]
             if r >= settings.warmup_rounds:
                 samples[name].append(ms)
     latency = {name: [] for name in names}
-    for _ in range(settings.latency_samples):
-        for name in names:
+    for r in range(settings.latency_samples):
+        # Rotated too: a single call is mostly host work, and the host is faster right after the
+        # same op ran (a fixed order left the second of two copies of one op 20% "faster").
+        for name in round_order(names, r):
             synchronize()
             latency[name].append(timed(name, 1))
     return {name: ImplTiming(samples[name], calls[name], latency[name]) for name in names}

@@ -7,8 +7,8 @@ Run on a GPU (see docs/benchmarks.md), e.g.
 One test = one (shape, implementation). The first test of a shape times every implementation
 collected for it together, in interleaved rounds (bench_common.measure_interleaved: round r runs
 each implementation once, N back-to-back calls between two CUDA events, N so that a round lasts
->= round_ms, in an order rotated by r and reversed on odd rounds), so clock drift hits all of
-them alike; each test's pytest-benchmark stats are its rounds of (round time / N). extra_info
+>= round_ms, in an order that rotates and reverses from round to round), so clock drift hits
+all of them alike; each test's pytest-benchmark stats are its rounds of (round time / N). extra_info
 holds the shape, FLOPs, median ms, TFLOP/s, and for the latency-bound grids the single-call
 latency (one call between two events, the GPU idle before it), which is what a caller who waits
 for each result sees.

@@ -74,6 +74,18 @@ def test_every_round_times_every_impl_in_a_rotated_order():
     assert ("a", "b") in predecessors and ("c", "b") in predecessors  # b follows both neighbours
 
 
+@pytest.mark.parametrize("n", [2, 3, 6])
+def test_round_orders_balance_who_goes_first_and_who_follows_whom(n):
+    names = [chr(ord("a") + i) for i in range(n)]
+    orders = [bc.round_order(names, r) for r in range(2 * n)]
+    assert all(sorted(o) == names for o in orders)
+    firsts = [o[0] for o in orders]
+    assert all(firsts.count(x) == 2 for x in names)
+    follows = {(o[i - 1], o[i]) for o in orders for i in range(1, n)}
+    for i, x in enumerate(names):  # each follows both of its neighbours in the list, cyclically
+        assert (names[i - 1], x) in follows and (names[(i + 1) % n], x) in follows
+
+
 def test_samples_are_per_call_and_rounds_last_round_ms():
     gpu = DriftingGpu()
     res = _measure(gpu, {"fast": 0.01, "slow": 5.0})
@@ -84,6 +96,8 @@ def test_samples_are_per_call_and_rounds_last_round_ms():
         assert all(s == pytest.approx(cost) for s in res[name].samples_ms)
         assert res[name].latency_ms == [pytest.approx(cost)] * SETTINGS.latency_samples
     assert gpu.syncs == 2 * SETTINGS.latency_samples  # the GPU idles before every latency sample
+    latency_log = gpu.log[-2 * SETTINGS.latency_samples :]
+    assert latency_log[0::2] == ["fast", "slow", "slow"]  # single calls alternate their order too
 
 
 def test_drift_does_not_favour_either_of_two_equal_kernels():
