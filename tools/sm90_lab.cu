@@ -479,11 +479,47 @@ static void schedule_table() {
   std::printf("geomean gain of the binding's choice over static-only: %.3fx\n", std::exp((lg_best - lg_static) / n));
 }
 
+// Variants vs the compiled default (bf16) with alternating samples, for the head dims given (the
+// plain speed table times them one after the other, so differences under ~5% are drift there).
+static void variants_table(std::initializer_list<int> dims) {
+  std::printf("\n== variant A/B vs default (bf16), TFLOP/s (alternating samples) ==\n");
+  std::printf("%-18s %6s %6s %9s %9s %7s\n", "variant", "S", "causal", "variant", "default", "var/def");
+  for (const Variant& v : kVariants) {
+    if (std::find(dims.begin(), dims.end(), v.d) == dims.end()) continue;
+    double lg = 0;
+    int n = 0;
+    for (int s : {1024, 4096, 16384})
+      for (bool causal : {false, true}) {
+        std::vector<double> a, b;
+        double tv, td;
+        for (int rep = 0; rep < 3; ++rep) {
+          time_config<__nv_bfloat16>(v.bf16, v.d, s, causal, &tv);
+          time_config<__nv_bfloat16>(launch_default, v.d, s, causal, &td);
+          a.push_back(tv);
+          b.push_back(td);
+        }
+        std::sort(a.begin(), a.end());
+        std::sort(b.begin(), b.end());
+        tv = a[1];
+        td = b[1];
+        std::printf("%-18s %6d %6d %9.1f %9.1f %7.3f\n", v.name, s, int(causal), tv, td, tv / td);
+        std::fflush(stdout);
+        lg += std::log(tv / td);
+        ++n;
+      }
+    std::printf("%-18s geomean variant/default %.3f\n", v.name, std::exp(lg / n));
+  }
+}
+
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "full";
   const bool do_check = mode == "check" || mode == "full";
   const bool do_speed = mode == "speed" || mode == "full";
   const bool do_schedule = mode == "schedule" || mode == "full";
+  if (mode == "variants") {  // timing only (the variants' correctness is part of "check")
+    variants_table({64});
+    return 0;
+  }
   int dev_id = 0;
   CK(cudaSetDevice(dev_id));
   cudaDeviceProp prop;
