@@ -10,6 +10,7 @@
 
 #include "api.h"
 #include "launch_decl.h"
+#include "tile_scheduler.h"
 #include "tma_host.h"
 #include "traits.h"
 
@@ -172,9 +173,9 @@ bool flash_fwd_sm90_supported(const FwdParams& p, const DeviceLimits& dev) {
 }
 
 bool flash_fwd_sm90_wants_tile_counter(const FwdParams& p, const DeviceLimits& dev) {
-  const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + sm90::kBlockMAll - 1) / sm90::kBlockMAll;
-  return dev.cc_major == 9 && dev.cc_minor == 0 && p.causal && m_blocks > 1 &&
-         m_blocks * p.batch * p.heads_q > dev.sm_count;
+  return dev.cc_major == 9 && dev.cc_minor == 0 &&
+         sm90::dynamic_schedule_pays(p.causal, p.seqlen_q, static_cast<long long>(p.batch) * p.heads_q,
+                                     sm90::kBlockMAll, dev.sm_count);
 }
 
 cudaError_t flash_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream_t stream) {

@@ -1,0 +1,127 @@
+"""CPU checks of the Hopper path's tile schedule (csrc/flash_fwd_sm90/tile_scheduler.h, plain C++
+built with the host compiler): the policy that picks the dynamic schedule, the static and
+dynamic hand-outs covering every tile exactly once, and that the balance model
+(tools/sm90_schedule_model.py), on which the dynamic schedule was argued, walks the kernel's
+own tile order."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+_PROBE = r"""
+#include <cstdio>
+#include <initializer_list>
+#include "flash_fwd_sm90/tile_scheduler.h"
+#include "flash_fwd_sm90/traits.h"
+using namespace flashattn::sm90;
+template <int D> int block_n() { return Sm90DefaultConfig<D>::Traits::kBlockN; }
+int main() {
+  // policy causal seqlen_q batch_heads sm_count -> 0/1
+  for (int causal : {0, 1})
+    for (long long s : {1LL, 127LL, 128LL, 129LL, 512LL, 4096LL, 16384LL})
+      for (long long bh : {1LL, 8LL, 66LL, 132LL, 512LL})
+        for (int sms : {78, 132})
+          std::printf("policy %d %lld %lld %d %d\n", causal, s, bh, sms,
+                      int(dynamic_schedule_pays(causal != 0, s, bh, kBlockMAll, sms)));
+  // tile t of the standard grid -> m_block batch head n_blocks (top-left causal and not)
+  for (int d : {64, 128, 256})
+    for (int s : {512, 4096, 16384})
+      for (int causal : {0, 1}) {
+        const int b = 16384 / s, h = 2048 / d, m_blocks = (s + kBlockMAll - 1) / kBlockMAll;
+        const int bn = d == 64 ? block_n<64>() : d == 128 ? block_n<128>() : block_n<256>();
+        const long long kv = 2LL * s * d * 2;  // as launch.cuh's l2_group_heads, 16-bit K and V
+        long long group = (24LL << 20) / kv;
+        if (group < 1) group = 1;
+        if (group > (long long)b * h) group = (long long)b * h;
+        for (int t = 0; t < m_blocks * b * h; ++t) {
+          const TileCoord c = decode_tile(t, m_blocks, h, b * h, (int)group);
+          const BlockRange r = block_range(c.m_block, kBlockMAll, bn, s, s, causal != 0, 0);
+          std::printf("tile %d %d %d %d %d %d %d %d %d\n", d, s, causal, t, c.m_block, c.batch, c.head_q, r.n_blocks,
+                      bn);
+        }
+      }
+}
+"""
+
+
+def _load_model():
+    spec = importlib.util.spec_from_file_location("sm90_schedule_model", ROOT / "tools" / "sm90_schedule_model.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["sm90_schedule_model"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory) -> dict:
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler (g++) to build the schedule probe")
+    d = tmp_path_factory.mktemp("sm90_schedule")
+    (d / "probe.cpp").write_text(_PROBE)
+    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{ROOT / 'csrc'}", str(d / "probe.cpp"), "-o", str(d / "probe")],
+                   check=True)
+    out = subprocess.run([str(d / "probe")], capture_output=True, text=True, check=True).stdout.splitlines()
+    table: dict = {"policy": {}, "tiles": {}}
+    for line in out:
+        kind, *vals = line.split()
+        vals = [int(x) for x in vals]
+        if kind == "policy":
+            table["policy"][tuple(vals[:4])] = bool(vals[4])
+        else:
+            d_, s, causal, t, m_block, batch, head, n_blocks, bn = vals
+            table["tiles"].setdefault((d_, s, causal), []).append((t, m_block, batch, head, n_blocks, bn))
+    return table
+
+
+def test_dynamic_schedule_only_for_unequal_tiles_beyond_one_wave(probe: dict) -> None:
+    for (causal, s, bh, sms), dynamic in probe["policy"].items():
+        m_blocks = -(-s // 128)
+        assert dynamic == (bool(causal) and m_blocks > 1 and m_blocks * bh > sms), (causal, s, bh, sms)
+    # The standard grid's causal shapes all take it on an H100 (132 SMs), none of the others.
+    assert probe["policy"][(1, 512, 512, 132)] and not probe["policy"][(0, 16384, 512, 132)]
+    assert not probe["policy"][(1, 128, 512, 132)]  # one query block per head: equal tiles
+
+
+@pytest.mark.parametrize("grid", [1, 7, 132])
+def test_static_and_dynamic_hand_outs_cover_every_tile_once(probe: dict, grid: int) -> None:
+    """Static: CTA c runs c, c + grid, ...; dynamic: CTA c runs c, then counter + grid values in
+    whatever order the CTAs ask (schedule.cuh). Both must be a partition of the tiles."""
+    for (d, s, causal), tiles in probe["tiles"].items():
+        n = len(tiles)
+        g = min(grid, n)
+        static = sorted(t for c in range(g) for t in range(c, n, g))
+        assert static == list(range(n))
+        counter, taken, active = 0, [], list(range(g))
+        taken.extend(active)  # first wave
+        ask = 0
+        while active:  # CTAs ask in a rotating order; each stops at its first index >= n
+            c = active[ask % len(active)]
+            t = counter + g
+            counter += 1
+            if t >= n:
+                active.remove(c)
+            else:
+                taken.append(t)
+                ask += 1
+        assert sorted(taken) == list(range(n)), (d, s, causal, grid)
+        # and every (query block, batch, head) appears once in the tile order itself
+        coords = {(m, b, h) for _, m, b, h, _, _ in tiles}
+        assert len(coords) == n
+
+
+def test_balance_model_walks_the_kernels_tile_order(probe: dict) -> None:
+    model = _load_model()
+    for (d, s, causal), tiles in probe["tiles"].items():
+        assert model.BLOCK_N[d] == tiles[0][5], "the model's block N per head dim is the compiled one"
+        work = model.tile_work(s, d, 16384 // s, 2048 // d, bool(causal), overhead=0.0)
+        kernel = [n_blocks for _, _, _, _, n_blocks, _ in tiles]
+        assert work == kernel, (d, s, causal)
