@@ -11,6 +11,7 @@
 #                                     suite, the standard benchmark grid                  (~6 min)
 #   bash tools/device_run.sh tune     a Hopper kernel experiment: lab check + all speed tables, the
 #                                     suite's hopper part, the standard grid               (~8 min)
+#   bash tools/device_run.sh decode   decode tile-config variants vs the default (tools/decode_lab.sh, ~2 min)
 #
 # A step that fails does not stop the others; the exit status is the number of failed steps.
 set -uo pipefail
@@ -92,8 +93,12 @@ case "${1:-verify}" in
     step pytest_hopper 200 env FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider -m gpu --flashattn-backend=hopper
     step benchmarks 300 env BENCH_MARKERS="bench and standard" bash tools/run_benchmarks.sh "$OUT/bench"
     ;;
+  decode)  # the decode kernel's tile-config variants vs the default (no torch, no extension build)
+    env_info > "$OUT/env.txt" 2>&1
+    step decode_lab 330 bash tools/decode_lab.sh
+    ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
