@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""The two ceilings every floor in docs/perf-notes.md is computed from, measured on the local GPU:
-dense bf16/fp16 matmul rate (torch.matmul, cuBLAS) and device-to-device copy bandwidth
-(bytes read + bytes written). usage: python tools/ceilings.py
+"""The ceilings the floors in docs/perf-notes.md are computed from, measured on the local GPU:
+dense bf16/fp16 matmul rate (torch.matmul, cuBLAS), device-to-device copy bandwidth (bytes read
++ bytes written), and read-only bandwidth (a full reduction: what a kernel that only streams its
+inputs, like decode over a KV cache, can reach; the copy rate understates it by a few percent).
+usage: python tools/ceilings.py
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ def main() -> None:
     y = torch.empty_like(x)
     ms = median_ms(lambda: y.copy_(x), samples=20, reps=5)
     print(f"copy 512 MiB: {2 * x.numel() * 2 / ms / 1e6:7.1f} GB/s (read + write)")
+    ms = median_ms(lambda: torch.sum(x, dtype=torch.float32), samples=20, reps=5)
+    print(f"read 512 MiB (torch.sum): {x.numel() * 2 / ms / 1e6:7.1f} GB/s (read only)")
 
 
 if __name__ == "__main__":
