@@ -3,8 +3,9 @@
 #   bash tools/sm90_lab.sh          correctness (~1 min), then speed tables (~3 min)
 #   bash tools/sm90_lab.sh check    correctness only
 #   bash tools/sm90_lab.sh schedule correctness, then static vs dynamic tile schedule (causal, ~30 s)
-#   bash tools/sm90_lab.sh variants D=64 lab variants vs the default, alternating samples; no
-#                                   correctness run and no hang-check build (for a short device slot)
+#   bash tools/sm90_lab.sh variants a few lab variants: their correctness cases, then alternating-sample
+#                                   timing vs the default config; no hang-check build (short device slots;
+#                                   a variant never run before is safer through "check" first)
 # Two builds, compiled in parallel: build/sm90_lab (the kernels exactly as the extension compiles
 # them) runs everything; build/sm90_lab_hangcheck (FLASHATTN_SM90_HANG_CHECK: a wait stuck for
 # 10 s reports its barrier/block/thread and traps) runs only when the first one times out or

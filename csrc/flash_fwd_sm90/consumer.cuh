@@ -72,17 +72,18 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
 
   // Descriptor bases (verified against CuTe by tools/sm90_desc_check.cu): Q rows of this
   // warpgroup and stage 0 of K and V; k-steps and stages are byte offsets on top.
-  const uint64_t desc_q = make_smem_desc_sw128(sm.q() + wg * 64 * kChunkRowBytes, 16u, 1024u);
+  const uint64_t desc_q = make_smem_desc_sw128(sm.q(0) + wg * 64 * kChunkRowBytes, 16u, 1024u);
   const uint64_t desc_k = make_smem_desc_sw128(sm.k(0), 16u, 1024u);
   const uint64_t desc_v = make_smem_desc_sw128(sm.v(0), Traits::kChunks > 1 ? Traits::kKVChunkBytes : 0u, 1024u);
 
-  auto gemm_qk = [&](float (&s)[kSRegs], int stage) {
+  auto gemm_qk = [&](float (&s)[kSRegs], int stage, uint32_t q_stage_off) {
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kQK_K; ++kk) {
       const uint32_t k_off = (kk / 4) * Traits::kKVChunkBytes + (kk % 4) * 32;
       const uint32_t q_off = (kk / 4) * Traits::kQChunkBytes + (kk % 4) * 32;
-      MmaQK::mma(s, desc_advance(desc_q, q_off), desc_advance(desc_k, stage * Traits::kKVBytes + k_off), kk > 0 ? 1 : 0);
+      MmaQK::mma(s, desc_advance(desc_q, q_stage_off + q_off), desc_advance(desc_k, stage * Traits::kKVBytes + k_off),
+                 kk > 0 ? 1 : 0);
     }
     wgmma_commit();
   };
@@ -95,7 +96,7 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
   };
 
   PipeState<Traits::kStages> kst, vst;
-  uint32_t q_phase = 0;
+  PipeState<Traits::kQStages> qst;
   const int batch_heads = params.batch * params.heads_q;
   const float scale_log2 = params.scale_log2;
   // With a positive scale (every real call) the scale is folded into the exponent: max over raw
@@ -167,19 +168,20 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
       uint32_t p[kPV_K][4];
       float rescale[2];
 
-      sm.wait(sm.q_full(), q_phase, kTagConsumerQFull);
+      sm.wait(sm.q_full(qst.index), qst.phase, kTagConsumerQFull);
+      const uint32_t q_stage_off = qst.index * Traits::kQBytes;
 
       // First (highest) key block: S, softmax, P.
       int n = r.n_blocks - 1;
       sm.wait(sm.k_full(kst.index), kst.phase, kTagConsumerKFull);
       pingpong_enter<Traits>(wg);
-      gemm_qk(s, kst.index);
+      gemm_qk(s, kst.index, q_stage_off);
       pingpong_leave<Traits>(wg);
       wgmma_wait<0>();
       reg_fence(s);
       mbar_arrive(sm.k_empty(kst.index));
       kst.advance();
-      if (r.n_blocks == 1) mbar_arrive(sm.q_empty());
+      if (r.n_blocks == 1) mbar_arrive(sm.q_empty(qst.index));
       scale_and_mask(s, n, n >= r.n_unmasked);
       softmax.update(s, rescale, softmax_scale_log2);  // rescale is 0 here and O is still 0
       if (r.n_blocks > 1) sm.wait(sm.k_full(kst.index), kst.phase, kTagConsumerKFull);
@@ -189,7 +191,7 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
         // converted only now, once the P V that read the old P registers has completed.
         convert_p(s, p);
         pingpong_enter<Traits>(wg);
-        gemm_qk(s, kst.index);
+        gemm_qk(s, kst.index, q_stage_off);
         rescale_o(o, rescale);
         sm.wait(sm.v_full(vst.index), vst.phase, kTagConsumerVFull);
         gemm_pv(o, p, vst.index);
@@ -209,7 +211,7 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
         if (n > 0)
           sm.wait(sm.k_full(kst.index), kst.phase, kTagConsumerKFull);
         else
-          mbar_arrive(sm.q_empty());  // the tile's last read of Q was S = Q K[0]^T
+          mbar_arrive(sm.q_empty(qst.index));  // the tile's last read of Q was S = Q K[0]^T
 
         wgmma_wait<0>();  // O += P V[n+1] done: P and V[n+1] are free
         reg_fence(o);
@@ -232,7 +234,7 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
       for (int kk = 0; kk < kPV_K; ++kk) reg_fence(p[kk]);
       mbar_arrive(sm.v_empty(vst.index));
       vst.advance();
-      q_phase ^= 1u;
+      qst.advance();
     }
 
     // Tiles with no visible key (n_blocks == 0) come here directly: O = 0, LSE = -inf.

@@ -28,7 +28,7 @@ __device__ __forceinline__ void producer_loop(const Sm90Params& params, const Sm
   prefetch_tmap(&params.tma_v);
 
   PipeState<Traits::kStages> kst, vst;
-  uint32_t q_phase = 0;
+  PipeState<Traits::kQStages> qst;
   const int batch_heads = params.batch * params.heads_q;
 
   ProducerSchedule<Traits, kDynamic> sched{params, sm};
@@ -58,13 +58,14 @@ __device__ __forceinline__ void producer_loop(const Sm90Params& params, const Sm
 
     load_k(r.n_blocks - 1);
     // Q: the consumers release the previous tile's Q after their last S = Q K^T of it.
-    sm.wait(sm.q_empty(), q_phase ^ 1u, kTagProducerQEmpty);
-    mbar_arrive_expect_tx(sm.q_full(), Traits::kQBytes);
+    sm.wait(sm.q_empty(qst.index), qst.phase ^ 1u, kTagProducerQEmpty);
+    mbar_arrive_expect_tx(sm.q_full(qst.index), Traits::kQBytes);
 #pragma unroll
     for (int c = 0; c < Traits::kChunks; ++c)
-      tma_load_4d(sm.q() + c * Traits::kQChunkBytes, &params.tma_q, sm.q_full(), c * 64, tc.m_block * kBlockM,
+      tma_load_4d(sm.q(qst.index) + c * Traits::kQChunkBytes, &params.tma_q, sm.q_full(qst.index), c * 64,
+                  tc.m_block * kBlockM,
                   tc.head_q, tc.batch);
-    q_phase ^= 1u;
+    qst.advance();
 
     for (int n = r.n_blocks - 1; n > 0; --n) {
       load_k(n - 1);

@@ -26,24 +26,25 @@ struct SmemMap {
   }
 #endif
 
-  __device__ __forceinline__ uint32_t q() const { return base + Traits::kOffQ; }
+  __device__ __forceinline__ uint32_t q(int stage) const { return base + Traits::kOffQ + stage * Traits::kQBytes; }
   __device__ __forceinline__ uint32_t k(int stage) const { return base + Traits::kOffK + stage * Traits::kKVBytes; }
   __device__ __forceinline__ uint32_t v(int stage) const { return base + Traits::kOffV + stage * Traits::kKVBytes; }
 
   // Barriers. *_full: the producer's arrive.expect_tx (count 1) + the TMA transaction bytes.
   // *_empty: one arrival from each of the 256 consumer threads once it no longer reads the buffer.
   __device__ __forceinline__ uint32_t bar(int i) const { return base + Traits::kOffBarriers + 8 * i; }
-  __device__ __forceinline__ uint32_t q_full() const { return bar(0); }
-  __device__ __forceinline__ uint32_t q_empty() const { return bar(1); }
-  __device__ __forceinline__ uint32_t k_full(int s) const { return bar(2 + s); }
-  __device__ __forceinline__ uint32_t k_empty(int s) const { return bar(2 + Traits::kStages + s); }
-  __device__ __forceinline__ uint32_t v_full(int s) const { return bar(2 + 2 * Traits::kStages + s); }
-  __device__ __forceinline__ uint32_t v_empty(int s) const { return bar(2 + 3 * Traits::kStages + s); }
+  static constexpr int kQ = Traits::kQStages;
+  __device__ __forceinline__ uint32_t q_full(int s) const { return bar(s); }
+  __device__ __forceinline__ uint32_t q_empty(int s) const { return bar(kQ + s); }
+  __device__ __forceinline__ uint32_t k_full(int s) const { return bar(2 * kQ + s); }
+  __device__ __forceinline__ uint32_t k_empty(int s) const { return bar(2 * kQ + Traits::kStages + s); }
+  __device__ __forceinline__ uint32_t v_full(int s) const { return bar(2 * kQ + 2 * Traits::kStages + s); }
+  __device__ __forceinline__ uint32_t v_empty(int s) const { return bar(2 * kQ + 3 * Traits::kStages + s); }
   // The dynamic schedule's tile ring (schedule.cuh): slot i holds a tile index; tile_full(i):
   // the producer's arrival (count 1); tile_empty(i): one arrival from each consumer thread.
-  __device__ __forceinline__ uint32_t tile_full(int i) const { return bar(2 + 4 * Traits::kStages + i); }
+  __device__ __forceinline__ uint32_t tile_full(int i) const { return bar(2 * kQ + 4 * Traits::kStages + i); }
   __device__ __forceinline__ uint32_t tile_empty(int i) const {
-    return bar(2 + 4 * Traits::kStages + Traits::kTileRing + i);
+    return bar(2 * kQ + 4 * Traits::kStages + Traits::kTileRing + i);
   }
   __device__ __forceinline__ uint32_t tile_slot(int i) const { return base + Traits::kOffTileSlots + 4 * i; }
 };

@@ -37,7 +37,7 @@ constexpr int kSwizzleAtomBytes = 1024;  // 8 rows x 128 B: the swizzle repeats 
 constexpr int kMaxSmemSm90 = 232448;   // 227 KB opt-in per block on H100/H200
 constexpr int kBlockMAll = 64 * kConsumerWarpgroups;  // query rows per tile, every config
 
-template <int kHeadDim_, int kBlockN_, int kStages_, bool kPingPong_>
+template <int kHeadDim_, int kBlockN_, int kStages_, bool kPingPong_, int kQStages_ = 1>
 struct Sm90FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockMAll;                 // 128 query rows per tile
@@ -56,15 +56,22 @@ struct Sm90FwdTraits {
   static constexpr int kQBytes = kQChunkBytes * kChunks;
   static constexpr int kKVBytes = kKVChunkBytes * kChunks;
 
+  // Q buffers. With 2 the producer loads the next tile's Q while the consumers still read this
+  // one's, so they start a tile without waiting for its Q (at S = 512 a tile is only 4 key blocks
+  // and that wait is one of its fixed costs). A lab variant until measured: docs/perf-notes.md "v6".
+  static constexpr int kQStages = kQStages_;
+  static_assert(kQStages == 1 || kQStages == 2, "one or two Q buffers");
+
   // Shared-memory map, offsets from a 1024-byte-aligned base (the swizzle needs it).
   static constexpr int kOffQ = 0;
-  static constexpr int kOffK = kOffQ + kQBytes;
+  static constexpr int kOffK = kOffQ + kQStages * kQBytes;
   static constexpr int kOffV = kOffK + kStages * kKVBytes;
   static constexpr int kOffBarriers = kOffV + kStages * kKVBytes;
-  // mbarriers (8 bytes each): q_full, q_empty, k_full[S], k_empty[S], v_full[S], v_empty[S], and
-  // for the dynamic schedule tile_full[R], tile_empty[R]; then its R tile-index slots (schedule.cuh).
+  // mbarriers (8 bytes each): q_full[Q], q_empty[Q], k_full[S], k_empty[S], v_full[S], v_empty[S],
+  // and for the dynamic schedule tile_full[R], tile_empty[R]; then its R tile-index slots
+  // (schedule.cuh).
   static constexpr int kTileRing = 2;
-  static constexpr int kNumBarriers = 2 + 4 * kStages + 2 * kTileRing;
+  static constexpr int kNumBarriers = 2 * kQStages + 4 * kStages + 2 * kTileRing;
   static constexpr int kOffTileSlots = kOffBarriers + 8 * kNumBarriers;
   static constexpr int kSmemUsed = kOffTileSlots + 4 * kTileRing;
   // Dynamic shared memory is only 16-byte aligned: ask for 1024 more and align by hand.
