@@ -4,25 +4,12 @@ GPU clock stands in for CUDA events, so the schedule's properties are checked ex
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
-import sys
-from pathlib import Path
 
 import pytest
+from repo_modules import load_repo_module
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bc = _load("bench_common", ROOT / "benchmarks" / "bench_common.py")
+bc = load_repo_module("benchmarks/bench_common.py")
 
 SETTINGS = bc.Settings(rounds=12, warmup_rounds=2, round_ms=2.0, max_calls_per_round=1000, latency_samples=3)
 

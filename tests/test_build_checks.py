@@ -7,7 +7,6 @@ These run in CI on a CPU machine with nvcc. They are what keeps the earlier atte
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import pathlib
@@ -16,6 +15,7 @@ import subprocess
 import sys
 
 import pytest
+from repo_modules import load_repo_module
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TOOLS = ROOT / "tools"
@@ -28,15 +28,7 @@ L4_SMEM_PER_BLOCK = 99 * 1024
 H100_SMEM_PER_BLOCK = 227 * 1024
 
 
-def _load_checker():
-    spec = importlib.util.spec_from_file_location("check_resources", TOOLS / "check_resources.py")
-    mod = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(mod)
-    return mod
-
-
-checker = _load_checker()
+checker = load_repo_module("tools/check_resources.py")
 
 needs_nvcc = pytest.mark.skipif(
     not HAVE_NVCC and not REQUIRE_NVCC, reason=f"nvcc not found at {NVCC} (set NVCC=/path/to/nvcc)"

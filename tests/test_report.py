@@ -4,7 +4,6 @@ parts (benchmarks/bench_common.py: grids, FLOP counting), on a hand-made pytest-
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -13,21 +12,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from repo_modules import load_repo_module
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "data" / "bench_small.json"
 
 
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
-br = _load("bench_report", ROOT / "tools" / "bench_report.py")
-bc = _load("bench_common", ROOT / "benchmarks" / "bench_common.py")
+br = load_repo_module("tools/bench_report.py")
+bc = load_repo_module("benchmarks/bench_common.py")
 
 
 @pytest.fixture(scope="module")

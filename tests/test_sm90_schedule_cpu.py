@@ -6,13 +6,12 @@ own tile order."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from repo_modules import load_repo_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,14 +49,6 @@ int main() {
       }
 }
 """
-
-
-def _load_model():
-    spec = importlib.util.spec_from_file_location("sm90_schedule_model", ROOT / "tools" / "sm90_schedule_model.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["sm90_schedule_model"] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +110,7 @@ def test_static_and_dynamic_hand_outs_cover_every_tile_once(probe: dict, grid: i
 
 
 def test_balance_model_walks_the_kernels_tile_order(probe: dict) -> None:
-    model = _load_model()
+    model = load_repo_module("tools/sm90_schedule_model.py")
     for (d, s, causal), tiles in probe["tiles"].items():
         assert model.BLOCK_N[d] == tiles[0][5], "the model's block N per head dim is the compiled one"
         work = model.tile_work(s, d, 16384 // s, 2048 // d, bool(causal), overhead=0.0)
