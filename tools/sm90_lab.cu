@@ -446,6 +446,23 @@ static const Variant kVariants[] = {
 
 // Static vs dynamic schedule on the causal standard grid, timed in alternating samples (clock
 // drift hits both alike), with the binding's choice marked.
+// TFLOP/s of two launchers on one standard-grid shape (bf16): `reps` calls of time_config each,
+// alternating A, B, A, B, ... so that clock drift hits both alike; the median of each.
+static void tflops_ab(LaunchFn a, LaunchFn b, int d, int s, bool causal, int reps, double* ta, double* tb) {
+  std::vector<double> sa, sb;
+  for (int rep = 0; rep < reps; ++rep) {
+    double x, y;
+    time_config<__nv_bfloat16>(a, d, s, causal, &x);
+    time_config<__nv_bfloat16>(b, d, s, causal, &y);
+    sa.push_back(x);
+    sb.push_back(y);
+  }
+  std::sort(sa.begin(), sa.end());
+  std::sort(sb.begin(), sb.end());
+  *ta = sa[sa.size() / 2];
+  *tb = sb[sb.size() / 2];
+}
+
 static void schedule_table() {
   std::printf("\n== schedule A/B: causal, B*S = 16k, H = 2048/D, bf16, TFLOP/s (alternating samples) ==\n");
   std::printf("%4s %6s %9s %9s %7s %s\n", "D", "S", "static", "dynamic", "dyn/st", "binding picks");
@@ -453,18 +470,8 @@ static void schedule_table() {
   int n = 0;
   for (int d : {64, 128, 256})
     for (int s : {512, 1024, 2048, 4096, 8192, 16384}) {
-      double ts = 0, td = 0;
-      std::vector<double> a, b;
-      for (int rep = 0; rep < 5; ++rep) {  // alternate A, B, A, B, ...: each call is a median of 9
-        time_config<__nv_bfloat16>(launch_static, d, s, true, &ts);
-        time_config<__nv_bfloat16>(launch_dynamic, d, s, true, &td);
-        a.push_back(ts);
-        b.push_back(td);
-      }
-      std::sort(a.begin(), a.end());
-      std::sort(b.begin(), b.end());
-      ts = a[a.size() / 2];
-      td = b[b.size() / 2];
+      double ts, td;
+      tflops_ab(launch_static, launch_dynamic, d, s, true, 5, &ts, &td);
       FwdParams p;
       p.seqlen_q = p.seqlen_k = s;
       p.batch = 16384 / s;
@@ -502,18 +509,8 @@ static void variants_table(std::initializer_list<const char*> names) {
     int n = 0;
     for (int s : {512, 1024, 4096, 16384})
       for (bool causal : {false, true}) {
-        std::vector<double> a, b;
         double tv, td;
-        for (int rep = 0; rep < 3; ++rep) {
-          time_config<__nv_bfloat16>(v.bf16, v.d, s, causal, &tv);
-          time_config<__nv_bfloat16>(launch_static, v.d, s, causal, &td);
-          a.push_back(tv);
-          b.push_back(td);
-        }
-        std::sort(a.begin(), a.end());
-        std::sort(b.begin(), b.end());
-        tv = a[1];
-        td = b[1];
+        tflops_ab(v.bf16, launch_static, v.d, s, causal, 3, &tv, &td);
         std::printf("%-18s %6d %6d %9.1f %9.1f %7.3f\n", v.name, s, int(causal), tv, td, tv / td);
         std::fflush(stdout);
         lg += std::log(tv / td);
