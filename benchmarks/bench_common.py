@@ -414,6 +414,18 @@ class CaseBench:
         return self.outcomes[impl]
 
 
+def record_outcome(benchmark, outcome: Outcome, group: str) -> None:
+    """A test's end of CaseBench: skip with the implementation's reason, fail with its error, or
+    record its timing (the caller then adds extra_info and add_timing_info)."""
+    import pytest
+
+    if outcome.skip is not None:
+        pytest.skip(outcome.skip)
+    if outcome.fail is not None:
+        pytest.fail(outcome.fail)
+    record_timing(benchmark, outcome.timing, group)
+
+
 def add_timing_info(benchmark, timing: ImplTiming, flops: float, io_bytes: float) -> None:
     """The derived numbers the report reads, into benchmark.extra_info (after record_timing)."""
     info = benchmark.extra_info

@@ -110,11 +110,7 @@ def _prepare(shape: bc.Shape, impl: str):
 
 def run_case(benchmark, shape: bc.Shape, impl: str) -> None:
     outcome = _BENCH.outcome(shape, impl, lambda name: _prepare(shape, name), bc.settings_for(shape.grid))
-    if outcome.skip is not None:
-        pytest.skip(outcome.skip)
-    if outcome.fail is not None:
-        pytest.fail(outcome.fail)
-    bc.record_timing(benchmark, outcome.timing, shape.group)
+    bc.record_outcome(benchmark, outcome, shape.group)
 
     info = benchmark.extra_info
     info.update(

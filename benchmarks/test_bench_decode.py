@@ -258,11 +258,7 @@ def _prepare(case: DecodeCase, impl: str):
 @pytest.mark.parametrize("case,impl", list(_params()))
 def test_decode_variant(benchmark, case: DecodeCase, impl: str) -> None:
     outcome = _BENCH.outcome(case, impl, lambda name: _prepare(case, name), bc.settings_for("decode"))
-    if outcome.skip is not None:
-        pytest.skip(outcome.skip)
-    if outcome.fail is not None:
-        pytest.fail(outcome.fail)
-    bc.record_timing(benchmark, outcome.timing, case.group)
+    bc.record_outcome(benchmark, outcome, case.group)
 
     flops, io_bytes = case.flops_and_bytes(full=impl == "flashattn-full" or (case.kind == "ragged" and impl != "flashattn"))
     info = benchmark.extra_info

@@ -153,3 +153,13 @@ def test_case_bench_measures_a_case_once_for_all_its_impls(monkeypatch):
 
     cb.outcome("case2", "solo", prepare, SETTINGS, measure=measure)  # not in the plan: itself only
     assert measured[-1] == ["solo"]
+
+
+def test_record_outcome_skips_fails_or_records(benchmark):
+    with pytest.raises(pytest.skip.Exception, match="not built here"):
+        bc.record_outcome(benchmark, bc.Outcome(skip="not built here"), "g")
+    with pytest.raises(pytest.fail.Exception, match="not attention"):
+        bc.record_outcome(benchmark, bc.Outcome(fail="output is not attention"), "g")
+    bc.record_outcome(benchmark, bc.Outcome(timing=bc.ImplTiming([2.0, 4.0, 3.0], 5, [])), "g")
+    if not benchmark.disabled:
+        assert benchmark.stats.stats.median == pytest.approx(3.0e-3)
