@@ -1,14 +1,13 @@
 #!/usr/bin/env python3
 """Summarizes `nvcc -Xptxas -v` logs of the Hopper kernels: one line per flash_fwd_sm90_kernel
-instantiation (head dim, block N, stages, ping-pong, Q buffers, dtype, tile schedule) with registers, stack, spills, and any
-ptxas C75xx performance warning (wgmma serialization). usage: sm90_ptxas_report.py LOG..."""
+instantiation (head dim, block N, stages, ping-pong, Q buffers, dtype, tile schedule) with
+registers, stack, spills, and any ptxas C75xx performance warning (wgmma serialization).
+usage: sm90_ptxas_report.py LOG..."""
 
 import re
 import sys
 
-pat = re.compile(
-    r"flash_fwd_sm90_kernelINS0_13Sm90FwdTraitsILi(\d+)ELi(\d+)ELi(\d+)ELb([01])ELi(\d+)EEE\d+(__\w+?)Lb([01])EEEv"
-)
+from check_resources import SM90_KERNEL as pat
 rows = {}
 warn = {}
 for path in sys.argv[1:]:
