@@ -46,28 +46,30 @@ ensure_built() {
   fi
 }
 
+# The test suite, ci hypothesis profile (extra pytest arguments appended by the caller).
+pytest_ci=(env FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider)
+
+verify_steps() {  # build, hang-checked Hopper lab, numerics on both paths, decode check
+  env_info > "$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
+  step build 420 bash tools/device_build.sh
+  step sm90_lab_check 300 bash tools/sm90_lab.sh check
+  step quick_numerics_portable 150 env FLASHATTN_BACKEND=portable python3 tools/quick_check.py --numerics-only
+  step quick_numerics_hopper 150 env FLASHATTN_BACKEND=hopper python3 tools/quick_check.py --numerics-only
+  step decode_check 150 python3 tools/decode_check.py --no-perf-gate
+}
+
 case "${1:-verify}" in
   verify)
-    env_info > "$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
-    step build 420 bash tools/device_build.sh
-    step sm90_lab_check 300 bash tools/sm90_lab.sh check
-    step quick_numerics_portable 150 env FLASHATTN_BACKEND=portable python3 tools/quick_check.py --numerics-only
-    step quick_numerics_hopper 150 env FLASHATTN_BACKEND=hopper python3 tools/quick_check.py --numerics-only
-    step decode_check 150 python3 tools/decode_check.py --no-perf-gate
+    verify_steps
     ;;
   check)  # after a change anywhere: everything that proves correctness, in one device call
-    env_info > "$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
-    step build 420 bash tools/device_build.sh
-    step sm90_lab_check 240 bash tools/sm90_lab.sh check
-    step quick_numerics_portable 120 env FLASHATTN_BACKEND=portable python3 tools/quick_check.py --numerics-only
-    step quick_numerics_hopper 120 env FLASHATTN_BACKEND=hopper python3 tools/quick_check.py --numerics-only
-    step decode_check 120 python3 tools/decode_check.py --no-perf-gate
-    step pytest_ci 240 env FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider --durations=15
+    verify_steps
+    step pytest_ci 240 "${pytest_ci[@]}" --durations=15
     ;;
   suite)
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
-    step pytest_ci 330 env FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider --durations=15
+    step pytest_ci 330 "${pytest_ci[@]}" --durations=15
     for bug in causal kv_tail scale empty_rows; do
       step "planted_$bug" 200 bash tools/planted_bug.sh "$bug"
     done
@@ -82,7 +84,7 @@ case "${1:-verify}" in
     step build 420 bash tools/device_build.sh
     step sm90_lab_schedule 240 bash tools/sm90_lab.sh schedule
     step quick_numerics_hopper 150 env FLASHATTN_BACKEND=hopper python3 tools/quick_check.py --numerics-only
-    step pytest_ci 240 env FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider
+    step pytest_ci 240 "${pytest_ci[@]}"
     step benchmarks 300 env BENCH_MARKERS="bench and standard" bash tools/run_benchmarks.sh "$OUT/bench"
     ;;
   tune)  # a Hopper kernel experiment: lab correctness + every speed table (configs, variants), the
@@ -90,7 +92,7 @@ case "${1:-verify}" in
     env_info > "$OUT/env.txt" 2>&1
     step build 420 bash tools/device_build.sh
     step sm90_lab_full 330 bash tools/sm90_lab.sh
-    step pytest_hopper 200 env FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider -m gpu --flashattn-backend=hopper
+    step pytest_hopper 200 "${pytest_ci[@]}" -m gpu --flashattn-backend=hopper
     step benchmarks 300 env BENCH_MARKERS="bench and standard" bash tools/run_benchmarks.sh "$OUT/bench"
     ;;
   decode)  # the decode kernel's tile-config variants vs the default (no torch, no extension build)
