@@ -26,22 +26,34 @@ namespace sm90 {
 
 #if defined(FLASHATTN_SM90A_ENABLED)
 
+// The n-th use of the tile ring (both sides count their uses in one register instead of a
+// PipeState: the producer warpgroup runs on few registers, and the consumers keep it live across
+// every tile): its slot, and the parity of that slot's barrier phase.
+template <typename Traits>
+__device__ __forceinline__ int tile_ring_slot(uint32_t n) {
+  return static_cast<int>(n % Traits::kTileRing);
+}
+template <typename Traits>
+__device__ __forceinline__ uint32_t tile_ring_parity(uint32_t n) {
+  return (n / Traits::kTileRing) & 1u;
+}
+
+// The static schedule's next tile of this CTA.
+__device__ __forceinline__ int static_next_tile(int tile) { return tile + static_cast<int>(gridDim.x); }
+
 template <typename Traits, bool kDynamic>
 struct ProducerSchedule {
   const Sm90Params& params;
   const SmemMap<Traits>& sm;
-  // Tiles published so far: slot published % kTileRing, lap parity (published / kTileRing) & 1.
-  // One counter rather than a PipeState: the producer warpgroup runs on few registers.
-  uint32_t published = 0;
+  uint32_t published = 0;  // tiles published so far
 
   __device__ __forceinline__ int first() const { return static_cast<int>(blockIdx.x); }
 
   // Tells the consumers which tile comes next (dynamic only; an index >= num_tiles: none).
   __device__ __forceinline__ void publish(int tile) {
     if constexpr (kDynamic) {
-      const int slot = static_cast<int>(published % Traits::kTileRing);
-      const uint32_t lap = (published / Traits::kTileRing) & 1u;
-      sm.wait(sm.tile_empty(slot), lap ^ 1u, kTagProducerTileEmpty);  // a fresh ring: no wait
+      const int slot = tile_ring_slot<Traits>(published);
+      sm.wait(sm.tile_empty(slot), tile_ring_parity<Traits>(published) ^ 1u, kTagProducerTileEmpty);  // fresh: no wait
       st_shared_s32(sm.tile_slot(slot), tile);
       mbar_arrive(sm.tile_full(slot));
       ++published;
@@ -52,7 +64,7 @@ struct ProducerSchedule {
     if constexpr (kDynamic) {
       return atomicAdd(params.tile_counter, 1) + static_cast<int>(gridDim.x);
     } else {
-      return tile + static_cast<int>(gridDim.x);
+      return static_next_tile(tile);
     }
   }
 };
@@ -61,7 +73,7 @@ template <typename Traits, bool kDynamic>
 struct ConsumerSchedule {
   const Sm90Params& params;
   const SmemMap<Traits>& sm;
-  uint32_t received = 0;  // as ProducerSchedule::published: one register, live across every tile
+  uint32_t received = 0;  // tiles received so far
 
   __device__ __forceinline__ int first() {
     if constexpr (kDynamic) {
@@ -75,15 +87,15 @@ struct ConsumerSchedule {
     if constexpr (kDynamic) {
       return receive();
     } else {
-      return tile + static_cast<int>(gridDim.x);
+      return static_next_tile(tile);
     }
   }
 
  private:
   // Every consumer thread reads the slot, then releases it (tile_empty counts all 256).
   __device__ __forceinline__ int receive() {
-    const int slot = static_cast<int>(received % Traits::kTileRing);
-    sm.wait(sm.tile_full(slot), (received / Traits::kTileRing) & 1u, kTagConsumerTileFull);
+    const int slot = tile_ring_slot<Traits>(received);
+    sm.wait(sm.tile_full(slot), tile_ring_parity<Traits>(received), kTagConsumerTileFull);
     const int tile = ld_shared_s32(sm.tile_slot(slot));
     mbar_arrive(sm.tile_empty(slot));
     ++received;
