@@ -62,9 +62,8 @@ struct Config {
   static DecodeParams plan(DecodeParams p) {
     int ctas = 1;
     CK((decode_ctas_per_sm<Traits, T>(&ctas)));
-    const int64_t tiles = static_cast<int64_t>(p.num_m_blocks) * p.batch * p.heads_kv;
-    const int64_t n_blocks = (static_cast<int64_t>(p.seqlen_k_max) + Traits::kBlockN - 1) / Traits::kBlockN;
-    p.num_splits = decode_num_splits(0, tiles, n_blocks, g_dev.sm_count, ctas);
+    p.num_splits = decode_plan_splits(0, p.num_m_blocks, p.batch, p.heads_kv, p.seqlen_k_max, Traits::kBlockN,
+                                      g_dev.sm_count, ctas);
     return p;
   }
   static void run(const DecodeParams& p) {

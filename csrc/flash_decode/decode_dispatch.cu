@@ -60,13 +60,12 @@ cudaError_t flash_decode_plan(const DecodeParams& p, const DeviceLimits& dev, in
   const int64_t rows = static_cast<int64_t>(p.seqlen_q) * group;
   const int64_t m_blocks = (rows + kDecodeBlockM - 1) / kDecodeBlockM;
   if (m_blocks > 0x7fffffffLL) return cudaErrorInvalidValue;
-  const int64_t tiles = m_blocks * p.batch * p.heads_kv;
-  const int64_t n_blocks = (static_cast<int64_t>(p.seqlen_k_max) + l->block_n - 1) / l->block_n;
   int ctas = 1;
   const cudaError_t err = l->ctas_per_sm(&ctas);
   if (err != cudaSuccess) return err;
   plan->num_m_blocks = static_cast<int>(m_blocks < 1 ? 1 : m_blocks);
-  plan->num_splits = tiles == 0 ? 1 : decode_num_splits(requested_splits, tiles, n_blocks, dev.sm_count, ctas);
+  plan->num_splits = decode_plan_splits(requested_splits, m_blocks, p.batch, p.heads_kv, p.seqlen_k_max, l->block_n,
+                                        dev.sm_count, ctas);
   return cudaSuccess;
 }
 

@@ -140,4 +140,14 @@ constexpr int decode_num_splits(int requested, int64_t tiles, int64_t n_blocks, 
   return s < 1 ? 1 : s;
 }
 
+// The planner's split count for a launch (flash_decode_plan; tools/decode_lab.cu plans its
+// variants with it too): query tiles = num_m_blocks * batch * heads_kv, key blocks of the longest
+// sequence with the config's block N, then decode_num_splits.
+constexpr int decode_plan_splits(int requested, int64_t num_m_blocks, int64_t batch, int64_t heads_kv,
+                                 int64_t seqlen_k_max, int block_n, int sm_count, int ctas_per_sm) {
+  const int64_t tiles = num_m_blocks * batch * heads_kv;
+  const int64_t n_blocks = (seqlen_k_max + block_n - 1) / block_n;
+  return tiles == 0 ? 1 : decode_num_splits(requested, tiles, n_blocks, sm_count, ctas_per_sm);
+}
+
 }  // namespace flashattn
