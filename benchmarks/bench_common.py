@@ -211,46 +211,24 @@ MAX_REL_ERR = 0.05
 # GPU side (imports torch lazily)
 # --------------------------------------------------------------------------------------------
 
-_EVENT_POOL: list = []
-_EVENT_NEXT = 0
-
-
-class _EventStamp:
-    """A recorded CUDA event; `end - start` waits for `end` and gives the seconds between them."""
-
-    __slots__ = ("event",)
-
-    def __init__(self, event):
-        self.event = event
-
-    def __sub__(self, start: _EventStamp) -> float:
-        self.event.synchronize()
-        return start.event.elapsed_time(self.event) * 1e-3
-
-
-def cuda_event_timer() -> _EventStamp:
-    """A timestamp on the GPU's clock: records an event on the current stream; `end - start`
-    syncs on the end event and gives GPU seconds (never a host clock around asynchronous work).
-    Events come from a small pool (no cudaEventCreate inside a timed span).
-    """
-    global _EVENT_NEXT
-    import torch
-
-    if not _EVENT_POOL:
-        _EVENT_POOL.extend(torch.cuda.Event(enable_timing=True) for _ in range(8))
-    ev = _EVENT_POOL[_EVENT_NEXT % len(_EVENT_POOL)]
-    _EVENT_NEXT += 1
-    ev.record()
-    return _EventStamp(ev)
+_EVENTS: list = []  # one reused start/end pair: no cudaEventCreate inside a timed span
 
 
 def time_calls_ms(fn, calls: int) -> float:
-    """GPU milliseconds for `calls` back-to-back calls of fn (one event pair around them)."""
-    start = cuda_event_timer()
+    """GPU milliseconds for `calls` back-to-back calls of fn: a CUDA event recorded before and
+    after them on the current stream, then a wait for the second (never a host clock around
+    asynchronous work)."""
+    import torch
+
+    if not _EVENTS:
+        _EVENTS.extend(torch.cuda.Event(enable_timing=True) for _ in range(2))
+    start, end = _EVENTS
+    start.record()
     for _ in range(calls):
         fn()
-    end = cuda_event_timer()
-    return (end - start) * 1e3
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
 
 
 @dataclass

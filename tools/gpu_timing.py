@@ -1,5 +1,6 @@
 """The CUDA-event timer the GPU tools share (tools/ceilings.py, quick_check.py, sm90_check.py,
-decode_check.py). The benchmark suite has its own pytest-benchmark timer (benchmarks/bench_common.py).
+decode_check.py). The benchmark suite times with benchmarks/bench_common.py (time_calls_ms, the
+same event pair around back-to-back calls, in interleaved rounds).
 """
 
 from __future__ import annotations
