@@ -12,6 +12,8 @@
 #   bash tools/device_run.sh tune     a Hopper kernel experiment: lab check + all speed tables, the
 #                                     suite's hopper part, the standard grid               (~8 min)
 #   bash tools/device_run.sh decode   decode tile-config variants vs the default (tools/decode_lab.sh, ~2 min)
+#   bash tools/device_run.sh explore  verify + the Hopper lab's variant A/B + the decode lab + the
+#                                     machine ceilings: the experiments, proved correct first (~7 min)
 #
 # A step that fails does not stop the others; the exit status is the number of failed steps.
 set -uo pipefail
@@ -99,8 +101,14 @@ case "${1:-verify}" in
     env_info > "$OUT/env.txt" 2>&1
     step decode_lab 330 bash tools/decode_lab.sh
     ;;
+  explore)  # written-but-never-run experiments after a quiet spell: correctness first, then timings
+    verify_steps
+    step sm90_lab_variants 240 bash tools/sm90_lab.sh variants
+    step decode_lab 200 bash tools/decode_lab.sh
+    step ceilings 120 python3 tools/ceilings.py
+    ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
