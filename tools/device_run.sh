@@ -14,6 +14,8 @@
 #   bash tools/device_run.sh decode   decode tile-config variants vs the default (tools/decode_lab.sh, ~2 min)
 #   bash tools/device_run.sh explore  verify + the Hopper lab's variant A/B + the decode lab + the
 #                                     machine ceilings: the experiments, proved correct first (~7 min)
+#   bash tools/device_run.sh diagnose Nsight Compute on our forward kernel vs cuDNN's (tools/ncu_fwd.sh),
+#                                     then the Hopper lab's variant A/B                    (~4 min)
 #
 # A step that fails does not stop the others; the exit status is the number of failed steps.
 set -uo pipefail
@@ -107,8 +109,14 @@ case "${1:-verify}" in
     step decode_lab 200 bash tools/decode_lab.sh
     step ceilings 120 python3 tools/ceilings.py
     ;;
+  diagnose)
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    step ncu_fwd 420 bash tools/ncu_fwd.sh
+    step sm90_lab_variants 240 bash tools/sm90_lab.sh variants
+    ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -436,10 +436,12 @@ static const Variant kVariants[] = {
     VARIANT("d64-n128-s3-pp", 64, 128, 3, true, 1),
     VARIANT("d64-n192-s2-pp", 64, 192, 2, true, 1),
     VARIANT("d64-n128-s2-pp-q2", 64, 128, 2, true, 2),  // double-buffered Q (perf-notes "v6")
+    VARIANT("d64-n128-s4-pp", 64, 128, 4, true, 1),
     VARIANT("d128-n128-s2-nopp", 128, 128, 2, false, 1),
     VARIANT("d128-n176-s2-pp", 128, 176, 2, true, 1),
     VARIANT("d128-n96-s3-pp", 128, 96, 3, true, 1),
     VARIANT("d128-n128-s2-pp-q2", 128, 128, 2, true, 2),  // double-buffered Q (perf-notes "v6")
+    VARIANT("d128-n128-s3-pp", 128, 128, 3, true, 1),  // 225 KB: a deeper K/V prefetch for short S
     VARIANT("d256-n80-s2-nopp", 256, 80, 2, false, 1),
     VARIANT("d256-n64-s2-pp", 256, 64, 2, true, 1),
 };
@@ -559,7 +561,7 @@ int main(int argc, char** argv) {
   }
 
   if (mode == "variants") {  // each variant's correctness cases, then its timing
-    variants_table({"d64-n128-s2-pp-q2", "d128-n128-s2-pp-q2", "d64-n192-s2-pp"});
+    variants_table({"d128-n128-s3-pp", "d128-n96-s3-pp", "d64-n128-s4-pp", "d64-n128-s3-pp"});
     return g_failures ? 1 : 0;
   }
 
