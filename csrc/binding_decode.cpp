@@ -10,7 +10,8 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <atomic>
+#include <mutex>
+#include <utility>
 #include <cstdint>
 #include <optional>
 #include <tuple>
@@ -23,19 +24,30 @@ namespace {
 using flashattn::DecodeParams;
 using flashattn::DType;
 
-// The planner needs only the SM count (DeviceLimits' other fields are left 0). Read through
-// cudaDeviceGetAttribute, once per device: no ATen/cuda/CUDAContext.h (and its cuBLAS/cuSPARSE
-// headers) needed, and no per-call driver query on the decode path.
+// The planner reads the SM count, the compute capability and the opt-in shared memory per block
+// (the tile config depends on the last two). Read through cudaDeviceGetAttribute once per device
+// (std::call_once): no ATen/cuda/CUDAContext.h (and its cuBLAS/cuSPARSE headers) needed, and no
+// per-call driver query on the decode path.
+flashattn::DeviceLimits read_device_limits(int device) {
+  flashattn::DeviceLimits d;
+  for (auto [attr, field] : {std::pair{cudaDevAttrMultiProcessorCount, &d.sm_count},
+                             std::pair{cudaDevAttrMaxSharedMemoryPerBlockOptin, &d.max_smem_per_block},
+                             std::pair{cudaDevAttrComputeCapabilityMajor, &d.cc_major},
+                             std::pair{cudaDevAttrComputeCapabilityMinor, &d.cc_minor}}) {
+    const cudaError_t err = cudaDeviceGetAttribute(field, attr, device);
+    TORCH_CHECK(err == cudaSuccess, "flashattn::fwd_kvcache: cannot read device ", device, "'s attributes: ",
+                cudaGetErrorString(err));
+  }
+  return d;
+}
+
 flashattn::DeviceLimits decode_device_limits(int device) {
   constexpr int kMaxDevices = 64;
-  static std::atomic<int> sm_cache[kMaxDevices] = {};  // 0: not read yet
-  flashattn::DeviceLimits d;
-  if (device >= 0 && device < kMaxDevices) d.sm_count = sm_cache[device].load(std::memory_order_relaxed);
-  if (d.sm_count > 0) return d;
-  const cudaError_t err = cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, device);
-  TORCH_CHECK(err == cudaSuccess, "flashattn::fwd_kvcache: cannot read the SM count: ", cudaGetErrorString(err));
-  if (device >= 0 && device < kMaxDevices) sm_cache[device].store(d.sm_count, std::memory_order_relaxed);
-  return d;
+  if (device < 0 || device >= kMaxDevices) return read_device_limits(device);
+  static std::once_flag once[kMaxDevices];
+  static flashattn::DeviceLimits cache[kMaxDevices];
+  std::call_once(once[device], [device] { cache[device] = read_device_limits(device); });
+  return cache[device];
 }
 
 // 16-byte vector access: base 16-byte aligned, every stride a multiple of 8 elements.

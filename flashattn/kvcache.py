@@ -99,8 +99,8 @@ def flash_attn_with_kvcache(
 
     num_splits: how many thread blocks share one sequence's keys (flash-decoding). 0 (default)
     lets a heuristic choose from the shape and the GPU's SM count; 1 disables splitting; n > 1
-    forces up to n (clamped to 128 and to the number of 64-key blocks of Sk_max, 32-key for
-    D > 128). Results for different counts agree up to rounding (the fp16/bf16 rounding of the
+    forces up to n (clamped to 128 and to the number of key blocks of Sk_max: 64 keys per block,
+    32 for D > 128, 128 for 64 < D <= 128 on sm90 GPUs, which run an 8-warp tile config). Results for different counts agree up to rounding (the fp16/bf16 rounding of the
     softmax probabilities depends on where the key range is cut).
 
     Returns out [B, Sq, Hq, D] (q's dtype), and with return_lse=True also the natural-log

@@ -221,14 +221,20 @@ def test_torch_compile_fullgraph_carries_the_cache_mutation() -> None:
 _HEURISTIC_PROBE = r"""
 #include <cstdio>
 #include <initializer_list>
+#include <utility>
 #include "flash_decode/decode_traits.h"
 using namespace flashattn;
-template <int D> void config() {
-  using T = typename DecodeTileConfig<D>::Traits;
-  std::printf("config %d %d %d %d %d\n", D, T::kNWarps, T::kStages, T::kBlockN, T::kSmemBytes);
+template <int D, DecodeVariant V> void config() {
+  using T = typename DecodeTileConfig<D, V>::Traits;
+  std::printf("config %d %d %d %d %d %d\n", D, int(V), T::kNWarps, T::kStages, T::kBlockN, T::kSmemBytes);
 }
 int main() {
-  config<64>(); config<128>(); config<256>();
+  config<64, DecodeVariant::kPortable>(); config<128, DecodeVariant::kPortable>(); config<256, DecodeVariant::kPortable>();
+  config<128, DecodeVariant::kHopper>();
+  // pick kernel_head_dim cc_major max_smem_per_block -> variant
+  for (int d : {64, 128, 256})
+    for (auto cc : {std::pair{8, 101376}, std::pair{8, 166912}, std::pair{9, 232448}, std::pair{9, 101376}, std::pair{10, 232448}})
+      std::printf("pick %d %d %d %d\n", d, cc.first, cc.second, int(decode_pick_variant(d, cc.first, cc.second)));
   for (int d = 0; d <= 264; d += 4) std::printf("round %d %d\n", d, decode_round_head_dim(d));
   // splits requested tiles n_blocks sm_count ctas_per_sm
   const long tiles[] = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 4096};
@@ -249,12 +255,15 @@ def heuristic_table(tmp_path_factory) -> dict:
     (d / "probe.cpp").write_text(_HEURISTIC_PROBE)
     subprocess.run([cxx, "-std=c++17", f"-I{ROOT / 'csrc'}", str(d / "probe.cpp"), "-o", str(d / "probe")], check=True)
     lines = subprocess.run([str(d / "probe")], capture_output=True, text=True, check=True).stdout.splitlines()
-    table: dict = {"config": {}, "round": {}, "split": {}}
+    table: dict = {"config": {}, "round": {}, "split": {}, "pick": {}}
     for line in lines:
         kind, *vals = line.split()
         vals = [int(x) for x in vals]
         if kind == "config":
-            table["config"][vals[0]] = dict(warps=vals[1], stages=vals[2], block_n=vals[3], smem=vals[4])
+            variant = ("portable", "hopper")[vals[1]]
+            table["config"][(vals[0], variant)] = dict(warps=vals[2], stages=vals[3], block_n=vals[4], smem=vals[5])
+        elif kind == "pick":
+            table["pick"][tuple(vals[:3])] = ("portable", "hopper")[vals[3]]
         elif kind == "round":
             table["round"][vals[0]] = vals[1]
         else:
@@ -262,12 +271,26 @@ def heuristic_table(tmp_path_factory) -> dict:
     return table
 
 
-def test_every_decode_config_fits_every_target(heuristic_table: dict) -> None:
-    """One instantiation serves sm80, sm89 and sm90: every config is under the L4's 99 KB per block."""
-    assert set(heuristic_table["config"]) == {64, 128, 256}
-    for d, c in heuristic_table["config"].items():
-        assert c["smem"] <= 99 * 1024, (d, c)
-        assert c["block_n"] == 16 * c["warps"] and c["stages"] >= 2, (d, c)
+def test_every_decode_config_fits_its_targets(heuristic_table: dict) -> None:
+    """The portable configs (one per head dim) serve sm80, sm89 and sm90: each is under the L4's
+    99 KB per block. The Hopper config (D=128) is over it and must fit the H100's 227 KB."""
+    configs = heuristic_table["config"]
+    assert set(configs) == {(64, "portable"), (128, "portable"), (256, "portable"), (128, "hopper")}
+    for (d, variant), c in configs.items():
+        assert c["smem"] <= (99 if variant == "portable" else 227) * 1024, (d, variant, c)
+        assert c["block_n"] == 16 * c["warps"] and c["stages"] >= 2, (d, variant, c)
+    assert configs[(128, "hopper")]["smem"] > 99 * 1024, "else it would not need to be sm90-only"
+
+
+def test_hopper_decode_config_only_where_measured_and_it_fits(heuristic_table: dict) -> None:
+    """kHopper is picked for D=128 on sm90+ with the smem for it; sm80 (A100, 163 KB: it would fit)
+    and sm89 (99 KB: it would not) keep the portable config, as does every other head dim."""
+    pick = heuristic_table["pick"]
+    hopper_smem = heuristic_table["config"][(128, "hopper")]["smem"]
+    for (d, cc, smem), variant in pick.items():
+        expected = "hopper" if d == 128 and cc >= 9 and smem >= hopper_smem else "portable"
+        assert variant == expected, (d, cc, smem, variant)
+    assert pick[(128, 9, 232448)] == "hopper" and pick[(128, 8, 166912)] == "portable"
 
 
 def test_every_head_dim_maps_to_a_kernel(heuristic_table: dict) -> None:

@@ -1,6 +1,6 @@
 // The split-KV decode kernel's tile configs side by side, without torch: for the decode grid's
 // shapes (bf16, D=128, GQA 32:8, Sq=1, full caches), every variant below against the compiled
-// default (DecodeTileConfig<128>), each with its own split plan (its own block N and CTAs per
+// default (DecodeTileConfig<128>, the portable config), each with its own split plan (its own block N and CTAs per
 // SM through the shipped heuristic), timed in alternating samples so clock drift hits both
 // alike, and checked against the default's output. Bandwidth = K/V bytes read / time.
 //

@@ -15,9 +15,10 @@
 
 namespace flashattn {
 
-// Chooses the split count (requested_splits > 0: that many, clamped to [1, min(128, key blocks
-// of Sk_max)]; 0: the heuristic of decode_traits.h from the shape, dev.sm_count (the only field
-// of dev read) and the kernel's occupancy) and the query-tile count; writes both into *plan
+// Chooses the tile config (decode_pick_variant: from the head dim, dev.cc_major and
+// dev.max_smem_per_block), the split count (requested_splits > 0: that many, clamped to
+// [1, min(128, key blocks of Sk_max)]; 0: the heuristic of decode_traits.h from the shape,
+// dev.sm_count and the config's occupancy) and the query-tile count; writes all three into *plan
 // (which may be &p). Host only: it reads no device memory and enqueues nothing.
 cudaError_t flash_decode_plan(const DecodeParams& p, const DeviceLimits& dev, int requested_splits, DecodeParams* plan);
 

@@ -20,29 +20,36 @@ namespace {
 struct DecodeLauncher {
   DType dtype;
   int head_dim;
+  DecodeVariant variant;
   int block_n;
   cudaError_t (*launch)(const DecodeParams&, cudaStream_t);
   cudaError_t (*ctas_per_sm)(int*);
 };
 
-#define FLASHATTN_DECODE_LAUNCHER(T, DT, D)                                                         \
-  DecodeLauncher{DT, D, DecodeTileConfig<D>::Traits::kBlockN, &run_decode_split<DecodeTileConfig<D>::Traits, T>, \
-                 &decode_ctas_per_sm<DecodeTileConfig<D>::Traits, T>}
-// Must match instantiations/decode_{fp16,bf16}_hdim{64,128,256}.cu.
+#define FLASHATTN_DECODE_LAUNCHER(T, DT, D, V)                                                      \
+  DecodeLauncher{DT,                                                                             \
+                 D,                                                                              \
+                 DecodeVariant::V,                                                               \
+                 DecodeTileConfig<D, DecodeVariant::V>::Traits::kBlockN,                         \
+                 &run_decode_split<DecodeTileConfig<D, DecodeVariant::V>::Traits, T>,            \
+                 &decode_ctas_per_sm<DecodeTileConfig<D, DecodeVariant::V>::Traits, T>}
+// Must match instantiations/decode_{fp16,bf16}_hdim{64,128,256}.cu and *_hdim128_hopper.cu.
 const DecodeLauncher kDecodeLaunchers[] = {
-    FLASHATTN_DECODE_LAUNCHER(__half, DType::kFloat16, 64),
-    FLASHATTN_DECODE_LAUNCHER(__half, DType::kFloat16, 128),
-    FLASHATTN_DECODE_LAUNCHER(__half, DType::kFloat16, 256),
-    FLASHATTN_DECODE_LAUNCHER(__nv_bfloat16, DType::kBFloat16, 64),
-    FLASHATTN_DECODE_LAUNCHER(__nv_bfloat16, DType::kBFloat16, 128),
-    FLASHATTN_DECODE_LAUNCHER(__nv_bfloat16, DType::kBFloat16, 256),
+    FLASHATTN_DECODE_LAUNCHER(__half, DType::kFloat16, 64, kPortable),
+    FLASHATTN_DECODE_LAUNCHER(__half, DType::kFloat16, 128, kPortable),
+    FLASHATTN_DECODE_LAUNCHER(__half, DType::kFloat16, 256, kPortable),
+    FLASHATTN_DECODE_LAUNCHER(__half, DType::kFloat16, 128, kHopper),
+    FLASHATTN_DECODE_LAUNCHER(__nv_bfloat16, DType::kBFloat16, 64, kPortable),
+    FLASHATTN_DECODE_LAUNCHER(__nv_bfloat16, DType::kBFloat16, 128, kPortable),
+    FLASHATTN_DECODE_LAUNCHER(__nv_bfloat16, DType::kBFloat16, 256, kPortable),
+    FLASHATTN_DECODE_LAUNCHER(__nv_bfloat16, DType::kBFloat16, 128, kHopper),
 };
 #undef FLASHATTN_DECODE_LAUNCHER
 
-const DecodeLauncher* find_launcher(DType dtype, int head_dim) {
+const DecodeLauncher* find_launcher(DType dtype, int head_dim, DecodeVariant variant) {
   const int d = decode_round_head_dim(head_dim);
   for (const DecodeLauncher& l : kDecodeLaunchers)
-    if (l.dtype == dtype && l.head_dim == d) return &l;
+    if (l.dtype == dtype && l.head_dim == d && l.variant == variant) return &l;
   return nullptr;
 }
 
@@ -54,7 +61,8 @@ bool params_ok(const DecodeParams& p) {
 }  // namespace
 
 cudaError_t flash_decode_plan(const DecodeParams& p, const DeviceLimits& dev, int requested_splits, DecodeParams* plan) {
-  const DecodeLauncher* l = find_launcher(p.dtype, p.head_dim);
+  const DecodeVariant variant = decode_pick_variant(decode_round_head_dim(p.head_dim), dev.cc_major, dev.max_smem_per_block);
+  const DecodeLauncher* l = find_launcher(p.dtype, p.head_dim, variant);
   if (l == nullptr || !params_ok(p) || requested_splits < 0) return cudaErrorInvalidValue;
   const int group = p.heads_q / p.heads_kv;
   const int64_t rows = static_cast<int64_t>(p.seqlen_q) * group;
@@ -64,6 +72,7 @@ cudaError_t flash_decode_plan(const DecodeParams& p, const DeviceLimits& dev, in
   const cudaError_t err = l->ctas_per_sm(&ctas);
   if (err != cudaSuccess) return err;
   plan->num_m_blocks = static_cast<int>(m_blocks < 1 ? 1 : m_blocks);
+  plan->kernel_variant = static_cast<int>(variant);
   plan->num_splits = decode_plan_splits(requested_splits, m_blocks, p.batch, p.heads_kv, p.seqlen_k_max, l->block_n,
                                         dev.sm_count, ctas);
   return cudaSuccess;
@@ -94,7 +103,7 @@ cudaError_t kvcache_append(const DecodeParams& p, cudaStream_t stream) {
 }
 
 cudaError_t flash_decode(const DecodeParams& p, cudaStream_t stream) {
-  const DecodeLauncher* l = find_launcher(p.dtype, p.head_dim);
+  const DecodeLauncher* l = find_launcher(p.dtype, p.head_dim, static_cast<DecodeVariant>(p.kernel_variant));
   if (l == nullptr || !params_ok(p) || p.num_splits < 1 || p.num_splits > kDecodeMaxSplits || p.num_m_blocks < 1)
     return cudaErrorInvalidValue;
   if (p.num_splits > 1 && (p.o_accum == nullptr || p.lse_accum == nullptr)) return cudaErrorInvalidValue;

@@ -59,6 +59,7 @@ struct DecodeParams {
   // Set by the planner (flash_decode_plan), read by the kernels.
   int num_splits = 1;    // key-range splits per (batch, kv head, query tile)
   int num_m_blocks = 1;  // query tiles per (batch, kv head): ceil(Sq * Hq/Hk / 16)
+  int kernel_variant = 0;  // the tile config (DecodeVariant in decode_traits.h) the plan was made for
 
   void set_scale(float scale) {
     softmax_scale = scale;

@@ -60,25 +60,44 @@ struct DecodeKernelTraits {
   static_assert(kSmemQBytes % 128 == 0 && kSmemRingBytes % 16 == 0, "16-byte aligned regions");
 };
 
-// One config per head dim, every one under the 99 KB per block of sm86/sm89, so a single
-// instantiation serves sm80, sm89 and sm90. On the H100 (228 KB per SM) they run 3, 3 and 2
-// CTAs per SM, i.e. 96-110 KB of K/V in flight per SM at steady state, far above the
-// ~25 KB/us * ~1.5 us latency that 3.3 TB/s over 132 SMs needs.
-template <int kHeadDim>
+// Two kinds of config. kPortable, one per head dim, every one under the 99 KB per block of
+// sm86/sm89, so a single instantiation serves sm80, sm89 and sm90: on the H100 (228 KB per SM)
+// they run 3, 3 and 2 CTAs per SM, i.e. 96-110 KB of K/V in flight per SM at steady state, far
+// above the ~25 KB/us * ~1.5 us latency that 3.3 TB/s over 132 SMs needs. kHopper, D = 128 only:
+// 8 warps (128-key steps) at one CTA per SM; on the H100 it reads K/V 1.6-2.3% faster at B >= 8
+// and 4-9% at B = 1 than kPortable, each with its own split plan (tools/decode_lab.cu, alternating
+// samples; docs/perf-notes.md "Decode, session 5"). Its 142 KB fit sm80's 163 KB too, but it
+// was measured only on sm90, so the planner picks it there only (decode_pick_variant).
+enum class DecodeVariant : int { kPortable = 0, kHopper = 1 };
+
+template <int kHeadDim, DecodeVariant kVariant = DecodeVariant::kPortable>
 struct DecodeTileConfig;
 
-#define FLASHATTN_DECODE_CONFIG(D, NW, ST) \
-  template <>                              \
-  struct DecodeTileConfig<D> {             \
-    using Traits = DecodeKernelTraits<D, NW, ST>; \
+#define FLASHATTN_DECODE_CONFIG(D, V, NW, ST)                  \
+  template <>                                                 \
+  struct DecodeTileConfig<D, DecodeVariant::V> {              \
+    using Traits = DecodeKernelTraits<D, NW, ST>;             \
   }
 
-//                      head dim warps stages    BlockN   smem (bytes)
-FLASHATTN_DECODE_CONFIG(64,  4, 3);  //          64       58432 (57.1 KB)
-FLASHATTN_DECODE_CONFIG(128, 4, 2);  //          64       74816 (73.1 KB)
-FLASHATTN_DECODE_CONFIG(256, 2, 2);  //          32       76480 (74.7 KB)
+//                      head dim variant   warps stages    BlockN   smem (bytes)
+FLASHATTN_DECODE_CONFIG(64,  kPortable, 4, 3);  //          64       58432 (57.1 KB)
+FLASHATTN_DECODE_CONFIG(128, kPortable, 4, 2);  //          64       74816 (73.1 KB)
+FLASHATTN_DECODE_CONFIG(256, kPortable, 2, 2);  //          32       76480 (74.7 KB)
+FLASHATTN_DECODE_CONFIG(128, kHopper,   8, 2);  //         128      145216 (141.8 KB)
 
 #undef FLASHATTN_DECODE_CONFIG
+
+// Shared memory of the kHopper config for a kernel head dim; 0 where there is none.
+constexpr int decode_hopper_smem(int kernel_head_dim) {
+  return kernel_head_dim == 128 ? DecodeTileConfig<128, DecodeVariant::kHopper>::Traits::kSmemBytes : 0;
+}
+
+// The config the planner runs: kHopper where the head dim has one, the GPU is sm90 or newer and
+// its per-block opt-in shared memory holds it; kPortable everywhere else.
+constexpr DecodeVariant decode_pick_variant(int kernel_head_dim, int cc_major, int max_smem_per_block) {
+  const int smem = decode_hopper_smem(kernel_head_dim);
+  return smem > 0 && cc_major >= 9 && smem <= max_smem_per_block ? DecodeVariant::kHopper : DecodeVariant::kPortable;
+}
 
 constexpr int kDecodeHeadDims[] = {64, 128, 256};
 

@@ -1,6 +1,6 @@
-// The split-KV decoding kernel for __nv_bfloat16, head dim 64 (see csrc/flash_decode/decode_traits.h).
+// The split-KV decoding kernel for __nv_bfloat16, head dim 64 (the kPortable config of csrc/flash_decode/decode_traits.h).
 // One config per translation unit keeps nvcc runs parallel; the registry in
 // csrc/flash_decode/decode_dispatch.cu lists the same set.
 #include "../decode_launch.cuh"
 
-FLASHATTN_DECODE_INSTANTIATE(64, __nv_bfloat16)
+FLASHATTN_DECODE_INSTANTIATE(64, kPortable, __nv_bfloat16)
