@@ -36,7 +36,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import flashattn  # noqa: E402
 from gpu_helpers import nan_filled_allocations  # noqa: E402
-from gpu_timing import median_ms  # noqa: E402
+from gpu_timing import interleaved_ms, median_ms  # noqa: E402
 
 BF16, F16, I32 = torch.bfloat16, torch.float16, torch.int32
 
@@ -230,15 +230,15 @@ def speed(quick: bool, gate: bool) -> tuple[bool, int]:
                     print(f"  {b:>3} {sk:>7}  WRONG: relative L2 difference to SDPA {rel:.3g} (expected ~1e-3)")
                     wrong.append((b, sk))
                     continue
-                t_sdpa = time_ms(sdpa)
+                sdpa_ok = True
             except Exception as exc:  # noqa: BLE001
-                t_sdpa = None
+                sdpa_ok = False
                 print(f"    SDPA default failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
                 torch.cuda.empty_cache()
-            t_ours = time_ms(ours)
-            g_ours, g_sdpa = graphed(ours), graphed(sdpa) if t_sdpa is not None else None
-            tg_ours = time_ms(g_ours) if g_ours else None
-            tg_sdpa = time_ms(g_sdpa) if g_sdpa else None
+            g_ours, g_sdpa = graphed(ours), graphed(sdpa) if sdpa_ok else None
+            fns = {"ours": ours, "sdpa": sdpa if sdpa_ok else None, "g_ours": g_ours, "g_sdpa": g_sdpa}
+            t = interleaved_ms({k: f for k, f in fns.items() if f is not None})
+            t_ours, t_sdpa, tg_ours, tg_sdpa = (t.get(k) for k in ("ours", "sdpa", "g_ours", "g_sdpa"))
             floor = kv_bytes / bw * 1e3  # K/V bytes read / copy bandwidth (issue 7's definition), ms
             sp = t_sdpa / t_ours if t_sdpa else None
             gx = tg_sdpa / tg_ours if (tg_sdpa and tg_ours) else None
@@ -278,9 +278,8 @@ def split_sweep() -> None:
         q = torch.randn(b, 1, hq, d, device="cuda", dtype=BF16)
         kc = torch.randn(b, sk, hk, d, device="cuda", dtype=BF16)
         vc = torch.randn(b, sk, hk, d, device="cuda", dtype=BF16)
-        times = {}
-        for s in (0, 1, 2, 4, 8, 16, 32, 48, 64, 96, 128):
-            times["auto" if s == 0 else s] = time_ms(lambda s=s: flashattn.flash_attn_with_kvcache(q, kc, vc, num_splits=s), rounds=7)
+        times = interleaved_ms({"auto" if s == 0 else s: (lambda s=s: flashattn.flash_attn_with_kvcache(q, kc, vc, num_splits=s))
+                                for s in (0, 1, 2, 4, 8, 16, 32, 48, 64, 96, 128)}, rounds=11)
         best = min((t, s) for s, t in times.items() if s != "auto")
         cells = " ".join(f"{s}:{t:.4f}" for s, t in times.items())
         print(f"  B={b} Sk={sk}: {cells}  | best forced {best[1]} ({best[0]:.4f}); auto/best = {times['auto'] / best[0]:.2f}")

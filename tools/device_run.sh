@@ -16,6 +16,8 @@
 #                                     machine ceilings: the experiments, proved correct first (~7 min)
 #   bash tools/device_run.sh diagnose Nsight Compute on our forward kernel vs cuDNN's (tools/ncu_fwd.sh),
 #                                     then the Hopper lab's variant A/B                    (~4 min)
+#   bash tools/device_run.sh l2decode build, the decode check and the suite's decode tests, then the Hopper
+#                                     lab's L2 group budget A/B                           (~5 min)
 #
 # A step that fails does not stop the others; the exit status is the number of failed steps.
 set -uo pipefail
@@ -115,8 +117,15 @@ case "${1:-verify}" in
     step ncu_fwd 420 bash tools/ncu_fwd.sh
     step sm90_lab_variants 240 bash tools/sm90_lab.sh variants
     ;;
+  l2decode)
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash tools/device_build.sh
+    step decode_check 150 python3 tools/decode_check.py --no-perf-gate
+    step pytest_kvcache 200 "${pytest_ci[@]}" tests/test_kvcache.py
+    step sm90_lab_l2 300 bash tools/sm90_lab.sh l2
+    ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

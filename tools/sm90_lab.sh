@@ -6,6 +6,7 @@
 #   bash tools/sm90_lab.sh variants a few lab variants: their correctness cases, then alternating-sample
 #                                   timing vs the default config; no hang-check build (short device slots;
 #                                   a variant never run before is safer through "check" first)
+#   bash tools/sm90_lab.sh l2       the L2 group budget A/B (alternating samples), no hang-check build
 # Two builds, compiled in parallel: build/sm90_lab (the kernels exactly as the extension compiles
 # them) runs everything; build/sm90_lab_hangcheck (FLASHATTN_SM90_HANG_CHECK: a wait stuck for
 # 10 s reports its barrier/block/thread and traps) runs only when the first one times out or
@@ -22,7 +23,7 @@ for src in $SRCS; do
   name=$(basename "${src%.cu}")
   nvcc $BASE -Xptxas -v -c "$src" -o "build/sm90_lab_obj/$name.o" > "build/sm90_lab_obj/$name.log" 2>&1 &
   pids+=($!)
-  if [ "${1:-full}" != "variants" ]; then
+  if [ "${1:-full}" != "variants" ] && [ "${1:-full}" != "l2" ]; then
     nvcc $BASE -DFLASHATTN_SM90_HANG_CHECK -c "$src" -o "build/sm90_lab_hc_obj/$name.o" > "build/sm90_lab_hc_obj/$name.log" 2>&1 &
     pids+=($!)
   fi
@@ -35,8 +36,8 @@ if [ $fail -ne 0 ]; then
   exit 3
 fi
 nvcc -gencode=arch=compute_90a,code=sm_90a build/sm90_lab_obj/*.o -o build/sm90_lab || { echo "LINK FAILED"; exit 3; }
-if [ "${1:-full}" = "variants" ]; then
-  timeout 300 ./build/sm90_lab variants 2>&1 | tee build/sm90_lab_speed.log
+if [ "${1:-full}" = "variants" ] || [ "${1:-full}" = "l2" ]; then
+  timeout 300 ./build/sm90_lab "$1" 2>&1 | tee build/sm90_lab_speed.log
   rs=${PIPESTATUS[0]}
   [ -n "${OUT:-}" ] && cp build/sm90_lab_speed.log "$OUT/"
   exit "$rs"

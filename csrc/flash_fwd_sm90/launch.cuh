@@ -18,11 +18,18 @@
 namespace flashattn {
 namespace sm90 {
 
+// Lab hook (tools/sm90_lab.cu "l2"): when > 0, the L2 group budget in MB instead of the default.
+// One per process (inline function: shared by every TU).
+inline int& sm90_l2_budget_mb_override() {
+  static int mb = 0;
+  return mb;
+}
+
 // (batch, head) pairs per L2 group: as many as keep their K and V under ~24 MB (half of an H100's
 // 50 MB L2), a multiple of the query heads sharing one K/V head.
 inline int l2_group_heads(const FwdParams& p) {
   const int64_t kv_bytes_per_head = 2ll * p.seqlen_k * p.head_dim * 2;  // K and V, 16-bit
-  const int64_t budget = 24ll << 20;
+  const int64_t budget = static_cast<int64_t>(sm90_l2_budget_mb_override() > 0 ? sm90_l2_budget_mb_override() : 24) << 20;
   int64_t kv_heads = std::max<int64_t>(1, budget / std::max<int64_t>(1, kv_bytes_per_head));
   const int64_t q_per_kv = p.heads_q / p.heads_kv;
   const int64_t total = static_cast<int64_t>(p.batch) * p.heads_q;
