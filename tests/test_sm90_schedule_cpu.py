@@ -36,12 +36,10 @@ int main() {
       for (int causal : {0, 1}) {
         const int b = 16384 / s, h = 2048 / d, m_blocks = (s + kBlockMAll - 1) / kBlockMAll;
         const int bn = d == 64 ? block_n<64>() : d == 128 ? block_n<128>() : block_n<256>();
-        const long long kv = 2LL * s * d * 2;  // as launch.cuh's l2_group_heads, 16-bit K and V
-        long long group = (24LL << 20) / kv;
-        if (group < 1) group = 1;
-        if (group > (long long)b * h) group = (long long)b * h;
+        const int group = l2_group_heads(s, d, h, h, b);
+        std::printf("group %d %d %d\n", d, s, group);
         for (int t = 0; t < m_blocks * b * h; ++t) {
-          const TileCoord c = decode_tile(t, m_blocks, h, b * h, (int)group);
+          const TileCoord c = decode_tile(t, m_blocks, h, b * h, group);
           const BlockRange r = block_range(c.m_block, kBlockMAll, bn, s, s, causal != 0, 0);
           std::printf("tile %d %d %d %d %d %d %d %d %d\n", d, s, causal, t, c.m_block, c.batch, c.head_q, r.n_blocks,
                       bn);
@@ -61,12 +59,14 @@ def probe(tmp_path_factory) -> dict:
     subprocess.run([cxx, "-std=c++17", "-O1", f"-I{ROOT / 'csrc'}", str(d / "probe.cpp"), "-o", str(d / "probe")],
                    check=True)
     out = subprocess.run([str(d / "probe")], capture_output=True, text=True, check=True).stdout.splitlines()
-    table: dict = {"policy": {}, "tiles": {}}
+    table: dict = {"policy": {}, "tiles": {}, "group": {}}
     for line in out:
         kind, *vals = line.split()
         vals = [int(x) for x in vals]
         if kind == "policy":
             table["policy"][tuple(vals[:4])] = bool(vals[4])
+        elif kind == "group":
+            table["group"][tuple(vals[:2])] = vals[2]
         else:
             d_, s, causal, t, m_block, batch, head, n_blocks, bn = vals
             table["tiles"].setdefault((d_, s, causal), []).append((t, m_block, batch, head, n_blocks, bn))
@@ -116,3 +116,16 @@ def test_balance_model_walks_the_kernels_tile_order(probe: dict) -> None:
         work = model.tile_work(s, d, 16384 // s, 2048 // d, bool(causal), overhead=0.0)
         kernel = [n_blocks for _, _, _, _, n_blocks, _ in tiles]
         assert work == kernel, (d, s, causal)
+
+
+def test_l2_groups_fit_the_budget_and_the_model_uses_the_kernels(probe: dict) -> None:
+    """A group's K/V fits the L2 budget (or is one head), and the balance model groups as the
+    kernel does."""
+    model = load_repo_module("tools/sm90_schedule_model.py")
+    for (d, s), group in probe["group"].items():
+        batch_heads = (16384 // s) * (2048 // d)
+        kv_per_head = 2 * s * d * 2
+        assert 1 <= group <= batch_heads
+        assert group == 1 or group * kv_per_head <= model.L2_GROUP_BUDGET, (d, s, group)
+        assert group == batch_heads or (group + 1) * kv_per_head > model.L2_GROUP_BUDGET, "as many as fit"
+        assert model.l2_group_heads(s, d, batch_heads) == group, (d, s)

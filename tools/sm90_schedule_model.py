@@ -22,9 +22,13 @@ BLOCK_M = 128
 BLOCK_N = {64: 128, 128: 128, 256: 80}  # Sm90DefaultConfig<D>::Traits::kBlockN
 
 
+L2_GROUP_BUDGET = 8 << 20  # tile_scheduler.h kL2GroupBudgetBytes
+
+
 def l2_group_heads(seqlen_k: int, head_dim: int, batch_heads: int) -> int:
+    """tile_scheduler.h's l2_group_heads for Hq = Hk (the standard grid)."""
     kv_bytes_per_head = 2 * seqlen_k * head_dim * 2
-    return min(batch_heads, max(1, (24 << 20) // kv_bytes_per_head))
+    return min(batch_heads, max(1, L2_GROUP_BUDGET // kv_bytes_per_head))
 
 
 def tile_work(seqlen: int, head_dim: int, batch: int, heads: int, causal: bool, overhead: float) -> list[float]:

@@ -12,28 +12,24 @@
 #include "kernel.cuh"
 #include "kernel_params.h"
 #include "launch_decl.h"
+#include "tile_scheduler.h"
 #include "tma_host.h"
 #include "traits.h"
 
 namespace flashattn {
 namespace sm90 {
 
-// Lab hook (tools/sm90_lab.cu "l2"): when > 0, the L2 group budget in MB instead of the default.
-// One per process (inline function: shared by every TU).
+// Lab hook (tools/sm90_lab.cu "l2"): when > 0, the L2 group budget in MB instead of
+// kL2GroupBudgetBytes (tile_scheduler.h). One per process (inline function: shared by every TU).
 inline int& sm90_l2_budget_mb_override() {
   static int mb = 0;
   return mb;
 }
 
-// (batch, head) pairs per L2 group: as many as keep their K and V under ~24 MB (half of an H100's
-// 50 MB L2), a multiple of the query heads sharing one K/V head.
 inline int l2_group_heads(const FwdParams& p) {
-  const int64_t kv_bytes_per_head = 2ll * p.seqlen_k * p.head_dim * 2;  // K and V, 16-bit
-  const int64_t budget = static_cast<int64_t>(sm90_l2_budget_mb_override() > 0 ? sm90_l2_budget_mb_override() : 24) << 20;
-  int64_t kv_heads = std::max<int64_t>(1, budget / std::max<int64_t>(1, kv_bytes_per_head));
-  const int64_t q_per_kv = p.heads_q / p.heads_kv;
-  const int64_t total = static_cast<int64_t>(p.batch) * p.heads_q;
-  return static_cast<int>(std::min<int64_t>(total, kv_heads * q_per_kv));
+  const int mb = sm90_l2_budget_mb_override();
+  return l2_group_heads(p.seqlen_k, p.head_dim, p.heads_q, p.heads_kv, p.batch,
+                        mb > 0 ? static_cast<long long>(mb) << 20 : kL2GroupBudgetBytes);
 }
 
 // Where a FLASHATTN_SM90_HANG_CHECK build reports a stuck mbarrier wait (host-mapped int[8],

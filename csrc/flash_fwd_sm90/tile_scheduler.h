@@ -35,6 +35,26 @@ FLASHATTN_HD TileCoord decode_tile(int t, int num_m_blocks, int heads_q, int bat
   return c;
 }
 
+// (batch, head) pairs per L2 group (decode_tile): as many as keep their K and V (16-bit) within
+// kL2GroupBudgetBytes, a multiple of the query heads sharing one K/V head, at least one K/V head.
+// A group's query blocks of one head then run at most `group` tiles apart, so its K/V, fetched
+// from DRAM by the first of them, is still in L2 for the others. 8 MB, not half the H100's 50 MB
+// L2: with 24 MB a head's 4 query tiles at S=512 ran up to three waves apart while 8 MB of Q and
+// O per wave streamed through the same L2, and ncu counted ~1.4x the Q+K+V+O bytes from DRAM
+// (cuDNN: 1.0x). Lab A/B 8 vs 24 MB over D {64,128,256} x S 512..16k x causal: geomean 1.024x,
+// D=128 S=512 +13.5%, worst cell -1.3% (docs/perf-notes.md, session 5).
+constexpr long long kL2GroupBudgetBytes = 8ll << 20;
+
+FLASHATTN_HD int l2_group_heads(long long seqlen_k, int head_dim, int heads_q, int heads_kv, int batch,
+                                long long budget_bytes = kL2GroupBudgetBytes) {
+  const long long kv_bytes_per_head = 2ll * (seqlen_k > 0 ? seqlen_k : 1) * head_dim * 2;  // K and V
+  long long kv_heads = budget_bytes / kv_bytes_per_head;
+  if (kv_heads < 1) kv_heads = 1;
+  const long long group = kv_heads * (heads_q / heads_kv);
+  const long long total = static_cast<long long>(batch) * heads_q;
+  return static_cast<int>(group < total ? group : total);
+}
+
 // The policy behind flash_fwd_sm90_wants_tile_counter() (dispatch.cu): the dynamic schedule of
 // schedule.cuh pays when the tiles have unequal work (causal masking and more than one query
 // block per head) and there is more than one wave of them (with at most one tile per CTA there
