@@ -16,6 +16,7 @@
 #                                     machine ceilings: the experiments, proved correct first (~7 min)
 #   bash tools/device_run.sh diagnose Nsight Compute on our forward kernel vs cuDNN's (tools/ncu_fwd.sh),
 #                                     then the Hopper lab's variant A/B                    (~4 min)
+#   bash tools/device_run.sh final    check + the whole benchmark suite and report in one call   (~6 min)
 #   bash tools/device_run.sh l2decode build, the decode check and the suite's decode tests, then the Hopper
 #                                     lab's L2 group budget A/B                           (~5 min)
 #
@@ -117,6 +118,11 @@ case "${1:-verify}" in
     step ncu_fwd 420 bash tools/ncu_fwd.sh
     step sm90_lab_variants 240 bash tools/sm90_lab.sh variants
     ;;
+  final)  # what a session's closing numbers come from: every correctness step, then every benchmark
+    verify_steps
+    step pytest_ci 240 "${pytest_ci[@]}" --durations=15
+    step benchmarks 330 bash tools/run_benchmarks.sh "$OUT/bench"
+    ;;
   l2decode)
     env_info > "$OUT/env.txt" 2>&1
     step build 420 bash tools/device_build.sh
@@ -125,7 +131,7 @@ case "${1:-verify}" in
     step sm90_lab_l2 300 bash tools/sm90_lab.sh l2
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -68,6 +68,12 @@ __device__ __forceinline__ float warp_sum(float x) {
 template <typename Element>
 __global__ void __launch_bounds__(kCombineWarps * 32) flash_decode_combine_kernel(const __grid_constant__ DecodeParams p) {
   __shared__ float s_weight[kCombineWarps][kDecodeMaxSplits];
+  // Launched programmatically (decode_dispatch.cu), this CTA may start before the split kernel has
+  // finished: wait here until that grid has completed and its partials are visible. Returns at once
+  // for an ordinary launch.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int64_t rows_all = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;

@@ -64,6 +64,14 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_split_kernel(c
   float* sScale = sSum + kNWarps * kBlockM;                        // [kNWarps][kBlockM]
   float* sLse = sScale + kNWarps * kBlockM;                        // [kBlockM]
 
+  // The combine kernel may be scheduled from here on (on sm90, where decode_dispatch.cu launches it
+  // with programmatic stream serialization): its CTAs block in griddepcontrol.wait until this grid
+  // has completed and its writes are visible, so its launch latency hides behind this kernel's
+  // tail instead of following it. A no-op when nothing depends on this grid programmatically.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
