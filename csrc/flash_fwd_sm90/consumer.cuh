@@ -240,7 +240,14 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
     // Tiles with no visible key (n_blocks == 0) come here directly: O = 0, LSE = -inf.
     float lse[2];
     softmax.finalize(o, lse);
-    store_o_lse<Element>(params, o, lse, tc.batch, tc.head_q, row0, col_in_quad, lane % 4 == 0);
+    if constexpr (Traits::kOTma)
+      store_o_tma<Traits, Element>(params, sm.o(), o, lse, tc.batch, tc.head_q, tc.m_block, wg, row0, lane % 4 == 0);
+    else
+      store_o_lse<Element>(params, o, lse, tc.batch, tc.head_q, row0, col_in_quad, lane % 4 == 0);
+  }
+  // The CTA's shared memory must outlive the last TMA store's reads (and the kernel its writes).
+  if constexpr (Traits::kOTma) {
+    if (threadIdx.x % 128 == 0) bulk_wait_group_0();
   }
 
   // Warpgroup 1's initial arrival on barrier 1 is one more than warpgroup 0's syncs on it.

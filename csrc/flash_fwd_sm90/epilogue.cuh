@@ -1,8 +1,11 @@
-// Epilogue of a consumer warpgroup: normalized O straight from the accumulator fragment to global
-// memory (each quad of lanes writes 16 contiguous bytes of a row per 8-column slice), LSE from
-// one lane per quad. Rows past seqlen_q and columns past head_dim are skipped, so any sequence
-// length and any head dim up to the instantiated one work. No shared memory, hence no
-// synchronization with the producer, which may already be loading the next tile's Q.
+// Epilogue of a consumer warpgroup, two ways (Traits::kOTma):
+//   store_o_lse: normalized O straight from the accumulator fragment to global memory (each quad
+//     of lanes writes 16 contiguous bytes of a row per 8-column slice). Rows past seqlen_q and
+//     columns past head_dim are skipped, so any sequence length and any head dim up to the
+//     instantiated one work. No shared memory, hence no synchronization with the producer.
+//   store_o_tma: O into the warpgroup's half of the O tile in shared memory, then one thread
+//     TMA-stores it (the tensor map clips rows and columns out of bounds).
+// LSE from one lane per quad either way.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -13,6 +16,7 @@
 
 #include "kernel_params.h"
 #include "ptx.cuh"
+#include "traits.h"
 
 namespace flashattn {
 namespace sm90 {
@@ -52,6 +56,50 @@ __device__ __forceinline__ void store_o_lse(const Sm90Params& params, const floa
       }
       if (write_lse) lse_head[row] = lse[h];
     }
+  }
+}
+
+constexpr int kEpilogueBarrierBase = 3;  // named barriers 3, 4 (1, 2: ping-pong; 0: __syncthreads)
+
+// o: this warpgroup's m64 x kHeadDim fragment (normalized). The warpgroup's rows are rows
+// [64 wg, 64 wg + 64) of each 128-row chunk plane of the O tile, 1024-byte aligned, so its box
+// is one 8 KB TMA store per plane. Thread 0 of the warpgroup owns the bulk group.
+template <typename Traits, typename Element, int kORegs>
+__device__ __forceinline__ void store_o_tma(const Sm90Params& params, uint32_t o_tile, const float (&o)[kORegs],
+                                            const float (&lse)[2], int batch, int head_q, int m_block, int wg,
+                                            int row0, bool write_lse) {
+  const int tid = threadIdx.x % 128;
+  const int r0 = (tid / 32) * 16 + (tid % 32) / 4;  // this thread's rows in the warpgroup: r0, r0 + 8
+  const uint32_t base = o_tile + wg * 64 * kChunkRowBytes + (tid % 4) * 4;
+  // The previous tile's store must have read the buffer before it is rewritten.
+  if (tid == 0) bulk_wait_group_read_0();
+  named_barrier_sync(kEpilogueBarrierBase + wg, kWarpgroupThreads);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = r0 + 8 * h;
+#pragma unroll
+    for (int j = 0; j < kORegs / 4; ++j) {
+      // 16-byte chunk j % 8 of row r in plane j / 8, at the 128-byte swizzle's position: within one
+      // store instruction the 8 rows (r % 8 distinct) land in 8 distinct chunks, so the 32 lanes
+      // hit 32 distinct banks.
+      const uint32_t addr = base + (j / 8) * Traits::kQChunkBytes + r * kChunkRowBytes + (((j % 8) ^ (r % 8)) * 16);
+      st_shared_b32(addr, pack2<Element>(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]));
+    }
+  }
+  fence_proxy_async();
+  named_barrier_sync(kEpilogueBarrierBase + wg, kWarpgroupThreads);
+  if (tid == 0) {
+#pragma unroll
+    for (int c = 0; c < Traits::kChunks; ++c)
+      tma_store_4d(&params.tma_o, o_tile + c * Traits::kQChunkBytes + wg * 64 * kChunkRowBytes, c * kChunkCols,
+                   m_block * Traits::kBlockM + wg * 64, head_q, batch);
+    bulk_commit_group();
+  }
+  if (write_lse) {
+    float* lse_head = params.lse + (static_cast<int64_t>(batch) * params.heads_q + head_q) * params.seqlen_q;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      if (row0 + 8 * h < params.seqlen_q) lse_head[row0 + 8 * h] = lse[h];
   }
 }
 

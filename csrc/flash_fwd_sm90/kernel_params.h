@@ -15,8 +15,11 @@ struct Sm90Params {
   CUtensorMap tma_q;
   CUtensorMap tma_k;
   CUtensorMap tma_v;
+  // o [B, Sq, Hq, D] as a store map (box 64 columns x 64 rows: one consumer warpgroup's half of
+  // a tile), used by kOTma configs; the others write through `o` and the strides below.
+  CUtensorMap tma_o;
 
-  void* o;     // [B, Sq, Hq, D], written directly from registers
+  void* o;     // [B, Sq, Hq, D]
   float* lse;  // [B, Hq, Sq] float32, contiguous
   int64_t o_batch_stride, o_row_stride, o_head_stride;
 

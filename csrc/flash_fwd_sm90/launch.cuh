@@ -60,6 +60,10 @@ bool make_sm90_params(const FwdParams& p, Sm90Params& k) {
   if (!encode_tma_4d(&k.tma_q, tq, bf16, Traits::kBlockM)) return false;
   if (!encode_tma_4d(&k.tma_k, tk, bf16, Traits::kBlockN)) return false;
   if (!encode_tma_4d(&k.tma_v, tv, bf16, Traits::kBlockN)) return false;
+  if constexpr (Traits::kOTma) {
+    const TmaTensor to{p.o, p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.o_batch_stride, p.o_row_stride, p.o_head_stride};
+    if (!encode_tma_4d(&k.tma_o, to, bf16, kBlockMAll / kConsumerWarpgroups)) return false;
+  }
   k.o = p.o;
   k.lse = p.lse;
   k.o_batch_stride = p.o_batch_stride;

@@ -29,6 +29,7 @@ struct SmemMap {
   __device__ __forceinline__ uint32_t q(int stage) const { return base + Traits::kOffQ + stage * Traits::kQBytes; }
   __device__ __forceinline__ uint32_t k(int stage) const { return base + Traits::kOffK + stage * Traits::kKVBytes; }
   __device__ __forceinline__ uint32_t v(int stage) const { return base + Traits::kOffV + stage * Traits::kKVBytes; }
+  __device__ __forceinline__ uint32_t o() const { return base + Traits::kOffO; }  // kOTma only
 
   // Barriers. *_full: the producer's arrive.expect_tx (count 1) + the TMA transaction bytes.
   // *_empty: one arrival from each of the 256 consumer threads once it no longer reads the buffer.

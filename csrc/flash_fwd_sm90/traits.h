@@ -37,7 +37,7 @@ constexpr int kSwizzleAtomBytes = 1024;  // 8 rows x 128 B: the swizzle repeats 
 constexpr int kMaxSmemSm90 = 232448;   // 227 KB opt-in per block on H100/H200
 constexpr int kBlockMAll = 64 * kConsumerWarpgroups;  // query rows per tile, every config
 
-template <int kHeadDim_, int kBlockN_, int kStages_, bool kPingPong_, int kQStages_ = 1>
+template <int kHeadDim_, int kBlockN_, int kStages_, bool kPingPong_, int kQStages_ = 1, bool kOTma_ = false>
 struct Sm90FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockMAll;                 // 128 query rows per tile
@@ -62,11 +62,20 @@ struct Sm90FwdTraits {
   static constexpr int kQStages = kQStages_;
   static_assert(kQStages == 1 || kQStages == 2, "one or two Q buffers");
 
+  // The epilogue. false: O straight from the accumulator registers to global memory (4-byte stores,
+  // half-used 32-byte sectors). true: each consumer warpgroup writes its normalized 64 rows into an
+  // O tile in shared memory (the same swizzled chunk-plane layout as Q; 4-byte stores that the
+  // swizzle makes bank-conflict free) and one thread TMA-stores it, so the warpgroup moves on to
+  // the next tile without waiting for global stores. A lab variant until measured.
+  static constexpr bool kOTma = kOTma_;
+  static constexpr int kOBytes = kOTma ? kQBytes : 0;
+
   // Shared-memory map, offsets from a 1024-byte-aligned base (the swizzle needs it).
   static constexpr int kOffQ = 0;
   static constexpr int kOffK = kOffQ + kQStages * kQBytes;
   static constexpr int kOffV = kOffK + kStages * kKVBytes;
-  static constexpr int kOffBarriers = kOffV + kStages * kKVBytes;
+  static constexpr int kOffO = kOffV + kStages * kKVBytes;
+  static constexpr int kOffBarriers = kOffO + kOBytes;
   // mbarriers (8 bytes each): q_full[Q], q_empty[Q], k_full[S], k_empty[S], v_full[S], v_empty[S],
   // and for the dynamic schedule tile_full[R], tile_empty[R]; then its R tile-index slots
   // (schedule.cuh).
