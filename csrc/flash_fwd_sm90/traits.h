@@ -66,7 +66,7 @@ struct Sm90FwdTraits {
   // half-used 32-byte sectors). true: each consumer warpgroup writes its normalized 64 rows into an
   // O tile in shared memory (the same swizzled chunk-plane layout as Q; 4-byte stores that the
   // swizzle makes bank-conflict free) and one thread TMA-stores it, so the warpgroup moves on to
-  // the next tile without waiting for global stores. A lab variant until measured.
+  // the next tile without waiting for global stores. On for D=128 (Sm90DefaultConfig).
   static constexpr bool kOTma = kOTma_;
   static constexpr int kOBytes = kOTma ? kQBytes : 0;
 
@@ -104,7 +104,10 @@ struct Sm90DefaultConfig<64> {
 };
 template <>
 struct Sm90DefaultConfig<128> {
-  using Traits = Sm90FwdTraits<128, 128, 2, true>;
+  // O through shared memory + TMA store: +22% at S=512, +12% at 1k, +2-4% at long S in the lab's
+  // alternating A/B (docs/perf-notes.md "v8"); at D=64 it was neutral (0.997), and D=256 has no
+  // shared memory left for an O tile.
+  using Traits = Sm90FwdTraits<128, 128, 2, true, 1, true>;
 };
 template <>
 struct Sm90DefaultConfig<256> {
