@@ -115,7 +115,7 @@ case "${1:-verify}" in
   diagnose)
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
-    step ncu_fwd 420 bash tools/ncu_fwd.sh
+    step ncu_fwd 420 bash tools/ncu_fwd.sh 128:512:0 64:512:0 256:512:0 64:512:1
     step sm90_lab_variants 240 bash tools/sm90_lab.sh variants
     ;;
   final)  # what a session's closing numbers come from: every correctness step, then every benchmark

@@ -612,7 +612,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "variants") {  // each variant's correctness cases, then its timing
-    variants_table({"d128-n128-s2-pp-otma", "d64-n128-s2-pp-otma"});
+    variants_table({"d64-n192-s2-pp", "d256-n64-s2-pp", "d256-n80-s2-nopp"});
     return g_failures ? 1 : 0;
   }
 
