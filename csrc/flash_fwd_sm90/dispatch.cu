@@ -104,6 +104,7 @@ struct Sm90Launcher {
   DType dtype;
   int head_dim;
   int smem_bytes;
+  bool o_tma;  // O leaves through a TMA store (traits kOTma): O must be TMA-describable too
   LaunchFn launch_static;
   LaunchFn launch_dynamic;  // needs FwdParams::tile_counter
   RealFn real_static;
@@ -114,6 +115,7 @@ struct Sm90Launcher {
   Sm90Launcher{DTYPE,                                                                                            \
                D,                                                                                                \
                Sm90DefaultConfig<D>::Traits::kSmemBytes,                                                         \
+               Sm90DefaultConfig<D>::Traits::kOTma,                                                              \
                &run_fwd_sm90<Sm90DefaultConfig<D>::Traits, T, false>,                                            \
                &run_fwd_sm90<Sm90DefaultConfig<D>::Traits, T, true>,                                             \
                &kernel_is_real<Sm90DefaultConfig<D>::Traits, T, false>,                                          \
@@ -168,6 +170,8 @@ bool flash_fwd_sm90_supported(const FwdParams& p, const DeviceLimits& dev) {
   const TmaTensor tk{p.k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.k_batch_stride, p.k_row_stride, p.k_head_stride};
   const TmaTensor tv{p.v, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.v_batch_stride, p.v_row_stride, p.v_head_stride};
   if (!tma_tensor_ok(tq) || !tma_tensor_ok(tk) || !tma_tensor_ok(tv)) return false;
+  const TmaTensor to{p.o, p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.o_batch_stride, p.o_row_stride, p.o_head_stride};
+  if (kLaunchers[i].o_tma && !tma_tensor_ok(to)) return false;
   if ((p.head_dim < kChunkCols || p.seqlen_q < 128 || p.seqlen_k < 256) && !small_tensor_boxes_ok(p.q)) return false;
   return launcher_available(i);
 }
