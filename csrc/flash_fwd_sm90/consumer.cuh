@@ -40,8 +40,6 @@ namespace sm90 {
 
 #if defined(FLASHATTN_SM90A_ENABLED)
 
-constexpr int kPingPongBarrierBase = 1;  // named barriers 1, 2 (0 is __syncthreads)
-
 template <typename Traits>
 __device__ __forceinline__ void pingpong_enter(int wg) {
   if constexpr (Traits::kPingPong) named_barrier_sync(kPingPongBarrierBase + wg, kConsumerThreads);

@@ -59,8 +59,6 @@ __device__ __forceinline__ void store_o_lse(const Sm90Params& params, const floa
   }
 }
 
-constexpr int kEpilogueBarrierBase = 3;  // named barriers 3, 4 (1, 2: ping-pong; 0: __syncthreads)
-
 // o: this warpgroup's m64 x kHeadDim fragment (normalized). The warpgroup's rows are rows
 // [64 wg, 64 wg + 64) of each 128-row chunk plane of the O tile, 1024-byte aligned, so its box
 // is one 8 KB TMA store per plane. Thread 0 of the warpgroup owns the bulk group.

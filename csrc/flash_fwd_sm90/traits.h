@@ -31,6 +31,11 @@ struct RegisterSplit {
   static_assert(kWarpgroupThreads * (kProducer + kConsumerWarpgroups * kConsumer) <= 65536, "register file");
 };
 
+// Named barriers (0 is __syncthreads): the consumers' ping-pong turns use 1 and 2 (consumer.cuh),
+// each consumer warpgroup's TMA-store epilogue 3 + warpgroup (epilogue.cuh).
+constexpr int kPingPongBarrierBase = 1;
+constexpr int kEpilogueBarrierBase = 3;
+
 constexpr int kChunkCols = 64;         // columns per 128-byte swizzle chunk (16-bit elements)
 constexpr int kChunkRowBytes = 128;    // one row of a chunk plane
 constexpr int kSwizzleAtomBytes = 1024;  // 8 rows x 128 B: the swizzle repeats every 8 rows
