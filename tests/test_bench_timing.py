@@ -163,3 +163,19 @@ def test_record_outcome_skips_fails_or_records(benchmark):
     bc.record_outcome(benchmark, bc.Outcome(timing=bc.ImplTiming([2.0, 4.0, 3.0], 5, [])), "g")
     if not benchmark.disabled:
         assert benchmark.stats.stats.median == pytest.approx(3.0e-3)
+
+
+def test_the_tools_time_with_the_suites_engine(monkeypatch):
+    """tools/gpu_timing.interleaved_ms (decode_check's ours-vs-SDPA and split-sweep timing) runs
+    measure_interleaved: two copies of one cost measure equal under drift, the rounds interleave."""
+    gt = load_repo_module("tools/gpu_timing.py")
+    engine = gt._bench_common()
+    gpu = DriftingGpu(drift=0.002)
+    monkeypatch.setattr(engine, "time_calls_ms", gpu.time_calls)
+    res = gt.interleaved_ms({"x": gpu.impl("x", 0.5), "y": gpu.impl("y", 0.5), "slow": gpu.impl("slow", 1.0)},
+                            round_ms=2.0, rounds=8)
+    assert set(res) == {"x", "y", "slow"}
+    assert res["x"] == pytest.approx(res["y"], rel=0.01)
+    assert res["slow"] > 1.8 * res["x"]
+    timed = gpu.log[6:]  # after the warm-up and estimate batches (2 per function)
+    assert all(sorted(timed[i : i + 3]) == ["slow", "x", "y"] for i in range(0, len(timed), 3))

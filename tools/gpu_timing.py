@@ -5,6 +5,10 @@ same event pair around back-to-back calls, in interleaved rounds).
 
 from __future__ import annotations
 
+import importlib.util
+import pathlib
+import statistics
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -29,33 +33,26 @@ def median_ms(fn: Callable[[], object], samples: int, reps: int, warmup: int = 3
     return sorted(ts)[len(ts) // 2]
 
 
+def _bench_common():
+    """benchmarks/bench_common.py (plain module; loaded by path, once)."""
+    if "flashattn_bench_common" not in sys.modules:
+        path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_common.py"
+        spec = importlib.util.spec_from_file_location("flashattn_bench_common", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    return sys.modules["flashattn_bench_common"]
+
+
 def interleaved_ms(fns: dict[Any, Callable[[], object]], round_ms: float = 2.0, rounds: int = 15) -> dict[Any, float]:
-    """Median ms per call of each function, timed in interleaved rounds: every round times each
-    function once (N back-to-back calls, N so that one takes >= round_ms), in an order that
-    rotates from round to round and runs reversed on every other cycle of rotations, so the GPU's
-    clock drift over the run hits every function alike (timing them one after the other biased
-    the comparison by up to ~15% on the H100; docs/benchmarks.md)."""
-    names = list(fns)
-    reps = {}
-    for name, fn in fns.items():
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        est = max(median_ms(fn, samples=1, reps=3, warmup=0), 1e-3)
-        reps[name] = max(1, min(1000, -(-round_ms // est)))
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples: dict[Any, list[float]] = {n: [] for n in names}
-    n = len(names)
-    for r in range(rounds):
-        order = names[r % n:] + names[: r % n]
-        if (r // n) % 2:
-            order.reverse()
-        for name in order:
-            fn, k = fns[name], int(reps[name])
-            a.record()
-            for _ in range(k):
-                fn()
-            b.record()
-            b.synchronize()
-            samples[name].append(a.elapsed_time(b) / k)
-    return {name: sorted(ts)[len(ts) // 2] for name, ts in samples.items()}
+    """Median ms per call of each function, timed by the benchmark suite's engine
+    (benchmarks/bench_common.py, measure_interleaved: every round times each function once, N
+    back-to-back calls with N so that one takes >= round_ms, in an order that rotates from round
+    to round and reverses every other cycle), so the GPU's clock drift over the run hits every
+    function alike; timed one after the other, ratios were biased by up to ~15% on the H100
+    (docs/benchmarks.md)."""
+    bc = _bench_common()
+    settings = bc.Settings(rounds=rounds, warmup_rounds=1, round_ms=round_ms, max_calls_per_round=1000,
+                           latency_samples=0)
+    timings = bc.measure_interleaved({name: bc.Runnable(fn) for name, fn in fns.items()}, settings)
+    return {name: statistics.median(t.samples_ms) for name, t in timings.items()}
