@@ -22,7 +22,14 @@ _PROBE = r"""
 #include "flash_fwd_sm90/traits.h"
 using namespace flashattn::sm90;
 template <int D> int block_n() { return Sm90DefaultConfig<D>::Traits::kBlockN; }
+template <typename T> void oplanes(const char* name) {
+  std::printf("oplanes %s %d %d %d %d\n", name, T::kOBufPlanes, T::kChunks, T::kSmemBytes, kMaxSmemSm90);
+}
 int main() {
+  // The TMA-store epilogue's O buffer: the shipped D=128 config, and the D=256 lab variant.
+  oplanes<Sm90DefaultConfig<128>::Traits>("default128");
+  oplanes<Sm90FwdTraits<256, 64, 2, true, 1, true>>("d256-n64-otma");
+  oplanes<Sm90FwdTraits<64, 128, 2, true, 1, true>>("d64-otma");
   // policy causal seqlen_q batch_heads sm_count -> 0/1
   for (int causal : {0, 1})
     for (long long s : {1LL, 127LL, 128LL, 129LL, 512LL, 4096LL, 16384LL})
@@ -59,9 +66,12 @@ def probe(tmp_path_factory) -> dict:
     subprocess.run([cxx, "-std=c++17", "-O1", f"-I{ROOT / 'csrc'}", str(d / "probe.cpp"), "-o", str(d / "probe")],
                    check=True)
     out = subprocess.run([str(d / "probe")], capture_output=True, text=True, check=True).stdout.splitlines()
-    table: dict = {"policy": {}, "tiles": {}, "group": {}}
+    table: dict = {"policy": {}, "tiles": {}, "group": {}, "oplanes": {}}
     for line in out:
         kind, *vals = line.split()
+        if kind == "oplanes":
+            table["oplanes"][vals[0]] = tuple(int(x) for x in vals[1:])
+            continue
         vals = [int(x) for x in vals]
         if kind == "policy":
             table["policy"][tuple(vals[:4])] = bool(vals[4])
@@ -129,3 +139,14 @@ def test_l2_groups_fit_the_budget_and_the_model_uses_the_kernels(probe: dict) ->
         assert group == 1 or group * kv_per_head <= model.L2_GROUP_BUDGET, (d, s, group)
         assert group == batch_heads or (group + 1) * kv_per_head > model.L2_GROUP_BUDGET, "as many as fit"
         assert model.l2_group_heads(s, d, batch_heads) == group, (d, s)
+
+
+def test_tma_store_epilogue_buffers_the_whole_tile_where_it_fits(probe: dict) -> None:
+    """The shipped D=128 config stages all of O (one store group per tile); D=256 with 64-key blocks
+    has room for two of its four 64-column planes only, and streams O through them."""
+    planes, chunks, smem, limit = probe["oplanes"]["default128"]
+    assert planes == chunks == 2 and smem <= limit
+    planes, chunks, smem, limit = probe["oplanes"]["d256-n64-otma"]
+    assert (planes, chunks) == (2, 4) and limit - 16384 < smem <= limit, "two planes fit, a third would not"
+    planes, chunks, _, _ = probe["oplanes"]["d64-otma"]
+    assert planes == chunks == 1

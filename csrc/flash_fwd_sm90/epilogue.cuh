@@ -60,8 +60,8 @@ __device__ __forceinline__ void store_o_lse(const Sm90Params& params, const floa
 }
 
 // o: this warpgroup's m64 x kHeadDim fragment (normalized). The warpgroup's rows are rows
-// [64 wg, 64 wg + 64) of each 128-row chunk plane of the O tile, 1024-byte aligned, so its box
-// is one 8 KB TMA store per plane. Thread 0 of the warpgroup owns the bulk group.
+// [64 wg, 64 wg + 64) of each 128-row plane buffer, 1024-byte aligned, so its box is one 8 KB TMA
+// store per 64-column plane. Thread 0 of the warpgroup owns the bulk groups.
 template <typename Traits, typename Element, int kORegs>
 __device__ __forceinline__ void store_o_tma(const Sm90Params& params, uint32_t o_tile, const float (&o)[kORegs],
                                             const float (&lse)[2], int batch, int head_q, int m_block, int wg,
@@ -69,29 +69,62 @@ __device__ __forceinline__ void store_o_tma(const Sm90Params& params, uint32_t o
   const int tid = threadIdx.x % 128;
   const int r0 = (tid / 32) * 16 + (tid % 32) / 4;  // this thread's rows in the warpgroup: r0, r0 + 8
   const uint32_t base = o_tile + wg * 64 * kChunkRowBytes + (tid % 4) * 4;
-  // The previous tile's store must have read the buffer before it is rewritten.
-  if (tid == 0) bulk_wait_group_read_0();
-  named_barrier_sync(kEpilogueBarrierBase + wg, kWarpgroupThreads);
+  // One 64-column plane (8-column slices j in [8 c, 8 c + 8)) into buffer plane `slot`. Within one
+  // store instruction the 8 rows (r % 8 distinct) land in 8 distinct 16-byte chunks of the
+  // 128-byte swizzle, so the 32 lanes hit 32 distinct banks.
+  auto write_plane = [&](int c, int slot) {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = r0 + 8 * h;
+    for (int h = 0; h < 2; ++h) {
+      const int r = r0 + 8 * h;
 #pragma unroll
-    for (int j = 0; j < kORegs / 4; ++j) {
-      // 16-byte chunk j % 8 of row r in plane j / 8, at the 128-byte swizzle's position: within one
-      // store instruction the 8 rows (r % 8 distinct) land in 8 distinct chunks, so the 32 lanes
-      // hit 32 distinct banks.
-      const uint32_t addr = base + (j / 8) * Traits::kQChunkBytes + r * kChunkRowBytes + (((j % 8) ^ (r % 8)) * 16);
-      st_shared_b32(addr, pack2<Element>(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]));
+      for (int jj = 0; jj < 8; ++jj) {
+        const int j = 8 * c + jj;
+        const uint32_t addr = base + slot * Traits::kQChunkBytes + r * kChunkRowBytes + ((jj ^ (r % 8)) * 16);
+        st_shared_b32(addr, pack2<Element>(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]));
+      }
     }
-  }
-  fence_proxy_async();
-  named_barrier_sync(kEpilogueBarrierBase + wg, kWarpgroupThreads);
-  if (tid == 0) {
+  };
+  auto store_plane = [&](int c, int slot) {
+    tma_store_4d(&params.tma_o, o_tile + slot * Traits::kQChunkBytes + wg * 64 * kChunkRowBytes, c * kChunkCols,
+                 m_block * Traits::kBlockM + wg * 64, head_q, batch);
+  };
+  if constexpr (Traits::kOBufPlanes == Traits::kChunks) {
+    // The whole tile fits: one wait for the previous tile's store to have read the buffer, one
+    // write, one store group.
+    if (tid == 0) bulk_wait_group_read_0();
+    named_barrier_sync(kEpilogueBarrierBase + wg, kWarpgroupThreads);
 #pragma unroll
-    for (int c = 0; c < Traits::kChunks; ++c)
-      tma_store_4d(&params.tma_o, o_tile + c * Traits::kQChunkBytes + wg * 64 * kChunkRowBytes, c * kChunkCols,
-                   m_block * Traits::kBlockM + wg * 64, head_q, batch);
-    bulk_commit_group();
+    for (int h = 0; h < 2; ++h) {
+      const int r = r0 + 8 * h;
+#pragma unroll
+      for (int j = 0; j < kORegs / 4; ++j) {  // slice j: chunk j % 8 of plane j / 8 (as write_plane)
+        const uint32_t addr = base + (j / 8) * Traits::kQChunkBytes + r * kChunkRowBytes + (((j % 8) ^ (r % 8)) * 16);
+        st_shared_b32(addr, pack2<Element>(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]));
+      }
+    }
+    fence_proxy_async();
+    named_barrier_sync(kEpilogueBarrierBase + wg, kWarpgroupThreads);
+    if (tid == 0) {
+#pragma unroll
+      for (int c = 0; c < Traits::kChunks; ++c) store_plane(c, c);
+      bulk_commit_group();
+    }
+  } else {
+    // Streamed through kOBufPlanes plane buffers, one store group per plane: before a buffer is
+    // rewritten, the group that last used it (kOBufPlanes groups ago) must have read it.
+#pragma unroll
+    for (int c = 0; c < Traits::kChunks; ++c) {
+      const int slot = c % Traits::kOBufPlanes;
+      if (tid == 0) bulk_wait_group_read<Traits::kOBufPlanes - 1>();
+      named_barrier_sync(kEpilogueBarrierBase + wg, kWarpgroupThreads);
+      write_plane(c, slot);
+      fence_proxy_async();
+      named_barrier_sync(kEpilogueBarrierBase + wg, kWarpgroupThreads);
+      if (tid == 0) {
+        store_plane(c, slot);
+        bulk_commit_group();
+      }
+    }
   }
   if (write_lse) {
     float* lse_head = params.lse + (static_cast<int64_t>(batch) * params.heads_q + head_q) * params.seqlen_q;

@@ -73,25 +73,32 @@ struct Sm90FwdTraits {
   // swizzle makes bank-conflict free) and one thread TMA-stores it, so the warpgroup moves on to
   // the next tile without waiting for global stores. On for D=128 (Sm90DefaultConfig).
   static constexpr bool kOTma = kOTma_;
-  static constexpr int kOBytes = kOTma ? kQBytes : 0;
 
   // Shared-memory map, offsets from a 1024-byte-aligned base (the swizzle needs it).
   static constexpr int kOffQ = 0;
   static constexpr int kOffK = kOffQ + kQStages * kQBytes;
   static constexpr int kOffV = kOffK + kStages * kKVBytes;
   static constexpr int kOffO = kOffV + kStages * kKVBytes;
-  static constexpr int kOffBarriers = kOffO + kOBytes;
   // mbarriers (8 bytes each): q_full[Q], q_empty[Q], k_full[S], k_empty[S], v_full[S], v_empty[S],
   // and for the dynamic schedule tile_full[R], tile_empty[R]; then its R tile-index slots
   // (schedule.cuh).
   static constexpr int kTileRing = 2;
   static constexpr int kNumBarriers = 2 * kQStages + 4 * kStages + 2 * kTileRing;
+  static constexpr int kTailBytes = 8 * kNumBarriers + 4 * kTileRing + kSwizzleAtomBytes;  // + alignment slack
+  // O buffer of the TMA-store epilogue, in 64-column planes of all 128 rows (16 KB each): the whole
+  // tile when it fits (D=128), else two planes that the epilogue streams the tile through (D=256
+  // with 64-key blocks), else one.
+  static constexpr bool o_planes_fit(int n) { return kOffO + n * kQChunkBytes + kTailBytes <= kMaxSmemSm90; }
+  static constexpr int kOBufPlanes = !kOTma ? 0 : o_planes_fit(kChunks) ? kChunks : o_planes_fit(2) ? 2 : 1;
+  static constexpr int kOBytes = kOBufPlanes * kQChunkBytes;
+  static constexpr int kOffBarriers = kOffO + kOBytes;
   static constexpr int kOffTileSlots = kOffBarriers + 8 * kNumBarriers;
   static constexpr int kSmemUsed = kOffTileSlots + 4 * kTileRing;
   // Dynamic shared memory is only 16-byte aligned: ask for 1024 more and align by hand.
   static constexpr int kSmemBytes = kSmemUsed + kSwizzleAtomBytes;
 
   static_assert(kQChunkBytes % kSwizzleAtomBytes == 0 && kKVChunkBytes % kSwizzleAtomBytes == 0, "alignment");
+  static_assert(!kOTma || o_planes_fit(1), "no shared memory left for even one O plane");
   static_assert(kSmemBytes <= kMaxSmemSm90, "shared memory over the 227 KB per-block limit");
 
   // Per-thread accumulator registers: S is m64 x kBlockN, O is m64 x kHeadDim, over 128 threads.
