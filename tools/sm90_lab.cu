@@ -431,6 +431,11 @@ struct Variant {
         &launch_variant<Sm90FwdTraits<D, N, ST, PP, QS, OT>, __half>                                   \
   }
 #define VARIANT(NAME, D, N, ST, PP, QS) VARIANT_O(NAME, D, N, ST, PP, QS, false)
+#define VARIANT_E(NAME, D, N, EMU)                                                                        \
+  Variant {                                                                                             \
+    NAME, D, &launch_variant<Sm90FwdTraits<D, N, 2, true, 1, D == 128, EMU>, __nv_bfloat16>,            \
+        &launch_variant<Sm90FwdTraits<D, N, 2, true, 1, D == 128, EMU>, __half>                        \
+  }
 
 static const Variant kVariants[] = {
     VARIANT("d64-n128-s2-nopp", 64, 128, 2, false, 1),
@@ -439,6 +444,11 @@ static const Variant kVariants[] = {
     VARIANT("d64-n128-s2-pp-q2", 64, 128, 2, true, 2),  // double-buffered Q (perf-notes "v6")
     VARIANT("d64-n128-s4-pp", 64, 128, 4, true, 1),
     VARIANT_O("d64-n128-s2-pp-otma", 64, 128, 2, true, 1, true),  // O through smem + TMA store
+    // every 4th / 3rd / 2nd 8-key slice's exponentials on the FMA pipe (perf-notes "v10")
+    VARIANT_E("d64-emu4", 64, 128, 4),
+    VARIANT_E("d64-emu3", 64, 128, 3),
+    VARIANT_E("d64-emu2", 64, 128, 2),
+    VARIANT_E("d128-emu4", 128, 128, 4),
     VARIANT("d128-n128-s2-nopp", 128, 128, 2, false, 1),
     VARIANT("d128-n176-s2-pp", 128, 176, 2, true, 1),
     VARIANT("d128-n96-s3-pp", 128, 96, 3, true, 1),
@@ -614,7 +624,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "variants") {  // each variant's correctness cases, then its timing
-    variants_table({"d256-n64-s2-pp-otma", "d256-n64-s2-pp"});
+    variants_table({"d256-n64-s2-pp-otma", "d256-n64-s2-pp", "d64-emu4", "d64-emu3", "d64-emu2", "d128-emu4"});
     return g_failures ? 1 : 0;
   }
 

@@ -42,7 +42,8 @@ constexpr int kSwizzleAtomBytes = 1024;  // 8 rows x 128 B: the swizzle repeats 
 constexpr int kMaxSmemSm90 = 232448;   // 227 KB opt-in per block on H100/H200
 constexpr int kBlockMAll = 64 * kConsumerWarpgroups;  // query rows per tile, every config
 
-template <int kHeadDim_, int kBlockN_, int kStages_, bool kPingPong_, int kQStages_ = 1, bool kOTma_ = false>
+template <int kHeadDim_, int kBlockN_, int kStages_, bool kPingPong_, int kQStages_ = 1, bool kOTma_ = false,
+          int kExpEmu_ = 0>
 struct Sm90FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockMAll;                 // 128 query rows per tile
@@ -73,6 +74,14 @@ struct Sm90FwdTraits {
   // swizzle makes bank-conflict free) and one thread TMA-stores it, so the warpgroup moves on to
   // the next tile without waiting for global stores. On for D=128 (Sm90DefaultConfig).
   static constexpr bool kOTma = kOTma_;
+
+  // The softmax's exponentials run on the SFU (MUFU.EX2, 16 per clock per SM). At D=64 a key
+  // block's 64 x 128 exponentials per warpgroup take as long on the SFU as its two GEMMs on the
+  // tensor cores, so the softmax, not the GEMMs, sets the pace. kExpEmu = p > 0: every p-th
+  // 8-column slice computes 2^x with a degree-3 polynomial on the FMA pipe instead (softmax.cuh,
+  // common/exp2_poly.h). 0: all on the SFU. A lab variant until measured.
+  static constexpr int kExpEmu = kExpEmu_;
+  static_assert(kExpEmu >= 0, "0 (off) or the slice period");
 
   // Shared-memory map, offsets from a 1024-byte-aligned base (the swizzle needs it).
   static constexpr int kOffQ = 0;
