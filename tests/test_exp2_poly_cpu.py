@@ -5,13 +5,9 @@ function is compiled with the host compiler and compared with 2^x in float64."""
 from __future__ import annotations
 
 import math
-import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from repo_modules import run_cpp_probe
 
 _PROBE = r"""
 #include <cmath>
@@ -31,14 +27,7 @@ int main() {
 
 @pytest.fixture(scope="module")
 def table(tmp_path_factory) -> list[tuple[float, float]]:
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler (g++) to build the exp2 probe")
-    d = tmp_path_factory.mktemp("exp2_poly")
-    (d / "probe.cpp").write_text(_PROBE)
-    subprocess.run([cxx, "-std=c++17", "-O2", f"-I{ROOT / 'csrc'}", str(d / "probe.cpp"), "-o", str(d / "probe")],
-                   check=True)
-    out = subprocess.run([str(d / "probe")], capture_output=True, text=True, check=True).stdout.split()
+    out = " ".join(run_cpp_probe(tmp_path_factory, "exp2_poly", _PROBE)).split()
     return [(float(out[i]), float(out[i + 1])) for i in range(0, len(out), 2)]
 
 

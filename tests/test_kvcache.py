@@ -23,9 +23,6 @@ GPU (`gpu` marker; they also skip themselves without CUDA or the built extension
 from __future__ import annotations
 
 import math
-import pathlib
-import shutil
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,10 +33,10 @@ from hypothesis import strategies as st
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import flashattn
+from repo_modules import run_cpp_probe
 from numerics import assert_attention_matches
 from tensor_makers import Maker, fake_maker
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 F16, BF16, F32, I32 = torch.float16, torch.bfloat16, torch.float32, torch.int32
 NONE, BOTTOM_RIGHT = flashattn.CAUSAL_NONE, flashattn.CAUSAL_BOTTOM_RIGHT
 
@@ -248,13 +245,7 @@ int main() {
 
 @pytest.fixture(scope="module")
 def heuristic_table(tmp_path_factory) -> dict:
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler (g++) to build the heuristic probe")
-    d = tmp_path_factory.mktemp("decode_heuristic")
-    (d / "probe.cpp").write_text(_HEURISTIC_PROBE)
-    subprocess.run([cxx, "-std=c++17", f"-I{ROOT / 'csrc'}", str(d / "probe.cpp"), "-o", str(d / "probe")], check=True)
-    lines = subprocess.run([str(d / "probe")], capture_output=True, text=True, check=True).stdout.splitlines()
+    lines = run_cpp_probe(tmp_path_factory, "decode_heuristic", _HEURISTIC_PROBE)
     table: dict = {"config": {}, "round": {}, "split": {}, "pick": {}}
     for line in lines:
         kind, *vals = line.split()

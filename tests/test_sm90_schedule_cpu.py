@@ -6,14 +6,8 @@ own tile order."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-from pathlib import Path
-
 import pytest
-from repo_modules import load_repo_module
-
-ROOT = Path(__file__).resolve().parents[1]
+from repo_modules import load_repo_module, run_cpp_probe
 
 _PROBE = r"""
 #include <cstdio>
@@ -58,14 +52,7 @@ int main() {
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory) -> dict:
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler (g++) to build the schedule probe")
-    d = tmp_path_factory.mktemp("sm90_schedule")
-    (d / "probe.cpp").write_text(_PROBE)
-    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{ROOT / 'csrc'}", str(d / "probe.cpp"), "-o", str(d / "probe")],
-                   check=True)
-    out = subprocess.run([str(d / "probe")], capture_output=True, text=True, check=True).stdout.splitlines()
+    out = run_cpp_probe(tmp_path_factory, "sm90_schedule", _PROBE)
     table: dict = {"policy": {}, "tiles": {}, "group": {}, "oplanes": {}}
     for line in out:
         kind, *vals = line.split()
