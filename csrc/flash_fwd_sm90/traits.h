@@ -96,9 +96,10 @@ struct Sm90FwdTraits {
   static constexpr int kTailBytes = 8 * kNumBarriers + 4 * kTileRing + kSwizzleAtomBytes;  // + alignment slack
   // O buffer of the TMA-store epilogue, in 64-column planes of all 128 rows (16 KB each): the whole
   // tile when it fits (D=128), else two planes that the epilogue streams the tile through (D=256
-  // with 64-key blocks), else one.
+  // with 64-key blocks; an even plane count, see below), else one.
   static constexpr bool o_planes_fit(int n) { return kOffO + n * kQChunkBytes + kTailBytes <= kMaxSmemSm90; }
-  static constexpr int kOBufPlanes = !kOTma ? 0 : o_planes_fit(kChunks) ? kChunks : o_planes_fit(2) ? 2 : 1;
+  static constexpr int kOBufPlanes =
+      !kOTma ? 0 : o_planes_fit(kChunks) ? kChunks : (o_planes_fit(2) && kChunks % 2 == 0) ? 2 : 1;
   static constexpr int kOBytes = kOBufPlanes * kQChunkBytes;
   static constexpr int kOffBarriers = kOffO + kOBytes;
   static constexpr int kOffTileSlots = kOffBarriers + 8 * kNumBarriers;
