@@ -69,17 +69,17 @@ __device__ __forceinline__ void store_o_tma(const Sm90Params& params, uint32_t o
   const int tid = threadIdx.x % 128;
   const int r0 = (tid / 32) * 16 + (tid % 32) / 4;  // this thread's rows in the warpgroup: r0, r0 + 8
   const uint32_t base = o_tile + wg * 64 * kChunkRowBytes + (tid % 4) * 4;
-  // One 64-column plane (8-column slices j in [8 c, 8 c + 8)) into buffer plane `slot`. Within one
-  // store instruction the 8 rows (r % 8 distinct) land in 8 distinct 16-byte chunks of the
-  // 128-byte swizzle, so the 32 lanes hit 32 distinct banks.
-  auto write_plane = [&](int c, int slot) {
+  // Slices j in [j0, j0 + n) (8 columns each; slice j is 16-byte chunk j % 8 of plane j / 8) into
+  // buffer planes slot0, slot0 + 1, ... Within one store instruction the 8 rows (r % 8 distinct)
+  // land in 8 distinct chunks of the 128-byte swizzle, so the 32 lanes hit 32 distinct banks.
+  auto write_slices = [&](int j0, int n, int slot0) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = r0 + 8 * h;
 #pragma unroll
-      for (int jj = 0; jj < 8; ++jj) {
-        const int j = 8 * c + jj;
-        const uint32_t addr = base + slot * Traits::kQChunkBytes + r * kChunkRowBytes + ((jj ^ (r % 8)) * 16);
+      for (int j = j0; j < j0 + n; ++j) {
+        const uint32_t addr =
+            base + (slot0 + (j - j0) / 8) * Traits::kQChunkBytes + r * kChunkRowBytes + (((j % 8) ^ (r % 8)) * 16);
         st_shared_b32(addr, pack2<Element>(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]));
       }
     }
@@ -93,15 +93,7 @@ __device__ __forceinline__ void store_o_tma(const Sm90Params& params, uint32_t o
     // write, one store group.
     if (tid == 0) bulk_wait_group_read_0();
     named_barrier_sync(kEpilogueBarrierBase + wg, kWarpgroupThreads);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = r0 + 8 * h;
-#pragma unroll
-      for (int j = 0; j < kORegs / 4; ++j) {  // slice j: chunk j % 8 of plane j / 8 (as write_plane)
-        const uint32_t addr = base + (j / 8) * Traits::kQChunkBytes + r * kChunkRowBytes + (((j % 8) ^ (r % 8)) * 16);
-        st_shared_b32(addr, pack2<Element>(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]));
-      }
-    }
+    write_slices(0, kORegs / 4, 0);
     fence_proxy_async();
     named_barrier_sync(kEpilogueBarrierBase + wg, kWarpgroupThreads);
     if (tid == 0) {
@@ -117,7 +109,7 @@ __device__ __forceinline__ void store_o_tma(const Sm90Params& params, uint32_t o
       const int slot = c % Traits::kOBufPlanes;
       if (tid == 0) bulk_wait_group_read<Traits::kOBufPlanes - 1>();
       named_barrier_sync(kEpilogueBarrierBase + wg, kWarpgroupThreads);
-      write_plane(c, slot);
+      write_slices(8 * c, 8, slot);
       fence_proxy_async();
       named_barrier_sync(kEpilogueBarrierBase + wg, kWarpgroupThreads);
       if (tid == 0) {
