@@ -166,12 +166,9 @@ bool flash_fwd_sm90_supported(const FwdParams& p, const DeviceLimits& dev) {
   if (m_blocks * p.batch * p.heads_q >= (int64_t(1) << 31)) return false;
   const int i = find_launcher(p.dtype, p.head_dim);
   if (i < 0 || kLaunchers[i].smem_bytes > dev.max_smem_per_block) return false;
-  const TmaTensor tq{p.q, p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.q_batch_stride, p.q_row_stride, p.q_head_stride};
-  const TmaTensor tk{p.k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.k_batch_stride, p.k_row_stride, p.k_head_stride};
-  const TmaTensor tv{p.v, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.v_batch_stride, p.v_row_stride, p.v_head_stride};
-  if (!tma_tensor_ok(tq) || !tma_tensor_ok(tk) || !tma_tensor_ok(tv)) return false;
-  const TmaTensor to{p.o, p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.o_batch_stride, p.o_row_stride, p.o_head_stride};
-  if (kLaunchers[i].o_tma && !tma_tensor_ok(to)) return false;
+  const FwdTmaTensors t = fwd_tma_tensors(p);
+  if (!tma_tensor_ok(t.q) || !tma_tensor_ok(t.k) || !tma_tensor_ok(t.v)) return false;
+  if (kLaunchers[i].o_tma && !tma_tensor_ok(t.o)) return false;
   if ((p.head_dim < kChunkCols || p.seqlen_q < 128 || p.seqlen_k < 256) && !small_tensor_boxes_ok(p.q)) return false;
   return launcher_available(i);
 }

@@ -54,15 +54,12 @@ bool kernel_is_real() {
 template <typename Traits>
 bool make_sm90_params(const FwdParams& p, Sm90Params& k) {
   const bool bf16 = p.dtype == DType::kBFloat16;
-  const TmaTensor tq{p.q, p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.q_batch_stride, p.q_row_stride, p.q_head_stride};
-  const TmaTensor tk{p.k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.k_batch_stride, p.k_row_stride, p.k_head_stride};
-  const TmaTensor tv{p.v, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.v_batch_stride, p.v_row_stride, p.v_head_stride};
-  if (!encode_tma_4d(&k.tma_q, tq, bf16, Traits::kBlockM)) return false;
-  if (!encode_tma_4d(&k.tma_k, tk, bf16, Traits::kBlockN)) return false;
-  if (!encode_tma_4d(&k.tma_v, tv, bf16, Traits::kBlockN)) return false;
+  const FwdTmaTensors t = fwd_tma_tensors(p);
+  if (!encode_tma_4d(&k.tma_q, t.q, bf16, Traits::kBlockM)) return false;
+  if (!encode_tma_4d(&k.tma_k, t.k, bf16, Traits::kBlockN)) return false;
+  if (!encode_tma_4d(&k.tma_v, t.v, bf16, Traits::kBlockN)) return false;
   if constexpr (Traits::kOTma) {
-    const TmaTensor to{p.o, p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.o_batch_stride, p.o_row_stride, p.o_head_stride};
-    if (!encode_tma_4d(&k.tma_o, to, bf16, kBlockMAll / kConsumerWarpgroups)) return false;
+    if (!encode_tma_4d(&k.tma_o, t.o, bf16, kBlockMAll / kConsumerWarpgroups)) return false;
   }
   k.o = p.o;
   k.lse = p.lse;
