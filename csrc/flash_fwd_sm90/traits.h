@@ -111,7 +111,7 @@ struct Sm90FwdTraits {
   static_assert(!kOTma || o_planes_fit(1), "no shared memory left for even one O plane");
   // The streamed epilogue reuses a buffer kOBufPlanes store groups after its last use, also
   // across tiles, which holds when every tile uses the buffers the same whole number of times.
-  static_assert(!kOTma || kChunks % kOBufPlanes == 0, "O planes a multiple of the plane buffers");
+  static_assert(!kOTma || kChunks % (kOTma ? kOBufPlanes : 1) == 0, "O planes a multiple of the plane buffers");
   static_assert(kSmemBytes <= kMaxSmemSm90, "shared memory over the 227 KB per-block limit");
 
   // Per-thread accumulator registers: S is m64 x kBlockN, O is m64 x kHeadDim, over 128 threads.
