@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "device_limits.h"
 #include "flash_fwd/api.h"
 #include "flash_fwd_sm90/api.h"
 
@@ -17,17 +18,6 @@ namespace {
 
 using flashattn::CausalMode;
 using flashattn::DType;
-
-// Device limits, read once per device through torch's cached properties.
-flashattn::DeviceLimits device_limits(int device) {
-  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device);
-  flashattn::DeviceLimits d;
-  d.sm_count = prop->multiProcessorCount;
-  d.max_smem_per_block = static_cast<int>(prop->sharedMemPerBlockOptin);
-  d.cc_major = prop->major;
-  d.cc_minor = prop->minor;
-  return d;
-}
 
 // cp.async moves 16-byte chunks: base pointers and row/head/batch strides must keep every chunk
 // 16-byte aligned. Other views are copied (the caller asked for any strides, not for speed there).
@@ -87,7 +77,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
   p.set_scale(static_cast<float>(softmax_scale));
   p.set_causal(static_cast<CausalMode>(causal_mode));
 
-  const flashattn::DeviceLimits dev = device_limits(q.get_device());
+  const flashattn::DeviceLimits dev = flashattn::device_limits(q.get_device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   // The Hopper path balances causal work over the SMs by handing its tiles out through a zeroed
   // counter private to this call: a stream-ordered allocation and memset, so concurrent streams

@@ -10,12 +10,11 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <mutex>
-#include <utility>
 #include <cstdint>
 #include <optional>
 #include <tuple>
 
+#include "device_limits.h"
 #include "flash_decode/decode_api.h"
 #include "flash_decode/decode_traits.h"
 
@@ -23,32 +22,6 @@ namespace {
 
 using flashattn::DecodeParams;
 using flashattn::DType;
-
-// The planner reads the SM count, the compute capability and the opt-in shared memory per block
-// (the tile config depends on the last two). Read through cudaDeviceGetAttribute once per device
-// (std::call_once): no ATen/cuda/CUDAContext.h (and its cuBLAS/cuSPARSE headers) needed, and no
-// per-call driver query on the decode path.
-flashattn::DeviceLimits read_device_limits(int device) {
-  flashattn::DeviceLimits d;
-  for (auto [attr, field] : {std::pair{cudaDevAttrMultiProcessorCount, &d.sm_count},
-                             std::pair{cudaDevAttrMaxSharedMemoryPerBlockOptin, &d.max_smem_per_block},
-                             std::pair{cudaDevAttrComputeCapabilityMajor, &d.cc_major},
-                             std::pair{cudaDevAttrComputeCapabilityMinor, &d.cc_minor}}) {
-    const cudaError_t err = cudaDeviceGetAttribute(field, attr, device);
-    TORCH_CHECK(err == cudaSuccess, "flashattn::fwd_kvcache: cannot read device ", device, "'s attributes: ",
-                cudaGetErrorString(err));
-  }
-  return d;
-}
-
-flashattn::DeviceLimits decode_device_limits(int device) {
-  constexpr int kMaxDevices = 64;
-  if (device < 0 || device >= kMaxDevices) return read_device_limits(device);
-  static std::once_flag once[kMaxDevices];
-  static flashattn::DeviceLimits cache[kMaxDevices];
-  std::call_once(once[device], [device] { cache[device] = read_device_limits(device); });
-  return cache[device];
-}
 
 // 16-byte vector access: base 16-byte aligned, every stride a multiple of 8 elements.
 bool aligned16(const at::Tensor& t) {
@@ -162,7 +135,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(const at::Tensor& q_in, cons
   if (out.numel() == 0) return {out, lse};
 
   const int requested = static_cast<int>(std::min<int64_t>(num_splits, flashattn::kDecodeMaxSplits));
-  err = flashattn::flash_decode_plan(p, decode_device_limits(q.get_device()), requested, &p);
+  err = flashattn::flash_decode_plan(p, flashattn::device_limits(q.get_device()), requested, &p);
   TORCH_CHECK(err == cudaSuccess, "flashattn::fwd_kvcache: planning failed: ", cudaGetErrorString(err));
   at::Tensor o_accum, lse_accum;  // alive until the kernels are enqueued; the caching allocator is stream-ordered
   if (p.num_splits > 1) {
