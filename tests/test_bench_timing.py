@@ -179,3 +179,15 @@ def test_the_tools_time_with_the_suites_engine(monkeypatch):
     assert res["slow"] > 1.8 * res["x"]
     timed = gpu.log[6:]  # after the warm-up and estimate batches (2 per function)
     assert all(sorted(timed[i : i + 3]) == ["slow", "x", "y"] for i in range(0, len(timed), 3))
+
+
+def test_the_tools_median_is_the_suites_event_timer(monkeypatch):
+    """tools/gpu_timing.median_ms (ceilings, quick_check, decode_check's copy rate) times through
+    time_calls_ms: per-call ms of `reps` back-to-back calls, median over samples."""
+    gt = load_repo_module("tools/gpu_timing.py")
+    engine = gt._bench_common()
+    gpu = DriftingGpu()
+    monkeypatch.setattr(engine, "time_calls_ms", gpu.time_calls)
+    monkeypatch.setattr(gt.torch.cuda, "synchronize", lambda: None)
+    assert gt.median_ms(gpu.impl("x", 0.25), samples=5, reps=4, warmup=2) == pytest.approx(0.25)
+    assert gpu.log == ["x"] * 5  # five timed batches (the warm-up calls are not timed)

@@ -1,6 +1,6 @@
 """The CUDA-event timers the GPU tools share (tools/ceilings.py, quick_check.py, sm90_check.py,
-decode_check.py). The benchmark suite times with benchmarks/bench_common.py (time_calls_ms, the
-same event pair around back-to-back calls, in interleaved rounds).
+decode_check.py), on top of the benchmark suite's primitives (benchmarks/bench_common.py:
+time_calls_ms, one event pair around back-to-back calls; measure_interleaved, the round schedule).
 """
 
 from __future__ import annotations
@@ -15,24 +15,6 @@ from typing import Any
 import torch
 
 
-def median_ms(fn: Callable[[], object], samples: int, reps: int, warmup: int = 3) -> float:
-    """Median ms per call: each sample times `reps` back-to-back calls between two CUDA events,
-    so the host cost of one Python call hides behind the GPU queue as it does in a model."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ts = []
-    for _ in range(samples):
-        a.record()
-        for _ in range(reps):
-            fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) / reps)
-    return sorted(ts)[len(ts) // 2]
-
-
 def _bench_common():
     """benchmarks/bench_common.py (plain module; loaded by path, once)."""
     if "flashattn_bench_common" not in sys.modules:
@@ -42,6 +24,17 @@ def _bench_common():
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
     return sys.modules["flashattn_bench_common"]
+
+
+def median_ms(fn: Callable[[], object], samples: int, reps: int, warmup: int = 3) -> float:
+    """Median ms per call: each sample times `reps` back-to-back calls between two CUDA events
+    (the suite's time_calls_ms), so the host cost of one Python call hides behind the GPU queue
+    as it does in a model."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    ts = [_bench_common().time_calls_ms(fn, reps) / reps for _ in range(samples)]
+    return sorted(ts)[len(ts) // 2]
 
 
 def interleaved_ms(fns: dict[Any, Callable[[], object]], round_ms: float = 2.0, rounds: int = 15) -> dict[Any, float]:
