@@ -36,7 +36,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import flashattn  # noqa: E402
 from gpu_helpers import nan_filled_allocations  # noqa: E402
-from gpu_timing import interleaved_ms, median_ms  # noqa: E402
+from gpu_timing import interleaved_ms  # noqa: E402
 
 BF16, F16, I32 = torch.bfloat16, torch.float16, torch.int32
 
@@ -147,22 +147,6 @@ def numerics(quick: bool) -> int:
 # ---- 2. speed -----------------------------------------------------------------------------------
 
 
-def time_ms(fn, round_ms: float = 2.0, rounds: int = 15) -> float:
-    """Median over rounds of N back-to-back calls (N so that a round takes >= round_ms), CUDA events."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(3):
-        fn()
-    b.record()
-    b.synchronize()
-    est = max(a.elapsed_time(b) / 3, 1e-3)
-    n = max(1, min(1000, math.ceil(round_ms / est)))
-    return median_ms(fn, samples=rounds, reps=n, warmup=0)
-
-
 def graphed(fn):
     """fn replayed from a CUDA graph (kernel time without Python and launch overhead), or None."""
     try:
@@ -185,7 +169,7 @@ def copy_bandwidth() -> float:
     """Device-to-device copy, bytes read + written per second (as tools/ceilings.py)."""
     x = torch.empty(1 << 28, device="cuda", dtype=BF16)  # 512 MiB
     y = torch.empty_like(x)
-    ms = time_ms(lambda: y.copy_(x), round_ms=20.0, rounds=10)
+    ms = interleaved_ms({"copy": lambda: y.copy_(x)}, round_ms=20.0, rounds=11)["copy"]
     return 2 * (1 << 28) * 2 / (ms * 1e-3)
 
 
