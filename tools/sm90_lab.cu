@@ -426,15 +426,12 @@ struct Variant {
 };
 
 // Every traits parameter (VARIANT_X), and shorthands for the common shapes of a variant.
-#define VARIANT_X(NAME, D, N, ST, PP, QS, OT, EMU)                                                        \
+#define VARIANT_O(NAME, D, N, ST, PP, QS, OT)                                                            \
   Variant {                                                                                             \
-    NAME, D, &launch_variant<Sm90FwdTraits<D, N, ST, PP, QS, OT, EMU>, __nv_bfloat16>,                  \
-        &launch_variant<Sm90FwdTraits<D, N, ST, PP, QS, OT, EMU>, __half>                              \
+    NAME, D, &launch_variant<Sm90FwdTraits<D, N, ST, PP, QS, OT>, __nv_bfloat16>,                       \
+        &launch_variant<Sm90FwdTraits<D, N, ST, PP, QS, OT>, __half>                                   \
   }
-#define VARIANT_O(NAME, D, N, ST, PP, QS, OT) VARIANT_X(NAME, D, N, ST, PP, QS, OT, 0)
-#define VARIANT(NAME, D, N, ST, PP, QS) VARIANT_X(NAME, D, N, ST, PP, QS, false, 0)
-// The shipped config's shape (2 stages, ping-pong, TMA-store O at D=128) with exponential emulation.
-#define VARIANT_E(NAME, D, N, EMU) VARIANT_X(NAME, D, N, 2, true, 1, D == 128, EMU)
+#define VARIANT(NAME, D, N, ST, PP, QS) VARIANT_O(NAME, D, N, ST, PP, QS, false)
 
 static const Variant kVariants[] = {
     VARIANT("d64-n128-s2-nopp", 64, 128, 2, false, 1),

@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdint>
 
-#include "../common/exp2_poly.h"
 #include "../common/softmax_math.cuh"
 #include "ptx.cuh"
 
@@ -19,9 +18,8 @@ namespace sm90 {
 
 #if defined(FLASHATTN_SM90A_ENABLED)
 
-template <int kSRegs, int kExpEmu = 0>
+template <int kSRegs>
 struct Sm90Softmax {
-  static constexpr int kEmuPeriod = kExpEmu > 0 ? kExpEmu : 1;  // (a nonzero divisor when off)
   // Running max in log2 units (scores already multiplied by scale * log2(e)); -inf while the row
   // has seen no visible key. row_sum is this thread's share only (reduced over the quad once, in
   // finalize(), since every rescale factor is the same across the quad).
@@ -52,13 +50,8 @@ struct Sm90Softmax {
       float sum = 0.f;
 #pragma unroll
       for (int j = 0; j < kSRegs / 4; ++j) {
-        if (kExpEmu > 0 && j % kEmuPeriod == kEmuPeriod - 1) {
-          s[4 * j + 2 * h] = exp2_poly(fmaf(s[4 * j + 2 * h], k, -max_used));
-          s[4 * j + 2 * h + 1] = exp2_poly(fmaf(s[4 * j + 2 * h + 1], k, -max_used));
-        } else {
-          s[4 * j + 2 * h] = ex2(fmaf(s[4 * j + 2 * h], k, -max_used));
-          s[4 * j + 2 * h + 1] = ex2(fmaf(s[4 * j + 2 * h + 1], k, -max_used));
-        }
+        s[4 * j + 2 * h] = ex2(fmaf(s[4 * j + 2 * h], k, -max_used));
+        s[4 * j + 2 * h + 1] = ex2(fmaf(s[4 * j + 2 * h + 1], k, -max_used));
         sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
       }
       row_sum[h] = row_sum[h] * rescale[h] + sum;

@@ -42,8 +42,7 @@ constexpr int kSwizzleAtomBytes = 1024;  // 8 rows x 128 B: the swizzle repeats 
 constexpr int kMaxSmemSm90 = 232448;   // 227 KB opt-in per block on H100/H200
 constexpr int kBlockMAll = 64 * kConsumerWarpgroups;  // query rows per tile, every config
 
-template <int kHeadDim_, int kBlockN_, int kStages_, bool kPingPong_, int kQStages_ = 1, bool kOTma_ = false,
-          int kExpEmu_ = 0>
+template <int kHeadDim_, int kBlockN_, int kStages_, bool kPingPong_, int kQStages_ = 1, bool kOTma_ = false>
 struct Sm90FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockMAll;                 // 128 query rows per tile
@@ -72,16 +71,8 @@ struct Sm90FwdTraits {
   // half-used 32-byte sectors). true: each consumer warpgroup writes its normalized 64 rows into an
   // O tile in shared memory (the same swizzled chunk-plane layout as Q; 4-byte stores that the
   // swizzle makes bank-conflict free) and one thread TMA-stores it, so the warpgroup moves on to
-  // the next tile without waiting for global stores. On for D=128 (Sm90DefaultConfig).
+  // the next tile without waiting for global stores. On for D=128 and D=256 (Sm90DefaultConfig).
   static constexpr bool kOTma = kOTma_;
-
-  // The softmax's exponentials run on the SFU (MUFU.EX2, 16 per clock per SM). At D=64 a key
-  // block's 64 x 128 exponentials per warpgroup take as long on the SFU as its two GEMMs on the
-  // tensor cores, so the softmax, not the GEMMs, sets the pace. kExpEmu = p > 0: every p-th
-  // 8-column slice computes 2^x with a degree-3 polynomial on the FMA pipe instead (softmax.cuh,
-  // common/exp2_poly.h). 0: all on the SFU. A lab variant until measured.
-  static constexpr int kExpEmu = kExpEmu_;
-  static_assert(kExpEmu >= 0, "0 (off) or the slice period");
 
   // Shared-memory map, offsets from a 1024-byte-aligned base (the swizzle needs it).
   static constexpr int kOffQ = 0;
@@ -130,13 +121,15 @@ struct Sm90DefaultConfig<64> {
 template <>
 struct Sm90DefaultConfig<128> {
   // O through shared memory + TMA store: +22% at S=512, +12% at 1k, +2-4% at long S in the lab's
-  // alternating A/B (docs/perf-notes.md "v8"); at D=64 it was neutral (0.997), and D=256 has no
-  // shared memory left for an O tile.
+  // alternating A/B (docs/perf-notes.md "v8"); at D=64 it was neutral (0.997).
   using Traits = Sm90FwdTraits<128, 128, 2, true, 1, true>;
 };
 template <>
 struct Sm90DefaultConfig<256> {
-  using Traits = Sm90FwdTraits<256, 80, 2, true>;
+  // 64-key blocks leave 32 KB for two O plane buffers that the TMA-store epilogue streams the
+  // 128 x 256 tile through: +24% at S=512, +14% at 1k, +1-8% at long S against the 80-key register
+  // epilogue (lab alternating A/B, geomean 1.079; the block-N change alone 1.006; perf-notes "v9").
+  using Traits = Sm90FwdTraits<256, 64, 2, true, 1, true>;
 };
 
 // Head dims run by each instantiation: any multiple of 8 up to the instantiated one is served by
