@@ -426,12 +426,15 @@ struct Variant {
 };
 
 // Every traits parameter (VARIANT_X), and shorthands for the common shapes of a variant.
-#define VARIANT_O(NAME, D, N, ST, PP, QS, OT)                                                            \
+#define VARIANT_X(NAME, D, N, ST, PP, QS, OT, CH)                                                         \
   Variant {                                                                                             \
-    NAME, D, &launch_variant<Sm90FwdTraits<D, N, ST, PP, QS, OT>, __nv_bfloat16>,                       \
-        &launch_variant<Sm90FwdTraits<D, N, ST, PP, QS, OT>, __half>                                   \
+    NAME, D, &launch_variant<Sm90FwdTraits<D, N, ST, PP, QS, OT, CH>, __nv_bfloat16>,                   \
+        &launch_variant<Sm90FwdTraits<D, N, ST, PP, QS, OT, CH>, __half>                               \
   }
-#define VARIANT(NAME, D, N, ST, PP, QS) VARIANT_O(NAME, D, N, ST, PP, QS, false)
+#define VARIANT_O(NAME, D, N, ST, PP, QS, OT) VARIANT_X(NAME, D, N, ST, PP, QS, OT, 1)
+#define VARIANT(NAME, D, N, ST, PP, QS) VARIANT_X(NAME, D, N, ST, PP, QS, false, 1)
+// The shipped config of head dim D (2 stages, ping-pong, O-TMA from D=128) with CH softmax chains.
+#define VARIANT_C(NAME, D, N, CH) VARIANT_X(NAME, D, N, 2, true, 1, D >= 128, CH)
 
 static const Variant kVariants[] = {
     VARIANT("d64-n128-s2-nopp", 64, 128, 2, false, 1),
@@ -440,11 +443,13 @@ static const Variant kVariants[] = {
     VARIANT("d64-n128-s2-pp-q2", 64, 128, 2, true, 2),  // double-buffered Q (perf-notes "v6")
     VARIANT("d64-n128-s4-pp", 64, 128, 4, true, 1),
     VARIANT_O("d64-n128-s2-pp-otma", 64, 128, 2, true, 1, true),  // O through smem + TMA store
-    // every 4th / 3rd / 2nd 8-key slice's exponentials on the FMA pipe (perf-notes "v10")
-    VARIANT_E("d64-emu4", 64, 128, 4),
-    VARIANT_E("d64-emu3", 64, 128, 3),
-    VARIANT_E("d64-emu2", 64, 128, 2),
-    VARIANT_E("d128-emu4", 128, 128, 4),
+    // the softmax's max/sum reductions as 2 / 4 / 8 independent chains per row (perf-notes "v11")
+    VARIANT_C("d64-ch2", 64, 128, 2),
+    VARIANT_C("d64-ch4", 64, 128, 4),
+    VARIANT_C("d64-ch8", 64, 128, 8),
+    VARIANT_C("d64-n192-ch4", 64, 192, 4),
+    VARIANT_C("d128-ch4", 128, 128, 4),
+    VARIANT_C("d256-ch4", 256, 64, 4),
     VARIANT("d128-n128-s2-nopp", 128, 128, 2, false, 1),
     VARIANT("d128-n176-s2-pp", 128, 176, 2, true, 1),
     VARIANT("d128-n96-s3-pp", 128, 96, 3, true, 1),
@@ -620,7 +625,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "variants") {  // each variant's correctness cases, then its timing
-    variants_table({"d256-n64-s2-pp-otma", "d256-n64-s2-pp", "d64-emu4", "d64-emu3", "d64-emu2", "d128-emu4"});
+    variants_table({"d64-ch4", "d64-ch2", "d64-ch8", "d64-n192-ch4", "d128-ch4", "d256-ch4"});
     return g_failures ? 1 : 0;
   }
 

@@ -60,7 +60,7 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
   constexpr int kQK_K = kHeadDim / 16;  // k-steps of S = Q K^T
   using MmaQK = WgmmaSS<Element, kBlockN>;
   using MmaPV = WgmmaRS<Element, kHeadDim>;
-  using Softmax = Sm90Softmax<kSRegs>;
+  using Softmax = Sm90Softmax<kSRegs, Traits::kSoftmaxChains>;
 
   const int tid = threadIdx.x % 128;
   const int warp = tid / 32;

@@ -18,13 +18,28 @@ namespace sm90 {
 
 #if defined(FLASHATTN_SM90A_ENABLED)
 
-template <int kSRegs>
+// kChains: independent accumulators for the row max and the row sum. A row's 64 pairs (N=128)
+// reduced through one accumulator are a chain of 32 dependent FMNMX and 32 dependent FADD
+// (floating-point adds are not reassociated by the compiler); the max chain sits between the
+// score GEMM and the first exponential, i.e. on the softmax's critical path.
+template <int kSRegs, int kChains = 1>
 struct Sm90Softmax {
+  static_assert(kChains >= 1 && (kSRegs / 4) % kChains == 0, "pairs per row a multiple of the chains");
   // Running max in log2 units (scores already multiplied by scale * log2(e)); -inf while the row
   // has seen no visible key. row_sum is this thread's share only (reduced over the quad once, in
   // finalize(), since every rescale factor is the same across the quad).
   float row_max[2];
   float row_sum[2];
+
+  // Pairwise reduction of the partial results (a chain of log2(kChains), not kChains - 1).
+  template <typename Op>
+  static __device__ __forceinline__ float tree_reduce(float (&v)[kChains], Op op) {
+#pragma unroll
+    for (int w = 1; w < kChains; w *= 2)
+#pragma unroll
+      for (int c = 0; c + w < kChains; c += 2 * w) v[c] = op(v[c], v[c + w]);
+    return v[0];
+  }
 
   __device__ __forceinline__ void init() {
     row_max[0] = row_max[1] = -INFINITY;
@@ -38,23 +53,29 @@ struct Sm90Softmax {
   __device__ __forceinline__ void update(float (&s)[kSRegs], float (&rescale)[2], float k) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float block_max = -INFINITY;
+      float part_max[kChains];
 #pragma unroll
-      for (int j = 0; j < kSRegs / 4; ++j) block_max = fmaxf(block_max, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+      for (int c = 0; c < kChains; ++c) part_max[c] = fmaxf(s[4 * c + 2 * h], s[4 * c + 2 * h + 1]);
+#pragma unroll
+      for (int j = kChains; j < kSRegs / 4; ++j)
+        part_max[j % kChains] = fmaxf(part_max[j % kChains], fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+      const float block_max = tree_reduce(part_max, [](float a, float b) { return fmaxf(a, b); });
       const float new_max = fmaxf(row_max[h], quad_max(block_max) * k);  // k > 0: max(k s) = k max(s)
       // A row with no visible key yet keeps max -inf; subtracting 0 instead keeps exp2(-inf - max)
       // at 0 rather than NaN.
       const float max_used = new_max == -INFINITY ? 0.f : new_max;
       rescale[h] = ex2(row_max[h] - max_used);
       row_max[h] = new_max;
-      float sum = 0.f;
+      float part_sum[kChains];
+#pragma unroll
+      for (int c = 0; c < kChains; ++c) part_sum[c] = 0.f;
 #pragma unroll
       for (int j = 0; j < kSRegs / 4; ++j) {
         s[4 * j + 2 * h] = ex2(fmaf(s[4 * j + 2 * h], k, -max_used));
         s[4 * j + 2 * h + 1] = ex2(fmaf(s[4 * j + 2 * h + 1], k, -max_used));
-        sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+        part_sum[j % kChains] += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
       }
-      row_sum[h] = row_sum[h] * rescale[h] + sum;
+      row_sum[h] = row_sum[h] * rescale[h] + tree_reduce(part_sum, [](float a, float b) { return a + b; });
     }
   }
 

@@ -42,7 +42,8 @@ constexpr int kSwizzleAtomBytes = 1024;  // 8 rows x 128 B: the swizzle repeats 
 constexpr int kMaxSmemSm90 = 232448;   // 227 KB opt-in per block on H100/H200
 constexpr int kBlockMAll = 64 * kConsumerWarpgroups;  // query rows per tile, every config
 
-template <int kHeadDim_, int kBlockN_, int kStages_, bool kPingPong_, int kQStages_ = 1, bool kOTma_ = false>
+template <int kHeadDim_, int kBlockN_, int kStages_, bool kPingPong_, int kQStages_ = 1, bool kOTma_ = false,
+          int kSoftmaxChains_ = 1>
 struct Sm90FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockMAll;                 // 128 query rows per tile
@@ -73,6 +74,10 @@ struct Sm90FwdTraits {
   // swizzle makes bank-conflict free) and one thread TMA-stores it, so the warpgroup moves on to
   // the next tile without waiting for global stores. On for D=128 and D=256 (Sm90DefaultConfig).
   static constexpr bool kOTma = kOTma_;
+
+  // Independent accumulators per row for the softmax's max and sum reductions (softmax.cuh): 1 is
+  // one dependent chain through a key block. A lab variant until measured (perf-notes "v11").
+  static constexpr int kSoftmaxChains = kSoftmaxChains_;
 
   // Shared-memory map, offsets from a 1024-byte-aligned base (the swizzle needs it).
   static constexpr int kOffQ = 0;
