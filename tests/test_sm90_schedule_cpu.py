@@ -15,14 +15,14 @@ _PROBE = r"""
 #include "flash_fwd_sm90/tile_scheduler.h"
 #include "flash_fwd_sm90/traits.h"
 using namespace flashattn::sm90;
-template <int D> int block_n() { return Sm90DefaultConfig<D>::Traits::kBlockN; }
+template <int D> int block_n(int seqlen_k) { return sm90_block_n<D>(seqlen_k); }
 template <typename T> void oplanes(const char* name) {
   std::printf("oplanes %s %d %d %d %d\n", name, T::kOBufPlanes, T::kChunks, T::kSmemBytes, kMaxSmemSm90);
 }
 int main() {
-  // The TMA-store epilogue's O buffer: the shipped D=128 config, and the D=256 lab variant.
+  // The TMA-store epilogue's O buffer: the shipped D=128 and D=256 configs, and a D=64 one.
   oplanes<Sm90DefaultConfig<128>::Traits>("default128");
-  oplanes<Sm90FwdTraits<256, 64, 2, true, 1, true>>("d256-n64-otma");
+  oplanes<Sm90DefaultConfig<256>::Traits>("default256");
   oplanes<Sm90FwdTraits<64, 128, 2, true, 1, true>>("d64-otma");
   // policy causal seqlen_q batch_heads sm_count -> 0/1
   for (int causal : {0, 1})
@@ -36,7 +36,7 @@ int main() {
     for (int s : {512, 4096, 16384})
       for (int causal : {0, 1}) {
         const int b = 16384 / s, h = 2048 / d, m_blocks = (s + kBlockMAll - 1) / kBlockMAll;
-        const int bn = d == 64 ? block_n<64>() : d == 128 ? block_n<128>() : block_n<256>();
+        const int bn = d == 64 ? block_n<64>(s) : d == 128 ? block_n<128>(s) : block_n<256>(s);
         const int group = l2_group_heads(s, d, h, h, b);
         std::printf("group %d %d %d\n", d, s, group);
         for (int t = 0; t < m_blocks * b * h; ++t) {
@@ -109,7 +109,7 @@ def test_static_and_dynamic_hand_outs_cover_every_tile_once(probe: dict, grid: i
 def test_balance_model_walks_the_kernels_tile_order(probe: dict) -> None:
     model = load_repo_module("tools/sm90_schedule_model.py")
     for (d, s, causal), tiles in probe["tiles"].items():
-        assert model.BLOCK_N[d] == tiles[0][5], "the model's block N per head dim is the compiled one"
+        assert model.block_n(d, s) == tiles[0][5], "the model's block N per head dim and length is the compiled one"
         work = model.tile_work(s, d, 16384 // s, 2048 // d, bool(causal), overhead=0.0)
         kernel = [n_blocks for _, _, _, _, n_blocks, _ in tiles]
         assert work == kernel, (d, s, causal)
@@ -129,11 +129,11 @@ def test_l2_groups_fit_the_budget_and_the_model_uses_the_kernels(probe: dict) ->
 
 
 def test_tma_store_epilogue_buffers_the_whole_tile_where_it_fits(probe: dict) -> None:
-    """The shipped D=128 config stages all of O (one store group per tile); D=256 with 64-key blocks
-    has room for two of its four 64-column planes only, and streams O through them."""
+    """The shipped D=128 config stages all of O (one store group per tile); the shipped D=256 one
+    (64-key blocks) has room for two of its four 64-column planes only, and streams O through them."""
     planes, chunks, smem, limit = probe["oplanes"]["default128"]
     assert planes == chunks == 2 and smem <= limit
-    planes, chunks, smem, limit = probe["oplanes"]["d256-n64-otma"]
+    planes, chunks, smem, limit = probe["oplanes"]["default256"]
     assert (planes, chunks) == (2, 4) and limit - 16384 < smem <= limit, "two planes fit, a third would not"
     planes, chunks, _, _ = probe["oplanes"]["d64-otma"]
     assert planes == chunks == 1

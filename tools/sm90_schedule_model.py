@@ -19,7 +19,16 @@ import heapq
 import math
 
 BLOCK_M = 128
-BLOCK_N = {64: 128, 128: 128, 256: 80}  # Sm90DefaultConfig<D>::Traits::kBlockN
+BLOCK_N = {64: 128, 128: 128, 256: 64}  # Sm90DefaultConfig<D>::Traits::kBlockN
+BLOCK_N_LONG_KEYS = {64: 192}  # Sm90LongKeysConfig<D>, where distinct
+LONG_KEYS_MIN = 4096  # traits.h kSm90LongKeysMin
+
+
+def block_n(head_dim: int, seqlen_k: int) -> int:
+    """traits.h sm90_block_n: the key block of the config the launcher picks."""
+    if seqlen_k >= LONG_KEYS_MIN and head_dim in BLOCK_N_LONG_KEYS:
+        return BLOCK_N_LONG_KEYS[head_dim]
+    return BLOCK_N[head_dim]
 
 
 L2_GROUP_BUDGET = 8 << 20  # tile_scheduler.h kL2GroupBudgetBytes
@@ -44,7 +53,7 @@ def tile_work(seqlen: int, head_dim: int, batch: int, heads: int, causal: bool, 
         m_idx = within // heads_here
         m_block = m_blocks - 1 - m_idx
         keys = min(seqlen, (m_block + 1) * BLOCK_M) if causal else seqlen
-        work.append(math.ceil(keys / BLOCK_N[head_dim]) + overhead)
+        work.append(math.ceil(keys / block_n(head_dim, seqlen)) + overhead)
     return work
 
 

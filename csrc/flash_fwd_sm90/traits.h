@@ -123,6 +123,23 @@ template <>
 struct Sm90DefaultConfig<64> {
   using Traits = Sm90FwdTraits<64, 128, 2, true>;
 };
+
+// A second config for long key sequences (seqlen_k >= kSm90LongKeysMin), where a larger key block
+// pays: fewer per-block fixed costs (barriers, the max/sum reductions' tails, the O rescale) per
+// key. At D=64, 192-key blocks with the softmax reductions in 4 chains: +4.4-6.0% at S = 4k and
+// 16k, but -4..-13% at S <= 1k (the longer first block and coarser causal edge), lab alternating
+// A/B (perf-notes "v11"). Head dims without one (kDistinct false) use the default everywhere.
+constexpr int kSm90LongKeysMin = 4096;
+template <int kHeadDim>
+struct Sm90LongKeysConfig {
+  static constexpr bool kDistinct = false;
+  using Traits = typename Sm90DefaultConfig<kHeadDim>::Traits;
+};
+template <>
+struct Sm90LongKeysConfig<64> {
+  static constexpr bool kDistinct = true;
+  using Traits = Sm90FwdTraits<64, 192, 2, true, 1, false, 4>;
+};
 template <>
 struct Sm90DefaultConfig<128> {
   // O through shared memory + TMA store: +22% at S=512, +12% at 1k, +2-4% at long S in the lab's
@@ -140,6 +157,19 @@ struct Sm90DefaultConfig<256> {
 // Head dims run by each instantiation: any multiple of 8 up to the instantiated one is served by
 // the next instantiation up (TMA zero-fills the missing columns, the epilogue clips them).
 constexpr int sm90_round_head_dim(int d) { return d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : 0; }
+
+// Key block of the config that serves (instantiated head dim, seqlen_k): what the launcher picks
+// (dispatch.cu) and what the schedule probes and model assume.
+constexpr bool sm90_uses_long_keys_config(int head_dim_instantiated, int seqlen_k) {
+  return seqlen_k >= kSm90LongKeysMin && (head_dim_instantiated == 64 ? Sm90LongKeysConfig<64>::kDistinct
+                                          : head_dim_instantiated == 128 ? Sm90LongKeysConfig<128>::kDistinct
+                                                                         : Sm90LongKeysConfig<256>::kDistinct);
+}
+template <int kHeadDim>
+constexpr int sm90_block_n(int seqlen_k) {
+  return sm90_uses_long_keys_config(kHeadDim, seqlen_k) ? Sm90LongKeysConfig<kHeadDim>::Traits::kBlockN
+                                                        : Sm90DefaultConfig<kHeadDim>::Traits::kBlockN;
+}
 
 }  // namespace sm90
 }  // namespace flashattn
