@@ -16,7 +16,9 @@
 #                                     machine ceilings: the experiments, proved correct first (~7 min)
 #   bash tools/device_run.sh diagnose Nsight Compute on our forward kernel vs cuDNN's (tools/ncu_fwd.sh),
 #                                     then the Hopper lab's variant A/B                    (~4 min)
-#   bash tools/device_run.sh final    check + the whole benchmark suite and report in one call   (~6 min)
+#   bash tools/device_run.sh final    check, the matmul/copy ceilings, the whole benchmark suite and report
+#                                     in one call                                         (~6 min)
+#   bash tools/device_run.sh host     build, then where a small call's host time goes      (~1.5 min)
 #   bash tools/device_run.sh l2decode build, the decode check and the suite's decode tests, then the Hopper
 #                                     lab's L2 group budget A/B                           (~5 min)
 #
@@ -121,7 +123,13 @@ case "${1:-verify}" in
   final)  # what a session's closing numbers come from: every correctness step, then every benchmark
     verify_steps
     step pytest_ci 240 "${pytest_ci[@]}" --durations=15
+    step ceilings 60 python3 tools/ceilings.py
     step benchmarks 330 bash tools/run_benchmarks.sh "$OUT/bench"
+    ;;
+  host)  # where a small call's host time goes (the latency grid)
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    step host_profile 120 python3 tools/host_profile_gpu.py
     ;;
   l2decode)
     env_info > "$OUT/env.txt" 2>&1
@@ -131,7 +139,7 @@ case "${1:-verify}" in
     step sm90_lab_l2 300 bash tools/sm90_lab.sh l2
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
