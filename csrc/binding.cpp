@@ -1,4 +1,5 @@
-// The torch binding: the CUDA implementation of flashattn::fwd (schema in flashattn/_ops.py).
+// The torch binding: the CUDA implementations of flashattn::fwd and flashattn::fwd_bhsd (schemas in
+// flashattn/_ops.py).
 // Thin by design: checks, fills FwdParams, calls the launcher in csrc/flash_fwd/.
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -108,6 +109,16 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
   return {out, lse};
 }
 
+// flashattn::fwd on the torch layout [B, H, S, D] (SDPA's), out in that layout too (a transposed view
+// of the [B, S, H, D] buffer the kernels write). The views are taken here rather than in Python,
+// where each one costs about a microsecond of host time per call (the latency grid is host-bound).
+std::tuple<at::Tensor, at::Tensor> fwd_bhsd_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                 double softmax_scale, int64_t causal_mode, c10::string_view backend) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "flashattn::fwd_bhsd: q, k, v must be 4-D [B, H, S, D]");
+  auto [out, lse] = fwd_cuda(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), softmax_scale, causal_mode, backend);
+  return {out.transpose(1, 2), lse};
+}
+
 std::map<std::string, std::string> build_info() {
   return {
       {"cuda_archs", FLASHATTN_STR(FLASHATTN_ARCHS)},
@@ -119,7 +130,10 @@ std::map<std::string, std::string> build_info() {
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(flashattn, CUDA, m) { m.impl("fwd", &fwd_cuda); }
+TORCH_LIBRARY_IMPL(flashattn, CUDA, m) {
+  m.impl("fwd", &fwd_cuda);
+  m.impl("fwd_bhsd", &fwd_bhsd_cuda);
+}
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "flashattn CUDA kernels (the ops are registered under torch.ops.flashattn)";

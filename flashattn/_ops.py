@@ -33,13 +33,39 @@ def _fwd_fake(q, k, v, softmax_scale, causal_mode, backend):
     return out, lse
 
 
-# Registers the CUDA implementation of flashattn::fwd when the extension is built.
+# The same op on the torch layout (SDPA's [B, H, S, D]); out comes back in that layout, as the
+# transposed view of a [B, S, H, D] buffer that the fake kernel reproduces stride for stride.
+_lib.define(
+    "fwd_bhsd(Tensor q, Tensor k, Tensor v, float softmax_scale, int causal_mode, str backend) "
+    "-> (Tensor out, Tensor lse)"
+)
+
+
+@torch.library.register_fake("flashattn::fwd_bhsd")
+def _fwd_bhsd_fake(q, k, v, softmax_scale, causal_mode, backend):
+    b, hq, sq, d = q.shape
+    out = q.new_empty((b, sq, hq, d)).transpose(1, 2)
+    lse = q.new_empty((b, hq, sq), dtype=torch.float32)
+    return out, lse
+
+
+# Registers the CUDA implementations when the extension is built.
 _ext._load()
+
+# The overloads themselves: calling them skips the packet's overload resolution on every call.
+_fwd = torch.ops.flashattn.fwd.default
+_fwd_bhsd = torch.ops.flashattn.fwd_bhsd.default
 
 
 def fwd(q, k, v, softmax_scale: float, causal_mode: int, backend: str):
     """q [B, Sq, Hq, D], k/v [B, Sk, Hk, D] (any strides, unit last stride) -> (out [B, Sq, Hq, D], lse [B, Hq, Sq])."""
-    return torch.ops.flashattn.fwd(q, k, v, softmax_scale, causal_mode, backend)
+    return _fwd(q, k, v, softmax_scale, causal_mode, backend)
+
+
+def fwd_bhsd(q, k, v, softmax_scale: float, causal_mode: int, backend: str):
+    """q [B, Hq, Sq, D], k/v [B, Hk, Sk, D] (any strides, unit last stride) -> (out [B, Hq, Sq, D] (a view
+    of a [B, Sq, Hq, D] buffer), lse [B, Hq, Sq])."""
+    return _fwd_bhsd(q, k, v, softmax_scale, causal_mode, backend)
 
 
 # ==== KV-cache decoding (issue 7): flashattn::fwd_kvcache =======================================

@@ -98,6 +98,21 @@ def test_fake_kernel_shapes(b: int, sq: int, sk: int, hq: int, hk: int, d: int) 
 
 
 @pytest.mark.parametrize(
+    ("b", "sq", "sk", "hq", "hk", "d"),
+    [(2, 17, 33, 4, 2, 64), (1, 1, 1, 1, 1, 8), (0, 5, 7, 3, 3, 256)],
+)
+def test_fake_kernel_shapes_bhsd(b: int, sq: int, sk: int, hq: int, hk: int, d: int) -> None:
+    """The torch-layout op: out [B, Hq, Sq, D] as the transposed view of a [B, Sq, Hq, D] buffer,
+    stride for stride what the CUDA kernel returns (a compiled graph relies on the fake's strides)."""
+    with FakeTensorMode():
+        q, k = fake(b, hq, sq, d), fake(b, hk, sk, d)
+        out, lse = torch.ops.flashattn.fwd_bhsd(q, k, k, 0.1, flashattn.CAUSAL_TOP_LEFT, "auto")
+    assert (out.shape, out.dtype, out.device.type) == ((b, hq, sq, d), BF16, "cuda")
+    assert out.stride() == (sq * hq * d, d, hq * d, 1)
+    assert (lse.shape, lse.dtype) == ((b, hq, sq), torch.float32)
+
+
+@pytest.mark.parametrize(
     ("q_shape", "kv_shape", "gqa"),
     [((4, 17, 64), (4, 33, 64), False), ((2, 8, 17, 32), (2, 2, 9, 32), True), ((2, 3, 4, 17, 64), (2, 3, 4, 5, 64), False)],
     ids=["rank3", "rank4-gqa", "rank5"],
