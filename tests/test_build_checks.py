@@ -113,10 +113,10 @@ def test_ptxas_report_is_parsed() -> None:
 
 
 SM90_PTXAS_SAMPLE = """\
-ptxas info    : Compiling entry function '_ZN9flashattn4sm9021flash_fwd_sm90_kernelINS0_13Sm90FwdTraitsILi128ELi128ELi2ELb1ELi1ELb1ELi1EEE13__nv_bfloat16Lb1EEEvNS0_10Sm90ParamsE' for 'sm_90a'
+ptxas info    : Compiling entry function '_ZN9flashattn4sm9021flash_fwd_sm90_kernelINS0_13Sm90FwdTraitsILi128ELi128ELi2ELb1ELi1ELb1ELi1ELi2EEE13__nv_bfloat16Lb1EEEvNS0_10Sm90ParamsE' for 'sm_90a'
     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 ptxas info    : Used 168 registers, used 16 barriers
-ptxas info    : Compiling entry function '_ZN9flashattn4sm9021flash_fwd_sm90_kernelINS0_13Sm90FwdTraitsILi64ELi128ELi2ELb1ELi1ELb0ELi4EEE6__halfLb0EEEvNS0_10Sm90ParamsE' for 'sm_90a'
+ptxas info    : Compiling entry function '_ZN9flashattn4sm9021flash_fwd_sm90_kernelINS0_13Sm90FwdTraitsILi64ELi128ELi2ELb1ELi1ELb0ELi4ELi3EEE6__halfLb0EEEvNS0_10Sm90ParamsE' for 'sm_90a'
     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 ptxas info    : Used 168 registers, used 16 barriers
 """
@@ -124,12 +124,13 @@ ptxas info    : Used 168 registers, used 16 barriers
 
 def test_hopper_kernel_names_are_parsed() -> None:
     """Real mangled names (nvcc 13.0) of the Hopper kernel, every traits parameter spelled out:
-    parsed as 384-thread kernels with their head dim, block N and schedule."""
+    parsed with their thread count and query rows (from the consumer warpgroups), head dim, block N
+    and schedule."""
     a, b = checker.parse_ptxas(SM90_PTXAS_SAMPLE)
     assert (a["head_dim"], a["block_n"], a["threads"], a["schedule"]) == (128, 128, 384, "dynamic")
-    assert (b["head_dim"], b["block_n"], b["threads"], b["schedule"]) == (64, 128, 384, "static")
-    otma_chains = [m.group(6, 7) for m in map(checker.SM90_KERNEL.search, (a["name"], b["name"]))]
-    assert otma_chains == [("1", "1"), ("0", "4")]
+    assert (b["head_dim"], b["block_n"], b["threads"], b["block_m"], b["schedule"]) == (64, 128, 512, 192, "static")
+    otma_chains_wgs = [m.group(6, 7, 8) for m in map(checker.SM90_KERNEL.search, (a["name"], b["name"]))]
+    assert otma_chains_wgs == [("1", "1", "2"), ("0", "4", "3")]
 
 
 def test_checker_rejects_spills_and_oversized_selection() -> None:

@@ -42,9 +42,10 @@ _REGS = re.compile(r"Used (\d+) registers")
 _SMEM = re.compile(r"(\d+) bytes smem")
 _TRAITS = re.compile(r"FwdKernelTraitsILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")
 # Hopper kernel (also read by tools/sm90_ptxas_report.py): groups D, block N, stages, ping-pong,
-# Q buffers, O through TMA, softmax reduction chains, element type, dynamic schedule. 384 threads, 128 query rows.
+# Q buffers, O through TMA, softmax reduction chains, consumer warpgroups, element type, dynamic
+# schedule. Threads = 128 x (1 + consumers), query rows = 64 x consumers.
 SM90_KERNEL = re.compile(
-    r"Sm90FwdTraitsILi(\d+)ELi(\d+)ELi(\d+)ELb([01])ELi(\d+)ELb([01])ELi(\d+)EEE\d+(\w+?)Lb([01])E")
+    r"Sm90FwdTraitsILi(\d+)ELi(\d+)ELi(\d+)ELb([01])ELi(\d+)ELb([01])ELi(\d+)ELi(\d+)EEE\d+(\w+?)Lb([01])E")
 _PTX_VERSION = re.compile(r"^\.version\s+(\d+\.\d+)\s*$", re.MULTILINE)
 
 
@@ -68,8 +69,9 @@ def parse_ptxas(text: str) -> list[dict]:
             k["threads"] = k["warps"] * 32
         elif t := SM90_KERNEL.search(k["name"]):
             k["head_dim"], k["block_n"] = int(t.group(1)), int(t.group(2))
-            k["block_m"], k["warps"], k["threads"] = 128, 12, 384
-            k["schedule"] = "dynamic" if t.group(9) == "1" else "static"
+            consumers = int(t.group(8))
+            k["block_m"], k["warps"], k["threads"] = 64 * consumers, 4 * (1 + consumers), 128 * (1 + consumers)
+            k["schedule"] = "dynamic" if t.group(10) == "1" else "static"
     return kernels
 
 

@@ -426,15 +426,15 @@ struct Variant {
 };
 
 // Every traits parameter (VARIANT_X), and shorthands for the common shapes of a variant.
-#define VARIANT_X(NAME, D, N, ST, PP, QS, OT, CH)                                                         \
+#define VARIANT_X(NAME, D, N, ST, PP, QS, OT, CH, WG)                                                     \
   Variant {                                                                                             \
-    NAME, D, &launch_variant<Sm90FwdTraits<D, N, ST, PP, QS, OT, CH>, __nv_bfloat16>,                   \
-        &launch_variant<Sm90FwdTraits<D, N, ST, PP, QS, OT, CH>, __half>                               \
+    NAME, D, &launch_variant<Sm90FwdTraits<D, N, ST, PP, QS, OT, CH, WG>, __nv_bfloat16>,               \
+        &launch_variant<Sm90FwdTraits<D, N, ST, PP, QS, OT, CH, WG>, __half>                           \
   }
-#define VARIANT_O(NAME, D, N, ST, PP, QS, OT) VARIANT_X(NAME, D, N, ST, PP, QS, OT, 1)
-#define VARIANT(NAME, D, N, ST, PP, QS) VARIANT_X(NAME, D, N, ST, PP, QS, false, 1)
+#define VARIANT_O(NAME, D, N, ST, PP, QS, OT) VARIANT_X(NAME, D, N, ST, PP, QS, OT, 1, 2)
+#define VARIANT(NAME, D, N, ST, PP, QS) VARIANT_X(NAME, D, N, ST, PP, QS, false, 1, 2)
 // The shipped config of head dim D (2 stages, ping-pong, O-TMA from D=128) with CH softmax chains.
-#define VARIANT_C(NAME, D, N, CH) VARIANT_X(NAME, D, N, 2, true, 1, D >= 128, CH)
+#define VARIANT_C(NAME, D, N, CH) VARIANT_X(NAME, D, N, 2, true, 1, D >= 128, CH, 2)
 
 static const Variant kVariants[] = {
     VARIANT("d64-n128-s2-nopp", 64, 128, 2, false, 1),
@@ -448,6 +448,11 @@ static const Variant kVariants[] = {
     VARIANT_C("d64-ch4", 64, 128, 4),
     VARIANT_C("d64-ch8", 64, 128, 8),
     VARIANT_C("d64-n192-ch4", 64, 192, 4),
+    // three consumer warpgroups, a 192-row tile (perf-notes "v12")
+    VARIANT_X("d64-3wg", 64, 128, 2, true, 1, false, 1, 3),
+    VARIANT_X("d64-3wg-ch4", 64, 128, 2, true, 1, false, 4, 3),
+    VARIANT_X("d64-3wg-nopp", 64, 128, 2, false, 1, false, 1, 3),
+    VARIANT_X("d64-3wg-n96", 64, 96, 2, true, 1, false, 1, 3),
     VARIANT_C("d128-ch4", 128, 128, 4),
     VARIANT_C("d256-ch4", 256, 64, 4),
     VARIANT("d128-n128-s2-nopp", 128, 128, 2, false, 1),
@@ -625,7 +630,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "variants") {  // each variant's correctness cases, then its timing
-    variants_table({"d64-ch4", "d64-n192-ch4"});
+    variants_table({"d64-3wg", "d64-3wg-ch4", "d64-3wg-nopp", "d64-3wg-n96"});
     return g_failures ? 1 : 0;
   }
 

@@ -42,11 +42,15 @@ namespace sm90 {
 
 template <typename Traits>
 __device__ __forceinline__ void pingpong_enter(int wg) {
-  if constexpr (Traits::kPingPong) named_barrier_sync(kPingPongBarrierBase + wg, kConsumerThreads);
+  if constexpr (Traits::kPingPong) named_barrier_sync(kPingPongBarrierBase + wg, kPingPongBarrierThreads);
 }
 template <typename Traits>
 __device__ __forceinline__ void pingpong_leave(int wg) {
-  if constexpr (Traits::kPingPong) named_barrier_arrive(kPingPongBarrierBase + (1 - wg), kConsumerThreads);
+  if constexpr (Traits::kPingPong) {
+    // The next warpgroup in round-robin order (spelled 1 - wg for two: the shipped kernels' code).
+    const int next = Traits::kConsumerWGs == 2 ? 1 - wg : (wg + 1 == Traits::kConsumerWGs ? 0 : wg + 1);
+    named_barrier_arrive(kPingPongBarrierBase + next, kPingPongBarrierThreads);
+  }
 }
 
 template <typename Traits, typename Element, bool kDynamic>
@@ -104,7 +108,8 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
   const bool fold_scale = scale_log2 > 0.f;
   const float softmax_scale_log2 = fold_scale ? scale_log2 : 1.f;
 
-  if (Traits::kPingPong && wg == 1) named_barrier_arrive(kPingPongBarrierBase + 0, kConsumerThreads);
+  if (Traits::kPingPong && wg == Traits::kConsumerWGs - 1)
+    named_barrier_arrive(kPingPongBarrierBase + 0, kPingPongBarrierThreads);
 
   ConsumerSchedule<Traits, kDynamic> sched{params, sm};
   for (int t = sched.first(); t < params.num_tiles; t = sched.next(t)) {
@@ -249,7 +254,7 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
   }
 
   // Warpgroup 1's initial arrival on barrier 1 is one more than warpgroup 0's syncs on it.
-  if (Traits::kPingPong && wg == 0) named_barrier_sync(kPingPongBarrierBase + 0, kConsumerThreads);
+  if (Traits::kPingPong && wg == 0) named_barrier_sync(kPingPongBarrierBase + 0, kPingPongBarrierThreads);
 }
 
 #endif  // FLASHATTN_SM90A_ENABLED

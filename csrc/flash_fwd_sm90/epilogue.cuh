@@ -92,10 +92,10 @@ __device__ __forceinline__ void store_o_tma(const Sm90Params& params, uint32_t o
     // The whole tile fits: one wait for the previous tile's store to have read the buffer, one
     // write, one store group.
     if (tid == 0) bulk_wait_group_read_0();
-    named_barrier_sync(kEpilogueBarrierBase + wg, kWarpgroupThreads);
+    named_barrier_sync(Traits::kEpilogueBarrierBase + wg, kWarpgroupThreads);
     write_slices(0, kORegs / 4, 0);
     fence_proxy_async();
-    named_barrier_sync(kEpilogueBarrierBase + wg, kWarpgroupThreads);
+    named_barrier_sync(Traits::kEpilogueBarrierBase + wg, kWarpgroupThreads);
     if (tid == 0) {
 #pragma unroll
       for (int c = 0; c < Traits::kChunks; ++c) store_plane(c, c);
@@ -108,10 +108,10 @@ __device__ __forceinline__ void store_o_tma(const Sm90Params& params, uint32_t o
     for (int c = 0; c < Traits::kChunks; ++c) {
       const int slot = c % Traits::kOBufPlanes;
       if (tid == 0) bulk_wait_group_read<Traits::kOBufPlanes - 1>();
-      named_barrier_sync(kEpilogueBarrierBase + wg, kWarpgroupThreads);
+      named_barrier_sync(Traits::kEpilogueBarrierBase + wg, kWarpgroupThreads);
       write_slices(8 * c, 8, slot);
       fence_proxy_async();
-      named_barrier_sync(kEpilogueBarrierBase + wg, kWarpgroupThreads);
+      named_barrier_sync(Traits::kEpilogueBarrierBase + wg, kWarpgroupThreads);
       if (tid == 0) {
         store_plane(c, slot);
         bulk_commit_group();

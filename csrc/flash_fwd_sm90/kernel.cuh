@@ -1,4 +1,4 @@
-// The Hopper forward kernel: persistent, warp-specialized (1 producer + 2 consumer warpgroups).
+// The Hopper forward kernel: persistent, warp-specialized (1 producer + kConsumerWGs consumer warpgroups).
 // See traits.h (tiles, shared memory), mainloop.cuh (producer), consumer.cuh (GEMMs + softmax),
 // epilogue.cuh, tile_scheduler.h, and docs/hopper.md for the design.
 //
@@ -23,7 +23,7 @@ namespace sm90 {
 
 // kDynamic: the tile schedule (schedule.cuh); both variants are instantiated for every config.
 template <typename Traits, typename Element, bool kDynamic>
-__global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __grid_constant__ Sm90Params params) {
+__global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_sm90_kernel(const __grid_constant__ Sm90Params params) {
 #if defined(FLASHATTN_SM90A_ENABLED)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   SmemMap<Traits> sm;
@@ -37,20 +37,20 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
 #pragma unroll
     for (int s = 0; s < Traits::kQStages; ++s) {
       mbar_init(sm.q_full(s), 1);
-      mbar_init(sm.q_empty(s), kConsumerThreads);
+      mbar_init(sm.q_empty(s), Traits::kConsumerThreads);
     }
 #pragma unroll
     for (int s = 0; s < Traits::kStages; ++s) {
       mbar_init(sm.k_full(s), 1);
-      mbar_init(sm.k_empty(s), kConsumerThreads);
+      mbar_init(sm.k_empty(s), Traits::kConsumerThreads);
       mbar_init(sm.v_full(s), 1);
-      mbar_init(sm.v_empty(s), kConsumerThreads);
+      mbar_init(sm.v_empty(s), Traits::kConsumerThreads);
     }
     if constexpr (kDynamic) {
 #pragma unroll
       for (int i = 0; i < Traits::kTileRing; ++i) {
         mbar_init(sm.tile_full(i), 1);
-        mbar_init(sm.tile_empty(i), kConsumerThreads);
+        mbar_init(sm.tile_empty(i), Traits::kConsumerThreads);
       }
     }
     fence_barrier_init();
@@ -58,10 +58,10 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_sm90_kernel(const __gri
   __syncthreads();
 
   if (warpgroup == 0) {
-    setmaxnreg_dec<RegisterSplit<kDynamic>::kProducer>();
+    setmaxnreg_dec<RegisterSplit<kDynamic, Traits::kConsumerWGs>::kProducer>();
     if (threadIdx.x == 0) producer_loop<Traits, kDynamic>(params, sm);
   } else {
-    setmaxnreg_inc<RegisterSplit<kDynamic>::kConsumer>();
+    setmaxnreg_inc<RegisterSplit<kDynamic, Traits::kConsumerWGs>::kConsumer>();
     consumer_loop<Traits, Element, kDynamic>(params, sm, warpgroup - 1);
   }
 #else

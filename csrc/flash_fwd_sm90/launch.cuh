@@ -59,7 +59,7 @@ bool make_sm90_params(const FwdParams& p, Sm90Params& k) {
   if (!encode_tma_4d(&k.tma_k, t.k, bf16, Traits::kBlockN)) return false;
   if (!encode_tma_4d(&k.tma_v, t.v, bf16, Traits::kBlockN)) return false;
   if constexpr (Traits::kOTma) {
-    if (!encode_tma_4d(&k.tma_o, t.o, bf16, kBlockMAll / kConsumerWarpgroups)) return false;
+    if (!encode_tma_4d(&k.tma_o, t.o, bf16, kRowsPerConsumer)) return false;
   }
   k.o = p.o;
   k.lse = p.lse;
@@ -97,7 +97,7 @@ cudaError_t run_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
   const int grid = std::min(k.num_tiles, std::max(1, dev.sm_count));
-  kernel<<<grid, kThreads, Traits::kSmemBytes, stream>>>(k);
+  kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(k);
   return cudaGetLastError();
 }
 

@@ -50,8 +50,6 @@ struct SmemMap {
   __device__ __forceinline__ uint32_t tile_slot(int i) const { return base + Traits::kOffTileSlots + 4 * i; }
 };
 
-constexpr uint32_t kConsumerThreads = 128 * 2;
-
 // Position in a ring of kStages buffers: the buffer index and the parity of the ring's lap. A
 // consumer waits for *_full phase `phase`; the producer waits for *_empty phase `phase ^ 1`, which a
 // fresh barrier reports complete, so the first lap does not wait.

@@ -1,12 +1,13 @@
 // Tile configuration of the Hopper (sm_90a) forward kernel. Plain C++ (no CUDA), so shared-memory
 // budgets and the selection logic can be checked on any machine.
 //
-// One CTA = 3 warpgroups (384 threads):
+// One CTA = 1 + kConsumerWGs warpgroups (384 threads with the shipped two consumers):
 //   warpgroup 0: producer. One thread issues every TMA load (Q once per tile, K and V per key
 //                block into a kStages-deep ring); the warpgroup shrinks to RegisterSplit::kProducer.
-//   warpgroups 1, 2: consumers. Each owns 64 query rows of the 128-row tile (kBlockM = 128) and
-//                computes S = Q K^T (wgmma, both operands in shared memory), the online softmax in
-//                registers, and O += P V (wgmma, P from registers, V in shared memory).
+//   warpgroups 1..kConsumerWGs: consumers. Each owns 64 query rows of the tile (kBlockM = 64 per
+//                consumer) and computes S = Q K^T (wgmma, both operands in shared memory), the
+//                online softmax in registers, and O += P V (wgmma, P from registers, V in shared
+//                memory). With ping-pong they take turns at the tensor cores in round-robin order.
 //
 // Shared memory holds every tile as 64-column (128-byte) chunks, TMA-loaded with the 128-byte
 // swizzle: a [rows, D] tile is D/64 chunk planes of [rows][64] elements, plane c holding columns
@@ -18,35 +19,49 @@ namespace flashattn {
 namespace sm90 {
 
 constexpr int kWarpgroupThreads = 128;
+constexpr int kRowsPerConsumer = 64;  // query rows per consumer warpgroup (wgmma M)
+// The shipped configs' consumer count, which the host-side tile policy assumes (dispatch.cu).
 constexpr int kConsumerWarpgroups = 2;
-constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);  // 384
-// setmaxnreg budgets per warpgroup, by tile schedule (schedule.cuh). The dynamic schedule's
-// producer also runs the atomic and the tile ring: at 24 registers ptxas spilled 4 bytes (D=64
-// and 256), so it takes 32 and each consumer 232 (no spill at any head dim either way).
-template <bool kDynamic>
+// setmaxnreg budgets per warpgroup, by tile schedule (schedule.cuh) and consumer count. The
+// dynamic schedule's producer also runs the atomic and the tile ring: at 24 registers ptxas
+// spilled 4 bytes (D=64 and 256), so it takes 32 and each of two consumers 232 (no spill at any
+// head dim either way). Three consumers share what is left: 160 each.
+template <bool kDynamic, int kConsumers = kConsumerWarpgroups>
 struct RegisterSplit {
-  static constexpr int kProducer = kDynamic ? 32 : 24;    // setmaxnreg.dec
-  static constexpr int kConsumer = kDynamic ? 232 : 240;  // setmaxnreg.inc
-  // 128 threads x (24 + 240 + 240) = 64512, x (32 + 232 + 232) = 63488: <= 65536 per SM.
-  static_assert(kWarpgroupThreads * (kProducer + kConsumerWarpgroups * kConsumer) <= 65536, "register file");
+  static constexpr int kProducer = kDynamic ? 32 : 24;  // setmaxnreg.dec
+  static constexpr int kConsumer = kConsumers == 2 ? (kDynamic ? 232 : 240) : 160;  // setmaxnreg.inc
+  // 128 threads x (24 + 240 + 240) = 64512, x (32 + 232 + 232) = 63488, x (32 + 3 x 160) = 65536.
+  static_assert(kWarpgroupThreads * (kProducer + kConsumers * kConsumer) <= 65536, "register file");
+  static_assert(kConsumer % 8 == 0 && kProducer % 8 == 0, "setmaxnreg takes multiples of 8");
 };
 
-// Named barriers (0 is __syncthreads): the consumers' ping-pong turns use 1 and 2 (consumer.cuh),
-// each consumer warpgroup's TMA-store epilogue 3 + warpgroup (epilogue.cuh).
+// Named barriers (0 is __syncthreads, 16 in all): the consumers' ping-pong turns use
+// 1 .. kConsumerWGs (consumer.cuh), each consumer warpgroup's TMA-store epilogue the next ones
+// (Sm90FwdTraits::kEpilogueBarrierBase + warpgroup, epilogue.cuh).
 constexpr int kPingPongBarrierBase = 1;
-constexpr int kEpilogueBarrierBase = 3;
+// A ping-pong barrier joins two warpgroups: the one waiting for its turn and the one handing it on.
+constexpr int kPingPongBarrierThreads = 2 * kWarpgroupThreads;
 
 constexpr int kChunkCols = 64;         // columns per 128-byte swizzle chunk (16-bit elements)
 constexpr int kChunkRowBytes = 128;    // one row of a chunk plane
 constexpr int kSwizzleAtomBytes = 1024;  // 8 rows x 128 B: the swizzle repeats every 8 rows
 constexpr int kMaxSmemSm90 = 232448;   // 227 KB opt-in per block on H100/H200
-constexpr int kBlockMAll = 64 * kConsumerWarpgroups;  // query rows per tile, every config
+constexpr int kBlockMAll = kRowsPerConsumer * kConsumerWarpgroups;  // query rows per tile, shipped configs
 
 template <int kHeadDim_, int kBlockN_, int kStages_, bool kPingPong_, int kQStages_ = 1, bool kOTma_ = false,
-          int kSoftmaxChains_ = 1>
+          int kSoftmaxChains_ = 1, int kConsumerWGs_ = kConsumerWarpgroups>
 struct Sm90FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = kBlockMAll;                 // 128 query rows per tile
+  // Consumer warpgroups (64 query rows each). Three give every SM sub-partition's scheduler three
+  // consumer warps to interleave instead of two (ncu at D=64: schedulers idle half their cycles on
+  // latency stalls, perf-notes "ncu source counters"), at 160 registers per consumer thread.
+  static constexpr int kConsumerWGs = kConsumerWGs_;
+  static_assert(kConsumerWGs == 2 || kConsumerWGs == 3, "two or three consumer warpgroups");
+  static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWGs);
+  static constexpr int kConsumerThreads = kWarpgroupThreads * kConsumerWGs;
+  static constexpr int kEpilogueBarrierBase = kPingPongBarrierBase + kConsumerWGs;
+  static_assert(kEpilogueBarrierBase + kConsumerWGs <= 16, "named barriers");
+  static constexpr int kBlockM = kRowsPerConsumer * kConsumerWGs;  // query rows per tile
   static constexpr int kBlockN = kBlockN_;                   // keys per K/V block
   static constexpr int kStages = kStages_;                   // K/V ring depth
   static constexpr bool kPingPong = kPingPong_;              // alternate the two consumers' GEMMs
