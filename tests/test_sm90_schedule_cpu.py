@@ -15,7 +15,7 @@ _PROBE = r"""
 #include "flash_fwd_sm90/tile_scheduler.h"
 #include "flash_fwd_sm90/traits.h"
 using namespace flashattn::sm90;
-template <int D> int block_n(int seqlen_k) { return sm90_block_n<D>(seqlen_k); }
+template <int D> Sm90TileShape shape(int seqlen_k, bool causal) { return sm90_tile_shape<D>(seqlen_k, causal); }
 template <typename T> void oplanes(const char* name) {
   std::printf("oplanes %s %d %d %d %d\n", name, T::kOBufPlanes, T::kChunks, T::kSmemBytes, kMaxSmemSm90);
 }
@@ -35,15 +35,15 @@ int main() {
   for (int d : {64, 128, 256})
     for (int s : {512, 4096, 16384})
       for (int causal : {0, 1}) {
-        const int b = 16384 / s, h = 2048 / d, m_blocks = (s + kBlockMAll - 1) / kBlockMAll;
-        const int bn = d == 64 ? block_n<64>(s) : d == 128 ? block_n<128>(s) : block_n<256>(s);
+        const Sm90TileShape ts = d == 64 ? shape<64>(s, causal) : d == 128 ? shape<128>(s, causal) : shape<256>(s, causal);
+        const int b = 16384 / s, h = 2048 / d, bm = ts.block_m, bn = ts.block_n, m_blocks = (s + bm - 1) / bm;
         const int group = l2_group_heads(s, d, h, h, b);
         std::printf("group %d %d %d\n", d, s, group);
         for (int t = 0; t < m_blocks * b * h; ++t) {
           const TileCoord c = decode_tile(t, m_blocks, h, b * h, group);
-          const BlockRange r = block_range(c.m_block, kBlockMAll, bn, s, s, causal != 0, 0);
-          std::printf("tile %d %d %d %d %d %d %d %d %d\n", d, s, causal, t, c.m_block, c.batch, c.head_q, r.n_blocks,
-                      bn);
+          const BlockRange r = block_range(c.m_block, bm, bn, s, s, causal != 0, 0);
+          std::printf("tile %d %d %d %d %d %d %d %d %d %d\n", d, s, causal, t, c.m_block, c.batch, c.head_q, r.n_blocks,
+                      bm, bn);
         }
       }
 }
@@ -65,8 +65,8 @@ def probe(tmp_path_factory) -> dict:
         elif kind == "group":
             table["group"][tuple(vals[:2])] = vals[2]
         else:
-            d_, s, causal, t, m_block, batch, head, n_blocks, bn = vals
-            table["tiles"].setdefault((d_, s, causal), []).append((t, m_block, batch, head, n_blocks, bn))
+            d_, s, causal, t, m_block, batch, head, n_blocks, bm, bn = vals
+            table["tiles"].setdefault((d_, s, causal), []).append((t, m_block, batch, head, n_blocks, (bm, bn)))
     return table
 
 
@@ -109,7 +109,7 @@ def test_static_and_dynamic_hand_outs_cover_every_tile_once(probe: dict, grid: i
 def test_balance_model_walks_the_kernels_tile_order(probe: dict) -> None:
     model = load_repo_module("tools/sm90_schedule_model.py")
     for (d, s, causal), tiles in probe["tiles"].items():
-        assert model.block_n(d, s) == tiles[0][5], "the model's block N per head dim and length is the compiled one"
+        assert model.tile_shape(d, s, bool(causal)) == tiles[0][5], "the model's tile shape is the compiled one"
         work = model.tile_work(s, d, 16384 // s, 2048 // d, bool(causal), overhead=0.0)
         kernel = [n_blocks for _, _, _, _, n_blocks, _ in tiles]
         assert work == kernel, (d, s, causal)

@@ -18,17 +18,20 @@ import argparse
 import heapq
 import math
 
-BLOCK_M = 128
-BLOCK_N = {64: 128, 128: 128, 256: 64}  # Sm90DefaultConfig<D>::Traits::kBlockN
-BLOCK_N_LONG_KEYS = {64: 192}  # Sm90LongKeysConfig<D>, where distinct
+# (block M, block N) of the configs in traits.h, where distinct from the default.
+TILE_DEFAULT = {64: (128, 128), 128: (128, 128), 256: (128, 64)}  # Sm90DefaultConfig<D>
+TILE_LONG_KEYS = {64: (128, 192)}  # Sm90LongKeysConfig<D>: causal, seqlen_k >= LONG_KEYS_MIN
+TILE_NON_CAUSAL = {64: (192, 128)}  # Sm90NonCausalConfig<D>: no causal mask
 LONG_KEYS_MIN = 4096  # traits.h kSm90LongKeysMin
 
 
-def block_n(head_dim: int, seqlen_k: int) -> int:
-    """traits.h sm90_block_n: the key block of the config the launcher picks."""
-    if seqlen_k >= LONG_KEYS_MIN and head_dim in BLOCK_N_LONG_KEYS:
-        return BLOCK_N_LONG_KEYS[head_dim]
-    return BLOCK_N[head_dim]
+def tile_shape(head_dim: int, seqlen_k: int, causal: bool) -> tuple[int, int]:
+    """traits.h sm90_tile_shape: (block M, block N) of the config the launcher picks."""
+    if not causal and head_dim in TILE_NON_CAUSAL:
+        return TILE_NON_CAUSAL[head_dim]
+    if causal and seqlen_k >= LONG_KEYS_MIN and head_dim in TILE_LONG_KEYS:
+        return TILE_LONG_KEYS[head_dim]
+    return TILE_DEFAULT[head_dim]
 
 
 L2_GROUP_BUDGET = 8 << 20  # tile_scheduler.h kL2GroupBudgetBytes
@@ -42,7 +45,8 @@ def l2_group_heads(seqlen_k: int, head_dim: int, batch_heads: int) -> int:
 
 def tile_work(seqlen: int, head_dim: int, batch: int, heads: int, causal: bool, overhead: float) -> list[float]:
     """Work of tile t for t in the kernel's tile order (Sq = Sk = seqlen, top-left causal)."""
-    m_blocks = math.ceil(seqlen / BLOCK_M)
+    block_m, block_n = tile_shape(head_dim, seqlen, causal)
+    m_blocks = math.ceil(seqlen / block_m)
     batch_heads = batch * heads
     group = l2_group_heads(seqlen, head_dim, batch_heads)
     work = []
@@ -52,8 +56,8 @@ def tile_work(seqlen: int, head_dim: int, batch: int, heads: int, causal: bool, 
         heads_here = min(group, batch_heads - g * group)
         m_idx = within // heads_here
         m_block = m_blocks - 1 - m_idx
-        keys = min(seqlen, (m_block + 1) * BLOCK_M) if causal else seqlen
-        work.append(math.ceil(keys / block_n(head_dim, seqlen)) + overhead)
+        keys = min(seqlen, (m_block + 1) * block_m) if causal else seqlen
+        work.append(math.ceil(keys / block_n) + overhead)
     return work
 
 

@@ -103,7 +103,8 @@ using RealFn = bool (*)();
 struct Sm90Launcher {
   DType dtype;
   int head_dim;
-  bool long_keys;  // the Sm90LongKeysConfig instantiation (seqlen_k >= kSm90LongKeysMin)
+  Sm90ConfigKind kind;  // which calls it serves (traits.h sm90_config_kind)
+  int block_m;          // query rows per tile
   int smem_bytes;
   bool o_tma;  // O leaves through a TMA store (traits kOTma): O must be TMA-describable too
   LaunchFn launch_static;
@@ -112,43 +113,41 @@ struct Sm90Launcher {
   RealFn real_dynamic;
 };
 
-#define FLASHATTN_SM90_INSTANCE(CONFIG, T, DTYPE, D)                                                              \
+#define FLASHATTN_SM90_INSTANCE(CONFIG, KIND, T, DTYPE, D)                                                        \
   Sm90Launcher{DTYPE,                                                                                            \
                D,                                                                                                \
-               CONFIG<D>::kDistinct,                                                                             \
+               Sm90ConfigKind::KIND,                                                                             \
+               CONFIG<D>::Traits::kBlockM,                                                                       \
                CONFIG<D>::Traits::kSmemBytes,                                                                    \
                CONFIG<D>::Traits::kOTma,                                                                         \
                &run_fwd_sm90<CONFIG<D>::Traits, T, false>,                                                       \
                &run_fwd_sm90<CONFIG<D>::Traits, T, true>,                                                        \
                &kernel_is_real<CONFIG<D>::Traits, T, false>,                                                     \
                &kernel_is_real<CONFIG<D>::Traits, T, true>}
-static_assert(!Sm90LongKeysConfig<128>::kDistinct && !Sm90LongKeysConfig<256>::kDistinct,
-              "a distinct long-keys config needs its rows below and its instantiations (gen_instantiations.py)");
-// Default configs say kDistinct = false through this wrapper; the long-keys rows exist only for
-// head dims whose Sm90LongKeysConfig is distinct (and instantiated: tools/gen_instantiations.py).
-template <int D>
-struct DefaultRow {
-  static constexpr bool kDistinct = false;
-  using Traits = typename Sm90DefaultConfig<D>::Traits;
-};
+static_assert(!Sm90LongKeysConfig<128>::kDistinct && !Sm90LongKeysConfig<256>::kDistinct &&
+                  !Sm90NonCausalConfig<128>::kDistinct && !Sm90NonCausalConfig<256>::kDistinct,
+              "a distinct config needs its rows below and its instantiations (gen_instantiations.py)");
+// Rows for the non-default kinds exist only for head dims where that config is distinct.
 const Sm90Launcher kLaunchers[] = {
-    FLASHATTN_SM90_INSTANCE(DefaultRow, __nv_bfloat16, DType::kBFloat16, 64),
-    FLASHATTN_SM90_INSTANCE(DefaultRow, __nv_bfloat16, DType::kBFloat16, 128),
-    FLASHATTN_SM90_INSTANCE(DefaultRow, __nv_bfloat16, DType::kBFloat16, 256),
-    FLASHATTN_SM90_INSTANCE(DefaultRow, __half, DType::kFloat16, 64),
-    FLASHATTN_SM90_INSTANCE(DefaultRow, __half, DType::kFloat16, 128),
-    FLASHATTN_SM90_INSTANCE(DefaultRow, __half, DType::kFloat16, 256),
-    FLASHATTN_SM90_INSTANCE(Sm90LongKeysConfig, __nv_bfloat16, DType::kBFloat16, 64),
-    FLASHATTN_SM90_INSTANCE(Sm90LongKeysConfig, __half, DType::kFloat16, 64),
+    FLASHATTN_SM90_INSTANCE(Sm90DefaultConfig, kDefault, __nv_bfloat16, DType::kBFloat16, 64),
+    FLASHATTN_SM90_INSTANCE(Sm90DefaultConfig, kDefault, __nv_bfloat16, DType::kBFloat16, 128),
+    FLASHATTN_SM90_INSTANCE(Sm90DefaultConfig, kDefault, __nv_bfloat16, DType::kBFloat16, 256),
+    FLASHATTN_SM90_INSTANCE(Sm90DefaultConfig, kDefault, __half, DType::kFloat16, 64),
+    FLASHATTN_SM90_INSTANCE(Sm90DefaultConfig, kDefault, __half, DType::kFloat16, 128),
+    FLASHATTN_SM90_INSTANCE(Sm90DefaultConfig, kDefault, __half, DType::kFloat16, 256),
+    FLASHATTN_SM90_INSTANCE(Sm90LongKeysConfig, kLongKeys, __nv_bfloat16, DType::kBFloat16, 64),
+    FLASHATTN_SM90_INSTANCE(Sm90LongKeysConfig, kLongKeys, __half, DType::kFloat16, 64),
+    FLASHATTN_SM90_INSTANCE(Sm90NonCausalConfig, kNonCausal, __nv_bfloat16, DType::kBFloat16, 64),
+    FLASHATTN_SM90_INSTANCE(Sm90NonCausalConfig, kNonCausal, __half, DType::kFloat16, 64),
 };
 #undef FLASHATTN_SM90_INSTANCE
 constexpr int kNumLaunchers = sizeof(kLaunchers) / sizeof(kLaunchers[0]);
 
-int find_launcher(DType dtype, int head_dim, int seqlen_k) {
-  const int d = sm90_round_head_dim(head_dim);
-  const bool long_keys = sm90_uses_long_keys_config(d, seqlen_k);
+int find_launcher(const FwdParams& p) {
+  const int d = sm90_round_head_dim(p.head_dim);
+  const Sm90ConfigKind kind = sm90_config_kind(d, p.seqlen_k, p.causal);
   for (int i = 0; i < kNumLaunchers; ++i)
-    if (kLaunchers[i].dtype == dtype && kLaunchers[i].head_dim == d && kLaunchers[i].long_keys == long_keys) return i;
+    if (kLaunchers[i].dtype == p.dtype && kLaunchers[i].head_dim == d && kLaunchers[i].kind == kind) return i;
   return -1;
 }
 
@@ -176,10 +175,10 @@ bool flash_fwd_sm90_supported(const FwdParams& p, const DeviceLimits& dev) {
   if (!std::isfinite(p.softmax_scale) || !std::isfinite(p.scale_log2)) return false;
   if (p.o == nullptr || p.lse == nullptr || reinterpret_cast<uintptr_t>(p.o) % 4 != 0) return false;
   if (p.o_row_stride % 2 != 0 || p.o_head_stride % 2 != 0 || p.o_batch_stride % 2 != 0) return false;
-  const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + kBlockMAll - 1) / kBlockMAll;
-  if (m_blocks * p.batch * p.heads_q >= (int64_t(1) << 31)) return false;
-  const int i = find_launcher(p.dtype, p.head_dim, p.seqlen_k);
+  const int i = find_launcher(p);
   if (i < 0 || kLaunchers[i].smem_bytes > dev.max_smem_per_block) return false;
+  const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + kLaunchers[i].block_m - 1) / kLaunchers[i].block_m;
+  if (m_blocks * p.batch * p.heads_q >= (int64_t(1) << 31)) return false;
   const FwdTmaTensors t = fwd_tma_tensors(p);
   if (!tma_tensor_ok(t.q) || !tma_tensor_ok(t.k) || !tma_tensor_ok(t.v)) return false;
   if (kLaunchers[i].o_tma && !tma_tensor_ok(t.o)) return false;
@@ -188,14 +187,15 @@ bool flash_fwd_sm90_supported(const FwdParams& p, const DeviceLimits& dev) {
 }
 
 bool flash_fwd_sm90_wants_tile_counter(const FwdParams& p, const DeviceLimits& dev) {
-  return dev.cc_major == 9 && dev.cc_minor == 0 &&
-         sm90::dynamic_schedule_pays(p.causal, p.seqlen_q, static_cast<long long>(p.batch) * p.heads_q,
-                                     sm90::kBlockMAll, dev.sm_count);
+  if (dev.cc_major != 9 || dev.cc_minor != 0) return false;
+  const int i = sm90::find_launcher(p);
+  return i >= 0 && sm90::dynamic_schedule_pays(p.causal, p.seqlen_q, static_cast<long long>(p.batch) * p.heads_q,
+                                               sm90::kLaunchers[i].block_m, dev.sm_count);
 }
 
 cudaError_t flash_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream_t stream) {
   if (!flash_fwd_sm90_supported(p, dev)) return cudaErrorNotSupported;
-  const sm90::Sm90Launcher& l = sm90::kLaunchers[sm90::find_launcher(p.dtype, p.head_dim, p.seqlen_k)];
+  const sm90::Sm90Launcher& l = sm90::kLaunchers[sm90::find_launcher(p)];
   return p.tile_counter != nullptr ? l.launch_dynamic(p, dev, stream) : l.launch_static(p, dev, stream);
 }
 

@@ -139,22 +139,6 @@ struct Sm90DefaultConfig<64> {
   using Traits = Sm90FwdTraits<64, 128, 2, true>;
 };
 
-// A second config for long key sequences (seqlen_k >= kSm90LongKeysMin), where a larger key block
-// pays: fewer per-block fixed costs (barriers, the max/sum reductions' tails, the O rescale) per
-// key. At D=64, 192-key blocks with the softmax reductions in 4 chains: +4.4-6.0% at S = 4k and
-// 16k, but -4..-13% at S <= 1k (the longer first block and coarser causal edge), lab alternating
-// A/B (perf-notes "v11"). Head dims without one (kDistinct false) use the default everywhere.
-constexpr int kSm90LongKeysMin = 4096;
-template <int kHeadDim>
-struct Sm90LongKeysConfig {
-  static constexpr bool kDistinct = false;
-  using Traits = typename Sm90DefaultConfig<kHeadDim>::Traits;
-};
-template <>
-struct Sm90LongKeysConfig<64> {
-  static constexpr bool kDistinct = true;
-  using Traits = Sm90FwdTraits<64, 192, 2, true, 1, false, 4>;
-};
 template <>
 struct Sm90DefaultConfig<128> {
   // O through shared memory + TMA store: +22% at S=512, +12% at 1k, +2-4% at long S in the lab's
@@ -169,21 +153,77 @@ struct Sm90DefaultConfig<256> {
   using Traits = Sm90FwdTraits<256, 64, 2, true, 1, true>;
 };
 
+// Which compiled config serves a call (dispatch.cu), besides Sm90DefaultConfig:
+//   kNonCausal: calls without a causal mask. At D=64, three consumer warpgroups (192-row tiles):
+//     +4.9-7.4% at every S from 512 to 16k against the two-warpgroup configs (also against the
+//     long-keys one), but -13% causal at S <= 4k, where the coarser tiles mask more of the
+//     diagonal (lab alternating A/B, perf-notes "v12").
+//   kLongKeys: causal calls with seqlen_k >= kSm90LongKeysMin, where a larger key block pays: fewer
+//     per-block fixed costs (barriers, the reductions' tails, the O rescale) per key. At D=64,
+//     192-key blocks with the softmax reductions in 4 chains: +4.4-6.0% at S = 4k and 16k, but
+//     -4..-13% at S <= 1k (perf-notes "v11").
+// A head dim whose config of a kind is not distinct (kDistinct false) uses its default there, and
+// has no instantiation of it (tools/gen_instantiations.py).
+enum class Sm90ConfigKind { kDefault, kLongKeys, kNonCausal };
+constexpr int kSm90LongKeysMin = 4096;
+
+template <int kHeadDim>
+struct Sm90LongKeysConfig {
+  static constexpr bool kDistinct = false;
+  using Traits = typename Sm90DefaultConfig<kHeadDim>::Traits;
+};
+template <>
+struct Sm90LongKeysConfig<64> {
+  static constexpr bool kDistinct = true;
+  using Traits = Sm90FwdTraits<64, 192, 2, true, 1, false, 4>;
+};
+
+template <int kHeadDim>
+struct Sm90NonCausalConfig {
+  static constexpr bool kDistinct = false;
+  using Traits = typename Sm90DefaultConfig<kHeadDim>::Traits;
+};
+template <>
+struct Sm90NonCausalConfig<64> {
+  static constexpr bool kDistinct = true;
+  using Traits = Sm90FwdTraits<64, 128, 2, true, 1, false, 1, 3>;
+};
+
 // Head dims run by each instantiation: any multiple of 8 up to the instantiated one is served by
 // the next instantiation up (TMA zero-fills the missing columns, the epilogue clips them).
 constexpr int sm90_round_head_dim(int d) { return d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : 0; }
 
-// Key block of the config that serves (instantiated head dim, seqlen_k): what the launcher picks
-// (dispatch.cu) and what the schedule probes and model assume.
-constexpr bool sm90_uses_long_keys_config(int head_dim_instantiated, int seqlen_k) {
-  return seqlen_k >= kSm90LongKeysMin && (head_dim_instantiated == 64 ? Sm90LongKeysConfig<64>::kDistinct
-                                          : head_dim_instantiated == 128 ? Sm90LongKeysConfig<128>::kDistinct
-                                                                         : Sm90LongKeysConfig<256>::kDistinct);
+// The config kind that serves (head dim, seqlen_k, causal): what the launcher picks (dispatch.cu)
+// and what the schedule probe and model assume.
+template <int kHeadDim>
+constexpr Sm90ConfigKind sm90_config_kind(int seqlen_k, bool causal) {
+  return !causal && Sm90NonCausalConfig<kHeadDim>::kDistinct                              ? Sm90ConfigKind::kNonCausal
+         : causal && seqlen_k >= kSm90LongKeysMin && Sm90LongKeysConfig<kHeadDim>::kDistinct ? Sm90ConfigKind::kLongKeys
+                                                                                             : Sm90ConfigKind::kDefault;
+}
+constexpr Sm90ConfigKind sm90_config_kind(int head_dim_instantiated, int seqlen_k, bool causal) {
+  return head_dim_instantiated == 64    ? sm90_config_kind<64>(seqlen_k, causal)
+         : head_dim_instantiated == 128 ? sm90_config_kind<128>(seqlen_k, causal)
+                                        : sm90_config_kind<256>(seqlen_k, causal);
+}
+
+struct Sm90TileShape {
+  int block_m, block_n;
+};
+template <typename Traits>
+constexpr Sm90TileShape sm90_tile_shape_of() {
+  return {Traits::kBlockM, Traits::kBlockN};
 }
 template <int kHeadDim>
-constexpr int sm90_block_n(int seqlen_k) {
-  return sm90_uses_long_keys_config(kHeadDim, seqlen_k) ? Sm90LongKeysConfig<kHeadDim>::Traits::kBlockN
-                                                        : Sm90DefaultConfig<kHeadDim>::Traits::kBlockN;
+constexpr Sm90TileShape sm90_tile_shape(int seqlen_k, bool causal) {
+  switch (sm90_config_kind<kHeadDim>(seqlen_k, causal)) {
+    case Sm90ConfigKind::kNonCausal:
+      return sm90_tile_shape_of<typename Sm90NonCausalConfig<kHeadDim>::Traits>();
+    case Sm90ConfigKind::kLongKeys:
+      return sm90_tile_shape_of<typename Sm90LongKeysConfig<kHeadDim>::Traits>();
+    default:
+      return sm90_tile_shape_of<typename Sm90DefaultConfig<kHeadDim>::Traits>();
+  }
 }
 
 }  // namespace sm90
