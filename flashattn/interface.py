@@ -61,17 +61,19 @@ def _check_tensor(name: str, t, rank_min: int) -> None:
 def _check_common(q, k, v) -> None:
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"query, key and value must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if k.device != q.device or v.device != q.device:
+    # get_device() is an int (all three are CUDA tensors by now); .device builds an object per call.
+    if k.get_device() != q.get_device() or v.get_device() != q.get_device():
         raise ValueError(f"query, key and value must be on one device, got {q.device}, {k.device}, {v.device}")
     d = q.shape[-1]
     if d < MIN_HEAD_DIM or d > MAX_HEAD_DIM or d % 8 != 0:
         raise ValueError(
             f"head dim (query.shape[-1]) must be a multiple of 8 in [{MIN_HEAD_DIM}, {MAX_HEAD_DIM}], got {d}"
         )
-    if k.shape != v.shape:
-        raise ValueError(f"key and value must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-    if k.shape[-1] != d:
-        raise ValueError(f"key head dim must equal query head dim {d}, got key shape {tuple(k.shape)}")
+    k_shape = k.shape
+    if k_shape != v.shape:
+        raise ValueError(f"key and value must have the same shape, got {tuple(k_shape)} and {tuple(v.shape)}")
+    if k_shape[-1] != d:
+        raise ValueError(f"key head dim must equal query head dim {d}, got key shape {tuple(k_shape)}")
 
 
 def _scale(scale: float | None, d: int) -> float:
@@ -92,7 +94,7 @@ def _run(q4, k4, v4, scale: float, causal_mode: int, bhsd: bool = False):
             f"key/value sequence length must be >= 1 when query is not empty, got key shape {tuple(k4.shape)} "
             f"in {order} order (attention over no keys is undefined)"
         )
-    if not torch.compiler.is_compiling():
+    if _ext._EXT is None and not torch.compiler.is_compiling():  # (loaded at import: one attribute read)
         _ext.require_extension()
     return (_ops.fwd_bhsd if bhsd else _ops.fwd)(q4, k4, v4, scale, causal_mode, _backend)
 
