@@ -19,10 +19,10 @@ CAUSAL_BOTTOM_RIGHT = 2  # query i sees keys j <= i + Sk - Sq  (FlashAttention, 
 BACKENDS = ("auto", "portable", "hopper")
 
 _lib = torch.library.Library("flashattn", "DEF")
-_lib.define(
-    "fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, int causal_mode, str backend) "
-    "-> (Tensor out, Tensor lse)"
+_FWD_SIGNATURE = (
+    "(Tensor q, Tensor k, Tensor v, float softmax_scale, int causal_mode, str backend) -> (Tensor out, Tensor lse)"
 )
+_lib.define("fwd" + _FWD_SIGNATURE)
 
 
 @torch.library.register_fake("flashattn::fwd")
@@ -35,18 +35,13 @@ def _fwd_fake(q, k, v, softmax_scale, causal_mode, backend):
 
 # The same op on the torch layout (SDPA's [B, H, S, D]); out comes back in that layout, as the
 # transposed view of a [B, S, H, D] buffer that the fake kernel reproduces stride for stride.
-_lib.define(
-    "fwd_bhsd(Tensor q, Tensor k, Tensor v, float softmax_scale, int causal_mode, str backend) "
-    "-> (Tensor out, Tensor lse)"
-)
+_lib.define("fwd_bhsd" + _FWD_SIGNATURE)
 
 
 @torch.library.register_fake("flashattn::fwd_bhsd")
 def _fwd_bhsd_fake(q, k, v, softmax_scale, causal_mode, backend):
-    b, hq, sq, d = q.shape
-    out = q.new_empty((b, sq, hq, d)).transpose(1, 2)
-    lse = q.new_empty((b, hq, sq), dtype=torch.float32)
-    return out, lse
+    out, lse = _fwd_fake(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), softmax_scale, causal_mode, backend)
+    return out.transpose(1, 2), lse
 
 
 # Registers the CUDA implementations when the extension is built.

@@ -167,11 +167,15 @@ struct Sm90DefaultConfig<256> {
 enum class Sm90ConfigKind { kDefault, kLongKeys, kNonCausal };
 constexpr int kSm90LongKeysMin = 4096;
 
+// A kind's primary template: not distinct, i.e. the head dim's default config.
 template <int kHeadDim>
-struct Sm90LongKeysConfig {
+struct Sm90SameAsDefault {
   static constexpr bool kDistinct = false;
   using Traits = typename Sm90DefaultConfig<kHeadDim>::Traits;
 };
+
+template <int kHeadDim>
+struct Sm90LongKeysConfig : Sm90SameAsDefault<kHeadDim> {};
 template <>
 struct Sm90LongKeysConfig<64> {
   static constexpr bool kDistinct = true;
@@ -179,10 +183,7 @@ struct Sm90LongKeysConfig<64> {
 };
 
 template <int kHeadDim>
-struct Sm90NonCausalConfig {
-  static constexpr bool kDistinct = false;
-  using Traits = typename Sm90DefaultConfig<kHeadDim>::Traits;
-};
+struct Sm90NonCausalConfig : Sm90SameAsDefault<kHeadDim> {};
 template <>
 struct Sm90NonCausalConfig<64> {
   static constexpr bool kDistinct = true;
