@@ -24,6 +24,15 @@ int main() {
   oplanes<Sm90DefaultConfig<128>::Traits>("default128");
   oplanes<Sm90DefaultConfig<256>::Traits>("default256");
   oplanes<Sm90FwdTraits<64, 128, 2, true, 1, true>>("d64-otma");
+  // config kind (0 default, 1 long keys, 2 non-causal) and tile shape by instantiated head dim,
+  // seqlen_k and causal
+  for (int d : {64, 128, 256})
+    for (int sk : {1, 4095, 4096, 65536})
+      for (int causal : {0, 1}) {
+        const Sm90TileShape ts = d == 64 ? shape<64>(sk, causal) : d == 128 ? shape<128>(sk, causal) : shape<256>(sk, causal);
+        std::printf("kind %d %d %d %d %d %d\n", d, sk, causal, int(sm90_config_kind(d, sk, causal != 0)), ts.block_m,
+                    ts.block_n);
+      }
   // policy causal seqlen_q batch_heads sm_count -> 0/1
   for (int causal : {0, 1})
     for (long long s : {1LL, 127LL, 128LL, 129LL, 512LL, 4096LL, 16384LL})
@@ -53,14 +62,16 @@ int main() {
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory) -> dict:
     out = run_cpp_probe(tmp_path_factory, "sm90_schedule", _PROBE)
-    table: dict = {"policy": {}, "tiles": {}, "group": {}, "oplanes": {}}
+    table: dict = {"policy": {}, "tiles": {}, "group": {}, "oplanes": {}, "kind": {}}
     for line in out:
         kind, *vals = line.split()
         if kind == "oplanes":
             table["oplanes"][vals[0]] = tuple(int(x) for x in vals[1:])
             continue
         vals = [int(x) for x in vals]
-        if kind == "policy":
+        if kind == "kind":
+            table["kind"][tuple(vals[:3])] = tuple(vals[3:])
+        elif kind == "policy":
             table["policy"][tuple(vals[:4])] = bool(vals[4])
         elif kind == "group":
             table["group"][tuple(vals[:2])] = vals[2]
@@ -68,6 +79,21 @@ def probe(tmp_path_factory) -> dict:
             d_, s, causal, t, m_block, batch, head, n_blocks, bm, bn = vals
             table["tiles"].setdefault((d_, s, causal), []).append((t, m_block, batch, head, n_blocks, (bm, bn)))
     return table
+
+
+def test_config_kind_per_call(probe: dict) -> None:
+    """traits.h sm90_config_kind: D=64 without a mask runs the three-warpgroup config (192-row
+    tiles) at every length; causal D=64 the 192-key config from seqlen_k 4096; everything else,
+    and every D=128/256 call, the default."""
+    default, long_keys, non_causal = 0, 1, 2
+    assert len(probe["kind"]) == 3 * 4 * 2
+    for (d, sk, causal), (kind, bm, bn) in probe["kind"].items():
+        if d == 64 and not causal:
+            assert (kind, bm, bn) == (non_causal, 192, 128), (d, sk, causal)
+        elif d == 64 and sk >= 4096:
+            assert (kind, bm, bn) == (long_keys, 128, 192), (d, sk, causal)
+        else:
+            assert kind == default and bm == 128 and bn == (64 if d == 256 else 128), (d, sk, causal)
 
 
 def test_dynamic_schedule_only_for_unequal_tiles_beyond_one_wave(probe: dict) -> None:
