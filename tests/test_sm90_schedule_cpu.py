@@ -39,7 +39,7 @@ int main() {
       for (long long bh : {1LL, 8LL, 66LL, 132LL, 512LL})
         for (int sms : {78, 132})
           std::printf("policy %d %lld %lld %d %d\n", causal, s, bh, sms,
-                      int(dynamic_schedule_pays(causal != 0, s, bh, kBlockMAll, sms)));
+                      int(dynamic_schedule_pays(causal != 0, s, bh, 128, sms)));  // 128-row tiles
   // tile t of the standard grid -> m_block batch head n_blocks (top-left causal and not)
   for (int d : {64, 128, 256})
     for (int s : {512, 4096, 16384})

@@ -20,7 +20,7 @@ namespace sm90 {
 
 constexpr int kWarpgroupThreads = 128;
 constexpr int kRowsPerConsumer = 64;  // query rows per consumer warpgroup (wgmma M)
-// The shipped configs' consumer count, which the host-side tile policy assumes (dispatch.cu).
+// Consumer warpgroups unless a config says otherwise (Sm90FwdTraits::kConsumerWGs).
 constexpr int kConsumerWarpgroups = 2;
 // setmaxnreg budgets per warpgroup, by tile schedule (schedule.cuh) and consumer count. The
 // dynamic schedule's producer also runs the atomic and the tile ring: at 24 registers ptxas
@@ -46,7 +46,6 @@ constexpr int kChunkCols = 64;         // columns per 128-byte swizzle chunk (16
 constexpr int kChunkRowBytes = 128;    // one row of a chunk plane
 constexpr int kSwizzleAtomBytes = 1024;  // 8 rows x 128 B: the swizzle repeats every 8 rows
 constexpr int kMaxSmemSm90 = 232448;   // 227 KB opt-in per block on H100/H200
-constexpr int kBlockMAll = kRowsPerConsumer * kConsumerWarpgroups;  // query rows per tile, shipped configs
 
 template <int kHeadDim_, int kBlockN_, int kStages_, bool kPingPong_, int kQStages_ = 1, bool kOTma_ = false,
           int kSoftmaxChains_ = 1, int kConsumerWGs_ = kConsumerWarpgroups>
