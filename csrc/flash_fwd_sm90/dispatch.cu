@@ -182,7 +182,9 @@ bool flash_fwd_sm90_supported(const FwdParams& p, const DeviceLimits& dev) {
   const FwdTmaTensors t = fwd_tma_tensors(p);
   if (!tma_tensor_ok(t.q) || !tma_tensor_ok(t.k) || !tma_tensor_ok(t.v)) return false;
   if (kLaunchers[i].o_tma && !tma_tensor_ok(t.o)) return false;
-  if ((p.head_dim < kChunkCols || p.seqlen_q < 128 || p.seqlen_k < 256) && !small_tensor_boxes_ok(p.q)) return false;
+  // A box taller than the tensor: Q's box is the tile's block M rows (128 or 192), K/V's at most 256.
+  if ((p.head_dim < kChunkCols || p.seqlen_q < kLaunchers[i].block_m || p.seqlen_k < 256) && !small_tensor_boxes_ok(p.q))
+    return false;
   return launcher_available(i);
 }
 
