@@ -453,6 +453,9 @@ static const Variant kVariants[] = {
     VARIANT("d64-n128-s2-nopp", 64, 128, 2, false, 1),
     VARIANT("d64-n128-s3-pp", 64, 128, 3, true, 1),
     VARIANT("d64-n192-s2-pp", 64, 192, 2, true, 1),
+    // smaller key blocks: less masked work on a causal tile's diagonal block, more per-block cost
+    VARIANT("d64-n64-s2-pp", 64, 64, 2, true, 1),
+    VARIANT("d64-n96-s2-pp", 64, 96, 2, true, 1),
     VARIANT("d64-n128-s2-pp-q2", 64, 128, 2, true, 2),  // double-buffered Q (perf-notes "v6")
     VARIANT("d64-n128-s4-pp", 64, 128, 4, true, 1),
     VARIANT_O("d64-n128-s2-pp-otma", 64, 128, 2, true, 1, true),  // O through smem + TMA store
@@ -648,7 +651,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "variants") {  // each variant's correctness cases, then its timing
-    variants_table({"d64-3wg", "d128-3wg-n80", "d128-3wg-n64"});
+    variants_table({"d64-3wg", "d64-n96-s2-pp", "d64-n64-s2-pp", "d128-3wg-n80", "d128-3wg-n64"});
     return g_failures ? 1 : 0;
   }
 
