@@ -15,11 +15,12 @@
 //   convert P; O *= rescale; O += P V[0]; wait -> release V[0]
 //   normalize, store O and LSE
 //
-// With kPingPong the two consumer warpgroups also take turns issuing their GEMMs (named barriers
-// 1 and 2): each "issue" section above is entered with bar.sync on its own barrier and left with
-// bar.arrive on the other's, so one warpgroup's softmax runs while the other's GEMMs use the
-// tensor cores. Both warpgroups run identical section counts per tile (the tile's n_blocks + 1),
-// warpgroup 1 pre-arrives once at the start and warpgroup 0 absorbs that arrival at the end.
+// With kPingPong the consumer warpgroups also take turns issuing their GEMMs, in round-robin order
+// (named barriers 1 .. kConsumerWGs): each "issue" section above is entered with bar.sync on its
+// own barrier and left with bar.arrive on the next warpgroup's, so one warpgroup's softmax runs
+// while another's GEMMs use the tensor cores. All run identical section counts per tile (the
+// tile's n_blocks + 1); the last warpgroup pre-arrives once on warpgroup 0's barrier at the start
+// and warpgroup 0 absorbs that arrival at the end.
 #pragma once
 
 #include <cmath>
@@ -253,7 +254,8 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
     if (threadIdx.x % 128 == 0) bulk_wait_group_0();
   }
 
-  // Warpgroup 1's initial arrival on barrier 1 is one more than warpgroup 0's syncs on it.
+  // The last warpgroup's initial arrival on warpgroup 0's barrier is one more than warpgroup 0's
+  // syncs on it during the tiles: this sync takes it, so every arrival is matched.
   if (Traits::kPingPong && wg == 0) named_barrier_sync(kPingPongBarrierBase + 0, kPingPongBarrierThreads);
 }
 
