@@ -1,4 +1,4 @@
-// A consumer warpgroup of the Hopper forward kernel: 64 query rows of each 128-row tile.
+// A consumer warpgroup of the Hopper forward kernel: 64 query rows of each tile (kBlockM rows).
 //
 // Per tile, key blocks n = last .. 0 (masked blocks first, as in the portable kernel), with the
 // softmax of block n overlapped with the P V product of block n+1 (FlashAttention-3's

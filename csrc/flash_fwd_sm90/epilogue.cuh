@@ -60,7 +60,7 @@ __device__ __forceinline__ void store_o_lse(const Sm90Params& params, const floa
 }
 
 // o: this warpgroup's m64 x kHeadDim fragment (normalized). The warpgroup's rows are rows
-// [64 wg, 64 wg + 64) of each 128-row plane buffer, 1024-byte aligned, so its box is one 8 KB TMA
+// [64 wg, 64 wg + 64) of each kBlockM-row plane buffer, 1024-byte aligned, so its box is one 8 KB TMA
 // store per 64-column plane. Thread 0 of the warpgroup owns the bulk groups.
 template <typename Traits, typename Element, int kORegs>
 __device__ __forceinline__ void store_o_tma(const Sm90Params& params, uint32_t o_tile, const float (&o)[kORegs],

@@ -63,7 +63,7 @@ struct Sm90FwdTraits {
   static constexpr int kBlockM = kRowsPerConsumer * kConsumerWGs;  // query rows per tile
   static constexpr int kBlockN = kBlockN_;                   // keys per K/V block
   static constexpr int kStages = kStages_;                   // K/V ring depth
-  static constexpr bool kPingPong = kPingPong_;              // alternate the two consumers' GEMMs
+  static constexpr bool kPingPong = kPingPong_;              // the consumers take turns at the GEMMs
   static constexpr int kChunks = kHeadDim / kChunkCols;
 
   static_assert(kHeadDim % 64 == 0 && kHeadDim >= 64 && kHeadDim <= 256, "head dim 64, 128, 192 or 256");
@@ -104,9 +104,9 @@ struct Sm90FwdTraits {
   static constexpr int kTileRing = 2;
   static constexpr int kNumBarriers = 2 * kQStages + 4 * kStages + 2 * kTileRing;
   static constexpr int kTailBytes = 8 * kNumBarriers + 4 * kTileRing + kSwizzleAtomBytes;  // + alignment slack
-  // O buffer of the TMA-store epilogue, in 64-column planes of all 128 rows (16 KB each): the whole
-  // tile when it fits (D=128), else two planes that the epilogue streams the tile through (D=256
-  // with 64-key blocks; an even plane count, see below), else one.
+  // O buffer of the TMA-store epilogue, in 64-column planes of all kBlockM rows (16 KB each at 128
+  // rows): the whole tile when it fits (D=128), else two planes that the epilogue streams the tile
+  // through (D=256 with 64-key blocks; an even plane count, see below), else one.
   static constexpr bool o_planes_fit(int n) { return kOffO + n * kQChunkBytes + kTailBytes <= kMaxSmemSm90; }
   static constexpr int kOBufPlanes =
       !kOTma ? 0 : o_planes_fit(kChunks) ? kChunks : (o_planes_fit(2) && kChunks % 2 == 0) ? 2 : 1;
