@@ -89,21 +89,21 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
     p.tile_counter = tile_counter.data_ptr<int>();
   }
   cudaError_t err;
-  if (backend == "hopper") {
-    TORCH_CHECK(flashattn::flash_fwd_sm90_supported(p, dev),
-                "flashattn::fwd: backend 'hopper' needs a compute capability 9.0 GPU (found ", dev.cc_major, ".",
-                dev.cc_minor, "), an extension built with TORCH_CUDA_ARCH_LIST containing 9.0a (this build: ",
-                FLASHATTN_STR(FLASHATTN_ARCHS), "), and 16-byte aligned q/k/v with row/head/batch strides that "
-                "are multiples of 8 elements; use backend 'auto' or 'portable' otherwise");
-    err = flashattn::flash_fwd_sm90(p, dev, stream);
-  } else if (backend == "auto") {
-    // flash_fwd_sm90 checks flash_fwd_sm90_supported() itself and answers cudaErrorNotSupported
-    // before any launch (also for a tensor map the driver refused): no sticky error, so the
-    // portable path can run instead, and the check is not done twice per call.
-    err = flashattn::flash_fwd_sm90(p, dev, stream);
-    if (err == cudaErrorNotSupported) err = flashattn::flash_fwd(p, dev, stream);
-  } else {
+  if (backend == "portable") {
     err = flashattn::flash_fwd(p, dev, stream);
+  } else {
+    // flash_fwd_sm90 checks flash_fwd_sm90_supported() itself and answers cudaErrorNotSupported
+    // before any launch (also for a tensor map the driver refused): no sticky error, so 'auto' can
+    // run the portable path instead, and the check is made once per call.
+    err = flashattn::flash_fwd_sm90(p, dev, stream);
+    if (err == cudaErrorNotSupported) {
+      TORCH_CHECK(backend == "auto", "flashattn::fwd: backend 'hopper' needs a compute capability 9.0 GPU (found ",
+                  dev.cc_major, ".", dev.cc_minor,
+                  "), an extension built with TORCH_CUDA_ARCH_LIST containing 9.0a (this build: ",
+                  FLASHATTN_STR(FLASHATTN_ARCHS), "), and 16-byte aligned q/k/v with row/head/batch strides that "
+                  "are multiples of 8 elements; use backend 'auto' or 'portable' otherwise");
+      err = flashattn::flash_fwd(p, dev, stream);
+    }
   }
   TORCH_CHECK(err == cudaSuccess, "flashattn::fwd: kernel launch failed: ", cudaGetErrorString(err));
   return {out, lse};

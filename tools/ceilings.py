@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The ceilings the floors in docs/perf-notes.md are computed from, measured on the local GPU:
 dense bf16/fp16 matmul rate (torch.matmul, cuBLAS), device-to-device copy bandwidth (bytes read
-+ bytes written), and read-only bandwidth (a full reduction: what a kernel that only streams its
-inputs, like decode over a KV cache, can reach; the copy rate understates it by a few percent).
++ bytes written), and a read-only rate (a full reduction, torch.sum). On the H100 the latter came
+out below the copy rate (2.87-2.88 vs 2.96 TB/s, docs/perf-notes.md): torch.sum is no clean read-rate
+kernel, so the decode floor stays the copy rate and this line is reported only.
 usage: python tools/ceilings.py
 """
 

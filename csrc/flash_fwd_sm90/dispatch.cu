@@ -162,30 +162,35 @@ bool launcher_available(int i) {
   return v == 1;
 }
 
+// The launcher that serves `p` on this device, or -1 when the Hopper path cannot run it (what
+// flash_fwd_sm90_supported() answers; flash_fwd_sm90() launches the one it returns).
+int supported_launcher(const FwdParams& p, const DeviceLimits& dev) {
+  if (dev.cc_major != 9 || dev.cc_minor != 0) return -1;
+  if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return -1;
+  if (p.head_dim < 8 || p.head_dim > 256 || p.head_dim % 8 != 0) return -1;
+  if (p.batch < 1 || p.seqlen_q < 1 || p.seqlen_k < 1 || p.heads_q < 1 || p.heads_kv < 1) return -1;
+  if (p.heads_q % p.heads_kv != 0) return -1;
+  if (!std::isfinite(p.softmax_scale) || !std::isfinite(p.scale_log2)) return -1;
+  if (p.o == nullptr || p.lse == nullptr || reinterpret_cast<uintptr_t>(p.o) % 4 != 0) return -1;
+  if (p.o_row_stride % 2 != 0 || p.o_head_stride % 2 != 0 || p.o_batch_stride % 2 != 0) return -1;
+  const int i = find_launcher(p);
+  if (i < 0 || kLaunchers[i].smem_bytes > dev.max_smem_per_block) return -1;
+  const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + kLaunchers[i].block_m - 1) / kLaunchers[i].block_m;
+  if (m_blocks * p.batch * p.heads_q >= (int64_t(1) << 31)) return -1;
+  const FwdTmaTensors t = fwd_tma_tensors(p);
+  if (!tma_tensor_ok(t.q) || !tma_tensor_ok(t.k) || !tma_tensor_ok(t.v)) return -1;
+  if (kLaunchers[i].o_tma && !tma_tensor_ok(t.o)) return -1;
+  // A box taller than the tensor: Q's box is the tile's block M rows (128 or 192), K/V's at most 256.
+  if ((p.head_dim < kChunkCols || p.seqlen_q < kLaunchers[i].block_m || p.seqlen_k < 256) && !small_tensor_boxes_ok(p.q))
+    return -1;
+  return launcher_available(i) ? i : -1;
+}
+
 }  // namespace
 }  // namespace sm90
 
 bool flash_fwd_sm90_supported(const FwdParams& p, const DeviceLimits& dev) {
-  using namespace sm90;
-  if (dev.cc_major != 9 || dev.cc_minor != 0) return false;
-  if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return false;
-  if (p.head_dim < 8 || p.head_dim > 256 || p.head_dim % 8 != 0) return false;
-  if (p.batch < 1 || p.seqlen_q < 1 || p.seqlen_k < 1 || p.heads_q < 1 || p.heads_kv < 1) return false;
-  if (p.heads_q % p.heads_kv != 0) return false;
-  if (!std::isfinite(p.softmax_scale) || !std::isfinite(p.scale_log2)) return false;
-  if (p.o == nullptr || p.lse == nullptr || reinterpret_cast<uintptr_t>(p.o) % 4 != 0) return false;
-  if (p.o_row_stride % 2 != 0 || p.o_head_stride % 2 != 0 || p.o_batch_stride % 2 != 0) return false;
-  const int i = find_launcher(p);
-  if (i < 0 || kLaunchers[i].smem_bytes > dev.max_smem_per_block) return false;
-  const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + kLaunchers[i].block_m - 1) / kLaunchers[i].block_m;
-  if (m_blocks * p.batch * p.heads_q >= (int64_t(1) << 31)) return false;
-  const FwdTmaTensors t = fwd_tma_tensors(p);
-  if (!tma_tensor_ok(t.q) || !tma_tensor_ok(t.k) || !tma_tensor_ok(t.v)) return false;
-  if (kLaunchers[i].o_tma && !tma_tensor_ok(t.o)) return false;
-  // A box taller than the tensor: Q's box is the tile's block M rows (128 or 192), K/V's at most 256.
-  if ((p.head_dim < kChunkCols || p.seqlen_q < kLaunchers[i].block_m || p.seqlen_k < 256) && !small_tensor_boxes_ok(p.q))
-    return false;
-  return launcher_available(i);
+  return sm90::supported_launcher(p, dev) >= 0;
 }
 
 bool flash_fwd_sm90_wants_tile_counter(const FwdParams& p, const DeviceLimits& dev) {
@@ -196,8 +201,9 @@ bool flash_fwd_sm90_wants_tile_counter(const FwdParams& p, const DeviceLimits& d
 }
 
 cudaError_t flash_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream_t stream) {
-  if (!flash_fwd_sm90_supported(p, dev)) return cudaErrorNotSupported;
-  const sm90::Sm90Launcher& l = sm90::kLaunchers[sm90::find_launcher(p)];
+  const int i = sm90::supported_launcher(p, dev);
+  if (i < 0) return cudaErrorNotSupported;
+  const sm90::Sm90Launcher& l = sm90::kLaunchers[i];
   return p.tile_counter != nullptr ? l.launch_dynamic(p, dev, stream) : l.launch_static(p, dev, stream);
 }
 

@@ -91,7 +91,7 @@ __device__ __forceinline__ void store_o_tma(const Sm90Params& params, uint32_t o
   if constexpr (Traits::kOBufPlanes == Traits::kChunks) {
     // The whole tile fits: one wait for the previous tile's store to have read the buffer, one
     // write, one store group.
-    if (tid == 0) bulk_wait_group_read_0();
+    if (tid == 0) bulk_wait_group_read<0>();
     named_barrier_sync(Traits::kEpilogueBarrierBase + wg, kWarpgroupThreads);
     write_slices(0, kORegs / 4, 0);
     fence_proxy_async();

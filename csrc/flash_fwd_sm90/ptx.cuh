@@ -183,14 +183,13 @@ __device__ __forceinline__ void tma_store_4d(const void* tmap, uint32_t src, int
                : "memory");
 }
 __device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-// This thread's bulk groups have finished reading their shared-memory sources (the buffer may be
-// rewritten) / have completed (the writes are done).
-__device__ __forceinline__ void bulk_wait_group_read_0() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
-// At most N of this thread's bulk groups still reading their shared-memory sources.
+// At most N of this thread's bulk groups still reading their shared-memory sources (0: every
+// buffer they read may be rewritten).
 template <int N>
 __device__ __forceinline__ void bulk_wait_group_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
 }
+// This thread's bulk groups have completed (the writes are done).
 __device__ __forceinline__ void bulk_wait_group_0() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 // Generic-proxy shared-memory writes made visible to the async proxy (TMA) that reads them next.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }

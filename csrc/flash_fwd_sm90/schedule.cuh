@@ -92,7 +92,7 @@ struct ConsumerSchedule {
   }
 
  private:
-  // Every consumer thread reads the slot, then releases it (tile_empty counts all 256).
+  // Every consumer thread reads the slot, then releases it (tile_empty counts every consumer thread).
   __device__ __forceinline__ int receive() {
     const int slot = tile_ring_slot<Traits>(received);
     sm.wait(sm.tile_full(slot), tile_ring_parity<Traits>(received), kTagConsumerTileFull);

@@ -32,7 +32,7 @@ struct SmemMap {
   __device__ __forceinline__ uint32_t o() const { return base + Traits::kOffO; }  // kOTma only
 
   // Barriers. *_full: the producer's arrive.expect_tx (count 1) + the TMA transaction bytes.
-  // *_empty: one arrival from each of the 256 consumer threads once it no longer reads the buffer.
+  // *_empty: one arrival from each consumer thread (Traits::kConsumerThreads) once it no longer reads the buffer.
   __device__ __forceinline__ uint32_t bar(int i) const { return base + Traits::kOffBarriers + 8 * i; }
   static constexpr int kQ = Traits::kQStages;
   __device__ __forceinline__ uint32_t q_full(int s) const { return bar(s); }

@@ -78,7 +78,8 @@ struct Sm90FwdTraits {
 
   // Q buffers. With 2 the producer loads the next tile's Q while the consumers still read this
   // one's, so they start a tile without waiting for its Q (at S = 512 a tile is only 4 key blocks
-  // and that wait is one of its fixed costs). A lab variant until measured: docs/perf-notes.md "v6".
+  // and that wait is one of its fixed costs). Measured no gain (0.987-0.995, perf-notes "v6"): the
+  // compiled configs keep one.
   static constexpr int kQStages = kQStages_;
   static_assert(kQStages == 1 || kQStages == 2, "one or two Q buffers");
 
@@ -90,7 +91,8 @@ struct Sm90FwdTraits {
   static constexpr bool kOTma = kOTma_;
 
   // Independent accumulators per row for the softmax's max and sum reductions (softmax.cuh): 1 is
-  // one dependent chain through a key block. A lab variant until measured (perf-notes "v11").
+  // one dependent chain through a key block. Alone within noise (perf-notes "v11"); the D=64
+  // long-keys config uses 4.
   static constexpr int kSoftmaxChains = kSoftmaxChains_;
 
   // Shared-memory map, offsets from a 1024-byte-aligned base (the swizzle needs it).
