@@ -1,0 +1,54 @@
+// Picks the backward instantiation for (dtype, head dim, device) and launches it. Only declares
+// the launcher template: the definitions are the explicit instantiations in instantiations/.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "api.h"
+#include "registry.h"
+
+namespace flashattn {
+
+template <typename Traits, typename Element>
+cudaError_t run_bwd(const BwdParams& p, cudaStream_t stream);
+
+namespace {
+
+using LaunchFn = cudaError_t (*)(const BwdParams&, cudaStream_t);
+
+struct BwdLauncher {
+  DType dtype;
+  int head_dim;
+  BwdTileVariant variant;
+  LaunchFn launch;
+};
+
+template <typename T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<__half>() { return DType::kFloat16; }
+template <>
+constexpr DType dtype_of<__nv_bfloat16>() { return DType::kBFloat16; }
+
+#define FLASHATTN_BWD_INSTANCE(T, D, V) \
+  BwdLauncher{dtype_of<T>(), D, BwdTileVariant::V, &run_bwd<BwdTileConfig<D, BwdTileVariant::V>::Traits, T>},
+constexpr BwdLauncher kLaunchers[] = {
+#include "instantiations/registry.inc"
+};
+#undef FLASHATTN_BWD_INSTANCE
+
+}  // namespace
+
+int flash_bwd_block_m(int head_dim, const DeviceLimits& dev) {
+  const BwdConfigInfo* config = select_bwd_config(head_dim, dev.max_smem_per_block);
+  return config == nullptr ? 0 : config->block_m;
+}
+
+cudaError_t flash_bwd(const BwdParams& p, const DeviceLimits& dev, cudaStream_t stream) {
+  const BwdConfigInfo* config = select_bwd_config(p.head_dim, dev.max_smem_per_block);
+  if (config == nullptr) return cudaErrorInvalidValue;
+  for (const BwdLauncher& l : kLaunchers)
+    if (l.dtype == p.dtype && l.head_dim == config->head_dim && l.variant == config->variant) return l.launch(p, stream);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace flashattn

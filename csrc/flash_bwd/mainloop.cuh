@@ -1,0 +1,381 @@
+// Backward, step 2 of 3: the main kernel (sm80+, mma.sync), FlashAttention-2's structure.
+//
+// One thread block per (batch, K/V head, block of kBlockN keys). K and V stay in shared memory;
+// the block walks every query head of its GQA group and, per head, the query blocks that can see
+// its keys, so dK and dV are summed over the group in registers and K/V are never repeated.
+// Per step (one query block of one head), with P = exp2(S * scale_log2 - lse_log2):
+//   wait for Q, dO, lse, dpsum of this step -> barrier -> start loading the next step's
+//   A: S^T = K Q^T, dP^T = V dO^T; P^T and dS^T = P^T * (dP^T - dpsum) to shared memory
+//   barrier
+//   B: dV += P^T dO, dK += dS^T Q
+//   C: dQ_partial = dS K, added into the float32 dq_accum (atomics; in deterministic mode after
+//      the key blocks before this one, see dq_semaphore in params.h)
+// The first barrier publishes this step's Q/dO and proves every warp has left the previous step's
+// phases B and C, whose P^T/dS^T buffers phase A overwrites and whose Q/dO stage the next load
+// reuses. The second publishes P^T and dS^T.
+//
+// softmax_scale is applied once at the end: dK in the epilogue below, dQ in convert.cuh.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "../common/softmax_math.cuh"
+#include "../flash_fwd/gmem_tile.cuh"
+#include "../flash_fwd/ptx.cuh"
+#include "params.h"
+
+namespace flashattn {
+
+// 4-byte global->shared copy, zero-filled when !pred (lse and dpsum of rows past Sq).
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, bool pred) {
+  const int src_bytes = pred ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+
+__device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v));
+}
+
+template <typename Traits, typename Element>
+__global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __grid_constant__ BwdParams p,
+                                                                      const int num_n_blocks) {
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kStride = Traits::kSmemStride;
+  constexpr int kPStride = Traits::kPStride;
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  Element* sK = reinterpret_cast<Element*>(smem_raw);
+  Element* sV = sK + Traits::kSmemK;
+  Element* sQ = sV + Traits::kSmemV;
+  Element* sdO = sQ + Traits::kSmemQ;
+  Element* sP = sdO + Traits::kSmemDO;
+  Element* sdS = sP + Traits::kSmemP;
+  float* sLse = reinterpret_cast<float*>(sdS + Traits::kSmemDS);
+  float* sDpsum = sLse + Traits::kStages * kBlockM;
+
+  // Key blocks vary fastest: the blocks of one (batch, head) run side by side and share their
+  // Q/dO reads in L2, and in deterministic mode block n waits only on lower-numbered blocks, which
+  // were scheduled before it.
+  const int n_block = static_cast<int>(blockIdx.x % num_n_blocks);
+  const int bh = static_cast<int>(blockIdx.x / num_n_blocks);
+  const int head_kv = bh % p.heads_kv;
+  const int batch = bh / p.heads_kv;
+  const int group = p.heads_q / p.heads_kv;
+  const int n0 = n_block * kBlockN;
+
+  // Query blocks that see a key of this block: rows i with i + causal_offset >= n0.
+  int m_begin = 0;
+  if (p.causal) m_begin = max(0, n0 - p.causal_offset) / kBlockM;
+  const int m_end = (p.seqlen_q + kBlockM - 1) / kBlockM;
+  const int m_steps = max(0, m_end - m_begin);
+  const int steps = m_steps * group;
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+
+  const Element* k_gmem = static_cast<const Element*>(p.k) + batch * p.k_batch_stride + head_kv * p.k_head_stride;
+  const Element* v_gmem = static_cast<const Element*>(p.v) + batch * p.v_batch_stride + head_kv * p.v_head_stride;
+  const Element* q_batch = static_cast<const Element*>(p.q) + batch * p.q_batch_stride;
+  const Element* do_batch = static_cast<const Element*>(p.dout) + batch * p.do_batch_stride;
+
+  // Step t is query block m_begin + t % m_steps of query head head_kv * group + t / m_steps.
+  auto load_q_do = [&](int t) {
+    const int hq = head_kv * group + t / m_steps;
+    const int m0 = (m_begin + t % m_steps) * kBlockM;
+    const int stage = Traits::kStages == 2 ? t % 2 : 0;
+    const uint32_t stage_bytes = stage * Traits::kSmemQStage * 2;
+    const GmemTileLoader<Traits, kBlockM, Element> ql(q_batch + hq * p.q_head_stride, p.q_row_stride, sQ, p.head_dim);
+    const GmemTileLoader<Traits, kBlockM, Element> dl(do_batch + hq * p.do_head_stride, p.do_row_stride, sdO,
+                                                      p.head_dim);
+    ql.load(m0, p.seqlen_q - m0, stage_bytes, p.q_row_stride);
+    dl.load(m0, p.seqlen_q - m0, stage_bytes, p.do_row_stride);
+    if (threadIdx.x < kBlockM) {
+      const int64_t row = (static_cast<int64_t>(batch) * p.heads_q + hq) * p.seqlen_q + m0 + threadIdx.x;
+      const bool ok = m0 + static_cast<int>(threadIdx.x) < p.seqlen_q;
+      cp_async_4(smem_addr(sLse + stage * kBlockM + threadIdx.x), ok ? p.lse + row : p.lse, ok);
+      cp_async_4(smem_addr(sDpsum + stage * kBlockM + threadIdx.x), ok ? p.dpsum + row : p.dpsum, ok);
+    }
+  };
+
+  if (steps > 0) {
+    const GmemTileLoader<Traits, kBlockN, Element> k_loader(k_gmem, p.k_row_stride, sK, p.head_dim);
+    const GmemTileLoader<Traits, kBlockN, Element> v_loader(v_gmem, p.v_row_stride, sV, p.head_dim);
+    k_loader.load(n0, p.seqlen_k - n0, 0, p.k_row_stride);
+    v_loader.load(n0, p.seqlen_k - n0, 0, p.v_row_stride);
+    load_q_do(0);
+  }
+  cp_async_commit();
+
+  // dV and dK accumulators, phase B's layout: warp (wn, wd) owns keys wn * kBWarpRows.. and head
+  // dims wd * kBWarpCols..; element (mt, nt, e) is key row mt*16 + lane/4 + (e/2)*8, column
+  // nt*8 + (lane%4)*2 + e%2 of the warp tile.
+  constexpr int kBMTiles = Traits::kBMTiles;
+  constexpr int kBNTiles = Traits::kBNTiles;
+  float dv[kBMTiles][kBNTiles][4];
+  float dk[kBMTiles][kBNTiles][4];
+#pragma unroll
+  for (int mt = 0; mt < kBMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kBNTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dv[mt][nt][e] = dk[mt][nt][e] = 0.f;
+
+  // Phase A warp tile: keys a_row0.., queries a_col0.. of the step's block.
+  const int a_row0 = (warp % Traits::kAWarpsN) * (kBlockN / Traits::kAWarpsN);
+  const int a_col0 = (warp / Traits::kAWarpsN) * (kBlockM / Traits::kAWarpsM);
+  const int b_row0 = (warp % Traits::kBWarpsN) * (kBlockN / Traits::kBWarpsN);
+  const int b_col0 = (warp / Traits::kBWarpsN) * (Traits::kHeadDim / Traits::kBWarpsD);
+  const int c_row0 = (warp % Traits::kCWarpsM) * (kBlockM / Traits::kCWarpsM);
+  const int c_col0 = (warp / Traits::kCWarpsM) * (Traits::kHeadDim / Traits::kCWarpsD);
+
+  // Per-lane ldmatrix addresses (fragment layouts: ../flash_fwd/ptx.cuh and kernel.cuh):
+  //  A operand, row-major in smem (K, V in phase A; P^T, dS^T in phase B): row lane%16, k-half lane/16
+  //  B operand stored [n][k] (Q, dO in phase A): row lane%8 + 8*(lane/16), k-half (lane/8)%2
+  //  B operand stored [k][n], .trans (dO, Q in phase B; K in phase C): k-row lane%8 + 8*((lane/8)%2),
+  //    n-half lane/16
+  //  A operand stored [k][m], .trans (dS in phase C, from dS^T): k-row lane%8 + 8*(lane/16), m-half (lane/8)%2
+  const uint32_t a_k = smem_addr(sK + (a_row0 + lane % 16) * kStride + (lane / 16) * 8);
+  const uint32_t a_v = smem_addr(sV + (a_row0 + lane % 16) * kStride + (lane / 16) * 8);
+  const uint32_t a_q = smem_addr(sQ + (a_col0 + lane % 8 + (lane / 16) * 8) * kStride + ((lane / 8) % 2) * 8);
+  const uint32_t a_do = smem_addr(sdO + (a_col0 + lane % 8 + (lane / 16) * 8) * kStride + ((lane / 8) % 2) * 8);
+  const uint32_t b_p = smem_addr(sP + (b_row0 + lane % 16) * kPStride + (lane / 16) * 8);
+  const uint32_t b_ds = smem_addr(sdS + (b_row0 + lane % 16) * kPStride + (lane / 16) * 8);
+  const uint32_t b_do = smem_addr(sdO + (lane % 8 + ((lane / 8) % 2) * 8) * kStride + b_col0 + (lane / 16) * 8);
+  const uint32_t b_q = smem_addr(sQ + (lane % 8 + ((lane / 8) % 2) * 8) * kStride + b_col0 + (lane / 16) * 8);
+  const uint32_t c_ds = smem_addr(sdS + (lane % 8 + (lane / 16) * 8) * kPStride + c_row0 + ((lane / 8) % 2) * 8);
+  const uint32_t c_k = smem_addr(sK + (lane % 8 + ((lane / 8) % 2) * 8) * kStride + c_col0 + (lane / 16) * 8);
+  // Where this lane writes P^T / dS^T: row lane/4 (+8), column pair (lane%4)*2 of each accumulator tile.
+  const uint32_t w_p = smem_addr(sP + (a_row0 + lane / 4) * kPStride + a_col0 + (lane % 4) * 2);
+  const uint32_t w_ds = smem_addr(sdS + (a_row0 + lane / 4) * kPStride + a_col0 + (lane % 4) * 2);
+
+  auto step = [&](const int t, auto masked) {
+    constexpr bool kMasked = decltype(masked)::value;
+    constexpr int kAMTiles = Traits::kAMTiles;
+    constexpr int kANTiles = Traits::kANTiles;
+    const int hq = head_kv * group + t / m_steps;
+    const int m_block = m_begin + t % m_steps;
+    const int m0 = m_block * kBlockM;
+    const int stage = Traits::kStages == 2 ? t % 2 : 0;
+    const uint32_t q_stage = stage * Traits::kSmemQStage * 2;
+
+    cp_async_wait<0>();
+    __syncthreads();
+    if (Traits::kStages == 2 && t + 1 < steps) load_q_do(t + 1);
+    cp_async_commit();
+
+    // ---- Phase A: S^T = K Q^T, dP^T = V dO^T.
+    float s[kAMTiles][kANTiles][4];
+    float dp[kAMTiles][kANTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kAMTiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kANTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = dp[mt][nt][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
+      uint32_t a[kAMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kAMTiles; ++mt) ldmatrix_x4(a[mt], a_k + (mt * 16 * kStride + kk * 16) * 2);
+#pragma unroll
+      for (int np = 0; np < kANTiles / 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b, a_q + q_stage + (np * 16 * kStride + kk * 16) * 2);
+#pragma unroll
+        for (int mt = 0; mt < kAMTiles; ++mt) {
+          mma_m16n8k16<Element>(s[mt][2 * np], a[mt], b[0], b[1]);
+          mma_m16n8k16<Element>(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
+      uint32_t a[kAMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kAMTiles; ++mt) ldmatrix_x4(a[mt], a_v + (mt * 16 * kStride + kk * 16) * 2);
+#pragma unroll
+      for (int np = 0; np < kANTiles / 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b, a_do + q_stage + (np * 16 * kStride + kk * 16) * 2);
+#pragma unroll
+        for (int mt = 0; mt < kAMTiles; ++mt) {
+          mma_m16n8k16<Element>(dp[mt][2 * np], a[mt], b[0], b[1]);
+          mma_m16n8k16<Element>(dp[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+
+    // P^T = exp2(S^T * scale_log2 - lse * log2(e)); a row that sees no key has lse = -inf and
+    // must get P = 0, so its lse is taken as +inf (exp2(s - inf) = 0) rather than -inf (NaN).
+    const float* lse_s = sLse + stage * kBlockM + a_col0 + (lane % 4) * 2;
+    const float* dpsum_s = sDpsum + stage * kBlockM + a_col0 + (lane % 4) * 2;
+#pragma unroll
+    for (int nt = 0; nt < kANTiles; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const float lse_raw = lse_s[nt * 8 + c];
+        const float lse2 = lse_raw == -INFINITY ? INFINITY : lse_raw * 1.4426950408889634f;
+        const float dpsum = dpsum_s[nt * 8 + c];
+#pragma unroll
+        for (int mt = 0; mt < kAMTiles; ++mt)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int e = r * 2 + c;
+            float pv = ex2(s[mt][nt][e] * p.scale_log2 - lse2);
+            if constexpr (kMasked) {
+              const int key = n0 + a_row0 + mt * 16 + lane / 4 + r * 8;
+              const int query = m0 + a_col0 + nt * 8 + (lane % 4) * 2 + c;
+              if (key >= p.seqlen_k || query >= p.seqlen_q || (p.causal && key > query + p.causal_offset)) pv = 0.f;
+            }
+            s[mt][nt][e] = pv;
+            dp[mt][nt][e] = pv * (dp[mt][nt][e] - dpsum);
+          }
+      }
+#pragma unroll
+    for (int mt = 0; mt < kAMTiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kANTiles; ++nt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const uint32_t off = ((mt * 16 + r * 8) * kPStride + nt * 8) * 2;
+          st_shared_b32(w_p + off, pack2<Element>(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+          st_shared_b32(w_ds + off, pack2<Element>(dp[mt][nt][2 * r], dp[mt][nt][2 * r + 1]));
+        }
+    __syncthreads();
+
+    // ---- Phase B: dV += P^T dO, dK += dS^T Q (k = this step's queries).
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk) {
+      uint32_t ap[kBMTiles][4], ads[kBMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kBMTiles; ++mt) {
+        ldmatrix_x4(ap[mt], b_p + (mt * 16 * kPStride + kk * 16) * 2);
+        ldmatrix_x4(ads[mt], b_ds + (mt * 16 * kPStride + kk * 16) * 2);
+      }
+#pragma unroll
+      for (int np = 0; np < kBNTiles / 2; ++np) {
+        uint32_t bd[4], bq[4];
+        ldmatrix_x4_trans(bd, b_do + q_stage + (kk * 16 * kStride + np * 16) * 2);
+        ldmatrix_x4_trans(bq, b_q + q_stage + (kk * 16 * kStride + np * 16) * 2);
+#pragma unroll
+        for (int mt = 0; mt < kBMTiles; ++mt) {
+          mma_m16n8k16<Element>(dv[mt][2 * np], ap[mt], bd[0], bd[1]);
+          mma_m16n8k16<Element>(dv[mt][2 * np + 1], ap[mt], bd[2], bd[3]);
+          mma_m16n8k16<Element>(dk[mt][2 * np], ads[mt], bq[0], bq[1]);
+          mma_m16n8k16<Element>(dk[mt][2 * np + 1], ads[mt], bq[2], bq[3]);
+        }
+      }
+    }
+
+    // ---- Phase C: dQ_partial = dS K (k = this block's keys), added to dq_accum.
+    constexpr int kCMTiles = Traits::kCMTiles;
+    constexpr int kCNTiles = Traits::kCNTiles;
+    float dq[kCMTiles][kCNTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kCMTiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kCNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dq[mt][nt][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      uint32_t a[kCMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kCMTiles; ++mt) ldmatrix_x4_trans(a[mt], c_ds + (kk * 16 * kPStride + mt * 16) * 2);
+#pragma unroll
+      for (int np = 0; np < kCNTiles / 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, c_k + (kk * 16 * kStride + np * 16) * 2);
+#pragma unroll
+        for (int mt = 0; mt < kCMTiles; ++mt) {
+          mma_m16n8k16<Element>(dq[mt][2 * np], a[mt], b[0], b[1]);
+          mma_m16n8k16<Element>(dq[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+
+    int* ticket = nullptr;
+    if (p.dq_semaphore != nullptr) {
+      // Wait until key blocks 0..n_block-1 have added their share of this query block: every one
+      // of them sees it (m_begin grows with n_block), so the count reaches exactly n_block.
+      ticket = p.dq_semaphore + (static_cast<int64_t>(batch) * p.heads_q + hq) * ((p.seqlen_q + kBlockM - 1) / kBlockM) +
+               m_block;
+      if (threadIdx.x == 0) {
+        while (*reinterpret_cast<volatile int*>(ticket) != n_block) {
+        }
+        __threadfence();
+      }
+      __syncthreads();
+    }
+    float* dq_rows = p.dq_accum + (static_cast<int64_t>(batch) * p.heads_q + hq) * p.seqlen_q * p.head_dim;
+#pragma unroll
+    for (int mt = 0; mt < kCMTiles; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = m0 + c_row0 + mt * 16 + lane / 4 + r * 8;
+        if (row < p.seqlen_q) {
+#pragma unroll
+          for (int nt = 0; nt < kCNTiles; ++nt) {
+            const int col = c_col0 + nt * 8 + (lane % 4) * 2;
+            if (col < p.head_dim) {
+              float* dst = dq_rows + static_cast<int64_t>(row) * p.head_dim + col;
+              atomicAdd(dst, dq[mt][nt][2 * r]);
+              atomicAdd(dst + 1, dq[mt][nt][2 * r + 1]);
+            }
+          }
+        }
+      }
+    if (ticket != nullptr) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) atomicAdd(ticket, 1);
+    }
+    if constexpr (Traits::kStages == 1) {
+      if (t + 1 < steps) {
+        __syncthreads();  // every warp is done with this step's Q/dO before the next overwrites them
+        load_q_do(t + 1);
+        cp_async_commit();
+      }
+    }
+  };
+
+  // Under causal masking the first query blocks straddle the diagonal; later ones see every key
+  // of the block. The tail blocks of Sq and Sk are masked too.
+  const bool keys_partial = n0 + kBlockN > p.seqlen_k;
+  for (int t = 0; t < steps; ++t) {
+    const int m0 = (m_begin + t % m_steps) * kBlockM;
+    const bool masked = keys_partial || m0 + kBlockM > p.seqlen_q ||
+                        (p.causal && n0 + kBlockN - 1 > m0 + p.causal_offset);
+    if (masked)
+      step(t, std::true_type{});
+    else
+      step(t, std::false_type{});
+  }
+
+  // ---- Epilogue: dK (times softmax_scale) and dV in the input dtype, rows past Sk dropped.
+  Element* dk_gmem = static_cast<Element*>(p.dk) + batch * p.dk_batch_stride + head_kv * p.dk_head_stride;
+  Element* dv_gmem = static_cast<Element*>(p.dv) + batch * p.dv_batch_stride + head_kv * p.dv_head_stride;
+#pragma unroll
+  for (int mt = 0; mt < kBMTiles; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = n0 + b_row0 + mt * 16 + lane / 4 + r * 8;
+      if (row < p.seqlen_k) {
+#pragma unroll
+        for (int nt = 0; nt < kBNTiles; ++nt) {
+          const int col = b_col0 + nt * 8 + (lane % 4) * 2;
+          if (col < p.head_dim) {
+            *reinterpret_cast<uint32_t*>(dk_gmem + row * p.dk_row_stride + col) =
+                pack2<Element>(dk[mt][nt][2 * r] * p.softmax_scale, dk[mt][nt][2 * r + 1] * p.softmax_scale);
+            *reinterpret_cast<uint32_t*>(dv_gmem + row * p.dv_row_stride + col) =
+                pack2<Element>(dv[mt][nt][2 * r], dv[mt][nt][2 * r + 1]);
+          }
+        }
+      }
+    }
+}
+
+}  // namespace flashattn

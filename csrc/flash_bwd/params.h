@@ -1,0 +1,37 @@
+// Host/device parameter block of the backward pass. Filled on the host (csrc/binding_bwd.cpp, or
+// any C++ caller), passed by value to the kernels as a __grid_constant__.
+//
+// It extends the forward's block (q, k, v, o, lse, their strides, sizes, scale, causal alignment)
+// with the incoming gradient dO, the three gradients and the backward's scratch buffers.
+#pragma once
+
+#include <cstdint>
+
+#include "../flash_fwd/params.h"
+
+namespace flashattn {
+
+struct BwdParams : FwdParams {
+  // dO [B, Sq, Hq, D] like o; dq [B, Sq, Hq, D]; dk, dv [B, Sk, Hk, D]: strides in elements, the
+  // last dimension contiguous. lse (inherited) is the forward's float32 [B, Hq, Sq], natural log.
+  const void* dout = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  int64_t do_batch_stride = 0, do_row_stride = 0, do_head_stride = 0;
+  int64_t dq_batch_stride = 0, dq_row_stride = 0, dq_head_stride = 0;
+  int64_t dk_batch_stride = 0, dk_row_stride = 0, dk_head_stride = 0;
+  int64_t dv_batch_stride = 0, dv_row_stride = 0, dv_head_stride = 0;
+
+  // Scratch, float32, contiguous: dpsum [B, Hq, Sq] = rowsum(dO * O) (written by the preprocess
+  // kernel); dq_accum [B, Hq, Sq, head_dim], zeroed by the caller, summed into by every key block.
+  float* dpsum = nullptr;
+  float* dq_accum = nullptr;
+
+  // Deterministic mode: int32 [B, Hq, ceil(Sq / kBlockM)] zeroed by the caller. Key block n adds
+  // its dQ share of query block m only after blocks 0..n-1 have (a ticket per query block), so the
+  // float sums happen in one fixed order. Null: plain atomics, in whatever order blocks finish.
+  int* dq_semaphore = nullptr;
+};
+
+}  // namespace flashattn

@@ -1,0 +1,108 @@
+// Tile configurations of the portable (mma.sync) backward kernel, as named compile-time traits.
+//
+// One thread block owns kBlockN keys of one (batch, K/V head) and walks the query blocks of every
+// query head of its group (mainloop.cuh). Each step runs three matrix phases, each with its own
+// warp layout over its output tile:
+//   A: S^T = K Q^T and dP^T = V dO^T, [kBlockN x kBlockM]  -> P^T, dS^T to shared memory
+//   B: dV += P^T dO and dK += dS^T Q,  [kBlockN x D]        (accumulators live across the loop)
+//   C: dQ  = dS K,                     [kBlockM x D]        (added to a float32 buffer)
+#pragma once
+
+namespace flashattn {
+
+template <int kHeadDim_, int kBlockN_, int kBlockM_, int kNWarps_, int kAWarpsN_, int kBWarpsN_, int kCWarpsM_,
+          int kStages_>
+struct BwdKernelTraits {
+  static constexpr int kHeadDim = kHeadDim_;  // head dim the tile is built for (runtime d <= this)
+  static constexpr int kBlockN = kBlockN_;    // keys per thread block
+  static constexpr int kBlockM = kBlockM_;    // queries per main-loop step
+  static constexpr int kNWarps = kNWarps_;
+  static constexpr int kNThreads = kNWarps * 32;
+  static constexpr int kStages = kStages_;    // Q/dO buffers: 2 = the next step loads during this one
+
+  // Phase A: warps tile S^T as kAWarpsN (keys) x kAWarpsM (queries).
+  static constexpr int kAWarpsN = kAWarpsN_;
+  static constexpr int kAWarpsM = kNWarps / kAWarpsN;
+  static constexpr int kAMTiles = kBlockN / kAWarpsN / 16;  // m16 tiles (keys) per warp
+  static constexpr int kANTiles = kBlockM / kAWarpsM / 8;   // n8 tiles (queries) per warp
+  // Phase B: warps tile dK/dV as kBWarpsN (keys) x kBWarpsD (head dim).
+  static constexpr int kBWarpsN = kBWarpsN_;
+  static constexpr int kBWarpsD = kNWarps / kBWarpsN;
+  static constexpr int kBMTiles = kBlockN / kBWarpsN / 16;
+  static constexpr int kBNTiles = kHeadDim / kBWarpsD / 8;
+  // Phase C: warps tile dQ as kCWarpsM (queries) x kCWarpsD (head dim).
+  static constexpr int kCWarpsM = kCWarpsM_;
+  static constexpr int kCWarpsD = kNWarps / kCWarpsM;
+  static constexpr int kCMTiles = kBlockM / kCWarpsM / 16;
+  static constexpr int kCNTiles = kHeadDim / kCWarpsD / 8;
+
+  // Rows padded by 16 bytes: an odd number of 16-byte units per row (kHeadDim and kBlockM are
+  // multiples of 16), so the 8 row addresses of an ldmatrix phase hit 8 distinct bank groups,
+  // plain or transposed, without a swizzle.
+  static constexpr int kSmemStride = kHeadDim + 8;  // K, V, Q, dO rows
+  static constexpr int kPStride = kBlockM + 8;      // P^T, dS^T rows (one key each)
+  static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte cp.async chunks per row
+
+  // Shared memory, in elements of the input dtype, then floats (lse, dpsum per query row).
+  static constexpr int kSmemK = kBlockN * kSmemStride;
+  static constexpr int kSmemV = kSmemK;
+  static constexpr int kSmemQStage = kBlockM * kSmemStride;
+  static constexpr int kSmemQ = kStages * kSmemQStage;
+  static constexpr int kSmemDO = kSmemQ;
+  static constexpr int kSmemP = kBlockN * kPStride;
+  static constexpr int kSmemDS = kSmemP;
+  static constexpr int kSmemElements = kSmemK + kSmemV + kSmemQ + kSmemDO + kSmemP + kSmemDS;
+  static constexpr int kSmemBytes = kSmemElements * 2 + 2 * kStages * kBlockM * 4;
+
+  static_assert(kHeadDim % 32 == 0 && kHeadDim <= 256, "instantiated head dims are multiples of 32");
+  static_assert(kNWarps % kAWarpsN == 0 && kNWarps % kBWarpsN == 0 && kNWarps % kCWarpsM == 0, "warp layouts");
+  static_assert(kAMTiles >= 1 && kBlockN % (kAWarpsN * 16) == 0, "phase A: whole m16 tiles of keys per warp");
+  static_assert(kANTiles >= 2 && kANTiles % 2 == 0 && kBlockM % (kAWarpsM * 16) == 0,
+                "phase A: Q/dO fragments come in n8 pairs");
+  static_assert(kBMTiles >= 1 && kBlockN % (kBWarpsN * 16) == 0, "phase B: whole m16 tiles of keys per warp");
+  static_assert(kBNTiles % 2 == 0 && kHeadDim % (kBWarpsD * 16) == 0, "phase B: dO/Q fragments come in n8 pairs");
+  static_assert(kCMTiles >= 1 && kBlockM % (kCWarpsM * 16) == 0, "phase C: whole m16 tiles of queries per warp");
+  static_assert(kCNTiles % 2 == 0 && kHeadDim % (kCWarpsD * 16) == 0, "phase C: K fragments come in n8 pairs");
+  static_assert(kBlockM <= kNThreads, "one thread per query row loads lse and dpsum");
+  static_assert(kStages == 1 || kStages == 2, "one or two Q/dO stages");
+};
+
+// Two variants per head dim, as in the forward: kLarge the fastest, kCompact fits the 99 KB per
+// block of sm86/sm89 (the L4) where kLarge does not. The launcher picks from the device limit.
+enum class BwdTileVariant : int { kLarge = 0, kCompact = 1 };
+
+template <int kHeadDim, BwdTileVariant kVariant>
+struct BwdTileConfig;
+
+#define FLASHATTN_BWD_TILE_CONFIG(D, V, BN, BM, NW, AN, BN_, CM, ST)          \
+  template <>                                                                 \
+  struct BwdTileConfig<D, BwdTileVariant::V> {                                \
+    using Traits = BwdKernelTraits<D, BN, BM, NW, AN, BN_, CM, ST>;            \
+  }
+
+//                        head dim variant  BlockN BlockM warps A-keys B-keys C-queries stages  smem (KB)
+FLASHATTN_BWD_TILE_CONFIG(32,  kLarge,   128, 64, 8, 8, 8, 4, 2);  //  77.0
+FLASHATTN_BWD_TILE_CONFIG(64,  kLarge,   128, 64, 8, 8, 8, 4, 2);  // 109.0 (over sm89's 99 KB)
+FLASHATTN_BWD_TILE_CONFIG(64,  kCompact, 128, 64, 8, 8, 8, 4, 1);  //  90.5
+FLASHATTN_BWD_TILE_CONFIG(96,  kLarge,   64,  64, 8, 4, 4, 4, 2);  //  97.0
+FLASHATTN_BWD_TILE_CONFIG(128, kLarge,   64,  64, 8, 4, 4, 4, 2);  // 121.0 (over sm89's 99 KB)
+FLASHATTN_BWD_TILE_CONFIG(128, kCompact, 64,  64, 8, 4, 4, 4, 1);  //  86.5
+FLASHATTN_BWD_TILE_CONFIG(160, kLarge,   64,  64, 8, 4, 4, 4, 2);  // 144.5 (over sm89's 99 KB)
+FLASHATTN_BWD_TILE_CONFIG(160, kCompact, 32,  64, 4, 2, 2, 4, 1);  //  72.5
+FLASHATTN_BWD_TILE_CONFIG(192, kLarge,   64,  32, 8, 4, 4, 2, 2);  // 110.5 (over sm89's 99 KB)
+FLASHATTN_BWD_TILE_CONFIG(192, kCompact, 64,  32, 8, 4, 4, 2, 1);  //  85.2
+FLASHATTN_BWD_TILE_CONFIG(256, kLarge,   64,  32, 8, 4, 4, 2, 2);  // 142.5 (over sm89's 99 KB)
+FLASHATTN_BWD_TILE_CONFIG(256, kCompact, 32,  32, 4, 2, 2, 2, 1);  //  71.2
+
+#undef FLASHATTN_BWD_TILE_CONFIG
+
+// Head dims with backward kernels; a runtime head dim is rounded up to the next one (zero padding).
+constexpr int kBwdHeadDims[] = {32, 64, 96, 128, 160, 192, 256};
+
+constexpr int round_up_bwd_head_dim(int d) {
+  for (int h : kBwdHeadDims)
+    if (d <= h) return h;
+  return -1;
+}
+
+}  // namespace flashattn
