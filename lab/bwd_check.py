@@ -128,7 +128,7 @@ def bench(fn, iters=20):
 
 def timing():
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    print(f"{'D':>4} {'S':>6} {'causal':>6} {'ours ms':>8} {'TFLOP/s':>8} {'flash':>8} {'cudnn':>8} {'x flash':>7} {'x cudnn':>7}")
+    print(f"{'D':>4} {'S':>6} {'causal':>6} {'ours ms':>8} {'TFLOP/s':>8} {'flash':>8} {'cudnn':>8} {'x flash':>7} {'x cudnn':>7} {'det cost':>8}")
     for d in (64, 128, 256):
         for s in (1024, 4096, 16384):
             for causal in (False, True):
@@ -140,6 +140,7 @@ def timing():
                 cm = 1 if causal else 0
                 out, lse = FWD(q, k, v, scale, cm, "auto")
                 t_ours = bench(lambda: BWD(dout, q, k, v, out, lse, scale, cm, False, "auto"))
+                t_det = bench(lambda: BWD(dout, q, k, v, out, lse, scale, cm, True, "auto"))
                 res = {}
                 for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
                     qt, kt, vt = (t.transpose(1, 2).detach().requires_grad_() for t in (q, k, v))
@@ -152,7 +153,7 @@ def timing():
                         res[name] = float("nan")
                 flops = 4 * b * h * s * s * d * 2.5 / (2 if causal else 1)
                 print(f"{d:>4} {s:>6} {str(causal):>6} {t_ours:8.3f} {flops / t_ours / 1e9:8.1f} {res['flash']:8.3f} "
-                      f"{res['cudnn']:8.3f} {res['flash'] / t_ours:7.2f} {res['cudnn'] / t_ours:7.2f}")
+                      f"{res['cudnn']:8.3f} {res['flash'] / t_ours:7.2f} {res['cudnn'] / t_ours:7.2f} {t_det / t_ours:8.2f}")
 
 
 def main():
