@@ -85,12 +85,12 @@ FLASHATTN_BWD_TILE_CONFIG(32,  kLarge,   128, 64, 8, 4, 4, 4, 2);  //  77.0
 FLASHATTN_BWD_TILE_CONFIG(64,  kLarge,   128, 64, 8, 4, 4, 4, 2);  // 109.0 (over sm89's 99 KB)
 FLASHATTN_BWD_TILE_CONFIG(64,  kCompact, 128, 64, 8, 4, 4, 4, 1);  //  90.5
 FLASHATTN_BWD_TILE_CONFIG(96,  kLarge,   64,  64, 8, 4, 4, 4, 2);  //  97.0
-FLASHATTN_BWD_TILE_CONFIG(128, kLarge,   128, 64, 8, 4, 4, 4, 2);  // 176.5 (over sm80's 163 KB)
+FLASHATTN_BWD_TILE_CONFIG(128, kLarge,   128, 64, 8, 8, 4, 4, 2);  // 176.5 (over sm80's 163 KB)
 FLASHATTN_BWD_TILE_CONFIG(128, kCompact, 64,  64, 8, 4, 4, 4, 1);  //  86.5
 FLASHATTN_BWD_TILE_CONFIG(160, kLarge,   64,  64, 8, 4, 4, 4, 2);  // 144.5 (over sm89's 99 KB)
 FLASHATTN_BWD_TILE_CONFIG(160, kCompact, 32,  64, 4, 2, 2, 4, 1);  //  72.5
-FLASHATTN_BWD_TILE_CONFIG(192, kLarge,   64,  32, 8, 4, 4, 2, 2);  // 110.5 (over sm89's 99 KB)
-FLASHATTN_BWD_TILE_CONFIG(192, kCompact, 64,  32, 8, 4, 4, 2, 1);  //  85.2
+FLASHATTN_BWD_TILE_CONFIG(192, kLarge,   32,  64, 8, 2, 2, 4, 2);  // 135.0 (over sm89's 99 KB)
+FLASHATTN_BWD_TILE_CONFIG(192, kCompact, 32,  64, 8, 2, 2, 4, 1);  //  84.5
 FLASHATTN_BWD_TILE_CONFIG(256, kLarge,   64,  32, 8, 4, 4, 2, 2);  // 142.5 (over sm89's 99 KB)
 FLASHATTN_BWD_TILE_CONFIG(256, kCompact, 32,  32, 4, 2, 2, 2, 1);  //  71.2
 
