@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Turn a pytest-benchmark JSON from benchmarks/ into a speedup report.
 
-usage: python tools/bench_report.py results.json [--png out.png] [--markdown out.md] [--ours NAME]
+usage: python benchmarks/bench_report.py results.json [--png out.png] [--markdown out.md] [--ours NAME]
 
 Prints, per shape, each implementation's time and TFLOP/s and flashattn's speedup over it
 (time_other / time_ours, so > 1 means flashattn is faster), then the geometric mean of those

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main benchmark job, on a machine with a CUDA GPU and the built extension:
-#   tools/run_benchmarks.sh [outdir [extra pytest args...]]   (default outdir: results/bench-YYYYmmdd-HHMMSS)
-#   e.g. tools/run_benchmarks.sh results/run1 --benchmark-autosave --benchmark-storage=file://results/storage
+#   benchmarks/run_benchmarks.sh [outdir [extra pytest args...]]   (default outdir: results/bench-YYYYmmdd-HHMMSS)
+#   e.g. benchmarks/run_benchmarks.sh results/run1 --benchmark-autosave --benchmark-storage=file://results/storage
 # runs the benchmark suite (latency, standard and decode grids) ->
 #   outdir/bench.json (pytest-benchmark JSON), outdir/pytest.log
 # then the report -> outdir/report.md, outdir/bench.png (PNG only where matplotlib is installed).
@@ -28,7 +28,7 @@ if not torch.cuda.is_available():
     sys.exit(1)
 print(f"GPU: {torch.cuda.get_device_name(0)}; torch {torch.__version__}, CUDA {torch.version.cuda}")
 EOF
-"$py" - <<'EOF' || fail "the flashattn extension is not built: run tools/device_build.sh (or pip install --no-build-isolation -e .)"
+"$py" - <<'EOF' || fail "the flashattn extension is not built: python -m pip install --no-build-isolation -e . (or bash lab/gpu_build.sh)"
 import sys, flashattn
 if not flashattn.extension_available():
     print(flashattn.extension_error(), file=sys.stderr)
@@ -66,9 +66,9 @@ if "$py" -c 'import matplotlib' 2>/dev/null; then
     report_args+=(--png "$out/bench.png")
 else
     echo "note: matplotlib is missing for $py: no PNG; make it elsewhere with" \
-         "python3 tools/bench_report.py $out/bench.json --png bench.png" >&2
+         "python3 benchmarks/bench_report.py $out/bench.json --png bench.png" >&2
 fi
-"$py" tools/bench_report.py "${report_args[@]}" | tee "$out/report.txt"
+"$py" benchmarks/bench_report.py "${report_args[@]}" | tee "$out/report.txt"
 
 if [[ $rc -ne 0 ]]; then
     echo "run_benchmarks.sh: pytest failed (exit status $rc): some benchmarks failed, see $out/pytest.log" >&2

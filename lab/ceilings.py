@@ -4,7 +4,7 @@ dense bf16/fp16 matmul rate (torch.matmul, cuBLAS), device-to-device copy bandwi
 + bytes written), and a read-only rate (a full reduction, torch.sum). On the H100 the latter came
 out below the copy rate (2.87-2.88 vs 2.96 TB/s, docs/perf-notes.md): torch.sum is no clean read-rate
 kernel, so the decode floor stays the copy rate and this line is reported only.
-usage: python tools/ceilings.py
+usage: python lab/ceilings.py
 """
 
 from __future__ import annotations

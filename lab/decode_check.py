@@ -16,7 +16,7 @@
 
 Exit status: 0 all good; 1 a numerics failure (each failure is printed with its inputs);
 2 numerics fine but a speed target missed (--no-perf-gate: report only).
-usage: python3 tools/decode_check.py [--numerics-only | --speed-only] [--no-perf-gate] [--quick]
+usage: python3 lab/decode_check.py [--numerics-only | --speed-only] [--no-perf-gate] [--quick]
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def graphed(fn):
 
 
 def copy_bandwidth() -> float:
-    """Device-to-device copy, bytes read + written per second (as tools/ceilings.py)."""
+    """Device-to-device copy, bytes read + written per second (as lab/ceilings.py)."""
     x = torch.empty(1 << 28, device="cuda", dtype=BF16)  # 512 MiB
     y = torch.empty_like(x)
     ms = interleaved_ms({"copy": lambda: y.copy_(x)}, round_ms=20.0, rounds=11)["copy"]

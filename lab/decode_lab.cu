@@ -4,7 +4,7 @@
 // SM through the shipped heuristic), timed in alternating samples so clock drift hits both
 // alike, and checked against the default's output. Bandwidth = K/V bytes read / time.
 //
-//   bash tools/decode_lab.sh          (on a GPU machine; ~1 min)
+//   bash lab/decode_lab.sh          (on a GPU machine; ~1 min)
 //
 // What it is for: at large B the default reads K/V at ~2.85 TB/s where SDPA reaches ~3.07 TB/s
 // (docs/perf-notes.md, decode): more stages, more warps per CTA or longer key steps are the

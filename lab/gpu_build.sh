@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On a GPU machine: build the extension in place for the local GPU (timed), for device runs.
+# On a GPU machine: build the extension in place for the local GPU (timed), for lab/gpu_run.sh and the lab scripts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)

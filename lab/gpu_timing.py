@@ -1,4 +1,4 @@
-"""The CUDA-event timers the GPU tools share (tools/ceilings.py, quick_check.py, sm90_check.py,
+"""The CUDA-event timers the GPU tools share (lab/ceilings.py, quick_check.py, sm90_check.py,
 decode_check.py), on top of the benchmark suite's primitives (benchmarks/bench_common.py:
 time_calls_ms, one event pair around back-to-back calls; measure_interleaved, the round schedule).
 """

@@ -4,7 +4,7 @@ CPU tensors with the kernel stubbed out (the op returns preallocated outputs) an
 check skipped, so what is timed is exactly the Python work a call does before and after the op:
 validation, layout views, the op lookup. On a GPU machine the dispatcher, the C++ binding and the
 launch come on top (profile those there). Median of 5 x N calls.
-usage: python tools/host_overhead.py [--calls 20000]
+usage: python lab/host_overhead.py [--calls 20000]
 """
 
 from __future__ import annotations

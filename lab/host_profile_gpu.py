@@ -4,7 +4,7 @@ kernels take a few microseconds, the calls tens). Times back-to-back calls with 
 loop (so the CPU side is what is measured; the GPU drains the queue at the end), each layer of a
 call alone: the public entry points, the op through the dispatcher, the op with each backend, and
 for comparison SDPA's backends and bare torch calls (an allocation, an elementwise launch).
-Median of 7 x N calls. usage: python3 tools/host_profile_gpu.py [--calls 3000]
+Median of 7 x N calls. usage: python3 lab/host_profile_gpu.py [--calls 3000]
 """
 
 from __future__ import annotations

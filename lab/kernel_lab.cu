@@ -1,5 +1,5 @@
 // Tile-config lab: times candidate FwdKernelTraits for one head dim side by side on the local
-// GPU, without torch (build: tools/kernel_lab.sh). Used to pick the configs in traits.h;
+// GPU, without torch (build: lab/kernel_lab.sh). Used to pick the configs in traits.h;
 // the numbers it prints go to docs/perf-notes.md.
 #include <cuda_bf16.h>
 #include <cstdio>

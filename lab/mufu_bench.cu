@@ -3,7 +3,7 @@
 // them). Decides whether the softmax could halve its SFU time by exponentiating packed 16-bit
 // values (perf-notes "v11"). Results per clock per SM, every SM busy, 8 independent chains per
 // thread so latency does not count.
-//   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a tools/mufu_bench.cu -o build/mufu_bench && build/mufu_bench
+//   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a lab/mufu_bench.cu -o build/mufu_bench && build/mufu_bench
 #include <cstdio>
 #include <cstdint>
 #include <cuda_runtime.h>

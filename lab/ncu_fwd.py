@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """One forward call of flashattn and of SDPA's cuDNN backend per shape, inside a profiler range,
-for Nsight Compute to compare side by side (tools/ncu_fwd.sh runs it under ncu). Without ncu it
+for Nsight Compute to compare side by side (lab/ncu_fwd.sh runs it under ncu). Without ncu it
 just runs the calls. Shapes: the standard grid's (B*S = 16k, H = 2048/D), given as D:S:causal.
-usage: python tools/ncu_fwd.py 128:512:0 64:512:0 ...
+usage: python lab/ncu_fwd.py 128:512:0 64:512:0 ...
 """
 
 from __future__ import annotations

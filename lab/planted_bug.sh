@@ -2,7 +2,7 @@
 # Mutation check of the test suite, on a GPU machine: in a scratch copy of the repository, plant
 # one bug in the kernel, rebuild, run the GPU tests, and report whether they caught it.
 #
-# usage: tools/planted_bug.sh [BUG] [extra pytest args...]
+# usage: lab/planted_bug.sh [BUG] [extra pytest args...]
 #   BUG (default: causal):
 #     causal      off-by-one causal mask: query i also sees key i + offset + 1   (kernel.cuh)
 #     kv_tail     the key-length mask lets key Sk (past the end) in             (kernel.cuh)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Quick GPU smoke check: numerics on a small grid against the float64 reference and SDPA, then
 ours vs each SDPA backend (bf16, D=64/128, S=1k..16k, causal on/off), side by side, CUDA events.
-usage: python tools/quick_check.py [--speed-only|--numerics-only]
+usage: python lab/quick_check.py [--speed-only|--numerics-only]
 """
 
 from __future__ import annotations

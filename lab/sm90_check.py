@@ -17,7 +17,7 @@
    hopper / SDPA-default (issue 6 target: >= 1.0) and D=128 S=16k non-causal bf16 as % of
    the measured 700 TFLOP/s bf16 matmul rate (target >= 80%).
 
-usage: python3 tools/sm90_check.py [--numerics-only | --speed-only] [--quick] [--json OUT]
+usage: python3 lab/sm90_check.py [--numerics-only | --speed-only] [--quick] [--json OUT]
 exit status: 0 numerics pass; 1 a numerics failure; 2 the hopper backend is unavailable.
 """
 
@@ -43,7 +43,7 @@ from gpu_helpers import nan_filled_allocations
 from gpu_timing import median_ms
 from quick_check import sdpa_same_dtype
 
-# Dense bf16 matmul on the project's H100 (tools/ceilings.py, docs/runs/2026-11-22-h100-ceilings.log).
+# Dense bf16 matmul on the project's H100 (lab/ceilings.py, docs/runs/2026-11-22-h100-ceilings.log).
 MATMUL_PEAK_TFLOPS = 700.0
 
 

@@ -1,7 +1,7 @@
 // CPU-only cross-check of the Hopper path's hand-written shared-memory layout and wgmma matrix
 // descriptors (csrc/flash_fwd_sm90/ptx.cuh) against CuTe's canonical GMMA layouts and
 // make_gmma_desc (CUTLASS 4.2.0 headers). No GPU needed; build and run:
-//   bash tools/sm90_desc_check.sh            (downloads the pinned CUTLASS wheel if needed)
+//   bash lab/sm90_desc_check.sh            (downloads the pinned CUTLASS wheel if needed)
 // Checks, for every config the extension instantiates (and a few more):
 //  1. The byte offset TMA's 128-byte swizzle gives element (row, col) of a Q/K/V tile stored as
 //     64-column chunk planes equals CuTe's GMMA::Layout_K_SW128_Atom tiled to the tile (atoms down

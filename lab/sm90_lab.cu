@@ -1,6 +1,6 @@
 // Standalone lab for the Hopper forward path (no torch): correctness against a naive GPU reference,
 // then TFLOP/s of the compiled configs and of candidate variants. Build and run on an H100/H200:
-//   bash tools/sm90_lab.sh            (see there; modes: sm90_lab [check|schedule|speed|full])
+//   bash lab/sm90_lab.sh            (see there; modes: sm90_lab [check|schedule|speed|full])
 // Exit status: 0 when every correctness case passes, 1 otherwise, 2 on a CUDA error. Built with
 // FLASHATTN_SM90_HANG_CHECK, a stuck pipeline traps after 10 s and the error message names the
 // barrier, the block and the thread (the script runs that build only to diagnose a hang, since the
@@ -547,7 +547,7 @@ static void schedule_table() {
 // speed table times them one after the other, so differences under ~5% are drift there). Both
 // on the schedule the binding would pick (the dynamic one for causal shapes with more tiles than
 // SMs, decided per side from its own tile shape): a variant with other tiles balances differently,
-// and production causal calls run the dynamic schedule (session 6 timed both sides static).
+// and production causal calls run the dynamic schedule (the v9-v12 A/B runs timed both sides static).
 static void variants_table(std::initializer_list<const char*> names) {
   std::printf("\n== variant A/B vs default configs (bf16, the binding's schedule choice), TFLOP/s (alternating samples) ==\n");
   std::printf("%-18s %6s %6s %9s %9s %7s\n", "variant", "S", "causal", "variant", "default", "var/def");
@@ -575,8 +575,8 @@ static void variants_table(std::initializer_list<const char*> names) {
 }
 
 // The L2 group budget (tile_scheduler.h, l2_group_heads; default 8 MB) vs 24 MB (the budget
-// before session 5) and 2 MB, alternating samples, on the binding's schedule choice. ncu at S=512
-// (docs/perf-notes.md, session 5) showed the kernel moving ~1.4x the Q+K+V+O bytes from DRAM with
+// before v7) and 2 MB, alternating samples, on the binding's schedule choice. ncu at S=512
+// (docs/perf-notes.md, "Before v7") showed the kernel moving ~1.4x the Q+K+V+O bytes from DRAM with
 // 24 MB: a head's query blocks ran up to three waves apart and its K/V was re-read.
 template <int kMB>
 cudaError_t launch_budget(const FwdParams& p, const DeviceLimits& dev, cudaStream_t s) {

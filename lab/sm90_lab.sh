@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# On an H100/H200: builds tools/sm90_lab.cu with the Hopper path's sources (no torch) and runs it.
-#   bash tools/sm90_lab.sh          correctness (~1 min), then speed tables (~3 min)
-#   bash tools/sm90_lab.sh check    correctness only
-#   bash tools/sm90_lab.sh schedule correctness, then static vs dynamic tile schedule (causal, ~30 s)
-#   bash tools/sm90_lab.sh variants a few lab variants: their correctness cases, then alternating-sample
-#                                   timing vs the default config; no hang-check build (short device slots;
+# On an H100/H200: builds lab/sm90_lab.cu with the Hopper path's sources (no torch) and runs it.
+#   bash lab/sm90_lab.sh          correctness (~1 min), then speed tables (~3 min)
+#   bash lab/sm90_lab.sh check    correctness only
+#   bash lab/sm90_lab.sh schedule correctness, then static vs dynamic tile schedule (causal, ~30 s)
+#   bash lab/sm90_lab.sh variants a few lab variants: their correctness cases, then alternating-sample
+#                                   timing vs the default config; no hang-check build (short GPU slots;
 #                                   a variant never run before is safer through "check" first)
-#   bash tools/sm90_lab.sh l2       the L2 group budget A/B (alternating samples), no hang-check build
+#   bash lab/sm90_lab.sh l2       the L2 group budget A/B (alternating samples), no hang-check build
 # Two builds, compiled in parallel: build/sm90_lab (the kernels exactly as the extension compiles
 # them) runs everything; build/sm90_lab_hangcheck (FLASHATTN_SM90_HANG_CHECK: a wait stuck for
 # 10 s reports its barrier/block/thread and traps) runs only when the first one times out or
@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 mkdir -p build/sm90_lab_obj build/sm90_lab_hc_obj
 BASE="-std=c++17 -O3 --expt-relaxed-constexpr -Icsrc -gencode=arch=compute_90a,code=sm_90a -lineinfo"
-SRCS="tools/sm90_lab.cu csrc/flash_fwd_sm90/dispatch.cu $(ls csrc/flash_fwd_sm90/instantiations/fwd_sm90_*.cu)"
+SRCS="lab/sm90_lab.cu csrc/flash_fwd_sm90/dispatch.cu $(ls csrc/flash_fwd_sm90/instantiations/fwd_sm90_*.cu)"
 start=$(date +%s)
 pids=()
 for src in $SRCS; do

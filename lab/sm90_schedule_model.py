@@ -9,7 +9,7 @@ launch.cuh (l2_group_heads). Work per tile = key blocks visited + a fixed per-ti
 Balance = mean work per CTA / the busiest CTA's work (1.0 = perfect; the kernel's time follows the
 busiest CTA). A model, not a measurement: it ignores L2 effects and the ping-pong overlap.
 
-usage: python3 tools/sm90_schedule_model.py [--sms 132] [--overhead 1.5]
+usage: python3 lab/sm90_schedule_model.py [--sms 132] [--overhead 1.5]
 """
 
 from __future__ import annotations
