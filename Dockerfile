@@ -7,7 +7,7 @@
 #
 # Layers, from the least to the most often changed: system packages; Python dependencies (from
 # pyproject.toml alone, so editing the sources does not reinstall them); the extension build
-# (csrc/, flashattn/, setup.py); then tests, benchmarks, tools and the docker/ scripts, which do
+# (csrc/, flashattn/, setup.py); then tests, benchmarks, tools, lab (two CPU tests load its models) and the docker/ scripts, which do
 # not rebuild the extension when they change.
 
 ARG BASE_IMAGE=nvidia/cuda:12.8.1-devel-ubuntu22.04
@@ -80,6 +80,7 @@ COPY --chown=flashattn:flashattn conftest.py README.md ./
 COPY --chown=flashattn:flashattn tests/ tests/
 COPY --chown=flashattn:flashattn benchmarks/ benchmarks/
 COPY --chown=flashattn:flashattn tools/ tools/
+COPY --chown=flashattn:flashattn lab/ lab/
 COPY --chown=flashattn:flashattn docker/ docker/
 # Writable by any uid, for `docker run --user "$(id -u):$(id -g)"` (results owned by the caller).
 RUN mkdir -m 1777 .pytest_cache .hypothesis

@@ -2,7 +2,7 @@
 
 Run on a GPU (see docs/benchmarks.md), e.g.
     python -m pytest benchmarks -m "bench and standard" --benchmark-json=bench.json
-    python tools/bench_report.py bench.json --png bench.png --markdown report.md
+    python benchmarks/bench_report.py bench.json --png bench.png --markdown report.md
 
 One test = one (shape, implementation). The first test of a shape times every implementation
 collected for it together, in interleaved rounds (bench_common.measure_interleaved: round r runs

@@ -5,7 +5,7 @@ Same conventions as test_attention.py (see docs/benchmarks.md): the implementati
 timed together in interleaved rounds of N back-to-back calls (CUDA events), the same extra_info
 fields, markers `bench` and `decode` (so conftest skips them until flash_attn_with_kvcache
 exists) and `quick` for a subset.
-Each variant is its own grid, so tools/bench_report.py reports it as its own category and the
+Each variant is its own grid, so benchmarks/bench_report.py reports it as its own category and the
 headline decode geomean stays the shared grid's:
 
   decode-step    a whole decode step: append one token per sequence (in place, at per-batch

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Compare a benchmark run with a baseline: both pytest-benchmark JSONs from benchmarks/
-(tools/run_benchmarks.sh writes OUTDIR/bench.json). Used by the GPU workflow.
+(benchmarks/run_benchmarks.sh writes OUTDIR/bench.json). Used by the GPU workflow.
 
 usage: python docker/compare_bench.py BASELINE.json CURRENT.json [--threshold 0.10]
        [--impl-prefix flashattn] [--markdown OUT.md]

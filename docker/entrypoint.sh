@@ -12,7 +12,7 @@
 #      the GPUs it runs on), so tests for other GPUs are deselected rather than reported as skips.
 #      On a GPU with no marker of its own (not sm80/sm89/sm90) the whole suite runs and skips what
 #      it cannot run, with a reason;
-#   3. if the tests pass, runs the benchmarks and the report: tools/run_benchmarks.sh RESULTS_DIR
+#   3. if the tests pass, runs the benchmarks and the report: benchmarks/run_benchmarks.sh RESULTS_DIR
 #      (bench.json, pytest.log, report.md, report.txt, bench.png);
 #   writing to RESULTS_DIR (default /results; mount a host folder there): env.txt, tests.log,
 #   tests-junit.xml and the benchmark files.
@@ -153,7 +153,7 @@ fi
 
 if [ "${FLASHATTN_SKIP_BENCH:-0}" != 1 ]; then
   rule "BENCHMARK"
-  bench="$FLASHATTN_HOME/tools/run_benchmarks.sh"
+  bench="$FLASHATTN_HOME/benchmarks/run_benchmarks.sh"
   if [ ! -f "$bench" ]; then
     say "ERROR: $bench is missing from the image"
     exit 4

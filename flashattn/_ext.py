@@ -19,7 +19,7 @@ def _load() -> None:
         _EXT_ERROR = (
             "the flashattn CUDA extension is not built "
             f"({exc}). Build it on a machine with CUDA-enabled PyTorch and nvcc: "
-            "`pip install --no-build-isolation -e .` (see README)."
+            "`python -m pip install --no-build-isolation -e .` (see README)."
         )
 
 

@@ -166,9 +166,9 @@ def test_record_outcome_skips_fails_or_records(benchmark):
 
 
 def test_the_tools_time_with_the_suites_engine(monkeypatch):
-    """tools/gpu_timing.interleaved_ms (all of decode_check's timing) runs
+    """lab/gpu_timing.interleaved_ms (all of decode_check's timing) runs
     measure_interleaved: two copies of one cost measure equal under drift, the rounds interleave."""
-    gt = load_repo_module("tools/gpu_timing.py")
+    gt = load_repo_module("lab/gpu_timing.py")
     engine = gt._bench_common()
     gpu = DriftingGpu(drift=0.002)
     monkeypatch.setattr(engine, "time_calls_ms", gpu.time_calls)
@@ -182,9 +182,9 @@ def test_the_tools_time_with_the_suites_engine(monkeypatch):
 
 
 def test_the_tools_median_is_the_suites_event_timer(monkeypatch):
-    """tools/gpu_timing.median_ms (ceilings, quick_check, sm90_check) times through
+    """lab/gpu_timing.median_ms (ceilings, quick_check, sm90_check) times through
     time_calls_ms: per-call ms of `reps` back-to-back calls, median over samples."""
-    gt = load_repo_module("tools/gpu_timing.py")
+    gt = load_repo_module("lab/gpu_timing.py")
     engine = gt._bench_common()
     gpu = DriftingGpu()
     monkeypatch.setattr(engine, "time_calls_ms", gpu.time_calls)

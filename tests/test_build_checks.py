@@ -54,7 +54,7 @@ def resource_report(tmp_path_factory) -> dict:
 
 def test_generated_instantiations_are_current() -> None:
     r = subprocess.run([sys.executable, str(TOOLS / "gen_instantiations.py"), "--check"], capture_output=True, text=True)
-    assert r.returncode == 0, f"csrc/instantiations/ is stale; run tools/gen_instantiations.py\n{r.stdout}{r.stderr}"
+    assert r.returncode == 0, f"csrc/flash_fwd/instantiations/ is stale; run tools/gen_instantiations.py\n{r.stdout}{r.stderr}"
 
 
 @needs_nvcc

@@ -93,8 +93,8 @@ def test_dependency_layer_comes_before_the_sources():
     for name in ("csrc/", "flashattn/", "setup.py"):
         i = _index(instrs, lambda w, a, n=name: w == "COPY" and n in shlex.split(a)[1:-1])
         assert deps < i < build, f"{name} must be copied after the dependency layer and before the build"
-    # What changes often (tests, benchmarks, tools, entrypoint) comes after the build.
-    for name in ("tests/", "benchmarks/", "tools/", "docker/"):
+    # What changes often (tests, benchmarks, tools, lab, entrypoint) comes after the build.
+    for name in ("tests/", "benchmarks/", "tools/", "lab/", "docker/"):
         i = _index(instrs, lambda w, a, n=name: w == "COPY" and n in shlex.split(a)[1:-1])
         assert i > build, f"{name} must be copied after the extension build"
     assert not any(w == "COPY" and shlex.split(a)[1:-1] == ["."] for w, a in instrs), "no COPY . ."

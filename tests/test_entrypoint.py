@@ -3,7 +3,7 @@ docker/check_build.sh.
 
 Each test runs the scripts with bash under a PATH made of stubs (a fake nvidia-smi, or none) and
 links to the few system tools the scripts use, so no real nvidia-smi on the machine leaks in.
-python, the test suite and tools/run_benchmarks.sh are stubs that record how they were called.
+python, the test suite and benchmarks/run_benchmarks.sh are stubs that record how they were called.
 """
 
 from __future__ import annotations
@@ -40,13 +40,13 @@ def _write(path: pathlib.Path, text: str) -> pathlib.Path:
 @pytest.fixture
 def sandbox(tmp_path):
     """A PATH with links to SYSTEM_TOOLS only, a stub folder to put fakes in, a fake source tree
-    (FLASHATTN_HOME) with a stub tools/run_benchmarks.sh, a python stub, and a results folder."""
+    (FLASHATTN_HOME) with a stub benchmarks/run_benchmarks.sh, a python stub, and a results folder."""
     sysbin = tmp_path / "sysbin"
     stubs = tmp_path / "stubs"
     home = tmp_path / "home"
     results = tmp_path / "results"
     log = tmp_path / "calls.log"
-    for d in (sysbin, stubs, home / "tools"):
+    for d in (sysbin, stubs, home / "benchmarks"):
         d.mkdir(parents=True)
     for tool in SYSTEM_TOOLS:
         found = shutil.which(tool)
@@ -66,7 +66,7 @@ def sandbox(tmp_path):
         """,
     )
     _write(
-        home / "tools" / "run_benchmarks.sh",
+        home / "benchmarks" / "run_benchmarks.sh",
         f"""
         echo "run_benchmarks $*" >> "{log}"
         echo '{{"benchmarks": []}}' > "$1/bench.json"
@@ -339,7 +339,7 @@ def test_unwritable_results_folder_is_a_clear_error(sandbox):
 
 
 def test_missing_benchmark_script_is_an_error(sandbox):
-    (sandbox.home / "tools" / "run_benchmarks.sh").unlink()
+    (sandbox.home / "benchmarks" / "run_benchmarks.sh").unlink()
     sandbox.fake_smi(H100)
     r = sandbox.run(ENTRYPOINT)
     assert r.returncode == 4 and "run_benchmarks.sh is missing" in r.stderr

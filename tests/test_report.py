@@ -1,4 +1,4 @@
-"""CPU tests of the benchmark report (tools/bench_report.py) and of the benchmark suite's pure
+"""CPU tests of the benchmark report (benchmarks/bench_report.py) and of the benchmark suite's pure
 parts (benchmarks/bench_common.py: grids, FLOP counting), on a hand-made pytest-benchmark JSON
 (tests/data/bench_small.json) whose numbers give exact speedups."""
 
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "data" / "bench_small.json"
 
 
-br = load_repo_module("tools/bench_report.py")
+br = load_repo_module("benchmarks/bench_report.py")
 bc = load_repo_module("benchmarks/bench_common.py")
 
 
@@ -328,7 +328,7 @@ def test_selected_impls(monkeypatch):
 def test_benchmark_suite_collects_and_skips_without_gpu():
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
-        pytest.skip("a GPU is present: the benchmarks would run, not skip (run them with tools/run_benchmarks.sh)")
+        pytest.skip("a GPU is present: the benchmarks would run, not skip (run them with benchmarks/run_benchmarks.sh)")
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHATTN_BENCH")}
     r = subprocess.run(
         [sys.executable, "-m", "pytest", "benchmarks", "-q", "-rs", "-m", "bench and quick", "-p", "no:cacheprovider"],

@@ -1,7 +1,7 @@
 """CPU checks of the Hopper path's tile schedule (csrc/flash_fwd_sm90/tile_scheduler.h, plain C++
 built with the host compiler): the policy that picks the dynamic schedule, the static and
 dynamic hand-outs covering every tile exactly once, and that the balance model
-(tools/sm90_schedule_model.py), on which the dynamic schedule was argued, walks the kernel's
+(lab/sm90_schedule_model.py), on which the dynamic schedule was argued, walks the kernel's
 own tile order."""
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def test_static_and_dynamic_hand_outs_cover_every_tile_once(probe: dict, grid: i
 
 
 def test_balance_model_walks_the_kernels_tile_order(probe: dict) -> None:
-    model = load_repo_module("tools/sm90_schedule_model.py")
+    model = load_repo_module("lab/sm90_schedule_model.py")
     for (d, s, causal), tiles in probe["tiles"].items():
         assert model.tile_shape(d, s, bool(causal)) == tiles[0][5], "the model's tile shape is the compiled one"
         work = model.tile_work(s, d, 16384 // s, 2048 // d, bool(causal), overhead=0.0)
@@ -144,7 +144,7 @@ def test_balance_model_walks_the_kernels_tile_order(probe: dict) -> None:
 def test_l2_groups_fit_the_budget_and_the_model_uses_the_kernels(probe: dict) -> None:
     """A group's K/V fits the L2 budget (or is one head), and the balance model groups as the
     kernel does."""
-    model = load_repo_module("tools/sm90_schedule_model.py")
+    model = load_repo_module("lab/sm90_schedule_model.py")
     for (d, s), group in probe["group"].items():
         batch_heads = (16384 // s) * (2048 // d)
         kv_per_head = 2 * s * d * 2

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the explicit instantiations of the forward kernels, one small file each, so that ninja
 compiles them in parallel and a change to one config recompiles one file:
-  csrc/instantiations/              the portable path: (dtype, head dim, tile variant)
+  csrc/flash_fwd/instantiations/       the portable path: (dtype, head dim, tile variant)
   csrc/flash_fwd_sm90/instantiations/  the Hopper path: (dtype, head dim, static | dynamic schedule)
 
 The tile configs themselves live in csrc/flash_fwd/traits.h and csrc/flash_fwd_sm90/traits.h;
@@ -16,7 +16,7 @@ import pathlib
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-OUT_DIR = ROOT / "csrc" / "instantiations"
+OUT_DIR = ROOT / "csrc" / "flash_fwd" / "instantiations"
 SM90_OUT_DIR = ROOT / "csrc" / "flash_fwd_sm90" / "instantiations"
 
 DTYPES = {"fp16": "__half", "bf16": "__nv_bfloat16"}
@@ -63,7 +63,7 @@ def render() -> dict[str, str]:
     for dname, ctype, d, v in instances():
         files[file_name(dname, d, v)] = (
             HEADER
-            + '#include "../flash_fwd/launch.cuh"\n\n'
+            + '#include "../launch.cuh"\n\n'
             + "namespace flashattn {\n"
             + f"template cudaError_t run_fwd<FwdTileConfig<{d}, TileVariant::{v}>::Traits, {ctype}>(\n"
             + "    const FwdParams&, cudaStream_t);\n"

@@ -65,8 +65,8 @@ struct DecodeKernelTraits {
 // they run 3, 3 and 2 CTAs per SM, i.e. 96-110 KB of K/V in flight per SM at steady state, far
 // above the ~25 KB/us * ~1.5 us latency that 3.3 TB/s over 132 SMs needs. kHopper, D = 128 only:
 // 8 warps (128-key steps) at one CTA per SM; on the H100 it reads K/V 1.6-2.3% faster at B >= 8
-// and 4-9% at B = 1 than kPortable, each with its own split plan (tools/decode_lab.cu, alternating
-// samples; docs/perf-notes.md "Decode, session 5"). Its 142 KB fit sm80's 163 KB too, but it
+// and 4-9% at B = 1 than kPortable, each with its own split plan (lab/decode_lab.cu, alternating
+// samples; docs/perf-notes.md "Decode, kHopper config"). Its 142 KB fit sm80's 163 KB too, but it
 // was measured only on sm90, so the planner picks it there only (decode_pick_variant).
 enum class DecodeVariant : int { kPortable = 0, kHopper = 1 };
 
@@ -159,7 +159,7 @@ constexpr int decode_num_splits(int requested, int64_t tiles, int64_t n_blocks, 
   return s < 1 ? 1 : s;
 }
 
-// The planner's split count for a launch (flash_decode_plan; tools/decode_lab.cu plans its
+// The planner's split count for a launch (flash_decode_plan; lab/decode_lab.cu plans its
 // variants with it too): query tiles = num_m_blocks * batch * heads_kv, key blocks of the longest
 // sequence with the config's block N, then decode_num_splits.
 constexpr int decode_plan_splits(int requested, int64_t num_m_blocks, int64_t batch, int64_t heads_kv,

@@ -1,5 +1,5 @@
 // Picks the instantiation for (dtype, head dim, device) and launches it. Only declares the
-// launcher template: the definitions are the explicit instantiations in csrc/instantiations/.
+// launcher template: the definitions are the explicit instantiations in csrc/flash_fwd/instantiations/.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -32,7 +32,7 @@ constexpr DType dtype_of<__nv_bfloat16>() { return DType::kBFloat16; }
 #define FLASHATTN_FWD_INSTANCE(T, D, V) \
   FwdLauncher{dtype_of<T>(), D, TileVariant::V, &run_fwd<FwdTileConfig<D, TileVariant::V>::Traits, T>},
 constexpr FwdLauncher kLaunchers[] = {
-#include "../instantiations/registry.inc"
+#include "instantiations/registry.inc"
 };
 #undef FLASHATTN_FWD_INSTANCE
 

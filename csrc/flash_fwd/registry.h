@@ -1,4 +1,4 @@
-// Which forward configs are compiled (csrc/instantiations/registry.inc, generated) and which one
+// Which forward configs are compiled (csrc/flash_fwd/instantiations/registry.inc, generated) and which one
 // a device gets. Plain C++ with no CUDA dependency, so the selection logic is checked on CPU
 // (tools/print_configs.cpp, run by tools/check_resources.py in CI).
 #pragma once
@@ -23,7 +23,7 @@ struct FwdConfigInfo {
                 FwdTileConfig<D, TileVariant::V>::Traits::kSmemBytes},
 // One entry per (dtype, head dim, variant); dtype does not change a config.
 constexpr FwdConfigInfo kFwdConfigs[] = {
-#include "../instantiations/registry.inc"
+#include "instantiations/registry.inc"
 };
 #undef FLASHATTN_FWD_INSTANCE
 

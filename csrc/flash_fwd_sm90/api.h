@@ -19,7 +19,7 @@ bool flash_fwd_sm90_supported(const FwdParams& p, const DeviceLimits& dev);
 
 // True when `p` should come with a FwdParams::tile_counter: causal masking gives the query tiles
 // unequal work, and with more tiles than SMs the static round-robin schedule leaves the busiest
-// SM with up to 1.8x the mean work (tools/sm90_schedule_model.py on the standard grid); handing
+// SM with up to 1.8x the mean work (lab/sm90_schedule_model.py on the standard grid); handing
 // the tiles out through an atomic counter, longest first, brings that to <= 1.15x.
 bool flash_fwd_sm90_wants_tile_counter(const FwdParams& p, const DeviceLimits& dev);
 

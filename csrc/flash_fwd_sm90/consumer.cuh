@@ -73,7 +73,7 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
   const int row_in_tile = wg * 64 + warp * 16 + lane / 4;  // this thread's rows: +0 and +8
   const int col_in_quad = 2 * (lane % 4);
 
-  // Descriptor bases (verified against CuTe by tools/sm90_desc_check.cu): Q rows of this
+  // Descriptor bases (verified against CuTe by lab/sm90_desc_check.cu): Q rows of this
   // warpgroup and stage 0 of K and V; k-steps and stages are byte offsets on top.
   const uint64_t desc_q = make_smem_desc_sw128(sm.q(0) + wg * 64 * kChunkRowBytes, 16u, 1024u);
   const uint64_t desc_k = make_smem_desc_sw128(sm.k(0), 16u, 1024u);

@@ -19,7 +19,7 @@
 namespace flashattn {
 namespace sm90 {
 
-// Lab hook (tools/sm90_lab.cu "l2"): when > 0, the L2 group budget in MB instead of
+// Lab hook (lab/sm90_lab.cu "l2"): when > 0, the L2 group budget in MB instead of
 // kL2GroupBudgetBytes (tile_scheduler.h). One per process (inline function: shared by every TU).
 inline int& sm90_l2_budget_mb_override() {
   static int mb = 0;
@@ -33,7 +33,7 @@ inline int l2_group_heads(const FwdParams& p) {
 }
 
 // Where a FLASHATTN_SM90_HANG_CHECK build reports a stuck mbarrier wait (host-mapped int[8],
-// set by tools/sm90_lab.cu); one slot per process (inline function: shared by every TU).
+// set by lab/sm90_lab.cu); one slot per process (inline function: shared by every TU).
 inline int*& sm90_hang_report_slot() {
   static int* slot = nullptr;
   return slot;

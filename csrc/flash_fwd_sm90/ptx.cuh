@@ -3,7 +3,7 @@
 //
 // Everything that emits sm_90a-only instructions is inside FLASHATTN_SM90A_ENABLED, defined only in
 // the device pass for compute_90a; the descriptor math is plain host/device code so that
-// tools/sm90_desc_check.cpp can compare it with CuTe's make_gmma_desc on the CPU.
+// lab/sm90_desc_check.cpp can compare it with CuTe's make_gmma_desc on the CPU.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Online softmax over the wgmma m64nN accumulator fragment of one consumer warpgroup.
 //
-// Fragment layout (checked against CuTe's CLayout_64xN by tools/sm90_desc_check.cu): thread t of
+// Fragment layout (checked against CuTe's CLayout_64xN by lab/sm90_desc_check.cu): thread t of
 // the warpgroup holds value v = 4 j + 2 h + e of an m64nN accumulator at
 //   row 16 (t / 32) + (t % 32) / 4 + 8 h,   col 8 j + 2 (t % 4) + e,
 // so each thread owns two rows (h = 0, 1), each spread over the 4 lanes of a quad: row reductions

@@ -1,5 +1,5 @@
 // Static persistent tile schedule of the Hopper forward kernel (grid = min(#tiles, #SMs)), shared by
-// its producer and consumer warpgroups; plain host/device C++ so that tools/sm90_desc_check.cu
+// its producer and consumer warpgroups; plain host/device C++ so that lab/sm90_desc_check.cu
 // checks on the CPU that it visits every tile exactly once.
 #pragma once
 
@@ -42,7 +42,7 @@ FLASHATTN_HD TileCoord decode_tile(int t, int num_m_blocks, int heads_q, int bat
 // L2: with 24 MB a head's 4 query tiles at S=512 ran up to three waves apart while 8 MB of Q and
 // O per wave streamed through the same L2, and ncu counted ~1.4x the Q+K+V+O bytes from DRAM
 // (cuDNN: 1.0x). Lab A/B 8 vs 24 MB over D {64,128,256} x S 512..16k x causal: geomean 1.024x,
-// D=128 S=512 +13.5%, worst cell -1.3% (docs/perf-notes.md, session 5).
+// D=128 S=512 +13.5%, worst cell -1.3% (docs/perf-notes.md, "v7").
 constexpr long long kL2GroupBudgetBytes = 8ll << 20;
 
 FLASHATTN_HD int l2_group_heads(long long seqlen_k, int head_dim, int heads_q, int heads_kv, int batch,

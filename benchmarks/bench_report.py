@@ -1,0 +1,561 @@
+#!/usr/bin/env python3
+"""Turn a pytest-benchmark JSON from benchmarks/ into a speedup report.
+
+usage: python benchmarks/bench_report.py results.json [--png out.png] [--markdown out.md] [--ours NAME]
+
+Prints, per shape, each implementation's time and TFLOP/s and flashattn's speedup over it
+(time_other / time_ours, so > 1 means flashattn is faster), then the geometric mean of those
+speedups per category (grid x dtype x D x causal), per grid and overall. --markdown writes the
+same as tables for the README; --png plots TFLOP/s against S (one line per implementation, one
+panel per dtype x D x causal). Needs only the standard library, plus matplotlib for --png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+OURS = "flashattn"
+GRID_ORDER = {"latency": 0, "standard": 1, "decode": 2}
+IMPL_ORDER = (
+    "flashattn",
+    "flashattn-hopper",
+    "flashattn-portable",
+    "flashattn-fwd",
+    "sdpa-default",
+    "sdpa-flash",
+    "sdpa-cudnn",
+    "sdpa-efficient",
+    "sdpa-math",
+)
+MISSING = "—"
+
+
+class ReportError(Exception):
+    pass
+
+
+@dataclass
+class Row:
+    """One benchmark: an implementation on a shape."""
+
+    name: str
+    group: str
+    impl: str
+    grid: str
+    dtype: str
+    b: int
+    hq: int
+    hk: int
+    sq: int
+    sk: int
+    d: int
+    causal: bool
+    flops: float
+    io_bytes: float
+    ms: float  # median GPU time per call (back-to-back)
+    latency_ms: float | None = None  # median single-call latency, where measured
+
+    @property
+    def tflops(self) -> float:
+        return self.flops / (self.ms * 1e-3) / 1e12
+
+    @property
+    def gbps(self) -> float:
+        return self.io_bytes / (self.ms * 1e-3) / 1e9
+
+
+@dataclass
+class Shape:
+    group: str
+    grid: str
+    dtype: str
+    d: int
+    causal: bool
+    b: int
+    hq: int
+    hk: int
+    sq: int
+    sk: int
+    rows: dict = field(default_factory=dict)  # impl -> Row
+
+    @property
+    def category(self) -> str:
+        if self.grid == "decode":
+            return f"decode {self.dtype} D={self.d}"
+        return f"{self.grid} {self.dtype} D={self.d} {'causal' if self.causal else 'noncausal'}"
+
+    def sort_key(self):
+        # latency: the B=1 H=1 sweep before the multi-head case; decode: by B, then Sk
+        sub = self.b * self.hq if self.grid == "latency" else (self.b if self.grid == "decode" else 0)
+        return (GRID_ORDER.get(self.grid, 9), self.grid, self.dtype, self.d, self.causal, sub, self.sk, self.sq, self.b)
+
+
+@dataclass
+class Report:
+    meta: dict
+    shapes: list  # of Shape, sorted
+    impls: list  # implementation names present, ours first
+    ours: str
+
+    def baselines(self) -> list:
+        return [i for i in self.impls if i != self.ours]
+
+
+def _impl_key(name: str):
+    return (IMPL_ORDER.index(name) if name in IMPL_ORDER else len(IMPL_ORDER), name)
+
+
+def _row_from_bench(bench: dict) -> Row:
+    info = bench.get("extra_info") or {}
+    missing = [k for k in ("impl", "grid", "dtype", "b", "hq", "sq", "sk", "d", "causal", "flops") if k not in info]
+    if missing:
+        raise ReportError(
+            f"benchmark {bench.get('name')!r} lacks extra_info {missing}: not from flashattn's benchmarks/ suite?"
+        )
+    if info.get("median_ms") is not None:
+        ms = float(info["median_ms"])
+    elif bench.get("stats", {}).get("median") is not None:
+        ms = float(bench["stats"]["median"]) * 1e3
+    else:
+        raise ReportError(f"benchmark {bench.get('name')!r} has no timing (extra_info.median_ms or stats.median)")
+    if not ms > 0:
+        raise ReportError(f"benchmark {bench.get('name')!r} has a non-positive time {ms}")
+    hq = int(info["hq"])
+    return Row(
+        name=bench.get("name", ""),
+        group=bench.get("group") or info.get("group") or "",
+        impl=str(info["impl"]),
+        grid=str(info["grid"]),
+        dtype=str(info["dtype"]),
+        b=int(info["b"]),
+        hq=hq,
+        hk=int(info.get("hk", hq)),
+        sq=int(info["sq"]),
+        sk=int(info["sk"]),
+        d=int(info["d"]),
+        causal=bool(info["causal"]),
+        flops=float(info["flops"]),
+        io_bytes=float(info.get("io_bytes") or 0.0),
+        ms=ms,
+        latency_ms=float(info["latency_ms"]) if info.get("latency_ms") is not None else None,
+    )
+
+
+def load(path: str, ours: str = OURS) -> Report:
+    with open(path) as f:
+        data = json.load(f)
+    return build(data, ours)
+
+
+def build(data: dict, ours: str = OURS) -> Report:
+    benches = data.get("benchmarks")
+    if not isinstance(benches, list):
+        raise ReportError("not a pytest-benchmark JSON: no 'benchmarks' list")
+    if not benches:
+        raise ReportError("the JSON holds no benchmarks (all skipped or deselected?)")
+    shapes: dict = {}
+    for bench in benches:
+        row = _row_from_bench(bench)
+        key = (row.grid, row.group)
+        sh = shapes.get(key)
+        if sh is None:
+            sh = shapes[key] = Shape(
+                row.group, row.grid, row.dtype, row.d, row.causal, row.b, row.hq, row.hk, row.sq, row.sk
+            )
+        if row.impl in sh.rows:
+            raise ReportError(f"two results for {row.impl} on {row.group!r}")
+        sh.rows[row.impl] = row
+    impls = sorted({i for sh in shapes.values() for i in sh.rows}, key=_impl_key)
+    if ours in impls:
+        impls.remove(ours)
+        impls.insert(0, ours)
+    mi = data.get("machine_info") or {}
+    ci = data.get("commit_info") or {}
+    gpu, sw = mi.get("gpu") or {}, mi.get("software") or {}
+    meta = {
+        "date": data.get("datetime", "?"),
+        "gpu": gpu.get("name", "?"),
+        "gpu_count": gpu.get("count"),
+        "capability": gpu.get("capability"),
+        "driver": gpu.get("driver", "?"),
+        "torch": sw.get("torch", "?"),
+        "cuda": sw.get("cuda", "?"),
+        "cudnn": sw.get("cudnn"),
+        "flashattn": sw.get("flashattn", "?"),
+        "flashattn_build": sw.get("flashattn_build"),
+        "python": mi.get("python_version"),
+        "commit": (ci.get("id") or "")[:12] + (" (dirty)" if ci.get("dirty") else ""),
+        "pytest_benchmark": data.get("version"),
+    }
+    return Report(meta, sorted(shapes.values(), key=Shape.sort_key), impls, ours)
+
+
+def speedup(shape: Shape, ours: str, other: str, latency: bool = False) -> float | None:
+    """time(other) / time(ours) on one shape (> 1: ours is faster); None where either is missing."""
+    a, b = shape.rows.get(ours), shape.rows.get(other)
+    if a is None or b is None:
+        return None
+    if latency:
+        if a.latency_ms is None or b.latency_ms is None:
+            return None
+        return b.latency_ms / a.latency_ms
+    return b.ms / a.ms
+
+
+def geomean(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def summary(report: Report, latency: bool = False) -> list:
+    """[(label, n_shapes, {baseline: (geomean speedup or None, n_pairs)})] per category, then per
+    grid (where it has several categories), then overall (where there are several grids). n_shapes
+    counts the shapes ours ran on; n_pairs those where the baseline ran too."""
+    out = []
+    by_cat, by_grid = defaultdict(list), defaultdict(list)
+    for sh in report.shapes:
+        if latency and not any(r.latency_ms is not None for r in sh.rows.values()):
+            continue
+        by_cat[sh.category].append(sh)
+        by_grid[sh.grid].append(sh)
+
+    def line(label, shapes):
+        n = sum(1 for sh in shapes if report.ours in sh.rows)
+        res = {}
+        for bl in report.baselines():
+            xs = [x for x in (speedup(sh, report.ours, bl, latency) for sh in shapes) if x is not None]
+            res[bl] = (geomean(xs), len(xs))
+        return (label, n, res)
+
+    for grid, shapes in by_grid.items():  # shapes are sorted, so grids and categories come in order
+        cats = list(dict.fromkeys(sh.category for sh in shapes))
+        for cat in cats:
+            out.append(line(cat, by_cat[cat]))
+        if len(cats) > 1:
+            out.append(line(f"{grid} (all)", shapes))
+    if len(by_grid) > 1:
+        out.append(line("all", [sh for shapes in by_grid.values() for sh in shapes]))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Text and markdown
+# ---------------------------------------------------------------------------------------------
+
+
+def _x(v: float | None) -> str:
+    return MISSING if v is None else f"{v:.2f}x"
+
+
+def _num(v: float) -> str:
+    return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
+
+
+def _gbps(v: float) -> str:
+    return f"{v:.0f}" if v >= 100 else _num(v)
+
+
+def _tf(r: Row | None) -> str:
+    return MISSING if r is None else _num(r.tflops)
+
+
+def _time(ms: float) -> str:
+    return f"{ms * 1e3:.1f} µs" if ms < 1 else f"{ms:.3f} ms"
+
+
+def _us(v: float | None) -> str:
+    return MISSING if v is None else f"{v * 1e3:.1f}"
+
+
+def meta_lines(report: Report) -> list:
+    m = report.meta
+    build = m.get("flashattn_build") or {}
+    build_s = ", ".join(f"{k}={v}" for k, v in build.items()) if isinstance(build, dict) else str(build)
+    return [
+        f"date: {m['date']}",
+        f"GPU: {m['gpu']}"
+        + (f" (sm_{str(m['capability']).replace('.', '')})" if m.get("capability") else "")
+        + f", driver {m['driver']}",
+        f"torch {m['torch']}, CUDA {m['cuda']}, cuDNN {m['cudnn']}, flashattn {m['flashattn']}"
+        + (f" [{build_s}]" if build_s else ""),
+        f"commit: {m['commit'] or '?'}; pytest-benchmark {m['pytest_benchmark']}",
+        "timing: CUDA events; median over rounds of (round time / N back-to-back calls), "
+        "the implementations of a shape in interleaved rounds; "
+        "speedup = time(other) / time(" + report.ours + "), > 1 means " + report.ours + " is faster",
+    ]
+
+
+def _table(header: list, rows: list) -> list:
+    out = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|",
+    ]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return out
+
+
+def _text_table(header: list, rows: list) -> list:
+    cols = [header] + [[str(c) for c in r] for r in rows]
+    w = [max(len(c[i]) for c in cols) for i in range(len(header))]
+
+    def fmt(r):
+        return "  ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(r))
+
+    return [fmt(header), "  ".join("-" * x for x in w)] + [fmt([str(c) for c in r]) for r in rows]
+
+
+def summary_table(report: Report, latency: bool = False):
+    header = ["category", "shapes"] + [f"vs {b}" for b in report.baselines()]
+
+    def cell(g, k, n):  # the number of shapes is shown where the baseline ran on fewer than ours
+        return _x(g) if g is None or k == n else f"{_x(g)} ({k})"
+
+    rows = [[label, n] + [cell(*g[b], n) for b in report.baselines()] for label, n, g in summary(report, latency)]
+    return header, rows
+
+
+def shape_table(report: Report, grid: str):
+    """Per-shape rows for one grid: TFLOP/s (or µs for latency, GB/s for decode) per implementation,
+    then ours' speedup over each other implementation."""
+    shapes = [sh for sh in report.shapes if sh.grid == grid]
+    if grid == "latency":
+        header = ["shape"] + [f"{i} µs/call (1-call)" for i in report.impls]
+    elif grid == "decode":
+        header = ["shape"] + [f"{i} GB/s" for i in report.impls]
+    else:
+        header = ["shape"] + [f"{i} TFLOP/s" for i in report.impls]
+    header += [f"speedup vs {b}" for b in report.baselines()]
+    rows = []
+    for sh in shapes:
+        cells = [sh.group]
+        for i in report.impls:
+            r = sh.rows.get(i)
+            if grid == "latency":
+                cells.append(MISSING if r is None else f"{_us(r.ms)} ({_us(r.latency_ms)})")
+            elif grid == "decode":
+                cells.append(MISSING if r is None or not r.io_bytes else _gbps(r.gbps))
+            else:
+                cells.append(_tf(r))
+        cells += [_x(speedup(sh, report.ours, b)) for b in report.baselines()]
+        rows.append(cells)
+    return header, rows
+
+
+def grids(report: Report) -> list:
+    return sorted({sh.grid for sh in report.shapes}, key=lambda g: (GRID_ORDER.get(g, 9), g))
+
+
+def markdown(report: Report) -> str:
+    out = ["## Attention forward benchmark", ""]
+    out += [f"- {line}" for line in meta_lines(report)]
+    out += ["", f"### Geometric-mean speedup of {report.ours}", ""]
+    out += _table(*summary_table(report))
+    if any(r.latency_ms is not None for sh in report.shapes for r in sh.rows.values()):
+        out += ["", f"Single-call latency (one call, GPU idle before it), geometric-mean speedup of {report.ours}:", ""]
+        out += _table(*summary_table(report, latency=True))
+    notes = {
+        "latency": "µs per call back to back, single-call latency in parentheses",
+        "standard": "TFLOP/s (causal counts only the visible query/key pairs)",
+        "decode": "GB/s of Q, K, V read and O written",
+    }
+    for grid in grids(report):
+        out += ["", f"### {grid} grid: {notes.get(grid, '')}", ""]
+        out += _table(*shape_table(report, grid))
+    out += [
+        "",
+        f"{MISSING}: no result (the implementation refused the shape or is not built here; pytest's skip summary says why).",
+    ]
+    return "\n".join(out) + "\n"
+
+
+def print_report(report: Report, file=None) -> None:
+    file = file or sys.stdout
+    for line in meta_lines(report):
+        print(line, file=file)
+    print(file=file)
+    total = len(report.shapes)
+    for n, sh in enumerate(report.shapes, 1):
+        ours = sh.rows.get(report.ours)
+        head = f"[{n:>{len(str(total))}}/{total}] {sh.grid:8} {sh.group}:"
+        if ours is None:
+            body = f" {report.ours} missing;"
+        else:
+            rate = f"{_gbps(ours.gbps)} GB/s" if sh.grid == "decode" and ours.io_bytes else f"{_num(ours.tflops)} TFLOP/s"
+            body = f" {report.ours} {_time(ours.ms)} {rate}"
+            if ours.latency_ms is not None:
+                body += f" (1-call {ours.latency_ms * 1e3:.1f} µs)"
+            body += " |"
+        others = [f"{b} {_x(speedup(sh, report.ours, b))}" for b in report.baselines() if b in sh.rows]
+        print(head + body + (" vs " + ", ".join(others) if others else " no other implementation"), file=file)
+    print(file=file)
+    print(f"geometric-mean speedup of {report.ours} (time_other / time_{report.ours}):", file=file)
+    for line in _text_table(*summary_table(report)):
+        print(line, file=file)
+    if any(r.latency_ms is not None for sh in report.shapes for r in sh.rows.values()):
+        print(file=file)
+        print("single-call latency, geometric-mean speedup:", file=file)
+        for line in _text_table(*summary_table(report, latency=True)):
+            print(line, file=file)
+
+
+# ---------------------------------------------------------------------------------------------
+# Plot
+# ---------------------------------------------------------------------------------------------
+
+
+def panels(report: Report) -> list:
+    """[(title, xlabel, ylabel, {impl: [(x, y), ...]})], one per grid x dtype x D x causal.
+    standard: TFLOP/s vs S. latency: µs per call vs S (B=1, H=1 shapes). decode: GB/s vs Sk."""
+    keyed: dict = {}
+    for sh in report.shapes:
+        if sh.grid == "latency" and (sh.b != 1 or sh.hq != 1):
+            continue
+        if sh.grid == "decode":
+            key = (GRID_ORDER.get(sh.grid, 9), sh.grid, sh.dtype, sh.d, sh.b)
+            title, xl, yl = f"decode {sh.dtype} D={sh.d} B={sh.b} H={sh.hq}/{sh.hk}", "Sk", "GB/s"
+        elif sh.grid == "latency":
+            key = (GRID_ORDER.get(sh.grid, 9), sh.grid, sh.dtype, sh.d, sh.causal)
+            title, xl, yl = (
+                f"latency {sh.dtype} D={sh.d} B=1 H=1 {'causal' if sh.causal else 'noncausal'}",
+                "S",
+                "µs per call",
+            )
+        else:
+            key = (GRID_ORDER.get(sh.grid, 9), sh.grid, sh.dtype, sh.causal, sh.d)
+            title = f"{sh.grid} {sh.dtype} D={sh.d} {'causal' if sh.causal else 'noncausal'}"
+            xl, yl = "S (B*S and H*D fixed)" if sh.grid == "standard" else "S", "TFLOP/s"
+        p = keyed.setdefault(key, (title, xl, yl, defaultdict(list)))
+        for impl, r in sh.rows.items():
+            if sh.grid == "decode":
+                if r.io_bytes:
+                    p[3][impl].append((sh.sk, r.gbps))
+            elif sh.grid == "latency":
+                p[3][impl].append((sh.sq, r.ms * 1e3))
+            else:
+                p[3][impl].append((sh.sq, r.tflops))
+    out = []
+    for key in sorted(keyed):
+        title, xl, yl, lines = keyed[key]
+        out.append((title, xl, yl, {i: sorted(v) for i, v in lines.items()}))
+    return out
+
+
+def plot(report: Report, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ps = panels(report)
+    if not ps:
+        raise ReportError("nothing to plot")
+    # Three panels a row (the standard grid's three head dims side by side); each grid starts a row.
+    ncols = min(3, len(ps))
+    slots, row, col, last_grid = [], 0, 0, None
+    for title, *_ in ps:
+        grid = title.split()[0]
+        if (last_grid is not None and grid != last_grid and col) or col == ncols:
+            row, col = row + 1, 0
+        slots.append((row, col))
+        col, last_grid = col + 1, grid
+    nrows = row + 1
+    fig, grid_axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.8 * nrows), squeeze=False)
+    axes = [grid_axes[r][c] for r, c in slots]
+    used = set(slots)
+    for r in range(nrows):
+        for c in range(ncols):
+            if (r, c) not in used:
+                grid_axes[r][c].set_visible(False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    style = {impl: (colors[n % len(colors)], "os^vD<>ph*"[n % 10]) for n, impl in enumerate(report.impls)}
+    for ax, (title, xl, yl, lines) in zip(axes, ps):
+        for impl in report.impls:
+            pts = lines.get(impl)
+            if not pts:
+                continue
+            c, m = style[impl]
+            ours = impl == report.ours
+            ax.plot(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                marker=m,
+                color=c,
+                label=impl,
+                linewidth=2.4 if ours else 1.3,
+                markersize=5 if ours else 4,
+                zorder=3 if ours else 2,
+            )
+        ax.set_xscale("log", base=2)
+        xs = sorted({p[0] for pts in lines.values() for p in pts})
+        ax.set_xticks(xs)
+        ax.set_xticklabels([f"{x // 1024}k" if x >= 1024 and x % 1024 == 0 else str(x) for x in xs])
+        ax.minorticks_off()
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel(xl)
+        ax.set_ylabel(yl)
+        ax.grid(True, alpha=0.3)
+        ax.set_ylim(bottom=0)
+    handles, labels = [], []
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    m = report.meta
+    fig.suptitle(
+        f"attention forward on {m['gpu']} (torch {m['torch']}, CUDA {m['cuda']}, {str(m['date'])[:10]})", fontsize=12
+    )
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), frameon=False)
+    fig.tight_layout(rect=(0, 0.06 if nrows > 1 else 0.1, 1, 0.96))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("json", help="pytest-benchmark JSON (--benchmark-json) from benchmarks/")
+    ap.add_argument("--png", help="write the TFLOP/s-vs-S plot here (needs matplotlib)")
+    ap.add_argument("--markdown", help="write markdown tables here")
+    ap.add_argument("--ours", default=OURS, help=f"implementation the speedups are computed for (default {OURS})")
+    ap.add_argument("--quiet", action="store_true", help="do not print the tables")
+    args = ap.parse_args(argv)
+    try:
+        report = load(args.json, args.ours)
+    except (OSError, ValueError, ReportError) as exc:
+        print(f"bench_report: {args.json}: {exc}", file=sys.stderr)
+        return 2
+    if args.ours not in report.impls:
+        print(
+            f"bench_report: warning: no results for {args.ours!r} (have {report.impls}); speedups are empty",
+            file=sys.stderr,
+        )
+    if not args.quiet:
+        print_report(report)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(markdown(report))
+        print(f"wrote {args.markdown}")
+    if args.png:
+        try:
+            plot(report, args.png)
+        except ImportError as exc:
+            print(
+                f"bench_report: cannot write {args.png}: matplotlib is missing ({exc}); pip install matplotlib",
+                file=sys.stderr,
+            )
+            return 3
+        print(f"wrote {args.png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# One batched run on a GPU machine, in stages of under 10 minutes each. Logs go to $OUT
+# (or results/gpu-run), one file per step, plus a summary line per step in summary.txt.
+#
+#   bash lab/gpu_run.sh verify   build, Hopper lab correctness, quick_check numerics on both
+#                                     paths, decode check                          (~6-8 min on an H100)
+#   bash lab/gpu_run.sh suite    the GPU test suite, ci profile, timed; every planted bug
+#   bash lab/gpu_run.sh bench    benchmark suite + report (latency, standard and decode grids)
+#   bash lab/gpu_run.sh check    verify + the GPU test suite (no planted bugs) in one call      (~7 min)
+#   bash lab/gpu_run.sh hopper   after a Hopper-path change: lab check + schedule A/B, numerics, the
+#                                     suite, the standard benchmark grid                  (~6 min)
+#   bash lab/gpu_run.sh tune     a Hopper kernel experiment: lab check + all speed tables, the
+#                                     suite's hopper part, the standard grid               (~8 min)
+#   bash lab/gpu_run.sh decode   decode tile-config variants vs the default (lab/decode_lab.sh, ~2 min)
+#   bash lab/gpu_run.sh explore  verify + the Hopper lab's variant A/B + the decode lab + the
+#                                     machine ceilings: the experiments, proved correct first (~7 min)
+#   bash lab/gpu_run.sh diagnose Nsight Compute on our forward kernel vs cuDNN's (lab/ncu_fwd.sh),
+#                                     then the Hopper lab's variant A/B                    (~4 min)
+#   bash lab/gpu_run.sh final    check, the matmul/copy ceilings, the whole benchmark suite and report
+#                                     in one call                                         (~6 min)
+#   bash lab/gpu_run.sh host     build, then where a small call's host time goes      (~1.5 min)
+#   bash lab/gpu_run.sh l2decode build, the decode check and the suite's decode tests, then the Hopper
+#                                     lab's L2 group budget A/B                           (~5 min)
+#
+# A step that fails does not stop the others; the exit status is the number of failed steps.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+OUT=${OUT:-results/gpu-run}
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+failed=0
+
+step() {  # step NAME TIMEOUT_S COMMAND...
+  local name=$1 limit=$2
+  shift 2
+  local t0
+  t0=$(date +%s)
+  echo "=== $name: $*" | tee -a "$OUT/summary.txt"
+  timeout "$limit" "$@" > "$OUT/step_$name.log" 2>&1
+  local rc=$?
+  tail -25 "$OUT/step_$name.log"
+  echo "=== $name: exit $rc in $(( $(date +%s) - t0 )) s" | tee -a "$OUT/summary.txt"
+  [ $rc -eq 0 ] || failed=$((failed + 1))
+}
+
+env_info() {
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv
+  python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+  nvcc --version | tail -2
+}
+
+ensure_built() {
+  if ! python3 -c "import flashattn, sys; sys.exit(0 if flashattn.extension_available() else 1)" 2>/dev/null; then
+    step build 420 bash lab/gpu_build.sh
+  fi
+}
+
+# The test suite, ci hypothesis profile (extra pytest arguments appended by the caller).
+pytest_ci=(env FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider)
+
+verify_steps() {  # build, hang-checked Hopper lab, numerics on both paths, decode check
+  env_info > "$OUT/env.txt" 2>&1; cat "$OUT/env.txt"
+  step build 420 bash lab/gpu_build.sh
+  step sm90_lab_check 300 bash lab/sm90_lab.sh check
+  step quick_numerics_portable 150 env FLASHATTN_BACKEND=portable python3 lab/quick_check.py --numerics-only
+  step quick_numerics_hopper 150 env FLASHATTN_BACKEND=hopper python3 lab/quick_check.py --numerics-only
+  step decode_check 150 python3 lab/decode_check.py --no-perf-gate
+}
+
+case "${1:-verify}" in
+  verify)
+    verify_steps
+    ;;
+  check)  # after a change anywhere: everything that proves correctness, in one call
+    verify_steps
+    step pytest_ci 240 "${pytest_ci[@]}" --durations=15
+    ;;
+  suite)
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    step pytest_ci 330 "${pytest_ci[@]}" --durations=15
+    for bug in causal kv_tail scale empty_rows; do
+      step "planted_$bug" 200 bash lab/planted_bug.sh "$bug"
+    done
+    ;;
+  bench)
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    step benchmarks 480 bash benchmarks/run_benchmarks.sh "$OUT/bench"
+    ;;
+  hopper)  # after a Hopper-path change: hang-checked lab, numerics both ways, the suite's sm90 part, benchmarks
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash lab/gpu_build.sh
+    step sm90_lab_schedule 240 bash lab/sm90_lab.sh schedule
+    step quick_numerics_hopper 150 env FLASHATTN_BACKEND=hopper python3 lab/quick_check.py --numerics-only
+    step pytest_ci 240 "${pytest_ci[@]}"
+    step benchmarks 300 env BENCH_MARKERS="bench and standard" bash benchmarks/run_benchmarks.sh "$OUT/bench"
+    ;;
+  tune)  # a Hopper kernel experiment: lab correctness + every speed table (configs, variants), the
+         # suite's hopper part, the standard grid
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash lab/gpu_build.sh
+    step sm90_lab_full 330 bash lab/sm90_lab.sh
+    step pytest_hopper 200 "${pytest_ci[@]}" -m gpu --flashattn-backend=hopper
+    step benchmarks 300 env BENCH_MARKERS="bench and standard" bash benchmarks/run_benchmarks.sh "$OUT/bench"
+    ;;
+  decode)  # the decode kernel's tile-config variants vs the default (no torch, no extension build)
+    env_info > "$OUT/env.txt" 2>&1
+    step decode_lab 330 bash lab/decode_lab.sh
+    ;;
+  explore)  # written-but-never-run experiments after a quiet spell: correctness first, then timings
+    verify_steps
+    step sm90_lab_variants 240 bash lab/sm90_lab.sh variants
+    step decode_lab 200 bash lab/decode_lab.sh
+    step ceilings 120 python3 lab/ceilings.py
+    ;;
+  diagnose)
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    step ncu_fwd 420 bash lab/ncu_fwd.sh 128:512:0 64:512:0 256:512:0 64:512:1
+    step sm90_lab_variants 240 bash lab/sm90_lab.sh variants
+    ;;
+  final)  # what a full run's numbers come from: every correctness step, then every benchmark
+    verify_steps
+    step pytest_ci 240 "${pytest_ci[@]}" --durations=15
+    step ceilings 60 python3 lab/ceilings.py
+    step benchmarks 330 bash benchmarks/run_benchmarks.sh "$OUT/bench"
+    ;;
+  host)  # where a small call's host time goes (the latency grid)
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    step host_profile 120 python3 lab/host_profile_gpu.py
+    ;;
+  l2decode)
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash lab/gpu_build.sh
+    step decode_check 150 python3 lab/decode_check.py --no-perf-gate
+    step pytest_kvcache 200 "${pytest_ci[@]}" tests/test_kvcache.py
+    step sm90_lab_l2 300 bash lab/sm90_lab.sh l2
+    ;;
+  *)
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host" >&2; exit 2 ;;
+esac
+cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
+echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
+# Everything but the summary and the benchmark report travels as one archive (tar -xzf logs.tgz),
+# so a run hands back three files.
+(
+  cd "$OUT" || exit 0
+  keep="summary.txt bench/report.txt bench/bench.json"
+  files=$(find . -type f ! -name logs.tgz | sed 's#^\./##' | grep -vxF -f <(tr ' ' '\n' <<< "$keep"))
+  [ -n "$files" ] && tar -czf logs.tgz $files && rm -f $files
+) || true
+exit $failed

@@ -1,0 +1,51 @@
+"""The CUDA-event timers the GPU tools share (lab/ceilings.py, quick_check.py, sm90_check.py,
+decode_check.py), on top of the benchmark suite's primitives (benchmarks/bench_common.py:
+time_calls_ms, one event pair around back-to-back calls; measure_interleaved, the round schedule).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import statistics
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def _bench_common():
+    """benchmarks/bench_common.py (plain module; loaded by path, once)."""
+    if "flashattn_bench_common" not in sys.modules:
+        path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_common.py"
+        spec = importlib.util.spec_from_file_location("flashattn_bench_common", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    return sys.modules["flashattn_bench_common"]
+
+
+def median_ms(fn: Callable[[], object], samples: int, reps: int, warmup: int = 3) -> float:
+    """Median ms per call: each sample times `reps` back-to-back calls between two CUDA events
+    (the suite's time_calls_ms), so the host cost of one Python call hides behind the GPU queue
+    as it does in a model."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    ts = [_bench_common().time_calls_ms(fn, reps) / reps for _ in range(samples)]
+    return sorted(ts)[len(ts) // 2]
+
+
+def interleaved_ms(fns: dict[Any, Callable[[], object]], round_ms: float = 2.0, rounds: int = 15) -> dict[Any, float]:
+    """Median ms per call of each function, timed by the benchmark suite's engine
+    (benchmarks/bench_common.py, measure_interleaved: every round times each function once, N
+    back-to-back calls with N so that one takes >= round_ms, in an order that rotates from round
+    to round and reverses every other cycle), so the GPU's clock drift over the run hits every
+    function alike; timed one after the other, ratios were biased by up to ~15% on the H100
+    (docs/benchmarks.md)."""
+    bc = _bench_common()
+    settings = bc.Settings(rounds=rounds, warmup_rounds=1, round_ms=round_ms, max_calls_per_round=1000,
+                           latency_samples=0)
+    timings = bc.measure_interleaved({name: bc.Runnable(fn) for name, fn in fns.items()}, settings)
+    return {name: statistics.median(t.samples_ms) for name, t in timings.items()}

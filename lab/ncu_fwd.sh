@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Nsight Compute on the forward kernels of flashattn and SDPA's cuDNN backend, side by side
+# (lab/ncu_fwd.py makes one call of each per shape inside a profiler range; every kernel in it
+# is profiled). Sections: speed of light, compute (pipe) and memory workload, scheduler and warp
+# stall statistics. Text report to ${OUT:-build}/ncu_fwd.txt.
+#   bash lab/ncu_fwd.sh [D:S:causal ...]      default: the short-sequence shapes
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+out=${OUT:-build}
+mkdir -p "$out"
+shapes=("$@")
+[ ${#shapes[@]} -eq 0 ] && shapes=(128:512:0 64:512:0 128:16384:0)
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+timeout 400 ncu --profile-from-start off --nvtx --print-summary none \
+  --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+  --section SchedulerStats --section WarpStateStats --section LaunchStats --section Occupancy \
+  python3 lab/ncu_fwd.py "${shapes[@]}" > "$out/ncu_fwd.txt" 2>&1
+rc=$?
+grep -E "^  [a-zA-Z_].*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|Memory Throughput|L2 Hit|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Registers Per|Grid Size|Dynamic Shared" "$out/ncu_fwd.txt" | head -150
+exit $rc

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Where our Hopper forward kernel's warps stall, per SASS instruction: Nsight Compute's source
+# counters (warp-state samples by PC) for one shape, our kernel only (lab/ncu_fwd.py's calls,
+# filtered to flash_fwd_sm90_kernel). Writes ${OUT:-build}/ncu_source_D_S_causal.{txt,csv}: the
+# WarpStateStats/SourceCounters sections, and the per-instruction table (SASS, samples, stall
+# reasons) when this ncu can print the source page. Then summarizes the top stalled instructions.
+#   bash lab/ncu_source.sh [D:S:causal]        default 64:512:1 (the weakest standard-grid cell)
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+out=${OUT:-build}
+mkdir -p "$out"
+shape=${1:-64:512:1}
+tag=${shape//:/_}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+timeout 300 ncu --profile-from-start off --kernel-name regex:flash_fwd_sm90 --launch-count 1 \
+  --section WarpStateStats --section SourceCounters --section SchedulerStats --import-source no \
+  -f -o "$out/ncu_source_$tag" python3 lab/ncu_fwd.py "$shape" > "$out/ncu_source_$tag.log" 2>&1
+rc=$?
+ncu --import "$out/ncu_source_$tag.ncu-rep" --print-summary none > "$out/ncu_source_$tag.txt" 2>&1
+ncu --import "$out/ncu_source_$tag.ncu-rep" --page source --print-source sass --csv > "$out/ncu_source_$tag.csv" 2>&1 ||
+  echo "this ncu cannot print the source page" >> "$out/ncu_source_$tag.txt"
+grep -E "Warp Cycles|No Eligible|Issue Slots|Stall|stall" "$out/ncu_source_$tag.txt" | head -40
+head -c 600 "$out/ncu_source_$tag.csv"; echo
+exit $rc

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Mutation check of the test suite, on a GPU machine: in a scratch copy of the repository, plant
+# one bug in the kernel, rebuild, run the GPU tests, and report whether they caught it.
+#
+# usage: lab/planted_bug.sh [BUG] [extra pytest args...]
+#   BUG (default: causal):
+#     causal      off-by-one causal mask: query i also sees key i + offset + 1   (kernel.cuh)
+#     kv_tail     the key-length mask lets key Sk (past the end) in             (kernel.cuh)
+#     scale       softmax scale 1% too large                                     (binding.cpp)
+#     empty_rows  blocks whose rows see no key leave O unwritten (only the NaN poisoning of the
+#                 outputs can see this)                                          (epilogue.cuh)
+#     list        print the bugs and exit
+# env: TORCH_CUDA_ARCH_LIST (default 9.0a), MAX_JOBS (default 16), KEEP_SCRATCH=1 to keep the copy.
+# exit status: 0 the suite caught the bug (tests failed), 1 it did not (tests passed),
+#              2 the experiment itself went wrong (bug not applied, build failed, pytest error).
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUG=${1:-causal}
+[ $# -gt 0 ] && shift
+
+case "$BUG" in
+  causal)
+    FILE=csrc/flash_fwd/kernel.cuh
+    SED='s/(p\.causal \&\& col > row + p\.causal_offset)/(p.causal \&\& col > row + p.causal_offset + 1)/' ;;
+  kv_tail)
+    FILE=csrc/flash_fwd/kernel.cuh
+    SED='s/if (col >= p\.seqlen_k ||/if (col > p.seqlen_k ||/' ;;
+  scale)
+    FILE=csrc/binding.cpp
+    SED='s/p\.set_scale(static_cast<float>(softmax_scale));/p.set_scale(static_cast<float>(softmax_scale) * 1.01f);/' ;;
+  empty_rows)
+    FILE=csrc/flash_fwd/epilogue.cuh
+    SED='s/for (int idx = threadIdx\.x; idx < rows \* chunks; idx += Traits::kNThreads) {/for (int idx = threadIdx.x; idx < 0 * rows * chunks; idx += Traits::kNThreads) {/' ;;
+  list)
+    sed -n '5,11p' "$0"; exit 0 ;;
+  *)
+    echo "planted_bug: unknown bug '$BUG' (try: $0 list)" >&2; exit 2 ;;
+esac
+
+SCRATCH=$(mktemp -d /tmp/flashattn-planted-"$BUG"-XXXXXX)
+cleanup() { [ "${KEEP_SCRATCH:-0}" = 1 ] || rm -rf "$SCRATCH"; }
+trap cleanup EXIT
+fail_setup() { echo "PLANTED BUG '$BUG': EXPERIMENT FAILED: $*" >&2; exit 2; }
+
+echo "== copying $ROOT to $SCRATCH (without build outputs)"
+tar -C "$ROOT" --exclude=./.git --exclude=./build --exclude='*.so' --exclude=./.hypothesis \
+    --exclude=./.pytest_cache --exclude=./.devbuild --exclude=./results -cf - . | tar -C "$SCRATCH" -xf - \
+  || fail_setup "copy failed"
+
+cd "$SCRATCH" || fail_setup "no scratch dir"
+cp "$FILE" "$FILE.orig"
+sed -i "$SED" "$FILE"
+if cmp -s "$FILE" "$FILE.orig"; then
+  fail_setup "the pattern for '$BUG' no longer matches $FILE; update this script"
+fi
+echo "== planted '$BUG' in $FILE:"
+diff -u "$FILE.orig" "$FILE" | sed -n '3,$p' | grep '^[-+]'
+rm -f "$FILE.orig"
+
+echo "== building (TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0a})"
+start=$(date +%s)
+TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0a} MAX_JOBS=${MAX_JOBS:-16} python3 setup.py -q build_ext --inplace \
+  || fail_setup "build failed"
+echo "build took $(( $(date +%s) - start )) s"
+
+export PYTHONPATH="$SCRATCH${PYTHONPATH:+:$PYTHONPATH}"
+python3 - "$SCRATCH" <<'PY' || fail_setup "the scratch copy's flashattn is not the one imported, or its extension did not load, or there is no GPU"
+import sys, torch, flashattn
+assert torch.cuda.is_available(), 'no CUDA GPU'
+assert flashattn.__file__.startswith(sys.argv[1]), flashattn.__file__
+assert flashattn.extension_available(), flashattn.extension_error()
+PY
+
+echo "== running the GPU tests (stops at the first failure)"
+python3 -m pytest -x -q -m gpu -p no:cacheprovider --flashattn-backend=portable tests "$@"
+rc=$?
+case $rc in
+  1) echo "PLANTED BUG '$BUG': CAUGHT (the GPU tests failed, see above)"; exit 0 ;;
+  0) echo "PLANTED BUG '$BUG': NOT CAUGHT (every GPU test passed with the bug in place)"; exit 1 ;;
+  5) fail_setup "no GPU tests ran (is this a GPU machine with the extension built?)" ;;
+  *) fail_setup "pytest exited with status $rc (interrupted, internal or usage error)" ;;
+esac
