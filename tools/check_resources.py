@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Compile-and-resource check of every forward kernel for every target, with no GPU.
+"""Compile-and-resource check of every kernel (forward, decode, backward) for every target, with no GPU.
 
 1. Builds tools/print_configs.cpp (plain C++) and reads every compiled tile config and the one
    each architecture's shared-memory limit selects per head dim.
@@ -41,6 +41,8 @@ _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) b
 _REGS = re.compile(r"Used (\d+) registers")
 _SMEM = re.compile(r"(\d+) bytes smem")
 _TRAITS = re.compile(r"FwdKernelTraitsILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")
+# Backward main kernel: D, block N, block M, warps, then the phase warp layouts and stages.
+_BWD_TRAITS = re.compile(r"BwdKernelTraitsILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E")
 # Hopper kernel (also read by tools/sm90_ptxas_report.py): groups D, block N, stages, ping-pong,
 # Q buffers, O through TMA, softmax reduction chains, consumer warpgroups, element type, dynamic
 # schedule. Threads = 128 x (1 + consumers), query rows = 64 x consumers.
@@ -67,6 +69,11 @@ def parse_ptxas(text: str) -> list[dict]:
         if t := _TRAITS.search(k["name"]):
             k["head_dim"], k["block_m"], k["block_n"], k["warps"] = map(int, t.groups())
             k["threads"] = k["warps"] * 32
+        elif t := _BWD_TRAITS.search(k["name"]):
+            k["head_dim"], k["block_n"], k["block_m"], k["warps"] = map(int, t.groups()[:4])
+            k["threads"] = k["warps"] * 32
+            k["stages"] = int(t.group(8))
+            k["path"] = "bwd"
         elif t := SM90_KERNEL.search(k["name"]):
             k["head_dim"], k["block_n"] = int(t.group(1)), int(t.group(2))
             consumers = int(t.group(8))
@@ -139,11 +146,12 @@ def check(kernels: list[dict], configs: dict, archs: list[str]) -> list[str]:
         if sel is None:
             errors.append(f"{arch}: no selection report")
             continue
-        for d, c in sel["by_head_dim"].items():
-            if c is None:
-                errors.append(f"{arch}: head dim {d} selects no config within {sel['smem_limit']} B")
-            elif c["smem_bytes"] > sel["smem_limit"]:
-                errors.append(f"{arch}: head dim {d} selects {c} over the {sel['smem_limit']} B limit")
+        for table, what in (("by_head_dim", "forward"), ("bwd_by_head_dim", "backward")):
+            for d, c in sel[table].items():
+                if c is None:
+                    errors.append(f"{arch}: {what} head dim {d} selects no config within {sel['smem_limit']} B")
+                elif c["smem_bytes"] > sel["smem_limit"]:
+                    errors.append(f"{arch}: {what} head dim {d} selects {c} over the {sel['smem_limit']} B limit")
         if not any(k["arch"] == arch for k in kernels):
             errors.append(f"{arch}: no kernel was compiled")
     return errors
@@ -188,11 +196,14 @@ def main() -> int:
     kernels.sort(key=lambda k: (k["arch"], k.get("head_dim", 0), k["name"]))
     print(f"{'arch':7} {'D':>4} {'BM':>4} {'BN':>4} {'warps':>5} {'regs':>5} {'spill':>6} {'stack':>6} {'smem KB':>8}  source")
     smem = {(c["head_dim"], c["block_m"], c["block_n"], c["warps"]): c["smem_bytes"] for c in configs["configs"]}
+    smem_bwd = {(c["head_dim"], c["block_m"], c["block_n"], c["warps"], c["stages"]): c["smem_bytes"]
+                for c in configs["bwd_configs"]}
     for k in kernels:
         key = (k.get("head_dim"), k.get("block_m"), k.get("block_n"), k.get("warps"))
+        kb = smem_bwd.get(key + (k.get("stages"),), 0) if k.get("path") == "bwd" else smem.get(key, 0)
         print(f"{k['arch']:7} {k.get('head_dim', '-'):>4} {k.get('block_m', '-'):>4} {k.get('block_n', '-'):>4} "
               f"{k.get('warps', '-'):>5} {k['regs']:>5} {k['spill_st'] + k['spill_ld']:>6} {k['stack']:>6} "
-              f"{smem.get(key, 0) / 1024:>8.1f}  {k['source']}")
+              f"{kb / 1024:>8.1f}  {k['source']}")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({"kernels": kernels, "configs": configs}, indent=1))
     if errors:

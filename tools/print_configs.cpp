@@ -1,7 +1,9 @@
-// Prints, as JSON, every compiled forward config and the one each target architecture's
-// shared-memory limit selects for every head dim. Plain C++ (no CUDA): runs on CPU in CI.
+// Prints, as JSON, every compiled forward and backward config and the one each target
+// architecture's shared-memory limit selects for every head dim. Plain C++ (no CUDA): runs on CPU
+// in CI.
 #include <cstdio>
 
+#include "flash_bwd/registry.h"
 #include "flash_fwd/registry.h"
 
 using namespace flashattn;
@@ -19,6 +21,15 @@ int main() {
                 c.head_dim, c.variant == TileVariant::kLarge ? "large" : "compact", c.block_m, c.block_n, c.warps,
                 c.threads, c.smem_bytes, i + 1 < n ? "," : "");
   }
+  std::printf("  ],\n  \"bwd_configs\": [\n");
+  const int nb = sizeof(kBwdConfigs) / sizeof(kBwdConfigs[0]);
+  for (int i = 0; i < nb; ++i) {
+    const BwdConfigInfo& c = kBwdConfigs[i];
+    std::printf("    {\"head_dim\": %d, \"variant\": \"%s\", \"block_m\": %d, \"block_n\": %d, \"warps\": %d, "
+                "\"threads\": %d, \"stages\": %d, \"smem_bytes\": %d}%s\n",
+                c.head_dim, c.variant == BwdTileVariant::kLarge ? "large" : "compact", c.block_m, c.block_n, c.warps,
+                c.threads, c.stages, c.smem_bytes, i + 1 < nb ? "," : "");
+  }
   std::printf("  ],\n  \"selection\": {\n");
   for (int a = 0; a < 4; ++a) {
     std::printf("    \"%s\": {\"smem_limit\": %d, \"by_head_dim\": {", archs[a].name, archs[a].smem_limit);
@@ -29,6 +40,16 @@ int main() {
       else
         std::printf("\"%d\": {\"head_dim\": %d, \"variant\": \"%s\", \"smem_bytes\": %d}", d, c->head_dim,
                     c->variant == TileVariant::kLarge ? "large" : "compact", c->smem_bytes);
+      std::printf(d < 256 ? ", " : "");
+    }
+    std::printf("}, \"bwd_by_head_dim\": {");
+    for (int d = 8; d <= 256; d += 8) {
+      const BwdConfigInfo* c = select_bwd_config(d, archs[a].smem_limit);
+      if (c == nullptr)
+        std::printf("\"%d\": null", d);
+      else
+        std::printf("\"%d\": {\"head_dim\": %d, \"variant\": \"%s\", \"smem_bytes\": %d}", d, c->head_dim,
+                    c->variant == BwdTileVariant::kLarge ? "large" : "compact", c->smem_bytes);
       std::printf(d < 256 ? ", " : "");
     }
     std::printf("}}%s\n", a < 3 ? "," : "");

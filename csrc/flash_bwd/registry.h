@@ -3,6 +3,8 @@
 // (tools/print_configs.cpp, run by tools/check_resources.py in CI).
 #pragma once
 
+#include <initializer_list>
+
 #include "traits.h"
 
 namespace flashattn {
