@@ -45,6 +45,10 @@ __device__ __forceinline__ void atomic_add_pair(float* dst, float a, float b) {
 #endif
 }
 
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
+
 __device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v));
 }
@@ -140,7 +144,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
   const int b_row0 = (warp % Traits::kBWarpsN) * (kBlockN / Traits::kBWarpsN);
   const int b_col0 = (warp / Traits::kBWarpsN) * (Traits::kHeadDim / Traits::kBWarpsD);
   const int c_row0 = (warp % Traits::kCWarpsM) * (kBlockM / Traits::kCWarpsM);
-  const int c_col0 = (warp / Traits::kCWarpsM) * (Traits::kHeadDim / Traits::kCWarpsD);
+  const int c_col0 = (warp / Traits::kCWarpsM) * (Traits::kHeadDim / Traits::kCChunks / Traits::kCWarpsD);
 
   // Per-lane ldmatrix addresses (fragment layouts: ../flash_fwd/ptx.cuh and kernel.cuh):
   //  A operand, row-major in smem (K, V in phase A; P^T, dS^T in phase B): row lane%16, k-half lane/16
@@ -178,6 +182,27 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
     cp_async_commit();
 
     // ---- Phase A: S^T = K Q^T, dP^T = V dO^T.
+    // acc[mt][*] += a[mt] x (the warp's query rows at b_addr)^T, for one k16 slice. Query rows
+    // come as n8 pairs (ldmatrix.x4), or as a single n8 tile when a warp owns 8 queries.
+    auto score_tiles = [&](float (&acc)[kAMTiles][kANTiles][4], const uint32_t (&a)[kAMTiles][4], uint32_t b_addr) {
+      if constexpr (kANTiles == 1) {
+        uint32_t b[2];
+        ldmatrix_x2(b, b_addr);
+#pragma unroll
+        for (int mt = 0; mt < kAMTiles; ++mt) mma_m16n8k16<Element>(acc[mt][0], a[mt], b[0], b[1]);
+      } else {
+#pragma unroll
+        for (int np = 0; np < kANTiles / 2; ++np) {
+          uint32_t b[4];
+          ldmatrix_x4(b, b_addr + np * 16 * kStride * 2);
+#pragma unroll
+          for (int mt = 0; mt < kAMTiles; ++mt) {
+            mma_m16n8k16<Element>(acc[mt][2 * np], a[mt], b[0], b[1]);
+            mma_m16n8k16<Element>(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+          }
+        }
+      }
+    };
     float s[kAMTiles][kANTiles][4];
     float dp[kAMTiles][kANTiles][4];
 #pragma unroll
@@ -191,32 +216,14 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
       uint32_t a[kAMTiles][4];
 #pragma unroll
       for (int mt = 0; mt < kAMTiles; ++mt) ldmatrix_x4(a[mt], a_k + (mt * 16 * kStride + kk * 16) * 2);
-#pragma unroll
-      for (int np = 0; np < kANTiles / 2; ++np) {
-        uint32_t b[4];
-        ldmatrix_x4(b, a_q + q_stage + (np * 16 * kStride + kk * 16) * 2);
-#pragma unroll
-        for (int mt = 0; mt < kAMTiles; ++mt) {
-          mma_m16n8k16<Element>(s[mt][2 * np], a[mt], b[0], b[1]);
-          mma_m16n8k16<Element>(s[mt][2 * np + 1], a[mt], b[2], b[3]);
-        }
-      }
+      score_tiles(s, a, a_q + q_stage + kk * 16 * 2);
     }
 #pragma unroll
     for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
       uint32_t a[kAMTiles][4];
 #pragma unroll
       for (int mt = 0; mt < kAMTiles; ++mt) ldmatrix_x4(a[mt], a_v + (mt * 16 * kStride + kk * 16) * 2);
-#pragma unroll
-      for (int np = 0; np < kANTiles / 2; ++np) {
-        uint32_t b[4];
-        ldmatrix_x4(b, a_do + q_stage + (np * 16 * kStride + kk * 16) * 2);
-#pragma unroll
-        for (int mt = 0; mt < kAMTiles; ++mt) {
-          mma_m16n8k16<Element>(dp[mt][2 * np], a[mt], b[0], b[1]);
-          mma_m16n8k16<Element>(dp[mt][2 * np + 1], a[mt], b[2], b[3]);
-        }
-      }
+      score_tiles(dp, a, a_do + q_stage + kk * 16 * 2);
     }
 
     // P^T = exp2(S^T * scale_log2 - lse * log2(e)); a row that sees no key has lse = -inf and
@@ -281,33 +288,11 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
       }
     }
 
-    // ---- Phase C: dQ_partial = dS K (k = this block's keys), added to dq_accum.
+    // ---- Phase C: dQ_partial = dS K (k = this block's keys), added to dq_accum, in kCChunks
+    // column chunks of the head dim (two at D=256, where one would need a third 64-register
+    // accumulator beside dK and dV).
     constexpr int kCMTiles = Traits::kCMTiles;
     constexpr int kCNTiles = Traits::kCNTiles;
-    float dq[kCMTiles][kCNTiles][4];
-#pragma unroll
-    for (int mt = 0; mt < kCMTiles; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kCNTiles; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dq[mt][nt][e] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      uint32_t a[kCMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kCMTiles; ++mt) ldmatrix_x4_trans(a[mt], c_ds + (kk * 16 * kPStride + mt * 16) * 2);
-#pragma unroll
-      for (int np = 0; np < kCNTiles / 2; ++np) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, c_k + (kk * 16 * kStride + np * 16) * 2);
-#pragma unroll
-        for (int mt = 0; mt < kCMTiles; ++mt) {
-          mma_m16n8k16<Element>(dq[mt][2 * np], a[mt], b[0], b[1]);
-          mma_m16n8k16<Element>(dq[mt][2 * np + 1], a[mt], b[2], b[3]);
-        }
-      }
-    }
-
     int* ticket = nullptr;
     if (p.dq_semaphore != nullptr) {
       // Wait until key blocks 0..n_block-1 have added their share of this query block: every one
@@ -323,21 +308,48 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
     }
     float* dq_rows = p.dq_accum + (static_cast<int64_t>(batch) * p.heads_q + hq) * p.seqlen_q * p.head_dim;
 #pragma unroll
-    for (int mt = 0; mt < kCMTiles; ++mt)
+    for (int chunk = 0; chunk < Traits::kCChunks; ++chunk) {
+      constexpr int kChunkCols = Traits::kHeadDim / Traits::kCChunks;
+      float dq[kCMTiles][kCNTiles][4];
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = m0 + c_row0 + mt * 16 + lane / 4 + r * 8;
-        if (row < p.seqlen_q) {
+      for (int mt = 0; mt < kCMTiles; ++mt)
 #pragma unroll
-          for (int nt = 0; nt < kCNTiles; ++nt) {
-            const int col = c_col0 + nt * 8 + (lane % 4) * 2;
-            if (col < p.head_dim) {
-              float* dst = dq_rows + static_cast<int64_t>(row) * p.head_dim + col;
-              atomic_add_pair(dst, dq[mt][nt][2 * r], dq[mt][nt][2 * r + 1]);
-            }
+        for (int nt = 0; nt < kCNTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) dq[mt][nt][e] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        uint32_t a[kCMTiles][4];
+#pragma unroll
+        for (int mt = 0; mt < kCMTiles; ++mt) ldmatrix_x4_trans(a[mt], c_ds + (kk * 16 * kPStride + mt * 16) * 2);
+#pragma unroll
+        for (int np = 0; np < kCNTiles / 2; ++np) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, c_k + (kk * 16 * kStride + chunk * kChunkCols + np * 16) * 2);
+#pragma unroll
+          for (int mt = 0; mt < kCMTiles; ++mt) {
+            mma_m16n8k16<Element>(dq[mt][2 * np], a[mt], b[0], b[1]);
+            mma_m16n8k16<Element>(dq[mt][2 * np + 1], a[mt], b[2], b[3]);
           }
         }
       }
+#pragma unroll
+      for (int mt = 0; mt < kCMTiles; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int row = m0 + c_row0 + mt * 16 + lane / 4 + r * 8;
+          if (row < p.seqlen_q) {
+#pragma unroll
+            for (int nt = 0; nt < kCNTiles; ++nt) {
+              const int col = chunk * kChunkCols + c_col0 + nt * 8 + (lane % 4) * 2;
+              if (col < p.head_dim) {
+                float* dst = dq_rows + static_cast<int64_t>(row) * p.head_dim + col;
+                atomic_add_pair(dst, dq[mt][nt][2 * r], dq[mt][nt][2 * r + 1]);
+              }
+            }
+          }
+        }
+    }
     if (ticket != nullptr) {
       __threadfence();
       __syncthreads();

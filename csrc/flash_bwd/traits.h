@@ -34,7 +34,8 @@ struct BwdKernelTraits {
   static constexpr int kCWarpsM = kCWarpsM_;
   static constexpr int kCWarpsD = kNWarps / kCWarpsM;
   static constexpr int kCMTiles = kBlockM / kCWarpsM / 16;
-  static constexpr int kCNTiles = kHeadDim / kCWarpsD / 8;
+  static constexpr int kCChunks = kHeadDim >= 256 ? 2 : 1;  // head-dim chunks computed one after another
+  static constexpr int kCNTiles = kHeadDim / kCChunks / kCWarpsD / 8;
 
   // Rows padded by 16 bytes: an odd number of 16-byte units per row (kHeadDim and kBlockM are
   // multiples of 16), so the 8 row addresses of an ldmatrix phase hit 8 distinct bank groups,
@@ -57,12 +58,12 @@ struct BwdKernelTraits {
   static_assert(kHeadDim % 32 == 0 && kHeadDim <= 256, "instantiated head dims are multiples of 32");
   static_assert(kNWarps % kAWarpsN == 0 && kNWarps % kBWarpsN == 0 && kNWarps % kCWarpsM == 0, "warp layouts");
   static_assert(kAMTiles >= 1 && kBlockN % (kAWarpsN * 16) == 0, "phase A: whole m16 tiles of keys per warp");
-  static_assert(kANTiles >= 2 && kANTiles % 2 == 0 && kBlockM % (kAWarpsM * 16) == 0,
-                "phase A: Q/dO fragments come in n8 pairs");
+  static_assert((kANTiles == 1 || kANTiles % 2 == 0) && kBlockM % (kAWarpsM * 8) == 0,
+                "phase A: Q/dO fragments come as one n8 tile or in n8 pairs");
   static_assert(kBMTiles >= 1 && kBlockN % (kBWarpsN * 16) == 0, "phase B: whole m16 tiles of keys per warp");
   static_assert(kBNTiles % 2 == 0 && kHeadDim % (kBWarpsD * 16) == 0, "phase B: dO/Q fragments come in n8 pairs");
   static_assert(kCMTiles >= 1 && kBlockM % (kCWarpsM * 16) == 0, "phase C: whole m16 tiles of queries per warp");
-  static_assert(kCNTiles % 2 == 0 && kHeadDim % (kCWarpsD * 16) == 0, "phase C: K fragments come in n8 pairs");
+  static_assert(kCNTiles % 2 == 0 && kHeadDim % (kCChunks * kCWarpsD * 16) == 0, "phase C: K fragments come in n8 pairs");
   static_assert(kBlockM <= kNThreads, "one thread per query row loads lse and dpsum");
   static_assert(kStages == 1 || kStages == 2, "one or two Q/dO stages");
 };
@@ -91,8 +92,8 @@ FLASHATTN_BWD_TILE_CONFIG(160, kLarge,   64,  64, 8, 4, 4, 4, 2);  // 144.5 (ove
 FLASHATTN_BWD_TILE_CONFIG(160, kCompact, 32,  64, 4, 2, 2, 4, 1);  //  72.5
 FLASHATTN_BWD_TILE_CONFIG(192, kLarge,   32,  64, 8, 2, 2, 4, 2);  // 135.0 (over sm89's 99 KB)
 FLASHATTN_BWD_TILE_CONFIG(192, kCompact, 32,  64, 8, 2, 2, 4, 1);  //  84.5
-FLASHATTN_BWD_TILE_CONFIG(256, kLarge,   64,  32, 8, 4, 4, 2, 2);  // 142.5 (over sm89's 99 KB)
-FLASHATTN_BWD_TILE_CONFIG(256, kCompact, 32,  32, 4, 2, 2, 2, 1);  //  71.2
+FLASHATTN_BWD_TILE_CONFIG(256, kLarge,   32,  64, 8, 2, 2, 4, 1);  // 108.5 (over sm89's 99 KB)
+FLASHATTN_BWD_TILE_CONFIG(256, kCompact, 32,  32, 8, 2, 2, 2, 1);  //  71.2
 
 #undef FLASHATTN_BWD_TILE_CONFIG
 
