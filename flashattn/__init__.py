@@ -2,9 +2,17 @@
 
 from ._ext import build_info, extension_available, extension_error
 from ._ops import CAUSAL_BOTTOM_RIGHT, CAUSAL_NONE, CAUSAL_TOP_LEFT
-from .interface import flash_attn_func, get_backend, scaled_dot_product_attention, set_backend, use_backend
+from .interface import (
+    flash_attn_func,
+    get_backend,
+    get_deterministic,
+    scaled_dot_product_attention,
+    set_backend,
+    set_deterministic,
+    use_backend,
+)
 from .kvcache import flash_attn_with_kvcache
-from .reference import attention_reference
+from .reference import attention_reference, attention_reference_grads
 
 __version__ = "0.1.0"
 
@@ -13,9 +21,12 @@ __all__ = [
     "flash_attn_func",
     "flash_attn_with_kvcache",
     "attention_reference",
+    "attention_reference_grads",
     "set_backend",
     "get_backend",
     "use_backend",
+    "set_deterministic",
+    "get_deterministic",
     "extension_available",
     "extension_error",
     "build_info",

@@ -44,12 +44,127 @@ def _fwd_bhsd_fake(q, k, v, softmax_scale, causal_mode, backend):
     return out.transpose(1, 2), lse
 
 
+# ==== backward (issue 14): flashattn::bwd and the autograd of fwd / fwd_bhsd ===================
+# dout/q/out [B, Sq, Hq, D], k/v [B, Sk, Hk, D] (any strides with a unit last stride: the binding
+# copies what it cannot load 16 bytes at a time, e.g. a stride-0 dout from `out.sum()`), lse
+# float32 [B, Hq, Sq] exactly as fwd returned it (natural log, -inf on rows that see no key),
+# softmax_scale and causal_mode those of the forward. Returns dq, dk, dv: new contiguous tensors in
+# q's dtype shaped like q, k, v (dk/dv summed over each query-head group in the kernel).
+# deterministic=True: bitwise reproducible run to run (a fixed order of the dQ accumulation);
+# False may accumulate dQ with atomics. backend: "auto" and "portable" run the portable (mma.sync)
+# backward on any sm80+ GPU; "hopper" raises a RuntimeError (no Hopper backward yet).
+_lib.define(
+    "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, float softmax_scale, "
+    "int causal_mode, bool deterministic, str backend) -> (Tensor dq, Tensor dk, Tensor dv)"
+)
+
+
+def check_bwd_args(dout, q, k, v, out, lse) -> None:
+    """Metadata checks of flashattn::bwd's tensors, with errors that name the argument (the fake
+    kernel runs them, so a compiled graph fails at trace time; the binding checks the same)."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(
+            f"flashattn::bwd: q, k and v must be 4-D [B, S, H, D], got shapes {tuple(q.shape)}, "
+            f"{tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if out.shape != q.shape:
+        raise ValueError(f"flashattn::bwd: out must have q's shape {tuple(q.shape)}, got {tuple(out.shape)}")
+    if dout.shape != q.shape:
+        raise ValueError(f"flashattn::bwd: dout must have out's shape {tuple(q.shape)}, got {tuple(dout.shape)}")
+    if k.shape != v.shape:
+        raise ValueError(f"flashattn::bwd: k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    b, sq, hq, _ = q.shape
+    if lse.shape != (b, hq, sq):
+        raise ValueError(f"flashattn::bwd: lse must be [B, Hq, Sq] = {[b, hq, sq]}, got {list(lse.shape)}")
+    if lse.dtype != torch.float32:
+        raise TypeError(f"flashattn::bwd: lse must be float32, got {lse.dtype}")
+    for name, t in (("dout", dout), ("k", k), ("v", v), ("out", out)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"flashattn::bwd: {name}.dtype must be q's dtype {q.dtype}, got {t.dtype}")
+
+
+@torch.library.register_fake("flashattn::bwd")
+def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal_mode, deterministic, backend):
+    check_bwd_args(dout, q, k, v, out, lse)
+    return (
+        q.new_empty(q.shape, dtype=q.dtype),
+        k.new_empty(k.shape, dtype=q.dtype),
+        v.new_empty(v.shape, dtype=q.dtype),
+    )
+
+
+# flashattn.set_deterministic(); the backward is deterministic when this or torch's
+# use_deterministic_algorithms(True) is on, read when the forward runs (see _setup_context).
+_deterministic = False
+
+
+def set_deterministic(flag: bool) -> None:
+    global _deterministic
+    _deterministic = flag
+
+
+def get_deterministic() -> bool:
+    return _deterministic
+
+
+def deterministic_backward() -> bool:
+    """Whether a backward recorded now runs the deterministic kernel: flashattn's own switch or
+    torch.use_deterministic_algorithms(True) (warn_only included, as torch's own ops do)."""
+    return _deterministic or torch.are_deterministic_algorithms_enabled()
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    """Saves what the backward needs: q, k, v, out and lse (O(S) memory, never an S x S matrix),
+    the scalars, the backend and the deterministic switch as they were at forward time. lse is
+    not differentiable (its gradient is never computed: a loss through lse gets no gradient from
+    it, and torch says so when it is the only path)."""
+    q, k, v, softmax_scale, causal_mode, backend = inputs
+    out, lse = output
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.softmax_scale = softmax_scale
+    ctx.causal_mode = causal_mode
+    ctx.backend = backend
+    ctx.deterministic = deterministic_backward()
+
+
+def _grads_for(ctx, dq, dk, dv):
+    need = ctx.needs_input_grad
+    return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None, None, None, None)
+
+
+def _fwd_backward(ctx, dout, dlse):
+    if dout is None:
+        return (None,) * 6
+    q, k, v, out, lse = ctx.saved_tensors
+    dq, dk, dv = _bwd(dout, q, k, v, out, lse, ctx.softmax_scale, ctx.causal_mode, ctx.deterministic, ctx.backend)
+    return _grads_for(ctx, dq, dk, dv)
+
+
+def _fwd_bhsd_backward(ctx, dout, dlse):
+    """The same kernel on [B, S, H, D] views of the torch-layout tensors; the gradients come back
+    as [B, H, S, D] views of contiguous [B, S, H, D] buffers (like the forward's out)."""
+    if dout is None:
+        return (None,) * 6
+    q, k, v, out, lse = ctx.saved_tensors
+    dq, dk, dv = _bwd(
+        dout.transpose(1, 2), q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), out.transpose(1, 2), lse,
+        ctx.softmax_scale, ctx.causal_mode, ctx.deterministic, ctx.backend,
+    )
+    return _grads_for(ctx, dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2))
+
+
+torch.library.register_autograd("flashattn::fwd", _fwd_backward, setup_context=_setup_context)
+torch.library.register_autograd("flashattn::fwd_bhsd", _fwd_bhsd_backward, setup_context=_setup_context)
+
+
 # Registers the CUDA implementations when the extension is built.
 _ext._load()
 
 # The overloads themselves: calling them skips the packet's overload resolution on every call.
 _fwd = torch.ops.flashattn.fwd.default
 _fwd_bhsd = torch.ops.flashattn.fwd_bhsd.default
+_bwd = torch.ops.flashattn.bwd.default
 
 
 def fwd(q, k, v, softmax_scale: float, causal_mode: int, backend: str):
@@ -61,6 +176,12 @@ def fwd_bhsd(q, k, v, softmax_scale: float, causal_mode: int, backend: str):
     """q [B, Hq, Sq, D], k/v [B, Hk, Sk, D] (any strides, unit last stride) -> (out [B, Hq, Sq, D] (a view
     of a [B, Sq, Hq, D] buffer), lse [B, Hq, Sq])."""
     return _fwd_bhsd(q, k, v, softmax_scale, causal_mode, backend)
+
+
+def bwd(dout, q, k, v, out, lse, softmax_scale: float, causal_mode: int, deterministic: bool, backend: str):
+    """dout/q/out [B, Sq, Hq, D], k/v [B, Sk, Hk, D], lse float32 [B, Hq, Sq] from fwd (any strides,
+    unit last stride) -> (dq, dk, dv): contiguous, q's dtype, shaped like q, k, v."""
+    return _bwd(dout, q, k, v, out, lse, softmax_scale, causal_mode, deterministic, backend)
 
 
 # ==== KV-cache decoding (issue 7): flashattn::fwd_kvcache =======================================

@@ -20,7 +20,11 @@ _backend = os.environ.get("FLASHATTN_BACKEND", "auto")
 
 def set_backend(name: str) -> None:
     """Choose the forward path: "auto" (Hopper path on sm90 where it applies), "portable"
-    (mma.sync, every sm80+ GPU), or "hopper". Also settable with FLASHATTN_BACKEND."""
+    (mma.sync, every sm80+ GPU), or "hopper". Also settable with FLASHATTN_BACKEND.
+
+    The backward always runs the portable kernels under "auto" and "portable"; a forward run with
+    "hopper" forced raises a RuntimeError in its backward (there is no Hopper backward yet): train
+    with "auto" or "portable"."""
     global _backend
     if name not in _ops.BACKENDS:
         raise ValueError(f"backend must be one of {_ops.BACKENDS}, got {name!r}")
@@ -29,6 +33,25 @@ def set_backend(name: str) -> None:
 
 def get_backend() -> str:
     return _backend
+
+
+def set_deterministic(flag: bool) -> None:
+    """Make the backward bitwise reproducible run to run (True), or let it accumulate dQ with
+    atomics (False, the default: faster, and results may differ in the last bits between runs).
+
+    The backward is deterministic when this switch or torch's
+    `torch.use_deterministic_algorithms(True)` is on. Both are read when the forward runs: the
+    backward of a forward follows the setting in effect at that forward (torch.compile'd code
+    retraces when either changes). The forward is always deterministic."""
+    if not isinstance(flag, bool):
+        raise TypeError(f"set_deterministic takes a bool, got {type(flag).__name__}")
+    _ops.set_deterministic(flag)
+
+
+def get_deterministic() -> bool:
+    """flashattn's own switch (set_deterministic); torch.are_deterministic_algorithms_enabled()
+    turns the deterministic backward on as well."""
+    return _ops.get_deterministic()
 
 
 @contextlib.contextmanager
@@ -96,6 +119,12 @@ def _run(q4, k4, v4, scale: float, causal_mode: int, bhsd: bool = False):
         )
     if _ext._EXT is None and not torch.compiler.is_compiling():  # (loaded at import: one attribute read)
         _ext.require_extension()
+    # The backward's mode is read when the forward runs (the op's autograd setup); under
+    # torch.compile that happens once, at trace time. Reading the switch here, in code torch.compile
+    # traces, makes it guard on it, so a compiled graph retraces when set_deterministic changes
+    # (torch.use_deterministic_algorithms is guarded by torch.compile itself).
+    if _ops._deterministic:
+        pass
     return (_ops.fwd_bhsd if bhsd else _ops.fwd)(q4, k4, v4, scale, causal_mode, _backend)
 
 
@@ -121,6 +150,9 @@ def scaled_dot_product_attention(
     L != S. `scale` defaults to 1/sqrt(D). Returns a tensor shaped like query (a view of a
     [B, L, H, D] buffer). Not supported, and refused with a ValueError naming the argument:
     `attn_mask`, `dropout_p > 0`.
+
+    Differentiable with respect to query, key and value (flashattn's backward kernels; memory
+    O(S), only q, k, v, the output and the log-sum-exp are kept for it). See set_deterministic.
     """
     if attn_mask is not None:
         raise ValueError("attn_mask is not supported by flashattn (use is_causal, or torch's SDPA for masks)")
@@ -181,6 +213,10 @@ def flash_attn_func(
     j <= i + Sk - Sq, as with a KV cache); query rows that see no key give output 0 and LSE -inf.
     Returns out [B, Sq, Hq, D], and with `return_lse=True` also the natural-log log-sum-exp of the
     scaled scores, float32 [B, Hq, Sq].
+
+    out is differentiable with respect to q, k and v (flashattn's backward kernels; memory O(S)).
+    The lse is NOT differentiable: it comes back with requires_grad=False, and no gradient flows
+    through a loss that uses it (use out for anything you train through). See set_deterministic.
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         _check_tensor(name, t, 4)

@@ -56,6 +56,17 @@ def _check_cache_layout(name: str, t: torch.Tensor, shape, stride) -> None:
         )
 
 
+def _refuse_grad(q, k_cache, v_cache, k, v) -> None:
+    """The decode op has no backward: an input that requires grad would get none, silently."""
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v)):
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            raise RuntimeError(
+                f"flash_attn_with_kvcache is inference-only (no backward), but {name} requires grad: "
+                "use flashattn.flash_attn_func (or scaled_dot_product_attention) to train, or call it "
+                "under torch.no_grad() / torch.inference_mode()"
+            )
+
+
 _FWD_KVCACHE = _ops.fwd_kvcache_overload()  # the OpOverload: no packet lookup per call
 
 
@@ -106,11 +117,17 @@ def flash_attn_with_kvcache(
     Returns out [B, Sq, Hq, D] (q's dtype), and with return_lse=True also the natural-log
     log-sum-exp of the scaled scores, float32 [B, Hq, Sq].
 
+    Inference only: not differentiable. Called with grad mode on and any of q, k_cache, v_cache,
+    k, v requiring grad, it raises a RuntimeError naming the argument (use flash_attn_func, which
+    has a backward, to train; or call this under torch.no_grad() / torch.inference_mode()).
+
     Contract (not checked, because checking values would synchronize with the GPU): every
     cache_seqlens[b] is in [0, Sk_max - Sq_new]. Out-of-range values do not make the kernels touch
     memory outside the caches (they are clamped, and appends past the end are dropped), but the
     result is then meaningless. Python-int cache_seqlens are checked.
     """
+    if torch.is_grad_enabled():
+        _refuse_grad(q, k_cache, v_cache, k, v)
     q_shape, _ = _meta("q", q)
     c_shape, c_stride = _meta("k_cache", k_cache)
     v_shape, v_stride = _meta("v_cache", v_cache)
