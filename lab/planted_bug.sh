@@ -9,6 +9,9 @@
 #     scale       softmax scale 1% too large                                     (binding.cpp)
 #     empty_rows  blocks whose rows see no key leave O unwritten (only the NaN poisoning of the
 #                 outputs can see this)                                          (epilogue.cuh)
+#     bwd_causal  backward: key i + offset + 1 counts as visible to query i in P  (flash_bwd/mainloop.cuh)
+#     bwd_gqa     backward: every query head of a GQA group reads the group's first head's Q/dO
+#                                                                                (flash_bwd/mainloop.cuh)
 #     list        print the bugs and exit
 # env: TORCH_CUDA_ARCH_LIST (default 9.0a), MAX_JOBS (default 16), KEEP_SCRATCH=1 to keep the copy.
 # exit status: 0 the suite caught the bug (tests failed), 1 it did not (tests passed),
@@ -32,8 +35,14 @@ case "$BUG" in
   empty_rows)
     FILE=csrc/flash_fwd/epilogue.cuh
     SED='s/for (int idx = threadIdx\.x; idx < rows \* chunks; idx += Traits::kNThreads) {/for (int idx = threadIdx.x; idx < 0 * rows * chunks; idx += Traits::kNThreads) {/' ;;
+  bwd_causal)
+    FILE=csrc/flash_bwd/mainloop.cuh
+    SED='s/(p\.causal \&\& key > query + p\.causal_offset)/(p.causal \&\& key > query + p.causal_offset + 1)/' ;;
+  bwd_gqa)
+    FILE=csrc/flash_bwd/mainloop.cuh
+    SED='s/const int hq = head_kv \* group + t \/ m_steps;/const int hq = head_kv * group;/' ;;
   list)
-    sed -n '5,11p' "$0"; exit 0 ;;
+    sed -n '5,14p' "$0"; exit 0 ;;
   *)
     echo "planted_bug: unknown bug '$BUG' (try: $0 list)" >&2; exit 2 ;;
 esac
