@@ -26,9 +26,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(const at::Tensor& dout_i
                                                         c10::string_view backend) {
   TORCH_CHECK(backend == "auto" || backend == "portable" || backend == "hopper",
               "flashattn::bwd: backend must be 'auto', 'portable' or 'hopper', got '", std::string(backend), "'");
-  TORCH_CHECK(backend != "hopper",
-              "flashattn::bwd: there is no Hopper backward yet; train with backend 'auto' or 'portable' (the "
-              "forward then picks its path itself and the backward runs the portable kernels)");
+  // `backend` names the path the forward ran on. The backward has one path today, the portable
+  // kernels (a Hopper backward is planned), so every backend's outputs are differentiated by it:
+  // the gradients do not depend on which forward path produced out and lse.
   for (const at::Tensor* t : {&dout_in, &q_in, &k_in, &v_in, &out_in})
     TORCH_CHECK(t->dim() == 4, "flashattn::bwd: dout, q, k, v, out must be 4-D [B, S, H, D]");
   const at::ScalarType dtype = q_in.scalar_type();

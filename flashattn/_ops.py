@@ -51,8 +51,9 @@ def _fwd_bhsd_fake(q, k, v, softmax_scale, causal_mode, backend):
 # softmax_scale and causal_mode those of the forward. Returns dq, dk, dv: new contiguous tensors in
 # q's dtype shaped like q, k, v (dk/dv summed over each query-head group in the kernel).
 # deterministic=True: bitwise reproducible run to run (a fixed order of the dQ accumulation);
-# False may accumulate dQ with atomics. backend: "auto" and "portable" run the portable (mma.sync)
-# backward on any sm80+ GPU; "hopper" raises a RuntimeError (no Hopper backward yet).
+# False may accumulate dQ with atomics. backend: the path the forward ran on; every backend's
+# outputs are differentiated by the portable (mma.sync) backward, the one backward path today, on
+# any sm80+ GPU (the gradients do not depend on the forward path).
 _lib.define(
     "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, float softmax_scale, "
     "int causal_mode, bool deterministic, str backend) -> (Tensor dq, Tensor dk, Tensor dv)"

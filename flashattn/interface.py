@@ -22,9 +22,8 @@ def set_backend(name: str) -> None:
     """Choose the forward path: "auto" (Hopper path on sm90 where it applies), "portable"
     (mma.sync, every sm80+ GPU), or "hopper". Also settable with FLASHATTN_BACKEND.
 
-    The backward always runs the portable kernels under "auto" and "portable"; a forward run with
-    "hopper" forced raises a RuntimeError in its backward (there is no Hopper backward yet): train
-    with "auto" or "portable"."""
+    The backward has one path today: the portable kernels differentiate every backend's forward
+    (the gradients do not depend on the path the forward took)."""
     global _backend
     if name not in _ops.BACKENDS:
         raise ValueError(f"backend must be one of {_ops.BACKENDS}, got {name!r}")
