@@ -7,8 +7,8 @@
 #
 # Layers, from the least to the most often changed: system packages; Python dependencies (from
 # pyproject.toml alone, so editing the sources does not reinstall them); the extension build
-# (csrc/, flashattn/, setup.py); then tests, benchmarks, tools, lab (two CPU tests load its models) and the docker/ scripts, which do
-# not rebuild the extension when they change.
+# (csrc/, flashattn/, setup.py); then tests, benchmarks, tools, lab (two CPU tests load its
+# models) and the docker/ scripts, which do not rebuild the extension when they change.
 
 ARG BASE_IMAGE=nvidia/cuda:12.8.1-devel-ubuntu22.04
 FROM ${BASE_IMAGE}
