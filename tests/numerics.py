@@ -1,4 +1,5 @@
-"""The one numerics criterion of the suite, and the same-dtype SDPA baseline it is measured against.
+"""The numerics criteria of the suite (one for outputs, one for gradients), and the same-dtype SDPA
+baseline both are measured against.
 
 Criterion (`assert_attention_matches`), for out [B, Sq, Hq, D] and lse [B, Hq, Sq] of one call:
   * shapes, dtypes (out: the input dtype; lse: float32) and device are right;
@@ -29,6 +30,34 @@ of the same rounded inputs the reference sees), with the scale rounded to float3
 approximations of ~2^-22 relative error; the float32 error of a score s is ~1e-7 |s| per
 operation, so a few 1e-7 relative plus 1e-6 absolute is the honest budget; the chosen tolerances
 leave a 10x margin and still catch any wrong scale, mask or normalization.
+
+Gradient criterion (`assert_gradients_match`), for dq, dk, dv of one backward with upstream dout:
+  * shapes (q's, k's, v's), dtype (the input dtype) and device are right;
+  * no NaN or inf anywhere;
+  * the dq rows of query rows that see no key are exactly 0;
+  * for each gradient g of dq, dk, dv:
+        max |g - ref| <= 2 * max |g_sdpa - ref| + GRAD_ATOL * max(terms(g))
+    where ref is `flashattn.attention_reference_grads` (float64, the explicit formulas), g_sdpa the
+    gradient of torch's SDPA math backend in the input dtype (`sdpa_same_dtype_grads`, the same
+    same-dtype baseline as the forward's, for the same reason), GQA through K/V heads repeated for
+    SDPA and their dK/dV summed back over each group in float64, and terms(g) the sum of the
+    absolute values of the terms that make up each element (`gradient_term_sums`: |P|^T |dO| for
+    dV; |scale| (P * (|dO| |V|^T + rowsum|dO * O|)) |K| for dQ, the same transposed with |Q| for dK).
+
+Why an atol, and why relative to the terms: SDPA's gradient error can be exactly 0 where a
+correct flash backward's is not. With one dominant key per row (large logits, Sk = 1) the exact
+dS = P * (dP - rowsum(dO * O)) is 0; SDPA's softmax backward forms it as P * (dP - sum(P * dP))
+and cancels exactly, while a flash kernel (FlashAttention-2 and ours) takes rowsum(dO * O) from
+the stored output, so dP - rowsum(dO * O) is the float32 rounding noise of two dot products of
+length D, ~1e-7 of sum |dO| |V|, which dQ and dK then multiply by |scale| |K| and |scale| |Q|.
+A float32 sum is accurate to a few units of 2^-24 (6e-8) of the sum of its terms' magnitudes,
+so GRAD_ATOL = 1e-5 (~170 units, for the two dot products and the accumulations over D and S)
+of that is the honest allowance. It is not an allowance relative to the result: where terms do
+not cancel it is ~1e-5 of the gradient itself, 40x below one bfloat16 ulp (3.9e-3 relative) and
+50x below one float16 ulp (4.9e-4); a wrong mask, scale, GQA mapping or a dropped block moves
+gradients by far more. Simulated on CPU (tests/test_gradients_cpu.py keeps the simulation as a
+property test), a FlashAttention-2-style backward (float32 accumulation, P and dS rounded to the
+input dtype before their matmuls) passes this criterion, and fails it without the atol.
 """
 
 from __future__ import annotations
@@ -45,6 +74,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import flashattn
 
 ATOL = 1e-5
+GRAD_ATOL = 1e-5
 LSE_ATOL = 1e-4
 LSE_RTOL = 1e-5
 CAUSAL_NAMES = {flashattn.CAUSAL_NONE: "none", flashattn.CAUSAL_TOP_LEFT: "top-left", flashattn.CAUSAL_BOTTOM_RIGHT: "bottom-right"}
@@ -215,3 +245,178 @@ def _unravel(index: int, shape: torch.Size) -> tuple[int, ...]:
 def _fail(problems: list[str], q, k, v, scale, causal_mode, context: str) -> None:
     head = f"{context}: " if context else ""
     raise AssertionError(f"{head}{describe_inputs(q, k, v, scale, causal_mode)}\n  - " + "\n  - ".join(problems))
+
+
+# ---- gradients ------------------------------------------------------------------------------------
+
+
+def empty_query_rows(seqlen_q: int, seqlen_k: int, causal_mode: int) -> int:
+    """How many leading query rows see no key: Sq - Sk under bottom-right causal with Sq > Sk
+    (those rows are always a prefix), else 0 (Sk >= 1)."""
+    if causal_mode == flashattn.CAUSAL_BOTTOM_RIGHT:
+        return max(0, seqlen_q - seqlen_k)
+    return 0
+
+
+def sdpa_same_dtype_grads(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor, scale: float | None, causal_mode: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients of torch SDPA (math backend, input dtype) on [B, S, H, D] inputs for upstream
+    dout -> (dq, dk, dv) in the input dtype, shaped like q, k, v.
+
+    GQA: SDPA sees K/V heads repeated (leaf tensors), and their gradients are summed back over
+    each query-head group in float64, then rounded once to the input dtype (as a kernel's output
+    is: a baseline without that last rounding would be more exact than any kernel can be). Query rows that see no key (a prefix, see
+    empty_query_rows) are left out of the SDPA call (SDPA gives them 0 or NaN depending on the
+    torch version) and get dq = 0: in exact arithmetic they contribute nothing to dk, dv.
+    """
+    b, sq, hq, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    group = hq // hk
+    skip = empty_query_rows(sq, sk, causal_mode)
+    dq = torch.zeros_like(q, memory_format=torch.contiguous_format)
+    if skip == sq:
+        return dq, torch.zeros(k.shape, dtype=k.dtype, device=k.device), torch.zeros(v.shape, dtype=v.dtype, device=v.device)
+    qt = q[:, skip:].transpose(1, 2).detach().requires_grad_(True)
+    kt = k.transpose(1, 2).repeat_interleave(group, dim=1).detach().requires_grad_(True)
+    vt = v.transpose(1, 2).repeat_interleave(group, dim=1).detach().requires_grad_(True)
+    mask = causal_mask(sq - skip, sk, causal_mode, q.device)
+    with torch.enable_grad(), same_dtype_math_sdpa():
+        out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, scale=resolve_scale(scale, d))
+        gq, gk, gv = torch.autograd.grad(out, (qt, kt, vt), dout[:, skip:].transpose(1, 2))
+    dq[:, skip:] = gq.transpose(1, 2)
+
+    def fold(g: torch.Tensor) -> torch.Tensor:  # [B, Hq, Sk, D] -> [B, Sk, Hk, D], rounded like a kernel's output
+        return g.double().view(b, hk, group, sk, d).sum(dim=2).transpose(1, 2).to(g.dtype)
+
+    return dq, fold(gk), fold(gv)
+
+
+def gradient_allowances(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor, scale: float, causal_mode: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For each element of dq, dk, dv (float64, shaped like q, k, v), the criterion's allowance
+    beyond 2x SDPA's error: GRAD_ATOL times the sum of the absolute values of the terms the
+    formulas add up to it (float32 rounding noise), plus, for dq and dk, the effect of the stored
+    output's rounding to the input dtype on rowsum(dO * O) (module docstring)."""
+    b, sq, hq, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    group = hq // hk
+    out, lse = flashattn.attention_reference(q, k, v, scale, causal_mode)
+    qa = q.double().abs().transpose(1, 2)
+    ka = k.double().abs().transpose(1, 2).repeat_interleave(group, dim=1)
+    va = v.double().abs().transpose(1, 2).repeat_interleave(group, dim=1)
+    qd = q.double().transpose(1, 2)
+    kd = k.double().transpose(1, 2).repeat_interleave(group, dim=1)
+    doa = dout.double().abs().transpose(1, 2)
+    empty = torch.isinf(lse)[..., None]
+    p = torch.exp(torch.matmul(qd, kd.transpose(-1, -2)) * scale - lse[..., None].masked_fill(empty, 0.0))
+    visible = causal_mask(sq, sk, causal_mode, q.device)
+    if visible is not None:
+        p = p.masked_fill(~visible, 0.0)
+    p = p.masked_fill(empty, 0.0)
+    delta_terms = (doa * out.abs().transpose(1, 2)).sum(-1, keepdim=True)  # rowsum |dO * O|
+    ds_terms = p * (torch.matmul(doa, va.transpose(-1, -2)) + delta_terms)
+    unit = torch.finfo(q.dtype).eps / 2 if q.dtype in (torch.float16, torch.bfloat16) else 0.0
+    ds_terms = ds_terms * GRAD_ATOL + p * delta_terms * unit
+    dq_t = torch.matmul(ds_terms, ka) * abs(scale)
+    dk_t = (torch.matmul(ds_terms.transpose(-1, -2), qa) * abs(scale)).view(b, hk, group, sk, d).sum(dim=2)
+    dv_t = torch.matmul(p.transpose(-1, -2), doa).view(b, hk, group, sk, d).sum(dim=2) * GRAD_ATOL
+    return dq_t.transpose(1, 2), dk_t.transpose(1, 2), dv_t.transpose(1, 2)
+
+
+@dataclass(frozen=True)
+class GradientError:
+    """One gradient's measurement: max |ours - ref|, SDPA's, the largest allowance, and the ratio
+    max(|ours - ref| - allowance) / (SDPA's error) that the criterion bounds by 2."""
+
+    err: float
+    sdpa_err: float
+    allowance: float
+    ratio: float
+
+
+@dataclass(frozen=True)
+class GradientErrors:
+    """What `assert_gradients_match` measured, per gradient name ("dq", "dk", "dv")."""
+
+    grads: dict[str, GradientError]
+    empty_rows: int
+
+
+def assert_gradients_match(
+    dq: torch.Tensor | None,
+    dk: torch.Tensor | None,
+    dv: torch.Tensor | None,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    dout: torch.Tensor,
+    scale: float | None,
+    causal_mode: int,
+    *,
+    context: str = "",
+) -> GradientErrors:
+    """Assert the gradient criterion (module docstring) for dq [B, Sq, Hq, D], dk/dv [B, Sk, Hk, D]
+    computed from q [B, Sq, Hq, D], k/v [B, Sk, Hk, D] and the upstream gradient dout (out's
+    shape). A None gradient fails (a backward that silently dropped it).
+
+    Raises AssertionError listing every violated part, with the inputs' shapes and strides.
+    """
+    grads = {"dq": dq, "dk": dk, "dv": dv}
+    inputs = {"dq": q, "dk": k, "dv": v}
+    problems: list[str] = []
+    for name, g in grads.items():
+        x = inputs[name]
+        if g is None:
+            problems.append(f"{name} is None (no gradient computed)")
+            continue
+        if tuple(g.shape) != tuple(x.shape):
+            problems.append(f"{name} shape {list(g.shape)}, expected {list(x.shape)}")
+        if g.dtype != q.dtype:
+            problems.append(f"{name} dtype {g.dtype}, expected {q.dtype}")
+        if g.device != q.device:
+            problems.append(f"{name} on {g.device}, expected {q.device}")
+    if problems:
+        _fail(problems, q, k, v, scale, causal_mode, context)
+
+    sc = resolve_scale(scale, q.shape[-1])
+    refs = dict(zip(grads, flashattn.attention_reference_grads(q, k, v, dout, sc, causal_mode)))
+    sdpa = dict(zip(grads, sdpa_same_dtype_grads(q, k, v, dout, sc, causal_mode)))
+    allowances = dict(zip(grads, gradient_allowances(q, k, v, dout, sc, causal_mode)))
+    skip = empty_query_rows(q.shape[1], k.shape[1], causal_mode)
+    n_empty = skip * q.shape[0] * q.shape[2]
+    errors: dict[str, GradientError] = {}
+    for name, g in grads.items():
+        nonfinite = int((~torch.isfinite(g)).sum())
+        if nonfinite:
+            problems.append(f"{name} has {nonfinite} NaN/inf elements of {g.numel()}")
+        if g.numel() == 0:
+            errors[name] = GradientError(0.0, 0.0, 0.0, 0.0)
+            continue
+        ref = refs[name]
+        diff = (g.double() - ref).abs()
+        err = float(diff.max())
+        sdpa_err = float((sdpa[name].double() - ref).abs().max())
+        if not math.isfinite(sdpa_err):
+            problems.append(f"the SDPA same-dtype {name} is not finite (err {sdpa_err}): harness problem")
+        # Each element against 2x SDPA's max error plus that element's own allowance.
+        excess = (diff - allowances[name]).nan_to_num(nan=math.inf)
+        worst = float(excess.max())
+        ratio = worst / sdpa_err if sdpa_err > 0 else (0.0 if worst <= 0 else math.inf)
+        errors[name] = GradientError(err, sdpa_err, float(allowances[name].max()), max(ratio, 0.0))
+        if not worst <= 2.0 * sdpa_err:
+            where = _unravel(int(excess.argmax()), diff.shape)
+            problems.append(
+                f"{name} exceeds 2 * {sdpa_err:.4g} (SDPA same-dtype max error) + its allowance: worst at {where}: "
+                f"ours {float(g[where]):.6g}, ref {float(ref[where]):.6g}, SDPA {float(sdpa[name][where]):.6g}, "
+                f"error {float(diff[where]):.4g}, allowance {float(allowances[name][where]):.4g} "
+                f"(max |{name} - ref| = {err:.4g})"
+            )
+    if skip and dq.numel():
+        nonzero = int((dq[:, :skip] != 0).sum())
+        if nonzero:
+            problems.append(f"{nonzero} dq elements of the {n_empty} query rows that see no key are not 0")
+    if problems:
+        _fail(problems, q, k, v, scale, causal_mode, context)
+    return GradientErrors(errors, n_empty)
