@@ -159,6 +159,22 @@ torch.library.register_autograd("flashattn::fwd", _fwd_backward, setup_context=_
 torch.library.register_autograd("flashattn::fwd_bhsd", _fwd_bhsd_backward, setup_context=_setup_context)
 
 
+def _bwd_setup_context(ctx, inputs, output) -> None:
+    pass
+
+
+def _bwd_backward(ctx, ddq, ddk, ddv):
+    # Without an autograd kernel, torch would let a double backward through bwd run and silently
+    # leave gradients out; say so instead.
+    raise RuntimeError(
+        "flashattn's backward is not differentiable: double backward (a gradient of a gradient, e.g. "
+        "torch.autograd.grad(..., create_graph=True) followed by another backward) is not supported"
+    )
+
+
+torch.library.register_autograd("flashattn::bwd", _bwd_backward, setup_context=_bwd_setup_context)
+
+
 # Registers the CUDA implementations when the extension is built.
 _ext._load()
 

@@ -326,10 +326,21 @@ def gradient_allowances(
 
 
 @dataclass(frozen=True)
-class GradientErrors:
-    """What `assert_gradients_match` measured: per gradient name, (our max error, SDPA's, the bound)."""
+class GradientError:
+    """One gradient's measurement: max |ours - ref|, SDPA's, the largest allowance, and the ratio
+    max(|ours - ref| - allowance) / (SDPA's error) that the criterion bounds by 2."""
 
-    errors: dict[str, tuple[float, float, float]]
+    err: float
+    sdpa_err: float
+    allowance: float
+    ratio: float
+
+
+@dataclass(frozen=True)
+class GradientErrors:
+    """What `assert_gradients_match` measured, per gradient name ("dq", "dk", "dv")."""
+
+    grads: dict[str, GradientError]
     empty_rows: int
 
 
@@ -375,13 +386,13 @@ def assert_gradients_match(
     allowances = dict(zip(grads, gradient_allowances(q, k, v, dout, sc, causal_mode)))
     skip = empty_query_rows(q.shape[1], k.shape[1], causal_mode)
     n_empty = skip * q.shape[0] * q.shape[2]
-    errors: dict[str, tuple[float, float, float]] = {}
+    errors: dict[str, GradientError] = {}
     for name, g in grads.items():
         nonfinite = int((~torch.isfinite(g)).sum())
         if nonfinite:
             problems.append(f"{name} has {nonfinite} NaN/inf elements of {g.numel()}")
         if g.numel() == 0:
-            errors[name] = (0.0, 0.0, 0.0)
+            errors[name] = GradientError(0.0, 0.0, 0.0, 0.0)
             continue
         ref = refs[name]
         diff = (g.double() - ref).abs()
@@ -392,8 +403,8 @@ def assert_gradients_match(
         # Each element against 2x SDPA's max error plus that element's own allowance.
         excess = (diff - allowances[name]).nan_to_num(nan=math.inf)
         worst = float(excess.max())
-        bound = 2.0 * sdpa_err + float(allowances[name].max())
-        errors[name] = (err, sdpa_err, bound)
+        ratio = worst / sdpa_err if sdpa_err > 0 else (0.0 if worst <= 0 else math.inf)
+        errors[name] = GradientError(err, sdpa_err, float(allowances[name].max()), max(ratio, 0.0))
         if not worst <= 2.0 * sdpa_err:
             where = _unravel(int(excess.argmax()), diff.shape)
             problems.append(

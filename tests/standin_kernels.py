@@ -1,0 +1,82 @@
+"""CPU stand-in kernels for flashattn's ops, registered for the duration of a test, so that the CPU
+suite runs the autograd layer of flashattn/_ops.py for real (torch.autograd.gradcheck,
+torch.library.opcheck, torch.compile with aot_eager) on CPU tensors of any floating dtype.
+
+fwd / fwd_bhsd: the float64 reference rounded to the input dtype (fwd_bhsd's out, like the CUDA
+kernel's and the fake's, is the [B, H, S, D] view of a contiguous [B, S, H, D] buffer); bwd: the
+float64 gradient reference, rounded likewise, contiguous. Every bwd call's scalar arguments and
+dout's strides are recorded. Like the CUDA op, bwd differentiates every backend's forward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+import flashattn
+
+
+@dataclass(frozen=True)
+class BwdCall:
+    softmax_scale: float
+    causal_mode: int
+    deterministic: bool
+    backend: str
+    dout_strides: tuple[int, ...]
+    shapes: tuple[tuple[int, ...], ...]  # dout, q, k, v, out, lse
+
+
+def _fwd(q, k, v, softmax_scale, causal_mode, backend):
+    out, lse = flashattn.attention_reference(q, k, v, softmax_scale, causal_mode)
+    return out.to(q.dtype).contiguous(), lse.float()
+
+
+def _fwd_bhsd(q, k, v, softmax_scale, causal_mode, backend):
+    out, lse = _fwd(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), softmax_scale, causal_mode, backend)
+    return out.transpose(1, 2), lse
+
+
+@contextmanager
+def cpu_standin_kernels() -> Iterator[list[BwdCall]]:
+    """Registers the stand-ins as the CPU kernels of flashattn::fwd, fwd_bhsd and bwd; yields the
+    list the bwd calls are appended to; removes the registrations afterwards."""
+    calls: list[BwdCall] = []
+
+    def bwd(dout, q, k, v, out, lse, softmax_scale, causal_mode, deterministic, backend):
+        calls.append(
+            BwdCall(softmax_scale, causal_mode, deterministic, backend, tuple(dout.stride()),
+                    tuple(tuple(t.shape) for t in (dout, q, k, v, out, lse)))
+        )
+        grads = flashattn.attention_reference_grads(q, k, v, dout, softmax_scale, causal_mode)
+        return tuple(g.to(q.dtype).contiguous() for g in grads)
+
+    lib = torch.library.Library("flashattn", "IMPL")
+    try:
+        lib.impl("fwd", _fwd, "CPU")
+        lib.impl("fwd_bhsd", _fwd_bhsd, "CPU")
+        lib.impl("bwd", bwd, "CPU")
+        yield calls
+    finally:
+        lib._destroy()
+
+
+def _check_tensor_any_device(name: str, t, rank_min: int) -> None:
+    """interface._check_tensor without its CUDA-device and fp16/bf16 requirements."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() < rank_min:
+        raise ValueError(f"{name} must have at least {rank_min} dimensions, got shape {tuple(t.shape)}")
+
+
+def allow_cpu_entry_points(monkeypatch) -> None:
+    """Let flashattn.scaled_dot_product_attention and flash_attn_func take CPU tensors of any
+    floating dtype (their device and dtype checks relaxed, the extension not required), so that,
+    with cpu_standin_kernels(), the entry points' autograd runs on CPU. Validation itself is
+    tested on its own (tests/test_validation.py)."""
+    from flashattn import _ext, interface
+
+    monkeypatch.setattr(interface, "_check_tensor", _check_tensor_any_device)
+    monkeypatch.setattr(_ext, "require_extension", lambda: None)
