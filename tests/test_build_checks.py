@@ -74,9 +74,16 @@ def test_every_instantiated_config_was_compiled(resource_report: dict) -> None:
         for k in resource_report["kernels"]
         if "head_dim" in k
     }
+    compiled_bwd = {
+        (k["arch"], k["head_dim"], k["block_m"], k["block_n"], k["warps"])
+        for k in resource_report["kernels"]
+        if k.get("path") == "bwd"
+    }
     for arch in ("sm_80", "sm_89", "sm_90a"):
         for c in resource_report["configs"]["configs"]:
             assert (arch, c["head_dim"], c["block_m"], c["block_n"], c["warps"]) in compiled, (arch, c)
+        for c in resource_report["configs"]["bwd_configs"]:
+            assert (arch, c["head_dim"], c["block_m"], c["block_n"], c["warps"]) in compiled_bwd, (arch, "bwd", c)
 
 
 @needs_nvcc
@@ -84,11 +91,12 @@ def test_every_head_dim_has_a_config_within_each_arch_smem(resource_report: dict
     selection = resource_report["configs"]["selection"]
     for arch, limit in (("sm_89", L4_SMEM_PER_BLOCK), ("sm_90a", H100_SMEM_PER_BLOCK)):
         assert selection[arch]["smem_limit"] == limit
-        for d in range(8, 257, 8):
-            c = selection[arch]["by_head_dim"][str(d)]
-            assert c is not None, f"{arch}: head dim {d} has no config"
-            assert c["smem_bytes"] <= limit, f"{arch}: head dim {d} picks {c}, over {limit} B"
-            assert c["head_dim"] >= d
+        for table in ("by_head_dim", "bwd_by_head_dim"):  # forward, backward
+            for d in range(8, 257, 8):
+                c = selection[arch][table][str(d)]
+                assert c is not None, f"{arch} {table}: head dim {d} has no config"
+                assert c["smem_bytes"] <= limit, f"{arch} {table}: head dim {d} picks {c}, over {limit} B"
+                assert c["head_dim"] >= d
 
 
 @needs_nvcc
