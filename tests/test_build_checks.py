@@ -143,9 +143,11 @@ def test_hopper_kernel_names_are_parsed() -> None:
 
 def test_checker_rejects_spills_and_oversized_selection() -> None:
     kernels = checker.parse_ptxas(PTXAS_SAMPLE)
-    configs = {"selection": {"sm_89": {"smem_limit": 1000, "by_head_dim": {"64": {"smem_bytes": 2000}}}}}
+    configs = {"selection": {"sm_89": {"smem_limit": 1000, "by_head_dim": {"64": {"smem_bytes": 2000}},
+                                       "bwd_by_head_dim": {"128": {"smem_bytes": 3000}}}}}
     errors = checker.check(kernels, configs, ["sm_89", "sm_90a"])
     text = "\n".join(errors)
+    assert "backward head dim 128 selects" in text
     assert "spills 12 B" in text and "stack frame" in text
     assert "over the 1000 B limit" in text
     assert "sm_90a: no selection report" in text

@@ -147,6 +147,9 @@ def check(kernels: list[dict], configs: dict, archs: list[str]) -> list[str]:
             errors.append(f"{arch}: no selection report")
             continue
         for table, what in (("by_head_dim", "forward"), ("bwd_by_head_dim", "backward")):
+            if table not in sel:
+                errors.append(f"{arch}: no {what} selection report")
+                continue
             for d, c in sel[table].items():
                 if c is None:
                     errors.append(f"{arch}: {what} head dim {d} selects no config within {sel['smem_limit']} B")
