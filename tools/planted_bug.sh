@@ -9,7 +9,12 @@
 #     scale       softmax scale 1% too large                                     (binding.cpp)
 #     empty_rows  blocks whose rows see no key leave O unwritten (only the NaN poisoning of the
 #                 outputs can see this)                                          (epilogue.cuh)
+#     bwd_causal  backward: the causal bound of dK/dV off by one (a key block sees one query
+#                 row too many)                                            (flash_bwd/mainloop.cuh)
+#     bwd_gqa     backward: dK/dV drop the last query head of each GQA group   (flash_bwd/mainloop.cuh)
 #     list        print the bugs and exit
+# Forward bugs run the whole GPU suite; bwd_* bugs run the backward tests (tests/test_backward_gpu.py,
+# tests/test_public_gradients.py).
 # env: TORCH_CUDA_ARCH_LIST (default 9.0a), MAX_JOBS (default 16), KEEP_SCRATCH=1 to keep the copy.
 # exit status: 0 the suite caught the bug (tests failed), 1 it did not (tests passed),
 #              2 the experiment itself went wrong (bug not applied, build failed, pytest error).
@@ -32,8 +37,18 @@ case "$BUG" in
   empty_rows)
     FILE=csrc/flash_fwd/epilogue.cuh
     SED='s/for (int idx = threadIdx\.x; idx < rows \* chunks; idx += Traits::kNThreads) {/for (int idx = threadIdx.x; idx < 0 * rows * chunks; idx += Traits::kNThreads) {/' ;;
+  # TODO(backward kernel): fill in the two bwd_* patterns once csrc/flash_bwd/mainloop.cuh exists:
+  # SED must change exactly the line that bounds the causal query range of a key block (bwd_causal)
+  # and the loop over a group's query heads in the dK/dV accumulation (bwd_gqa); while they are
+  # placeholders the script stops with exit status 2 ("pattern ... does not match").
+  bwd_causal)
+    FILE=csrc/flash_bwd/mainloop.cuh
+    SED='s/__PLACEHOLDER_BWD_CAUSAL_BOUND__/__PLANTED__/' ;;
+  bwd_gqa)
+    FILE=csrc/flash_bwd/mainloop.cuh
+    SED='s/__PLACEHOLDER_BWD_GQA_HEAD_LOOP__/__PLANTED__/' ;;
   list)
-    sed -n '5,11p' "$0"; exit 0 ;;
+    sed -n '5,17p' "$0"; exit 0 ;;
   *)
     echo "planted_bug: unknown bug '$BUG' (try: $0 list)" >&2; exit 2 ;;
 esac
@@ -49,6 +64,7 @@ tar -C "$ROOT" --exclude=./.git --exclude=./build --exclude='*.so' --exclude=./.
   || fail_setup "copy failed"
 
 cd "$SCRATCH" || fail_setup "no scratch dir"
+[ -f "$FILE" ] || fail_setup "$FILE does not exist in this tree"
 cp "$FILE" "$FILE.orig"
 sed -i "$SED" "$FILE"
 if cmp -s "$FILE" "$FILE.orig"; then
@@ -72,8 +88,12 @@ assert flashattn.__file__.startswith(sys.argv[1]), flashattn.__file__
 assert flashattn.extension_available(), flashattn.extension_error()
 PY
 
-echo "== running the GPU tests (stops at the first failure)"
-python3 -m pytest -x -q -m gpu -p no:cacheprovider --flashattn-backend=portable tests "$@"
+case "$BUG" in
+  bwd_*) TESTS=(tests/test_backward_gpu.py tests/test_public_gradients.py) ;;
+  *)     TESTS=(tests) ;;
+esac
+echo "== running the GPU tests of ${TESTS[*]} (stops at the first failure)"
+python3 -m pytest -x -q -m gpu -p no:cacheprovider --flashattn-backend=portable "${TESTS[@]}" "$@"
 rc=$?
 case $rc in
   1) echo "PLANTED BUG '$BUG': CAUGHT (the GPU tests failed, see above)"; exit 0 ;;
