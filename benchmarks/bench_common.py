@@ -32,6 +32,7 @@ class Shape:
     d: int
     causal: bool
     quick: bool = False  # part of the quick subset (`-m "bench and quick"`)
+    pass_: str = "fwd"  # "fwd", "bwd" (the backward alone) or "fwd+bwd" (a training step's attention)
 
     @property
     def causal_mode(self) -> str:
@@ -46,7 +47,8 @@ class Shape:
             return f"{self.dtype} D={self.d} Sq={self.sq} Sk={self.sk} B={self.b} H={self.hq}/{self.hk} decode"
         seq = f"S={self.sq}" if self.sq == self.sk else f"Sq={self.sq} Sk={self.sk}"
         heads = f"H={self.hq}" if self.hq == self.hk else f"H={self.hq}/{self.hk}"
-        return f"{self.dtype} D={self.d} {seq} B={self.b} {heads} {'causal' if self.causal else 'noncausal'}"
+        group = f"{self.dtype} D={self.d} {seq} B={self.b} {heads} {'causal' if self.causal else 'noncausal'}"
+        return group if self.pass_ == "fwd" else f"{group} {self.pass_}"
 
     @property
     def id(self) -> str:
@@ -54,16 +56,21 @@ class Shape:
         if self.grid == "decode":
             return f"{self.dtype}-D{self.d}-Sk{self.sk}-B{self.b}-H{self.hq}kv{self.hk}-decode"
         seq = f"S{self.sq}" if self.sq == self.sk else f"Sq{self.sq}-Sk{self.sk}"
-        return f"{self.dtype}-D{self.d}-{seq}-B{self.b}-H{self.hq}-{'causal' if self.causal else 'full'}"
+        base = f"{self.dtype}-D{self.d}-{seq}-B{self.b}-H{self.hq}-{'causal' if self.causal else 'full'}"
+        return base if self.pass_ == "fwd" else f"{base}-{self.pass_}"
 
     @property
     def flops(self) -> int:
-        return attention_flops(self.b, self.hq, self.sq, self.sk, self.d, self.causal_mode)
+        return pass_flops(attention_flops(self.b, self.hq, self.sq, self.sk, self.d, self.causal_mode), self.pass_)
 
     @property
     def io_bytes(self) -> int:
-        """Bytes that must cross HBM at least once: read Q, K, V, write O (2-byte dtypes)."""
-        return 2 * self.d * (2 * self.b * self.hq * self.sq + 2 * self.b * self.hk * self.sk)
+        """Bytes that must cross HBM at least once (2-byte dtypes): the forward reads Q, K, V and
+        writes O; the backward reads Q, K, V, O, dO and writes dQ, dK, dV."""
+        q_side, kv_side = self.b * self.hq * self.sq, self.b * self.hk * self.sk
+        fwd = 2 * self.d * (2 * q_side + 2 * kv_side)
+        bwd = 2 * self.d * (4 * q_side + 4 * kv_side)
+        return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[self.pass_]
 
 
 def _sum_clamped_ramp(start: int, n: int, hi: int) -> int:
@@ -100,6 +107,21 @@ def attention_flops(b: int, h: int, sq: int, sk: int, d: int, causal_mode: str =
     return 4 * b * h * d * visible_pairs(sq, sk, causal_mode)
 
 
+# Passes: the forward, the backward alone, and both (a training step's attention). The backward
+# does 2.5x the forward's matmul work (recomputing Q K^T, then dV = P^T dO, dP = dO V^T,
+# dQ = dS K, dK = dS^T Q: 5 matmuls of the forward's 2), so fwd+bwd is 3.5x; causal masking halves
+# every pass alike (visible_pairs), the FlashAttention convention.
+PASSES = ("fwd", "bwd", "fwd+bwd")
+_PASS_FLOPS_HALVES = {"fwd": 2, "bwd": 5, "fwd+bwd": 7}  # FLOPs = forward FLOPs * n / 2, exactly
+
+
+def pass_flops(forward_flops: int, pass_: str = "fwd") -> int:
+    """FLOPs of a pass from the forward's: x1 fwd, x2.5 bwd, x3.5 fwd+bwd (exact integers)."""
+    if pass_ not in _PASS_FLOPS_HALVES:
+        raise ValueError(f"unknown pass {pass_!r}; expected one of {PASSES}")
+    return forward_flops * _PASS_FLOPS_HALVES[pass_] // 2
+
+
 def latency_shapes() -> list[Shape]:
     """The earlier attempt's shapes: fp16, D=64, tiny; latency-bound (launch overhead matters)."""
     out = []
@@ -129,6 +151,14 @@ def standard_shapes() -> list[Shape]:
     return out
 
 
+def training_shapes() -> list[Shape]:
+    """The standard grid's shapes, each as a "bwd" and a "fwd+bwd" case (marker `training`);
+    the quick subset is the standard grid's."""
+    from dataclasses import replace
+
+    return [replace(shape, pass_=p) for shape in standard_shapes() for p in ("bwd", "fwd+bwd")]
+
+
 # ============================================================================================
 # DECODE GRID
 # B in {1, 8, 64}, Sq = 1, Sk 1k..128k, D = 128, GQA 32 query heads : 8 KV heads, bf16.
@@ -152,6 +182,10 @@ def decode_shapes() -> list[Shape]:
 # the same input tensors. "flashattn-hopper" runs only where that backend is built.
 DEFAULT_IMPLS = ("flashattn", "flashattn-hopper", "sdpa-default", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
 DECODE_IMPLS = ("flashattn", "flashattn-fwd", "sdpa-default", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
+# The backward: "flashattn" (backend auto: on an H100 the Hopper forward, then the portable
+# backward) and "flashattn-portable" (both passes portable); no "flashattn-hopper": a forward with
+# "hopper" forced has no backward yet. Every SDPA backend's own backward, on the same tensors.
+TRAINING_IMPLS = ("flashattn", "flashattn-portable", "sdpa-default", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
 OPTIONAL_IMPLS = ("flashattn-portable", "sdpa-math")
 FLASHATTN_BACKEND_OF = {
     "flashattn": "auto",
@@ -166,7 +200,7 @@ def selected_impls(default: tuple[str, ...]) -> list[str]:
     env = os.environ.get("FLASHATTN_BENCH_IMPLS", "").strip()
     if not env:
         return list(default)
-    known = set(DEFAULT_IMPLS) | set(DECODE_IMPLS) | set(OPTIONAL_IMPLS)
+    known = set(DEFAULT_IMPLS) | set(DECODE_IMPLS) | set(TRAINING_IMPLS) | set(OPTIONAL_IMPLS)
     names = [n.strip() for n in env.split(",") if n.strip()]
     bad = [n for n in names if n not in known]
     if bad:
@@ -189,7 +223,7 @@ def settings_for(grid: str) -> Settings:
         "latency": Settings(rounds=30, warmup_rounds=3, round_ms=1.0, max_calls_per_round=1000, latency_samples=50),
         "standard": Settings(rounds=20, warmup_rounds=2, round_ms=2.0, max_calls_per_round=1000, latency_samples=0),
         "decode": Settings(rounds=20, warmup_rounds=2, round_ms=1.0, max_calls_per_round=1000, latency_samples=30),
-    }[grid]
+    }[grid]  # (the training passes run on the standard grid's shapes and settings)
     rounds = int(os.environ.get("FLASHATTN_BENCH_ROUNDS", base.rounds))
     round_ms = float(os.environ.get("FLASHATTN_BENCH_ROUND_MS", base.round_ms))
     return Settings(max(1, rounds), base.warmup_rounds, round_ms, base.max_calls_per_round, base.latency_samples)
@@ -526,6 +560,46 @@ def make_callable(impl: str, shape: Shape, q, k, v):
 
 
 def rel_err(out, ref) -> float:
+    """Relative L2 error; for tuples (dq, dk, dv) the largest of the pairs'."""
+    if isinstance(out, (tuple, list)):
+        return max(rel_err(o, r) for o, r in zip(out, ref, strict=True))
     diff = (out.float() - ref.float()).norm().item()
     den = ref.float().norm().item()
     return diff / den if den > 0 else diff
+
+
+def make_training_callable(impl: str, shape: Shape, q, k, v, dout):
+    """Returns (fn, context_manager_factory) for shape.pass_ "bwd" or "fwd+bwd". q, k, v require
+    grad. fn() returns (dq, dk, dv).
+
+    fwd+bwd: fn runs the forward and torch.autograd.grad of its output for dout. bwd: the forward
+    runs once here (inside ctx, so that SDPA's backend choice and flashattn's backend apply; the
+    backward SDPA records is that backend's own), and fn runs only
+    torch.autograd.grad(out, (q, k, v), dout, retain_graph=True): the same autograd call for every
+    implementation, so the same work is measured for each. A forward that refuses the shape
+    raises Unavailable."""
+    import torch
+
+    forward, ctx = make_callable(impl, shape, q, k, v)
+    inputs = (q, k, v)
+    if shape.pass_ == "fwd+bwd":
+
+        def fn():
+            return torch.autograd.grad(forward(), inputs, dout)
+
+        return fn, ctx
+    if shape.pass_ != "bwd":
+        raise ValueError(f"make_training_callable: pass {shape.pass_!r} is not a training pass")
+    try:
+        with ctx():
+            out = forward()
+    except (RuntimeError, ValueError, TypeError, NotImplementedError) as exc:
+        if isinstance(exc, torch.cuda.OutOfMemoryError):
+            torch.cuda.empty_cache()
+        msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise Unavailable(f"{impl} cannot run this shape's forward: {msg}") from exc
+
+    def fn():
+        return torch.autograd.grad(out, inputs, dout, retain_graph=True)
+
+    return fn, ctx

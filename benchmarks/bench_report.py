@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""Turn a pytest-benchmark JSON from benchmarks/ into a speedup report.
+"""Turn a pytest-benchmark JSON from benchmarks/ into a speedup report (forward, and where the JSON
+has them the backward passes: "bwd" alone and "fwd+bwd").
 
 usage: python benchmarks/bench_report.py results.json [--png out.png] [--markdown out.md] [--ours NAME]
 
 Prints, per shape, each implementation's time and TFLOP/s and flashattn's speedup over it
 (time_other / time_ours, so > 1 means flashattn is faster), then the geometric mean of those
-speedups per category (grid x dtype x D x causal), per grid and overall. --markdown writes the
-same as tables for the README; --png plots TFLOP/s against S (one line per implementation, one
-panel per dtype x D x causal). Needs only the standard library, plus matplotlib for --png.
+speedups per category (grid x dtype x D x causal x pass), per grid and pass and overall, and a
+training table (fwd, bwd, fwd+bwd side by side against SDPA's default and FlashAttention-2
+backends). --markdown writes the same as tables for the README; --png plots TFLOP/s against S
+(one line per implementation, one panel per dtype x D x causal x pass). Needs only the standard library, plus matplotlib for --png.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from dataclasses import dataclass, field
 
 OURS = "flashattn"
 GRID_ORDER = {"latency": 0, "standard": 1, "decode": 2}
+PASS_ORDER = {"fwd": 0, "bwd": 1, "fwd+bwd": 2}
+TRAINING_BASELINES = ("sdpa-default", "sdpa-flash")  # the training table's columns (sdpa-flash: FlashAttention-2)
 IMPL_ORDER = (
     "flashattn",
     "flashattn-hopper",
@@ -59,6 +63,7 @@ class Row:
     io_bytes: float
     ms: float  # median GPU time per call (back-to-back)
     latency_ms: float | None = None  # median single-call latency, where measured
+    pass_: str = "fwd"  # "fwd", "bwd" or "fwd+bwd"
 
     @property
     def tflops(self) -> float:
@@ -82,17 +87,28 @@ class Shape:
     sq: int
     sk: int
     rows: dict = field(default_factory=dict)  # impl -> Row
+    pass_: str = "fwd"
 
     @property
     def category(self) -> str:
         if self.grid == "decode":
             return f"decode {self.dtype} D={self.d}"
-        return f"{self.grid} {self.dtype} D={self.d} {'causal' if self.causal else 'noncausal'}"
+        return f"{self.grid} {self.dtype} D={self.d} {'causal' if self.causal else 'noncausal'}" + _pass_suffix(self.pass_)
+
+    @property
+    def section(self) -> tuple:
+        """(grid, pass): one shape table, one "(all)" summary line."""
+        return (self.grid, self.pass_)
 
     def sort_key(self):
         # latency: the B=1 H=1 sweep before the multi-head case; decode: by B, then Sk
         sub = self.b * self.hq if self.grid == "latency" else (self.b if self.grid == "decode" else 0)
-        return (GRID_ORDER.get(self.grid, 9), self.grid, self.dtype, self.d, self.causal, sub, self.sk, self.sq, self.b)
+        return (GRID_ORDER.get(self.grid, 9), self.grid, PASS_ORDER.get(self.pass_, 9), self.dtype, self.d, self.causal,
+                sub, self.sk, self.sq, self.b)
+
+
+def _pass_suffix(pass_: str) -> str:
+    return "" if pass_ == "fwd" else f" {pass_}"
 
 
 @dataclass
@@ -126,6 +142,9 @@ def _row_from_bench(bench: dict) -> Row:
     if not ms > 0:
         raise ReportError(f"benchmark {bench.get('name')!r} has a non-positive time {ms}")
     hq = int(info["hq"])
+    pass_ = str(info.get("pass", "fwd"))
+    if pass_ not in PASS_ORDER:
+        raise ReportError(f"benchmark {bench.get('name')!r} has an unknown pass {pass_!r} (expected {list(PASS_ORDER)})")
     return Row(
         name=bench.get("name", ""),
         group=bench.get("group") or info.get("group") or "",
@@ -143,6 +162,7 @@ def _row_from_bench(bench: dict) -> Row:
         io_bytes=float(info.get("io_bytes") or 0.0),
         ms=ms,
         latency_ms=float(info["latency_ms"]) if info.get("latency_ms") is not None else None,
+        pass_=pass_,
     )
 
 
@@ -165,7 +185,7 @@ def build(data: dict, ours: str = OURS) -> Report:
         sh = shapes.get(key)
         if sh is None:
             sh = shapes[key] = Shape(
-                row.group, row.grid, row.dtype, row.d, row.causal, row.b, row.hq, row.hk, row.sq, row.sk
+                row.group, row.grid, row.dtype, row.d, row.causal, row.b, row.hq, row.hk, row.sq, row.sk, pass_=row.pass_
             )
         if row.impl in sh.rows:
             raise ReportError(f"two results for {row.impl} on {row.group!r}")
@@ -216,15 +236,15 @@ def geomean(xs) -> float | None:
 
 def summary(report: Report, latency: bool = False) -> list:
     """[(label, n_shapes, {baseline: (geomean speedup or None, n_pairs)})] per category, then per
-    grid (where it has several categories), then overall (where there are several grids). n_shapes
-    counts the shapes ours ran on; n_pairs those where the baseline ran too."""
+    grid and pass (where it has several categories), then overall (where there are several grids
+    or passes). n_shapes counts the shapes ours ran on; n_pairs those where the baseline ran too."""
     out = []
     by_cat, by_grid = defaultdict(list), defaultdict(list)
     for sh in report.shapes:
         if latency and not any(r.latency_ms is not None for r in sh.rows.values()):
             continue
         by_cat[sh.category].append(sh)
-        by_grid[sh.grid].append(sh)
+        by_grid[sh.section].append(sh)
 
     def line(label, shapes):
         n = sum(1 for sh in shapes if report.ours in sh.rows)
@@ -234,12 +254,12 @@ def summary(report: Report, latency: bool = False) -> list:
             res[bl] = (geomean(xs), len(xs))
         return (label, n, res)
 
-    for grid, shapes in by_grid.items():  # shapes are sorted, so grids and categories come in order
+    for (grid, pass_), shapes in by_grid.items():  # shapes are sorted, so grids and categories come in order
         cats = list(dict.fromkeys(sh.category for sh in shapes))
         for cat in cats:
             out.append(line(cat, by_cat[cat]))
         if len(cats) > 1:
-            out.append(line(f"{grid} (all)", shapes))
+            out.append(line(f"{grid}{_pass_suffix(pass_)} (all)", shapes))
     if len(by_grid) > 1:
         out.append(line("all", [sh for shapes in by_grid.values() for sh in shapes]))
     return out
@@ -321,10 +341,45 @@ def summary_table(report: Report, latency: bool = False):
     return header, rows
 
 
-def shape_table(report: Report, grid: str):
-    """Per-shape rows for one grid: TFLOP/s (or µs for latency, GB/s for decode) per implementation,
-    then ours' speedup over each other implementation."""
-    shapes = [sh for sh in report.shapes if sh.grid == grid]
+def passes(report: Report) -> list:
+    return sorted({sh.pass_ for sh in report.shapes}, key=lambda p: PASS_ORDER.get(p, 9))
+
+
+def training_table(report: Report):
+    """Where the JSON has backward passes: one row per (grid, dtype, D, causal) category, the
+    geometric-mean speedup of ours for each pass (fwd, bwd, fwd+bwd) against each of
+    TRAINING_BASELINES that ran. None (no table) without backward passes."""
+    have = passes(report)
+    if have == ["fwd"] or not have:
+        return None
+    baselines = [b for b in TRAINING_BASELINES if b in report.impls and b != report.ours]
+    if not baselines:
+        return None
+    keyed = defaultdict(lambda: defaultdict(list))
+    labels = {}
+    for sh in report.shapes:
+        if sh.grid == "decode":
+            continue
+        key = (GRID_ORDER.get(sh.grid, 9), sh.grid, sh.dtype, sh.d, sh.causal)
+        labels[key] = f"{sh.grid} {sh.dtype} D={sh.d} {'causal' if sh.causal else 'noncausal'}"
+        keyed[key][sh.pass_].append(sh)
+    header = ["category"] + [f"{p} vs {b}" for p in have for b in baselines]
+    rows = []
+    for key in sorted(keyed):
+        if set(keyed[key]) == {"fwd"}:
+            continue  # a grid without backward passes (latency)
+        cells = [labels[key]]
+        for p in have:
+            for b in baselines:
+                cells.append(_x(geomean(speedup(sh, report.ours, b) for sh in keyed[key].get(p, []))))
+        rows.append(cells)
+    return header, rows
+
+
+def shape_table(report: Report, grid: str, pass_: str = "fwd"):
+    """Per-shape rows for one grid and pass: TFLOP/s (or µs for latency, GB/s for decode) per
+    implementation, then ours' speedup over each other implementation."""
+    shapes = [sh for sh in report.shapes if sh.grid == grid and sh.pass_ == pass_]
     if grid == "latency":
         header = ["shape"] + [f"{i} µs/call (1-call)" for i in report.impls]
     elif grid == "decode":
@@ -352,22 +407,41 @@ def grids(report: Report) -> list:
     return sorted({sh.grid for sh in report.shapes}, key=lambda g: (GRID_ORDER.get(g, 9), g))
 
 
+def sections(report: Report) -> list:
+    """The (grid, pass) pairs present, in report order."""
+    return list(dict.fromkeys(sh.section for sh in report.shapes))
+
+
+def _title(report: Report) -> str:
+    return "attention forward" if passes(report) == ["fwd"] else "attention forward and backward"
+
+
 def markdown(report: Report) -> str:
-    out = ["## Attention forward benchmark", ""]
+    out = [f"## {_title(report)[0].upper()}{_title(report)[1:]} benchmark", ""]
     out += [f"- {line}" for line in meta_lines(report)]
     out += ["", f"### Geometric-mean speedup of {report.ours}", ""]
     out += _table(*summary_table(report))
     if any(r.latency_ms is not None for sh in report.shapes for r in sh.rows.values()):
         out += ["", f"Single-call latency (one call, GPU idle before it), geometric-mean speedup of {report.ours}:", ""]
         out += _table(*summary_table(report, latency=True))
+    training = training_table(report)
+    if training is not None:
+        out += ["", f"### Training: geometric-mean speedup of {report.ours} per pass", ""]
+        out += [
+            "fwd: the forward; bwd: the backward alone (forward once, then the timed torch.autograd.grad); "
+            "fwd+bwd: both. sdpa-flash is FlashAttention-2.",
+            "",
+        ]
+        out += _table(*training)
     notes = {
         "latency": "µs per call back to back, single-call latency in parentheses",
         "standard": "TFLOP/s (causal counts only the visible query/key pairs)",
         "decode": "GB/s of Q, K, V read and O written",
     }
-    for grid in grids(report):
-        out += ["", f"### {grid} grid: {notes.get(grid, '')}", ""]
-        out += _table(*shape_table(report, grid))
+    pass_notes = {"bwd": "; backward FLOPs = 2.5x the forward's", "fwd+bwd": "; forward + backward FLOPs = 3.5x the forward's"}
+    for grid, pass_ in sections(report):
+        out += ["", f"### {grid} grid{_pass_suffix(pass_)}: {notes.get(grid, '')}{pass_notes.get(pass_, '')}", ""]
+        out += _table(*shape_table(report, grid, pass_))
     out += [
         "",
         f"{MISSING}: no result (the implementation refused the shape or is not built here; pytest's skip summary says why).",
@@ -398,6 +472,12 @@ def print_report(report: Report, file=None) -> None:
     print(f"geometric-mean speedup of {report.ours} (time_other / time_{report.ours}):", file=file)
     for line in _text_table(*summary_table(report)):
         print(line, file=file)
+    training = training_table(report)
+    if training is not None:
+        print(file=file)
+        print(f"training: geometric-mean speedup of {report.ours} per pass (fwd, bwd alone, fwd+bwd):", file=file)
+        for line in _text_table(*training):
+            print(line, file=file)
     if any(r.latency_ms is not None for sh in report.shapes for r in sh.rows.values()):
         print(file=file)
         print("single-call latency, geometric-mean speedup:", file=file)
@@ -428,8 +508,8 @@ def panels(report: Report) -> list:
                 "µs per call",
             )
         else:
-            key = (GRID_ORDER.get(sh.grid, 9), sh.grid, sh.dtype, sh.causal, sh.d)
-            title = f"{sh.grid} {sh.dtype} D={sh.d} {'causal' if sh.causal else 'noncausal'}"
+            key = (GRID_ORDER.get(sh.grid, 9), sh.grid, PASS_ORDER.get(sh.pass_, 9), sh.dtype, sh.causal, sh.d)
+            title = f"{sh.grid} {sh.dtype} D={sh.d} {'causal' if sh.causal else 'noncausal'}{_pass_suffix(sh.pass_)}"
             xl, yl = "S (B*S and H*D fixed)" if sh.grid == "standard" else "S", "TFLOP/s"
         p = keyed.setdefault(key, (title, xl, yl, defaultdict(list)))
         for impl, r in sh.rows.items():
@@ -510,7 +590,7 @@ def plot(report: Report, path: str) -> None:
                 labels.append(lab)
     m = report.meta
     fig.suptitle(
-        f"attention forward on {m['gpu']} (torch {m['torch']}, CUDA {m['cuda']}, {str(m['date'])[:10]})", fontsize=12
+        f"{_title(report)} on {m['gpu']} (torch {m['torch']}, CUDA {m['cuda']}, {str(m['date'])[:10]})", fontsize=12
     )
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), frameon=False)
     fig.tight_layout(rect=(0, 0.06 if nrows > 1 else 0.1, 1, 0.96))

@@ -22,6 +22,7 @@ def pytest_configure(config):
         "latency: benchmark grid of tiny, launch/latency-bound shapes (fp16, D=64, S 32..512)",
         "standard: benchmark grid bf16/fp16, D 64/128/256, H=2048/D, B*S=16k, S 512..16k, causal on/off",
         "decode: benchmark grid for decode (Sq=1, KV cache, GQA 32:8); runs once flash_attn_with_kvcache exists",
+        "training: the standard grid's shapes, backward ('bwd') and forward+backward ('fwd+bwd')",
         "quick: a small subset of the benchmark grids, for a fast look (-m 'bench and quick')",
     ):
         config.addinivalue_line("markers", line)

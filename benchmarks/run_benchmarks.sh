@@ -2,12 +2,14 @@
 # The main benchmark job, on a machine with a CUDA GPU and the built extension:
 #   benchmarks/run_benchmarks.sh [outdir [extra pytest args...]]   (default outdir: results/bench-YYYYmmdd-HHMMSS)
 #   e.g. benchmarks/run_benchmarks.sh results/run1 --benchmark-autosave --benchmark-storage=file://results/storage
-# runs the benchmark suite (latency, standard and decode grids) ->
+# runs the benchmark suite (latency, standard and decode grids, and the backward: "training", the
+# standard grid's shapes as bwd and fwd+bwd) ->
 #   outdir/bench.json (pytest-benchmark JSON), outdir/pytest.log
 # then the report -> outdir/report.md, outdir/bench.png (PNG only where matplotlib is installed).
 # Environment:
-#   QUICK=1                     only the quick subset (-m "bench and quick"), about a minute
-#   BENCH_MARKERS="expr"        any other marker expression (default "bench and (latency or standard or decode)")
+#   QUICK=1                     only the quick subset (-m "bench and quick"; forward and backward), a few minutes
+#   BENCH_MARKERS="expr"        any other marker expression (default "bench and (latency or standard or decode or training)";
+#                               e.g. "bench and training" for the backward only)
 #   BENCH_K="expr"              a -k expression, e.g. "bf16 and D128"
 #   FLASHATTN_BENCH_IMPLS, FLASHATTN_BENCH_ROUNDS, FLASHATTN_BENCH_ROUND_MS: see docs/benchmarks.md
 #   PYTHON                      interpreter (default python3)
@@ -43,7 +45,7 @@ if [[ -n "${BENCH_MARKERS:-}" ]]; then
 elif [[ "${QUICK:-0}" == 1 ]]; then
     markers="bench and quick"
 else
-    markers="bench and (latency or standard or decode)"
+    markers="bench and (latency or standard or decode or training)"
 fi
 kargs=()
 [[ -n "${BENCH_K:-}" ]] && kargs=(-k "$BENCH_K")

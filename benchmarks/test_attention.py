@@ -1,7 +1,8 @@
-"""Forward attention benchmarks: flashattn vs every SDPA backend on the same inputs.
+"""Attention benchmarks, forward and backward: flashattn vs every SDPA backend on the same inputs.
 
 Run on a GPU (see docs/benchmarks.md), e.g.
     python -m pytest benchmarks -m "bench and standard" --benchmark-json=bench.json
+    python -m pytest benchmarks -m "bench and training" ...   (the backward, "bwd", and "fwd+bwd")
     python benchmarks/bench_report.py bench.json --png bench.png --markdown report.md
 
 One test = one (shape, implementation). The first test of a shape times every implementation
@@ -51,7 +52,14 @@ def _inputs(shape):
         if need > 0.6 * total:
             raise bc.Unavailable(f"inputs need ~{need / 2**30:.0f} GiB, over 60% of this GPU's {total / 2**30:.0f} GiB")
         _CACHE["shape"] = shape
-        _CACHE["qkv"] = bc.make_inputs(shape)
+        q, k, v = bc.make_inputs(shape)
+        if shape.pass_ != "fwd":  # leaves that require grad, and the upstream gradient
+            import torch
+
+            q, k, v = (t.requires_grad_(True) for t in (q, k, v))
+            gen = torch.Generator(device=q.device).manual_seed(4321)
+            _CACHE["dout"] = torch.randn(q.shape, generator=gen, device=q.device, dtype=q.dtype)
+        _CACHE["qkv"] = (q, k, v)
     return _CACHE["qkv"]
 
 
@@ -63,7 +71,14 @@ def _reference(shape, q, k, v):
         if shape.hq != shape.hk:
             kw["enable_gqa"] = True
         try:
-            _CACHE["ref"] = F.scaled_dot_product_attention(q, k, v, **kw)
+            if shape.pass_ == "fwd":
+                _CACHE["ref"] = F.scaled_dot_product_attention(q, k, v, **kw)
+            else:  # SDPA default's gradients
+                import torch
+
+                out = F.scaled_dot_product_attention(q, k, v, **kw)
+                _CACHE["ref"] = torch.autograd.grad(out, (q, k, v), _CACHE["dout"])
+                del out
         except (RuntimeError, TypeError) as exc:  # no reference: the sanity check is skipped
             _CACHE["ref"] = None
             _CACHE["ref_error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -97,7 +112,10 @@ _BENCH = bc.CaseBench()
 def _prepare(shape: bc.Shape, impl: str):
     """impl ready to time on the shape's shared inputs: built, run once, checked against SDPA."""
     q, k, v = _inputs(shape)
-    fn, ctx = bc.make_callable(impl, shape, q, k, v)
+    if shape.pass_ == "fwd":
+        fn, ctx = bc.make_callable(impl, shape, q, k, v)
+    else:
+        fn, ctx = bc.make_training_callable(impl, shape, q, k, v, _CACHE["dout"])
     with ctx():
         out = _first_call(impl, fn)
     ref = _reference(shape, q, k, v)
@@ -126,6 +144,7 @@ def run_case(benchmark, shape: bc.Shape, impl: str) -> None:
         causal=shape.causal,
         causal_mode=shape.causal_mode,
         flops=shape.flops,
+        **{"pass": shape.pass_},
         io_bytes=shape.io_bytes,
         timer="cuda_event",
         rel_err_vs_sdpa_default=outcome.rel_err,
@@ -148,6 +167,15 @@ def test_latency(benchmark, shape, impl):
 )
 def test_standard(benchmark, shape, impl):
     """bf16/fp16, D in {64,128,256}, H=2048/D, B*S=16k, S 512..16k, causal on/off."""
+    run_case(benchmark, shape, impl)
+
+
+@pytest.mark.parametrize(
+    "shape,impl", list(_params(bc.training_shapes(), bc.selected_impls(bc.TRAINING_IMPLS), pytest.mark.training))
+)
+def test_training(benchmark, shape, impl):
+    """The standard grid's shapes, backward alone ("bwd": forward once, then the timed
+    torch.autograd.grad) and forward + backward ("fwd+bwd"); FLOPs 2.5x and 3.5x the forward's."""
     run_case(benchmark, shape, impl)
 
 

@@ -13,6 +13,8 @@
 #     bwd_gqa     backward: every query head of a GQA group reads the group's first head's Q/dO
 #                                                                                (flash_bwd/mainloop.cuh)
 #     list        print the bugs and exit
+# Forward bugs run the whole GPU suite; bwd_* bugs run the backward tests (tests/test_backward_gpu.py,
+# tests/test_public_gradients.py).
 # env: TORCH_CUDA_ARCH_LIST (default 9.0a), MAX_JOBS (default 16), KEEP_SCRATCH=1 to keep the copy.
 # exit status: 0 the suite caught the bug (tests failed), 1 it did not (tests passed),
 #              2 the experiment itself went wrong (bug not applied, build failed, pytest error).
@@ -58,6 +60,7 @@ tar -C "$ROOT" --exclude=./.git --exclude=./build --exclude='*.so' --exclude=./.
   || fail_setup "copy failed"
 
 cd "$SCRATCH" || fail_setup "no scratch dir"
+[ -f "$FILE" ] || fail_setup "$FILE does not exist in this tree"
 cp "$FILE" "$FILE.orig"
 sed -i "$SED" "$FILE"
 if cmp -s "$FILE" "$FILE.orig"; then
@@ -81,8 +84,12 @@ assert flashattn.__file__.startswith(sys.argv[1]), flashattn.__file__
 assert flashattn.extension_available(), flashattn.extension_error()
 PY
 
-echo "== running the GPU tests (stops at the first failure)"
-python3 -m pytest -x -q -m gpu -p no:cacheprovider --flashattn-backend=portable tests "$@"
+case "$BUG" in
+  bwd_*) TESTS=(tests/test_backward_gpu.py tests/test_public_gradients.py) ;;
+  *)     TESTS=(tests) ;;
+esac
+echo "== running the GPU tests of ${TESTS[*]} (stops at the first failure)"
+python3 -m pytest -x -q -m gpu -p no:cacheprovider --flashattn-backend=portable "${TESTS[@]}" "$@"
 rc=$?
 case $rc in
   1) echo "PLANTED BUG '$BUG': CAUGHT (the GPU tests failed, see above)"; exit 0 ;;

@@ -343,3 +343,142 @@ def test_benchmark_suite_collects_and_skips_without_gpu():
     assert r.returncode == 0, out
     assert " skipped" in out and "passed" not in out and "error" not in out.lower(), out
     assert "no CUDA GPU" in out or "pytest-benchmark" in out, out
+
+
+# ---------------------------------------------------------------------------------- backward passes
+
+NC1_BWD, NC1_FB = f"{NC1} bwd", f"{NC1} fwd+bwd"
+C1_BWD = f"{C1} bwd"
+# (pass, ms per impl) added to the fixture for NC1, NC2 and C1; speedups of flashattn follow exactly
+TRAINING_MS = {
+    "bwd": {"flashattn": 1.0, "sdpa-flash": 1.5, "sdpa-default": 0.8},
+    "fwd+bwd": {"flashattn": 1.6, "sdpa-flash": 2.4, "sdpa-default": 1.6},
+}
+
+
+def _with_backward(data: dict) -> dict:
+    """The fixture plus bwd and fwd+bwd results for its standard-grid shapes, as
+    benchmarks/test_attention.py::test_training writes them."""
+    data = json.loads(json.dumps(data))
+    extra = []
+    for b in data["benchmarks"]:
+        info = b["extra_info"]
+        if info["grid"] != "standard" or info["impl"] != "flashattn":
+            continue
+        for pass_, times in TRAINING_MS.items():
+            shape = bc.Shape(info["grid"], info["dtype"], info["b"], info["hq"], info["hk"], info["sq"], info["sk"],
+                             info["d"], info["causal"], pass_=pass_)
+            for impl, ms in times.items():
+                nb = json.loads(json.dumps(b))
+                nb["group"] = shape.group
+                nb["name"] = f"test_training[{shape.id}-{impl}]"
+                nb["extra_info"].update(impl=impl, flops=shape.flops, io_bytes=shape.io_bytes, median_ms=ms)
+                nb["extra_info"]["pass"] = pass_
+                nb["stats"]["median"] = ms * 1e-3
+                extra.append(nb)
+    data["benchmarks"] += extra
+    return data
+
+
+@pytest.fixture(scope="module")
+def training_report():
+    return br.build(_with_backward(json.loads(FIXTURE.read_text())))
+
+
+def test_pass_flops():
+    assert bc.pass_flops(4000, "fwd") == 4000
+    assert bc.pass_flops(4000, "bwd") == 10000
+    assert bc.pass_flops(4000, "fwd+bwd") == 14000
+    with pytest.raises(ValueError, match="unknown pass"):
+        bc.pass_flops(4000, "bwd2")
+    s = bc.Shape("standard", "bf16", 4, 16, 16, 4096, 4096, 128, True, pass_="bwd")
+    fwd = bc.attention_flops(4, 16, 4096, 4096, 128, bc.CAUSAL_TOP_LEFT)
+    assert s.flops * 2 == 5 * fwd  # causal halves every pass alike
+    assert bc.Shape("standard", "bf16", 4, 16, 16, 4096, 4096, 128, False, pass_="fwd+bwd").flops == 14 * 4 * 16 * 128 * 4096 * 4096
+
+
+def test_training_grid():
+    shapes = bc.training_shapes()
+    standard = bc.standard_shapes()
+    assert len(shapes) == 2 * len(standard)
+    assert {s.pass_ for s in shapes} == {"bwd", "fwd+bwd"}
+    assert {(s.dtype, s.d, s.sq, s.causal) for s in shapes} == {(s.dtype, s.d, s.sq, s.causal) for s in standard}
+    assert "bf16 D=128 S=4096 B=4 H=16 causal bwd" in {s.group for s in shapes}
+    assert "bf16-D128-S4096-B4-H16-causal-fwd+bwd" in {s.id for s in shapes}
+    assert sum(s.quick for s in shapes) == 2 * sum(s.quick for s in standard)
+    every = bc.latency_shapes() + standard + shapes + bc.decode_shapes()
+    assert len({s.group for s in every}) == len(every) and len({s.id for s in every}) == len(every)
+    assert "sdpa-flash" in bc.TRAINING_IMPLS and "flashattn-hopper" not in bc.TRAINING_IMPLS
+
+
+def test_backward_io_bytes():
+    s = bc.Shape("standard", "bf16", 2, 4, 4, 100, 100, 64, False)
+    fwd = s.io_bytes
+    bwd = bc.Shape("standard", "bf16", 2, 4, 4, 100, 100, 64, False, pass_="bwd").io_bytes
+    assert bwd == 2 * fwd  # reads Q, K, V, O, dO, writes dQ, dK, dV: 8 tensors against the forward's 4
+    assert bc.Shape("standard", "bf16", 2, 4, 4, 100, 100, 64, False, pass_="fwd+bwd").io_bytes == fwd + bwd
+
+
+def test_report_separates_passes(training_report):
+    rep = training_report
+    groups = [s.group for s in rep.shapes]
+    assert groups[:4] == [LAT, NC1, NC2, C1]  # the forward first, as before
+    assert groups.index(NC1_BWD) < groups.index(NC1_FB) < groups.index(DEC)
+    sh = _shape(rep, NC1_BWD)
+    assert sh.pass_ == "bwd" and sh.category == "standard bf16 D=64 noncausal bwd"
+    assert sh.rows["flashattn"].flops == 5 * 4 * 16 * 32 * 1024 * 1024 * 64 // 2
+    assert br.speedup(sh, "flashattn", "sdpa-flash") == pytest.approx(1.5)
+    assert br.speedup(_shape(rep, NC1_FB), "flashattn", "sdpa-default") == pytest.approx(1.0)
+    labels = [label for label, _, _ in br.summary(rep)]
+    assert "standard (all)" in labels and "standard bwd (all)" in labels and "standard fwd+bwd (all)" in labels
+    assert labels.index("standard bwd (all)") < labels.index("standard fwd+bwd (all)")
+
+
+def test_training_table(training_report):
+    header, rows = br.training_table(training_report)
+    assert header == ["category", "fwd vs sdpa-default", "fwd vs sdpa-flash", "bwd vs sdpa-default", "bwd vs sdpa-flash",
+                      "fwd+bwd vs sdpa-default", "fwd+bwd vs sdpa-flash"]
+    by_cat = {r[0]: r[1:] for r in rows}
+    assert set(by_cat) == {"standard bf16 D=64 noncausal", "standard bf16 D=64 causal"}
+    # fwd: no sdpa-default in the fixture; sdpa-flash geomean sqrt(1.25 * 2); bwd 1.5 and 0.8; fwd+bwd 1.5 and 1.0
+    assert by_cat["standard bf16 D=64 noncausal"] == ["—", "1.58x", "0.80x", "1.50x", "1.00x", "1.50x"]
+    assert by_cat["standard bf16 D=64 causal"] == ["—", "1.50x", "0.80x", "1.50x", "1.00x", "1.50x"]
+    assert br.training_table(br.load(str(FIXTURE))) is None  # a forward-only JSON has none
+
+
+def test_markdown_and_text_with_backward(training_report, capsys):
+    md = br.markdown(training_report)
+    assert md.startswith("## Attention forward and backward benchmark")
+    assert "### Training: geometric-mean speedup of flashattn per pass" in md
+    assert "| standard bf16 D=64 noncausal | — | 1.58x | 0.80x | 1.50x | 1.00x | 1.50x |" in md
+    assert "### standard grid bwd: TFLOP/s (causal counts only the visible query/key pairs); backward FLOPs = 2.5x" in md
+    assert "### standard grid fwd+bwd:" in md and "### standard grid: TFLOP/s" in md
+    # the bwd table's TFLOP/s: 2.5x the forward's FLOPs in 1.0 ms
+    assert f"| {NC1_BWD} | {br._num(5 * 137438953472 / 2 / 1e-3 / 1e12)} |" in md
+    br.print_report(training_report)
+    out = capsys.readouterr().out
+    assert "training: geometric-mean speedup of flashattn per pass" in out
+    assert f"standard {NC1_BWD}: flashattn 1.000 ms" in out
+
+
+def test_panels_with_backward(training_report):
+    titles = [t for t, *_ in br.panels(training_report)]
+    assert "standard bf16 D=64 noncausal" in titles
+    assert "standard bf16 D=64 noncausal bwd" in titles and "standard bf16 D=64 causal fwd+bwd" in titles
+    assert titles.index("standard bf16 D=64 causal") < titles.index("standard bf16 D=64 noncausal bwd")
+
+
+def test_cli_png_with_backward(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib not installed: the PNG part of the report is untested")
+    js = tmp_path / "bench.json"
+    js.write_text(json.dumps(_with_backward(json.loads(FIXTURE.read_text()))))
+    png = tmp_path / "bench.png"
+    assert br.main([str(js), "--png", str(png), "--quiet"]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_unknown_pass_is_an_error():
+    data = json.loads(FIXTURE.read_text())
+    data["benchmarks"][0]["extra_info"]["pass"] = "bwd2"
+    with pytest.raises(br.ReportError, match="unknown pass"):
+        br.build(data)
