@@ -17,22 +17,15 @@
 #include "device_limits.h"
 #include "flash_decode/decode_api.h"
 #include "flash_decode/decode_traits.h"
+#include "tensor_access.h"
 
 namespace {
 
 using flashattn::DecodeParams;
 using flashattn::DType;
 
-// 16-byte vector access: base 16-byte aligned, every stride a multiple of 8 elements.
-bool aligned16(const at::Tensor& t) {
-  if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) return false;
-  for (int64_t dim = 0; dim < t.dim() - 1; ++dim)
-    if (t.size(dim) > 1 && t.stride(dim) % 8 != 0) return false;
-  return true;
-}
-
-// q and new k/v are small: copy a view the kernels cannot read 16 bytes at a time.
-at::Tensor aligned_or_copy(const at::Tensor& t) { return aligned16(t) ? t : t.contiguous(); }
+using flashattn::aligned16;
+using flashattn::aligned_or_copy;
 
 std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(const at::Tensor& q_in, const at::Tensor& k_cache,
                                                      const at::Tensor& v_cache, const std::optional<at::Tensor>& k_new_in,

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "../common/dtype_of.h"
 #include "api.h"
 #include "registry.h"
 
@@ -21,13 +22,6 @@ struct BwdLauncher {
   BwdTileVariant variant;
   LaunchFn launch;
 };
-
-template <typename T>
-constexpr DType dtype_of();
-template <>
-constexpr DType dtype_of<__half>() { return DType::kFloat16; }
-template <>
-constexpr DType dtype_of<__nv_bfloat16>() { return DType::kBFloat16; }
 
 #define FLASHATTN_BWD_INSTANCE(T, D, V) \
   BwdLauncher{dtype_of<T>(), D, BwdTileVariant::V, &run_bwd<BwdTileConfig<D, BwdTileVariant::V>::Traits, T>},

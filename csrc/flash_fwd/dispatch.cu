@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "../common/dtype_of.h"
 #include "api.h"
 #include "registry.h"
 
@@ -21,13 +22,6 @@ struct FwdLauncher {
   TileVariant variant;
   LaunchFn launch;
 };
-
-template <typename T>
-constexpr DType dtype_of();
-template <>
-constexpr DType dtype_of<__half>() { return DType::kFloat16; }
-template <>
-constexpr DType dtype_of<__nv_bfloat16>() { return DType::kBFloat16; }
 
 #define FLASHATTN_FWD_INSTANCE(T, D, V) \
   FwdLauncher{dtype_of<T>(), D, TileVariant::V, &run_fwd<FwdTileConfig<D, TileVariant::V>::Traits, T>},
