@@ -70,7 +70,7 @@ COPY --chown=flashattn:flashattn docker/pyproject_deps.py docker/
 RUN --mount=type=bind,source=docker/retry.sh,target=/tmp/retry.sh \
     --mount=type=secret,id=ca,mode=0444 \
     cuda_mm="${CUDA_VERSION%.*}" \
- && torch_index="${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cu${cuda_mm//./}}" \
+ && torch_index="${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cu${cuda_mm%.*}${cuda_mm#*.}}" \
  && python3 -m venv /opt/venv \
  && bash /tmp/retry.sh python -m pip install "pip==${PIP_VERSION}" \
  && bash /tmp/retry.sh python -m pip install --index-url "${torch_index}" "torch==${TORCH_VERSION}" \

@@ -94,12 +94,18 @@ def test_torch_is_a_pinned_build_for_the_base_cuda():
     # Empty: PyTorch's own index for the base image's CUDA (cu128 for 12.8.x, cu130 for 13.0.x).
     assert re.search(r"^ARG TORCH_INDEX_URL=$", text, re.M)
     assert 'cuda_mm="${CUDA_VERSION%.*}"' in text
-    assert 'torch_index="${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cu${cuda_mm//./}}"' in text
+    assert 'torch_index="${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cu${cuda_mm%.*}${cuda_mm#*.}}"' in text
     assert '"torch==${TORCH_VERSION}"' in text and '--index-url "${torch_index}"' in text
     # The build fails unless the wheel's CUDA is the base image's major.minor.
     assert "v == '${cuda_mm}'" in text
-    cuda_mm = lambda v: v.rsplit(".", 1)[0]  # noqa: E731  (what ${CUDA_VERSION%.*} gives)
-    assert cuda_mm("12.8.1") == "12.8" and cuda_mm("13.0.2") == "13.0"
+    # The shell lines themselves, run with each flavour's CUDA_VERSION.
+    snippet = 'cuda_mm="${CUDA_VERSION%.*}"; torch_index="' + re.search(r'torch_index="([^"]+)"', text).group(1) + '"; echo "$cuda_mm $torch_index"'
+    for cuda, index, want in (("12.8.1", "", "12.8 https://download.pytorch.org/whl/cu128"),
+                              ("13.0.2", "", "13.0 https://download.pytorch.org/whl/cu130"),
+                              ("13.0.2", "https://pypi.org/simple", "13.0 https://pypi.org/simple")):
+        out = subprocess.run(["bash", "-c", snippet], env={"CUDA_VERSION": cuda, "TORCH_INDEX_URL": index},
+                             capture_output=True, text=True, check=True).stdout.strip()
+        assert out == want, (cuda, out)
 
 
 def test_network_steps_are_retried_and_trust_the_ca_secret_only():
