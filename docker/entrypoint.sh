@@ -113,7 +113,7 @@ junit=(--junitxml "$RESULTS_DIR/tests-junit.xml")
 
 if [ "$GPU_MARKER" = none ]; then
   rule "NO GPU"
-  say "no NVIDIA GPU is visible in this container: $GPU_REASON."
+  say "no NVIDIA GPU is visible here: $GPU_REASON."
   say "The GPU tests and the benchmark need one: start the container with"
   say "  docker run --gpus all -v \"\$PWD/results:/results\" IMAGE"
   say "on a host with an NVIDIA driver and the NVIDIA Container Toolkit (docs/docker.md)."
