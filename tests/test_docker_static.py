@@ -476,3 +476,10 @@ def test_ptxas_path_parses_like_the_default(tmp_path):
     assert ".version 8.7" in calls  # lowered before ptxas saw it
     (k,) = cr.parse_ptxas(out)
     assert (k["arch"], k["regs"], k["head_dim"], k["threads"]) == ("sm_90a", 252, 128, 128)
+
+
+def test_ci_run_refuses_to_leave_the_container_out_on_ci():
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "CI": "true", "FLASHATTN_CI_CONTAINER": "0"}
+    r = subprocess.run(["bash", str(ROOT / ".ci" / "run")], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "refused when CI=true" in r.stderr
+    assert "ci: FAILED (exit status 1)" in r.stdout  # the summary closes every run
