@@ -19,7 +19,7 @@ none() {
   exit 1
 }
 
-smi=$(command -v nvidia-smi) || none "nvidia-smi not found: the container was started without a GPU (run it with --gpus all, which needs the NVIDIA Container Toolkit on the host)"
+smi=$(command -v nvidia-smi) || none "nvidia-smi not found: in a container, it was started without a GPU (run it with --gpus all, which needs the NVIDIA Container Toolkit on the host); outside one, no NVIDIA driver is installed"
 
 out=$("$smi" --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>&1)
 rc=$?

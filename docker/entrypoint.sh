@@ -5,6 +5,11 @@
 #   docker run --gpus all IMAGE pytest -m h100 -x                   runs that command as given
 #   docker run --gpus all IMAGE -m h100 -x                          args starting with '-' go to pytest
 #
+# The same job runs without Docker, on a machine with a GPU, the project installed
+# (pip install --no-build-isolation -e ".[test,report]") and nvidia-smi:
+#
+#   RESULTS_DIR=results/job bash docker/entrypoint.sh              from the source tree
+#
 # The default job:
 #   1. finds the GPU (docker/detect_gpu.sh);
 #   2. runs the test suite for it: `python -m pytest -m "not gpu or smXY"`, i.e. every CPU test and
@@ -24,6 +29,7 @@
 #   FLASHATTN_SKIP_TESTS=1    benchmark only;  FLASHATTN_SKIP_BENCH=1  tests only
 #   FLASHATTN_PYTEST_ARGS     extra pytest arguments for the test step (word-split), e.g. "-x -q"
 #   FLASHATTN_BUILT_ARCHS     what the image's kernels were built for (set by the Dockerfile)
+#   FLASHATTN_REVISION        the source revision (set by the Dockerfile; else git's, if any)
 #   PYTHON                    interpreter (default python3)
 #   FLASHATTN_HOME            the source tree (default: this script's parent folder)
 set -euo pipefail
@@ -74,13 +80,32 @@ while IFS='=' read -r key value; do
   esac
 done < <(bash "$here/detect_gpu.sh" || true)
 
+revision=${FLASHATTN_REVISION:-}
+if [ -z "$revision" ] && command -v git >/dev/null 2>&1; then
+  revision=$(git -C "$FLASHATTN_HOME" rev-parse --short HEAD 2>/dev/null || true)
+fi
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "gpu_marker: $GPU_MARKER"
   echo "gpu: ${GPU_NAME:-none} (compute capability ${GPU_CC:-n/a}, ${GPU_COUNT} GPU(s), driver ${GPU_DRIVER:-n/a})"
   [ -z "$GPU_REASON" ] || echo "no_gpu_reason: $GPU_REASON"
-  echo "image_built_archs: ${FLASHATTN_BUILT_ARCHS:-unknown}"
-  echo "image_revision: ${FLASHATTN_REVISION:-unknown}"
+  echo "image_built_archs: ${FLASHATTN_BUILT_ARCHS:-unknown (not run from the image)}"
+  echo "revision: ${revision:-unknown}"
+  # What the tests will use: the interpreter, torch and the extension's build.
+  "$PY" - <<'EOF' 2>&1 || echo "python: cannot import torch ($PY)"
+import sys
+import torch
+print(f"python: {sys.version.split()[0]} ({sys.executable})")
+print(f"torch: {torch.__version__} (CUDA {torch.version.cuda})")
+try:
+    import flashattn
+    if flashattn.extension_available():
+        print(f"flashattn_build: {flashattn.build_info()}")
+    else:
+        print(f"flashattn_build: none: {flashattn.extension_error()}")
+except Exception as e:  # noqa: BLE001  (reported, the tests say the rest)
+    print(f"flashattn_build: import failed: {e}")
+EOF
 } >"$RESULTS_DIR/env.txt"
 
 read -r -a extra_args <<<"${FLASHATTN_PYTEST_ARGS:-}"
@@ -88,7 +113,7 @@ junit=(--junitxml "$RESULTS_DIR/tests-junit.xml")
 
 if [ "$GPU_MARKER" = none ]; then
   rule "NO GPU"
-  say "no NVIDIA GPU is visible in this container: $GPU_REASON."
+  say "no NVIDIA GPU is visible here: $GPU_REASON."
   say "The GPU tests and the benchmark need one: start the container with"
   say "  docker run --gpus all -v \"\$PWD/results:/results\" IMAGE"
   say "on a host with an NVIDIA driver and the NVIDIA Container Toolkit (docs/docker.md)."

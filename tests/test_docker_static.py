@@ -10,6 +10,7 @@ Inside the image these files are not there (.dockerignore): the module skips, sa
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import re
 import shlex
@@ -57,21 +58,76 @@ def _index(instrs, pred) -> int:
 # ---- Dockerfile ------------------------------------------------------------------------------------
 
 
-def test_base_image_is_cuda_12_8_devel_and_an_arg():
+def _from_index(instrs) -> int:
+    return _index(instrs, lambda w, a: w == "FROM")
+
+
+def test_base_image_is_cuda_devel_chosen_by_cuda_version():
+    """ARG CUDA_VERSION (default 12.8.x, the GPU runners) and BASE_IMAGE before FROM pick the
+    flavour; the default base is NVIDIA's CUDA 12.8 devel image."""
     instrs = _instructions()
-    assert instrs[0][0] == "ARG" and instrs[0][1].startswith("BASE_IMAGE=")
-    base = instrs[0][1].split("=", 1)[1]
-    assert re.fullmatch(r"nvidia/cuda:12\.8\.\d+-(cudnn-)?devel-ubuntu\d\d\.\d\d", base), base
-    assert instrs[1] == ("FROM", "${BASE_IMAGE}")
+    assert instrs[0][0] == "ARG" and instrs[0][1].startswith("CUDA_VERSION=")
+    cuda = instrs[0][1].split("=", 1)[1]
+    assert re.fullmatch(r"12\.8\.\d+", cuda), cuda
+    assert instrs[1][0] == "ARG" and instrs[1][1].startswith("BASE_IMAGE=")
+    base = instrs[1][1].split("=", 1)[1]
+    assert base == "nvidia/cuda:${CUDA_VERSION}-devel-ubuntu22.04", base
+    assert re.fullmatch(r"nvidia/cuda:12\.8\.\d+-devel-ubuntu22\.04", base.replace("${CUDA_VERSION}", cuda))
+    assert instrs[2] == ("FROM", "${BASE_IMAGE}") and _from_index(instrs) == 2
 
 
-def test_torch_is_a_pinned_cuda_12_8_build():
+def test_steps_after_from_are_the_same_for_every_cuda():
+    """No CUDA version is written after FROM: the 12.8 and the 13.0 image run the same steps, each
+    checking itself against the base image's CUDA_VERSION (an ENV of NVIDIA's images)."""
+    instrs = _instructions()
+    after = instrs[_from_index(instrs) + 1:]
+    for w, a in after:
+        assert not re.search(r"(?<![\w.])1[23]\.\d\b|cu1[23]\d", a), (w, a)
+        # CUDA_VERSION must stay the base image's: redeclaring it as an ARG would shadow nothing
+        # in RUN (ENV wins) but would mislead.
+        assert not (w == "ARG" and a.split("=")[0] == "CUDA_VERSION"), (w, a)
+
+
+def test_torch_is_a_pinned_build_for_the_base_cuda():
     text = DOCKERFILE.read_text()
     assert re.search(r"^ARG TORCH_VERSION=\d+\.\d+\.\d+$", text, re.M)
-    assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128" in text
-    assert '"torch==${TORCH_VERSION}"' in text and '--index-url "${TORCH_INDEX_URL}"' in text
-    # The build fails if the wheel is not a CUDA 12.8 build.
-    assert "startswith('12.8')" in text
+    # Empty: PyTorch's own index for the base image's CUDA (cu128 for 12.8.x, cu130 for 13.0.x).
+    assert re.search(r"^ARG TORCH_INDEX_URL=$", text, re.M)
+    assert 'cuda_mm="${CUDA_VERSION%.*}"' in text
+    assert 'torch_index="${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cu${cuda_mm%.*}${cuda_mm#*.}}"' in text
+    assert '"torch==${TORCH_VERSION}"' in text and '--index-url "${torch_index}"' in text
+    # The build fails unless the wheel's CUDA is the base image's major.minor.
+    assert "v == '${cuda_mm}'" in text
+    # The shell lines themselves, run with each flavour's CUDA_VERSION.
+    snippet = 'cuda_mm="${CUDA_VERSION%.*}"; torch_index="' + re.search(r'torch_index="([^"]+)"', text).group(1) + '"; echo "$cuda_mm $torch_index"'
+    for cuda, index, want in (("12.8.1", "", "12.8 https://download.pytorch.org/whl/cu128"),
+                              ("13.0.2", "", "13.0 https://download.pytorch.org/whl/cu130"),
+                              ("13.0.2", "https://pypi.org/simple", "13.0 https://pypi.org/simple")):
+        out = subprocess.run(["bash", "-c", snippet], env={"CUDA_VERSION": cuda, "TORCH_INDEX_URL": index},
+                             capture_output=True, text=True, check=True).stdout.strip()
+        assert out == want, (cuda, out)
+
+
+def test_network_steps_are_retried_and_trust_the_ca_secret_only():
+    """Every RUN that downloads goes through docker/retry.sh (bind-mounted, not copied) with the
+    CA secret mounted; nothing CA-like is an ARG, ENV or COPY (it would stay in the image)."""
+    instrs = _instructions()
+    runs = [a for w, a in instrs if w == "RUN"]
+    network = [a for a in runs if "apt-get update" in a or "pip install" in a and "--no-build-isolation" not in a]
+    assert len(network) == 2, network
+    for a in network:
+        assert "--mount=type=bind,source=docker/retry.sh,target=/tmp/retry.sh" in a
+        assert "--mount=type=secret,id=ca,mode=0444" in a
+        for cmd, wrapped in (("pip install", "bash /tmp/retry.sh python -m pip install"),
+                             ("apt-get update", "bash /tmp/retry.sh apt-get update"),
+                             ("apt-get install", "bash /tmp/retry.sh apt-get install")):
+            assert a.count(cmd) == a.count(wrapped), f"{cmd} without docker/retry.sh: {a}"
+    for w, a in instrs:
+        if w in ("ARG", "ENV", "COPY", "ADD"):
+            assert not re.search(r"\b(CA|CERT|SSL|PIP_CERT|crt)\b", a, re.I), (w, a)
+    # The secret mount is optional: a build without --secret (no proxy) works the same.
+    retry = (ROOT / "docker" / "retry.sh").read_text()
+    assert '[ -s "$ca" ]' in retry and "/run/secrets/ca" in retry
 
 
 def test_extension_built_for_sm89_and_sm90a():
@@ -122,13 +178,133 @@ def test_runs_as_non_root_with_the_entrypoint():
 def test_everything_copied_exists_and_is_not_ignored():
     ignored = _dockerignore()
     for w, a in _instructions():
-        if w != "COPY":
+        if w == "COPY":
+            sources = [src for src in shlex.split(a)[1:-1] if not src.startswith("--")]
+        elif w == "RUN":  # RUN --mount=type=bind,source=...: from the build context too
+            sources = re.findall(r"--mount=type=bind,source=([^,\s]+)", a)
+        else:
             continue
-        for src in shlex.split(a)[1:-1]:
-            if src.startswith("--"):
-                continue
-            assert (ROOT / src).exists(), f"COPY {src}: missing"
-            assert src.rstrip("/") not in ignored, f"COPY {src}: excluded by .dockerignore"
+        for src in sources:
+            assert (ROOT / src).exists(), f"{w} {src}: missing"
+            assert src.rstrip("/") not in ignored, f"{w} {src}: excluded by .dockerignore"
+
+
+# ---- docker/local_base.sh and docker/cuda_from_wheels.py: the local base image ----------------------
+
+
+LOCAL_BASE = ROOT / "docker" / "local_base.sh"
+
+
+def test_local_base_is_tagged_as_the_dockerfile_base():
+    """The stand-in carries the name the Dockerfile's FROM resolves to for its CUDA_VERSION."""
+    text = LOCAL_BASE.read_text()
+    assert 'tag="nvidia/cuda:${cuda}-devel-ubuntu22.04"' in text
+    base = dict(a.split("=", 1) for w, a in _instructions()[:2])["BASE_IMAGE"]
+    assert base.replace("${CUDA_VERSION}", "${cuda}") == "nvidia/cuda:${cuda}-devel-ubuntu22.04"
+    # NVIDIA's environment: what the image build and torch look at.
+    for env in ("CUDA_VERSION=$cuda", "PATH=/usr/local/nvidia/bin:/usr/local/cuda/bin:",
+                "LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64", "NVIDIA_VISIBLE_DEVICES=all",
+                "NVIDIA_DRIVER_CAPABILITIES=compute,utility", "NVIDIA_REQUIRE_CUDA=cuda>=$mm"):
+        assert f'--change "ENV {env}' in text, env
+
+
+def test_local_base_pins_ubuntu_keyring_and_cuda_wheels():
+    text = LOCAL_BASE.read_text()
+    for name in ("KEYRING_DEB_SHA256", "KEYRING_SHA256"):
+        assert re.search(rf"^{name}=[0-9a-f]{{64}}$", text, re.M), name
+    assert "sha256sum -c" in text and "--keyring=" in text and "jammy" in text
+    block = text[text.index("wheels=(") : text.index(")", text.index("wheels=("))]
+    pins = block.split()[1:]
+    assert pins and all(re.fullmatch(r"nvidia-[a-z0-9-]+==[0-9.]+", p) for p in pins), pins
+    names = {p.split("==")[0] for p in pins}
+    assert {"nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt", "nvidia-cuda-runtime", "nvidia-cuda-cccl",
+            "nvidia-cuda-cuobjdump", "nvidia-cublas", "nvidia-cusparse", "nvidia-cusolver"} <= names
+    assert "nvidia-cuda-nvcc==13.0." in block
+    # Every download is retried.
+    assert re.search(r"^retry curl ", text, re.M) and re.search(r"^retry \"\$PY\" -m pip download", text, re.M)
+
+
+def test_local_base_refuses_cuda_12_8_saying_why():
+    r = subprocess.run(["bash", str(LOCAL_BASE), "12.8.1"], capture_output=True, text=True, timeout=60,
+                       env={"PATH": "/usr/bin:/bin", "DOCKER": "/nonexistent/docker"})
+    assert r.returncode != 0
+    assert "neither nvcc nor cicc" in r.stderr and "nvidia/cuda:12.8.1-devel-ubuntu22.04" in r.stderr
+
+
+def _wheel(path, members: dict[str, tuple[bytes, int]]):
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as z:
+        for name, (data, mode) in members.items():
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (0o100000 | mode) << 16
+            z.writestr(info, data)
+    return str(path)
+
+
+def test_cuda_from_wheels_lays_out_a_toolkit(tmp_path):
+    cfw = load_repo_module("docker/cuda_from_wheels.py")
+    nvcc = _wheel(tmp_path / "nvcc.whl", {
+        "nvidia/cu13/bin/nvcc": (b"#!/bin/sh\n", 0o744),
+        "nvidia/cu13/bin/ptxas": (b"#!/bin/sh\n", 0o744),
+        "nvidia/cu13/.metadata/provenance.txt": (b"x", 0o644),
+        "nvidia_cuda_nvcc-13.0.88.dist-info/METADATA": (b"x", 0o644),
+    })
+    nvvm = _wheel(tmp_path / "nvvm.whl", {
+        "nvidia/cu13/nvvm/bin/cicc": (b"#!/bin/sh\n", 0o744),
+        "nvidia/cu13/lib/libnvvm.so.4": (b"\x7fELF", 0o644),
+    })
+    rt = _wheel(tmp_path / "rt.whl", {
+        "nvidia/cu13/include/cuda_runtime.h": (b"//", 0o644),
+        "nvidia/cu13/include/cccl/cuda/std/version": (b"//", 0o644),
+        "nvidia/cu13/lib/libcudart.so.13": (b"\x7fELF", 0o644),
+        "nvidia/cu13/lib/libnvrtc-builtins.so.13.0": (b"\x7fELF", 0o644),
+        "nvidia/cu13/lib/libcudart_static.a": (b"!<arch>", 0o644),
+    })
+    prefix = tmp_path / "cuda-13.0"
+    cfw.assemble(str(prefix), [nvcc, nvvm, rt])
+    assert os.readlink(prefix / "include") == "targets/x86_64-linux/include"
+    assert os.readlink(prefix / "lib64") == "targets/x86_64-linux/lib"
+    assert (prefix / "include" / "cuda_runtime.h").is_file() and (prefix / "include" / "cccl" / "cuda" / "std" / "version").is_file()
+    assert os.readlink(prefix / "lib64" / "libcudart.so") == "libcudart.so.13"
+    assert os.readlink(prefix / "lib64" / "libnvrtc-builtins.so") == "libnvrtc-builtins.so.13.0"
+    assert (prefix / "lib64" / "libcudart_static.a").is_file()
+    assert os.readlink(prefix / "nvvm" / "lib64" / "libnvvm.so") == "libnvvm.so.4"
+    for tool in ("bin/nvcc", "bin/ptxas", "nvvm/bin/cicc"):
+        assert os.stat(prefix / tool).st_mode & 0o777 == 0o755, tool
+    assert not (prefix / ".metadata").exists() and not list(prefix.rglob("*dist-info*"))
+    # A wheel set without a compiler is refused.
+    with pytest.raises(SystemExit, match="nvcc"):
+        cfw.assemble(str(tmp_path / "incomplete"), [rt])
+
+
+# ---- .ci/run: the container built and run --------------------------------------------------------------
+
+
+def test_ci_run_builds_the_image_and_runs_the_suite_inside():
+    text = (ROOT / ".ci" / "run").read_text()
+    # Part 1 stays: the README's test command on the machine, nvcc check required.
+    assert "export FLASHATTN_REQUIRE_NVCC=1" in text and re.search(r'^"\$PY" -m pytest$', text, re.M)
+    assert "bash tools/ci_static.sh" in text
+    # Part 2: engine, base, image (13.0 flavour from the package index, sm_89 + sm_90a), run.
+    assert "docker.io" in text and "debootstrap" in text
+    assert "bash docker/local_base.sh" in text
+    assert re.search(r"^CUDA=13\.0\.\d+ ", text, re.M) and re.search(r"^TORCH_VERSION=2\.11\.0 ", text, re.M)
+    assert re.search(r'^ARCHS="8\.9;9\.0a"$', text, re.M)
+    for arg in ('CUDA_VERSION="$CUDA"', 'TORCH_VERSION="$TORCH_VERSION"', "TORCH_INDEX_URL=https://pypi.org/simple",
+                'TORCH_CUDA_ARCH_LIST="$ARCHS"', "FLASHATTN_REVISION="):
+        assert f"--build-arg {arg}" in text, arg
+    assert '--secret "id=ca,src=$CA_BUNDLE"' in text  # the CA as a secret, never a build arg
+    assert '"$DOCKER" run --rm -e CI=true -e FLASHATTN_REQUIRE_NVCC=1 -v "$results:/results" "$IMAGE"\n' in text
+    assert "tools/check_cuda128.sh --ptxas" in text
+    # The engine it starts is stopped by PID; nothing is stopped by name.
+    assert 'dockerd_pid=$!' in text and 'kill "$dockerd_pid"' in text and "trap finish EXIT" in text
+    assert not re.search(r"\b(pkill|killall)\b", text)
+    # Downloads retried, not skipped.
+    for cmd in ("apt-get update", "apt-get install", "pip install", "pip download"):
+        for line in text.splitlines():
+            if cmd in line and not line.lstrip().startswith("#"):
+                assert line.lstrip().startswith("retry "), line
 
 
 # ---- .dockerignore ---------------------------------------------------------------------------------
@@ -300,3 +476,10 @@ def test_ptxas_path_parses_like_the_default(tmp_path):
     assert ".version 8.7" in calls  # lowered before ptxas saw it
     (k,) = cr.parse_ptxas(out)
     assert (k["arch"], k["regs"], k["head_dim"], k["threads"]) == ("sm_90a", 252, 128, 128)
+
+
+def test_ci_run_refuses_to_leave_the_container_out_on_ci():
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "CI": "true", "FLASHATTN_CI_CONTAINER": "0"}
+    r = subprocess.run(["bash", str(ROOT / ".ci" / "run")], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "refused when CI=true" in r.stderr
+    assert "ci: FAILED (exit status 1)" in r.stdout  # the summary closes every run

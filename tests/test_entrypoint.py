@@ -1,5 +1,5 @@
-"""The container's scripts, outside Docker: docker/entrypoint.sh, docker/detect_gpu.sh and
-docker/check_build.sh.
+"""The container's scripts, outside Docker: docker/entrypoint.sh, docker/detect_gpu.sh,
+docker/check_build.sh and docker/retry.sh.
 
 Each test runs the scripts with bash under a PATH made of stubs (a fake nvidia-smi, or none) and
 links to the few system tools the scripts use, so no real nvidia-smi on the machine leaks in.
@@ -23,7 +23,8 @@ BASH = shutil.which("bash") or "/bin/bash"
 
 # Everything the scripts run besides bash builtins. A new dependency must be added here,
 # and so to the image (the test fails with "command not found" otherwise).
-SYSTEM_TOOLS = ("bash", "dirname", "mkdir", "mktemp", "touch", "rm", "id", "date", "tee", "ls", "grep", "head", "cat", "sort", "uniq")
+SYSTEM_TOOLS = ("bash", "dirname", "mkdir", "mktemp", "touch", "rm", "id", "date", "tee", "ls", "grep", "head", "cat", "sort", "uniq",
+                "sleep")
 
 H100 = "NVIDIA H100 80GB HBM3, 9.0, 570.124.06"
 L4 = "NVIDIA L4, 8.9, 550.54.15"
@@ -345,8 +346,33 @@ def test_missing_benchmark_script_is_an_error(sandbox):
     assert r.returncode == 4 and "run_benchmarks.sh is missing" in r.stderr
 
 
+def test_env_txt_records_the_run(sandbox):
+    sandbox.fake_smi(H100)
+    r = sandbox.run(ENTRYPOINT, FLASHATTN_BUILT_ARCHS="8.9;9.0a", FLASHATTN_REVISION="abc1234")
+    assert r.returncode == 0, r.stderr
+    env = (sandbox.results / "env.txt").read_text()
+    assert "image_built_archs: 8.9;9.0a" in env and "revision: abc1234" in env
+    assert "python -" in sandbox.calls()  # the interpreter reports torch and the extension's build
+
+
+def test_runs_outside_the_image_from_the_source_tree(sandbox):
+    """`RESULTS_DIR=... bash docker/entrypoint.sh` on a GPU machine without Docker: the source tree
+    is the script's parent folder, and env.txt says the kernels' archs are not the image's."""
+    sandbox.fake_smi(H100)
+    env = {k: v for k, v in sandbox.env.items() if k != "FLASHATTN_HOME"}
+    _write(sandbox.stubs / "python3", f"#!/bin/sh\necho \"python $* in $PWD\" >> \"{sandbox.log}\"\n")
+    r = subprocess.run([BASH, str(ENTRYPOINT)], env={**env, "FLASHATTN_SKIP_BENCH": "1"},
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    (call,) = _pytest_calls(sandbox)
+    assert call.startswith("python -m pytest -m not gpu or sm90 ") and call.endswith(f" in {ROOT}")
+    assert "image_built_archs: unknown (not run from the image)" in (sandbox.results / "env.txt").read_text()
+    assert (sandbox.results / "tests.log").exists()
+
+
 def test_scripts_are_executable():
-    for script in (ENTRYPOINT, DETECT, ROOT / "docker" / "check_build.sh"):
+    for script in (ENTRYPOINT, DETECT, ROOT / "docker" / "check_build.sh", ROOT / "docker" / "retry.sh",
+                   ROOT / "docker" / "local_base.sh", ROOT / "docker" / "cuda_from_wheels.py"):
         assert os.access(script, os.X_OK), f"{script} must be executable (the image runs it directly)"
 
 
@@ -365,3 +391,61 @@ def test_check_build_wants_a_cubin_per_arch(sandbox, cubins, ok):
     assert (r.returncode == 0) == ok, r.stdout + r.stderr
     if not ok:
         assert "check_build: no sm_" in r.stderr
+
+
+# ---- docker/retry.sh (network steps of the image build, .ci/run, docker/local_base.sh) ------------------
+
+RETRY = ROOT / "docker" / "retry.sh"
+
+
+def test_retry_tries_again_until_it_works(sandbox):
+    counter = sandbox.tmp / "count"
+    _write(sandbox.stubs / "flaky", f"""
+        #!/bin/sh
+        n=$(cat "{counter}" 2>/dev/null || echo 0); n=$((n + 1)); echo "$n" > "{counter}"
+        [ "$n" -ge 3 ] || exit 7
+        echo "worked on try $n"
+        """)
+    r = sandbox.run(RETRY, "flaky", RETRY_DELAY=0)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "worked on try 3"
+    assert r.stderr.count("again in") == 2
+
+
+def test_retry_gives_up_with_the_last_status(sandbox):
+    r = sandbox.run(RETRY, "show-args", "x", RETRY_DELAY=0, RETRY_ATTEMPTS=3, STUB_RC=5)
+    assert r.returncode == 5
+    assert r.stdout.count("<x>") == 3 and "failed 3 times (last exit status 5)" in r.stderr
+
+
+def test_retry_trusts_the_ca_secret_when_there(sandbox):
+    _write(sandbox.stubs / "show-ca", '#!/bin/sh\necho "pip=$PIP_CERT ssl=$SSL_CERT_FILE apt=$(cat "$APT_CONFIG")"\n')
+    ca = sandbox.tmp / "ca.crt"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    r = sandbox.run(RETRY, "show-ca", RETRY_CA_BUNDLE=str(ca))
+    assert r.returncode == 0, r.stderr
+    assert f"pip={ca} ssl={ca} apt=Acquire::https::CAInfo \"{ca}\";" in r.stdout
+    # No secret (a build without --secret, or the host): nothing is set.
+    _write(sandbox.stubs / "show-ca", '#!/bin/sh\necho "pip=${PIP_CERT:-unset} apt=${APT_CONFIG:-unset}"\n')
+    r = sandbox.run(RETRY, "show-ca", RETRY_CA_BUNDLE=str(sandbox.tmp / "absent"))
+    assert r.stdout.strip() == "pip=unset apt=unset"
+
+
+def test_retry_as_a_function_keeps_the_caller_going(sandbox):
+    """Sourced (as .ci/run and local_base.sh do): retries shell functions, and under `set -e` a
+    failure is the caller's to handle; the CA settings stay in the retried command."""
+    script = sandbox.tmp / "caller.sh"
+    script.write_text(f"""
+set -e
+. "{RETRY}"
+tries=0
+f() {{ echo try >> "{sandbox.tmp}/tries"; return 4; }}
+RETRY_DELAY=0 RETRY_ATTEMPTS=2 retry f || echo "failed with $?"
+echo "PIP_CERT=${{PIP_CERT:-unset}}"
+""")
+    ca = sandbox.tmp / "ca.crt"
+    ca.write_text("x")
+    r = sandbox.run(script, RETRY_CA_BUNDLE=str(ca))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["failed with 4", "PIP_CERT=unset"]
+    assert (sandbox.tmp / "tries").read_text().count("try") == 2
