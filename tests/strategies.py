@@ -130,6 +130,29 @@ class AttentionSpec:
         )
 
 
+@dataclass(frozen=True)
+class Edge:
+    """A named edge-case problem shape for explicit parametrized tests; `spec(dtype, mode)` is the
+    AttentionSpec (q contiguous, seed 0) for one dtype and causal alignment of `modes`."""
+
+    id: str
+    batch: int
+    seqlen_q: int
+    seqlen_k: int
+    heads_q: int
+    heads_kv: int
+    head_dim: int
+    modes: tuple[int, ...] = CAUSAL_MODES
+    scale: float | None = None
+    layout_kv: Layout = Layout("contiguous")
+    magnitude: float = 1.0
+    slow: bool = False
+
+    def spec(self, dtype: torch.dtype, mode: int) -> AttentionSpec:
+        return AttentionSpec(self.batch, self.seqlen_q, self.seqlen_k, self.heads_q, self.heads_kv, self.head_dim, dtype,
+                             mode, self.scale, Layout("contiguous"), self.layout_kv, self.magnitude, seed=0)
+
+
 # ---- one strategy per input family -------------------------------------------------------------
 
 

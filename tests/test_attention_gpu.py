@@ -4,7 +4,6 @@ from NaN-poisoned memory, so an element the kernel forgets to write shows up."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import pytest
 import torch
@@ -13,7 +12,7 @@ from hypothesis import given
 import flashattn
 from gpu_helpers import poison_cuda_allocator
 from numerics import assert_attention_matches
-from strategies import AttentionInputs, AttentionSpec, Layout, attention_specs
+from strategies import AttentionInputs, AttentionSpec, Edge, Layout, attention_specs
 
 pytestmark = pytest.mark.gpu
 
@@ -75,26 +74,6 @@ def test_default_backend_matches_reference(causal: bool, device: torch.device) -
 
 
 # ---- explicit edge cases ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Edge:
-    id: str
-    batch: int
-    seqlen_q: int
-    seqlen_k: int
-    heads_q: int
-    heads_kv: int
-    head_dim: int
-    modes: tuple[int, ...] = ALL_MODES
-    scale: float | None = None
-    layout_kv: Layout = Layout("contiguous")
-    magnitude: float = 1.0
-    slow: bool = False
-
-    def spec(self, dtype: torch.dtype, mode: int) -> AttentionSpec:
-        return AttentionSpec(self.batch, self.seqlen_q, self.seqlen_k, self.heads_q, self.heads_kv, self.head_dim, dtype,
-                             mode, self.scale, Layout("contiguous"), self.layout_kv, self.magnitude, seed=0)
 
 
 EDGES = [

@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import pytest
 import torch
@@ -31,7 +30,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import flashattn
 from gpu_helpers import poison_cuda_allocator
 from numerics import GradientErrors, assert_gradients_match
-from strategies import AttentionInputs, AttentionSpec, Layout, attention_specs
+from strategies import AttentionInputs, AttentionSpec, Edge, Layout, attention_specs
 
 pytestmark = pytest.mark.gpu
 
@@ -145,25 +144,6 @@ def test_sdpa_gradients_match_reference(spec: AttentionSpec, deterministic: bool
 
 
 # ---- explicit edge cases ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Edge:
-    id: str
-    batch: int
-    seqlen_q: int
-    seqlen_k: int
-    heads_q: int
-    heads_kv: int
-    head_dim: int
-    modes: tuple[int, ...] = ALL_MODES
-    scale: float | None = None
-    layout_kv: Layout = Layout("contiguous")
-    magnitude: float = 1.0
-
-    def spec(self, dtype: torch.dtype, mode: int) -> AttentionSpec:
-        return AttentionSpec(self.batch, self.seqlen_q, self.seqlen_k, self.heads_q, self.heads_kv, self.head_dim, dtype,
-                             mode, self.scale, Layout("contiguous"), self.layout_kv, self.magnitude, seed=0)
 
 
 EDGES = [
