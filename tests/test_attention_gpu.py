@@ -17,7 +17,6 @@ from strategies import AttentionInputs, AttentionSpec, Edge, Layout, attention_s
 pytestmark = pytest.mark.gpu
 
 NONE, TOP_LEFT, BOTTOM_RIGHT = flashattn.CAUSAL_NONE, flashattn.CAUSAL_TOP_LEFT, flashattn.CAUSAL_BOTTOM_RIGHT
-ALL_MODES = (NONE, TOP_LEFT, BOTTOM_RIGHT)
 MODE_IDS = {NONE: "none", TOP_LEFT: "top-left", BOTTOM_RIGHT: "bottom-right"}
 DTYPES = [pytest.param(torch.float16, id="fp16"), pytest.param(torch.bfloat16, id="bf16")]
 
