@@ -182,49 +182,44 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
     cp_async_commit();
 
     // ---- Phase A: S^T = K Q^T, dP^T = V dO^T.
-    // acc[mt][*] += a[mt] x (the warp's query rows at b_addr)^T, for one k16 slice. Query rows
-    // come as n8 pairs (ldmatrix.x4), or as a single n8 tile when a warp owns 8 queries.
-    auto score_tiles = [&](float (&acc)[kAMTiles][kANTiles][4], const uint32_t (&a)[kAMTiles][4], uint32_t b_addr) {
-      if constexpr (kANTiles == 1) {
-        uint32_t b[2];
-        ldmatrix_x2(b, b_addr);
+    // acc = (the warp's key rows at a_base) x (the warp's query rows at b_base)^T over the head
+    // dim. Query rows come as n8 pairs (ldmatrix.x4), or as a single n8 tile when a warp owns 8.
+    auto score_gemm = [&](float (&acc)[kAMTiles][kANTiles][4], uint32_t a_base, uint32_t b_base) {
 #pragma unroll
-        for (int mt = 0; mt < kAMTiles; ++mt) mma_m16n8k16<Element>(acc[mt][0], a[mt], b[0], b[1]);
-      } else {
+      for (int mt = 0; mt < kAMTiles; ++mt)
 #pragma unroll
-        for (int np = 0; np < kANTiles / 2; ++np) {
-          uint32_t b[4];
-          ldmatrix_x4(b, b_addr + np * 16 * kStride * 2);
+        for (int nt = 0; nt < kANTiles; ++nt)
 #pragma unroll
-          for (int mt = 0; mt < kAMTiles; ++mt) {
-            mma_m16n8k16<Element>(acc[mt][2 * np], a[mt], b[0], b[1]);
-            mma_m16n8k16<Element>(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+          for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
+        uint32_t a[kAMTiles][4];
+#pragma unroll
+        for (int mt = 0; mt < kAMTiles; ++mt) ldmatrix_x4(a[mt], a_base + (mt * 16 * kStride + kk * 16) * 2);
+        const uint32_t b_addr = b_base + kk * 16 * 2;
+        if constexpr (kANTiles == 1) {
+          uint32_t bf[2];
+          ldmatrix_x2(bf, b_addr);
+#pragma unroll
+          for (int mt = 0; mt < kAMTiles; ++mt) mma_m16n8k16<Element>(acc[mt][0], a[mt], bf[0], bf[1]);
+        } else {
+#pragma unroll
+          for (int np = 0; np < kANTiles / 2; ++np) {
+            uint32_t bf[4];
+            ldmatrix_x4(bf, b_addr + np * 16 * kStride * 2);
+#pragma unroll
+            for (int mt = 0; mt < kAMTiles; ++mt) {
+              mma_m16n8k16<Element>(acc[mt][2 * np], a[mt], bf[0], bf[1]);
+              mma_m16n8k16<Element>(acc[mt][2 * np + 1], a[mt], bf[2], bf[3]);
+            }
           }
         }
       }
     };
     float s[kAMTiles][kANTiles][4];
     float dp[kAMTiles][kANTiles][4];
-#pragma unroll
-    for (int mt = 0; mt < kAMTiles; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kANTiles; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[mt][nt][e] = dp[mt][nt][e] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
-      uint32_t a[kAMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kAMTiles; ++mt) ldmatrix_x4(a[mt], a_k + (mt * 16 * kStride + kk * 16) * 2);
-      score_tiles(s, a, a_q + q_stage + kk * 16 * 2);
-    }
-#pragma unroll
-    for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
-      uint32_t a[kAMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kAMTiles; ++mt) ldmatrix_x4(a[mt], a_v + (mt * 16 * kStride + kk * 16) * 2);
-      score_tiles(dp, a, a_do + q_stage + kk * 16 * 2);
-    }
+    score_gemm(s, a_k, a_q + q_stage);
+    score_gemm(dp, a_v, a_do + q_stage);
 
     // P^T = exp2(S^T * scale_log2 - lse * log2(e)); a row that sees no key has lse = -inf and
     // must get P = 0, so its lse is taken as +inf (exp2(s - inf) = 0) rather than -inf (NaN).
