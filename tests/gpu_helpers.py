@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -60,3 +60,15 @@ def backend_unavailable_reason(name: str) -> str | None:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return f"{name} backend unavailable: {first_line}"
     return None
+
+
+def peak_extra_bytes(fn: Callable[[], object], device: torch.device) -> int:
+    """Peak bytes allocated by fn() beyond what was allocated before it (outputs included)."""
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    result = fn()
+    torch.cuda.synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device) - before
+    del result
+    return peak

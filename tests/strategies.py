@@ -242,3 +242,22 @@ def attention_specs(
         magnitude=draw(magnitudes()),
         seed=draw(seeds()),
     )
+
+
+@st.composite
+def float64_problems(draw: st.DrawFn):
+    """A small float64 problem on the CPU for the references' own checks: (q, k, v, dout, scale,
+    mode), [B, S, H, D] tensors (GQA, both causal alignments, rows that see no key, scale 0)."""
+    b = draw(batch_sizes(2))
+    hq, hk = draw(head_counts(6))
+    sq, sk = draw(seqlens(70)), draw(seqlens(70))
+    d = draw(st.sampled_from((8, 16, 40, 64)))
+    mode = draw(causal_modes())
+    scale = draw(scales())
+    gen = torch.Generator().manual_seed(draw(seeds()))
+    f64 = torch.float64
+    q = torch.randn(b, sq, hq, d, generator=gen, dtype=f64) * draw(magnitudes())
+    k = torch.randn(b, sk, hk, d, generator=gen, dtype=f64)
+    v = torch.randn(b, sk, hk, d, generator=gen, dtype=f64)
+    dout = torch.randn(b, sq, hq, d, generator=gen, dtype=f64)
+    return q, k, v, dout, (1 / math.sqrt(d) if scale is None else scale), mode

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
-from gpu_helpers import poison_cuda_allocator
+from gpu_helpers import peak_extra_bytes, poison_cuda_allocator
 from numerics import GradientErrors, assert_gradients_match
 from strategies import AttentionInputs, AttentionSpec, Edge, Layout, attention_specs
 
@@ -472,18 +472,6 @@ def test_cuda_graph_of_a_training_step(deterministic: bool, backend: str, device
 
 
 # ---- memory ---------------------------------------------------------------------------------------
-
-
-def peak_extra_bytes(fn: Callable[[], object], device: torch.device) -> int:
-    """Peak bytes allocated by fn() beyond what was allocated before it (its results included)."""
-    torch.cuda.synchronize(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    before = torch.cuda.memory_allocated(device)
-    result = fn()
-    torch.cuda.synchronize(device)
-    peak = torch.cuda.max_memory_allocated(device) - before
-    del result
-    return peak
 
 
 def _fwd_bwd(attention: Callable, q, k, v, dout):

@@ -15,7 +15,6 @@ from collections.abc import Callable
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
 import flashattn
 import strategies as fst
@@ -37,23 +36,7 @@ def upstream_grad(q: torch.Tensor, seed: int) -> torch.Tensor:
 # ---- the float64 reference -------------------------------------------------------------------------
 
 
-@st.composite
-def float64_problems(draw: st.DrawFn):
-    b = draw(fst.batch_sizes(2))
-    hq, hk = draw(fst.head_counts(6))
-    sq, sk = draw(fst.seqlens(70)), draw(fst.seqlens(70))
-    d = draw(st.sampled_from((8, 16, 40, 64)))
-    mode = draw(fst.causal_modes())
-    scale = draw(fst.scales())
-    gen = torch.Generator().manual_seed(draw(fst.seeds()))
-    q = torch.randn(b, sq, hq, d, generator=gen, dtype=F64) * draw(fst.magnitudes())
-    k = torch.randn(b, sk, hk, d, generator=gen, dtype=F64)
-    v = torch.randn(b, sk, hk, d, generator=gen, dtype=F64)
-    dout = torch.randn(b, sq, hq, d, generator=gen, dtype=F64)
-    return q, k, v, dout, (1 / math.sqrt(d) if scale is None else scale), mode
-
-
-@given(problem=float64_problems())
+@given(problem=fst.float64_problems())
 def test_reference_grads_match_autograd_of_torch_sdpa_in_float64(problem) -> None:
     """SDPA's math backend in float64, autograd, GQA heads repeated and summed back, rows that see
     no key left out of SDPA (sdpa_same_dtype_grads) and zero in the reference."""
@@ -65,7 +48,7 @@ def test_reference_grads_match_autograd_of_torch_sdpa_in_float64(problem) -> Non
         torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-9, msg=name)
 
 
-@given(problem=float64_problems())
+@given(problem=fst.float64_problems())
 def test_reference_grads_match_autograd_of_the_forward_reference(problem) -> None:
     q, k, v, dout, scale, mode = problem
     leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]

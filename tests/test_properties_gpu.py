@@ -3,7 +3,6 @@ CUDA graphs, streams, and the NaN poisoning the numerics tests rely on."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 
 import pytest
 import torch
@@ -11,7 +10,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
-from gpu_helpers import poison_cuda_allocator
+from gpu_helpers import peak_extra_bytes, poison_cuda_allocator
 from numerics import assert_attention_matches
 from strategies import AttentionSpec, Layout
 
@@ -83,18 +82,6 @@ def test_outputs_are_fresh_contiguous_tensors(backend: str, device: torch.device
 
 
 # ---- memory -------------------------------------------------------------------------------------
-
-
-def peak_extra_bytes(fn: Callable[[], object], device: torch.device) -> int:
-    """Peak bytes allocated by fn() beyond what was allocated before it (outputs included)."""
-    torch.cuda.synchronize(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    before = torch.cuda.memory_allocated(device)
-    result = fn()
-    torch.cuda.synchronize(device)
-    peak = torch.cuda.max_memory_allocated(device) - before
-    del result
-    return peak
 
 
 @pytest.mark.parametrize("seqlen", [4096, 16384])
