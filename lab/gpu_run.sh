@@ -18,6 +18,8 @@
 #                                     then the Hopper lab's variant A/B                    (~4 min)
 #   bash lab/gpu_run.sh final    check, the matmul/copy ceilings, the whole benchmark suite and report
 #                                     in one call                                         (~6 min)
+#   bash lab/gpu_run.sh bwdlab   build, backward numerics and tests, the backward tile-config lab
+#                                     (lab/bwd_lab.sh), ncu on the backward kernels, timing vs SDPA (~7 min)
 #   bash lab/gpu_run.sh host     build, then where a small call's host time goes      (~1.5 min)
 #   bash lab/gpu_run.sh l2decode build, the decode check and the suite's decode tests, then the Hopper
 #                                     lab's L2 group budget A/B                           (~5 min)
@@ -126,6 +128,15 @@ case "${1:-verify}" in
     step ceilings 60 python3 lab/ceilings.py
     step benchmarks 330 bash benchmarks/run_benchmarks.sh "$OUT/bench"
     ;;
+  bwdlab)  # a backward kernel experiment: numerics, the suite's backward tests, tile-config lab, ncu, timing
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash lab/gpu_build.sh
+    step bwd_check_quick 200 python3 lab/bwd_check.py --quick
+    step pytest_backward 300 "${pytest_ci[@]}" tests/test_backward_gpu.py tests/test_public_gradients.py
+    step bwd_lab 300 bash lab/bwd_lab.sh
+    step ncu_bwd 420 bash lab/ncu_bwd.sh ${NCU_BWD_SHAPES:-64:4096:0 128:4096:0}
+    step bwd_time 300 python3 lab/bwd_check.py --quick --time
+    ;;
   host)  # where a small call's host time goes (the latency grid)
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
@@ -139,7 +150,7 @@ case "${1:-verify}" in
     step sm90_lab_l2 300 bash lab/sm90_lab.sh l2
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|bwdlab" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

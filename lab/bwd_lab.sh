@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Builds lab/bwd_lab.cu for a few head dims and candidate backward tile configs (ptxas report
+# first: registers, spills), then runs them one after the other on the local GPU.
+#   bash lab/bwd_lab.sh [build|run|all] [arch=90a]     binaries in ${LAB_BIN:-build/bwd_lab}
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODE=${1:-all}
+ARCH=${2:-90a}
+BIN=${LAB_BIN:-build/bwd_lab}
+mkdir -p "$BIN"
+# name D configs
+CONFIGS=(
+  "d64 64 LAB(128,64,8,4,4,4,2); LAB_PAIRS(128,64,8,4,4,4,2); LAB(128,128,8,2,4,4,2); LAB(128,128,8,4,4,4,2); LAB(128,128,8,4,4,4,1);"
+  "d128 128 LAB(128,64,8,8,4,4,2); LAB_PAIRS(128,64,8,8,4,4,2); LAB(128,64,8,4,4,2,2); LAB(128,64,8,8,4,2,2); LAB(128,64,8,4,4,4,2);"
+)
+build() {  # name D configs
+  echo "$3" > "$BIN/$1.inc"
+  nvcc -std=c++17 -O3 -Icsrc -gencode=arch=compute_${ARCH},code=sm_${ARCH} -Xptxas -v -DLAB_D="$2" \
+    -DLAB_CONFIG_FILE="\"$PWD/$BIN/$1.inc\"" lab/bwd_lab.cu -o "$BIN/$1" 2> "$BIN/$1.ptxas"
+  grep -A2 "flash_bwd_kernel" "$BIN/$1.ptxas" | grep -E "Compiling|registers|spill" | sed 's/^ptxas info *: //' > "$BIN/$1.resources" || true
+}
+if [ "$MODE" != run ]; then
+  for c in "${CONFIGS[@]}"; do read -r name d cfg <<< "$c"; build "$name" "$d" "$cfg" & done
+  wait
+  for c in "${CONFIGS[@]}"; do read -r name _ <<< "$c"; echo "== $name"; cat "$BIN/$name.resources"; done
+fi
+if [ "$MODE" != build ]; then
+  for c in "${CONFIGS[@]}"; do read -r name _ <<< "$c"; "$BIN/$name"; done
+fi

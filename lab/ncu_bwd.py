@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""One backward call of flashattn and of SDPA's FlashAttention-2 and cuDNN backends per shape,
+inside a profiler range, for Nsight Compute to compare side by side (lab/ncu_bwd.sh runs it under
+ncu). Shapes: the standard grid's (bf16, B*S = 16k, H = 2048/D), given as D:S:causal.
+usage: python lab/ncu_bwd.py 128:4096:0 64:4096:0 ...
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import flashattn  # noqa: F401  (registers torch.ops.flashattn)
+
+FWD = torch.ops.flashattn.fwd.default
+BWD = torch.ops.flashattn.bwd.default
+
+
+def main(argv: list[str]) -> int:
+    specs = [tuple(int(x) for x in a.split(":")) for a in argv] or [(128, 4096, 0)]
+    calls = []
+    for d, s, causal in specs:
+        b, h = 16384 // s, 2048 // d
+        q, k, v, dout = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        scale, cm = d**-0.5, int(bool(causal))
+        out, lse = FWD(q, k, v, scale, cm, "auto")
+        label = f"D={d} S={s} causal={cm}"
+        calls.append((f"{label} flashattn", lambda q=q, k=k, v=v, o=out, l=lse, g=dout, sc=scale, c=cm:
+                      BWD(g, q, k, v, o, l, sc, c, False, "auto")))
+        for name, be in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+            qt, kt, vt = (t.transpose(1, 2).detach().requires_grad_() for t in (q, k, v))
+            with sdpa_kernel(be):
+                o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(causal))
+            g = dout.transpose(1, 2)
+            calls.append((f"{label} {name}", lambda o=o, qt=qt, kt=kt, vt=vt, g=g:
+                          torch.autograd.grad(o, (qt, kt, vt), g, retain_graph=True)))
+    for _, fn in calls:  # warm up outside the profiled range
+        for _ in range(2):
+            fn()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    for label, fn in calls:
+        torch.cuda.nvtx.range_push(label)
+        fn()
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_pop()
+    torch.cuda.cudart().cudaProfilerStop()
+    print("profiled:", ", ".join(label for label, _ in calls))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

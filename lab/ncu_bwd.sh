@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Nsight Compute on the backward's main kernels: flashattn's, SDPA's FlashAttention-2 and cuDNN's,
+# side by side (lab/ncu_bwd.py, one call of each per shape). Only kernels whose name says
+# backward are profiled (the dq/dk/dv main loops; zeroing and converts are skipped by the filter
+# where their names differ). Text report to ${OUT:-build}/ncu_bwd.txt.
+#   bash lab/ncu_bwd.sh [D:S:causal ...]      default: D=64 and D=128 at S=4k, non-causal
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+out=${OUT:-build}
+mkdir -p "$out"
+shapes=("$@")
+[ ${#shapes[@]} -eq 0 ] && shapes=(64:4096:0 128:4096:0)
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+timeout 400 ncu --profile-from-start off --nvtx --print-summary none \
+  --kernel-name regex:'flash_bwd_kernel|bwd_kernel|dgrad|backward|Bwd|bprop' \
+  --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+  --section SchedulerStats --section WarpStateStats --section LaunchStats --section Occupancy \
+  python3 lab/ncu_bwd.py "${shapes[@]}" > "$out/ncu_bwd.txt" 2>&1
+rc=$?
+grep -E "^  [a-zA-Z_].*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Hit|L2 Hit|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Registers Per|Shared Memory Configuration|Dynamic Shared|Achieved Occupancy|Stall|Executed Ipc A" "$out/ncu_bwd.txt" | head -200
+exit $rc
