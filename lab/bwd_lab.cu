@@ -36,12 +36,6 @@ __global__ void fill_value(float* x, size_t n, float v) {
   for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] = v;
 }
 
-// The lab's variant of a config: kDqVec4 switched off (float2 dQ reductions) for an A/B.
-template <typename Base>
-struct DqPairs : Base {
-  static constexpr bool kDqVec4 = false;
-};
-
 template <typename Traits>
 void time_config(const char* name, int S, bool causal) {
   const int D = LAB_D, H = 2048 / D, B = 16384 / S;
@@ -101,9 +95,6 @@ void time_config(const char* name, int S, bool causal) {
 #define LAB(BN, BM, NW, AN, BNW, CM, ST)                                                             \
   LAB_T(#BN "x" #BM "x" #NW "w A" #AN " B" #BNW " C" #CM " st" #ST,                                 \
         BwdKernelTraits<LAB_D, BN, BM, NW, AN, BNW, CM, ST>)
-#define LAB_PAIRS(BN, BM, NW, AN, BNW, CM, ST)                                                       \
-  LAB_T(#BN "x" #BM "x" #NW "w A" #AN " B" #BNW " C" #CM " st" #ST " dq-f2",                        \
-        DqPairs<BwdKernelTraits<LAB_D, BN, BM, NW, AN, BNW, CM, ST>>)
 
 int main() {
 #include LAB_CONFIG_FILE

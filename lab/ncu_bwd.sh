@@ -10,12 +10,18 @@ out=${OUT:-build}
 mkdir -p "$out"
 shapes=("$@")
 [ ${#shapes[@]} -eq 0 ] && shapes=(64:4096:0 128:4096:0)
+# Warp stall reasons, per issued instruction: where the 8 warps of a block wait.
+stalls=$(printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' barrier short_scoreboard \
+  long_scoreboard mio_throttle math_pipe_throttle lg_throttle wait not_selected dispatch_stall \
+  membar sleeping tex_throttle selected no_instruction drain misc branch_resolving imc_miss)
+stalls=${stalls%,}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 timeout 400 ncu --profile-from-start off --nvtx --print-summary none \
-  --kernel-name regex:'flash_bwd_kernel|bwd_kernel|dgrad|backward|Bwd|bprop' \
+  --kernel-name regex:'flash_bwd|bwd_dq_dk_dv|dgrad|backward|bprop' \
   --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
   --section SchedulerStats --section WarpStateStats --section LaunchStats --section Occupancy \
+  --metrics "$stalls" \
   python3 lab/ncu_bwd.py "${shapes[@]}" > "$out/ncu_bwd.txt" 2>&1
 rc=$?
-grep -E "^  [a-zA-Z_].*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Hit|L2 Hit|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Registers Per|Shared Memory Configuration|Dynamic Shared|Achieved Occupancy|Stall|Executed Ipc A" "$out/ncu_bwd.txt" | head -200
+grep -E "^  [a-zA-Z_].*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Hit|L2 Hit|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Registers Per|Shared Memory Configuration|Dynamic Shared|Achieved Occupancy|Stall|Executed Ipc A|issue_stalled" "$out/ncu_bwd.txt" | head -200
 exit $rc

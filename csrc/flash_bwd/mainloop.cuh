@@ -35,34 +35,13 @@ __device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, bool p
 }
 
 // Adds a pair of neighbouring floats (8-byte aligned): one vector reduction on sm90, whose L2
-// atomics unit takes float2 and float4; two scalar ones before it.
+// atomics unit takes float2; two scalar ones before it.
 __device__ __forceinline__ void atomic_add_pair(float* dst, float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   atomicAdd(reinterpret_cast<float2*>(dst), make_float2(a, b));
 #else
   atomicAdd(dst, a);
   atomicAdd(dst + 1, b);
-#endif
-}
-
-// Adds one accumulator tile's two rows (r = 0: v[0], v[1]; r = 8: v[2], v[3], columns c, c+1 with
-// c = (lane % 4) * 2) as float4 reductions on sm90: lanes 2j and 2j+1 swap halves so that the
-// even lane holds row r = 0 and the odd lane row r = 8, each four consecutive columns starting at
-// a multiple of 4 (16-byte aligned). Half the reduction instructions of atomic_add_pair, for two
-// shuffles. row0/row8: the two rows' destinations at column c (nullptr: row out of range).
-__device__ __forceinline__ void atomic_add_tile_rows(float* row0, float* row8, const float (&v)[4], int lane) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const bool odd = lane & 1;
-  const float sx = odd ? v[0] : v[2], sy = odd ? v[1] : v[3];
-  const float rx = __shfl_xor_sync(0xffffffffu, sx, 1), ry = __shfl_xor_sync(0xffffffffu, sy, 1);
-  if (odd) {
-    if (row8 != nullptr) atomicAdd(reinterpret_cast<float4*>(row8 - 2), make_float4(rx, ry, v[2], v[3]));
-  } else {
-    if (row0 != nullptr) atomicAdd(reinterpret_cast<float4*>(row0), make_float4(v[0], v[1], rx, ry));
-  }
-#else
-  if (row0 != nullptr) atomic_add_pair(row0, v[0], v[1]);
-  if (row8 != nullptr) atomic_add_pair(row8, v[2], v[3]);
 #endif
 }
 
@@ -114,8 +93,6 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
 
   const Element* k_gmem = static_cast<const Element*>(p.k) + batch * p.k_batch_stride + head_kv * p.k_head_stride;
   const Element* v_gmem = static_cast<const Element*>(p.v) + batch * p.v_batch_stride + head_kv * p.v_head_stride;
-  const Element* q_batch = static_cast<const Element*>(p.q) + batch * p.q_batch_stride;
-  const Element* do_batch = static_cast<const Element*>(p.dout) + batch * p.do_batch_stride;
 
   // Step t is query block m_begin + t % m_steps of query head head_kv * group + t / m_steps.
   auto load_q_do = [&](int t) {
@@ -123,8 +100,12 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
     const int m0 = (m_begin + t % m_steps) * kBlockM;
     const int stage = Traits::kStages == 2 ? t % 2 : 0;
     const uint32_t stage_bytes = stage * Traits::kSmemQStage * 2;
-    const GmemTileLoader<Traits, kBlockM, Element> ql(q_batch + hq * p.q_head_stride, p.q_row_stride, sQ, p.head_dim);
-    const GmemTileLoader<Traits, kBlockM, Element> dl(do_batch + hq * p.do_head_stride, p.do_row_stride, sdO,
+    // Base pointers recomputed from the (constant-bank) params each step rather than kept live
+    // across the loop: registers are the scarce resource of this kernel.
+    const Element* q_head = static_cast<const Element*>(p.q) + batch * p.q_batch_stride + hq * p.q_head_stride;
+    const Element* do_head = static_cast<const Element*>(p.dout) + batch * p.do_batch_stride + hq * p.do_head_stride;
+    const GmemTileLoader<Traits, kBlockM, Element> ql(q_head, p.q_row_stride, sQ, p.head_dim);
+    const GmemTileLoader<Traits, kBlockM, Element> dl(do_head, p.do_row_stride, sdO,
                                                       p.head_dim);
     ql.load(m0, p.seqlen_q - m0, stage_bytes, p.q_row_stride);
     dl.load(m0, p.seqlen_q - m0, stage_bytes, p.do_row_stride);
@@ -173,19 +154,25 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
   //  B operand stored [k][n], .trans (dO, Q in phase B; K in phase C): k-row lane%8 + 8*((lane/8)%2),
   //    n-half lane/16
   //  A operand stored [k][m], .trans (dS in phase C, from dS^T): k-row lane%8 + 8*(lane/16), m-half (lane/8)%2
-  const uint32_t a_k = smem_addr(sK + (a_row0 + lane % 16) * kStride + (lane / 16) * 8);
-  const uint32_t a_v = smem_addr(sV + (a_row0 + lane % 16) * kStride + (lane / 16) * 8);
-  const uint32_t a_q = smem_addr(sQ + (a_col0 + lane % 8 + (lane / 16) * 8) * kStride + ((lane / 8) % 2) * 8);
-  const uint32_t a_do = smem_addr(sdO + (a_col0 + lane % 8 + (lane / 16) * 8) * kStride + ((lane / 8) % 2) * 8);
-  const uint32_t b_p = smem_addr(sP + (b_row0 + lane % 16) * kPStride + (lane / 16) * 8);
-  const uint32_t b_ds = smem_addr(sdS + (b_row0 + lane % 16) * kPStride + (lane / 16) * 8);
-  const uint32_t b_do = smem_addr(sdO + (lane % 8 + ((lane / 8) % 2) * 8) * kStride + b_col0 + (lane / 16) * 8);
-  const uint32_t b_q = smem_addr(sQ + (lane % 8 + ((lane / 8) % 2) * 8) * kStride + b_col0 + (lane / 16) * 8);
-  const uint32_t c_ds = smem_addr(sdS + (lane % 8 + (lane / 16) * 8) * kPStride + c_row0 + ((lane / 8) % 2) * 8);
-  const uint32_t c_k = smem_addr(sK + (lane % 8 + ((lane / 8) % 2) * 8) * kStride + c_col0 + (lane / 16) * 8);
+  // All from one shared-window base, so that the distance between two buffers is an immediate
+  // offset of the ldmatrix/st.shared that uses it rather than a register of its own.
+  const uint32_t smem0 = smem_addr(smem_raw);
+  auto at = [&](const Element* buf, int elem) {
+    return smem0 + static_cast<uint32_t>((buf - sK) + elem) * 2u;
+  };
+  const uint32_t a_k = at(sK, (a_row0 + lane % 16) * kStride + (lane / 16) * 8);
+  const uint32_t a_v = at(sV, (a_row0 + lane % 16) * kStride + (lane / 16) * 8);
+  const uint32_t a_q = at(sQ, (a_col0 + lane % 8 + (lane / 16) * 8) * kStride + ((lane / 8) % 2) * 8);
+  const uint32_t a_do = at(sdO, (a_col0 + lane % 8 + (lane / 16) * 8) * kStride + ((lane / 8) % 2) * 8);
+  const uint32_t b_p = at(sP, (b_row0 + lane % 16) * kPStride + (lane / 16) * 8);
+  const uint32_t b_ds = at(sdS, (b_row0 + lane % 16) * kPStride + (lane / 16) * 8);
+  const uint32_t b_do = at(sdO, (lane % 8 + ((lane / 8) % 2) * 8) * kStride + b_col0 + (lane / 16) * 8);
+  const uint32_t b_q = at(sQ, (lane % 8 + ((lane / 8) % 2) * 8) * kStride + b_col0 + (lane / 16) * 8);
+  const uint32_t c_ds = at(sdS, (lane % 8 + (lane / 16) * 8) * kPStride + c_row0 + ((lane / 8) % 2) * 8);
+  const uint32_t c_k = at(sK, (lane % 8 + ((lane / 8) % 2) * 8) * kStride + c_col0 + (lane / 16) * 8);
   // Where this lane writes P^T / dS^T: row lane/4 (+8), column pair (lane%4)*2 of each accumulator tile.
-  const uint32_t w_p = smem_addr(sP + (a_row0 + lane / 4) * kPStride + a_col0 + (lane % 4) * 2);
-  const uint32_t w_ds = smem_addr(sdS + (a_row0 + lane / 4) * kPStride + a_col0 + (lane % 4) * 2);
+  const uint32_t w_p = at(sP, (a_row0 + lane / 4) * kPStride + a_col0 + (lane % 4) * 2);
+  const uint32_t w_ds = at(sdS, (a_row0 + lane / 4) * kPStride + a_col0 + (lane % 4) * 2);
 
   auto step = [&](const int t, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
@@ -350,25 +337,21 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
         }
       }
 #pragma unroll
-      for (int mt = 0; mt < kCMTiles; ++mt) {
-        const int row = m0 + c_row0 + mt * 16 + lane / 4;
+      for (int mt = 0; mt < kCMTiles; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < kCNTiles; ++nt) {
-          // head_dim is a multiple of 8: an n8 tile is in range or out of it as a whole.
-          const int col0 = chunk * kChunkCols + c_col0 + nt * 8;
-          if (col0 >= p.head_dim) continue;
-          const int col = col0 + (lane % 4) * 2;
-          float* dst0 = dq_rows + static_cast<int64_t>(row) * p.head_dim + col;
-          float* row0 = row < p.seqlen_q ? dst0 : nullptr;
-          float* row8 = row + 8 < p.seqlen_q ? dst0 + 8 * p.head_dim : nullptr;
-          if constexpr (Traits::kDqVec4) {
-            atomic_add_tile_rows(row0, row8, dq[mt][nt], lane);
-          } else {
-            if (row0 != nullptr) atomic_add_pair(row0, dq[mt][nt][0], dq[mt][nt][1]);
-            if (row8 != nullptr) atomic_add_pair(row8, dq[mt][nt][2], dq[mt][nt][3]);
+        for (int r = 0; r < 2; ++r) {
+          const int row = m0 + c_row0 + mt * 16 + lane / 4 + r * 8;
+          if (row < p.seqlen_q) {
+#pragma unroll
+            for (int nt = 0; nt < kCNTiles; ++nt) {
+              const int col = chunk * kChunkCols + c_col0 + nt * 8 + (lane % 4) * 2;
+              if (col < p.head_dim) {
+                float* dst = dq_rows + static_cast<int64_t>(row) * p.head_dim + col;
+                atomic_add_pair(dst, dq[mt][nt][2 * r], dq[mt][nt][2 * r + 1]);
+              }
+            }
           }
         }
-      }
     }
     if (ticket != nullptr) {
       __threadfence();

@@ -36,9 +36,6 @@ struct BwdKernelTraits {
   static constexpr int kCMTiles = kBlockM / kCWarpsM / 16;
   static constexpr int kCChunks = kHeadDim >= 256 ? 2 : 1;  // head-dim chunks computed one after another
   static constexpr int kCNTiles = kHeadDim / kCChunks / kCWarpsD / 8;
-  // dQ partials reach dq_accum as float4 reductions on sm90 (lane pairs swap halves of a tile,
-  // mainloop.cuh), float2 pairs otherwise.
-  static constexpr bool kDqVec4 = true;
 
   // Rows padded by 16 bytes: an odd number of 16-byte units per row (kHeadDim and kBlockM are
   // multiples of 16), so the 8 row addresses of an ldmatrix phase hit 8 distinct bank groups,
@@ -86,10 +83,10 @@ struct BwdTileConfig;
 
 //                        head dim variant  BlockN BlockM warps A-keys B-keys C-queries stages  smem (KB)
 FLASHATTN_BWD_TILE_CONFIG(32,  kLarge,   128, 64, 8, 4, 4, 4, 2);  //  77.0
-FLASHATTN_BWD_TILE_CONFIG(64,  kLarge,   128, 64, 8, 4, 4, 4, 2);  // 109.0 (over sm89's 99 KB)
+FLASHATTN_BWD_TILE_CONFIG(64,  kLarge,   128, 128, 8, 2, 4, 4, 1); // 141.0 (over sm89's 99 KB)
 FLASHATTN_BWD_TILE_CONFIG(64,  kCompact, 128, 64, 8, 4, 4, 4, 1);  //  90.5
 FLASHATTN_BWD_TILE_CONFIG(96,  kLarge,   64,  64, 8, 4, 4, 4, 2);  //  97.0
-FLASHATTN_BWD_TILE_CONFIG(128, kLarge,   128, 64, 8, 8, 4, 4, 2);  // 176.5 (over sm80's 163 KB)
+FLASHATTN_BWD_TILE_CONFIG(128, kLarge,   128, 64, 8, 8, 4, 2, 2);  // 176.5 (over sm80's 163 KB)
 FLASHATTN_BWD_TILE_CONFIG(128, kCompact, 64,  64, 8, 4, 4, 4, 1);  //  86.5
 FLASHATTN_BWD_TILE_CONFIG(160, kLarge,   64,  64, 8, 4, 4, 4, 2);  // 144.5 (over sm89's 99 KB)
 FLASHATTN_BWD_TILE_CONFIG(160, kCompact, 32,  64, 4, 2, 2, 4, 1);  //  72.5
