@@ -36,6 +36,12 @@ __global__ void fill_value(float* x, size_t n, float v) {
   for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] = v;
 }
 
+// The lab's variant of a config with the other dQ reduction width.
+template <typename Base>
+struct DqFlip : Base {
+  static constexpr bool kDqVec4 = !Base::kDqVec4;
+};
+
 template <typename Traits>
 void time_config(const char* name, int S, bool causal) {
   const int D = LAB_D, H = 2048 / D, B = 16384 / S;
@@ -95,6 +101,9 @@ void time_config(const char* name, int S, bool causal) {
 #define LAB(BN, BM, NW, AN, BNW, CM, ST)                                                             \
   LAB_T(#BN "x" #BM "x" #NW "w A" #AN " B" #BNW " C" #CM " st" #ST,                                 \
         BwdKernelTraits<LAB_D, BN, BM, NW, AN, BNW, CM, ST>)
+#define LAB_DQFLIP(BN, BM, NW, AN, BNW, CM, ST)                                                      \
+  LAB_T(#BN "x" #BM "x" #NW "w A" #AN " B" #BNW " C" #CM " st" #ST " dq-width-flipped",             \
+        DqFlip<BwdKernelTraits<LAB_D, BN, BM, NW, AN, BNW, CM, ST>>)
 
 int main() {
 #include LAB_CONFIG_FILE

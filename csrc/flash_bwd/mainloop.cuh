@@ -35,13 +35,36 @@ __device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, bool p
 }
 
 // Adds a pair of neighbouring floats (8-byte aligned): one vector reduction on sm90, whose L2
-// atomics unit takes float2; two scalar ones before it.
+// atomics unit takes float2; two scalar ones before it. On sm90 as `red` in inline PTX, not
+// atomicAdd(float2*): that one compiles to an atom whose (unused) result registers the warp
+// must wait on before it can reuse them, an L2 round trip per dQ tile (ncu: long-scoreboard
+// stalls 2x FlashAttention-2's).
 __device__ __forceinline__ void atomic_add_pair(float* dst, float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(a, b));
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(a), "f"(b));
 #else
   atomicAdd(dst, a);
   atomicAdd(dst + 1, b);
+#endif
+}
+
+// Adds one accumulator tile's two rows (r = 0: v[0], v[1]; r = 8: v[2], v[3], columns c, c+1 with
+// c = (lane % 4) * 2) as float4 reductions on sm90: lanes 2j and 2j+1 swap halves so that the
+// even lane holds row r = 0 and the odd lane row r = 8, each four consecutive columns starting at
+// a multiple of 4 (16-byte aligned). Half the reduction instructions of atomic_add_pair, for two
+// shuffles. row0/row8: the two rows' destinations at column c (nullptr: row out of range).
+__device__ __forceinline__ void atomic_add_tile_rows(float* row0, float* row8, const float (&v)[4], int lane) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const bool odd = lane & 1;
+  const float sx = odd ? v[0] : v[2], sy = odd ? v[1] : v[3];
+  const float rx = __shfl_xor_sync(0xffffffffu, sx, 1), ry = __shfl_xor_sync(0xffffffffu, sy, 1);
+  float* dst = odd ? (row8 == nullptr ? nullptr : row8 - 2) : row0;
+  const float4 x = odd ? make_float4(rx, ry, v[2], v[3]) : make_float4(v[0], v[1], rx, ry);
+  if (dst != nullptr)
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(x.x), "f"(x.y), "f"(x.z), "f"(x.w));
+#else
+  if (row0 != nullptr) atomic_add_pair(row0, v[0], v[1]);
+  if (row8 != nullptr) atomic_add_pair(row8, v[2], v[3]);
 #endif
 }
 
@@ -336,22 +359,39 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
           }
         }
       }
+      if constexpr (Traits::kDqVec4) {
 #pragma unroll
-      for (int mt = 0; mt < kCMTiles; ++mt)
+        for (int mt = 0; mt < kCMTiles; ++mt) {
+          const int row = m0 + c_row0 + mt * 16 + lane / 4;
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = m0 + c_row0 + mt * 16 + lane / 4 + r * 8;
-          if (row < p.seqlen_q) {
+          for (int nt = 0; nt < kCNTiles; ++nt) {
+            // head_dim is a multiple of 8: an n8 tile is in range or out of it as a whole (and the
+            // test is uniform across the warp, as the shuffles in atomic_add_tile_rows need).
+            const int col0 = chunk * kChunkCols + c_col0 + nt * 8;
+            if (col0 >= p.head_dim) continue;
+            float* dst = dq_rows + static_cast<int64_t>(row) * p.head_dim + col0 + (lane % 4) * 2;
+            atomic_add_tile_rows(row < p.seqlen_q ? dst : nullptr, row + 8 < p.seqlen_q ? dst + 8 * p.head_dim : nullptr,
+                                 dq[mt][nt], lane);
+          }
+        }
+      } else {
 #pragma unroll
-            for (int nt = 0; nt < kCNTiles; ++nt) {
-              const int col = chunk * kChunkCols + c_col0 + nt * 8 + (lane % 4) * 2;
-              if (col < p.head_dim) {
-                float* dst = dq_rows + static_cast<int64_t>(row) * p.head_dim + col;
-                atomic_add_pair(dst, dq[mt][nt][2 * r], dq[mt][nt][2 * r + 1]);
+        for (int mt = 0; mt < kCMTiles; ++mt)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int row = m0 + c_row0 + mt * 16 + lane / 4 + r * 8;
+            if (row < p.seqlen_q) {
+#pragma unroll
+              for (int nt = 0; nt < kCNTiles; ++nt) {
+                const int col = chunk * kChunkCols + c_col0 + nt * 8 + (lane % 4) * 2;
+                if (col < p.head_dim) {
+                  float* dst = dq_rows + static_cast<int64_t>(row) * p.head_dim + col;
+                  atomic_add_pair(dst, dq[mt][nt][2 * r], dq[mt][nt][2 * r + 1]);
+                }
               }
             }
           }
-        }
+      }
     }
     if (ticket != nullptr) {
       __threadfence();

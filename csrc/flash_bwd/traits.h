@@ -36,6 +36,9 @@ struct BwdKernelTraits {
   static constexpr int kCMTiles = kBlockM / kCWarpsM / 16;
   static constexpr int kCChunks = kHeadDim >= 256 ? 2 : 1;  // head-dim chunks computed one after another
   static constexpr int kCNTiles = kHeadDim / kCChunks / kCWarpsD / 8;
+  // dQ partials reach dq_accum as float4 reductions on sm90 (lane pairs swap halves of a tile,
+  // mainloop.cuh) rather than float2 ones.
+  static constexpr bool kDqVec4 = false;
 
   // Rows padded by 16 bytes: an odd number of 16-byte units per row (kHeadDim and kBlockM are
   // multiples of 16), so the 8 row addresses of an ldmatrix phase hit 8 distinct bank groups,
