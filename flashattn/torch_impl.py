@@ -106,21 +106,22 @@ def _check_dropout(op: str, dropout_p: float) -> None:
         raise _unsupported(op, f"dropout_p must be 0.0 (flashattn has no dropout), got {dropout_p}")
 
 
-def _causal_mode(op: str, is_causal: bool, window_size_left, window_size_right) -> int:
-    """causal_mode for flashattn's kernels. Windows in FlashAttention's convention: None or a
-    negative value is unbounded; (unbounded, 0) is causal (bottom-right); anything else is a
-    sliding window, which flashattn does not have."""
-    left_unbounded = window_size_left is None or window_size_left < 0
-    right_unbounded = window_size_right is None or window_size_right < 0
-    causal_window = left_unbounded and window_size_right == 0
-    if not left_unbounded or not (right_unbounded or causal_window):
+def _causal_mode(op: str, is_causal: bool, window_size_left, window_size_right, seqlen_k: int) -> int:
+    """causal_mode for flashattn's kernels, with the window semantics of torch's FlashAttention-2
+    kernels: None, a negative value or one >= Sk is unbounded; is_causal sets the right window to 0
+    (window_size_right is then ignored); (unbounded, 0) is causal; any other window is a sliding
+    window, which flashattn does not have."""
+    left_unbounded = window_size_left is None or window_size_left < 0 or window_size_left >= seqlen_k
+    right_unbounded = window_size_right is None or window_size_right < 0 or window_size_right >= seqlen_k
+    causal = is_causal or (left_unbounded and window_size_right == 0)
+    if not left_unbounded or not (causal or right_unbounded):
         raise _unsupported(
             op,
             "sliding-window attention is not supported: window_size_left and window_size_right must be None "
             "or -1 (unbounded), or (-1, 0) for causal; got "
             f"window_size_left={window_size_left}, window_size_right={window_size_right}",
         )
-    return _ops.CAUSAL_BOTTOM_RIGHT if (is_causal or causal_window) else _ops.CAUSAL_NONE
+    return _ops.CAUSAL_BOTTOM_RIGHT if causal else _ops.CAUSAL_NONE
 
 
 def _check_forward_options(op: str, dropout_p: float, return_debug_mask: bool, **optional) -> None:
@@ -130,7 +131,9 @@ def _check_forward_options(op: str, dropout_p: float, return_debug_mask: bool, *
     for name, value in optional.items():
         if name == "num_splits":
             if value is not None and value > 1:
-                raise _unsupported(op, f"num_splits must be None, 0 or 1 (flashattn does not split keys here), got {value}")
+                raise _unsupported(
+                    op, f"num_splits must be None, 0 or 1 (flashattn does not split the keys here), got {value}"
+                )
         elif value is not None:
             what = {
                 "alibi_slopes": "ALiBi biases",
@@ -154,7 +157,9 @@ def _check_dense(query, key, value) -> None:
     if hk == 0 or hq % hk != 0:
         raise ValueError(f"query heads ({hq}) must be a multiple of key/value heads ({hk})")
     if sk == 0 and query.numel() > 0:
-        raise ValueError(f"key/value sequence length must be >= 1 when query is not empty, got key shape {tuple(key.shape)}")
+        raise ValueError(
+            f"key/value sequence length must be >= 1 when query is not empty, got key shape {tuple(key.shape)}"
+        )
 
 
 def _check_backward(grad_out, query, key, value, out, logsumexp) -> None:
@@ -171,8 +176,10 @@ def _check_backward(grad_out, query, key, value, out, logsumexp) -> None:
         if t.device != query.device:
             raise ValueError(f"{name} must be on query's device {query.device}, got {t.device}")
     b, sq, hq, _ = query.shape
-    if not isinstance(logsumexp, torch.Tensor) or logsumexp.dtype != torch.float32 or tuple(logsumexp.shape) != (b, hq, sq):
-        got = f"{logsumexp.dtype} {list(logsumexp.shape)}" if isinstance(logsumexp, torch.Tensor) else type(logsumexp).__name__
+    if not isinstance(logsumexp, torch.Tensor):
+        raise TypeError(f"logsumexp must be a torch.Tensor, got {type(logsumexp).__name__}")
+    if logsumexp.dtype != torch.float32 or tuple(logsumexp.shape) != (b, hq, sq):
+        got = f"{logsumexp.dtype} {list(logsumexp.shape)}"
         raise ValueError(f"logsumexp must be the forward's float32 [B, Hq, Sq] = {[b, hq, sq]}, got {got}")
     if logsumexp.device != query.device:
         raise ValueError(f"logsumexp must be on query's device {query.device}, got {logsumexp.device}")
@@ -199,8 +206,8 @@ def _laid_out_like(result: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 def _forward_dense(op: str, query, key, value, is_causal: bool, scale, window_size_left=None, window_size_right=None):
     """query [B, Sq, Hq, D], key/value [B, Sk, Hk, D] -> (out like empty_like(query), lse [B, Hq, Sq])."""
-    causal_mode = _causal_mode(op, is_causal, window_size_left, window_size_right)
     _check_dense(query, key, value)
+    causal_mode = _causal_mode(op, is_causal, window_size_left, window_size_right, key.shape[1])
     out, lse = _ops.fwd(query, key, value, _scale(scale, query.shape[-1]), causal_mode, interface.get_backend())
     return _laid_out_like(out, query), lse
 
@@ -217,8 +224,8 @@ def _no_dropout_state(query: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, 
 def _backward_dense(op: str, grad_out, query, key, value, out, logsumexp, is_causal: bool, scale,
                     window_size_left=None, window_size_right=None):
     """FlashAttention's layout -> (dq, dk, dv), each laid out like empty_like of its input."""
-    causal_mode = _causal_mode(op, is_causal, window_size_left, window_size_right)
     _check_backward(grad_out, query, key, value, out, logsumexp)
+    causal_mode = _causal_mode(op, is_causal, window_size_left, window_size_right, key.shape[1])
     dq, dk, dv = _ops.bwd(
         grad_out, query, key, value, out, logsumexp, _scale(scale, query.shape[-1]), causal_mode,
         _ops.deterministic_backward(), interface.get_backend(),
@@ -293,7 +300,8 @@ def flash_attention_forward_no_dropout_inplace(
                            block_table=block_table, num_splits=num_splits)
     if out.shape != query.shape or out.dtype != query.dtype:
         raise ValueError(
-            f"out must have query's shape {tuple(query.shape)} and dtype {query.dtype}, got {tuple(out.shape)} {out.dtype}"
+            f"out must have query's shape {tuple(query.shape)} and dtype {query.dtype}, "
+            f"got {tuple(out.shape)} {out.dtype}"
         )
     result, lse = _forward_dense(op, query, key, value, is_causal, scale, window_size_left, window_size_right)
     out.copy_(result)

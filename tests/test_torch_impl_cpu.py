@@ -275,7 +275,9 @@ def test_flash_attention_op_forward_and_backward(cpu_ops: list) -> None:
 
 
 @pytest.mark.parametrize(("left", "right", "is_causal", "mode"), [
-    (None, None, False, NONE), (-1, -1, False, NONE), (-1, 0, False, BOTTOM_RIGHT), (-1, 0, True, BOTTOM_RIGHT), (None, -1, True, BOTTOM_RIGHT),
+    (None, None, False, NONE), (-1, -1, False, NONE), (8, 100, False, NONE),  # >= Sk: unbounded, as in torch's kernels
+    (-1, 0, False, BOTTOM_RIGHT), (-1, 0, True, BOTTOM_RIGHT), (None, -1, True, BOTTOM_RIGHT),
+    (None, 3, True, BOTTOM_RIGHT),  # is_causal sets the right window to 0 (torch's kernels ignore window_size_right)
 ])
 def test_unbounded_windows_and_the_causal_window(cpu_ops: list, left, right, is_causal: bool, mode: int) -> None:
     q, k, v = randn(1, 5, 2, 8), randn(1, 8, 2, 8, seed=1), randn(1, 8, 2, 8, seed=2)
@@ -420,7 +422,7 @@ def fa_forward(**kwargs):
         ({"return_debug_mask": True}, "return_debug_mask must be False"),
         ({"cum_seq_q": torch.zeros(2, dtype=torch.int32)}, r"variable-length batches \(cum_seq_q given\).*no varlen kernels"),
         ({"cum_seq_k": torch.zeros(2, dtype=torch.int32)}, r"cum_seq_k given"),
-        ({"window_size_left": 128}, r"window_size_left and window_size_right must be None or -1.*window_size_left=128"),
+        ({"window_size_left": 4}, r"window_size_left and window_size_right must be None or -1.*window_size_left=4"),
         ({"window_size_right": 3}, r"sliding-window.*window_size_right=3"),
         ({"window_size_left": 4, "window_size_right": 0}, "sliding-window"),
         ({"alibi_slopes": torch.zeros(2)}, "alibi_slopes must be None"),
@@ -429,7 +431,8 @@ def fa_forward(**kwargs):
         ({"num_splits": 4}, "num_splits must be None, 0 or 1"),
     ],
 )
-def test_flash_attention_forward_refuses(kwargs: dict, match: str) -> None:
+def test_flash_attention_forward_refuses(monkeypatch: pytest.MonkeyPatch, kwargs: dict, match: str) -> None:
+    allow_cpu_entry_points(monkeypatch)  # the window checks come after the tensor checks; all before a kernel
     with pytest.raises(NotImplementedError, match=match) as excinfo:
         fa_forward(**kwargs)
     assert "aten::_flash_attention_forward" in str(excinfo.value)
@@ -479,7 +482,8 @@ def test_sdpa_ops_refuse() -> None:
         torch_impl.scaled_dot_product_flash_attention(q[0], q, q)
 
 
-def test_flash_attention_backward_refuses() -> None:
+def test_flash_attention_backward_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    allow_cpu_entry_points(monkeypatch)
     q = cuda_like(*Q)
     lse, state = torch.zeros(1, 2, 8), torch.zeros(2, dtype=torch.uint64)
     with pytest.raises(NotImplementedError, match="dropout_p"):
@@ -487,7 +491,7 @@ def test_flash_attention_backward_refuses() -> None:
     with pytest.raises(NotImplementedError, match="cum_seq_q given"):
         torch_impl.flash_attention_backward(q, q, q, q, q, lse, torch.zeros(2, dtype=torch.int32), None, 8, 8, 0.0, False, state, state)
     with pytest.raises(NotImplementedError, match="sliding-window"):
-        torch_impl.flash_attention_backward(q, q, q, q, q, lse, None, None, 8, 8, 0.0, False, state, state, window_size_left=16)
+        torch_impl.flash_attention_backward(q, q, q, q, q, lse, None, None, 8, 8, 0.0, False, state, state, window_size_left=4)
 
 
 def test_backward_checks_logsumexp(monkeypatch: pytest.MonkeyPatch) -> None:
