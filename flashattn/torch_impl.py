@@ -38,8 +38,10 @@ In all of them:
     no state from the forward to the backward but their tensors).
 Not supported, refused with an error naming the argument and what is supported (never a silent
 fallback to another implementation): dropout_p > 0, return_debug_mask=True, variable-length
-batches (cum_seq_q / cum_seq_k: NotImplementedError, flashattn has no varlen kernels yet), windows
-other than unbounded (or (-1, 0), which is causal), alibi_slopes, seqused_k, block_table (paged KV),
+batches (cum_seq_q / cum_seq_k: NotImplementedError, flashattn has no varlen kernels yet; nested
+tensors and torch.nn.attention.varlen reach the ops that way), sliding windows (unbounded ones:
+None, negative or >= Sk, and (-1, 0), which is causal, are taken, as torch's kernels take them),
+alibi_slopes, seqused_k, block_table (paged KV),
 num_splits > 1, dtypes other than float16/bfloat16 (e.g. float32), and the fp8 `.quantized`
 overloads (not overridden: they keep torch's kernels).
 """
@@ -402,8 +404,8 @@ def scaled_dot_product_flash_attention_backward(
     _check_dropout(op, dropout_p)
     _check_rank4(grad_out=grad_out, query=query, key=key, value=value, out=out)
     dq, dk, dv = _backward_dense(op, *_bshd(grad_out, query, key, value, out), logsumexp, is_causal, scale)
-    return _laid_out_like(dq.transpose(1, 2), query), _laid_out_like(dk.transpose(1, 2), key), _laid_out_like(
-        dv.transpose(1, 2), value)
+    dq, dk, dv = _bshd(dq, dk, dv)  # back to [B, H, S, D]
+    return _laid_out_like(dq, query), _laid_out_like(dk, key), _laid_out_like(dv, value)
 
 
 IMPLEMENTATIONS = {
