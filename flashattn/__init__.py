@@ -13,6 +13,7 @@ from .interface import (
 )
 from .kvcache import flash_attn_with_kvcache
 from .reference import attention_reference, attention_reference_grads
+from .torch_impl import activate, deactivate  # registers "flashattn" with torch's registry; never activates
 
 __version__ = "0.1.0"
 
@@ -33,4 +34,6 @@ __all__ = [
     "CAUSAL_NONE",
     "CAUSAL_TOP_LEFT",
     "CAUSAL_BOTTOM_RIGHT",
+    "activate",
+    "deactivate",
 ]

@@ -1,0 +1,516 @@
+"""flashattn as PyTorch's flash-attention implementation (torch.nn.attention's registry).
+
+Where the installed torch has `torch.nn.attention.register_flash_attention_impl` (2.11 and later),
+importing flashattn registers an implementation named "flashattn" with it; nothing changes until it
+is activated, by `flashattn.activate()` or `torch.nn.attention.activate_flash_attention_impl("flashattn")`.
+Activation overrides the CUDA kernels of torch's flash-attention aten ops, the same mechanism torch
+uses for its own FA3/FA4 (a `torch.library.Library("aten", "IMPL")` whose removal restores torch's
+kernels): `F.scaled_dot_product_attention` under the flash backend (and anything else calling these
+ops: `torch.compile`d graphs, `torch.nn.attention.bias.causal_lower_right`) then runs flashattn's
+forward and backward kernels (`torch.ops.flashattn.fwd` / `bwd`). `flashattn.deactivate()` or
+`torch.nn.attention.restore_flash_attention_impl()` puts torch's own kernels back.
+
+Ops overridden (CUDA dispatch key), with the semantics of torch's FlashAttention-2 kernels:
+  * aten::_scaled_dot_product_flash_attention and its _backward: the torch layout, query
+    [B, Hq, Sq, D], key/value [B, Hk, Sk, D];
+  * aten::_flash_attention_forward and _flash_attention_backward: FlashAttention's layout, query
+    [B, Sq, Hq, D], key/value [B, Sk, Hk, D];
+  * aten::_flash_attention_forward_no_dropout_inplace, where the installed torch has it (2.13: the
+    output written into a given tensor; absent in 2.11).
+In all of them:
+  * dtypes float16 and bfloat16; head dim a multiple of 8 in [8, 256] (SDPA pads other head dims
+    to a multiple of 8 before calling the op, and passes the scale of the unpadded one); Hq a
+    multiple of Hk (SDPA with enable_gqa=True passes K/V with their Hk heads, never repeated);
+    any strides with a contiguous last dim.
+  * `is_causal=True` is bottom-right aligned, as in torch's FlashAttention-2 kernels for these ops:
+    query i sees keys j <= i + Sk - Sq. SDPA picks the flash backend for is_causal only when
+    Sq == Sk, where that is also top-left (SDPA's is_causal); torch's
+    `causal_lower_right` bias calls `_scaled_dot_product_flash_attention` with is_causal=True for
+    Sq != Sk and relies on the bottom-right alignment.
+  * `scale=None` means 1/sqrt(D), D the head dim of the tensors given.
+  * outputs as torch's kernels (and their meta functions) give them: out and the gradients laid out
+    like `torch.empty_like` of query (key, value), the log-sum-exp float32 [B, Hq, Sq] (natural
+    log; -inf on a row that sees no key, where torch's kernels write +inf; the backward takes it
+    back as given), rng_state uint64 [2] and the philox offset uint64 [] (zeros: no dropout), an
+    empty debug mask.
+  * the backward is deterministic when `flashattn.set_deterministic(True)` or
+    `torch.use_deterministic_algorithms(True)` is on when the backward runs (these aten ops carry
+    no state from the forward to the backward but their tensors).
+Not supported, refused with an error naming the argument and what is supported (never a silent
+fallback to another implementation): dropout_p > 0, return_debug_mask=True, variable-length
+batches (cum_seq_q / cum_seq_k: NotImplementedError, flashattn has no varlen kernels yet; nested
+tensors and torch.nn.attention.varlen reach the ops that way), sliding windows (unbounded ones:
+None, negative or >= Sk, and (-1, 0), which is causal, are taken, as torch's kernels take them),
+alibi_slopes, seqused_k, block_table (paged KV),
+num_splits > 1, dtypes other than float16/bfloat16 (e.g. float32), and the fp8 `.quantized`
+overloads (not overridden: they keep torch's kernels).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import _ext, _ops, interface
+
+IMPL_NAME = "flashattn"
+
+# The aten ops every supported torch has (2.11 and 2.13 schemas alike), and the one only newer
+# torch versions have (registered where the installed torch defines it).
+OPS = (
+    "_flash_attention_forward",
+    "_flash_attention_backward",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_flash_attention_backward",
+)
+OPTIONAL_OPS = ("_flash_attention_forward_no_dropout_inplace",)
+
+
+def _registry():
+    """torch.nn.attention when it has the flash-attention implementation registry, else None."""
+    try:
+        import torch.nn.attention as attention
+    except ImportError:  # pragma: no cover - every torch flashattn supports has the module
+        return None
+    needed = ("register_flash_attention_impl", "activate_flash_attention_impl", "restore_flash_attention_impl",
+              "current_flash_attention_impl", "list_flash_attention_impls")
+    return attention if all(hasattr(attention, name) for name in needed) else None
+
+
+def registry_available() -> bool:
+    """True when the installed torch has torch.nn.attention's flash-attention implementation registry."""
+    return _registry() is not None
+
+
+# ==== checks ======================================================================================
+
+
+def _unsupported(op: str, message: str) -> NotImplementedError:
+    return NotImplementedError(f"flashattn ({op}): {message}")
+
+
+def _varlen_not_available(op: str, cum_seq_q, cum_seq_k) -> None:
+    """The one place variable-length batches are refused: when flashattn gets varlen kernels, the
+    ops below call them here for cum_seq_q / cum_seq_k given (query [total_q, Hq, D], key/value
+    [total_k, Hk, D], lse [Hq, total_q] in torch's kernels)."""
+    if cum_seq_q is not None or cum_seq_k is not None:
+        given = [n for n, t in (("cum_seq_q", cum_seq_q), ("cum_seq_k", cum_seq_k)) if t is not None]
+        raise _unsupported(
+            op,
+            f"variable-length batches ({' and '.join(given)} given) are not supported: flashattn has no "
+            "varlen kernels yet; pass dense [B, S, H, D] tensors with cum_seq_q=None and cum_seq_k=None",
+        )
+
+
+def _check_dropout(op: str, dropout_p: float) -> None:
+    if dropout_p != 0.0:
+        raise _unsupported(op, f"dropout_p must be 0.0 (flashattn has no dropout), got {dropout_p}")
+
+
+def _causal_mode(op: str, is_causal: bool, window_size_left, window_size_right, seqlen_k: int) -> int:
+    """causal_mode for flashattn's kernels, with the window semantics of torch's FlashAttention-2
+    kernels: None, a negative value or one >= Sk is unbounded; is_causal sets the right window to 0
+    (window_size_right is then ignored); (unbounded, 0) is causal; any other window is a sliding
+    window, which flashattn does not have."""
+    left_unbounded = window_size_left is None or window_size_left < 0 or window_size_left >= seqlen_k
+    right_unbounded = window_size_right is None or window_size_right < 0 or window_size_right >= seqlen_k
+    causal = is_causal or (left_unbounded and window_size_right == 0)
+    if not left_unbounded or not (causal or right_unbounded):
+        raise _unsupported(
+            op,
+            "sliding-window attention is not supported: window_size_left and window_size_right must be None "
+            "or -1 (unbounded), or (-1, 0) for causal; got "
+            f"window_size_left={window_size_left}, window_size_right={window_size_right}",
+        )
+    return _ops.CAUSAL_BOTTOM_RIGHT if causal else _ops.CAUSAL_NONE
+
+
+def _check_forward_options(op: str, dropout_p: float, return_debug_mask: bool, **optional) -> None:
+    _check_dropout(op, dropout_p)
+    if return_debug_mask:
+        raise _unsupported(op, "return_debug_mask must be False (flashattn does not return attention probabilities)")
+    for name, value in optional.items():
+        if name == "num_splits":
+            if value is not None and value > 1:
+                raise _unsupported(
+                    op, f"num_splits must be None, 0 or 1 (flashattn does not split the keys here), got {value}"
+                )
+        elif value is not None:
+            what = {
+                "alibi_slopes": "ALiBi biases",
+                "seqused_k": "per-batch key lengths (seqused_k)",
+                "block_table": "a paged KV cache (block_table)",
+            }[name]
+            raise _unsupported(op, f"{what} are not supported: {name} must be None")
+
+
+def _check_dense(query, key, value) -> None:
+    """The forward's tensors, FlashAttention's layout: query [B, Sq, Hq, D], key/value [B, Sk, Hk, D]."""
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        interface._check_tensor(name, t, 4)
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D [B, S, H, D] (dense), got shape {tuple(t.shape)}")
+    interface._check_common(query, key, value)
+    b, sq, hq, _ = query.shape
+    _, sk, hk, _ = key.shape
+    if key.shape[0] != b:
+        raise ValueError(f"query and key batch sizes differ: {b} vs {key.shape[0]}")
+    if hk == 0 or hq % hk != 0:
+        raise ValueError(f"query heads ({hq}) must be a multiple of key/value heads ({hk})")
+    if sk == 0 and query.numel() > 0:
+        raise ValueError(
+            f"key/value sequence length must be >= 1 when query is not empty, got key shape {tuple(key.shape)}"
+        )
+
+
+def _check_backward(grad_out, query, key, value, out, logsumexp) -> None:
+    """The backward's tensors (FlashAttention's layout); grad_out may have any strides (a loss like
+    out.sum() hands a stride-0 one: the binding copies what it cannot load)."""
+    _check_dense(query, key, value)
+    for name, t in (("grad_out", grad_out), ("out", out)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.shape != query.shape:
+            raise ValueError(f"{name} must have query's shape {tuple(query.shape)}, got {tuple(t.shape)}")
+        if t.dtype != query.dtype:
+            raise TypeError(f"{name}.dtype must be query's dtype {query.dtype}, got {t.dtype}")
+        if t.device != query.device:
+            raise ValueError(f"{name} must be on query's device {query.device}, got {t.device}")
+    b, sq, hq, _ = query.shape
+    if not isinstance(logsumexp, torch.Tensor):
+        raise TypeError(f"logsumexp must be a torch.Tensor, got {type(logsumexp).__name__}")
+    if logsumexp.dtype != torch.float32 or tuple(logsumexp.shape) != (b, hq, sq):
+        got = f"{logsumexp.dtype} {list(logsumexp.shape)}"
+        raise ValueError(f"logsumexp must be the forward's float32 [B, Hq, Sq] = {[b, hq, sq]}, got {got}")
+    if logsumexp.device != query.device:
+        raise ValueError(f"logsumexp must be on query's device {query.device}, got {logsumexp.device}")
+
+
+def _scale(scale: float | None, head_dim: int) -> float:
+    return interface._scale(scale, head_dim)
+
+
+# ==== the shared cores ============================================================================
+
+
+def _laid_out_like(result: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """result with the strides of torch.empty_like(like), as torch's kernels and meta functions lay
+    out out and the gradients (a compiled graph asserts them). The kernels write [B, S, H, D]
+    buffers, which already are that layout for [B, S, H, D]-ordered inputs; otherwise one copy."""
+    if result.stride() == like.stride():  # result is dense, so like is too: empty_like keeps its strides
+        return result
+    target = torch.empty_like(like)
+    if target.stride() == result.stride():  # a non-dense like (e.g. a slice of a packed QKV) in that order
+        return result
+    return target.copy_(result)
+
+
+def _forward_dense(op: str, query, key, value, is_causal: bool, scale, window_size_left=None, window_size_right=None):
+    """query [B, Sq, Hq, D], key/value [B, Sk, Hk, D] -> (out like empty_like(query), lse [B, Hq, Sq])."""
+    _check_dense(query, key, value)
+    causal_mode = _causal_mode(op, is_causal, window_size_left, window_size_right, key.shape[1])
+    out, lse = _ops.fwd(query, key, value, _scale(scale, query.shape[-1]), causal_mode, interface.get_backend())
+    return _laid_out_like(out, query), lse
+
+
+def _no_dropout_state(query: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """rng_state (uint64 [2]), the philox offset (uint64 []) and the debug mask (empty) that torch's
+    flash ops return without dropout."""
+    rng_state = torch.zeros((2,), dtype=torch.uint64, device=query.device)
+    offset = torch.zeros((), dtype=torch.uint64, device=query.device)
+    debug_mask = torch.empty(0, dtype=query.dtype, device=query.device)
+    return rng_state, offset, debug_mask
+
+
+def _backward_dense(op: str, grad_out, query, key, value, out, logsumexp, is_causal: bool, scale,
+                    window_size_left=None, window_size_right=None):
+    """FlashAttention's layout -> (dq, dk, dv), each laid out like empty_like of its input."""
+    _check_backward(grad_out, query, key, value, out, logsumexp)
+    causal_mode = _causal_mode(op, is_causal, window_size_left, window_size_right, key.shape[1])
+    dq, dk, dv = _ops.bwd(
+        grad_out, query, key, value, out, logsumexp, _scale(scale, query.shape[-1]), causal_mode,
+        _ops.deterministic_backward(), interface.get_backend(),
+    )
+    return _laid_out_like(dq, query), _laid_out_like(dk, key), _laid_out_like(dv, value)
+
+
+# ==== the aten implementations (signatures: the union of torch 2.11's and 2.13's schemas) =========
+
+
+def flash_attention_forward(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    cum_seq_q: torch.Tensor | None,
+    cum_seq_k: torch.Tensor | None,
+    max_q: int,
+    max_k: int,
+    dropout_p: float,
+    is_causal: bool,
+    return_debug_mask: bool,
+    *,
+    scale: float | None = None,
+    window_size_left: int | None = None,
+    window_size_right: int | None = None,
+    seqused_k: torch.Tensor | None = None,
+    alibi_slopes: torch.Tensor | None = None,
+    block_table: torch.Tensor | None = None,  # torch >= 2.13
+    num_splits: int | None = None,  # torch >= 2.13
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """aten::_flash_attention_forward on flashattn's kernels.
+
+    query [B, Sq, Hq, D], key/value [B, Sk, Hk, D] (float16/bfloat16, CUDA, last dim contiguous;
+    max_q / max_k are not used by the dense path); is_causal bottom-right aligned.
+    Returns (output [B, Sq, Hq, D] laid out like empty_like(query), softmax_logsumexp float32
+    [B, Hq, Sq], rng_state uint64 [2], unused uint64 [], debug_attn_mask empty)."""
+    op = "aten::_flash_attention_forward"
+    _varlen_not_available(op, cum_seq_q, cum_seq_k)
+    _check_forward_options(op, dropout_p, return_debug_mask, seqused_k=seqused_k, alibi_slopes=alibi_slopes,
+                           block_table=block_table, num_splits=num_splits)
+    out, lse = _forward_dense(op, query, key, value, is_causal, scale, window_size_left, window_size_right)
+    return (out, lse, *_no_dropout_state(query))
+
+
+def flash_attention_forward_no_dropout_inplace(
+    out: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    cum_seq_q: torch.Tensor | None,
+    cum_seq_k: torch.Tensor | None,
+    max_q: int,
+    max_k: int,
+    dropout_p: float,
+    is_causal: bool,
+    return_debug_mask: bool,
+    *,
+    scale: float | None = None,
+    window_size_left: int | None = None,
+    window_size_right: int | None = None,
+    seqused_k: torch.Tensor | None = None,
+    alibi_slopes: torch.Tensor | None = None,
+    block_table: torch.Tensor | None = None,
+    num_splits: int | None = None,
+) -> torch.Tensor:
+    """aten::_flash_attention_forward_no_dropout_inplace (torch >= 2.13) on flashattn's kernels:
+    flash_attention_forward's output written into `out` (query's shape and dtype); returns the
+    softmax_logsumexp float32 [B, Hq, Sq]."""
+    op = "aten::_flash_attention_forward_no_dropout_inplace"
+    _varlen_not_available(op, cum_seq_q, cum_seq_k)
+    _check_forward_options(op, dropout_p, return_debug_mask, seqused_k=seqused_k, alibi_slopes=alibi_slopes,
+                           block_table=block_table, num_splits=num_splits)
+    if out.shape != query.shape or out.dtype != query.dtype:
+        raise ValueError(
+            f"out must have query's shape {tuple(query.shape)} and dtype {query.dtype}, "
+            f"got {tuple(out.shape)} {out.dtype}"
+        )
+    result, lse = _forward_dense(op, query, key, value, is_causal, scale, window_size_left, window_size_right)
+    out.copy_(result)
+    return lse
+
+
+def flash_attention_backward(
+    grad_out: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    out: torch.Tensor,
+    logsumexp: torch.Tensor,
+    cum_seq_q: torch.Tensor | None,
+    cum_seq_k: torch.Tensor | None,
+    max_q: int,
+    max_k: int,
+    dropout_p: float,
+    is_causal: bool,
+    rng_state: torch.Tensor,
+    unused: torch.Tensor,
+    *,
+    scale: float | None = None,
+    window_size_left: int | None = None,
+    window_size_right: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """aten::_flash_attention_backward on flashattn's kernels: FlashAttention's layout (see
+    flash_attention_forward), logsumexp as the forward returned it. Returns (grad_query, grad_key,
+    grad_value) laid out like empty_like(query / key / value)."""
+    op = "aten::_flash_attention_backward"
+    _varlen_not_available(op, cum_seq_q, cum_seq_k)
+    _check_dropout(op, dropout_p)
+    return _backward_dense(op, grad_out, query, key, value, out, logsumexp, is_causal, scale,
+                           window_size_left, window_size_right)
+
+
+def _check_rank4(**tensors: torch.Tensor) -> None:
+    """The torch-layout ops' tensors are 4-D [B, H, S, D] (checked before taking [B, S, H, D] views)."""
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D [B, H, S, D], got shape {tuple(t.shape)}")
+
+
+def _bshd(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return tuple(t.transpose(1, 2) for t in tensors)
+
+
+def scaled_dot_product_flash_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    return_debug_mask: bool = False,
+    *,
+    scale: float | None = None,
+):
+    """aten::_scaled_dot_product_flash_attention on flashattn's kernels (what SDPA's flash backend calls).
+
+    query [B, Hq, Sq, D], key/value [B, Hk, Sk, D] (float16/bfloat16, CUDA, last dim contiguous);
+    is_causal bottom-right aligned (SDPA uses it only with Sq == Sk). Returns (output [B, Hq, Sq, D]
+    laid out like empty_like(query), logsumexp float32 [B, Hq, Sq], cum_seq_q None, cum_seq_k None,
+    max_q Sq, max_k Sk, rng_state uint64 [2], unused uint64 [], debug_attn_mask empty)."""
+    op = "aten::_scaled_dot_product_flash_attention"
+    _check_forward_options(op, dropout_p, return_debug_mask)
+    _check_rank4(query=query, key=key, value=value)
+    out, lse = _forward_dense(op, *_bshd(query, key, value), is_causal, scale)
+    rng_state, offset, debug_mask = _no_dropout_state(query)
+    return (_laid_out_like(out.transpose(1, 2), query), lse, None, None, query.shape[2], key.shape[2],
+            rng_state, offset, debug_mask)
+
+
+def scaled_dot_product_flash_attention_backward(
+    grad_out: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    out: torch.Tensor,
+    logsumexp: torch.Tensor,
+    cum_seq_q: torch.Tensor | None,
+    cum_seq_k: torch.Tensor | None,
+    max_q: int,
+    max_k: int,
+    dropout_p: float,
+    is_causal: bool,
+    philox_seed: torch.Tensor,
+    philox_offset: torch.Tensor,
+    *,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """aten::_scaled_dot_product_flash_attention_backward on flashattn's kernels: the torch layout
+    (see scaled_dot_product_flash_attention). Returns (grad_query, grad_key, grad_value) laid out
+    like empty_like(query / key / value)."""
+    op = "aten::_scaled_dot_product_flash_attention_backward"
+    _varlen_not_available(op, cum_seq_q, cum_seq_k)
+    _check_dropout(op, dropout_p)
+    _check_rank4(grad_out=grad_out, query=query, key=key, value=value, out=out)
+    dq, dk, dv = _backward_dense(op, *_bshd(grad_out, query, key, value, out), logsumexp, is_causal, scale)
+    dq, dk, dv = _bshd(dq, dk, dv)  # back to [B, H, S, D]
+    return _laid_out_like(dq, query), _laid_out_like(dk, key), _laid_out_like(dv, value)
+
+
+IMPLEMENTATIONS = {
+    "_flash_attention_forward": flash_attention_forward,
+    "_flash_attention_backward": flash_attention_backward,
+    "_scaled_dot_product_flash_attention": scaled_dot_product_flash_attention,
+    "_scaled_dot_product_flash_attention_backward": scaled_dot_product_flash_attention_backward,
+    "_flash_attention_forward_no_dropout_inplace": flash_attention_forward_no_dropout_inplace,
+}
+
+
+def installed_ops() -> tuple[str, ...]:
+    """The ops this implementation overrides in the installed torch: OPS, and each of
+    OPTIONAL_OPS that the installed torch defines."""
+    return OPS + tuple(name for name in OPTIONAL_OPS if hasattr(torch.ops.aten, name))
+
+
+# ==== registration ================================================================================
+
+
+@dataclass
+class FlashattnHandle:
+    """What activation returns to torch's registry: the Library holding the overrides; remove()
+    deregisters them, which brings torch's own kernels back."""
+
+    library: torch.library.Library | None
+
+    def remove(self) -> None:
+        if self.library is not None:
+            self.library._destroy()
+            self.library = None
+
+
+def register_kernels(dispatch_key: str = "CUDA") -> FlashattnHandle:
+    """Overrides the aten flash-attention ops for `dispatch_key` with flashattn's implementations
+    (the registry's register_fn calls this with "CUDA"; the CPU tests use "CPU" with stand-in
+    kernels). Returns the handle whose remove() undoes it."""
+    lib = torch.library.Library("aten", "IMPL", dispatch_key)
+    try:
+        for name in installed_ops():
+            lib.impl(name, IMPLEMENTATIONS[name], dispatch_key)
+    except BaseException:
+        lib._destroy()
+        raise
+    return FlashattnHandle(lib)
+
+
+def _check_can_run() -> None:
+    _ext.require_extension()  # RuntimeError with flashattn.extension_error()'s text
+    if not torch.cuda.is_available():
+        raise RuntimeError("flashattn cannot be activated: no CUDA device is available")
+
+
+def _register_fn() -> FlashattnHandle:
+    """torch's registry calls this on activate_flash_attention_impl("flashattn")."""
+    _check_can_run()
+    return register_kernels("CUDA")
+
+
+def _require_registry():
+    attention = _registry()
+    if attention is None:
+        raise RuntimeError(
+            f"flashattn cannot be activated as PyTorch's flash-attention implementation: torch {torch.__version__} "
+            "has no torch.nn.attention.register_flash_attention_impl / activate_flash_attention_impl "
+            "(added in torch 2.11). Call flashattn.scaled_dot_product_attention directly instead."
+        )
+    return attention
+
+
+def activate() -> None:
+    """Make flashattn the implementation behind torch's flash-attention ops (SDPA's flash backend),
+    in this process, until `deactivate()`. The same as
+    `torch.nn.attention.activate_flash_attention_impl("flashattn")`; activating replaces any other
+    activated implementation (torch's registry holds one at a time).
+
+    Raises RuntimeError when the installed torch has no implementation registry, when the CUDA
+    extension is not built (with `flashattn.extension_error()`'s message) or no CUDA device is
+    available. See the module docstring for what is covered and what raises."""
+    attention = _require_registry()
+    _check_can_run()  # before the registry restores whichever implementation was active
+    attention.activate_flash_attention_impl(IMPL_NAME)
+
+
+def deactivate() -> None:
+    """Give torch's own flash-attention kernels back (`restore_flash_attention_impl()`) if flashattn
+    is the active implementation; otherwise do nothing (another activated implementation stays)."""
+    attention = _registry()
+    if attention is not None and attention.current_flash_attention_impl() == IMPL_NAME:
+        attention.restore_flash_attention_impl()
+
+
+def is_active() -> bool:
+    """Whether flashattn is the activated flash-attention implementation of torch."""
+    attention = _registry()
+    return attention is not None and attention.current_flash_attention_impl() == IMPL_NAME
+
+
+def _register_with_torch() -> None:
+    """At import: make "flashattn" known to torch's registry (never activated here)."""
+    attention = _registry()
+    if attention is not None:
+        attention.register_flash_attention_impl(IMPL_NAME, register_fn=_register_fn)
+
+
+_register_with_torch()
+
+__all__ = ["activate", "deactivate", "is_active", "registry_available", "IMPL_NAME"]
