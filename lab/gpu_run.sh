@@ -136,6 +136,7 @@ case "${1:-verify}" in
     step bwd_lab 300 bash lab/bwd_lab.sh
     step ncu_bwd 420 bash lab/ncu_bwd.sh ${NCU_BWD_SHAPES:-64:4096:0 128:4096:0}
     step bwd_time 300 python3 lab/bwd_check.py --quick --time
+    [ -n "${EXTRA_TESTS:-}" ] && step extra_tests 300 "${pytest_ci[@]}" $EXTRA_TESTS -ra
     ;;
   host)  # where a small call's host time goes (the latency grid)
     env_info > "$OUT/env.txt" 2>&1
