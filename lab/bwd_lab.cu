@@ -42,6 +42,12 @@ struct DqFlip : Base {
   static constexpr bool kDqVec4 = !Base::kDqVec4;
 };
 
+// ... and with the other placement of a one-stage config's Q/dO load.
+template <typename Base>
+struct LoadFlip : Base {
+  static constexpr bool kLoadBeforeDq = !Base::kLoadBeforeDq;
+};
+
 template <typename Traits>
 void time_config(const char* name, int S, bool causal) {
   const int D = LAB_D, H = 2048 / D, B = 16384 / S;
@@ -104,6 +110,9 @@ void time_config(const char* name, int S, bool causal) {
 #define LAB_DQFLIP(BN, BM, NW, AN, BNW, CM, ST)                                                      \
   LAB_T(#BN "x" #BM "x" #NW "w A" #AN " B" #BNW " C" #CM " st" #ST " dq-width-flipped",             \
         DqFlip<BwdKernelTraits<LAB_D, BN, BM, NW, AN, BNW, CM, ST>>)
+#define LAB_LOADFLIP(BN, BM, NW, AN, BNW, CM, ST)                                                    \
+  LAB_T(#BN "x" #BM "x" #NW "w A" #AN " B" #BNW " C" #CM " st" #ST " load-flipped",                 \
+        LoadFlip<BwdKernelTraits<LAB_D, BN, BM, NW, AN, BNW, CM, ST>>)
 
 int main() {
 #include LAB_CONFIG_FILE

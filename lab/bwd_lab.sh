@@ -10,8 +10,8 @@ BIN=${LAB_BIN:-build/bwd_lab}
 mkdir -p "$BIN"
 # name D configs
 CONFIGS=(
-  "d64 64 LAB(128,128,8,2,4,4,1); LAB_DQFLIP(128,128,8,2,4,4,1); LAB(128,128,8,2,2,4,1);"
-  "d128 128 LAB(128,64,8,8,4,2,2); LAB_DQFLIP(128,64,8,8,4,2,2); LAB(128,64,8,4,4,2,2);"
+  "d64 64 LAB(128,128,8,2,4,4,1); LAB_LOADFLIP(128,128,8,2,4,4,1); LAB(128,128,8,4,4,4,2);"
+  "d128 128 LAB(128,64,8,8,4,2,2);"
 )
 build() {  # name D configs
   echo "$3" > "$BIN/$1.inc"

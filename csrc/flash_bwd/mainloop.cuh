@@ -314,6 +314,16 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
       }
     }
 
+    // One Q/dO stage: phase C reads neither, so once every warp is past phase B the next step's
+    // load can start and land behind phase C, for the price of a third barrier.
+    if constexpr (Traits::kStages == 1 && Traits::kLoadBeforeDq) {
+      if (t + 1 < steps) {
+        __syncthreads();
+        load_q_do(t + 1);
+        cp_async_commit();
+      }
+    }
+
     // ---- Phase C: dQ_partial = dS K (k = this block's keys), added to dq_accum, in kCChunks
     // column chunks of the head dim (two at D=256, where one would need a third 64-register
     // accumulator beside dK and dV).
@@ -398,7 +408,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
       __syncthreads();
       if (threadIdx.x == 0) atomicAdd(ticket, 1);
     }
-    if constexpr (Traits::kStages == 1) {
+    if constexpr (Traits::kStages == 1 && !Traits::kLoadBeforeDq) {
       if (t + 1 < steps) {
         __syncthreads();  // every warp is done with this step's Q/dO before the next overwrites them
         load_q_do(t + 1);

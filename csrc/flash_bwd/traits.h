@@ -39,6 +39,9 @@ struct BwdKernelTraits {
   // dQ partials reach dq_accum as float4 reductions on sm90 (lane pairs swap halves of a tile,
   // mainloop.cuh) rather than float2 ones.
   static constexpr bool kDqVec4 = false;
+  // One stage: the next step's Q/dO load starts before phase C (behind a barrier) rather than
+  // after it (mainloop.cuh).
+  static constexpr bool kLoadBeforeDq = true;
 
   // Rows padded by 16 bytes: an odd number of 16-byte units per row (kHeadDim and kBlockM are
   // multiples of 16), so the 8 row addresses of an ldmatrix phase hit 8 distinct bank groups,
