@@ -36,8 +36,7 @@ __device__ __forceinline__ void load_tile_sw128(uint32_t dst, const Element* gme
     const int row = idx / kChunksPerRow;
     const int c = idx % kChunksPerRow;  // 16-byte piece of the row: plane c / 8, piece c % 8
     const bool ok = row < valid_rows && c * 8 < head_dim;
-    const uint32_t off = static_cast<uint32_t>(c / 8) * (kRows * kChunkRowBytes) + row * kChunkRowBytes +
-                         ((static_cast<uint32_t>(c % 8) ^ static_cast<uint32_t>(row % 8)) * 16u);
+    const uint32_t off = swizzled_offset(kRows, row, c * 8);  // checked against CuTe (lab/sm90_desc_check.cu)
     const Element* src = ok ? gmem + row * row_stride + c * 8 : gmem;
     cp_async_16(dst + off, src, ok);
   }

@@ -42,6 +42,7 @@
 #include "../flash_fwd/ptx.cuh"
 #include "../flash_fwd_sm90/ptx.cuh"
 #include "../flash_fwd_sm90/wgmma_ops.cuh"
+#include "descriptors.h"
 #include "load.cuh"
 #include "traits.h"
 
@@ -154,34 +155,17 @@ __device__ __forceinline__ void bwd_sm90_mainloop(const BwdParams& p, const uint
   const int acc_row = 16 * warp + lane / 4;  // + 8 h
   const int acc_col = 2 * (lane % 4);        // + 8 j + e
 
-  // Descriptor bases (the layout forms of the forward, ../flash_fwd_sm90/ptx.cuh); k-steps and
-  // stages are byte offsets on top (desc_advance).
-  //   K_wg, V_wg as K-major A (rows 64 wg ..): k-step kk at plane kk/4, +32 B per kk%4.
-  const uint64_t desc_k = make_smem_desc_sw128(sK + wg * 64 * kChunkRowBytes, 16u, 1024u);
-  const uint64_t desc_v = make_smem_desc_sw128(sV + wg * 64 * kChunkRowBytes, 16u, 1024u);
-  //   Q, dO as K-major B (all 64 rows).
-  const uint64_t desc_q = make_smem_desc_sw128(sQ, 16u, 1024u);
-  const uint64_t desc_do = make_smem_desc_sw128(sDO, 16u, 1024u);
-  //   Q, dO as MN-major B (N = D over the chunk planes, LBO = plane stride; k-step = 16 rows).
-  const uint32_t qmn_lbo = Traits::kChunks > 1 ? Traits::kQPlaneBytes : 0u;
-  const uint64_t desc_q_mn = make_smem_desc_sw128(sQ, qmn_lbo, 1024u);
-  const uint64_t desc_do_mn = make_smem_desc_sw128(sDO, qmn_lbo, 1024u);
-  //   dQ operands. dS^T [128 keys][64 queries] as MN-major A (M = 64 queries: one plane, LBO unused);
-  //   K [128 keys][D] as MN-major B.
-  //   kSplitD: all 128 keys; warpgroup wg's N = D/2 columns start at plane wg (D = 128) or 64 B
-  //   into the 128-byte rows (D = 64).
-  //   kSplitKeys: keys 64 wg ..; N = D over the planes (LBO = K plane stride when D = 128).
-  uint64_t desc_ds, desc_k_mn;
-  if constexpr (kSplitD) {
-    desc_ds = make_smem_desc_sw128(sDS, 0u, 1024u);
-    const uint32_t col_off = static_cast<uint32_t>(wg * (kHeadDim / 2) / kChunkCols) * Traits::kKVPlaneBytes +
-                             static_cast<uint32_t>((wg * (kHeadDim / 2)) % kChunkCols) * 2u;
-    desc_k_mn = make_smem_desc_sw128(sK + col_off, 0u, 1024u);
-  } else {
-    desc_ds = make_smem_desc_sw128(sDS + wg * 64 * kChunkRowBytes, 0u, 1024u);
-    desc_k_mn = make_smem_desc_sw128(sK + wg * 64 * kChunkRowBytes, Traits::kChunks > 1 ? Traits::kKVPlaneBytes : 0u,
-                                     1024u);
-  }
+  // Descriptor bases (descriptors.h, checked against CuTe by lab/sm90_bwd_desc_check.cu); stages
+  // and k-steps are byte offsets on top (desc_advance).
+  using Descs = Sm90BwdDescs<Traits>;
+  const uint64_t desc_k = Descs::score_a(sK, wg);
+  const uint64_t desc_v = Descs::score_a(sV, wg);
+  const uint64_t desc_q = Descs::score_b(sQ);
+  const uint64_t desc_do = Descs::score_b(sDO);
+  const uint64_t desc_q_mn = Descs::acc_b(sQ);
+  const uint64_t desc_do_mn = Descs::acc_b(sDO);
+  const uint64_t desc_ds = Descs::dq_a(sDS, wg);
+  const uint64_t desc_k_mn = Descs::dq_b(sK, wg);
 
   // Where this thread writes its dS^T values: row (key) 64 wg + acc_row + 8 h, column (query)
   // 8 j + acc_col, pairs of columns as one 32-bit store (the swizzle keeps the 8 rows of a warp's
@@ -213,18 +197,14 @@ __device__ __forceinline__ void bwd_sm90_mainloop(const BwdParams& p, const uint
     float dp[kSRegs];
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      const uint32_t k_step = (kk / 4) * Traits::kKVPlaneBytes + (kk % 4) * 32;
-      const uint32_t q_step = (kk / 4) * Traits::kQPlaneBytes + (kk % 4) * 32;
-      MmaScore::mma(s, desc_advance(desc_k, k_step), desc_advance(desc_q, q_off + q_step), kk > 0 ? 1 : 0);
-    }
+    for (int kk = 0; kk < kHeadDim / 16; ++kk)
+      MmaScore::mma(s, desc_advance(desc_k, Descs::score_a_step(kk)),
+                    desc_advance(desc_q, q_off + Descs::score_b_step(kk)), kk > 0 ? 1 : 0);
     wgmma_commit();
 #pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      const uint32_t k_step = (kk / 4) * Traits::kKVPlaneBytes + (kk % 4) * 32;
-      const uint32_t q_step = (kk / 4) * Traits::kQPlaneBytes + (kk % 4) * 32;
-      MmaScore::mma(dp, desc_advance(desc_v, k_step), desc_advance(desc_do, q_off + q_step), kk > 0 ? 1 : 0);
-    }
+    for (int kk = 0; kk < kHeadDim / 16; ++kk)
+      MmaScore::mma(dp, desc_advance(desc_v, Descs::score_a_step(kk)),
+                    desc_advance(desc_do, q_off + Descs::score_b_step(kk)), kk > 0 ? 1 : 0);
     wgmma_commit();
 
     // ---- P^T = exp2(S^T scale_log2 - lse log2e). A row that sees no key has lse = -inf and must
@@ -272,10 +252,10 @@ __device__ __forceinline__ void bwd_sm90_mainloop(const BwdParams& p, const uint
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kPVSteps; ++kk)
-      MmaAcc::mma(dv, pa[kk], desc_advance(desc_do_mn, q_off + kk * 16 * kChunkRowBytes), 1);
+      MmaAcc::mma(dv, pa[kk], desc_advance(desc_do_mn, q_off + Descs::acc_b_step(kk)), 1);
 #pragma unroll
     for (int kk = 0; kk < kPVSteps; ++kk)
-      MmaAcc::mma(dk, dsa[kk], desc_advance(desc_q_mn, q_off + kk * 16 * kChunkRowBytes), 1);
+      MmaAcc::mma(dk, dsa[kk], desc_advance(desc_q_mn, q_off + Descs::acc_b_step(kk)), 1);
     wgmma_commit();
 
     // ---- dS^T to shared memory (the same 16-bit values as the dK fragments), then dQ = dS K.
@@ -283,11 +263,7 @@ __device__ __forceinline__ void bwd_sm90_mainloop(const BwdParams& p, const uint
     for (int j = 0; j < kSRegs / 4; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int row = ds_row0 + 8 * h;
-        const uint32_t off = static_cast<uint32_t>(row) * kChunkRowBytes +
-                             ((static_cast<uint32_t>(j) ^ static_cast<uint32_t>(row % 8)) * 16u) +
-                             static_cast<uint32_t>(acc_col) * 2u;
-        st_shared_b32(sDS + off, dsa[j / 2][2 * (j % 2) + h]);
+        st_shared_b32(sDS + Descs::ds_offset(ds_row0 + 8 * h, 8 * j + acc_col), dsa[j / 2][2 * (j % 2) + h]);
       }
     fence_proxy_async();
     if constexpr (kSplitD)
@@ -299,7 +275,7 @@ __device__ __forceinline__ void bwd_sm90_mainloop(const BwdParams& p, const uint
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < Traits::kDqKSteps; ++kk)
-      MmaDq::mma(dq, desc_advance(desc_ds, kk * 16 * kChunkRowBytes), desc_advance(desc_k_mn, kk * 16 * kChunkRowBytes),
+      MmaDq::mma(dq, desc_advance(desc_ds, Descs::dq_step(kk)), desc_advance(desc_k_mn, Descs::dq_step(kk)),
                  kk > 0 ? 1 : 0);
     wgmma_commit();
     wgmma_wait<0>();
