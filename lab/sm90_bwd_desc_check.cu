@@ -42,6 +42,8 @@ uint32_t data_offset(Tensor const& t) {
 }
 
 void check_desc(uint64_t ours, GmmaDescriptor cute_desc, uint32_t cute_start, const char* what) {
+  // the kernel's form: the lower word only, the upper one the constant kBwdDescHi
+  CHECK_EQ(flashattn::sm90::desc_from_lo(flashattn::sm90::desc_lo(ours), 0), ours, "desc upper word is kBwdDescHi");
   GmmaDescriptor o(ours);
   char buf[200];
   std::snprintf(buf, sizeof buf, "%s start", what);

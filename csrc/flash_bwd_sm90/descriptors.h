@@ -14,6 +14,16 @@
 namespace flashattn {
 namespace sm90 {
 
+// Every descriptor here has SBO = 1024 and the 128-byte swizzle, so its upper 32 bits are this
+// constant; the kernel keeps only the lower words (start address, LBO) in registers and adds its
+// byte offsets there (the start-address field never carries: shared addresses stay under 2^18),
+// which saves a register and a carry chain per descriptor.
+constexpr uint32_t kBwdDescHi = static_cast<uint32_t>((static_cast<uint64_t>(1024u >> 4) << 32 | static_cast<uint64_t>(1) << 62) >> 32);
+FLASHATTN_HD uint32_t desc_lo(uint64_t desc) { return static_cast<uint32_t>(desc); }
+FLASHATTN_HD uint64_t desc_from_lo(uint32_t lo, uint32_t bytes) {
+  return static_cast<uint64_t>(kBwdDescHi) << 32 | static_cast<uint64_t>(lo + (bytes >> 4));
+}
+
 template <typename Traits>
 struct Sm90BwdDescs {
   static constexpr bool kSplitD = Traits::kDqSplit == Sm90BwdDqSplit::kSplitD;

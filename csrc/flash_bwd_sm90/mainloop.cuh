@@ -67,6 +67,12 @@ __device__ __forceinline__ void acc_to_a_frags(const float (&acc)[kRegs], uint32
   }
 }
 
+// The value of x, opaque to the compiler (not hoisted out of a loop, not folded).
+__device__ __forceinline__ uint32_t opaque(uint32_t x) {
+  asm volatile("mov.b32 %0, %0;" : "+r"(x));
+  return x;
+}
+
 template <typename Traits, typename Element>
 __device__ __forceinline__ void bwd_sm90_mainloop(const BwdParams& p, const uint32_t base, const int num_n_blocks) {
   constexpr int kBlockM = Traits::kBlockM;
@@ -155,17 +161,17 @@ __device__ __forceinline__ void bwd_sm90_mainloop(const BwdParams& p, const uint
   const int acc_row = 16 * warp + lane / 4;  // + 8 h
   const int acc_col = 2 * (lane % 4);        // + 8 j + e
 
-  // Descriptor bases (descriptors.h, checked against CuTe by lab/sm90_bwd_desc_check.cu); stages
-  // and k-steps are byte offsets on top (desc_advance).
+  // Descriptor bases (descriptors.h, checked against CuTe by lab/sm90_bwd_desc_check.cu), lower
+  // 32 bits only; stages and k-steps are byte offsets on top (desc_from_lo).
   using Descs = Sm90BwdDescs<Traits>;
-  const uint64_t desc_k = Descs::score_a(sK, wg);
-  const uint64_t desc_v = Descs::score_a(sV, wg);
-  const uint64_t desc_q = Descs::score_b(sQ);
-  const uint64_t desc_do = Descs::score_b(sDO);
-  const uint64_t desc_q_mn = Descs::acc_b(sQ);
-  const uint64_t desc_do_mn = Descs::acc_b(sDO);
-  const uint64_t desc_ds = Descs::dq_a(sDS, wg);
-  const uint64_t desc_k_mn = Descs::dq_b(sK, wg);
+  const uint32_t desc_k = desc_lo(Descs::score_a(sK, wg));
+  const uint32_t desc_v = desc_lo(Descs::score_a(sV, wg));
+  const uint32_t desc_q = desc_lo(Descs::score_b(sQ));
+  const uint32_t desc_do = desc_lo(Descs::score_b(sDO));
+  const uint32_t desc_q_mn = desc_lo(Descs::acc_b(sQ));
+  const uint32_t desc_do_mn = desc_lo(Descs::acc_b(sDO));
+  const uint32_t desc_ds = desc_lo(Descs::dq_a(sDS, wg));
+  const uint32_t desc_k_mn = desc_lo(Descs::dq_b(sK, wg));
 
   // Where this thread writes its dS^T values: row (key) 64 wg + acc_row + 8 h, column (query)
   // 8 j + acc_col, pairs of columns as one 32-bit store (the swizzle keeps the 8 rows of a warp's
@@ -183,6 +189,10 @@ __device__ __forceinline__ void bwd_sm90_mainloop(const BwdParams& p, const uint
     const int m0 = (m_begin + t % m_steps) * kBlockM;
     const int stage = t % 2;
     const uint32_t q_off = stage * Traits::kQBytes;
+    // The descriptors of this step, from copies the compiler cannot see as loop-invariant: else it
+    // hoists every (operand, k-step) descriptor out of the loop and keeps them all in registers
+    // (ptxas then spilled at D = 128). Recomputing them is one IADD each.
+    const uint32_t dk_lo = opaque(desc_k), dv_lo = opaque(desc_v), dq_lo = opaque(desc_q), ddo_lo = opaque(desc_do);
 
     // This step's tiles have landed (each thread its own copies), are visible to the async proxy
     // (wgmma), and every thread has completed the previous step (barrier A).
@@ -198,13 +208,13 @@ __device__ __forceinline__ void bwd_sm90_mainloop(const BwdParams& p, const uint
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk)
-      MmaScore::mma(s, desc_advance(desc_k, Descs::score_a_step(kk)),
-                    desc_advance(desc_q, q_off + Descs::score_b_step(kk)), kk > 0 ? 1 : 0);
+      MmaScore::mma(s, desc_from_lo(dk_lo, Descs::score_a_step(kk)),
+                    desc_from_lo(dq_lo, q_off + Descs::score_b_step(kk)), kk > 0 ? 1 : 0);
     wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk)
-      MmaScore::mma(dp, desc_advance(desc_v, Descs::score_a_step(kk)),
-                    desc_advance(desc_do, q_off + Descs::score_b_step(kk)), kk > 0 ? 1 : 0);
+      MmaScore::mma(dp, desc_from_lo(dv_lo, Descs::score_a_step(kk)),
+                    desc_from_lo(ddo_lo, q_off + Descs::score_b_step(kk)), kk > 0 ? 1 : 0);
     wgmma_commit();
 
     // ---- P^T = exp2(S^T scale_log2 - lse log2e). A row that sees no key has lse = -inf and must
@@ -249,13 +259,14 @@ __device__ __forceinline__ void bwd_sm90_mainloop(const BwdParams& p, const uint
     uint32_t pa[kPVSteps][4], dsa[kPVSteps][4];
     acc_to_a_frags<Element>(s, pa);
     acc_to_a_frags<Element>(dp, dsa);
+    const uint32_t dqmn_lo = opaque(desc_q_mn), ddomn_lo = opaque(desc_do_mn);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kPVSteps; ++kk)
-      MmaAcc::mma(dv, pa[kk], desc_advance(desc_do_mn, q_off + Descs::acc_b_step(kk)), 1);
+      MmaAcc::mma(dv, pa[kk], desc_from_lo(ddomn_lo, q_off + Descs::acc_b_step(kk)), 1);
 #pragma unroll
     for (int kk = 0; kk < kPVSteps; ++kk)
-      MmaAcc::mma(dk, dsa[kk], desc_advance(desc_q_mn, q_off + Descs::acc_b_step(kk)), 1);
+      MmaAcc::mma(dk, dsa[kk], desc_from_lo(dqmn_lo, q_off + Descs::acc_b_step(kk)), 1);
     wgmma_commit();
 
     // ---- dS^T to shared memory (the same 16-bit values as the dK fragments), then dQ = dS K.
@@ -272,10 +283,11 @@ __device__ __forceinline__ void bwd_sm90_mainloop(const BwdParams& p, const uint
       named_barrier_sync(kBwdDsBarrierBase + 1 + wg, kWarpgroupThreads);
 
     float dq[kDqRegs];
+    const uint32_t dds_lo = opaque(desc_ds), dkmn_lo = opaque(desc_k_mn);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < Traits::kDqKSteps; ++kk)
-      MmaDq::mma(dq, desc_advance(desc_ds, Descs::dq_step(kk)), desc_advance(desc_k_mn, Descs::dq_step(kk)),
+      MmaDq::mma(dq, desc_from_lo(dds_lo, Descs::dq_step(kk)), desc_from_lo(dkmn_lo, Descs::dq_step(kk)),
                  kk > 0 ? 1 : 0);
     wgmma_commit();
     wgmma_wait<0>();
