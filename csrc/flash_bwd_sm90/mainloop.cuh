@@ -18,7 +18,8 @@
 //   dV += P^T dO, dK += dS^T Q RS wgmma, A = P^T / dS^T from registers (the accumulator layout
 //                              packed to 16 bits is the A-fragment layout, as the forward's P),
 //                              B = dO / Q as MN-major B (same smem tile, other descriptor)  (group 3)
-//   dS^T (16-bit) -> shared memory [keys][queries]; fence.proxy.async; barrier B
+//   dS^T (16-bit) -> shared memory [keys][queries]; fence.proxy.async; wait group 3 (frees the
+//     P^T/dS^T fragments before the dQ accumulator is live: no spill at D = 128); barrier B
 //   dQ = dS K                  SS wgmma, A = dS^T as MN-major A (imm-trans-a), B = K as MN-major
 //                              B (imm-trans-b); split between the warpgroups (traits.h)  (group 4)
 //   wait all; dQ -> dq_accum (float4 red.global.add)
@@ -33,6 +34,7 @@
 #pragma once
 
 #include <cmath>
+#include <climits>
 #include <cstdint>
 #include <type_traits>
 
@@ -118,14 +120,15 @@ __device__ __forceinline__ void bwd_sm90_mainloop(const BwdParams& p, const uint
 
   const Element* k_gmem = static_cast<const Element*>(p.k) + batch * p.k_batch_stride + head_kv * p.k_head_stride;
   const Element* v_gmem = static_cast<const Element*>(p.v) + batch * p.v_batch_stride + head_kv * p.v_head_stride;
-  const Element* q_batch = static_cast<const Element*>(p.q) + batch * p.q_batch_stride;
-  const Element* do_batch = static_cast<const Element*>(p.dout) + batch * p.do_batch_stride;
 
   // Step t is query block m_begin + t % m_steps of query head head_kv * group + t / m_steps.
   auto load_step = [&](int t) {
     const int hq = head_kv * group + t / m_steps;
     const int m0 = (m_begin + t % m_steps) * kBlockM;
     const int stage = t % 2;
+    // (pointers formed here, not kept across the loop: fewer live registers)
+    const Element* q_batch = static_cast<const Element*>(p.q) + batch * p.q_batch_stride;
+    const Element* do_batch = static_cast<const Element*>(p.dout) + batch * p.do_batch_stride;
     load_tile_sw128<kBlockM, kHeadDim, Traits::kThreads>(
         sQ + stage * Traits::kQBytes, q_batch + hq * p.q_head_stride + m0 * p.q_row_stride, p.q_row_stride,
         p.seqlen_q - m0, p.head_dim, tid);
@@ -181,7 +184,6 @@ __device__ __forceinline__ void bwd_sm90_mainloop(const BwdParams& p, const uint
   const float scale_log2 = p.scale_log2;
   constexpr float kLog2e = 1.4426950408889634f;
   const bool keys_partial = n0 + kBlockN > p.seqlen_k;
-  float* dq_head0 = p.dq_accum + static_cast<int64_t>(batch) * p.heads_q * p.seqlen_q * p.head_dim;
 
   auto step = [&](const int t, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
@@ -221,6 +223,14 @@ __device__ __forceinline__ void bwd_sm90_mainloop(const BwdParams& p, const uint
     // get P = 0: its lse is taken as +inf (exp2(s - inf) = 0), not -inf (NaN).
     wgmma_wait<1>();
     reg_fence(s);
+    // Key row 8 h of this thread is visible to queries [qmin[h], Sq) (none when past Sk).
+    int qmin[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int key = n0 + wg * 64 + acc_row + 8 * h;
+      qmin[h] = key >= p.seqlen_k ? INT_MAX : p.causal ? key - p.causal_offset : INT_MIN;
+    }
+    const int q_end = p.seqlen_q - m0;  // in-block query columns < q_end exist
     const uint32_t lse_s = sLse + (stage * kBlockM + acc_col) * 4;
     const uint32_t dpsum_s = sDpsum + (stage * kBlockM + acc_col) * 4;
 #pragma unroll
@@ -235,9 +245,8 @@ __device__ __forceinline__ void bwd_sm90_mainloop(const BwdParams& p, const uint
         for (int e = 0; e < 2; ++e) {
           float pv = ex2(s[4 * j + 2 * h + e] * scale_log2 - lse2[e]);
           if constexpr (kMasked) {
-            const int key = n0 + wg * 64 + acc_row + 8 * h;
-            const int query = m0 + 8 * j + acc_col + e;
-            if (key >= p.seqlen_k || query >= p.seqlen_q || (p.causal && key > query + p.causal_offset)) pv = 0.f;
+            const int col = 8 * j + acc_col + e;
+            if (col >= q_end || m0 + col < qmin[h]) pv = 0.f;
           }
           s[4 * j + 2 * h + e] = pv;
         }
@@ -277,6 +286,14 @@ __device__ __forceinline__ void bwd_sm90_mainloop(const BwdParams& p, const uint
         st_shared_b32(sDS + Descs::ds_offset(ds_row0 + 8 * h, 8 * j + acc_col), dsa[j / 2][2 * (j % 2) + h]);
       }
     fence_proxy_async();
+    wgmma_wait<0>();
+    reg_fence(dv);
+    reg_fence(dk);
+#pragma unroll
+    for (int kk = 0; kk < kPVSteps; ++kk) {
+      reg_fence(pa[kk]);
+      reg_fence(dsa[kk]);
+    }
     if constexpr (kSplitD)
       named_barrier_sync(kBwdDsBarrierBase, Traits::kThreads);
     else
@@ -292,16 +309,9 @@ __device__ __forceinline__ void bwd_sm90_mainloop(const BwdParams& p, const uint
     wgmma_commit();
     wgmma_wait<0>();
     reg_fence(dq);
-    reg_fence(dv);
-    reg_fence(dk);
-#pragma unroll
-    for (int kk = 0; kk < kPVSteps; ++kk) {
-      reg_fence(pa[kk]);
-      reg_fence(dsa[kk]);
-    }
 
     // ---- dQ -> dq_accum [B, Hq, Sq, head_dim] (float4 reductions, rows past Sq dropped).
-    float* dq_rows = dq_head0 + static_cast<int64_t>(hq) * p.seqlen_q * p.head_dim;
+    float* dq_rows = p.dq_accum + (static_cast<int64_t>(batch) * p.heads_q + hq) * p.seqlen_q * p.head_dim;
     const int row = m0 + acc_row;
     const int col_base = kSplitD ? wg * (kHeadDim / 2) : 0;
 #pragma unroll
