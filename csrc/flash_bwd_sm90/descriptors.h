@@ -1,0 +1,80 @@
+// wgmma shared-memory descriptors and the dS^T store offsets of the Hopper backward kernel, as
+// plain host/device code so that lab/sm90_bwd_desc_check.cu can compare them with CuTe's
+// make_gmma_desc on the CPU. Layout forms: ../flash_fwd_sm90/ptx.cuh; tiles: traits.h.
+//
+// Each operand has a base descriptor (k-step 0, stage 0) and a byte offset per k-step; the
+// kernel adds stage and k-step offsets with desc_advance.
+#pragma once
+
+#include <cstdint>
+
+#include "../flash_fwd_sm90/ptx.cuh"
+#include "traits.h"
+
+namespace flashattn {
+namespace sm90 {
+
+// Every descriptor here has SBO = 1024 and the 128-byte swizzle, so its upper 32 bits are this
+// constant; the kernel keeps only the lower words (start address, LBO) in registers and adds its
+// byte offsets there (the start-address field never carries: shared addresses stay under 2^18),
+// which saves a register and a carry chain per descriptor.
+constexpr uint32_t kBwdDescHi = static_cast<uint32_t>((static_cast<uint64_t>(1024u >> 4) << 32 | static_cast<uint64_t>(1) << 62) >> 32);
+FLASHATTN_HD uint32_t desc_lo(uint64_t desc) { return static_cast<uint32_t>(desc); }
+FLASHATTN_HD uint64_t desc_from_lo(uint32_t lo, uint32_t bytes) {
+  return static_cast<uint64_t>(kBwdDescHi) << 32 | static_cast<uint64_t>(lo + (bytes >> 4));
+}
+
+template <typename Traits>
+struct Sm90BwdDescs {
+  static constexpr bool kSplitD = Traits::kDqSplit == Sm90BwdDqSplit::kSplitD;
+
+  // S^T = K Q^T / dP^T = V dO^T, A = K_wg or V_wg ([128 keys][D], rows 64 wg ..), K-major:
+  // k-step kk is plane kk / 4, 32 B per kk % 4 inside the 128-byte rows.
+  static FLASHATTN_HD uint64_t score_a(uint32_t kv_tile, int wg) {
+    return make_smem_desc_sw128(kv_tile + static_cast<uint32_t>(wg) * 64u * kChunkRowBytes, 16u, 1024u);
+  }
+  static FLASHATTN_HD uint32_t score_a_step(int kk) {
+    return static_cast<uint32_t>(kk / 4) * Traits::kKVPlaneBytes + static_cast<uint32_t>(kk % 4) * 32u;
+  }
+  // B = Q or dO ([64 queries][D]), K-major.
+  static FLASHATTN_HD uint64_t score_b(uint32_t q_tile) { return make_smem_desc_sw128(q_tile, 16u, 1024u); }
+  static FLASHATTN_HD uint32_t score_b_step(int kk) {
+    return static_cast<uint32_t>(kk / 4) * Traits::kQPlaneBytes + static_cast<uint32_t>(kk % 4) * 32u;
+  }
+  // dV += P^T dO / dK += dS^T Q: B = dO or Q, MN-major (N = D over the chunk planes: LBO = plane
+  // stride, unused with one plane; K = queries: k-step kk is 16 rows).
+  static FLASHATTN_HD uint64_t acc_b(uint32_t q_tile) {
+    return make_smem_desc_sw128(q_tile, Traits::kChunks > 1 ? Traits::kQPlaneBytes : 0u, 1024u);
+  }
+  static FLASHATTN_HD uint32_t acc_b_step(int kk) { return static_cast<uint32_t>(kk) * 16u * kChunkRowBytes; }
+
+  // dQ = dS K. A = dS^T [128 keys][64 queries] (one plane) as MN-major A: M = 64 queries, K =
+  // keys (all 128 with kSplitD, warpgroup wg's 64 with kSplitKeys).
+  static FLASHATTN_HD uint64_t dq_a(uint32_t ds_tile, int wg) {
+    const uint32_t row0 = kSplitD ? 0u : static_cast<uint32_t>(wg) * 64u;
+    return make_smem_desc_sw128(ds_tile + row0 * kChunkRowBytes, 0u, 1024u);
+  }
+  // B = K [128 keys][D] as MN-major B. kSplitD: warpgroup wg's N = D/2 columns start at plane wg
+  // (D = 128) or 64 bytes into the 128-byte rows (D = 64). kSplitKeys: keys 64 wg .., N = D.
+  static FLASHATTN_HD uint64_t dq_b(uint32_t k_tile, int wg) {
+    if (kSplitD) {
+      const int col0 = wg * (Traits::kHeadDim / 2);
+      const uint32_t off = static_cast<uint32_t>(col0 / kChunkCols) * Traits::kKVPlaneBytes +
+                           static_cast<uint32_t>(col0 % kChunkCols) * 2u;
+      return make_smem_desc_sw128(k_tile + off, 0u, 1024u);
+    }
+    return make_smem_desc_sw128(k_tile + static_cast<uint32_t>(wg) * 64u * kChunkRowBytes,
+                                Traits::kChunks > 1 ? Traits::kKVPlaneBytes : 0u, 1024u);
+  }
+  static FLASHATTN_HD uint32_t dq_step(int kk) { return static_cast<uint32_t>(kk) * 16u * kChunkRowBytes; }
+
+  // Byte offset in the dS^T tile of element (key row, query col), col even: the 128-byte swizzle
+  // of one plane of 128 rows (swizzled_offset(kBlockN, row, col)); (col, col + 1) are adjacent.
+  static FLASHATTN_HD uint32_t ds_offset(int row, int col) {
+    return static_cast<uint32_t>(row) * kChunkRowBytes +
+           ((static_cast<uint32_t>(col / 8) ^ static_cast<uint32_t>(row % 8)) * 16u) + static_cast<uint32_t>(col % 8) * 2u;
+  }
+};
+
+}  // namespace sm90
+}  // namespace flashattn

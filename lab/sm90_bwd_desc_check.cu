@@ -1,0 +1,151 @@
+// CPU-only cross-check of the Hopper backward prototype's wgmma descriptors
+// (csrc/flash_bwd_sm90/descriptors.h) against CuTe's canonical GMMA layouts and make_gmma_desc
+// (CUTLASS 4.2.0 headers), in the style of lab/sm90_desc_check.cu (which covers the forward's
+// tile layout, K-major and MN-major B forms, and the fragment layouts). Build and run:
+//   bash lab/sm90_bwd_desc_check.sh
+// For every traits config and k-step, the start address, LBO, SBO, base offset and swizzle mode
+// of the kernel's descriptors (base + desc_advance) equal CuTe's for:
+//   K_wg / V_wg as K-major A of S^T = K Q^T (rows 64 wg..), Q / dO as K-major B,
+//   Q / dO as MN-major B of dK / dV (the transposed view of the same tile),
+//   dS^T as MN-major A of dQ (the transposed view of [128 keys][64 queries]),
+//   K as MN-major B of dQ (per warpgroup: N = D/2 columns, or its 64 keys with N = D);
+// and the dS^T store offsets equal CuTe's K-major SW128 layout of the [128][64] tile.
+#include <cstdio>
+#include <cstdlib>
+
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cute/tensor.hpp>
+
+#include "flash_bwd_sm90/descriptors.h"
+#include "flash_bwd_sm90/traits.h"
+
+using namespace cute;
+
+static int failures = 0;
+static int checks = 0;
+
+#define CHECK_EQ(a, b, what)                                                                 \
+  do {                                                                                       \
+    const long long va = static_cast<long long>(a), vb = static_cast<long long>(b);          \
+    ++checks;                                                                                \
+    if (va != vb) {                                                                          \
+      if (failures < 30) std::printf("MISMATCH %s: ours %lld cute %lld\n", what, va, vb);   \
+      ++failures;                                                                            \
+    }                                                                                        \
+  } while (0)
+
+alignas(1024) static cute::uint8_t g_smem[1 << 18];
+
+template <class Tensor>
+uint32_t data_offset(Tensor const& t) {
+  return static_cast<uint32_t>(reinterpret_cast<cute::uint8_t const*>(raw_pointer_cast(t.data())) - g_smem);
+}
+
+void check_desc(uint64_t ours, GmmaDescriptor cute_desc, uint32_t cute_start, const char* what) {
+  // the kernel's form: the lower word only, the upper one the constant kBwdDescHi
+  CHECK_EQ(flashattn::sm90::desc_from_lo(flashattn::sm90::desc_lo(ours), 0), ours, "desc upper word is kBwdDescHi");
+  GmmaDescriptor o(ours);
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "%s start", what);
+  CHECK_EQ(o.bitfield.start_address_, (cute_start >> 4) & 0x3FFF, buf);
+  std::snprintf(buf, sizeof buf, "%s LBO", what);
+  CHECK_EQ(o.bitfield.leading_byte_offset_, cute_desc.bitfield.leading_byte_offset_, buf);
+  std::snprintf(buf, sizeof buf, "%s SBO", what);
+  CHECK_EQ(o.bitfield.stride_byte_offset_, cute_desc.bitfield.stride_byte_offset_, buf);
+  std::snprintf(buf, sizeof buf, "%s base_offset", what);
+  CHECK_EQ(o.bitfield.base_offset_, cute_desc.bitfield.base_offset_, buf);
+  std::snprintf(buf, sizeof buf, "%s layout_type", what);
+  CHECK_EQ(o.bitfield.layout_type_, cute_desc.bitfield.layout_type_, buf);
+}
+
+template <class Element, int kRows, int kCols>
+auto kmajor_tile() {  // [kRows][kCols] as 64-column SW128 chunk planes (atoms down the rows first)
+  auto layout = tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kRows>, Int<kCols>>{});
+  return make_tensor(make_smem_ptr(reinterpret_cast<Element*>(g_smem)), layout);
+}
+template <class Element, int kRows, int kCols>
+auto transposed_tile() {  // the same bytes viewed as (kCols, kRows): MN-major operand
+  auto layout = tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kRows>, Int<kCols>>{});
+  auto t = composition(layout, make_ordered_layout(Shape<Int<kCols>, Int<kRows>>{}, Step<_2, _1>{}));
+  return make_tensor(make_smem_ptr(reinterpret_cast<Element*>(g_smem)), t);
+}
+
+template <class Element, class Traits>
+void check_traits(const char* name) {
+  using namespace flashattn::sm90;
+  using Descs = Sm90BwdDescs<Traits>;
+  constexpr int D = Traits::kHeadDim, BN = Traits::kBlockN, BM = Traits::kBlockM;
+  char what[200];
+  // S^T / dP^T: A = K_wg (K-major), B = Q (K-major).
+  {
+    auto sK = kmajor_tile<Element, BN, D>();
+    auto sQ = kmajor_tile<Element, BM, D>();
+    for (int wg = 0; wg < 2; ++wg)
+      for (int kk = 0; kk < D / 16; ++kk) {
+        auto sub = local_tile(sK, Shape<_64, _16>{}, make_coord(wg, kk));
+        std::snprintf(what, sizeof what, "%s score A wg=%d kk=%d", name, wg, kk);
+        check_desc(desc_advance(Descs::score_a(0u, wg), Descs::score_a_step(kk)), GMMA::make_gmma_desc<GMMA::Major::K>(sub),
+                   data_offset(sub), what);
+      }
+    for (int kk = 0; kk < D / 16; ++kk) {
+      auto sub = local_tile(sQ, Shape<Int<BM>, _16>{}, make_coord(0, kk));
+      std::snprintf(what, sizeof what, "%s score B kk=%d", name, kk);
+      check_desc(desc_advance(Descs::score_b(0u), Descs::score_b_step(kk)), GMMA::make_gmma_desc<GMMA::Major::K>(sub),
+                 data_offset(sub), what);
+    }
+  }
+  // dV / dK: B = dO / Q viewed (D, queries), MN-major, k-steps of 16 queries.
+  {
+    auto sQt = transposed_tile<Element, BM, D>();
+    for (int kk = 0; kk < BM / 16; ++kk) {
+      auto sub = local_tile(sQt, Shape<Int<D>, _16>{}, make_coord(0, kk));
+      std::snprintf(what, sizeof what, "%s acc B kk=%d", name, kk);
+      check_desc(desc_advance(Descs::acc_b(0u), Descs::acc_b_step(kk)), GMMA::make_gmma_desc<GMMA::Major::MN>(sub),
+                 data_offset(sub), what);
+    }
+  }
+  // dQ: A = dS^T [128 keys][64 queries] viewed (queries, keys), MN-major; B = K viewed (D, keys).
+  {
+    auto sDSt = transposed_tile<Element, BN, BM>();
+    auto sDS = kmajor_tile<Element, BN, BM>();
+    for (int r = 0; r < BN; ++r)
+      for (int c = 0; c < BM; c += 2) {
+        const uint32_t cute_off =
+            static_cast<uint32_t>(reinterpret_cast<cute::uint8_t const*>(raw_pointer_cast(&sDS(r, c))) - g_smem);
+        std::snprintf(what, sizeof what, "%s dS^T store offset (%d, %d)", name, r, c);
+        CHECK_EQ(Descs::ds_offset(r, c), cute_off, what);
+        CHECK_EQ(Descs::ds_offset(r, c), swizzled_offset(BN, r, c), what);
+      }
+    auto sKt = transposed_tile<Element, BN, D>();
+    constexpr bool kSplitD = Traits::kDqSplit == Sm90BwdDqSplit::kSplitD;
+    for (int wg = 0; wg < 2; ++wg)
+      for (int kk = 0; kk < Traits::kDqKSteps; ++kk) {
+        const int kblock = kSplitD ? kk : wg * 4 + kk;  // 16-key step within the 128 keys
+        auto a = local_tile(sDSt, Shape<Int<BM>, _16>{}, make_coord(0, kblock));
+        std::snprintf(what, sizeof what, "%s dQ A wg=%d kk=%d", name, wg, kk);
+        check_desc(desc_advance(Descs::dq_a(0u, wg), Descs::dq_step(kk)), GMMA::make_gmma_desc<GMMA::Major::MN>(a),
+                   data_offset(a), what);
+        auto b = local_tile(sKt, Shape<Int<Traits::kDqN>, _16>{}, make_coord(kSplitD ? wg : 0, kblock));
+        std::snprintf(what, sizeof what, "%s dQ B wg=%d kk=%d", name, wg, kk);
+        check_desc(desc_advance(Descs::dq_b(0u, wg), Descs::dq_step(kk)), GMMA::make_gmma_desc<GMMA::Major::MN>(b),
+                   data_offset(b), what);
+      }
+  }
+  std::printf("checked %s\n", name);
+}
+
+int main() {
+  using namespace flashattn::sm90;
+  check_traits<cute::bfloat16_t, Sm90BwdTraits<128, Sm90BwdDqSplit::kSplitD>>("D=128 split-D");
+  check_traits<cute::bfloat16_t, Sm90BwdTraits<128, Sm90BwdDqSplit::kSplitKeys>>("D=128 split-keys");
+  check_traits<cute::bfloat16_t, Sm90BwdTraits<64, Sm90BwdDqSplit::kSplitKeys>>("D=64 split-keys");
+#if !defined(SKIP_D64_SPLIT_D)
+  check_traits<cute::half_t, Sm90BwdTraits<64, Sm90BwdDqSplit::kSplitD>>("D=64 split-D");
+#endif
+  if (failures) {
+    std::printf("FAIL: %d of %d field checks mismatch\n", failures, checks);
+    return 1;
+  }
+  std::printf("OK: %d field checks, the backward's descriptors and dS^T offsets match CuTe\n", checks);
+  return 0;
+}
