@@ -10,7 +10,7 @@ BIN=${LAB_BIN:-build/bwd_lab}
 mkdir -p "$BIN"
 # name D configs
 CONFIGS=(
-  "d64 64 LAB(128,128,8,2,4,4,1); LAB_LOADFLIP(128,128,8,2,4,4,1); LAB(128,128,8,4,4,4,2);"
+  "d64 64 LAB(128,128,8,2,2,4,1); LAB_LOADFLIP(128,128,8,2,2,4,1);"
   "d128 128 LAB(128,64,8,8,4,2,2);"
 )
 build() {  # name D configs

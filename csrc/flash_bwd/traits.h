@@ -89,7 +89,7 @@ struct BwdTileConfig;
 
 //                        head dim variant  BlockN BlockM warps A-keys B-keys C-queries stages  smem (KB)
 FLASHATTN_BWD_TILE_CONFIG(32,  kLarge,   128, 64, 8, 4, 4, 4, 2);  //  77.0
-FLASHATTN_BWD_TILE_CONFIG(64,  kLarge,   128, 128, 8, 2, 4, 4, 1); // 141.0 (over sm89's 99 KB)
+FLASHATTN_BWD_TILE_CONFIG(64,  kLarge,   128, 128, 8, 2, 2, 4, 1); // 141.0 (over sm89's 99 KB)
 FLASHATTN_BWD_TILE_CONFIG(64,  kCompact, 128, 64, 8, 4, 4, 4, 1);  //  90.5
 FLASHATTN_BWD_TILE_CONFIG(96,  kLarge,   64,  64, 8, 4, 4, 4, 2);  //  97.0
 FLASHATTN_BWD_TILE_CONFIG(128, kLarge,   128, 64, 8, 8, 4, 2, 2);  // 176.5 (over sm80's 163 KB)
