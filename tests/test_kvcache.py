@@ -119,6 +119,12 @@ BAD_INPUTS = [
     BadInput("num-splits-float", lambda mk: kvcache(mk(*Q), *_caches(mk), num_splits=2.0), TypeError, "num_splits must be an int, got float"),
     BadInput("num-splits-bool", lambda mk: kvcache(mk(*Q), *_caches(mk), num_splits=True), TypeError, "num_splits must be an int, got bool"),
     BadInput("scale-nan", lambda mk: kvcache(mk(*Q), *_caches(mk), softmax_scale=math.nan), ValueError, "scale must be finite, got nan"),
+    BadInput("window-below-minus-one", lambda mk: kvcache(mk(*Q), *_caches(mk), window_size=(-3, -1)), ValueError, "window_size values must be >= -1 (-1: unbounded), got (-3, -1)"),
+    BadInput("window-float", lambda mk: kvcache(mk(*Q), *_caches(mk), window_size=(8, 0.5)), TypeError, "window_size must be a pair of ints (left, right), got float 0.5 for right"),
+    BadInput("window-none", lambda mk: kvcache(mk(*Q), *_caches(mk), window_size=None), TypeError, "window_size must be a pair of ints (left, right), -1 meaning unbounded, got None"),
+    BadInput("softcap-negative", lambda mk: kvcache(mk(*Q), *_caches(mk), softcap=-0.5), ValueError, "softcap must be finite and >= 0 (0.0: off), got -0.5"),
+    BadInput("softcap-nan", lambda mk: kvcache(mk(*Q), *_caches(mk), softcap=math.nan), ValueError, "softcap must be finite and >= 0 (0.0: off), got nan"),
+    BadInput("softcap-none", lambda mk: kvcache(mk(*Q), *_caches(mk), softcap=None), TypeError, "softcap must be a float (0.0: off), got NoneType"),
 ]
 BAD_INPUT_PARAMS = [pytest.param(row, id=row.id) for row in BAD_INPUTS]
 
@@ -145,6 +151,7 @@ def _valid_calls(mk: Maker):
         ("Sq=16, MQA, forced splits", lambda: kvcache(mk(B, 16, HQ, D), *_caches(mk, (B, SK, 1, D)), num_splits=7, return_lse=True)),
         ("bhsd cache view, D=256", lambda: kvcache(mk(B, SQ, HQ, 256), *_caches(mk, (B, SK, HK, 256), strides=(HK * SK * 256, 256, SK * 256, 1)), softmax_scale=0.0, return_lse=True)),
         ("append with int seqlens", lambda: kvcache(mk(*Q), *_caches(mk), k=mk(B, 3, HK, D), v=mk(B, 3, HK, D), cache_seqlens=SK - 3, return_lse=True)),
+        ("window and softcap", lambda: kvcache(mk(*Q), *_caches(mk), cache_seqlens=seqlens, causal=True, window_size=(16, 0), softcap=30.0, return_lse=True)),
     ]
 
 
@@ -178,7 +185,8 @@ def test_schema_marks_exactly_the_caches_as_mutated() -> None:
     assert all(r.alias_info is None for r in schema.returns), "outputs are fresh tensors, never views of inputs"
 
 
-def _cpu_standin(q, k_cache, v_cache, k, v, cache_seqlens, cache_seqlen, softmax_scale, causal, num_splits):
+def _cpu_standin(q, k_cache, v_cache, k, v, cache_seqlens, cache_seqlen, softmax_scale, causal, num_splits,
+                 window_left=-1, window_right=-1, softcap=0.0):
     """A CPU kernel for the op, for tracing tests only: the append, and a cheap fake attention."""
     if k is not None:
         for b in range(q.shape[0]):

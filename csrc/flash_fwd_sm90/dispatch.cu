@@ -171,6 +171,7 @@ int supported_launcher(const FwdParams& p, const DeviceLimits& dev) {
   if (p.batch < 1 || p.seqlen_q < 1 || p.seqlen_k < 1 || p.heads_q < 1 || p.heads_kv < 1) return -1;
   if (p.heads_q % p.heads_kv != 0) return -1;
   if (!std::isfinite(p.softmax_scale) || !std::isfinite(p.scale_log2)) return -1;
+  if (p.has_window() || p.softcap > 0.f) return -1;  // not yet on this path: 'auto' runs the portable one
   if (p.o == nullptr || p.lse == nullptr || reinterpret_cast<uintptr_t>(p.o) % 4 != 0) return -1;
   if (p.o_row_stride % 2 != 0 || p.o_head_stride % 2 != 0 || p.o_batch_stride % 2 != 0) return -1;
   const int i = find_launcher(p);
