@@ -24,6 +24,7 @@ def pytest_configure(config):
         "decode: benchmark grid for decode (Sq=1, KV cache, GQA 32:8); runs once flash_attn_with_kvcache exists",
         "training: the standard grid's shapes, backward ('bwd') and forward+backward ('fwd+bwd')",
         "quick: a small subset of the benchmark grids, for a fast look (-m 'bench and quick')",
+        "window: local attention: a 4k sliding window over S=32k against dense calls (-m 'bench and window')",
     ):
         config.addinivalue_line("markers", line)
 

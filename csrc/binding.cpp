@@ -6,6 +6,7 @@
 #include <torch/extension.h>
 #include <torch/library.h>
 
+#include <cmath>
 #include <string>
 
 #include "device_limits.h"
@@ -29,7 +30,8 @@ at::Tensor aligned_for_kernel(const at::Tensor& t) {
 }
 
 std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
-                                            double softmax_scale, int64_t causal_mode, c10::string_view backend) {
+                                            double softmax_scale, int64_t causal_mode, c10::string_view backend,
+                                            int64_t window_left, int64_t window_right, double softcap) {
   TORCH_CHECK(q_in.dim() == 4 && k_in.dim() == 4 && v_in.dim() == 4, "flashattn::fwd: q, k, v must be 4-D [B, S, H, D]");
   TORCH_CHECK(q_in.scalar_type() == k_in.scalar_type() && q_in.scalar_type() == v_in.scalar_type(),
               "flashattn::fwd: q, k, v must share one dtype");
@@ -47,6 +49,10 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
   TORCH_CHECK(D >= 8 && D <= 256 && D % 8 == 0, "flashattn::fwd: head dim must be a multiple of 8 in [8, 256]");
   TORCH_CHECK(Sk >= 1 || B * Sq * Hq == 0, "flashattn::fwd: key sequence length must be >= 1");
   TORCH_CHECK(causal_mode >= 0 && causal_mode <= 2, "flashattn::fwd: causal_mode must be 0, 1 or 2");
+  TORCH_CHECK(window_left >= -1 && window_right >= -1, "flashattn::fwd: window_left and window_right must be >= -1 "
+              "(-1: unbounded), got ", window_left, " and ", window_right);
+  TORCH_CHECK(softcap == 0.0 || (softcap > 0.0 && std::isfinite(static_cast<float>(softcap)) && static_cast<float>(softcap) > 0.f),
+              "flashattn::fwd: softcap must be 0 (off) or a positive float32-representable value, got ", softcap);
   TORCH_CHECK(backend == "auto" || backend == "portable" || backend == "hopper",
               "flashattn::fwd: backend must be 'auto', 'portable' or 'hopper', got '", std::string(backend), "'");
   TORCH_CHECK(B <= INT32_MAX && Sq <= INT32_MAX && Sk <= INT32_MAX && Hq <= INT32_MAX, "flashattn::fwd: sizes too large");
@@ -76,7 +82,8 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
   p.head_dim = static_cast<int>(D);
   p.dtype = q.scalar_type() == at::kBFloat16 ? DType::kBFloat16 : DType::kFloat16;
   p.set_scale(static_cast<float>(softmax_scale));
-  p.set_causal(static_cast<CausalMode>(causal_mode));
+  p.set_softcap(static_cast<float>(softcap));
+  p.set_mask(static_cast<CausalMode>(causal_mode), window_left, window_right);
 
   const flashattn::DeviceLimits dev = flashattn::device_limits(q.get_device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
@@ -113,9 +120,11 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
 // of the [B, S, H, D] buffer the kernels write). The views are taken here rather than in Python,
 // where each one costs about a microsecond of host time per call (the latency grid is host-bound).
 std::tuple<at::Tensor, at::Tensor> fwd_bhsd_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                                 double softmax_scale, int64_t causal_mode, c10::string_view backend) {
+                                                 double softmax_scale, int64_t causal_mode, c10::string_view backend,
+                                                 int64_t window_left, int64_t window_right, double softcap) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "flashattn::fwd_bhsd: q, k, v must be 4-D [B, H, S, D]");
-  auto [out, lse] = fwd_cuda(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), softmax_scale, causal_mode, backend);
+  auto [out, lse] = fwd_cuda(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), softmax_scale, causal_mode, backend,
+                             window_left, window_right, softcap);
   return {out.transpose(1, 2), lse};
 }
 

@@ -6,6 +6,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <cmath>
 #include <string>
 #include <tuple>
 
@@ -23,7 +24,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(const at::Tensor& dout_i
                                                         const at::Tensor& k_in, const at::Tensor& v_in,
                                                         const at::Tensor& out_in, const at::Tensor& lse_in,
                                                         double softmax_scale, int64_t causal_mode, bool deterministic,
-                                                        c10::string_view backend) {
+                                                        c10::string_view backend, int64_t window_left,
+                                                        int64_t window_right, double softcap) {
   TORCH_CHECK(backend == "auto" || backend == "portable" || backend == "hopper",
               "flashattn::bwd: backend must be 'auto', 'portable' or 'hopper', got '", std::string(backend), "'");
   // `backend` names the path the forward ran on. The backward has one path today, the portable
@@ -51,6 +53,26 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(const at::Tensor& dout_i
               "flashattn::bwd: lse must be float32 [B, Hq, Sq] as flashattn::fwd returns it");
   TORCH_CHECK(Sk >= 1 || B * Sq * Hq == 0, "flashattn::bwd: key sequence length must be >= 1");
   TORCH_CHECK(causal_mode >= 0 && causal_mode <= 2, "flashattn::bwd: causal_mode must be 0, 1 or 2");
+  TORCH_CHECK(window_left >= -1 && window_right >= -1, "flashattn::bwd: window_left and window_right must be >= -1 "
+              "(-1: unbounded), got ", window_left, " and ", window_right);
+  TORCH_CHECK(softcap >= 0.0 && std::isfinite(softcap), "flashattn::bwd: softcap must be finite and >= 0, got ", softcap);
+  // ==== NOT IMPLEMENTED YET: the backward of local attention / softcap (issue 16) =================
+  // The one place that refuses them. The forward computes both; the backward kernels
+  // (csrc/flash_bwd/) do not know them yet, and running them anyway would return gradients of
+  // the wrong function. A window no row reaches (wider than the sequences, or window_right = 0
+  // under causal masking) is no window and passes. To lift: teach csrc/flash_bwd/mainloop.cuh the
+  // window (BwdParams inherits window_left / window_right / softcap from FwdParams: fill them with
+  // set_mask() and set_softcap() below, as csrc/binding.cpp does) and the softcap's derivative
+  // (dS of the raw score = dS * (1 - tanh^2)), then delete this block.
+  flashattn::FwdParams window_probe;
+  window_probe.seqlen_q = static_cast<int>(Sq);
+  window_probe.seqlen_k = static_cast<int>(Sk);
+  window_probe.set_mask(static_cast<CausalMode>(causal_mode), window_left, window_right);
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      !window_probe.has_window() && softcap == 0.0,
+      "flashattn: the backward of local attention / softcap is not implemented yet (window_size = (", window_left,
+      ", ", window_right, "), softcap = ", softcap, "); the forward supports them: call it under torch.no_grad() "
+      "(or with inputs that do not require grad), or train without window_size / softcap");
   TORCH_CHECK(B <= INT32_MAX && Sq <= INT32_MAX && Sk <= INT32_MAX && Hq <= INT32_MAX, "flashattn::bwd: sizes too large");
 
   const c10::cuda::CUDAGuard guard(q_in.device());

@@ -10,6 +10,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <tuple>
@@ -31,7 +32,8 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(const at::Tensor& q_in, cons
                                                      const at::Tensor& v_cache, const std::optional<at::Tensor>& k_new_in,
                                                      const std::optional<at::Tensor>& v_new_in,
                                                      const std::optional<at::Tensor>& cache_seqlens, int64_t cache_seqlen,
-                                                     double softmax_scale, bool causal, int64_t num_splits) {
+                                                     double softmax_scale, bool causal, int64_t num_splits,
+                                                     int64_t window_left, int64_t window_right, double softcap) {
   TORCH_CHECK(q_in.dim() == 4 && k_cache.dim() == 4 && v_cache.dim() == 4,
               "flashattn::fwd_kvcache: q, k_cache, v_cache must be 4-D [B, S, H, D]");
   const auto dt = q_in.scalar_type();
@@ -56,6 +58,10 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(const at::Tensor& q_in, cons
   TORCH_CHECK(B <= INT32_MAX && Sq <= INT32_MAX && Sk <= INT32_MAX && Hq <= INT32_MAX,
               "flashattn::fwd_kvcache: sizes too large");
   TORCH_CHECK(num_splits >= 0, "flashattn::fwd_kvcache: num_splits must be >= 0");
+  TORCH_CHECK(window_left >= -1 && window_right >= -1, "flashattn::fwd_kvcache: window_left and window_right must be "
+              ">= -1 (-1: unbounded), got ", window_left, " and ", window_right);
+  TORCH_CHECK(softcap == 0.0 || (softcap > 0.0 && std::isfinite(static_cast<float>(softcap)) && static_cast<float>(softcap) > 0.f),
+              "flashattn::fwd_kvcache: softcap must be 0 (off) or a positive float32-representable value, got ", softcap);
   TORCH_CHECK(k_new_in.has_value() == v_new_in.has_value(), "flashattn::fwd_kvcache: k and v must be given together");
 
   int64_t Sq_new = 0;
@@ -121,7 +127,8 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(const at::Tensor& q_in, cons
   p.head_dim = static_cast<int>(D);
   p.dtype = dt == at::kBFloat16 ? DType::kBFloat16 : DType::kFloat16;
   p.set_scale(static_cast<float>(softmax_scale));
-  p.causal = causal;
+  p.set_softcap(static_cast<float>(softcap));
+  p.set_mask(causal, window_left, window_right);
 
   cudaError_t err = flashattn::kvcache_append(p, stream);
   TORCH_CHECK(err == cudaSuccess, "flashattn::fwd_kvcache: append launch failed: ", cudaGetErrorString(err));

@@ -19,14 +19,19 @@ CAUSAL_BOTTOM_RIGHT = 2  # query i sees keys j <= i + Sk - Sq  (FlashAttention, 
 BACKENDS = ("auto", "portable", "hopper")
 
 _lib = torch.library.Library("flashattn", "DEF")
+# window_left / window_right: local (sliding-window) attention, -1 unbounded on that side; key j is
+# visible to query i iff i + offset - window_left <= j <= i + offset + window_right, offset the
+# causal alignment's (0 for causal_mode 1, Sk - Sq for 0 and 2); causal masking is window_right = 0
+# on top of the window. softcap c > 0: each scaled score x becomes c * tanh(x / c); 0 off.
 _FWD_SIGNATURE = (
-    "(Tensor q, Tensor k, Tensor v, float softmax_scale, int causal_mode, str backend) -> (Tensor out, Tensor lse)"
+    "(Tensor q, Tensor k, Tensor v, float softmax_scale, int causal_mode, str backend, int window_left=-1, "
+    "int window_right=-1, float softcap=0.) -> (Tensor out, Tensor lse)"
 )
 _lib.define("fwd" + _FWD_SIGNATURE)
 
 
 @torch.library.register_fake("flashattn::fwd")
-def _fwd_fake(q, k, v, softmax_scale, causal_mode, backend):
+def _fwd_fake(q, k, v, softmax_scale, causal_mode, backend, window_left=-1, window_right=-1, softcap=0.0):
     b, sq, hq, d = q.shape
     out = q.new_empty((b, sq, hq, d))
     lse = q.new_empty((b, hq, sq), dtype=torch.float32)
@@ -39,7 +44,7 @@ _lib.define("fwd_bhsd" + _FWD_SIGNATURE)
 
 
 @torch.library.register_fake("flashattn::fwd_bhsd")
-def _fwd_bhsd_fake(q, k, v, softmax_scale, causal_mode, backend):
+def _fwd_bhsd_fake(q, k, v, softmax_scale, causal_mode, backend, window_left=-1, window_right=-1, softcap=0.0):
     out, lse = _fwd_fake(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), softmax_scale, causal_mode, backend)
     return out.transpose(1, 2), lse
 
@@ -53,10 +58,13 @@ def _fwd_bhsd_fake(q, k, v, softmax_scale, causal_mode, backend):
 # deterministic=True: bitwise reproducible run to run (a fixed order of the dQ accumulation);
 # False may accumulate dQ with atomics. backend: the path the forward ran on; every backend's
 # outputs are differentiated by the portable (mma.sync) backward, the one backward path today, on
-# any sm80+ GPU (the gradients do not depend on the forward path).
+# any sm80+ GPU (the gradients do not depend on the forward path). window_left, window_right and
+# softcap: those of the forward. The backward kernels do not know them yet: the binding
+# (csrc/binding_bwd.cpp, the one place to lift) raises NotImplementedError for a window or a softcap.
 _lib.define(
     "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, float softmax_scale, "
-    "int causal_mode, bool deterministic, str backend) -> (Tensor dq, Tensor dk, Tensor dv)"
+    "int causal_mode, bool deterministic, str backend, int window_left=-1, int window_right=-1, "
+    "float softcap=0.) -> (Tensor dq, Tensor dk, Tensor dv)"
 )
 
 
@@ -85,7 +93,8 @@ def check_bwd_args(dout, q, k, v, out, lse) -> None:
 
 
 @torch.library.register_fake("flashattn::bwd")
-def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal_mode, deterministic, backend):
+def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal_mode, deterministic, backend, window_left=-1,
+              window_right=-1, softcap=0.0):
     check_bwd_args(dout, q, k, v, out, lse)
     return (
         q.new_empty(q.shape, dtype=q.dtype),
@@ -119,26 +128,36 @@ def _setup_context(ctx, inputs, output) -> None:
     the scalars, the backend and the deterministic switch as they were at forward time. lse is
     not differentiable (its gradient is never computed: a loss through lse gets no gradient from
     it, and torch says so when it is the only path)."""
-    q, k, v, softmax_scale, causal_mode, backend = inputs
+    q, k, v, softmax_scale, causal_mode, backend, *mask = inputs
     out, lse = output
     ctx.mark_non_differentiable(lse)
     ctx.save_for_backward(q, k, v, out, lse)
     ctx.softmax_scale = softmax_scale
     ctx.causal_mode = causal_mode
     ctx.backend = backend
+    # window_left, window_right, softcap (the schema's defaults when the caller left them out).
+    ctx.mask = tuple(mask) + (-1, -1, 0.0)[len(mask):]
+    ctx.num_inputs = len(inputs)
     ctx.deterministic = deterministic_backward()
 
 
 def _grads_for(ctx, dq, dk, dv):
     need = ctx.needs_input_grad
-    return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None, None, None, None)
+    return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None) + (None,) * (ctx.num_inputs - 3)
+
+
+def _bwd_for(ctx, dout, q, k, v, out, lse):
+    """The backward op with the forward's scalars; window/softcap only when set (the binding
+    refuses them until the backward kernels learn them)."""
+    args = (dout, q, k, v, out, lse, ctx.softmax_scale, ctx.causal_mode, ctx.deterministic, ctx.backend)
+    return _bwd(*args) if ctx.mask == (-1, -1, 0.0) else _bwd(*args, *ctx.mask)
 
 
 def _fwd_backward(ctx, dout, dlse):
     if dout is None:
-        return (None,) * 6
+        return (None,) * ctx.num_inputs
     q, k, v, out, lse = ctx.saved_tensors
-    dq, dk, dv = _bwd(dout, q, k, v, out, lse, ctx.softmax_scale, ctx.causal_mode, ctx.deterministic, ctx.backend)
+    dq, dk, dv = _bwd_for(ctx, dout, q, k, v, out, lse)
     return _grads_for(ctx, dq, dk, dv)
 
 
@@ -146,11 +165,10 @@ def _fwd_bhsd_backward(ctx, dout, dlse):
     """The same kernel on [B, S, H, D] views of the torch-layout tensors; the gradients come back
     as [B, H, S, D] views of contiguous [B, S, H, D] buffers (like the forward's out)."""
     if dout is None:
-        return (None,) * 6
+        return (None,) * ctx.num_inputs
     q, k, v, out, lse = ctx.saved_tensors
-    dq, dk, dv = _bwd(
-        dout.transpose(1, 2), q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), out.transpose(1, 2), lse,
-        ctx.softmax_scale, ctx.causal_mode, ctx.deterministic, ctx.backend,
+    dq, dk, dv = _bwd_for(
+        ctx, dout.transpose(1, 2), q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), out.transpose(1, 2), lse
     )
     return _grads_for(ctx, dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2))
 
@@ -184,21 +202,31 @@ _fwd_bhsd = torch.ops.flashattn.fwd_bhsd.default
 _bwd = torch.ops.flashattn.bwd.default
 
 
-def fwd(q, k, v, softmax_scale: float, causal_mode: int, backend: str):
-    """q [B, Sq, Hq, D], k/v [B, Sk, Hk, D] (any strides, unit last stride) -> (out [B, Sq, Hq, D], lse [B, Hq, Sq])."""
-    return _fwd(q, k, v, softmax_scale, causal_mode, backend)
+def fwd(q, k, v, softmax_scale: float, causal_mode: int, backend: str, window_left: int = -1, window_right: int = -1,
+        softcap: float = 0.0):
+    """q [B, Sq, Hq, D], k/v [B, Sk, Hk, D] (any strides, unit last stride) -> (out [B, Sq, Hq, D], lse [B, Hq, Sq]).
+    The window and softcap go to the op only when set (fewer arguments on the common path)."""
+    if window_left == -1 and window_right == -1 and softcap == 0.0:
+        return _fwd(q, k, v, softmax_scale, causal_mode, backend)
+    return _fwd(q, k, v, softmax_scale, causal_mode, backend, window_left, window_right, softcap)
 
 
-def fwd_bhsd(q, k, v, softmax_scale: float, causal_mode: int, backend: str):
+def fwd_bhsd(q, k, v, softmax_scale: float, causal_mode: int, backend: str, window_left: int = -1,
+             window_right: int = -1, softcap: float = 0.0):
     """q [B, Hq, Sq, D], k/v [B, Hk, Sk, D] (any strides, unit last stride) -> (out [B, Hq, Sq, D] (a view
     of a [B, Sq, Hq, D] buffer), lse [B, Hq, Sq])."""
-    return _fwd_bhsd(q, k, v, softmax_scale, causal_mode, backend)
+    if window_left == -1 and window_right == -1 and softcap == 0.0:
+        return _fwd_bhsd(q, k, v, softmax_scale, causal_mode, backend)
+    return _fwd_bhsd(q, k, v, softmax_scale, causal_mode, backend, window_left, window_right, softcap)
 
 
-def bwd(dout, q, k, v, out, lse, softmax_scale: float, causal_mode: int, deterministic: bool, backend: str):
+def bwd(dout, q, k, v, out, lse, softmax_scale: float, causal_mode: int, deterministic: bool, backend: str,
+        window_left: int = -1, window_right: int = -1, softcap: float = 0.0):
     """dout/q/out [B, Sq, Hq, D], k/v [B, Sk, Hk, D], lse float32 [B, Hq, Sq] from fwd (any strides,
-    unit last stride) -> (dq, dk, dv): contiguous, q's dtype, shaped like q, k, v."""
-    return _bwd(dout, q, k, v, out, lse, softmax_scale, causal_mode, deterministic, backend)
+    unit last stride) -> (dq, dk, dv): contiguous, q's dtype, shaped like q, k, v. A window or a
+    softcap raises NotImplementedError (no backward kernel for them yet)."""
+    return _bwd(dout, q, k, v, out, lse, softmax_scale, causal_mode, deterministic, backend, window_left, window_right,
+                softcap)
 
 
 # ==== KV-cache decoding (issue 7): flashattn::fwd_kvcache =======================================
@@ -208,13 +236,14 @@ def bwd(dout, q, k, v, out, lse, softmax_scale: float, causal_mode: int, determi
 # cache_seqlens (Tensor?, int32 [B]) wins over cache_seqlen (the same count for every batch).
 _lib.define(
     "fwd_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k, Tensor? v, "
-    "Tensor? cache_seqlens, int cache_seqlen, float softmax_scale, bool causal, int num_splits) "
-    "-> (Tensor out, Tensor lse)"
+    "Tensor? cache_seqlens, int cache_seqlen, float softmax_scale, bool causal, int num_splits, "
+    "int window_left=-1, int window_right=-1, float softcap=0.) -> (Tensor out, Tensor lse)"
 )
 
 
 @torch.library.register_fake("flashattn::fwd_kvcache")
-def _fwd_kvcache_fake(q, k_cache, v_cache, k, v, cache_seqlens, cache_seqlen, softmax_scale, causal, num_splits):
+def _fwd_kvcache_fake(q, k_cache, v_cache, k, v, cache_seqlens, cache_seqlen, softmax_scale, causal, num_splits,
+                      window_left=-1, window_right=-1, softcap=0.0):
     b, sq, hq, d = q.shape
     out = q.new_empty((b, sq, hq, d))
     lse = q.new_empty((b, hq, sq), dtype=torch.float32)
@@ -226,9 +255,11 @@ def fwd_kvcache_overload():
     return torch.ops.flashattn.fwd_kvcache.default
 
 
-def fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_seqlen: int, softmax_scale: float, causal: bool, num_splits: int):
+def fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_seqlen: int, softmax_scale: float, causal: bool, num_splits: int,
+                window_left: int = -1, window_right: int = -1, softcap: float = 0.0):
     """q [B, Sq, Hq, D], caches [B, Sk_max, Hk, D] (appended to in place when k/v are given)
     -> (out [B, Sq, Hq, D], lse float32 [B, Hq, Sq]). No validation here: see flashattn.kvcache."""
     return torch.ops.flashattn.fwd_kvcache(
-        q, k_cache, v_cache, k, v, cache_seqlens, cache_seqlen, softmax_scale, causal, num_splits
+        q, k_cache, v_cache, k, v, cache_seqlens, cache_seqlen, softmax_scale, causal, num_splits, window_left,
+        window_right, softcap,
     )

@@ -107,7 +107,35 @@ def _scale(scale: float | None, d: int) -> float:
     return scale
 
 
-def _run(q4, k4, v4, scale: float, causal_mode: int, bhsd: bool = False):
+def _window(window_size) -> tuple[int, int]:
+    """(left, right) from window_size: a pair of ints, each -1 (unbounded on that side) or >= 0."""
+    if isinstance(window_size, (str, bytes)) or not hasattr(window_size, "__len__") or len(window_size) != 2:
+        raise TypeError(f"window_size must be a pair of ints (left, right), -1 meaning unbounded, got {window_size!r}")
+    left, right = window_size
+    for name, w in (("left", left), ("right", right)):
+        if isinstance(w, bool) or not isinstance(w, int):
+            raise TypeError(
+                f"window_size must be a pair of ints (left, right), got {type(w).__name__} {w!r} for {name}"
+            )
+        if w < -1:
+            raise ValueError(f"window_size values must be >= -1 (-1: unbounded), got {tuple(window_size)}")
+    return int(left), int(right)
+
+
+def _softcap(softcap) -> float:
+    """softcap as a float: 0 (off) or a finite value > 0."""
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
+        raise TypeError(f"softcap must be a float (0.0: off), got {type(softcap).__name__}")
+    softcap = float(softcap)
+    if not math.isfinite(softcap) or softcap < 0.0:
+        raise ValueError(f"softcap must be finite and >= 0 (0.0: off), got {softcap}")
+    if softcap > 0.0 and not 1.2e-38 < softcap < 3.4e38:
+        raise ValueError(f"softcap must be 0 or a positive value within float32's normal range, got {softcap}")
+    return softcap
+
+
+def _run(q4, k4, v4, scale: float, causal_mode: int, bhsd: bool = False, window: tuple[int, int] = (-1, -1),
+         softcap: float = 0.0):
     """q4 [B, Sq, Hq, D], k4/v4 [B, Sk, Hk, D] -> (out [B, Sq, Hq, D], lse [B, Hq, Sq]); with bhsd, the
     sequence and head dims swapped in the inputs and in out."""
     if q4.numel() > 0 and k4.shape[2 if bhsd else 1] == 0:
@@ -124,7 +152,7 @@ def _run(q4, k4, v4, scale: float, causal_mode: int, bhsd: bool = False):
     # (torch.use_deterministic_algorithms is guarded by torch.compile itself).
     if _ops._deterministic:
         pass
-    return (_ops.fwd_bhsd if bhsd else _ops.fwd)(q4, k4, v4, scale, causal_mode, _backend)
+    return (_ops.fwd_bhsd if bhsd else _ops.fwd)(q4, k4, v4, scale, causal_mode, _backend, window[0], window[1], softcap)
 
 
 def scaled_dot_product_attention(
@@ -206,12 +234,22 @@ def flash_attn_func(
     softmax_scale: float | None = None,
     causal: bool = False,
     return_lse: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
 ):
     """FlashAttention-style forward: q [B, Sq, Hq, D], k/v [B, Sk, Hk, D] with Hq a multiple of
     Hk (GQA/MQA). `causal=True` is bottom-right aligned (query i attends to keys
     j <= i + Sk - Sq, as with a KV cache); query rows that see no key give output 0 and LSE -inf.
     Returns out [B, Sq, Hq, D], and with `return_lse=True` also the natural-log log-sum-exp of the
     scaled scores, float32 [B, Hq, Sq].
+
+    `window_size=(left, right)`: local (sliding-window) attention, bottom-right aligned like
+    `causal`: query i attends to keys j with i + Sk - Sq - left <= j <= i + Sk - Sq + right, -1
+    meaning unbounded on that side; `causal=True` is right = 0 on top of it. The cost follows the
+    window, not Sk. `softcap=c > 0` replaces each scaled score x by c * tanh(x / c) before the
+    softmax (Gemma 2; the kernels use the GPU's approximate tanh, ~2^-11 relative error), and the
+    LSE is that of the capped scores. Both are forward-only for now: a backward through a call
+    that uses them raises NotImplementedError.
 
     out is differentiable with respect to q, k and v (flashattn's backward kernels; memory O(S)).
     The lse is NOT differentiable: it comes back with requires_grad=False, and no gradient flows
@@ -228,6 +266,8 @@ def flash_attn_func(
         raise ValueError(f"q and k batch sizes differ: {q.shape[0]} vs {k.shape[0]}")
     if q.shape[2] % k.shape[2] != 0:
         raise ValueError(f"q heads ({q.shape[2]}) must be a multiple of k/v heads ({k.shape[2]})")
+    window = _window(window_size) if window_size != (-1, -1) else (-1, -1)
+    softcap = _softcap(softcap) if softcap != 0.0 or isinstance(softcap, bool) else 0.0
     causal_mode = _ops.CAUSAL_BOTTOM_RIGHT if causal else _ops.CAUSAL_NONE
-    out, lse = _run(q, k, v, _scale(softmax_scale, q.shape[-1]), causal_mode)
+    out, lse = _run(q, k, v, _scale(softmax_scale, q.shape[-1]), causal_mode, window=window, softcap=softcap)
     return (out, lse) if return_lse else out

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from . import _ext, _ops
-from .interface import MAX_HEAD_DIM, MIN_HEAD_DIM, SUPPORTED_DTYPES, _scale
+from .interface import MAX_HEAD_DIM, MIN_HEAD_DIM, SUPPORTED_DTYPES, _scale, _softcap, _window
 
 # Every check below reads tensor metadata once (shape, stride(), dtype, is_cuda): on a decode step
 # the GPU work can be a few microseconds, so the Python side is kept to a few attribute reads per
@@ -81,6 +81,8 @@ def flash_attn_with_kvcache(
     causal: bool = False,
     num_splits: int = 0,
     return_lse: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
 ):
     """Attention of new queries against a KV cache, optionally appending new keys/values first.
 
@@ -107,6 +109,12 @@ def flash_attn_with_kvcache(
     causal=True is bottom-right aligned per batch: query i attends to keys
     j <= i + seqlen_k(b) - Sq. Query rows that see no key give output 0 and LSE -inf.
     softmax_scale defaults to 1/sqrt(D).
+
+    window_size=(left, right): local (sliding-window) attention, aligned like causal (per batch):
+    query i attends to keys j with i + seqlen_k(b) - Sq - left <= j <= i + seqlen_k(b) - Sq + right,
+    -1 unbounded on that side; causal=True is right = 0 on top of it. Only the key blocks inside
+    the window are read. softcap=c > 0 replaces each scaled score x by c * tanh(x / c) before the
+    softmax (approximate GPU tanh, ~2^-11 relative error).
 
     num_splits: how many thread blocks share one sequence's keys (flash-decoding). 0 (default)
     lets a heuristic choose from the shape and the GPU's SM count; 1 disables splitting; n > 1
@@ -197,6 +205,8 @@ def flash_attn_with_kvcache(
         seqlen_fixed = cache_seqlens
 
     scale = _scale(softmax_scale, d)
+    window = _window(window_size) if window_size != (-1, -1) else (-1, -1)
+    softcap = _softcap(softcap) if softcap != 0.0 or isinstance(softcap, bool) else 0.0
     if isinstance(num_splits, bool) or not isinstance(num_splits, int):
         raise TypeError(f"num_splits must be an int, got {type(num_splits).__name__}")
     if num_splits < 0:
@@ -204,5 +214,11 @@ def flash_attn_with_kvcache(
 
     if not torch.compiler.is_compiling():
         _ext.require_extension()
-    out, lse = _FWD_KVCACHE(q, k_cache, v_cache, k, v, seqlens_tensor, seqlen_fixed, scale, bool(causal), num_splits)
+    if window == (-1, -1) and softcap == 0.0:
+        out, lse = _FWD_KVCACHE(q, k_cache, v_cache, k, v, seqlens_tensor, seqlen_fixed, scale, bool(causal), num_splits)
+    else:
+        out, lse = _FWD_KVCACHE(
+            q, k_cache, v_cache, k, v, seqlens_tensor, seqlen_fixed, scale, bool(causal), num_splits, window[0], window[1],
+            softcap,
+        )
     return (out, lse) if return_lse else out

@@ -9,16 +9,56 @@ import torch
 from ._ops import CAUSAL_BOTTOM_RIGHT, CAUSAL_NONE, CAUSAL_TOP_LEFT
 
 
+def visible_keys(
+    seqlen_q: int,
+    seqlen_k: int,
+    causal_mode: int = CAUSAL_NONE,
+    window: tuple[int, int] = (-1, -1),
+    device: torch.device | str = "cpu",
+) -> torch.Tensor | None:
+    """Boolean [Sq, Sk], True where key j is visible to query i; None when every key is.
+
+    offset = 0 for top-left causal alignment, Sk - Sq otherwise (bottom-right, also the window's
+    alignment without causal masking, as FlashAttention's window_size); then j is visible iff
+    j <= i + offset (causal), i + offset - left <= j (left >= 0) and j <= i + offset + right
+    (right >= 0), window = (left, right) with -1 unbounded.
+    """
+    left, right = window
+    assert causal_mode in (CAUSAL_NONE, CAUSAL_TOP_LEFT, CAUSAL_BOTTOM_RIGHT)
+    if causal_mode == CAUSAL_NONE and left < 0 and right < 0:
+        return None
+    offset = 0 if causal_mode == CAUSAL_TOP_LEFT else seqlen_k - seqlen_q
+    i = torch.arange(seqlen_q, device=device)[:, None]
+    j = torch.arange(seqlen_k, device=device)[None, :]
+    visible = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=device)
+    if causal_mode != CAUSAL_NONE:
+        visible &= j <= i + offset
+    if left >= 0:
+        visible &= j >= i + offset - left
+    if right >= 0:
+        visible &= j <= i + offset + right
+    return visible
+
+
+def capped_scores(s: torch.Tensor, softcap: float) -> torch.Tensor:
+    """The scaled scores after the logit softcap: c * tanh(s / c) for c > 0, s itself for c = 0."""
+    return s if softcap == 0.0 else softcap * torch.tanh(s / softcap)
+
+
 def attention_reference(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     scale: float | None = None,
     causal_mode: int = CAUSAL_NONE,
+    window: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """q [B, Sq, Hq, D], k/v [B, Sk, Hk, D] -> (out [B, Sq, Hq, D] float64, lse [B, Hq, Sq] float64).
 
     Computed in float64. GQA by repeating K/V heads. Rows with no visible key give out 0 and lse -inf.
+    window = (left, right): local attention (see `visible_keys`); softcap c > 0: the scaled scores
+    x become c * tanh(x / c) before the softmax, and lse is that of the capped scores.
     """
     b, sq, hq, d = q.shape
     sk, hk = k.shape[1], k.shape[2]
@@ -27,13 +67,10 @@ def attention_reference(
     qd = q.double().transpose(1, 2)  # [B, Hq, Sq, D]
     kd = k.double().transpose(1, 2).repeat_interleave(hq // hk, dim=1)
     vd = v.double().transpose(1, 2).repeat_interleave(hq // hk, dim=1)
-    s = torch.matmul(qd, kd.transpose(-1, -2)) * scale
-    if causal_mode != CAUSAL_NONE:
-        offset = 0 if causal_mode == CAUSAL_TOP_LEFT else sk - sq
-        assert causal_mode in (CAUSAL_TOP_LEFT, CAUSAL_BOTTOM_RIGHT)
-        i = torch.arange(sq, device=q.device)[:, None]
-        j = torch.arange(sk, device=q.device)[None, :]
-        s = s.masked_fill(j > i + offset, float("-inf"))
+    s = capped_scores(torch.matmul(qd, kd.transpose(-1, -2)) * scale, softcap)
+    visible = visible_keys(sq, sk, causal_mode, window, q.device)
+    if visible is not None:
+        s = s.masked_fill(~visible, float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
     p = torch.exp(s - lse[..., None].masked_fill(torch.isinf(lse)[..., None], 0.0))
     p = p.masked_fill(torch.isinf(lse)[..., None], 0.0)
@@ -48,6 +85,8 @@ def attention_reference_grads(
     dout: torch.Tensor,
     scale: float | None = None,
     causal_mode: int = CAUSAL_NONE,
+    window: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The gradients of `attention_reference`'s out with respect to q, k, v for the upstream
     gradient dout [B, Sq, Hq, D] -> (dq [B, Sq, Hq, D], dk [B, Sk, Hk, D], dv [B, Sk, Hk, D]), float64.
@@ -56,32 +95,34 @@ def attention_reference_grads(
         dV = P^T dO,  dP = dO V^T,  Delta = rowsum(dO * O),  dS = P * (dP - Delta),
         dQ = scale * dS K,  dK = scale * dS^T Q,
     with dK and dV summed over the query heads of each GQA group. Rows that see no key have P = 0,
-    so their dQ is 0 and they add nothing to dK, dV.
+    so their dQ is 0 and they add nothing to dK, dV. With a softcap c, dS is that of the capped
+    scores times their derivative 1 - tanh^2(x / c) (x the scaled score) before dQ and dK.
     """
     b, sq, hq, d = q.shape
     sk, hk = k.shape[1], k.shape[2]
     group = hq // hk
     if scale is None:
         scale = 1.0 / math.sqrt(d)
-    out, lse = attention_reference(q, k, v, scale, causal_mode)
+    out, lse = attention_reference(q, k, v, scale, causal_mode, window, softcap)
     qd = q.double().transpose(1, 2)  # [B, Hq, Sq, D]
     kd = k.double().transpose(1, 2).repeat_interleave(group, dim=1)  # [B, Hq, Sk, D]
     vd = v.double().transpose(1, 2).repeat_interleave(group, dim=1)
     do = dout.double().transpose(1, 2)  # [B, Hq, Sq, D]
     o = out.transpose(1, 2)
-    s = torch.matmul(qd, kd.transpose(-1, -2)) * scale
+    x = torch.matmul(qd, kd.transpose(-1, -2)) * scale
+    s = capped_scores(x, softcap)
     empty = torch.isinf(lse)[..., None]  # rows that see no key
     p = torch.exp(s - lse[..., None].masked_fill(empty, 0.0))
-    if causal_mode != CAUSAL_NONE:
-        offset = 0 if causal_mode == CAUSAL_TOP_LEFT else sk - sq
-        i = torch.arange(sq, device=q.device)[:, None]
-        j = torch.arange(sk, device=q.device)[None, :]
-        p = p.masked_fill(j > i + offset, 0.0)
+    visible = visible_keys(sq, sk, causal_mode, window, q.device)
+    if visible is not None:
+        p = p.masked_fill(~visible, 0.0)
     p = p.masked_fill(empty, 0.0)
     dv = torch.matmul(p.transpose(-1, -2), do)  # [B, Hq, Sk, D]
     dp = torch.matmul(do, vd.transpose(-1, -2))
     delta = (do * o).sum(dim=-1, keepdim=True)
     ds = p * (dp - delta)
+    if softcap != 0.0:
+        ds = ds * (1.0 - torch.tanh(x / softcap) ** 2)
     dq = torch.matmul(ds, kd) * scale
     dk = torch.matmul(ds.transpose(-1, -2), qd) * scale
     dk = dk.view(b, hk, group, sk, d).sum(dim=2)

@@ -26,11 +26,11 @@ BUG=${1:-causal}
 
 case "$BUG" in
   causal)
-    FILE=csrc/flash_fwd/kernel.cuh
-    SED='s/(p\.causal \&\& col > row + p\.causal_offset)/(p.causal \&\& col > row + p.causal_offset + 1)/' ;;
+    FILE=csrc/common/mask.cuh
+    SED='s/w\.hi_shift = w\.has_hi ? offset + window_right + 1 : 0;/w.hi_shift = w.has_hi ? offset + window_right + 2 : 0;/' ;;
   kv_tail)
-    FILE=csrc/flash_fwd/kernel.cuh
-    SED='s/if (col >= p\.seqlen_k ||/if (col > p.seqlen_k ||/' ;;
+    FILE=csrc/common/mask.cuh
+    SED='s/if (!has_hi) return seqlen_k;/if (!has_hi) return seqlen_k + 1;/' ;;
   scale)
     FILE=csrc/binding.cpp
     SED='s/p\.set_scale(static_cast<float>(softmax_scale));/p.set_scale(static_cast<float>(softmax_scale) * 1.01f);/' ;;

@@ -216,17 +216,18 @@ void check_schedule() {
             const bool causal = mode != 0;
             const int off = mode == 2 ? sk - sq : 0;
             for (int mb = 0; mb * bm < sq; ++mb) {
-              const BlockRange r = block_range(mb, bm, bn, sq, sk, causal, off);
+              const flashattn::KeyBlocks r = block_range(mb, bm, bn, sq, sk, off, -1, causal ? 0 : -1);
               int need = 0;
               for (int j = 0; j < sk; ++j)
                 for (int i = mb * bm; i < std::min(sq, (mb + 1) * bm); ++i)
                   if (!causal || j <= i + off) need = std::max(need, j / bn + 1);
-              CHECK_EQ(r.n_blocks, need, "block_range n_blocks");
-              for (int n = 0; n < r.n_blocks; ++n) {
+              CHECK_EQ(r.n_begin, 0, "block_range n_begin without a window");
+              CHECK_EQ(r.count(), need, "block_range n_blocks");
+              for (int n = 0; n < r.n_end; ++n) {
                 bool full = (n + 1) * bn <= sk;
                 for (int j = n * bn; full && j < (n + 1) * bn; ++j)
                   if (causal && j > mb * bm + off) full = false;  // row m0 is the tile's least-seeing row
-                if (n < r.n_unmasked) CHECK_EQ(full, true, "block below n_unmasked needs no mask");
+                if (!r.masked(n)) CHECK_EQ(full, true, "block walked without the mask needs none");
               }
             }
             ++cases;

@@ -31,6 +31,26 @@ approximations of ~2^-22 relative error; the float32 error of a score s is ~1e-7
 operation, so a few 1e-7 relative plus 1e-6 absolute is the honest budget; the chosen tolerances
 leave a 10x margin and still catch any wrong scale, mask or normalization.
 
+Local attention and softcap (`window`, `softcap` arguments of the forward criterion): the reference
+applies both (flashattn.attention_reference). The baseline:
+  * window without softcap: SDPA's math backend in the input dtype, as above, with the window as a
+    boolean attn_mask (the same mask the reference uses, `causal_mask(..., window=)`);
+  * softcap: SDPA cannot express it, so the baseline is the math backend's own computation
+    written out in the input dtype with the softcap inserted where it belongs: S = Q K^T in the
+    input dtype (a float32-accumulating matmul rounded to the dtype, as SDPA math's), the capped
+    scores c * tanh(S * scale / c) computed in float32 from those and rounded to the dtype (what an
+    elementwise op on fp16/bf16 tensors does), the boolean mask, softmax in the dtype, P V in the
+    dtype (`softcap_math_same_dtype`). Its error includes the rounding of the scores, like SDPA's.
+  * the kernels compute tanh with the GPU's tanh.approx.f32, whose relative error the PTX ISA
+    gives as about 2^-11 (2^-10.987): each capped logit c tanh(x / c) may be off by up to
+    TANH_REL * |c tanh(x / c)|, TANH_REL = 2^-10 (twice that, for margin). That error is systematic
+    rather than a rounding the baseline shares, so the criterion allows for it explicitly, per row
+    i with delta_i = TANH_REL * max_j |capped logit_ij| over visible keys j: a logit perturbation
+    of at most delta_i changes each probability by a factor within exp(+-2 delta_i), hence
+        |out_id - ref_id| <= 2 * max |sdpa - ref| + ATOL + (exp(2 delta_i) - 1) * (P |V|)_id
+    elementwise, and |lse_i - ref_lse_i| <= LSE_ATOL + LSE_RTOL * |ref_lse_i| + delta_i. Without a
+    softcap both allowances are 0 and the criterion is exactly the one above.
+
 Gradient criterion (`assert_gradients_match`), for dq, dk, dv of one backward with upstream dout:
   * shapes (q's, k's, v's), dtype (the input dtype) and device are right;
   * no NaN or inf anywhere;
@@ -72,11 +92,13 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
+from flashattn.reference import capped_scores, visible_keys
 
 ATOL = 1e-5
 GRAD_ATOL = 1e-5
 LSE_ATOL = 1e-4
 LSE_RTOL = 1e-5
+TANH_REL = 2.0**-10  # tanh.approx.f32's relative error (~2^-11, PTX ISA) with a 2x margin
 CAUSAL_NAMES = {flashattn.CAUSAL_NONE: "none", flashattn.CAUSAL_TOP_LEFT: "top-left", flashattn.CAUSAL_BOTTOM_RIGHT: "bottom-right"}
 
 
@@ -85,14 +107,12 @@ def resolve_scale(scale: float | None, head_dim: int) -> float:
     return 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
 
 
-def causal_mask(seqlen_q: int, seqlen_k: int, causal_mode: int, device: torch.device | str) -> torch.Tensor | None:
-    """Boolean [Sq, Sk] mask, True where key j is visible to query i; None without causal masking."""
-    if causal_mode == flashattn.CAUSAL_NONE:
-        return None
-    offset = 0 if causal_mode == flashattn.CAUSAL_TOP_LEFT else seqlen_k - seqlen_q
-    i = torch.arange(seqlen_q, device=device)[:, None]
-    j = torch.arange(seqlen_k, device=device)[None, :]
-    return j <= i + offset
+def causal_mask(
+    seqlen_q: int, seqlen_k: int, causal_mode: int, device: torch.device | str, window: tuple[int, int] = (-1, -1)
+) -> torch.Tensor | None:
+    """Boolean [Sq, Sk] mask, True where key j is visible to query i (causal alignment and local
+    window, flashattn.reference.visible_keys); None when every key is visible."""
+    return visible_keys(seqlen_q, seqlen_k, causal_mode, window, device)
 
 
 @contextmanager
@@ -107,10 +127,19 @@ def same_dtype_math_sdpa() -> Iterator[None]:
         torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(previous)
 
 
-def sdpa_same_dtype(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None, causal_mode: int) -> torch.Tensor:
+def sdpa_same_dtype(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float | None,
+    causal_mode: int,
+    window: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+) -> torch.Tensor:
     """torch SDPA (math backend, input dtype) on [B, S, H, D] inputs -> [B, Sq, Hq, D].
 
-    Causal alignments through an explicit boolean mask, GQA by repeat_interleave of K/V heads.
+    Causal alignments and the local window through an explicit boolean mask, GQA by
+    repeat_interleave of K/V heads. With a softcap, `softcap_math_same_dtype` (module docstring).
     Rows that see no key come out as 0 or NaN depending on the torch version: exclude them.
     """
     hq, hk = q.shape[2], k.shape[2]
@@ -118,14 +147,41 @@ def sdpa_same_dtype(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     if hq != hk:
         kt = kt.repeat_interleave(hq // hk, dim=1)
         vt = vt.repeat_interleave(hq // hk, dim=1)
-    mask = causal_mask(q.shape[1], k.shape[1], causal_mode, q.device)
-    with same_dtype_math_sdpa():
-        out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, scale=resolve_scale(scale, q.shape[-1]))
+    mask = causal_mask(q.shape[1], k.shape[1], causal_mode, q.device, window)
+    if softcap != 0.0:
+        out = softcap_math_same_dtype(qt, kt, vt, resolve_scale(scale, q.shape[-1]), mask, softcap)
+    else:
+        with same_dtype_math_sdpa():
+            out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, scale=resolve_scale(scale, q.shape[-1]))
     return out.transpose(1, 2)
 
 
-def describe_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None, causal_mode: int) -> str:
-    """One line naming shapes, strides, dtype, scale and causal alignment, for failure messages."""
+def softcap_math_same_dtype(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, mask: torch.Tensor | None, softcap: float
+) -> torch.Tensor:
+    """SDPA math's computation in the input dtype with the logit softcap inserted (module
+    docstring), [B, H, S, D] inputs -> [B, Hq, Sq, D]: S = Q K^T rounded to the dtype, the capped
+    scaled scores computed in float32 from S and rounded to the dtype, masked, softmax and P V in
+    the dtype."""
+    s = torch.matmul(q, k.transpose(-1, -2))
+    s = capped_scores(s.float() * scale, softcap).to(q.dtype)
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    p = torch.softmax(s, dim=-1)
+    return torch.matmul(p, v)
+
+
+def describe_inputs(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float | None,
+    causal_mode: int,
+    window: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+) -> str:
+    """One line naming shapes, strides, dtype, scale, causal alignment, window and softcap, for
+    failure messages."""
 
     def t(name: str, x: torch.Tensor) -> str:
         return f"{name} {list(x.shape)} strides {list(x.stride())}"
@@ -134,6 +190,8 @@ def describe_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     return (
         f"{t('q', q)}, {t('k', k)}, {t('v', v)}, {dtype}, scale {resolve_scale(scale, q.shape[-1]):.6g}"
         f"{' (default)' if scale is None else ''}, causal {CAUSAL_NAMES.get(causal_mode, causal_mode)}"
+        + (f", window {tuple(window)}" if tuple(window) != (-1, -1) else "")
+        + (f", softcap {softcap:g}" if softcap else "")
     )
 
 
@@ -158,13 +216,21 @@ def assert_attention_matches(
     scale: float | None,
     causal_mode: int,
     *,
+    window: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
     context: str = "",
 ) -> AttentionErrors:
     """Assert the numerics criterion (module docstring) for out [B, Sq, Hq, D] and lse
-    [B, Hq, Sq] (None: out only) computed from q [B, Sq, Hq, D], k/v [B, Sk, Hk, D].
+    [B, Hq, Sq] (None: out only) computed from q [B, Sq, Hq, D], k/v [B, Sk, Hk, D], with the
+    call's local window (left, right) and logit softcap.
 
     Raises AssertionError listing every violated part, with the inputs' shapes and strides.
     """
+    window = tuple(window)
+
+    def fail(problems: list[str]) -> None:
+        _fail(problems, q, k, v, scale, causal_mode, context, window, softcap)
+
     b, sq, hq, d = q.shape
     problems: list[str] = []
     if tuple(out.shape) != (b, sq, hq, d):
@@ -179,10 +245,10 @@ def assert_attention_matches(
         if lse.dtype != torch.float32:
             problems.append(f"lse dtype {lse.dtype}, expected torch.float32")
     if problems:
-        _fail(problems, q, k, v, scale, causal_mode, context)
+        fail(problems)
 
     sc = resolve_scale(scale, d)
-    ref, ref_lse = flashattn.attention_reference(q, k, v, sc, causal_mode)
+    ref, ref_lse = flashattn.attention_reference(q, k, v, sc, causal_mode, window, softcap)
     visible = torch.isfinite(ref_lse)  # [B, Hq, Sq]
     visible_rows = visible.transpose(1, 2)  # [B, Sq, Hq]
     n_visible = int(visible.sum())
@@ -204,25 +270,29 @@ def assert_attention_matches(
     out_err = sdpa_err = bound = lse_err = 0.0
     if n_visible:
         diff = (out.double() - ref).abs()
-        diff_visible = diff.masked_fill(~visible_rows[..., None], 0.0)
+        out_allow, lse_allow = softcap_allowances(q, k, v, sc, causal_mode, window, softcap)
+        excess = (diff - out_allow).masked_fill(~visible_rows[..., None], -math.inf)
         out_err = float(diff[visible_rows].max())
-        baseline = sdpa_same_dtype(q, k, v, sc, causal_mode)
+        baseline = sdpa_same_dtype(q, k, v, sc, causal_mode, window, softcap)
         sdpa_err = float((baseline.double() - ref).abs()[visible_rows].max())
         if not math.isfinite(sdpa_err):
             problems.append(f"the SDPA same-dtype baseline is not finite on visible rows (err {sdpa_err}): harness problem")
         bound = 2.0 * sdpa_err + ATOL
-        if not out_err <= bound:  # NaN fails too
-            where = _unravel(int(diff_visible.nan_to_num(nan=math.inf).argmax()), diff.shape)
+        worst = float(excess.nan_to_num(nan=math.inf).max())
+        if not worst <= bound:  # NaN fails too
+            where = _unravel(int(excess.nan_to_num(nan=math.inf).argmax()), diff.shape)
+            allow = f" beyond its tanh allowance {float(out_allow[where]):.4g}" if softcap else ""
             problems.append(
-                f"max |out - ref| = {out_err:.4g} exceeds 2 * {sdpa_err:.4g} (SDPA same-dtype error) + {ATOL:g} = "
-                f"{bound:.4g}; worst at [b, i, h, d] = {where}: out {float(out[where]):.6g}, ref {float(ref[where]):.6g}"
+                f"max |out - ref| = {out_err:.4g}{' (elementwise' + allow + ')' if softcap else ''} exceeds 2 * "
+                f"{sdpa_err:.4g} (SDPA same-dtype error) + {ATOL:g} = {bound:.4g}; worst at [b, i, h, d] = {where}: "
+                f"out {float(out[where]):.6g}, ref {float(ref[where]):.6g}"
             )
         if lse is not None:
             lse_visible = lse.double()[visible]
             ref_visible = ref_lse[visible]
             lse_diff = (lse_visible - ref_visible).abs()
             lse_err = float(lse_diff.max())
-            allowed = LSE_ATOL + LSE_RTOL * ref_visible.abs()
+            allowed = LSE_ATOL + LSE_RTOL * ref_visible.abs() + lse_allow[visible]
             bad = int((~(lse_diff <= allowed)).sum())
             if bad:
                 problems.append(
@@ -230,7 +300,7 @@ def assert_attention_matches(
                     f"{LSE_RTOL:g} * |ref| (max |lse - ref| = {lse_err:.4g})"
                 )
     if problems:
-        _fail(problems, q, k, v, scale, causal_mode, context)
+        fail(problems)
     return AttentionErrors(out_err, sdpa_err, bound, lse_err, n_visible, n_empty)
 
 
@@ -242,9 +312,45 @@ def _unravel(index: int, shape: torch.Size) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
-def _fail(problems: list[str], q, k, v, scale, causal_mode, context: str) -> None:
+def _fail(problems: list[str], q, k, v, scale, causal_mode, context: str, window=(-1, -1), softcap: float = 0.0) -> None:
     head = f"{context}: " if context else ""
-    raise AssertionError(f"{head}{describe_inputs(q, k, v, scale, causal_mode)}\n  - " + "\n  - ".join(problems))
+    raise AssertionError(
+        f"{head}{describe_inputs(q, k, v, scale, causal_mode, window, softcap)}\n  - " + "\n  - ".join(problems)
+    )
+
+
+def softcap_allowances(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    causal_mode: int,
+    window: tuple[int, int],
+    softcap: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The criterion's allowances for the kernels' approximate tanh (module docstring): per element
+    of out (float64 [B, Sq, Hq, D]) (exp(2 delta_i) - 1) * (P |V|)_id, and per row of lse (float64
+    [B, Hq, Sq]) delta_i = TANH_REL * max_j |capped logit_ij| over visible keys. Zeros without a
+    softcap."""
+    b, sq, hq, d = q.shape
+    if softcap == 0.0:
+        return torch.zeros(q.shape, dtype=torch.float64, device=q.device), torch.zeros(
+            b, hq, sq, dtype=torch.float64, device=q.device)
+    sk, hk = k.shape[1], k.shape[2]
+    qd = q.double().transpose(1, 2)
+    kd = k.double().transpose(1, 2).repeat_interleave(hq // hk, dim=1)
+    va = v.double().abs().transpose(1, 2).repeat_interleave(hq // hk, dim=1)
+    s = capped_scores(torch.matmul(qd, kd.transpose(-1, -2)) * scale, softcap)
+    visible = visible_keys(sq, sk, causal_mode, window, q.device)
+    if visible is not None:
+        s = s.masked_fill(~visible, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1, keepdim=True)
+    empty = torch.isinf(lse)
+    p = torch.exp(s - lse.masked_fill(empty, 0.0)).masked_fill(empty, 0.0)
+    magnitude = s.abs().masked_fill(torch.isinf(s), 0.0).amax(dim=-1)  # [B, Hq, Sq]
+    delta = TANH_REL * magnitude
+    out_allow = torch.expm1(2.0 * delta)[..., None] * torch.matmul(p, va)  # [B, Hq, Sq, D]
+    return out_allow.transpose(1, 2), delta
 
 
 # ---- gradients ------------------------------------------------------------------------------------

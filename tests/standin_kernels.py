@@ -5,7 +5,9 @@ torch.library.opcheck, torch.compile with aot_eager) on CPU tensors of any float
 fwd / fwd_bhsd: the float64 reference rounded to the input dtype (fwd_bhsd's out, like the CUDA
 kernel's and the fake's, is the [B, H, S, D] view of a contiguous [B, S, H, D] buffer); bwd: the
 float64 gradient reference, rounded likewise, contiguous. Every bwd call's scalar arguments and
-dout's strides are recorded. Like the CUDA op, bwd differentiates every backend's forward.
+dout's strides are recorded. Like the CUDA op, bwd differentiates every backend's forward, and
+refuses a window or a softcap with NotImplementedError (as csrc/binding_bwd.cpp does, for windows
+that reach a row; the stand-in refuses any window other than (-1, -1)).
 """
 
 from __future__ import annotations
@@ -27,15 +29,18 @@ class BwdCall:
     backend: str
     dout_strides: tuple[int, ...]
     shapes: tuple[tuple[int, ...], ...]  # dout, q, k, v, out, lse
+    window: tuple[int, int] = (-1, -1)
+    softcap: float = 0.0
 
 
-def _fwd(q, k, v, softmax_scale, causal_mode, backend):
-    out, lse = flashattn.attention_reference(q, k, v, softmax_scale, causal_mode)
+def _fwd(q, k, v, softmax_scale, causal_mode, backend, window_left=-1, window_right=-1, softcap=0.0):
+    out, lse = flashattn.attention_reference(q, k, v, softmax_scale, causal_mode, (window_left, window_right), softcap)
     return out.to(q.dtype).contiguous(), lse.float()
 
 
-def _fwd_bhsd(q, k, v, softmax_scale, causal_mode, backend):
-    out, lse = _fwd(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), softmax_scale, causal_mode, backend)
+def _fwd_bhsd(q, k, v, softmax_scale, causal_mode, backend, window_left=-1, window_right=-1, softcap=0.0):
+    out, lse = _fwd(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), softmax_scale, causal_mode, backend,
+                    window_left, window_right, softcap)
     return out.transpose(1, 2), lse
 
 
@@ -45,11 +50,14 @@ def cpu_standin_kernels() -> Iterator[list[BwdCall]]:
     list the bwd calls are appended to; removes the registrations afterwards."""
     calls: list[BwdCall] = []
 
-    def bwd(dout, q, k, v, out, lse, softmax_scale, causal_mode, deterministic, backend):
+    def bwd(dout, q, k, v, out, lse, softmax_scale, causal_mode, deterministic, backend, window_left=-1,
+            window_right=-1, softcap=0.0):
         calls.append(
             BwdCall(softmax_scale, causal_mode, deterministic, backend, tuple(dout.stride()),
-                    tuple(tuple(t.shape) for t in (dout, q, k, v, out, lse)))
+                    tuple(tuple(t.shape) for t in (dout, q, k, v, out, lse)), (window_left, window_right), softcap)
         )
+        if (window_left, window_right) != (-1, -1) or softcap != 0.0:
+            raise NotImplementedError("flashattn: the backward of local attention / softcap is not implemented yet")
         grads = flashattn.attention_reference_grads(q, k, v, dout, softmax_scale, causal_mode)
         return tuple(g.to(q.dtype).contiguous() for g in grads)
 

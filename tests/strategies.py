@@ -210,6 +210,24 @@ def magnitudes() -> st.SearchStrategy[float]:
     return st.sampled_from(MAGNITUDES)
 
 
+def windows(max_extent: int = 300) -> st.SearchStrategy[tuple[int, int]]:
+    """Local-attention windows (left, right), -1 unbounded: (0, 0), one-sided (left, -1) and
+    (-1, right), two-sided, and windows wider than any drawn sequence (max_extent and beyond)."""
+    side = st.one_of(st.just(0), st.integers(1, 16), st.integers(0, max_extent), st.just(max_extent + 50))
+    return st.one_of(
+        st.just((0, 0)),
+        st.tuples(side, st.just(-1)),
+        st.tuples(st.just(-1), side),
+        st.tuples(side, side),
+    )
+
+
+def softcaps() -> st.SearchStrategy[float]:
+    """0 (off), or a cap from far below to far above typical logits (with magnitude-30 inputs the
+    scores reach ~100: caps of 1..50 saturate tanh)."""
+    return st.one_of(st.just(0.0), st.sampled_from((1.0, 5.0, 30.0, 50.0)), st.floats(0.5, 100.0, width=32))
+
+
 def seeds() -> st.SearchStrategy[int]:
     return st.integers(0, 2**31 - 1)
 

@@ -26,7 +26,8 @@ MODE_IDS = ["none", "top-left", "bottom-right"]
 
 BWD_SCHEMA = (
     "flashattn::bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, float softmax_scale, "
-    "int causal_mode, bool deterministic, str backend) -> (Tensor dq, Tensor dk, Tensor dv)"
+    "int causal_mode, bool deterministic, str backend, int window_left=-1, int window_right=-1, float softcap=0.) "
+    "-> (Tensor dq, Tensor dk, Tensor dv)"
 )
 
 

@@ -119,6 +119,12 @@ BAD_INPUTS = [
     BadInput("num-splits-float", lambda mk: kvcache(mk(*Q), *_caches(mk), num_splits=2.0), TypeError, "num_splits must be an int, got float"),
     BadInput("num-splits-bool", lambda mk: kvcache(mk(*Q), *_caches(mk), num_splits=True), TypeError, "num_splits must be an int, got bool"),
     BadInput("scale-nan", lambda mk: kvcache(mk(*Q), *_caches(mk), softmax_scale=math.nan), ValueError, "scale must be finite, got nan"),
+    BadInput("window-below-minus-one", lambda mk: kvcache(mk(*Q), *_caches(mk), window_size=(-3, -1)), ValueError, "window_size values must be >= -1 (-1: unbounded), got (-3, -1)"),
+    BadInput("window-float", lambda mk: kvcache(mk(*Q), *_caches(mk), window_size=(8, 0.5)), TypeError, "window_size must be a pair of ints (left, right), got float 0.5 for right"),
+    BadInput("window-none", lambda mk: kvcache(mk(*Q), *_caches(mk), window_size=None), TypeError, "window_size must be a pair of ints (left, right), -1 meaning unbounded, got None"),
+    BadInput("softcap-negative", lambda mk: kvcache(mk(*Q), *_caches(mk), softcap=-0.5), ValueError, "softcap must be finite and >= 0 (0.0: off), got -0.5"),
+    BadInput("softcap-nan", lambda mk: kvcache(mk(*Q), *_caches(mk), softcap=math.nan), ValueError, "softcap must be finite and >= 0 (0.0: off), got nan"),
+    BadInput("softcap-none", lambda mk: kvcache(mk(*Q), *_caches(mk), softcap=None), TypeError, "softcap must be a float (0.0: off), got NoneType"),
 ]
 BAD_INPUT_PARAMS = [pytest.param(row, id=row.id) for row in BAD_INPUTS]
 
@@ -145,6 +151,7 @@ def _valid_calls(mk: Maker):
         ("Sq=16, MQA, forced splits", lambda: kvcache(mk(B, 16, HQ, D), *_caches(mk, (B, SK, 1, D)), num_splits=7, return_lse=True)),
         ("bhsd cache view, D=256", lambda: kvcache(mk(B, SQ, HQ, 256), *_caches(mk, (B, SK, HK, 256), strides=(HK * SK * 256, 256, SK * 256, 1)), softmax_scale=0.0, return_lse=True)),
         ("append with int seqlens", lambda: kvcache(mk(*Q), *_caches(mk), k=mk(B, 3, HK, D), v=mk(B, 3, HK, D), cache_seqlens=SK - 3, return_lse=True)),
+        ("window and softcap", lambda: kvcache(mk(*Q), *_caches(mk), cache_seqlens=seqlens, causal=True, window_size=(16, 0), softcap=30.0, return_lse=True)),
     ]
 
 
@@ -178,7 +185,8 @@ def test_schema_marks_exactly_the_caches_as_mutated() -> None:
     assert all(r.alias_info is None for r in schema.returns), "outputs are fresh tensors, never views of inputs"
 
 
-def _cpu_standin(q, k_cache, v_cache, k, v, cache_seqlens, cache_seqlen, softmax_scale, causal, num_splits):
+def _cpu_standin(q, k_cache, v_cache, k, v, cache_seqlens, cache_seqlen, softmax_scale, causal, num_splits,
+                 window_left=-1, window_right=-1, softcap=0.0):
     """A CPU kernel for the op, for tracing tests only: the append, and a cheap fake attention."""
     if k is not None:
         for b in range(q.shape[0]):
@@ -364,13 +372,18 @@ class KVCacheSpec:
     q_transposed: bool  # q as a [B, H, S, D] buffer's transpose
     magnitude: float
     seed: int
+    window: tuple[int, int] = (-1, -1)  # window_size (left, right)
+    softcap: float = 0.0
 
     def __repr__(self) -> str:
+        extra = (f" window={self.window}" if self.window != (-1, -1) else "") + (
+            f" softcap={self.softcap:g}" if self.softcap else "")
         return (
             f"KVCacheSpec(B={self.batch} Sq={self.seqlen_q} Hq={self.heads_q} Hk={self.heads_kv} D={self.head_dim} "
             f"Sk_max={self.seqlen_k_max} Sq_new={self.seqlen_new} cache_seqlens={self.cache_lens} "
             f"{str(self.dtype).replace('torch.', '')} causal={self.causal} scale={self.scale} "
-            f"num_splits={self.num_splits} cache={self.layout} q_bhsd={self.q_transposed} x{self.magnitude:g} seed={self.seed})"
+            f"num_splits={self.num_splits} cache={self.layout} q_bhsd={self.q_transposed} x{self.magnitude:g} "
+            f"seed={self.seed}{extra})"
         )
 
 
@@ -408,6 +421,19 @@ def kvcache_specs(draw, max_batch: int = 4, max_seqlen_k: int = 300) -> KVCacheS
         magnitude=draw(st.sampled_from((1.0, 30.0))),
         seed=draw(st.integers(0, 2**31 - 1)),
     )
+
+
+@st.composite
+def kvcache_window_specs(draw, max_batch: int = 4, max_seqlen_k: int = 300) -> KVCacheSpec:
+    """kvcache_specs with a local window and/or a softcap (tests/strategies.py windows, softcaps)."""
+    import dataclasses
+
+    import strategies as fst
+
+    spec = draw(kvcache_specs(max_batch, max_seqlen_k))
+    window = draw(fst.windows(max_extent=max_seqlen_k))
+    softcap = draw(fst.softcaps())
+    return dataclasses.replace(spec, window=window, softcap=softcap)
 
 
 def run_and_check(spec: KVCacheSpec, device: torch.device) -> None:
@@ -450,7 +476,7 @@ def run_and_check(spec: KVCacheSpec, device: torch.device) -> None:
     poison_cuda_allocator()
     out, lse = kvcache(
         q, k_cache, v_cache, k_new, v_new, cache_seqlens=seqlens_arg, softmax_scale=spec.scale,
-        causal=spec.causal, num_splits=spec.num_splits, return_lse=True,
+        causal=spec.causal, num_splits=spec.num_splits, return_lse=True, window_size=spec.window, softcap=spec.softcap,
     )
     torch.cuda.synchronize(device)
     assert k_cache.data_ptr() == k_ptr
@@ -462,13 +488,21 @@ def run_and_check(spec: KVCacheSpec, device: torch.device) -> None:
         n = lens[i] + spec.seqlen_new
         assert_attention_matches(
             out[i : i + 1], lse[i : i + 1], q[i : i + 1], expect_k[i : i + 1, :n], expect_v[i : i + 1, :n],
-            spec.scale, mode, context=f"{spec} batch {i} (seqlen_k {n})",
+            spec.scale, mode, window=spec.window, softcap=spec.softcap, context=f"{spec} batch {i} (seqlen_k {n})",
         )
 
 
 @gpu_test
 @given(spec=kvcache_specs())
 def test_kvcache_matches_reference(spec: KVCacheSpec, device: torch.device) -> None:
+    run_and_check(spec, device)
+
+
+@gpu_test
+@given(spec=kvcache_window_specs())
+def test_kvcache_with_window_and_softcap_matches_reference(spec: KVCacheSpec, device: torch.device) -> None:
+    """Local window (aligned per batch at seqlen_k(b) - Sq) and softcap, under the suite's
+    criterion with the softcap's tanh allowance (tests/numerics.py)."""
     run_and_check(spec, device)
 
 
@@ -488,6 +522,11 @@ LONG_CASES = [
     _spec(seqlen_k_max=9000, cache_lens=(8000, 8999), head_dim=256, heads_q=16, heads_kv=2, num_splits=7, seqlen_q=4, seqlen_new=1, causal=True),
     _spec(seqlen_k_max=5000, seqlen_q=16, heads_q=16, heads_kv=2, cache_lens=(4984, 3000), seqlen_new=16, causal=True, layout="bhsd"),
     _spec(seqlen_k_max=3000, heads_q=8, heads_kv=8, cache_lens=(0, 2999), seqlen_new=1, causal=True, num_splits=5),
+    # sliding windows over long caches: only the window's key blocks are split and read
+    _spec(seqlen_k_max=33000, cache_lens=(32999, 1025), seqlen_new=1, causal=True, window=(4096, 0)),
+    _spec(seqlen_k_max=20000, cache_lens=(19990, 300), seqlen_q=4, seqlen_new=4, causal=True, window=(1000, 0), num_splits=16),
+    _spec(seqlen_k_max=9000, cache_lens=(8000, 10), head_dim=256, heads_q=16, heads_kv=2, seqlen_q=8, window=(500, 3), softcap=30.0),
+    _spec(seqlen_k_max=5000, cache_lens=(4999, 2000), magnitude=30.0, softcap=50.0, dtype=F16, causal=True),
 ]
 
 

@@ -50,8 +50,8 @@ int main() {
         std::printf("group %d %d %d\n", d, s, group);
         for (int t = 0; t < m_blocks * b * h; ++t) {
           const TileCoord c = decode_tile(t, m_blocks, h, b * h, group);
-          const BlockRange r = block_range(c.m_block, bm, bn, s, s, causal != 0, 0);
-          std::printf("tile %d %d %d %d %d %d %d %d %d %d\n", d, s, causal, t, c.m_block, c.batch, c.head_q, r.n_blocks,
+          const flashattn::KeyBlocks r = block_range(c.m_block, bm, bn, s, s, 0, -1, causal ? 0 : -1);
+          std::printf("tile %d %d %d %d %d %d %d %d %d %d\n", d, s, causal, t, c.m_block, c.batch, c.head_q, r.count(),
                       bm, bn);
         }
       }

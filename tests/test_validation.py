@@ -98,6 +98,18 @@ BAD_INPUTS = [
     BadInput("empty-keys", "flash_attn_func", lambda mk: fa(*_qkv(mk, BSHD, (B, 0, H, D))), ValueError, "key/value sequence length must be >= 1"),
     BadInput("zero-kv-heads", "flash_attn_func", lambda mk: fa(*_qkv(mk, BSHD, (B, S, 0, D))), ValueError, "k/v must have at least one head"),
     BadInput("v-not-a-tensor", "flash_attn_func", lambda mk: fa(mk(*BSHD), mk(*BSHD), None), TypeError, "v must be a torch.Tensor, got NoneType"),
+    BadInput("window-below-minus-one", "flash_attn_func", lambda mk: fa(*_qkv(mk, BSHD), window_size=(-2, 0)), ValueError, "window_size values must be >= -1 (-1: unbounded), got (-2, 0)"),
+    BadInput("window-right-below-minus-one", "flash_attn_func", lambda mk: fa(*_qkv(mk, BSHD), window_size=(4, -5)), ValueError, "window_size values must be >= -1 (-1: unbounded), got (4, -5)"),
+    BadInput("window-float", "flash_attn_func", lambda mk: fa(*_qkv(mk, BSHD), window_size=(4.0, 0)), TypeError, "window_size must be a pair of ints (left, right), got float 4.0 for left"),
+    BadInput("window-bool", "flash_attn_func", lambda mk: fa(*_qkv(mk, BSHD), window_size=(4, True)), TypeError, "got bool True for right"),
+    BadInput("window-int", "flash_attn_func", lambda mk: fa(*_qkv(mk, BSHD), window_size=128), TypeError, "window_size must be a pair of ints (left, right), -1 meaning unbounded, got 128"),
+    BadInput("window-three", "flash_attn_func", lambda mk: fa(*_qkv(mk, BSHD), window_size=(1, 2, 3)), TypeError, "window_size must be a pair of ints"),
+    BadInput("softcap-negative", "flash_attn_func", lambda mk: fa(*_qkv(mk, BSHD), softcap=-1.0), ValueError, "softcap must be finite and >= 0 (0.0: off), got -1.0"),
+    BadInput("softcap-inf", "flash_attn_func", lambda mk: fa(*_qkv(mk, BSHD), softcap=math.inf), ValueError, "softcap must be finite and >= 0 (0.0: off), got inf"),
+    BadInput("softcap-nan", "flash_attn_func", lambda mk: fa(*_qkv(mk, BSHD), softcap=math.nan), ValueError, "softcap must be finite and >= 0 (0.0: off), got nan"),
+    BadInput("softcap-str", "flash_attn_func", lambda mk: fa(*_qkv(mk, BSHD), softcap="30"), TypeError, "softcap must be a float (0.0: off), got str"),
+    BadInput("softcap-bool", "flash_attn_func", lambda mk: fa(*_qkv(mk, BSHD), softcap=True), TypeError, "softcap must be a float (0.0: off), got bool"),
+    BadInput("softcap-subnormal", "flash_attn_func", lambda mk: fa(*_qkv(mk, BSHD), softcap=1e-40), ValueError, "within float32's normal range"),
 ]
 BAD_INPUT_PARAMS = [pytest.param(row, id=f"{row.entry}-{row.id}") for row in BAD_INPUTS]
 
@@ -124,6 +136,10 @@ def test_valid_inputs_pass_validation(monkeypatch: pytest.MonkeyPatch) -> None:
         out, lse = fa(*_qkv(fake_maker, BSHD, dtype=BF16), causal=True, return_lse=True)
         assert out.shape == BSHD and out.dtype == BF16
         assert lse.shape == (B, H, S) and lse.dtype == F32
+        out, lse = fa(*_qkv(fake_maker, BSHD), window_size=(3, 0), softcap=30.0, return_lse=True)
+        assert out.shape == BSHD and lse.shape == (B, H, S)
+        out = fa(*_qkv(fake_maker, BSHD), window_size=[0, 0], softcap=5)  # a list and an int are fine
+        assert out.shape == BSHD
 
 
 @pytest.mark.gpu

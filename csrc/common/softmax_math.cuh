@@ -10,6 +10,16 @@ __device__ __forceinline__ float ex2(float x) {
   return y;
 }
 
+// tanh on the SFU (sm75+), for the logit softcap: one instruction, but approximate: PTX gives a
+// maximum relative error of 2^-10.987 (about 4.9e-4, i.e. about one float16 ulp) over the whole
+// range, so a capped score c * tanh(x / c) is off by up to ~4.9e-4 * |c tanh(x / c)| <= 4.9e-4 |x|,
+// comparable to rounding the scores to float16 (tests/numerics.py allows for it explicitly).
+__device__ __forceinline__ float tanh_approx(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Row reductions over a quad: in the mma.sync m16n8 and wgmma m64nN accumulator layouts a row is
 // spread over the 4 lanes of a quad, so two xor-shuffles reduce it.
 __device__ __forceinline__ float quad_max(float x) {

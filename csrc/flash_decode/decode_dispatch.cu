@@ -73,7 +73,9 @@ cudaError_t flash_decode_plan(const DecodeParams& p, const DeviceLimits& dev, in
   if (err != cudaSuccess) return err;
   plan->num_m_blocks = static_cast<int>(m_blocks < 1 ? 1 : m_blocks);
   plan->kernel_variant = static_cast<int>(variant);
-  plan->num_splits = decode_plan_splits(requested_splits, m_blocks, p.batch, p.heads_kv, p.seqlen_k_max, l->block_n,
+  // Planned for the keys a tile can need: under a window, a few splits of the window rather than
+  // many mostly-empty splits of the whole cache.
+  plan->num_splits = decode_plan_splits(requested_splits, m_blocks, p.batch, p.heads_kv, p.keys_needed(), l->block_n,
                                         dev.sm_count, ctas);
   return cudaSuccess;
 }

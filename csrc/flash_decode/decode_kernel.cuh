@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../common/mask.cuh"
 #include "../flash_fwd/ptx.cuh"
 #include "../flash_fwd/softmax.cuh"
 #include "decode_params.h"
@@ -93,21 +94,19 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_split_kernel(c
   const int i_last = (m0 + rows_here - 1) / group;  // largest
 
   const int seqlen_k = decode_seqlen_k(p, batch);
-  const int causal_offset = seqlen_k - p.seqlen_q;  // causal: query i sees keys j <= i + causal_offset
+  // The causal mask and the window, bottom-right aligned (csrc/common/mask.cuh).
+  const KeyWindow window = make_key_window(seqlen_k, seqlen_k - p.seqlen_q, p.window_left, p.window_right);
 
-  // Keys this tile needs, and this split's share of them.
-  int n_end = seqlen_k;
-  if (p.causal) n_end = max(0, min(n_end, i_last + 1 + causal_offset));
-  const int n_blocks = (n_end + kBlockN - 1) / kBlockN;
+  // Key blocks this tile needs (those inside the window of one of its rows: the cost follows the
+  // window, not the cache length), and this split's share of them. Blocks the KeyBlocks call
+  // unmasked are seen whole by every row of the tile; the others apply the mask.
+  const KeyBlocks blocks = key_blocks(window, i_first, i_last + 1, kBlockN);
+  const int n_blocks = max(0, blocks.count());
   const int blocks_per_split = (n_blocks + p.num_splits - 1) / p.num_splits;
-  const int nb_begin = min(n_blocks, split * blocks_per_split);
-  const int nb_end = min(n_blocks, nb_begin + blocks_per_split);
-  const int key_end = min(n_end, nb_end * kBlockN);  // keys [nb_begin * kBlockN, key_end)
-  // Blocks [nb_begin, nb_unmasked) are seen whole by every row of the tile: inside key_end and,
-  // under causal masking, left of the first row's diagonal. Later blocks apply the mask.
-  int unmasked_end = key_end;
-  if (p.causal) unmasked_end = min(unmasked_end, i_first + 1 + causal_offset);
-  const int nb_unmasked = max(nb_begin, min(nb_end, unmasked_end > 0 ? unmasked_end / kBlockN : 0));
+  const int nb_begin = blocks.n_begin + min(n_blocks, split * blocks_per_split);
+  const int nb_end = blocks.n_begin + min(n_blocks, split * blocks_per_split + blocks_per_split);
+  const int key_end = min(window.hi(i_last), nb_end * kBlockN);  // keys [nb_begin * kBlockN, key_end)
+  const bool softcap = p.softcap > 0.f;  // uniform
 
   // ---- Q tile: 16 packed rows, gathered row by row; rows past the tile and columns past the
   // runtime head dim are zero-filled ------------------------------------------------------------
@@ -169,14 +168,14 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_split_kernel(c
   Softmax softmax;
   softmax.init();
 
-  // This thread's accumulator rows are lane/4 and lane/4 + 8 of the tile; the last key each may
-  // see in this split (inclusive).
-  int col_limit[2];
+  // This thread's accumulator rows are lane/4 and lane/4 + 8 of the tile; the keys [col_lo,
+  // col_hi) each may see in this split.
+  int col_lo[2], col_hi[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int i = (m0 + lane / 4 + 8 * h) / group;
-    col_limit[h] = key_end - 1;
-    if (p.causal) col_limit[h] = min(col_limit[h], i + causal_offset);
+    col_lo[h] = window.lo(i);
+    col_hi[h] = min(key_end, window.hi(i));
   }
 
   // ldmatrix bases (fragment layouts as in the forward kernel):
@@ -215,15 +214,15 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_split_kernel(c
     }
 
     // To log2 units before masking: any scale (0 and negative included) is exact, masked
-    // entries stay -inf.
+    // entries stay -inf; with a softcap c, x = s * scale becomes c tanh(x / c) first.
 #pragma unroll
     for (int nt = 0; nt < kNTilesS; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        s[0][nt][e] *= p.scale_log2;
+        s[0][nt][e] = softcap ? tanh_approx(s[0][nt][e] * p.softcap_scale) * p.softcap_log2 : s[0][nt][e] * p.scale_log2;
         if constexpr (kMasked) {
           const int col = nb * kBlockN + warp * kWarpN + nt * 8 + (lane % 4) * 2 + (e % 2);
-          if (col > col_limit[e / 2]) s[0][nt][e] = -INFINITY;
+          if (col < col_lo[e / 2] || col >= col_hi[e / 2]) s[0][nt][e] = -INFINITY;
         }
       }
     softmax.update(s, o);
@@ -248,9 +247,12 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_split_kernel(c
     load_stage = load_stage + 1 == kStages ? 0 : load_stage + 1;
   };
 
-  int nb = nb_begin;
-  for (; nb < nb_unmasked; ++nb) step(nb, std::false_type{});
-  for (; nb < nb_end; ++nb) step(nb, std::true_type{});
+  for (int nb = nb_begin; nb < nb_end; ++nb) {
+    if (blocks.masked(nb))
+      step(nb, std::true_type{});
+    else
+      step(nb, std::false_type{});
+  }
 
   // ---- merge the warps ------------------------------------------------------------------------
   cp_async_wait<0>();

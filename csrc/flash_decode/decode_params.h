@@ -54,6 +54,19 @@ struct DecodeParams {
   float scale_log2 = 0.f;  // softmax_scale * log2(e)
   bool causal = false;     // bottom-right: query i sees keys j <= i + seqlen_k(b) - Sq
 
+  // Local (sliding-window) attention and causal masking, bottom-right aligned per batch
+  // (csrc/common/mask.cuh with offset seqlen_k(b) - Sq): key j visible to query i iff
+  // i + offset - window_left <= j <= i + offset + window_right, -1 unbounded. The kernel reads only
+  // these for the mask; set_mask() folds causal in as window_right = 0 and turns edges no row of
+  // any batch reaches into -1 (left >= Sk_max - 1, right >= Sq - 1).
+  int window_left = -1;
+  int window_right = -1;
+
+  // Logit softcap, as FwdParams: c > 0 turns each scaled score x into c * tanh(x / c).
+  float softcap = 0.f;
+  float softcap_scale = 0.f;  // softmax_scale / softcap
+  float softcap_log2 = 0.f;   // softcap * log2(e)
+
   DType dtype = DType::kBFloat16;
 
   // Set by the planner (flash_decode_plan), read by the kernels.
@@ -64,6 +77,30 @@ struct DecodeParams {
   void set_scale(float scale) {
     softmax_scale = scale;
     scale_log2 = scale * 1.4426950408889634f;
+  }
+
+  // After seqlen_q and seqlen_k_max are set. left/right: -1 unbounded, else >= 0.
+  void set_mask(bool is_causal, int64_t left, int64_t right) {
+    causal = is_causal;
+    if (causal) right = 0;
+    if (left < 0 || left >= static_cast<int64_t>(seqlen_k_max) - 1) left = -1;
+    if (right < 0 || right >= static_cast<int64_t>(seqlen_q) - 1) right = -1;
+    window_left = static_cast<int>(left);
+    window_right = static_cast<int>(right);
+  }
+
+  // After set_scale().
+  void set_softcap(float c) {
+    softcap = c > 0.f ? c : 0.f;
+    softcap_scale = c > 0.f ? softmax_scale / c : 0.f;
+    softcap_log2 = c > 0.f ? c * 1.4426950408889634f : 0.f;
+  }
+
+  // Keys one (batch, query tile) can need at most: what the split heuristic should plan for.
+  int64_t keys_needed() const {
+    if (window_left < 0) return seqlen_k_max;
+    const int64_t span = static_cast<int64_t>(window_left) + seqlen_q + (window_right > 0 ? window_right : 0);
+    return span < seqlen_k_max ? span : seqlen_k_max;
   }
 };
 

@@ -1,8 +1,8 @@
 // The portable forward kernel (sm80+, mma.sync): one thread block per (batch, head, query block),
 // K/V streamed through shared memory in kBlockN-row steps, online softmax in registers.
 //
-// K and V live in two shared-memory stages. Step n (key blocks walked from the last one down to
-// 0, so the masked blocks come first and the unmasked loop runs branch-free):
+// K and V live in two shared-memory stages. Step n (key blocks walked from the last one the query
+// block needs down to the first, csrc/common/mask.cuh; blocks that need no mask skip it):
 //   wait for stage n%2 -> barrier -> S = Q K^T -> start loading K/V[n-1] into the other stage
 //   -> scale, mask, online softmax -> O += P V
 // The one barrier per step does two jobs: it publishes K/V[n] to every warp, and it proves every
@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../common/mask.cuh"
 #include "epilogue.cuh"
 #include "gmem_tile.cuh"
 #include "params.h"
@@ -53,23 +54,16 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
                     m0 * p.o_row_stride;
   float* lse_gmem = p.lse + (static_cast<int64_t>(tile.batch) * p.heads_q + tile.head_q) * p.seqlen_q + m0;
 
-  // Key blocks this query block needs: all of them, or under causal masking only those with a
-  // key visible to the block's last real row.
-  int n_end = p.seqlen_k;
-  if (p.causal) n_end = min(n_end, min(m0 + kBlockM, p.seqlen_q) + p.causal_offset);
-  const int n_blocks = n_end > 0 ? (n_end + kBlockN - 1) / kBlockN : 0;
-  if (n_blocks == 0) {
+  // Key blocks this query block needs (csrc/common/mask.cuh): those with a key visible to one of
+  // its real rows under the causal mask / window, so the cost follows the window, not Sk. Blocks
+  // [full_begin, full_end) are seen whole by every row and run without a mask.
+  const KeyBlocks blocks = key_blocks(make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right), m0, min(m0 + kBlockM, p.seqlen_q), kBlockN);
+  if (blocks.count() <= 0) {
     store_empty_rows<Traits>(o_gmem, p.o_row_stride, lse_gmem, rows_valid, p.head_dim);
     return;
   }
-  // Blocks [0, n_unmasked) need no mask at all: wholly inside Sk and, under causal masking, at or
-  // left of the diagonal for the block's first row.
-  int n_unmasked = p.seqlen_k / kBlockN;
-  if (p.causal) {
-    const int first_visible_end = m0 + p.causal_offset + 1;  // keys [0, this) visible to row m0
-    n_unmasked = min(n_unmasked, first_visible_end > 0 ? first_visible_end / kBlockN : 0);
-  }
-  n_unmasked = min(n_unmasked, n_blocks);
+  // Softcap: a uniform switch (off in every call that does not ask for it).
+  const bool softcap = p.softcap > 0.f;
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -92,7 +86,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
   {
     const GmemTileLoader<Traits, kBlockM, Element> q_loader(q_gmem, p.q_row_stride, sQ, p.head_dim);
     q_loader.load(0, rows_valid, 0, p.q_row_stride);
-    load_kv(n_blocks - 1);
+    load_kv(blocks.n_end - 1);
   }
   cp_async_commit();
 
@@ -140,26 +134,46 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
       }
     }
 
-    if (n > 0) {
+    if (n > blocks.n_begin) {
       load_kv(n - 1);
       cp_async_commit();
     }
 
     // Scores to log2 units before masking, so that any scale (0 and negative included) is exact
-    // and masked entries stay -inf.
+    // and masked entries stay -inf; with a softcap c, x = s * scale becomes c tanh(x / c) first.
+    if (softcap) {
 #pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
+      for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < kNTilesS; ++nt)
+        for (int nt = 0; nt < kNTilesS; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[mt][nt][e] *= p.scale_log2;
-          if constexpr (kMasked) {
-            const int row = m0 + warp_row0 + mt * 16 + lane / 4 + (e / 2) * 8;
-            const int col = n * kBlockN + nt * 8 + (lane % 4) * 2 + (e % 2);
-            if (col >= p.seqlen_k || (p.causal && col > row + p.causal_offset)) s[mt][nt][e] = -INFINITY;
-          }
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] = tanh_approx(s[mt][nt][e] * p.softcap_scale) * p.softcap_log2;
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNTilesS; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] *= p.scale_log2;
+    }
+    if constexpr (kMasked) {
+      // Built from the (constant-bank) parameters here rather than kept live across the loop.
+      const KeyWindow window = make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right);
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = m0 + warp_row0 + mt * 16 + lane / 4 + h * 8;
+          const int lo = window.lo(row), hi = window.hi(row);
+#pragma unroll
+          for (int nt = 0; nt < kNTilesS; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int col = n * kBlockN + nt * 8 + (lane % 4) * 2 + e;
+              if (col < lo || col >= hi) s[mt][nt][2 * h + e] = -INFINITY;
+            }
         }
+    }
     softmax.update(s, o);
 
     // P in the A-operand layout: the m16n8 accumulators of n-tiles 2kk and 2kk+1 are exactly
@@ -190,9 +204,15 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
       }
   };
 
-  int n = n_blocks - 1;
-  for (; n >= n_unmasked; --n) step(n, std::true_type{});
-  for (; n >= 0; --n) step(n, std::false_type{});
+  // Masked blocks at the right edge (Sk, the diagonal or the window's right edge) come first, then
+  // the unmasked ones, then the masked ones at the window's left edge (none without one). One loop
+  // with a uniform branch per block: three loops (two masked call sites) spilled at D=128 on sm_80.
+  for (int n = blocks.n_end - 1; n >= blocks.n_begin; --n) {
+    if (blocks.masked(n))
+      step(n, std::true_type{});
+    else
+      step(n, std::false_type{});
+  }
 
   float lse[kMTiles][2];
   softmax.finalize(o, lse);

@@ -12,6 +12,14 @@ enum class DType : int { kFloat16 = 0, kBFloat16 = 1 };
 // causal_offset = 0 (top-left, torch SDPA's is_causal) or Sk - Sq (bottom-right, FlashAttention).
 enum class CausalMode : int { kNone = 0, kTopLeft = 1, kBottomRight = 2 };
 
+// A window edge that no query row reaches is no edge (-1): the kernels then take their unmasked
+// paths, and offset +- window stays within int range. offset as in csrc/common/mask.cuh; for
+// bottom-right alignment the bounds are exactly seqlen_k - 1 (left) and seqlen_q - 1 (right).
+inline void normalize_window(int64_t seqlen_q, int64_t seqlen_k, int64_t offset, int64_t& left, int64_t& right) {
+  if (left < 0 || left >= seqlen_q - 1 + offset) left = -1;
+  if (right < 0 || right >= seqlen_k - 1 - offset) right = -1;
+}
+
 struct FwdParams {
   // Tensors: q [B, Sq, Hq, D], k/v [B, Sk, Hk, D], o [B, Sq, Hq, D]; strides in elements,
   // the last dimension contiguous. lse is float32 [B, Hq, Sq] contiguous.
@@ -36,7 +44,23 @@ struct FwdParams {
   float softmax_scale = 0.f;       // any finite value, 0 and negative included
   float scale_log2 = 0.f;          // softmax_scale * log2(e); set by set_scale()
   bool causal = false;
-  int causal_offset = 0;
+  int causal_offset = 0;  // with set_mask(): the alignment of the window too (also without causal)
+
+  // Local (sliding-window) attention, FlashAttention's semantics (csrc/common/mask.cuh): key j is
+  // visible to query i iff i + causal_offset - window_left <= j <= i + causal_offset + window_right,
+  // -1 meaning unbounded on that side. The forward kernels read only these two for the mask:
+  // set_mask() folds causal masking in as window_right = 0 and turns edges no row reaches into -1.
+  // (The backward reads causal / causal_offset and refuses windows: csrc/binding_bwd.cpp.)
+  int window_left = -1;
+  int window_right = -1;
+
+  // Logit softcap (Gemma 2): c > 0 replaces each scaled score x = s * softmax_scale by
+  // c * tanh(x / c) before the softmax; 0 = off. Set by set_softcap() after set_scale(), which
+  // also fills the two factors the kernels use: tanh's argument s * softcap_scale, and the capped
+  // score in log2 units tanh(.) * softcap_log2.
+  float softcap = 0.f;
+  float softcap_scale = 0.f;  // softmax_scale / softcap
+  float softcap_log2 = 0.f;   // softcap * log2(e)
 
   DType dtype = DType::kBFloat16;
 
@@ -54,6 +78,27 @@ struct FwdParams {
     causal = mode != CausalMode::kNone;
     causal_offset = mode == CausalMode::kBottomRight ? seqlen_k - seqlen_q : 0;
   }
+
+  // Causal mode and window together (the forward's setter; seqlen_q and seqlen_k set first). The
+  // window is aligned like the causal mode: top-left for kTopLeft, bottom-right otherwise (kNone
+  // included, as FlashAttention's window_size). left/right: -1 unbounded, else >= 0.
+  void set_mask(CausalMode mode, int64_t left, int64_t right) {
+    causal = mode != CausalMode::kNone;
+    causal_offset = mode == CausalMode::kTopLeft ? 0 : seqlen_k - seqlen_q;
+    if (causal) right = 0;  // causal == the right edge on the diagonal (on top of any window)
+    normalize_window(seqlen_q, seqlen_k, causal_offset, left, right);
+    window_left = static_cast<int>(left);
+    window_right = static_cast<int>(right);
+  }
+
+  void set_softcap(float c) {
+    softcap = c > 0.f ? c : 0.f;
+    softcap_scale = c > 0.f ? softmax_scale / c : 0.f;
+    softcap_log2 = c > 0.f ? c * 1.4426950408889634f : 0.f;
+  }
+
+  // A sliding window beyond the causal mask (window_right == 0 alone is causal masking).
+  bool has_window() const { return window_left >= 0 || (!causal && window_right >= 0); }
 };
 
 // What the launcher needs to know of the device to pick a tile config.

@@ -1,25 +1,25 @@
 // A consumer warpgroup of the Hopper forward kernel: 64 query rows of each tile (kBlockM rows).
 //
-// Per tile, key blocks n = last .. 0 (masked blocks first, as in the portable kernel), with the
-// softmax of block n overlapped with the P V product of block n+1 (FlashAttention-3's
-// intra-warpgroup pipelining):
+// Per tile, key blocks n = last .. first (block_range: the blocks inside the causal mask / local
+// window; the edge blocks apply the mask), with the softmax of block n overlapped with the P V
+// product of block n+1 (FlashAttention-3's intra-warpgroup pipelining):
 //
 //   S = Q K[last]^T; wait; softmax -> P                         (first block)
-//   for n = last-1 .. 0:
+//   for n = last-1 .. first:
 //     convert P to 16-bit A fragments
 //     issue S = Q K[n]^T                                        (wgmma group A)
 //     O *= rescale(previous softmax); issue O += P V[n+1]       (wgmma group B, P from registers)
 //     wait for A -> release K[n]; softmax(S) -> rescale         (runs while B is in flight)
-//     wait for K[n-1] to land (n > 0) / release Q (n = 0)
+//     wait for K[n-1] to land (n > first) / release Q (n = first)
 //     wait for B -> release V[n+1]
-//   convert P; O *= rescale; O += P V[0]; wait -> release V[0]
+//   convert P; O *= rescale; O += P V[first]; wait -> release V[first]
 //   normalize, store O and LSE
 //
 // With kPingPong the consumer warpgroups also take turns issuing their GEMMs, in round-robin order
 // (named barriers 1 .. kConsumerWGs): each "issue" section above is entered with bar.sync on its
 // own barrier and left with bar.arrive on the next warpgroup's, so one warpgroup's softmax runs
 // while another's GEMMs use the tensor cores. All run identical section counts per tile (the
-// tile's n_blocks + 1); the last warpgroup pre-arrives once on warpgroup 0's barrier at the start
+// tile's key block count + 1); the last warpgroup pre-arrives once on warpgroup 0's barrier at the start
 // and warpgroup 0 absorbs that arrival at the end.
 #pragma once
 
@@ -105,8 +105,11 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
   // With a positive scale (every real call) the scale is folded into the exponent: max over raw
   // scores, then p = exp2(s * scale_log2 - max) is one FFMA per element instead of an FMUL here
   // and an FADD there. Zero or negative scales (max(scale * s) is then not scale * max(s)) keep
-  // the scores pre-multiplied, and the softmax multiplies by 1. Uniform across the CTA.
-  const bool fold_scale = scale_log2 > 0.f;
+  // the scores pre-multiplied, and the softmax multiplies by 1. So does the logit softcap, whose
+  // capped scores tanh(s * softcap_scale) * softcap_log2 are already in log2 units. Uniform
+  // across the CTA.
+  const bool softcap = params.softcap_log2 != 0.f;
+  const bool fold_scale = !softcap && scale_log2 > 0.f;
   const float softmax_scale_log2 = fold_scale ? scale_log2 : 1.f;
 
   if (Traits::kPingPong && wg == Traits::kConsumerWGs - 1)
@@ -115,8 +118,8 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
   ConsumerSchedule<Traits, kDynamic> sched{params, sm};
   for (int t = sched.first(); t < params.num_tiles; t = sched.next(t)) {
     const TileCoord tc = decode_tile(t, params.num_m_blocks, params.heads_q, batch_heads, params.group_heads);
-    const BlockRange r = block_range(tc.m_block, kBlockM, kBlockN, params.seqlen_q, params.seqlen_k, params.causal != 0,
-                                     params.causal_offset);
+    const KeyBlocks r = block_range(tc.m_block, kBlockM, kBlockN, params.seqlen_q, params.seqlen_k, params.causal_offset,
+                                    Traits::kLocal ? params.window_left : -1, Traits::kLocal ? params.window_right : -1);
     const int row0 = tc.m_block * kBlockM + row_in_tile;  // sequence index of this thread's first row
 
     float o[kORegs];
@@ -125,33 +128,35 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
     Softmax softmax;
     softmax.init();
 
-    if (r.n_blocks > 0) {
-      // Keys [0, limit[h]) are visible to row row0 + 8 h (the causal limit may be <= 0).
-      int limit[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        limit[h] = params.seqlen_k;
-        if (params.causal) {
-          const int c = row0 + 8 * h + params.causal_offset + 1;
-          limit[h] = c < limit[h] ? c : limit[h];
-        }
-      }
-      // Masked entries to -inf; unless the scale is folded into the softmax, scores to log2 units
-      // first (so that a zero or negative scale is exact and masked entries stay -inf).
+    if (r.count() > 0) {
+      // Unless the scale is folded into the softmax, scores to log2 units first (so that a zero or
+      // negative scale is exact and masked entries stay -inf), or through the softcap; then, in
+      // the blocks that need it, masked entries to -inf: row row0 + 8 h sees keys [lo, hi)
+      // (csrc/common/mask.cuh; computed here from the parameters rather than kept live across the
+      // loop, since only the edge blocks of a tile need it).
       auto scale_and_mask = [&](float (&s)[kSRegs], int n, bool masked) {
-        const float pre = fold_scale ? 1.f : scale_log2;
+        if (softcap) {
+#pragma unroll
+          for (int i = 0; i < kSRegs; ++i) s[i] = tanh_approx(s[i] * params.softcap_scale) * params.softcap_log2;
+        }
+        const float pre = fold_scale || softcap ? 1.f : scale_log2;
         if (masked) {
+          const KeyWindow window =
+              make_key_window(params.seqlen_k, params.causal_offset, Traits::kLocal ? params.window_left : -1,
+                              Traits::kLocal ? params.window_right : -1);
 #pragma unroll
-          for (int j = 0; j < kSRegs / 4; ++j)
+          for (int h = 0; h < 2; ++h) {
+            const int lo = window.lo(row0 + 8 * h), hi = window.hi(row0 + 8 * h);
 #pragma unroll
-            for (int h = 0; h < 2; ++h)
+            for (int j = 0; j < kSRegs / 4; ++j)
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
                 const int col = n * kBlockN + 8 * j + col_in_quad + e;
                 const float x = s[4 * j + 2 * h + e] * pre;
-                s[4 * j + 2 * h + e] = col < limit[h] ? x : -INFINITY;
+                s[4 * j + 2 * h + e] = col >= lo && col < hi ? x : -INFINITY;
               }
-        } else if (!fold_scale) {
+          }
+        } else if (!fold_scale && !softcap) {
 #pragma unroll
           for (int i = 0; i < kSRegs; ++i) s[i] *= scale_log2;
         }
@@ -176,7 +181,7 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
       const uint32_t q_stage_off = qst.index * Traits::kQBytes;
 
       // First (highest) key block: S, softmax, P.
-      int n = r.n_blocks - 1;
+      int n = r.n_end - 1;
       sm.wait(sm.k_full(kst.index), kst.phase, kTagConsumerKFull);
       pingpong_enter<Traits>(wg);
       gemm_qk(s, kst.index, q_stage_off);
@@ -185,12 +190,12 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
       reg_fence(s);
       mbar_arrive(sm.k_empty(kst.index));
       kst.advance();
-      if (r.n_blocks == 1) mbar_arrive(sm.q_empty(qst.index));
-      scale_and_mask(s, n, n >= r.n_unmasked);
+      if (r.count() == 1) mbar_arrive(sm.q_empty(qst.index));
+      scale_and_mask(s, n, r.masked(n));
       softmax.update(s, rescale, softmax_scale_log2);  // rescale is 0 here and O is still 0
-      if (r.n_blocks > 1) sm.wait(sm.k_full(kst.index), kst.phase, kTagConsumerKFull);
+      if (r.count() > 1) sm.wait(sm.k_full(kst.index), kst.phase, kTagConsumerKFull);
 
-      for (n = r.n_blocks - 2; n >= 0; --n) {
+      for (n = r.n_end - 2; n >= r.n_begin; --n) {
         // K[n] has landed (waited at the end of the previous step). P of the previous block is
         // converted only now, once the P V that read the old P registers has completed.
         convert_p(s, p);
@@ -205,17 +210,17 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
         reg_fence(s);
         mbar_arrive(sm.k_empty(kst.index));
         kst.advance();
-        scale_and_mask(s, n, n >= r.n_unmasked);
+        scale_and_mask(s, n, r.masked(n));
         softmax.update(s, rescale, softmax_scale_log2);
 
         // Wait for the next K block here, not at the top of the next step: the spin loop ends
         // the basic block, and ptxas does not hoist the wgmma wait below across it (within one
         // block it moved the wait, and the V release after it, above the whole softmax, which
         // then no longer overlapped with P V).
-        if (n > 0)
+        if (n > r.n_begin)
           sm.wait(sm.k_full(kst.index), kst.phase, kTagConsumerKFull);
         else
-          mbar_arrive(sm.q_empty(qst.index));  // the tile's last read of Q was S = Q K[0]^T
+          mbar_arrive(sm.q_empty(qst.index));  // the tile's last read of Q was S = Q K[first]^T
 
         wgmma_wait<0>();  // O += P V[n+1] done: P and V[n+1] are free
         reg_fence(o);
@@ -241,7 +246,7 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
       qst.advance();
     }
 
-    // Tiles with no visible key (n_blocks == 0) come here directly: O = 0, LSE = -inf.
+    // Tiles with no visible key (no key block) come here directly: O = 0, LSE = -inf.
     float lse[2];
     softmax.finalize(o, lse);
     if constexpr (Traits::kOTma)

@@ -107,6 +107,7 @@ struct Sm90Launcher {
   int block_m;          // query rows per tile
   int smem_bytes;
   bool o_tma;  // O leaves through a TMA store (traits kOTma): O must be TMA-describable too
+  bool local;  // applies causal masking / a local window (traits kLocal)
   LaunchFn launch_static;
   LaunchFn launch_dynamic;  // needs FwdParams::tile_counter
   RealFn real_static;
@@ -120,6 +121,7 @@ struct Sm90Launcher {
                CONFIG<D>::Traits::kBlockM,                                                                       \
                CONFIG<D>::Traits::kSmemBytes,                                                                    \
                CONFIG<D>::Traits::kOTma,                                                                         \
+               CONFIG<D>::Traits::kLocal,                                                                        \
                &run_fwd_sm90<CONFIG<D>::Traits, T, false>,                                                       \
                &run_fwd_sm90<CONFIG<D>::Traits, T, true>,                                                        \
                &kernel_is_real<CONFIG<D>::Traits, T, false>,                                                     \
@@ -145,7 +147,8 @@ constexpr int kNumLaunchers = sizeof(kLaunchers) / sizeof(kLaunchers[0]);
 
 int find_launcher(const FwdParams& p) {
   const int d = sm90_round_head_dim(p.head_dim);
-  const Sm90ConfigKind kind = sm90_config_kind(d, p.seqlen_k, p.causal);
+  // A local window is banded like causal masking: the causal configs (and their schedule) serve it.
+  const Sm90ConfigKind kind = sm90_config_kind(d, p.seqlen_k, p.causal || p.has_window());
   for (int i = 0; i < kNumLaunchers; ++i)
     if (kLaunchers[i].dtype == p.dtype && kLaunchers[i].head_dim == d && kLaunchers[i].kind == kind) return i;
   return -1;
@@ -175,6 +178,7 @@ int supported_launcher(const FwdParams& p, const DeviceLimits& dev) {
   if (p.o_row_stride % 2 != 0 || p.o_head_stride % 2 != 0 || p.o_batch_stride % 2 != 0) return -1;
   const int i = find_launcher(p);
   if (i < 0 || kLaunchers[i].smem_bytes > dev.max_smem_per_block) return -1;
+  if (!kLaunchers[i].local && (p.window_left >= 0 || p.window_right >= 0)) return -1;  // never: find_launcher
   const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + kLaunchers[i].block_m - 1) / kLaunchers[i].block_m;
   if (m_blocks * p.batch * p.heads_q >= (int64_t(1) << 31)) return -1;
   const FwdTmaTensors t = fwd_tma_tensors(p);
@@ -196,7 +200,7 @@ bool flash_fwd_sm90_supported(const FwdParams& p, const DeviceLimits& dev) {
 bool flash_fwd_sm90_wants_tile_counter(const FwdParams& p, const DeviceLimits& dev) {
   if (dev.cc_major != 9 || dev.cc_minor != 0) return false;
   const int i = sm90::find_launcher(p);
-  return i >= 0 && sm90::dynamic_schedule_pays(p.causal, p.seqlen_q, static_cast<long long>(p.batch) * p.heads_q,
+  return i >= 0 && sm90::dynamic_schedule_pays(p.causal || p.has_window(), p.seqlen_q, static_cast<long long>(p.batch) * p.heads_q,
                                                sm90::kLaunchers[i].block_m, dev.sm_count);
 }
 

@@ -27,7 +27,12 @@ struct Sm90Params {
   int seqlen_q, seqlen_k, head_dim;
   float scale_log2;
   int causal;
-  int causal_offset;  // key j visible to query i iff j <= i + causal_offset (when causal)
+  int causal_offset;  // the diagonal's alignment: 0 top-left, Sk - Sq bottom-right (also for the window)
+  // The mask the kernel applies (FwdParams: causal folded in as window_right = 0, -1 unbounded):
+  // key j visible to query i iff i + causal_offset - window_left <= j <= i + causal_offset + window_right.
+  int window_left, window_right;
+  // Logit softcap (0: off): scores x -> tanh(x * softcap_scale) * softcap_log2, in log2 units.
+  float softcap_scale, softcap_log2;
 
   // Schedule: tile t in [0, num_tiles) -> (query block, batch, head), see tile_scheduler.h.
   int num_m_blocks;

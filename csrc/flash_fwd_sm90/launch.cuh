@@ -76,6 +76,10 @@ bool make_sm90_params(const FwdParams& p, Sm90Params& k) {
   k.scale_log2 = p.scale_log2;
   k.causal = p.causal ? 1 : 0;
   k.causal_offset = p.causal_offset;
+  k.window_left = p.window_left;
+  k.window_right = p.window_right;
+  k.softcap_scale = p.softcap > 0.f ? p.softcap_scale : 0.f;
+  k.softcap_log2 = p.softcap > 0.f ? p.softcap_log2 : 0.f;
   k.num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   k.num_tiles = k.num_m_blocks * p.batch * p.heads_q;
   k.group_heads = l2_group_heads(p);

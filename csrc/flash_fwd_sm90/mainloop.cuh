@@ -1,8 +1,9 @@
 // The producer of the Hopper forward kernel: one thread issues every TMA load.
 //
 // Tiles come from schedule.cuh (static: c, c + grid, ...; dynamic: an atomic counter, each
-// index published to the consumers). Per query tile (order = the consumers' order of use):
-//   K[last], Q, then for n = last .. 1: K[n-1], V[n]; then V[0]
+// index published to the consumers). Per query tile (order = the consumers' order of use), over
+// the key blocks [first, last] the tile needs (block_range: causal mask and local window):
+//   K[last], Q, then for n = last .. first+1: K[n-1], V[n]; then V[first]
 // (K runs one block ahead of V because the consumers compute S = Q K[n-1]^T while P V[n] is
 // still pending: see consumer.cuh). K and V have separate kStages-deep rings so that S can start
 // as soon as its K block lands.
@@ -35,9 +36,9 @@ __device__ __forceinline__ void producer_loop(const Sm90Params& params, const Sm
 
   auto load_tile = [&](int t) {
     const TileCoord tc = decode_tile(t, params.num_m_blocks, params.heads_q, batch_heads, params.group_heads);
-    const BlockRange r = block_range(tc.m_block, kBlockM, kBlockN, params.seqlen_q, params.seqlen_k, params.causal != 0,
-                                     params.causal_offset);
-    if (r.n_blocks == 0) return;  // the consumers write O = 0, LSE = -inf without any load
+    const KeyBlocks r = block_range(tc.m_block, kBlockM, kBlockN, params.seqlen_q, params.seqlen_k, params.causal_offset,
+                                    Traits::kLocal ? params.window_left : -1, Traits::kLocal ? params.window_right : -1);
+    if (r.count() <= 0) return;  // the consumers write O = 0, LSE = -inf without any load
     const int head_kv = tc.head_q / params.q_per_kv;
 
     auto load_kv = [&](const CUtensorMap* tmap, PipeState<Traits::kStages>& st, uint32_t tile_base, uint32_t full,
@@ -56,7 +57,7 @@ __device__ __forceinline__ void producer_loop(const Sm90Params& params, const Sm
       load_kv(&params.tma_v, vst, sm.v(vst.index), sm.v_full(vst.index), sm.v_empty(vst.index), n, kTagProducerVEmpty);
     };
 
-    load_k(r.n_blocks - 1);
+    load_k(r.n_end - 1);
     // Q: the consumers release the previous tile's Q after their last S = Q K^T of it.
     sm.wait(sm.q_empty(qst.index), qst.phase ^ 1u, kTagProducerQEmpty);
     mbar_arrive_expect_tx(sm.q_full(qst.index), Traits::kQBytes);
@@ -67,11 +68,11 @@ __device__ __forceinline__ void producer_loop(const Sm90Params& params, const Sm
                   tc.head_q, tc.batch);
     qst.advance();
 
-    for (int n = r.n_blocks - 1; n > 0; --n) {
+    for (int n = r.n_end - 1; n > r.n_begin; --n) {
       load_k(n - 1);
       load_v(n);
     }
-    load_v(0);
+    load_v(r.n_begin);
   };
 
   for (int t = sched.first();; t = sched.next(t)) {

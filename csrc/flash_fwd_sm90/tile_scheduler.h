@@ -3,6 +3,7 @@
 // checks on the CPU that it visits every tile exactly once.
 #pragma once
 
+#include "../common/mask.cuh"
 #include "ptx.cuh"  // FLASHATTN_HD
 
 namespace flashattn {
@@ -56,8 +57,8 @@ FLASHATTN_HD int l2_group_heads(long long seqlen_k, int head_dim, int heads_q, i
 }
 
 // The policy behind flash_fwd_sm90_wants_tile_counter() (dispatch.cu): the dynamic schedule of
-// schedule.cuh pays when the tiles have unequal work (causal masking and more than one query
-// block per head) and there is more than one wave of them (with at most one tile per CTA there
+// schedule.cuh pays when the tiles have unequal work (causal masking or a local window, and more
+// than one query block per head) and there is more than one wave of them (with at most one tile per CTA there
 // is nothing to balance). Measured on the H100: 1.08x geomean over the causal standard grid,
 // up to 1.5x; docs/perf-notes.md "v3".
 FLASHATTN_HD bool dynamic_schedule_pays(bool causal, long long seqlen_q, long long batch_heads, int block_m,
@@ -66,31 +67,15 @@ FLASHATTN_HD bool dynamic_schedule_pays(bool causal, long long seqlen_q, long lo
   return causal && m_blocks > 1 && m_blocks * batch_heads > sm_count;
 }
 
-// Key blocks a query tile visits: [0, n_blocks), walked from n_blocks - 1 down to 0; blocks
-// >= n_unmasked need the mask (past Sk, or crossing the causal diagonal of the tile's first row).
-struct BlockRange {
-  int n_blocks;
-  int n_unmasked;
-};
-
-FLASHATTN_HD BlockRange block_range(int m_block, int block_m, int block_n, int seqlen_q, int seqlen_k, bool causal,
-                                    int causal_offset) {
+// Key blocks a query tile visits, the same for the producer (which loads them) and the consumers
+// (which walk them): [n_begin, n_end), walked from n_end - 1 down to n_begin, so that cost follows
+// the causal mask / local window, not Sk; blocks outside [full_begin, full_end) need the mask (past
+// Sk, crossing the diagonal or a window edge for some row of the tile). csrc/common/mask.cuh.
+FLASHATTN_HD KeyBlocks block_range(int m_block, int block_m, int block_n, int seqlen_q, int seqlen_k, int offset,
+                                   int window_left, int window_right) {
   const int m0 = m_block * block_m;
-  int n_end = seqlen_k;
-  if (causal) {
-    const int last_row_end = (m0 + block_m < seqlen_q ? m0 + block_m : seqlen_q) + causal_offset;  // keys < this
-    n_end = n_end < last_row_end ? n_end : last_row_end;
-  }
-  BlockRange r;
-  r.n_blocks = n_end > 0 ? (n_end + block_n - 1) / block_n : 0;
-  int n_unmasked = seqlen_k / block_n;
-  if (causal) {
-    const int first_visible_end = m0 + causal_offset + 1;  // keys [0, this) visible to row m0
-    const int u = first_visible_end > 0 ? first_visible_end / block_n : 0;
-    n_unmasked = n_unmasked < u ? n_unmasked : u;
-  }
-  r.n_unmasked = n_unmasked < r.n_blocks ? n_unmasked : r.n_blocks;
-  return r;
+  const int m1 = m0 + block_m < seqlen_q ? m0 + block_m : seqlen_q;
+  return key_blocks(make_key_window(seqlen_k, offset, window_left, window_right), m0, m1, block_n);
 }
 
 }  // namespace sm90

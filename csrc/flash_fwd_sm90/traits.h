@@ -61,6 +61,11 @@ struct Sm90FwdTraits {
   static constexpr int kEpilogueBarrierBase = kPingPongBarrierBase + kConsumerWGs;
   static_assert(kEpilogueBarrierBase + kConsumerWGs <= 16, "named barriers");
   static constexpr int kBlockM = kRowsPerConsumer * kConsumerWGs;  // query rows per tile
+  // Causal masking and local windows (FwdParams::window_left / window_right, csrc/common/mask.cuh).
+  // The three-consumer config (160 registers per thread) runs without them: it serves only calls
+  // with neither (sm90_config_kind's kNonCausal), and with the general mask its consumers spilled
+  // (136 B at D=64); its kernels see window -1/-1 as compile-time constants (key range [0, Sk)).
+  static constexpr bool kLocal = kConsumerWGs == 2;
   static constexpr int kBlockN = kBlockN_;                   // keys per K/V block
   static constexpr int kStages = kStages_;                   // K/V ring depth
   static constexpr bool kPingPong = kPingPong_;              // the consumers take turns at the GEMMs
