@@ -146,11 +146,37 @@ def _grads_for(ctx, dq, dk, dv):
     return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None) + (None,) * (ctx.num_inputs - 3)
 
 
+def _mask_is_effective(sq: int, sk: int, causal_mode: int, left: int, right: int, softcap: float) -> bool:
+    """Whether window/softcap change anything: the same normalization as FwdParams::set_mask
+    (csrc/flash_fwd/params.h): an edge no query row reaches is no edge, and causal masking is
+    window_right = 0."""
+    offset = 0 if causal_mode == CAUSAL_TOP_LEFT else sk - sq
+    causal = causal_mode != CAUSAL_NONE
+    if causal:
+        right = 0
+    if left < 0 or left >= sq - 1 + offset:
+        left = -1
+    if right < 0 or right >= sk - 1 - offset:
+        right = -1
+    return softcap > 0.0 or left >= 0 or (not causal and right >= 0)
+
+
 def _bwd_for(ctx, dout, q, k, v, out, lse):
-    """The backward op with the forward's scalars; window/softcap only when set (the binding
-    refuses them until the backward kernels learn them)."""
+    """The backward op with the forward's scalars; window/softcap only when set.
+
+    NOT IMPLEMENTED YET (issue 16): the backward of local attention / softcap. Refused here, in
+    Python, before the op runs (csrc/binding_bwd.cpp refuses it too, for direct callers of the op).
+    """
     args = (dout, q, k, v, out, lse, ctx.softmax_scale, ctx.causal_mode, ctx.deterministic, ctx.backend)
-    return _bwd(*args) if ctx.mask == (-1, -1, 0.0) else _bwd(*args, *ctx.mask)
+    if ctx.mask == (-1, -1, 0.0):
+        return _bwd(*args)
+    left, right, softcap = ctx.mask
+    if _mask_is_effective(q.shape[1], k.shape[1], ctx.causal_mode, left, right, softcap):
+        raise NotImplementedError(
+            f"flashattn: the backward of local attention / softcap is not implemented yet (window_size = "
+            f"({left}, {right}), softcap = {softcap}); the forward supports them: call it under torch.no_grad() "
+            "(or with inputs that do not require grad), or train without window_size / softcap")
+    return _bwd(*args, *ctx.mask)
 
 
 def _fwd_backward(ctx, dout, dlse):

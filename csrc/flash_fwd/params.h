@@ -75,8 +75,7 @@ struct FwdParams {
   }
 
   void set_causal(CausalMode mode) {
-    causal = mode != CausalMode::kNone;
-    causal_offset = mode == CausalMode::kBottomRight ? seqlen_k - seqlen_q : 0;
+    set_mask(mode, -1, -1);  // the forward kernels read causal masking from window_right
   }
 
   // Causal mode and window together (the forward's setter; seqlen_q and seqlen_k set first). The
