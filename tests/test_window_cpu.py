@@ -304,3 +304,69 @@ def test_backward_without_window_or_softcap_passes_the_defaults(monkeypatch) -> 
         flashattn.flash_attn_func(q, k, v, causal=True).sum().backward()
         assert calls[-1].window == (-1, -1) and calls[-1].softcap == 0.0
         assert q.grad is not None
+
+
+# ---- the numerics criterion with window and softcap (tests/numerics.py) ---------------------------
+
+
+def _flash_emulation(q, k, v, scale, mode, window, softcap, tanh_rel=0.0, seed=0):
+    """What a correct flash kernel returns for a window/softcap call: float32 scores, the softcap
+    through a tanh with relative error up to tanh_rel (random signs: a stand-in for
+    tanh.approx.f32), P rounded to the input dtype before P V. -> (out, lse float32)."""
+    group = q.shape[2] // k.shape[2]
+    kf = k.float().repeat_interleave(group, dim=2)
+    vf = v.float().repeat_interleave(group, dim=2)
+    s = torch.einsum("bihd,bjhd->bhij", q.float(), kf) * scale
+    if softcap:
+        t = torch.tanh(s / softcap)
+        if tanh_rel:
+            gen = torch.Generator().manual_seed(seed)
+            t = t * (1.0 + tanh_rel * (2.0 * torch.randint(0, 2, t.shape, generator=gen) - 1.0))
+        s = softcap * t
+    visible = visible_keys(q.shape[1], k.shape[1], mode, window)
+    if visible is not None:
+        s = s.masked_fill(~visible, -math.inf)
+    m = s.amax(dim=-1, keepdim=True)
+    empty = torch.isneginf(m)
+    p = torch.exp(s - torch.where(empty, torch.zeros_like(m), m))
+    l = p.sum(dim=-1, keepdim=True)
+    p = p.to(q.dtype).float()
+    o = torch.einsum("bhij,bjhd->bihd", p, vf) / torch.where(empty, torch.ones_like(l), l).transpose(1, 2)
+    lse = (torch.log(l) + m)[..., 0].masked_fill(empty[..., 0], -math.inf)
+    return o.to(q.dtype), lse
+
+
+cpu_window_specs = fst.attention_specs(max_batch=2, max_seqlen=80, max_heads_q=4)
+
+
+@given(spec=cpu_window_specs, window=fst.windows(max_extent=80), softcap=fst.softcaps())
+def test_criterion_accepts_a_correct_window_softcap_kernel(spec, window, softcap) -> None:
+    """A flash-style kernel with the approximate tanh's full error (2^-11 relative, random sign per
+    score) passes: the same-dtype baseline plus the documented tanh allowance cover it."""
+    from numerics import assert_attention_matches, resolve_scale
+
+    x = spec.make("cpu")
+    scale = resolve_scale(x.scale, spec.head_dim)
+    out, lse = _flash_emulation(x.q, x.k, x.v, scale, x.causal_mode, window, softcap, tanh_rel=2.0**-11, seed=spec.seed)
+    assert_attention_matches(out, lse, x.q, x.k, x.v, x.scale, x.causal_mode, window=window, softcap=softcap)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("bug", ["window-off-by-one", "window-ignored", "softcap-ignored", "softcap-wrong"])
+def test_criterion_rejects_a_wrong_window_or_softcap(dtype, bug) -> None:
+    from numerics import assert_attention_matches
+
+    spec = fst.AttentionSpec(1, 64, 80, 2, 2, 64, dtype, NONE, None, fst.Layout("contiguous"), fst.Layout("contiguous"),
+                             1.0 if bug.startswith("window") else 30.0, 0)
+    x = spec.make("cpu")
+    scale = 1 / 8
+    window, softcap = ((8, 0), 0.0) if bug.startswith("window") else ((-1, -1), 20.0)
+    kernel_window, kernel_softcap = {
+        "window-off-by-one": ((9, 0), 0.0),
+        "window-ignored": ((-1, -1), 0.0),
+        "softcap-ignored": ((-1, -1), 0.0),
+        "softcap-wrong": ((-1, -1), 22.0),
+    }[bug]
+    out, lse = _flash_emulation(x.q, x.k, x.v, scale, NONE, kernel_window, kernel_softcap)
+    with pytest.raises(AssertionError):
+        assert_attention_matches(out, lse, x.q, x.k, x.v, None, NONE, window=window, softcap=softcap)

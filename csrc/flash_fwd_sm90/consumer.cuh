@@ -129,11 +129,22 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
     softmax.init();
 
     if (r.count() > 0) {
+      // Keys [lo[h], hi[h]) are visible to row row0 + 8 h (csrc/common/mask.cuh). Computed once per
+      // tile: recomputing them in the masked branch instead spilled the D=64 long-keys config.
+      int lo[2], hi[2];
+      {
+        const KeyWindow window =
+            make_key_window(params.seqlen_k, params.causal_offset, Traits::kLocal ? params.window_left : -1,
+                            Traits::kLocal ? params.window_right : -1);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          lo[h] = window.lo(row0 + 8 * h);
+          hi[h] = window.hi(row0 + 8 * h);
+        }
+      }
       // Unless the scale is folded into the softmax, scores to log2 units first (so that a zero or
       // negative scale is exact and masked entries stay -inf), or through the softcap; then, in
-      // the blocks that need it, masked entries to -inf: row row0 + 8 h sees keys [lo, hi)
-      // (csrc/common/mask.cuh; computed here from the parameters rather than kept live across the
-      // loop, since only the edge blocks of a tile need it).
+      // the blocks that need it (the tile's edge blocks), masked entries to -inf.
       auto scale_and_mask = [&](float (&s)[kSRegs], int n, bool masked) {
         if (softcap) {
 #pragma unroll
@@ -141,21 +152,16 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
         }
         const float pre = fold_scale || softcap ? 1.f : scale_log2;
         if (masked) {
-          const KeyWindow window =
-              make_key_window(params.seqlen_k, params.causal_offset, Traits::kLocal ? params.window_left : -1,
-                              Traits::kLocal ? params.window_right : -1);
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int lo = window.lo(row0 + 8 * h), hi = window.hi(row0 + 8 * h);
+          for (int j = 0; j < kSRegs / 4; ++j)
 #pragma unroll
-            for (int j = 0; j < kSRegs / 4; ++j)
+            for (int h = 0; h < 2; ++h)
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
                 const int col = n * kBlockN + 8 * j + col_in_quad + e;
                 const float x = s[4 * j + 2 * h + e] * pre;
-                s[4 * j + 2 * h + e] = col >= lo && col < hi ? x : -INFINITY;
+                s[4 * j + 2 * h + e] = col >= lo[h] && col < hi[h] ? x : -INFINITY;
               }
-          }
         } else if (!fold_scale && !softcap) {
 #pragma unroll
           for (int i = 0; i < kSRegs; ++i) s[i] *= scale_log2;

@@ -62,9 +62,9 @@ struct Sm90FwdTraits {
   static_assert(kEpilogueBarrierBase + kConsumerWGs <= 16, "named barriers");
   static constexpr int kBlockM = kRowsPerConsumer * kConsumerWGs;  // query rows per tile
   // Causal masking and local windows (FwdParams::window_left / window_right, csrc/common/mask.cuh).
-  // The three-consumer config (160 registers per thread) runs without them: it serves only calls
-  // with neither (sm90_config_kind's kNonCausal), and with the general mask its consumers spilled
-  // (136 B at D=64); its kernels see window -1/-1 as compile-time constants (key range [0, Sk)).
+  // The three-consumer config (160 registers per thread) serves only calls with neither
+  // (sm90_config_kind's kNonCausal): its kernels take the window as compile-time -1/-1, so they
+  // keep the plain key range [0, Sk) and its code (dispatch.cu refuses anything else for it).
   static constexpr bool kLocal = kConsumerWGs == 2;
   static constexpr int kBlockN = kBlockN_;                   // keys per K/V block
   static constexpr int kStages = kStages_;                   // K/V ring depth
