@@ -56,9 +56,10 @@ def _fwd_bhsd_fake(q, k, v, softmax_scale, causal_mode, backend, window_left=-1,
 # softmax_scale and causal_mode those of the forward. Returns dq, dk, dv: new contiguous tensors in
 # q's dtype shaped like q, k, v (dk/dv summed over each query-head group in the kernel).
 # deterministic=True: bitwise reproducible run to run (a fixed order of the dQ accumulation);
-# False may accumulate dQ with atomics. backend: the path the forward ran on; every backend's
-# outputs are differentiated by the portable (mma.sync) backward, the one backward path today, on
-# any sm80+ GPU (the gradients do not depend on the forward path). window_left, window_right and
+# False may accumulate dQ with atomics. backend: the forward's; "auto" and "hopper" run the Hopper
+# (wgmma) backward on an H100 where it exists (head dim <= 128, no window / softcap), the portable
+# (mma.sync) backward on any sm80+ GPU otherwise, "portable" always the portable one (the
+# gradients do not depend on the forward path). window_left, window_right and
 # softcap: those of the forward. The backward kernels do not know them yet: the binding
 # (csrc/binding_bwd.cpp, the one place to lift) raises NotImplementedError for a window or a softcap.
 _lib.define(

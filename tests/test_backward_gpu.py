@@ -3,9 +3,10 @@ by the suite's gradient criterion (tests/numerics.py, assert_gradients_match), o
 Hypothesis-drawn problems and explicit edge cases, in both backward modes; bitwise determinism;
 a training smoke test against SDPA; torch.compile and CUDA graphs of a training step; O(S) memory.
 
-Backends: the backward always runs the portable kernels. A test that takes `backend` runs its
-forward on that path ("portable" or "hopper" forced); the portable backward differentiates both
-(test_forced_hopper_forward_trains).
+Backends: a test that takes `backend` runs forward and backward with it: "portable" runs the
+portable kernels both ways; "hopper" (forced, on an H100) the Hopper forward and the Hopper
+backward wherever it exists (head dim <= 128, no window / softcap), the portable backward
+otherwise (test_backward_path_follows_the_backend checks which kernels ran).
 
 Modes and poisoning: in deterministic mode (torch's deterministic algorithms, which the suite's
 NaN poisoning turns on, or flashattn.set_deterministic) the gradients come from NaN-poisoned
@@ -232,18 +233,43 @@ def test_only_inputs_that_require_grad_get_one(backend: str, device: torch.devic
     assert torch.allclose(k.grad.float(), full[1].float(), rtol=1e-2, atol=1e-2)
 
 
+def backward_kernels(x: AttentionInputs, backend: str, **kwargs) -> set[str]:
+    """Names of the CUDA kernels a flash_attn_func backward ran (profiled), main kernels only."""
+    q, k, v = leaves(x)
+    with flashattn.use_backend(backend):
+        out = flashattn.flash_attn_func(q, k, v, **kwargs)
+    dout = torch.randn_like(out)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        out.backward(dout)
+        torch.cuda.synchronize()
+    names = {e.name for e in prof.events() if "flash_bwd" in e.name}
+    return {("sm90" if "sm90" in n else "portable") for n in names if "preprocess" not in n and "convert" not in n}
+
+
+@pytest.mark.parametrize("d", [32, 64, 96, 128, 256])
+def test_backward_path_follows_the_backend(d: int, backend: str, device: torch.device) -> None:
+    """Which backward main kernel runs: the Hopper one for "hopper" on an H100 up to head dim 128
+    (without window / softcap), the portable one otherwise; never a silent fallback where the
+    Hopper backward should run."""
+    x = AttentionSpec(1, 300, 300, 2, 1, d, torch.bfloat16, NONE, None, Layout("contiguous"), Layout("contiguous"), 1.0, 0).make(device)
+    on_hopper = torch.cuda.get_device_capability(device) == (9, 0)
+    want = "sm90" if backend == "hopper" and on_hopper and d <= 128 else "portable"
+    assert backward_kernels(x, backend) == {want}
+
+
 def test_forced_hopper_forward_trains(backend: str, device: torch.device) -> None:
-    """A forward with "hopper" forced is differentiated by the portable backward, to the same
-    gradients as the portable forward's within the criterion."""
+    """A forward with "hopper" forced trains, to the same gradients as the portable path's within
+    the criterion (backward on the Hopper path at D=64, on the portable one at D=256)."""
     if backend != "hopper":
         pytest.skip("needs the Hopper forward path (the `hopper` backend parameter)")
-    x = AttentionSpec(1, 256, 256, 2, 2, 64, torch.bfloat16, NONE, None, Layout("contiguous"), Layout("contiguous"), 1.0, 0).make(device)
-    q, k, v = leaves(x)
-    with flashattn.use_backend("hopper"):
-        out = flashattn.flash_attn_func(q, k, v)
-    dout = torch.randn_like(out)
-    out.backward(dout)
-    assert_gradients_match(q.grad, k.grad, v.grad, x.q, x.k, x.v, dout, None, NONE, context="hopper forward")
+    for d in (64, 256):
+        x = AttentionSpec(1, 256, 256, 2, 2, d, torch.bfloat16, NONE, None, Layout("contiguous"), Layout("contiguous"), 1.0, 0).make(device)
+        q, k, v = leaves(x)
+        with flashattn.use_backend("hopper"):
+            out = flashattn.flash_attn_func(q, k, v)
+        dout = torch.randn_like(out)
+        out.backward(dout)
+        assert_gradients_match(q.grad, k.grad, v.grad, x.q, x.k, x.v, dout, None, NONE, context=f"hopper path, D={d}")
 
 
 # ---- determinism ----------------------------------------------------------------------------------
