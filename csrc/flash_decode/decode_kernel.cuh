@@ -40,7 +40,9 @@ __device__ __forceinline__ int decode_seqlen_k(const DecodeParams& p, int batch)
   return min(len + p.seqlen_new, p.seqlen_k_max);
 }
 
-template <typename Traits, typename Element>
+// kPaged: K/V rows are found through p.block_table. A template flag rather than a runtime branch,
+// so the contiguous cache's kernel stays exactly what it was (same code, registers, occupancy).
+template <typename Traits, typename Element, bool kPaged>
 __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_split_kernel(const __grid_constant__ DecodeParams p) {
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -129,27 +131,50 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_split_kernel(c
   const int chunk = tid % kChunksPerRow;
   const int row0 = tid / kChunksPerRow;
   const bool col_ok = chunk * 8 < p.head_dim;
-  const Element* k_src = static_cast<const Element*>(p.k_cache) + batch * p.k_batch_stride +
-                         head_kv * p.k_head_stride + chunk * 8 + row0 * p.k_row_stride;
-  const Element* v_src = static_cast<const Element*>(p.v_cache) + batch * p.v_batch_stride +
-                         head_kv * p.v_head_stride + chunk * 8 + row0 * p.v_row_stride;
+  // Paged: the batch and row terms come from the table per row, so the base holds neither.
+  const Element* k_src = static_cast<const Element*>(p.k_cache) + head_kv * p.k_head_stride + chunk * 8 +
+                         (kPaged ? 0 : batch * p.k_batch_stride + row0 * p.k_row_stride);
+  const Element* v_src = static_cast<const Element*>(p.v_cache) + head_kv * p.v_head_stride + chunk * 8 +
+                         (kPaged ? 0 : batch * p.v_batch_stride + row0 * p.v_row_stride);
   const uint32_t k_dst = smem_addr(sK + row0 * kStride + chunk * 8);
   const uint32_t v_dst = smem_addr(sV + row0 * kStride + chunk * 8);
   // Rows at or past key_end read as zeros: they are masked, and V must be finite there (0 * NaN
   // would poison O; cache entries past seqlen_k may hold anything).
   auto load_block = [&](const int nb, const int stage) {
     const int key0 = nb * kBlockN;
-    const Element* kp = k_src + static_cast<int64_t>(key0) * p.k_row_stride;
-    const Element* vp = v_src + static_cast<int64_t>(key0) * p.v_row_stride;
     const uint32_t off = stage * Traits::kStageBytes;
+    if constexpr (kPaged) {
+      // One division per step; later passes advance (page, row) incrementally, wrapping at most
+      // once per pass (kRowsPerPass <= page_size). The table is only read for rows that are loaded:
+      // entries past the sequence's last page may be anything, or past the table's row.
+      const int* table = p.block_table + batch * p.block_table_batch_stride;
+      const int first = key0 + row0;
+      int page_idx = first / p.page_size;
+      int in_page = first - page_idx * p.page_size;
 #pragma unroll
-    for (int i = 0; i < Traits::kPasses; ++i) {
-      const bool pred = col_ok && key0 + row0 + i * kRowsPerPass < key_end;
-      const uint32_t dst_off = off + i * kRowsPerPass * kStride * 2;
-      cp_async_16(k_dst + dst_off, pred ? kp : k_src, pred);
-      cp_async_16(v_dst + dst_off, pred ? vp : v_src, pred);
-      kp += kRowsPerPass * p.k_row_stride;
-      vp += kRowsPerPass * p.v_row_stride;
+      for (int i = 0; i < Traits::kPasses; ++i) {
+        const bool pred = col_ok && first + i * kRowsPerPass < key_end;
+        const int page = pred ? min(max(__ldg(table + page_idx), 0), p.num_pages - 1) : 0;
+        const int64_t k_off = static_cast<int64_t>(page) * p.k_batch_stride + static_cast<int64_t>(in_page) * p.k_row_stride;
+        const int64_t v_off = static_cast<int64_t>(page) * p.v_batch_stride + static_cast<int64_t>(in_page) * p.v_row_stride;
+        const uint32_t dst_off = off + i * kRowsPerPass * kStride * 2;
+        cp_async_16(k_dst + dst_off, k_src + k_off, pred);
+        cp_async_16(v_dst + dst_off, v_src + v_off, pred);
+        in_page += kRowsPerPass;
+        if (in_page >= p.page_size) in_page -= p.page_size, ++page_idx;
+      }
+    } else {
+      const Element* kp = k_src + static_cast<int64_t>(key0) * p.k_row_stride;
+      const Element* vp = v_src + static_cast<int64_t>(key0) * p.v_row_stride;
+#pragma unroll
+      for (int i = 0; i < Traits::kPasses; ++i) {
+        const bool pred = col_ok && key0 + row0 + i * kRowsPerPass < key_end;
+        const uint32_t dst_off = off + i * kRowsPerPass * kStride * 2;
+        cp_async_16(k_dst + dst_off, pred ? kp : k_src, pred);
+        cp_async_16(v_dst + dst_off, pred ? vp : v_src, pred);
+        kp += kRowsPerPass * p.k_row_stride;
+        vp += kRowsPerPass * p.v_row_stride;
+      }
     }
   };
 

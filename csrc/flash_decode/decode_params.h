@@ -35,6 +35,19 @@ struct DecodeParams {
   const int* cache_seqlens = nullptr;
   int cache_seqlen = 0;
 
+  // Paged cache (block_table != nullptr): k_cache / v_cache are [num_pages, page_size, Hk, D] and
+  // the k/v batch strides above are the page strides; key j of batch b is row j % page_size of
+  // page block_table[b * block_table_batch_stride + j / page_size]. seqlen_k_max is then
+  // max_pages_per_seq * page_size. page_size must be a multiple of kDecodeMinPageSize: the split
+  // kernel maps every K/V row through the table, advancing a row index by at most 16 rows per
+  // pass, which must wrap at most once. Page indices are the caller's contract; the kernels clamp
+  // reads to [0, num_pages) and drop appends outside it, so a bad index never touches memory
+  // outside the caches.
+  const int* block_table = nullptr;
+  int64_t block_table_batch_stride = 0;
+  int page_size = 0;
+  int num_pages = 0;
+
   int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
   int64_t k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;
   int64_t v_batch_stride = 0, v_row_stride = 0, v_head_stride = 0;

@@ -20,6 +20,11 @@ namespace flashattn {
 // Packed query rows per CTA (one m16 tile); the planner's query-tile count uses it too.
 constexpr int kDecodeBlockM = 16;
 
+// Paged caches: page sizes are multiples of this. A thread's K/V rows of one step are
+// kRowsPerPass (<= 16) apart, so with pages of >= 16 rows its row index wraps into the next page at
+// most once per pass, and no key tile needs pages to be as large as the tile.
+constexpr int kDecodeMinPageSize = 16;
+
 template <int kHeadDim_, int kNWarps_, int kStages_>
 struct DecodeKernelTraits {
   static constexpr int kHeadDim = kHeadDim_;  // head dim the tile is built for (runtime d <= this)
@@ -56,6 +61,7 @@ struct DecodeKernelTraits {
   static_assert(kBlockM == 16, "the kernel's fragment code holds exactly one m16 tile per warp");
   static_assert(kNThreads % kChunksPerRow == 0 && kRowsPerPass >= 1, "a pass covers whole rows");
   static_assert(kBlockN % kRowsPerPass == 0, "a stage is a whole number of passes");
+  static_assert(kRowsPerPass <= kDecodeMinPageSize, "a pass steps past at most one page boundary");
   static_assert(kStages >= 2, "at least double buffering");
   static_assert(kSmemQBytes % 128 == 0 && kSmemRingBytes % 16 == 0, "16-byte aligned regions");
 };
