@@ -126,6 +126,35 @@ BAD_INPUTS = [
     BadInput("softcap-nan", lambda mk: kvcache(mk(*Q), *_caches(mk), softcap=math.nan), ValueError, "softcap must be finite and >= 0 (0.0: off), got nan"),
     BadInput("softcap-none", lambda mk: kvcache(mk(*Q), *_caches(mk), softcap=None), TypeError, "softcap must be a float (0.0: off), got NoneType"),
 ]
+
+# Paged caches: a pool of NUM_PAGES pages of PAGE rows, a [B, PAGES_PER_SEQ] table (Sk_max = 64).
+PAGE, NUM_PAGES, PAGES_PER_SEQ = 16, 9, 4
+POOL = (NUM_PAGES, PAGE, HK, D)
+
+
+def _table(mk: Maker, shape=(B, PAGES_PER_SEQ), dtype=I32, device="cuda"):
+    return mk(*shape, dtype=dtype, device=device)
+
+
+BAD_INPUTS += [
+    BadInput("block-table-list", lambda mk: kvcache(mk(*Q), *_caches(mk, POOL), block_table=[[0, 1]]), TypeError, "block_table must be an int32 tensor or None, got list"),
+    BadInput("block-table-int64", lambda mk: kvcache(mk(*Q), *_caches(mk, POOL), block_table=_table(mk, dtype=torch.int64)), TypeError, "block_table must be an int32 tensor, got dtype torch.int64"),
+    BadInput("block-table-1d", lambda mk: kvcache(mk(*Q), *_caches(mk, POOL), block_table=_table(mk, (B * PAGES_PER_SEQ,))), ValueError, "block_table must be 2-D [B, max_blocks_per_seq], got shape [8]"),
+    BadInput("block-table-batch-differs", lambda mk: kvcache(mk(*Q), *_caches(mk, POOL), block_table=_table(mk, (B + 1, PAGES_PER_SEQ))), ValueError, "block_table batch size (3) must equal q's (2)"),
+    BadInput("block-table-no-columns", lambda mk: kvcache(mk(*Q), *_caches(mk, POOL), block_table=_table(mk, (B, 0))), ValueError, "block_table must have at least one column (max_blocks_per_seq >= 1)"),
+    BadInput("block-table-on-cpu", lambda mk: kvcache(mk(*Q), *_caches(mk, POOL), block_table=_table(mk, device="cpu")), ValueError, "block_table must be on q's device cuda:0, got cpu"),
+    BadInput("page-size-8", lambda mk: kvcache(mk(*Q), *_caches(mk, (NUM_PAGES, 8, HK, D)), block_table=_table(mk)), ValueError, "page_size (k_cache.shape[1]) must be a positive multiple of 16, got 8"),
+    BadInput("page-size-24", lambda mk: kvcache(mk(*Q), *_caches(mk, (NUM_PAGES, 24, HK, D)), block_table=_table(mk)), ValueError, "must be a positive multiple of 16, got 24"),
+    BadInput("page-size-0", lambda mk: kvcache(mk(*Q), *_caches(mk, (NUM_PAGES, 0, HK, D)), block_table=_table(mk)), ValueError, "must be a positive multiple of 16, got 0"),
+    BadInput("no-pages", lambda mk: kvcache(mk(*Q), *_caches(mk, (0, PAGE, HK, D)), block_table=_table(mk)), ValueError, "k_cache/v_cache must hold at least one page (k_cache.shape[0] >= 1), got 0"),
+    BadInput("paged-heads-not-multiple", lambda mk: kvcache(mk(B, SQ, 6, D), *_caches(mk, (NUM_PAGES, PAGE, 4, D)), block_table=_table(mk)), ValueError, "q heads (6) must be a multiple of k_cache/v_cache heads (4)"),
+    BadInput("paged-pool-shapes-differ", lambda mk: kvcache(mk(*Q), mk(*POOL), mk(NUM_PAGES + 1, PAGE, HK, D), block_table=_table(mk)), ValueError, "k_cache and v_cache must have the same shape"),
+    BadInput("paged-k-batch-differs", lambda mk: kvcache(mk(*Q), *_caches(mk, POOL), k=mk(NUM_PAGES, 1, HK, D), v=mk(NUM_PAGES, 1, HK, D), cache_seqlens=3, block_table=_table(mk)), ValueError, "k must be [B=2, Sq_new, Hk=2, D=64]"),
+    BadInput("paged-append-exceeds-table", lambda mk: kvcache(mk(*Q), *_caches(mk, POOL), k=mk(B, 65, HK, D), v=mk(B, 65, HK, D), cache_seqlens=_seqlens(mk), block_table=_table(mk)), ValueError, "k/v have 65 new rows but the cache holds only Sk_max = 64"),
+    BadInput("paged-seqlens-int-too-large", lambda mk: kvcache(mk(*Q), *_caches(mk, POOL), cache_seqlens=PAGE * PAGES_PER_SEQ + 1, block_table=_table(mk)), ValueError, "cache_seqlens must be in [0, Sk_max = 64], got 65"),
+    BadInput("paged-append-overflows", lambda mk: kvcache(mk(*Q), *_caches(mk, POOL), k=mk(B, 2, HK, D), v=mk(B, 2, HK, D), cache_seqlens=63, block_table=_table(mk)), ValueError, "cache_seqlens must be in [0, Sk_max - Sq_new = 64 - 2], got 63"),
+    BadInput("paged-pool-row-stride-not-8", lambda mk: kvcache(mk(*Q), mk(*POOL), mk(*POOL, strides=(PAGE * HK * (D + 4), HK * (D + 4), D + 4, 1)), block_table=_table(mk)), ValueError, "v_cache must have strides of dims 0-2 and a storage offset that are multiples of 8 elements"),
+]
 BAD_INPUT_PARAMS = [pytest.param(row, id=row.id) for row in BAD_INPUTS]
 
 
@@ -152,6 +181,9 @@ def _valid_calls(mk: Maker):
         ("bhsd cache view, D=256", lambda: kvcache(mk(B, SQ, HQ, 256), *_caches(mk, (B, SK, HK, 256), strides=(HK * SK * 256, 256, SK * 256, 1)), softmax_scale=0.0, return_lse=True)),
         ("append with int seqlens", lambda: kvcache(mk(*Q), *_caches(mk), k=mk(B, 3, HK, D), v=mk(B, 3, HK, D), cache_seqlens=SK - 3, return_lse=True)),
         ("window and softcap", lambda: kvcache(mk(*Q), *_caches(mk), cache_seqlens=seqlens, causal=True, window_size=(16, 0), softcap=30.0, return_lse=True)),
+        ("paged, append", lambda: kvcache(mk(*Q), *_caches(mk, POOL), k=mk(*NEW), v=mk(*NEW), cache_seqlens=seqlens, block_table=_table(mk), return_lse=True)),
+        ("paged, full table, pool batch != B", lambda: kvcache(mk(B, 16, HQ, D), *_caches(mk, (1, 256, HK, D)), block_table=_table(mk, (B, 1)), return_lse=True)),
+        ("paged, window, bhsd pool", lambda: kvcache(mk(*Q), *_caches(mk, POOL, strides=(HK * PAGE * D, D, PAGE * D, 1)), cache_seqlens=5, window_size=(8, 0), block_table=_table(mk), return_lse=True)),
     ]
 
 
