@@ -356,6 +356,61 @@ def test_split_heuristic_fills_the_h100_on_the_decode_grid(heuristic_table: dict
     assert split[(0, 8, 16, 132, 3)] == 16, "Sk=1k, B=1: one 64-key block per split"
 
 
+# ==== paged caches: the split kernel's row mapping (plain C++, host compiler) =====================
+
+_PAGE_PROBE = r"""
+#include <cstdio>
+#include "flash_decode/decode_traits.h"
+using namespace flashattn;
+// The split kernel's paged load loop (decode_kernel.cuh, load_block) with the cp.async replaced by a
+// check: pass i of the thread whose first row is row0 must read key key0 + row0 + i * kRowsPerPass
+// from row key % page_size of table entry key / page_size.
+template <int D, DecodeVariant V> void check() {
+  using T = typename DecodeTileConfig<D, V>::Traits;
+  constexpr int kPassesPerGroup = kDecodeMinPageSize / T::kRowsPerPass;
+  long checked = 0, wrong = 0;
+  for (int page_size = 16; page_size <= 528; page_size += 16)
+    for (int nb = 0; nb * T::kBlockN < 4 * 528 + 2 * T::kBlockN; ++nb) {
+      const int key0 = nb * T::kBlockN;
+      for (int row0 = 0; row0 < T::kRowsPerPass; ++row0) {
+        DecodePageCursor cursor(key0, page_size);
+        for (int g = 0; g < T::kBlockN / kDecodeMinPageSize; ++g) {
+          const int row_base = cursor.row_base() + row0;
+          for (int j = 0; j < kPassesPerGroup; ++j) {
+            const int i = g * kPassesPerGroup + j;
+            const int key = key0 + row0 + i * T::kRowsPerPass;
+            const int row = row_base + j * T::kRowsPerPass;
+            ++checked;
+            if (cursor.page_idx != key / page_size || row != key % page_size) {
+              if (wrong++ < 5) std::printf("bad D=%d page=%d key=%d -> entry %d row %d\n", D, page_size, key, cursor.page_idx, row);
+            }
+          }
+          cursor.next();
+        }
+      }
+    }
+  std::printf("mapping %d %d %ld %ld %d %d\n", D, int(V), checked, wrong, T::kRowsPerPass, T::kBlockN);
+}
+int main() {
+  check<64, DecodeVariant::kPortable>(); check<128, DecodeVariant::kPortable>(); check<256, DecodeVariant::kPortable>();
+  check<128, DecodeVariant::kHopper>();
+}
+"""
+
+
+def test_paged_row_mapping_of_every_decode_config(tmp_path_factory) -> None:
+    """Every tile config, page sizes 16..528 (every multiple of 16, pages smaller and larger than
+    the key tile), every thread's first row and pass: the block-table entry and row in the page
+    that the split kernel's paged loads use are those of the key they stand for."""
+    lines = run_cpp_probe(tmp_path_factory, "decode_pages", _PAGE_PROBE)
+    assert not [line for line in lines if line.startswith("bad")], lines[:10]
+    mapped = [line.split() for line in lines if line.startswith("mapping")]
+    assert len(mapped) == 4, lines
+    for _, d, variant, checked, wrong, rows_per_pass, block_n in mapped:
+        assert int(checked) > 0 and int(wrong) == 0, (d, variant, checked, wrong)
+        assert 16 % int(rows_per_pass) == 0 and int(block_n) % 16 == 0, (d, variant, rows_per_pass, block_n)
+
+
 # ==== GPU: numerics, append, properties ============================================================
 
 
