@@ -709,3 +709,237 @@ def test_cuda_graph_replay_follows_new_cache_seqlens(device: torch.device) -> No
         torch.testing.assert_close(g_out, e_out, atol=0, rtol=0)
         torch.testing.assert_close(g_lse, e_lse, atol=0, rtol=0)
         assert bool((bits(kc) == bits(ke)).all()), f"graph append differs for cache_seqlens {new_lens}"
+
+
+# ==== paged caches (block_table) ==================================================================
+# The pool holds every sequence's pages in a random permutation; pages 0 and num_pages - 1 are
+# spares full of NaN that no table entry names, so a kernel reading a page it should not (a -1
+# entry would be clamped to page 0) lets NaN into the result. Table entries of pages that hold no
+# key even after the append are -1 on odd batches (the contract: never read). Reference: the pages
+# gathered back into a contiguous cache, then the contiguous path's checks.
+
+
+def random_block_table(batch: int, pages_per_seq: int, lens_after: list[int], page_size: int, seed: int) -> torch.Tensor:
+    """int32 [batch, pages_per_seq] (CPU): distinct pages 1 .. batch * pages_per_seq in random order."""
+    gen = torch.Generator().manual_seed(seed)
+    table = (torch.randperm(batch * pages_per_seq, generator=gen) + 1).view(batch, pages_per_seq).to(I32)
+    for i in range(1, batch, 2):
+        table[i, -(-lens_after[i] // page_size):] = -1
+    return table
+
+
+def pages_from_contiguous(cache: torch.Tensor, table: torch.Tensor, page_size: int, layout: str = "contiguous") -> torch.Tensor:
+    """The pool [batch * pages_per_seq + 2, page_size, H, D] holding cache [B, S, H, D] (S a multiple
+    of page_size) through table (CPU int32); unnamed pages and rows of -1 entries are NaN."""
+    b, s, h, d = cache.shape
+    num_pages = b * (s // page_size) + 2
+    if layout == "contiguous":
+        pool = torch.full((num_pages, page_size, h, d), float("nan"), dtype=cache.dtype, device=cache.device)
+    elif layout == "bhsd":  # heads before rows inside a page: strides (H*P*D, D, P*D, 1)
+        pool = torch.full((num_pages, h, page_size, d), float("nan"), dtype=cache.dtype, device=cache.device).transpose(1, 2)
+    else:
+        raise ValueError(layout)
+    for i in range(b):
+        for j in range(s // page_size):
+            page = int(table[i, j])
+            if page >= 0:
+                pool[page] = cache[i, j * page_size : (j + 1) * page_size]
+    return pool
+
+
+def gather_pages(pool: torch.Tensor, table: torch.Tensor, batch: int, n: int) -> torch.Tensor:
+    """The first n keys of sequence `batch` as a contiguous [1, n, H, D] cache."""
+    page_size = pool.shape[1]
+    pages = [pool[int(table[batch, j])] for j in range(-(-n // page_size))]
+    rows = torch.cat(pages, 0)[:n] if pages else pool.new_empty((0, *pool.shape[2:]))
+    return rows.unsqueeze(0)
+
+
+def test_paged_test_helpers_round_trip() -> None:
+    """The GPU tests' reference rests on these: gathering the pages back gives the cache."""
+    cache = torch.randn(3, 64, 2, 8)
+    table = random_block_table(3, 4, [64, 17, 33], 16, seed=1)
+    assert sorted(int(x) for x in table.flatten() if x >= 0) == sorted(set(int(x) for x in table.flatten() if x >= 0))
+    assert int(table.min()) >= -1 and int(table.max()) <= 12 and (table[1, 2:] == -1).all() and (table[1, :2] >= 1).all()
+    for layout in ("contiguous", "bhsd"):
+        pool = pages_from_contiguous(cache, table, 16, layout)
+        assert pool.shape == (14, 16, 2, 8) and torch.isnan(pool[0]).all() and torch.isnan(pool[13]).all()
+        for i, n in ((0, 64), (1, 17), (1, 32), (2, 33), (2, 0)):
+            torch.testing.assert_close(gather_pages(pool, table, i, n), cache[i : i + 1, :n], rtol=0, atol=0)
+
+
+PAGE_SIZES = (16, 16, 32, 48, 64, 256)
+
+
+def run_and_check_paged(spec: KVCacheSpec, page_size: int, pool_layout: str, device: torch.device) -> None:
+    """One paged call under `spec` (its cache layout aside: the pool has its own): the append
+    checked bitwise on the whole pool, every batch against the reference on the gathered pages,
+    and, with forced splits, out and LSE bitwise equal to the contiguous path's on the same cache
+    (the same key tiles and splits; the heuristic may plan differently if the two kernels' occupancy
+    differ)."""
+    gen = torch.Generator(device=device).manual_seed(spec.seed)
+    b, sq, hq, hk, d = spec.batch, spec.seqlen_q, spec.heads_q, spec.heads_kv, spec.head_dim
+    dt = spec.dtype
+    pages_per_seq = max(1, -(-spec.seqlen_k_max // page_size))
+    sk = pages_per_seq * page_size
+    if spec.q_transposed:
+        q = (torch.randn(b, hq, sq, d, generator=gen, device=device) * spec.magnitude).to(dt).transpose(1, 2)
+    else:
+        q = (torch.randn(b, sq, hq, d, generator=gen, device=device) * spec.magnitude).to(dt)
+    k_c = torch.randn(b, sk, hk, d, generator=gen, device=device).to(dt)
+    v_c = torch.randn(b, sk, hk, d, generator=gen, device=device).to(dt)
+    k_new = v_new = None
+    if spec.seqlen_new:
+        k_new = torch.randn(b, spec.seqlen_new, hk, d, generator=gen, device=device).to(dt)
+        v_new = torch.randn(b, spec.seqlen_new, hk, d, generator=gen, device=device).to(dt)
+    if isinstance(spec.cache_lens, tuple):
+        lens = list(spec.cache_lens)
+        seqlens_arg = torch.tensor(lens, dtype=I32, device=device)
+    elif isinstance(spec.cache_lens, int):
+        lens = [spec.cache_lens] * b
+        seqlens_arg = spec.cache_lens
+    else:
+        lens = [sk] * b
+        seqlens_arg = None
+    lens_after = [n + spec.seqlen_new for n in lens]
+    for i in range(b):
+        k_c[i, lens_after[i] :] = float("nan")
+        v_c[i, lens_after[i] :] = float("nan")
+    expect_k, expect_v = k_c.clone(), v_c.clone()
+    if spec.seqlen_new:
+        for i in range(b):
+            expect_k[i, lens[i] : lens_after[i]] = k_new[i]
+            expect_v[i, lens[i] : lens_after[i]] = v_new[i]
+    table_cpu = random_block_table(b, pages_per_seq, lens_after, page_size, spec.seed)
+    table = table_cpu.to(device)
+    k_pool = pages_from_contiguous(k_c, table_cpu, page_size, pool_layout)
+    v_pool = pages_from_contiguous(v_c, table_cpu, page_size, pool_layout)
+    want_k_pool = pages_from_contiguous(expect_k, table_cpu, page_size, pool_layout)
+    want_v_pool = pages_from_contiguous(expect_v, table_cpu, page_size, pool_layout)
+    context = f"{spec} page_size={page_size} pool={pool_layout}"
+
+    from gpu_helpers import poison_cuda_allocator
+
+    poison_cuda_allocator()
+    kw = dict(cache_seqlens=seqlens_arg, softmax_scale=spec.scale, causal=spec.causal, num_splits=spec.num_splits,
+              return_lse=True, window_size=spec.window, softcap=spec.softcap)
+    out, lse = kvcache(q, k_pool, v_pool, k_new, v_new, block_table=table, **kw)
+    torch.cuda.synchronize(device)
+    for name, got, want in (("k_cache", k_pool, want_k_pool), ("v_cache", v_pool, want_v_pool)):
+        differ = int((bits(got) != bits(want)).sum())
+        assert differ == 0, f"{context}: {name}: {differ} elements of the pool differ from the expected in-place append"
+    mode = BOTTOM_RIGHT if spec.causal else NONE
+    for i in range(b):
+        n = lens_after[i]
+        assert_attention_matches(
+            out[i : i + 1], lse[i : i + 1], q[i : i + 1], gather_pages(k_pool, table_cpu, i, n),
+            gather_pages(v_pool, table_cpu, i, n), spec.scale, mode, window=spec.window, softcap=spec.softcap,
+            context=f"{context} batch {i} (seqlen_k {n})",
+        )
+    if spec.num_splits > 0:
+        c_out, c_lse = kvcache(q, k_c, v_c, k_new, v_new, **kw)
+        assert torch.equal(bits(out), bits(c_out)), f"{context}: out differs from the contiguous cache's"
+        assert torch.equal(bits(lse), bits(c_lse)), f"{context}: lse differs from the contiguous cache's"
+
+
+@gpu_test
+@given(spec=st.one_of(kvcache_specs(), kvcache_window_specs()), page_size=st.sampled_from(PAGE_SIZES),
+       pool_layout=st.sampled_from(("contiguous", "contiguous", "bhsd")))
+def test_paged_kvcache_matches_reference_and_contiguous(spec: KVCacheSpec, page_size: int, pool_layout: str,
+                                                        device: torch.device) -> None:
+    run_and_check_paged(spec, page_size, pool_layout, device)
+
+
+PAGED_CASES = [
+    # partially filled last page, an empty sequence, a full one
+    (_spec(batch=3, seqlen_k_max=256, cache_lens=(100, 0, 256), num_splits=1), 64),
+    # the append crosses page boundaries (14 + 5 > 16, 30 + 5 > 32) and starts a page (0 + 5)
+    (_spec(batch=3, seqlen_k_max=64, heads_q=8, heads_kv=2, cache_lens=(14, 30, 0), seqlen_q=5, seqlen_new=5,
+           causal=True, num_splits=2), 16),
+    # the append fills a page exactly and the next starts empty
+    (_spec(batch=2, seqlen_k_max=96, cache_lens=(28, 44), seqlen_new=4, seqlen_q=4, causal=True, num_splits=3), 16),
+    # head dims of every config: 2, 8, 16 rows per pass
+    (_spec(seqlen_k_max=1000, head_dim=256, heads_q=16, heads_kv=2, cache_lens=(999, 333), seqlen_new=1, num_splits=5), 16),
+    (_spec(seqlen_k_max=1000, head_dim=64, heads_q=8, heads_kv=1, cache_lens=(999, 333), seqlen_new=1, num_splits=5, dtype=F16), 16),
+    (_spec(seqlen_k_max=1000, head_dim=96, heads_q=12, heads_kv=4, cache_lens=(640, 17), seqlen_new=1, num_splits=4), 48),
+    # window and softcap through the table
+    (_spec(seqlen_k_max=5000, cache_lens=(4990, 700), seqlen_q=4, seqlen_new=4, causal=True, window=(1000, 0),
+           softcap=30.0, num_splits=16), 64),
+    # pages larger than every key tile, page of one key tile, the heuristic
+    (_spec(seqlen_k_max=33000, cache_lens=(32999, 1025), seqlen_new=1, causal=True, num_splits=0), 256),
+    (_spec(seqlen_k_max=8192, cache_lens=(8000, 4096), seqlen_new=1, num_splits=0), 128),
+] + [
+    # splits 1..many over long caches, every benchmarked page size
+    (_spec(batch=3, seqlen_k_max=4096, cache_lens=(4000, 17, 2049), seqlen_new=1, causal=True, num_splits=s), page)
+    for page in (16, 64, 256) for s in (1, 2, 7, 33, 128)
+]
+
+
+@gpu_test
+@pytest.mark.parametrize(("spec", "page_size"), PAGED_CASES, ids=lambda x: repr(x) if isinstance(x, KVCacheSpec) else f"page{x}")
+def test_paged_cases(spec: KVCacheSpec, page_size: int, device: torch.device) -> None:
+    run_and_check_paged(spec, page_size, "contiguous", device)
+
+
+def _paged_step_inputs(device: torch.device, page_size: int = 64):
+    q, kc, vc, k, v, seqlens = _decode_step_inputs(device)
+    b, sk = kc.shape[0], kc.shape[1]
+    table_cpu = random_block_table(b, sk // page_size, [sk] * b, page_size, seed=11)
+    k_pool = pages_from_contiguous(kc, table_cpu, page_size)
+    v_pool = pages_from_contiguous(vc, table_cpu, page_size)
+    return q, k_pool, v_pool, k, v, seqlens, table_cpu.to(device)
+
+
+@gpu_test
+def test_paged_torch_compile_fullgraph_on_gpu(device: torch.device) -> None:
+    q, kp, vp, k, v, seqlens, table = _paged_step_inputs(device)
+    kp2, vp2 = kp.clone(), vp.clone()
+
+    def step(q, kp, vp, k, v, seqlens, table):
+        return flashattn.flash_attn_with_kvcache(q, kp, vp, k, v, cache_seqlens=seqlens, causal=True, return_lse=True,
+                                                 block_table=table)
+
+    want_out, want_lse = step(q, kp, vp, k, v, seqlens, table)
+    got_out, got_lse = torch.compile(step, fullgraph=True)(q, kp2, vp2, k, v, seqlens, table)
+    torch.testing.assert_close(got_out, want_out, atol=0, rtol=0)
+    torch.testing.assert_close(got_lse, want_lse, atol=0, rtol=0)
+    assert bool((bits(kp2) == bits(kp)).all()) and bool((bits(vp2) == bits(vp)).all()), "compiled paged append differs"
+
+
+@gpu_test
+def test_paged_cuda_graph_replay_follows_new_seqlens_and_tables(device: torch.device) -> None:
+    """A captured paged decode step (append + attend): replays read the current cache_seqlens and
+    block_table contents, and match eager calls on copies of the pools."""
+    q, kp, vp, k, v, seqlens, table = _paged_step_inputs(device)
+    kp_eager, vp_eager = kp.clone(), vp.clone()
+    static = dict(q=q.clone(), k=k.clone(), v=v.clone(), seqlens=seqlens.clone(), table=table.clone())
+
+    def step():
+        return flashattn.flash_attn_with_kvcache(static["q"], kp, vp, static["k"], static["v"],
+                                                 cache_seqlens=static["seqlens"], causal=True, return_lse=True,
+                                                 block_table=static["table"])
+
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        step()  # warm-up (first-call attribute setup, allocator)
+    torch.cuda.current_stream(device).wait_stream(side)
+    kp.copy_(kp_eager), vp.copy_(vp_eager)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        g_out, g_lse = step()
+    # The sequences' pages rotated between replays: the same pool, another table.
+    rotated = torch.roll(table, shifts=1, dims=0)
+    for new_lens, new_table in (([5, 10, 15], table), ([2047, 0, 1024], rotated), ([63, 64, 1000], table)):
+        kp.copy_(kp_eager), vp.copy_(vp_eager)
+        static["seqlens"].copy_(torch.tensor(new_lens, dtype=I32, device=device))
+        static["table"].copy_(new_table)
+        graph.replay()
+        ke, ve = kp_eager.clone(), vp_eager.clone()
+        e_out, e_lse = flashattn.flash_attn_with_kvcache(q, ke, ve, k, v, cache_seqlens=static["seqlens"], causal=True,
+                                                         return_lse=True, block_table=static["table"])
+        torch.cuda.synchronize(device)
+        torch.testing.assert_close(g_out, e_out, atol=0, rtol=0)
+        torch.testing.assert_close(g_lse, e_lse, atol=0, rtol=0)
+        assert bool((bits(kp) == bits(ke)).all()), f"graph paged append differs for cache_seqlens {new_lens}"
+        assert bool((bits(vp) == bits(ve)).all()), f"graph paged append differs for cache_seqlens {new_lens}"
