@@ -17,6 +17,10 @@ headline decode geomean stays the shared grid's:
   decode-ragged  B=8 sequences of lengths spread over 1/8..1 of the cache: flashattn with
                  cache_seqlens (reads only valid keys), "flashattn-full" (the whole cache), and
                  sdpa-default with a boolean key-padding mask.
+  decode-paged   the same full caches contiguous ("flashattn") and paged ("flashattn-pagedP",
+                 page size P = 16, 64, 256: the pages in a random order in a pool, read through
+                 block_table), and sdpa-default: the report's "vs flashattn-pagedP" columns are
+                 time(paged) / time(contiguous).
 
     python -m pytest benchmarks/test_bench_decode.py -m bench --benchmark-json=decode.json
 """
@@ -36,7 +40,7 @@ import bench_common as bc  # noqa: E402
 
 @dataclass(frozen=True)
 class DecodeCase:
-    kind: str  # "step" | "splits" | "graph" | "ragged"
+    kind: str  # "step" | "splits" | "graph" | "ragged" | "paged"
     b: int
     sk: int  # cache capacity (Sk_max)
     hq: int = 32
@@ -80,7 +84,9 @@ IMPLS = {
     "splits": ("flashattn", "flashattn-nosplit"),
     "graph": ("flashattn", "sdpa-default"),
     "ragged": ("flashattn", "flashattn-full", "sdpa-default"),
+    "paged": ("flashattn", "flashattn-paged16", "flashattn-paged64", "flashattn-paged256", "sdpa-default"),
 }
+PAGED_PREFIX = "flashattn-paged"
 
 
 def cases() -> list[DecodeCase]:
@@ -96,6 +102,9 @@ def cases() -> list[DecodeCase]:
             out.append(DecodeCase("graph", b, sk, quick=(b == 8 and sk == 16384)))
     for sk in (16384, 131072):
         out.append(DecodeCase("ragged", 8, sk, quick=(sk == 16384)))
+    for b in (1, 8, 64):
+        for sk in (4096, 32768 if b < 64 else 16384):  # B=64: the 3 pools and the caches within 40% of 80 GB
+            out.append(DecodeCase("paged", b, sk, quick=(b == 8 and sk == 32768)))
     return out
 
 
@@ -120,10 +129,10 @@ def _inputs(case: DecodeCase):
         _CACHE.clear()
         torch.cuda.empty_cache()
         total = torch.cuda.get_device_properties(0).total_memory
-        if case.cache_bytes > 0.4 * total:
-            raise bc.Unavailable(
-                f"caches need ~{case.cache_bytes / 2**30:.0f} GiB, over 40% of this GPU's {total / 2**30:.0f} GiB"
-            )
+        # A paged case also holds one pool (a permuted copy of the caches) per page size.
+        need = case.cache_bytes * (1 + len(IMPLS["paged"]) - 2 if case.kind == "paged" else 1)
+        if need > 0.4 * total:
+            raise bc.Unavailable(f"caches need ~{need / 2**30:.0f} GiB, over 40% of this GPU's {total / 2**30:.0f} GiB")
         dt = bc.torch_dtype(case.dtype)
         gen = torch.Generator(device="cuda").manual_seed(1234)
         q = torch.randn(case.b, 1, case.hq, case.d, device="cuda", dtype=dt, generator=gen)
@@ -137,6 +146,23 @@ def _inputs(case: DecodeCase):
             seqlens = torch.tensor(case.lengths(), dtype=torch.int32, device="cuda")
         _CACHE.update(case=case, tensors=(q, kc, vc, k, v, seqlens))
     return _CACHE["tensors"]
+
+
+def _paged(kc, vc, page_size: int):
+    """(k_pool, v_pool, block_table) holding the caches in pages of page_size rows, the pages in a
+    random order (a serving cache's pages are rarely in sequence)."""
+    import torch
+
+    b, sk, hk, d = kc.shape
+    n = sk // page_size
+    perm = torch.randperm(b * n, generator=torch.Generator().manual_seed(page_size)).to(kc.device)
+    table = perm.view(b, n).to(torch.int32)
+    pools = []
+    for c in (kc, vc):
+        pool = torch.empty(b * n, page_size, hk, d, device=c.device, dtype=c.dtype)
+        pool[perm] = c.reshape(b * n, page_size, hk, d)
+        pools.append(pool)
+    return pools[0], pools[1], table
 
 
 def _graphed(fn):
@@ -198,6 +224,14 @@ def make_callable(case: DecodeCase, impl: str):
             return _graphed(fn)
         except RuntimeError as exc:
             raise bc.Unavailable(f"{impl} cannot be captured in a CUDA graph: {str(exc).splitlines()[0]}") from exc
+
+    if case.kind == "paged":
+        if impl == "flashattn":
+            return lambda: flashattn.flash_attn_with_kvcache(q, kc, vc)
+        if impl.startswith(PAGED_PREFIX):
+            k_pool, v_pool, table = _paged(kc, vc, int(impl.removeprefix(PAGED_PREFIX)))
+            return lambda: flashattn.flash_attn_with_kvcache(q, k_pool, v_pool, block_table=table)
+        return lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True).transpose(1, 2)
 
     # ragged
     if impl == "flashattn":
@@ -277,6 +311,7 @@ def test_decode_variant(benchmark, case: DecodeCase, impl: str) -> None:
         flops=flops,
         io_bytes=io_bytes,
         seqlens=case.lengths(),
+        page_size=int(impl.removeprefix(PAGED_PREFIX)) if impl.startswith(PAGED_PREFIX) else None,
         timer="cuda_event",
         rel_err_vs_sdpa_default=outcome.rel_err,
     )
