@@ -38,11 +38,11 @@ struct DecodeParams {
   // Paged cache (block_table != nullptr): k_cache / v_cache are [num_pages, page_size, Hk, D] and
   // the k/v batch strides above are the page strides; key j of batch b is row j % page_size of
   // page block_table[b * block_table_batch_stride + j / page_size]. seqlen_k_max is then
-  // max_pages_per_seq * page_size. page_size must be a multiple of kDecodeMinPageSize: the split
-  // kernel maps every K/V row through the table, advancing a row index by at most 16 rows per
-  // pass, which must wrap at most once. Page indices are the caller's contract; the kernels clamp
-  // reads to [0, num_pages) and drop appends outside it, so a bad index never touches memory
-  // outside the caches.
+  // max_pages_per_seq * page_size. page_size must be a multiple of kDecodeMinPageSize (16): the
+  // split kernel reads one table entry per aligned 16-row group of a key tile, which then lies in
+  // one page (decode_traits.h). Page indices are the caller's contract; the kernels clamp reads
+  // to [0, num_pages) and drop appends outside it, so a bad index never touches memory outside
+  // the caches.
   const int* block_table = nullptr;
   int64_t block_table_batch_stride = 0;
   int page_size = 0;
