@@ -218,13 +218,18 @@ def test_schema_marks_exactly_the_caches_as_mutated() -> None:
 
 
 def _cpu_standin(q, k_cache, v_cache, k, v, cache_seqlens, cache_seqlen, softmax_scale, causal, num_splits,
-                 window_left=-1, window_right=-1, softcap=0.0):
+                 window_left=-1, window_right=-1, softcap=0.0, block_table=None):
     """A CPU kernel for the op, for tracing tests only: the append, and a cheap fake attention."""
     if k is not None:
         for b in range(q.shape[0]):
             base = int(cache_seqlens[b]) if cache_seqlens is not None else cache_seqlen
-            k_cache[b, base : base + k.shape[1]] = k[b]
-            v_cache[b, base : base + k.shape[1]] = v[b]
+            for j in range(k.shape[1]):
+                if block_table is None:
+                    page, row = b, base + j
+                else:
+                    page, row = int(block_table[b, (base + j) // k_cache.shape[1]]), (base + j) % k_cache.shape[1]
+                k_cache[page, row] = k[b, j]
+                v_cache[page, row] = v[b, j]
     return q * softmax_scale, torch.zeros(q.shape[0], q.shape[2], q.shape[1], dtype=F32)
 
 
@@ -249,6 +254,34 @@ def test_torch_compile_fullgraph_carries_the_cache_mutation() -> None:
         assert lse.shape == (2, 4, 1)
         assert kc[0, 2].eq(2).all() and kc[1, 7].eq(2).all() and vc[1, 7].eq(3).all()
         assert kc.sum() == 2 * 2 * 2 * 8 and vc.sum() == 3 * 2 * 2 * 8, "only the appended rows change"
+    finally:
+        lib._destroy()
+
+
+def test_torch_compile_fullgraph_carries_the_paged_append() -> None:
+    """The same with a block table (the op called as the public function calls it): the optional trailing argument
+    reaches the op, and the pages it names get the appended rows in the caller's pools."""
+    lib = torch.library.Library("flashattn", "IMPL")
+    try:
+        lib.impl("fwd_kvcache", _cpu_standin, "CPU")
+        real = torch.ops.flashattn.fwd_kvcache.default
+
+        def step(q, kp, vp, k, v, seqlens, table):
+            out, lse = real(q, kp, vp, k, v, seqlens, 0, 0.5, True, 0, -1, -1, 0.0, table)
+            return out + 1, lse
+
+        compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+        q = torch.randn(2, 1, 4, 8)
+        kp, vp = torch.zeros(5, 16, 2, 8), torch.zeros(5, 16, 2, 8)
+        k, v = torch.full((2, 2, 2, 8), 2.0), torch.full((2, 2, 2, 8), 3.0)
+        seqlens = torch.tensor([15, 3], dtype=I32)
+        table = torch.tensor([[4, 1], [2, -1]], dtype=I32)
+        out, lse = compiled(q, kp, vp, k, v, seqlens, table)
+        torch.testing.assert_close(out, q * 0.5 + 1)
+        # batch 0 appends at 15 and 16: row 15 of page 4, row 0 of page 1; batch 1 rows 3, 4 of page 2
+        for page, row in ((4, 15), (1, 0), (2, 3), (2, 4)):
+            assert kp[page, row].eq(2).all() and vp[page, row].eq(3).all(), (page, row)
+        assert kp.sum() == 4 * 2 * 2 * 8 and vp.sum() == 4 * 3 * 2 * 8, "only the appended rows change"
     finally:
         lib._destroy()
 
