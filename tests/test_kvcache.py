@@ -8,7 +8,10 @@ CPU (run everywhere, CI included):
     traces through it with the mutation carried back to the caller's caches (aot_eager with a
     stand-in CPU kernel registered for the duration of the test);
   * the split heuristic and the tile configs (csrc/flash_decode/decode_traits.h, plain C++
-    compiled with the host compiler).
+    compiled with the host compiler);
+  * paged caches: the block_table rows of the bad-inputs table, the split kernel's row mapping
+    through the table for every config and page size (host-compiled probe), the test helpers
+    that build pools and gather pages back, a paged append traced by torch.compile.
 GPU (`gpu` marker; they also skip themselves without CUDA or the built extension):
   * Hypothesis over batch, GQA heads, per-batch cache lengths, Sq 1..16 (and a few larger), head
     dims, dtypes, causal, scale, forced splits 1..128 and the heuristic, with and without
@@ -17,7 +20,12 @@ GPU (`gpu` marker; they also skip themselves without CUDA or the built extension
     append checked bitwise (new rows written, everything else untouched), cache rows past each
     sequence filled with NaN (they must never leak into the result), outputs poisoned;
   * long caches with many splits, causal rows that see no key, odd layouts of the caches;
-  * torch.compile(fullgraph=True) and CUDA-graph capture/replay with new cache_seqlens values.
+  * torch.compile(fullgraph=True) and CUDA-graph capture/replay with new cache_seqlens values;
+  * paged caches (block_table): Hypothesis over the same specs x page sizes 16..256 x pool layouts
+    against the reference on the gathered pages and bitwise against the contiguous path (forced
+    splits), appends across page boundaries checked bitwise on the whole pool, every config's
+    rows per pass, splits 1..128 for pages 16/64/256, torch.compile, CUDA-graph replay with new
+    cache_seqlens and block tables.
 """
 
 from __future__ import annotations

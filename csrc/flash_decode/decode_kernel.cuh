@@ -40,13 +40,11 @@ __device__ __forceinline__ int decode_seqlen_k(const DecodeParams& p, int batch)
   return min(len + p.seqlen_new, p.seqlen_k_max);
 }
 
-// kPaged: K/V rows are found through p.block_table. A template flag rather than a runtime branch,
-// so the contiguous cache's kernel stays what it was (same code, registers, occupancy). The paged
-// kernel asks for one CTA per SM in its launch bounds: without it ptxas caps the 8-warp config at
-// 128 registers and spills the table reads' addresses; the configs' shared memory, not their
-// registers, still sets how many CTAs share an SM.
+// The body of both split kernels below. kPaged: K/V rows are found through p.block_table. A
+// template flag rather than a runtime branch, so the contiguous cache's kernel stays what it was
+// (same code, registers, occupancy). p is the kernel's __grid_constant__ parameter.
 template <typename Traits, typename Element, bool kPaged>
-__global__ void __launch_bounds__(Traits::kNThreads, kPaged ? 1 : 0) flash_decode_split_kernel(const __grid_constant__ DecodeParams p) {
+__device__ __forceinline__ void flash_decode_split_body(const DecodeParams& p) {
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kWarpN = Traits::kWarpN;
@@ -371,6 +369,19 @@ __global__ void __launch_bounds__(Traits::kNThreads, kPaged ? 1 : 0) flash_decod
       if (c == 0) p.lse[row] = sLse[r];
     }
   }
+}
+
+template <typename Traits, typename Element>
+__global__ void __launch_bounds__(Traits::kNThreads) flash_decode_split_kernel(const __grid_constant__ DecodeParams p) {
+  flash_decode_split_body<Traits, Element, false>(p);
+}
+
+// The paged cache's kernel. Its launch bounds ask for one CTA per SM: without that, ptxas capped
+// the 8-warp config at 128 registers and spilled the table reads' addresses. The configs' shared
+// memory, not their registers, still sets how many CTAs share an SM.
+template <typename Traits, typename Element>
+__global__ void __launch_bounds__(Traits::kNThreads, 1) flash_decode_paged_split_kernel(const __grid_constant__ DecodeParams p) {
+  flash_decode_split_body<Traits, Element, true>(p);
 }
 
 }  // namespace flashattn
