@@ -5,9 +5,8 @@ torch.library.opcheck, torch.compile with aot_eager) on CPU tensors of any float
 fwd / fwd_bhsd: the float64 reference rounded to the input dtype (fwd_bhsd's out, like the CUDA
 kernel's and the fake's, is the [B, H, S, D] view of a contiguous [B, S, H, D] buffer); bwd: the
 float64 gradient reference, rounded likewise, contiguous. Every bwd call's scalar arguments and
-dout's strides are recorded. Like the CUDA op, bwd differentiates every backend's forward, and
-refuses a window or a softcap with NotImplementedError (as csrc/binding_bwd.cpp does, for windows
-that reach a row; the stand-in refuses any window other than (-1, -1)).
+dout's strides are recorded. Like the CUDA op, bwd differentiates every backend's forward, window
+and softcap included.
 """
 
 from __future__ import annotations
@@ -56,9 +55,8 @@ def cpu_standin_kernels() -> Iterator[list[BwdCall]]:
             BwdCall(softmax_scale, causal_mode, deterministic, backend, tuple(dout.stride()),
                     tuple(tuple(t.shape) for t in (dout, q, k, v, out, lse)), (window_left, window_right), softcap)
         )
-        if (window_left, window_right) != (-1, -1) or softcap != 0.0:
-            raise NotImplementedError("flashattn: the backward of local attention / softcap is not implemented yet")
-        grads = flashattn.attention_reference_grads(q, k, v, dout, softmax_scale, causal_mode)
+        grads = flashattn.attention_reference_grads(q, k, v, dout, softmax_scale, causal_mode,
+                                                    (window_left, window_right), softcap)
         return tuple(g.to(q.dtype).contiguous() for g in grads)
 
     lib = torch.library.Library("flashattn", "IMPL")
