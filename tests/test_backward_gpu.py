@@ -358,6 +358,8 @@ def test_backward_path_follows_the_backend(d: int, backend: str, device: torch.d
     on_hopper = torch.cuda.get_device_capability(device) == (9, 0)
     want = "sm90" if backend == "hopper" and on_hopper and d <= 128 else "portable"
     assert backward_kernels(x, backend) == {want}
+    assert backward_kernels(x, backend, window_size=(64, 0)) == {"portable"}
+    assert backward_kernels(x, backend, softcap=30.0) == {"portable"}
 
 
 def test_forced_hopper_forward_trains(backend: str, device: torch.device) -> None:
