@@ -233,6 +233,14 @@ def _backward_dense(op: str, grad_out, query, key, value, out, logsumexp, is_cau
     return _laid_out_like(dq, query), _laid_out_like(dk, key), _laid_out_like(dv, value)
 
 
+def _flash_forward(op: str, query, key, value, cum_seq_q, cum_seq_k, dropout_p: float, is_causal: bool,
+                   return_debug_mask: bool, scale, window_size_left, window_size_right, **optional):
+    """The _flash_attention_forward ops: every refusal, then the dense forward."""
+    _varlen_not_available(op, cum_seq_q, cum_seq_k)
+    _check_forward_options(op, dropout_p, return_debug_mask, **optional)
+    return _forward_dense(op, query, key, value, is_causal, scale, window_size_left, window_size_right)
+
+
 # ==== the aten implementations (signatures: the union of torch 2.11's and 2.13's schemas) =========
 
 
@@ -262,11 +270,11 @@ def flash_attention_forward(
     max_q / max_k are not used by the dense path); is_causal bottom-right aligned.
     Returns (output [B, Sq, Hq, D] laid out like empty_like(query), softmax_logsumexp float32
     [B, Hq, Sq], rng_state uint64 [2], unused uint64 [], debug_attn_mask empty)."""
-    op = "aten::_flash_attention_forward"
-    _varlen_not_available(op, cum_seq_q, cum_seq_k)
-    _check_forward_options(op, dropout_p, return_debug_mask, seqused_k=seqused_k, alibi_slopes=alibi_slopes,
-                           block_table=block_table, num_splits=num_splits)
-    out, lse = _forward_dense(op, query, key, value, is_causal, scale, window_size_left, window_size_right)
+    out, lse = _flash_forward(
+        "aten::_flash_attention_forward", query, key, value, cum_seq_q, cum_seq_k, dropout_p, is_causal,
+        return_debug_mask, scale, window_size_left, window_size_right, seqused_k=seqused_k,
+        alibi_slopes=alibi_slopes, block_table=block_table, num_splits=num_splits,
+    )
     return (out, lse, *_no_dropout_state(query))
 
 
@@ -294,16 +302,16 @@ def flash_attention_forward_no_dropout_inplace(
     """aten::_flash_attention_forward_no_dropout_inplace (torch >= 2.13) on flashattn's kernels:
     flash_attention_forward's output written into `out` (query's shape and dtype); returns the
     softmax_logsumexp float32 [B, Hq, Sq]."""
-    op = "aten::_flash_attention_forward_no_dropout_inplace"
-    _varlen_not_available(op, cum_seq_q, cum_seq_k)
-    _check_forward_options(op, dropout_p, return_debug_mask, seqused_k=seqused_k, alibi_slopes=alibi_slopes,
-                           block_table=block_table, num_splits=num_splits)
     if out.shape != query.shape or out.dtype != query.dtype:
         raise ValueError(
             f"out must have query's shape {tuple(query.shape)} and dtype {query.dtype}, "
             f"got {tuple(out.shape)} {out.dtype}"
         )
-    result, lse = _forward_dense(op, query, key, value, is_causal, scale, window_size_left, window_size_right)
+    result, lse = _flash_forward(
+        "aten::_flash_attention_forward_no_dropout_inplace", query, key, value, cum_seq_q, cum_seq_k, dropout_p,
+        is_causal, return_debug_mask, scale, window_size_left, window_size_right, seqused_k=seqused_k,
+        alibi_slopes=alibi_slopes, block_table=block_table, num_splits=num_splits,
+    )
     out.copy_(result)
     return lse
 
