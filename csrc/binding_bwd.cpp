@@ -76,15 +76,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(const at::Tensor& dout_i
                    v = flashattn::aligned_or_copy(v_in), out = flashattn::aligned_or_copy(out_in);
   const at::Tensor lse = lse_in.contiguous();
   const flashattn::DeviceLimits dev = flashattn::device_limits(q.get_device());
-  const int block_m = flashattn::flash_bwd_block_m(static_cast<int>(D), dev);
-  TORCH_CHECK(block_m > 0, "flashattn::bwd: no backward tile config fits this device's ",
-              dev.max_smem_per_block, " bytes of shared memory per block");
-
-  const at::TensorOptions f32 = q.options().dtype(at::kFloat);
-  at::Tensor dpsum = at::empty({B, Hq, Sq}, f32);
-  at::Tensor dq_accum = at::zeros({B, Hq, Sq, D}, f32);
-  at::Tensor semaphore;
-  if (deterministic) semaphore = at::zeros({B, Hq, (Sq + block_m - 1) / block_m}, q.options().dtype(at::kInt));
 
   BwdParams p;
   p.q = q.data_ptr();
@@ -104,9 +95,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(const at::Tensor& dout_i
   p.dq_batch_stride = dq.stride(0), p.dq_row_stride = dq.stride(1), p.dq_head_stride = dq.stride(2);
   p.dk_batch_stride = dk.stride(0), p.dk_row_stride = dk.stride(1), p.dk_head_stride = dk.stride(2);
   p.dv_batch_stride = dv.stride(0), p.dv_row_stride = dv.stride(1), p.dv_head_stride = dv.stride(2);
-  p.dpsum = dpsum.data_ptr<float>();
-  p.dq_accum = dq_accum.data_ptr<float>();
-  p.dq_semaphore = deterministic ? semaphore.data_ptr<int>() : nullptr;
   p.batch = static_cast<int>(B);
   p.heads_q = static_cast<int>(Hq);
   p.heads_kv = static_cast<int>(Hk);
@@ -119,6 +107,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(const at::Tensor& dout_i
   // recomputes exactly the probabilities the saved lse normalizes.
   p.set_softcap(static_cast<float>(softcap));
   p.set_mask(static_cast<CausalMode>(causal_mode), window_left, window_right);
+
+  // The tile config (and with it the ticket array's block M) depends on the mask and softcap.
+  const int block_m = flashattn::flash_bwd_block_m(p, dev);
+  TORCH_CHECK(block_m > 0, "flashattn::bwd: no backward tile config fits this device's ",
+              dev.max_smem_per_block, " bytes of shared memory per block");
+  const at::TensorOptions f32 = q.options().dtype(at::kFloat);
+  at::Tensor dpsum = at::empty({B, Hq, Sq}, f32);
+  at::Tensor dq_accum = at::zeros({B, Hq, Sq, D}, f32);
+  at::Tensor semaphore;
+  if (deterministic) semaphore = at::zeros({B, Hq, (Sq + block_m - 1) / block_m}, q.options().dtype(at::kInt));
+  p.dpsum = dpsum.data_ptr<float>();
+  p.dq_accum = dq_accum.data_ptr<float>();
+  p.dq_semaphore = deterministic ? semaphore.data_ptr<int>() : nullptr;
 
   const cudaError_t err = flashattn::flash_bwd(p, dev, c10::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, "flashattn::bwd: kernel launch failed: ", cudaGetErrorString(err));
