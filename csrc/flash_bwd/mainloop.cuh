@@ -83,7 +83,13 @@ __device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v));
 }
 
-template <typename Traits, typename Element>
+// kWindow: the general mask of csrc/common/mask.cuh (local windows; causal masking too); without
+// it, causal masking alone, as before windows existed. kSoftcap (implies kWindow at launch): the
+// capped scores and tanh's derivative. Kernels of their own rather than runtime switches: the
+// extra live values spilled the tiles at the register limit (the large D = 64 and 128 tiles), so
+// the launcher runs window/softcap calls on the configs with headroom (dispatch.cu) and the
+// kernels without them stay exactly as tight as before.
+template <typename Traits, typename Element, bool kWindow, bool kSoftcap>
 __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __grid_constant__ BwdParams p,
                                                                       const int num_n_blocks) {
   constexpr int kBlockM = Traits::kBlockM;
@@ -111,12 +117,20 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
   const int group = p.heads_q / p.heads_kv;
   const int n0 = n_block * kBlockN;
 
-  // Query blocks with a row that sees a key of this block (none for a block no row reaches).
-  const QueryBlocks qblocks =
-      query_blocks(make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right), n0,
-                   min(n0 + kBlockN, p.seqlen_k), p.seqlen_q, kBlockM);
-  const int m_begin = qblocks.m_begin;
-  const int m_steps = qblocks.m_end - qblocks.m_begin;
+  // Query blocks with a row that sees a key of this block (none for a block no row reaches):
+  // under causal masking alone, rows i with i + causal_offset >= n0; with a window, bounded on
+  // both sides.
+  int m_begin, m_steps;
+  if constexpr (kWindow) {
+    const QueryBlocks qblocks =
+        query_blocks(make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right), n0,
+                     min(n0 + kBlockN, p.seqlen_k), p.seqlen_q, kBlockM);
+    m_begin = qblocks.m_begin;
+    m_steps = qblocks.m_end - qblocks.m_begin;
+  } else {
+    m_begin = p.causal ? max(0, n0 - p.causal_offset) / kBlockM : 0;
+    m_steps = max(0, (p.seqlen_q + kBlockM - 1) / kBlockM - m_begin);
+  }
   const int steps = m_steps * group;
 
   const int warp = threadIdx.x / 32;
@@ -269,8 +283,6 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
     // dO * O is unchanged: it is sum_j P_j dP_j either way), the chain rule through
     // dy/ds = softmax_scale * (1 - tanh^2(x / c)) gives dL/ds = dS_y * (1 - t^2) * softmax_scale;
     // dS^T holds dS_y * (1 - t^2) and softmax_scale is applied at the end as without a softcap.
-    // A uniform switch, not a template flag: a second pair of step() call sites spills.
-    const bool softcap = p.softcap > 0.f;
     const float* lse_s = sLse + stage * kBlockM + a_col0 + (lane % 4) * 2;
     const float* dpsum_s = sDpsum + stage * kBlockM + a_col0 + (lane % 4) * 2;
 #pragma unroll
@@ -280,34 +292,36 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
         const float lse_raw = lse_s[nt * 8 + c];
         const float lse2 = lse_raw == -INFINITY ? INFINITY : lse_raw * 1.4426950408889634f;
         const float dpsum = dpsum_s[nt * 8 + c];
-        // This lane's query column: its visible keys [lo, hi), and rows past Sq see none (their
-        // lse and dpsum are zero-filled, not -inf).
-        int lo = 0, hi = 0;
-        if constexpr (kMasked) {
-          const KeyWindow window = make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right);
-          const int query = m0 + a_col0 + nt * 8 + (lane % 4) * 2 + c;
-          lo = window.lo(query);
-          hi = query < p.seqlen_q ? window.hi(query) : 0;
-        }
 #pragma unroll
         for (int mt = 0; mt < kAMTiles; ++mt)
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int e = r * 2 + c;
-            float x = s[mt][nt][e] * p.scale_log2;
-            float dcap = 1.f;
-            if (softcap) {
+            float pv, dcap = 1.f;
+            if constexpr (kSoftcap) {
               const float t = tanh_approx(s[mt][nt][e] * p.softcap_scale);
-              x = t * p.softcap_log2;
+              pv = ex2(t * p.softcap_log2 - lse2);
               dcap = 1.f - t * t;
+            } else {
+              pv = ex2(s[mt][nt][e] * p.scale_log2 - lse2);
             }
-            float pv = ex2(x - lse2);
             if constexpr (kMasked) {
               const int key = n0 + a_row0 + mt * 16 + lane / 4 + r * 8;
-              if (key < lo || key >= hi) pv = 0.f;  // hi <= seqlen_k: keys past Sk too
+              const int query = m0 + a_col0 + nt * 8 + (lane % 4) * 2 + c;
+              if constexpr (kWindow) {
+                // The forward's rule per element (mask.cuh; visible() implies key < seqlen_k);
+                // rows past Sq have lse and dpsum zero-filled, not -inf, so they are masked too.
+                const KeyWindow window = make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right);
+                if (query >= p.seqlen_q || !window.visible(query, key)) pv = 0.f;
+              } else {
+                if (key >= p.seqlen_k || query >= p.seqlen_q || (p.causal && key > query + p.causal_offset)) pv = 0.f;
+              }
             }
             s[mt][nt][e] = pv;
-            dp[mt][nt][e] = pv * (dp[mt][nt][e] - dpsum) * dcap;
+            if constexpr (kSoftcap)
+              dp[mt][nt][e] = pv * (dp[mt][nt][e] - dpsum) * dcap;
+            else
+              dp[mt][nt][e] = pv * (dp[mt][nt][e] - dpsum);
           }
       }
 #pragma unroll
@@ -370,9 +384,11 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
       ticket = p.dq_semaphore + (static_cast<int64_t>(batch) * p.heads_q + hq) * ((p.seqlen_q + kBlockM - 1) / kBlockM) +
                m_block;
       if (threadIdx.x == 0) {
-        const int first = key_blocks(make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right), m0,
-                                     min(m0 + kBlockM, p.seqlen_q), kBlockN)
-                              .n_begin;
+        int first = 0;  // causal masking alone: every key block from 0 on sees the query block
+        if constexpr (kWindow)
+          first = key_blocks(make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right), m0,
+                             min(m0 + kBlockM, p.seqlen_q), kBlockN)
+                      .n_begin;
         while (*reinterpret_cast<volatile int*>(ticket) != n_block - first) {
         }
         __threadfence();
@@ -460,11 +476,13 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
   const bool keys_partial = n0 + kBlockN > p.seqlen_k;
   for (int t = 0; t < steps; ++t) {
     const int m0 = (m_begin + t % m_steps) * kBlockM;
-    const bool masked =
-        keys_partial || m0 + kBlockM > p.seqlen_q ||
-        key_blocks(make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right), m0, m0 + kBlockM,
-                   kBlockN)
-            .masked(n_block);
+    bool masked = keys_partial || m0 + kBlockM > p.seqlen_q;
+    if constexpr (kWindow)
+      masked = masked || key_blocks(make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right), m0,
+                                    m0 + kBlockM, kBlockN)
+                             .masked(n_block);
+    else
+      masked = masked || (p.causal && n0 + kBlockN - 1 > m0 + p.causal_offset);
     if (masked)
       step(t, std::true_type{});
     else
