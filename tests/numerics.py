@@ -380,6 +380,16 @@ def empty_query_rows(seqlen_q: int, seqlen_k: int, causal_mode: int) -> int:
     return 0
 
 
+def emulated_tanh(x: torch.Tensor, rel: float = 0.0, seed: int = 0) -> torch.Tensor:
+    """tanh(x), off by a relative error of +-rel with a random sign per element (seeded): the
+    test emulations' stand-in for the kernels' tanh.approx.f32 (rel 2^-11)."""
+    t = torch.tanh(x)
+    if rel:
+        gen = torch.Generator().manual_seed(seed)
+        t = t * (1.0 + rel * (2.0 * torch.randint(0, 2, t.shape, generator=gen) - 1.0))
+    return t
+
+
 def sdpa_same_dtype_grads(
     q: torch.Tensor,
     k: torch.Tensor,

@@ -20,7 +20,14 @@ from hypothesis import strategies as st
 
 import flashattn
 import strategies as fst
-from numerics import assert_gradients_match, causal_mask, empty_query_rows, resolve_scale, sdpa_same_dtype_grads
+from numerics import (
+    assert_gradients_match,
+    causal_mask,
+    emulated_tanh,
+    empty_query_rows,
+    resolve_scale,
+    sdpa_same_dtype_grads,
+)
 
 F16, BF16, F64 = torch.float16, torch.bfloat16, torch.float64
 NONE, TOP_LEFT, BOTTOM_RIGHT = flashattn.CAUSAL_NONE, flashattn.CAUSAL_TOP_LEFT, flashattn.CAUSAL_BOTTOM_RIGHT
@@ -137,10 +144,7 @@ def flash_backward_emulation(q, k, v, dout, scale: float, visible: torch.Tensor 
     s = qf @ kf.transpose(-1, -2) * scale
     dcap = None
     if softcap:
-        t = torch.tanh(s / softcap)
-        if tanh_rel:
-            gen = torch.Generator().manual_seed(seed)
-            t = t * (1.0 + tanh_rel * (2.0 * torch.randint(0, 2, t.shape, generator=gen) - 1.0))
+        t = emulated_tanh(s / softcap, tanh_rel, seed)
         s = softcap * t
         dcap = 1.0 - t * t
     if visible is not None:

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 import flashattn
 import strategies as fst
 from flashattn.reference import visible_keys
+from numerics import emulated_tanh
 from repo_modules import run_cpp_probe
 from standin_kernels import allow_cpu_entry_points, cpu_standin_kernels
 
@@ -329,10 +330,7 @@ def _flash_emulation(q, k, v, scale, mode, window, softcap, tanh_rel=0.0, seed=0
     vf = v.float().repeat_interleave(group, dim=2)
     s = torch.einsum("bihd,bjhd->bhij", q.float(), kf) * scale
     if softcap:
-        t = torch.tanh(s / softcap)
-        if tanh_rel:
-            gen = torch.Generator().manual_seed(seed)
-            t = t * (1.0 + tanh_rel * (2.0 * torch.randint(0, 2, t.shape, generator=gen) - 1.0))
+        t = emulated_tanh(s / softcap, tanh_rel, seed)
         s = softcap * t
     visible = visible_keys(q.shape[1], k.shape[1], mode, window)
     if visible is not None:
