@@ -57,24 +57,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(const at::Tensor& dout_i
   TORCH_CHECK(causal_mode >= 0 && causal_mode <= 2, "flashattn::bwd: causal_mode must be 0, 1 or 2");
   TORCH_CHECK(window_left >= -1 && window_right >= -1, "flashattn::bwd: window_left and window_right must be >= -1 "
               "(-1: unbounded), got ", window_left, " and ", window_right);
-  TORCH_CHECK(softcap >= 0.0 && std::isfinite(softcap), "flashattn::bwd: softcap must be finite and >= 0, got ", softcap);
-  // ==== NOT IMPLEMENTED YET: the backward of local attention / softcap (issue 16) =================
-  // The one place that refuses them. The forward computes both; the backward kernels
-  // (csrc/flash_bwd/) do not know them yet, and running them anyway would return gradients of
-  // the wrong function. A window no row reaches (wider than the sequences, or window_right = 0
-  // under causal masking) is no window and passes. To lift: teach csrc/flash_bwd/mainloop.cuh the
-  // window (BwdParams inherits window_left / window_right / softcap from FwdParams: fill them with
-  // set_mask() and set_softcap() below, as csrc/binding.cpp does) and the softcap's derivative
-  // (dS of the raw score = dS * (1 - tanh^2)), then delete this block.
-  flashattn::FwdParams window_probe;
-  window_probe.seqlen_q = static_cast<int>(Sq);
-  window_probe.seqlen_k = static_cast<int>(Sk);
-  window_probe.set_mask(static_cast<CausalMode>(causal_mode), window_left, window_right);
-  TORCH_CHECK_NOT_IMPLEMENTED(
-      !window_probe.has_window() && softcap == 0.0,
-      "flashattn: the backward of local attention / softcap is not implemented yet (window_size = (", window_left,
-      ", ", window_right, "), softcap = ", softcap, "); the forward supports them: call it under torch.no_grad() "
-      "(or with inputs that do not require grad), or train without window_size / softcap");
+  TORCH_CHECK(softcap == 0.0 || (softcap > 0.0 && std::isfinite(static_cast<float>(softcap)) && static_cast<float>(softcap) > 0.f),
+              "flashattn::bwd: softcap must be 0 (off) or a positive float32-representable value, got ", softcap);
   TORCH_CHECK(B <= INT32_MAX && Sq <= INT32_MAX && Sk <= INT32_MAX && Hq <= INT32_MAX, "flashattn::bwd: sizes too large");
 
   const c10::cuda::CUDAGuard guard(q_in.device());
@@ -121,10 +105,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(const at::Tensor& dout_i
   p.head_dim = static_cast<int>(D);
   p.dtype = dtype == at::kBFloat16 ? DType::kBFloat16 : DType::kFloat16;
   p.set_scale(static_cast<float>(softmax_scale));
-  p.set_causal(static_cast<CausalMode>(causal_mode));
+  // The forward's mask and softcap, set as csrc/binding.cpp sets them, so that the backward
+  // recomputes exactly the probabilities the saved lse normalizes.
+  p.set_softcap(static_cast<float>(softcap));
+  p.set_mask(static_cast<CausalMode>(causal_mode), window_left, window_right);
 
+  // The path and tile config (and with them the ticket array's block M) depend on the device,
+  // the head dim, the mask and the softcap.
   const bool hopper = backend != "portable" && flashattn::flash_bwd_sm90_supported(p, dev);
-  const int block_m = hopper ? flashattn::flash_bwd_sm90_block_m() : flashattn::flash_bwd_block_m(static_cast<int>(D), dev);
+  const int block_m = hopper ? flashattn::flash_bwd_sm90_block_m() : flashattn::flash_bwd_block_m(p, dev);
   TORCH_CHECK(block_m > 0, "flashattn::bwd: no backward tile config fits this device's ",
               dev.max_smem_per_block, " bytes of shared memory per block");
   const at::TensorOptions f32 = q.options().dtype(at::kFloat);
