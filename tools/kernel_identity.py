@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import dataclasses
 import difflib
 import hashlib
 import os
@@ -38,6 +39,7 @@ from check_resources import ARCH_GENCODE  # noqa: E402
 
 # ".visible .entry NAME(": a kernel's first line; its body runs to the next one (or the file's end).
 _ENTRY = re.compile(r"^\.(?:visible|weak)\s+\.entry\s+(\S+)\($", re.MULTILINE)
+_PARAM_SIZE = re.compile(r"\[\d+\]")
 
 
 def extract_csrc(rev: str, dest: pathlib.Path) -> pathlib.Path:
@@ -50,8 +52,15 @@ def extract_csrc(rev: str, dest: pathlib.Path) -> pathlib.Path:
     return dest / "csrc"
 
 
-def compile_ptx(nvcc: str, csrc: pathlib.Path, src: pathlib.Path, arch: str, outdir: pathlib.Path) -> dict[str, list[str]]:
-    """{kernel name: [PTX lines, the name replaced]} of one translation unit for one target."""
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+    body: tuple[str, ...]  # PTX lines, the kernel's own name replaced, the parameter block's size too
+    param_bytes: str       # that size: it follows the params struct, which may grow at its end for a
+                           # new flavour without moving a field this kernel reads, so it is compared apart
+
+
+def compile_ptx(nvcc: str, csrc: pathlib.Path, src: pathlib.Path, arch: str, outdir: pathlib.Path) -> dict[str, Kernel]:
+    """{kernel name: Kernel} of one translation unit for one target."""
     ptx = outdir / f"{src.stem}.{arch}.{hashlib.sha1(str(src).encode()).hexdigest()[:8]}.ptx"
     virtual = ARCH_GENCODE[arch].split(",")[0].removeprefix("arch=")
     cmd = [nvcc, "-std=c++17", "-O3", "--expt-relaxed-constexpr", f"-I{csrc}", f"-arch={virtual}", "-ptx", str(src),
@@ -61,11 +70,14 @@ def compile_ptx(nvcc: str, csrc: pathlib.Path, src: pathlib.Path, arch: str, out
         raise RuntimeError(f"{src}: nvcc failed for {arch}:\n{r.stdout}{r.stderr}")
     text = ptx.read_text()
     starts = list(_ENTRY.finditer(text))
-    kernels: dict[str, list[str]] = {}
+    kernels: dict[str, Kernel] = {}
     for i, m in enumerate(starts):
         end = starts[i + 1].start() if i + 1 < len(starts) else len(text)
         body = text[m.start():end].replace(m.group(1), "KERNEL")
-        kernels[m.group(1)] = [line.strip() for line in body.splitlines() if line.strip() and not line.lstrip().startswith("//")]
+        head, brace, rest = body.partition("{")
+        lines = [f"{_PARAM_SIZE.sub('[?]', head)}{brace}".replace("\n", " ")]
+        lines += [line.strip() for line in rest.splitlines() if line.strip() and not line.lstrip().startswith("//")]
+        kernels[m.group(1)] = Kernel(tuple(lines), ",".join(_PARAM_SIZE.findall(head)))
     return kernels
 
 
@@ -74,13 +86,13 @@ def sources(csrc: pathlib.Path, only: list[str]) -> list[pathlib.Path]:
 
 
 def collect(nvcc: str, csrc: pathlib.Path, only: list[str], archs: list[str], outdir: pathlib.Path,
-            jobs: int) -> dict[tuple[str, str], list[str]]:
-    out: dict[tuple[str, str], list[str]] = {}
+            jobs: int) -> dict[tuple[str, str], Kernel]:
+    out: dict[tuple[str, str], Kernel] = {}
     work = [(s, a) for s in sources(csrc, only) for a in archs]
     with cf.ThreadPoolExecutor(max_workers=jobs) as pool:
         for (s, a), ks in zip(work, pool.map(lambda w: compile_ptx(nvcc, csrc, w[0], w[1], outdir), work)):
-            for name, body in ks.items():
-                out[(a, name)] = body
+            for name, k in ks.items():
+                out[(a, name)] = k
     return out
 
 
@@ -102,24 +114,26 @@ def main() -> int:
     if not base:
         print(f"kernel_identity: no kernels under csrc/ match {args.only} at {args.base}", file=sys.stderr)
         return 2
-    by_body: dict[tuple[str, tuple[str, ...]], str] = {(a, tuple(b)): n for (a, n), b in head.items()}
+    by_body = {(a, k.body): (n, k) for (a, n), k in head.items()}
     changed = 0
-    for (arch, name), body in sorted(base.items()):
-        twin = by_body.get((arch, tuple(body)))
-        if twin is not None:
-            renamed = "" if twin == name else f"  (now {twin})"
-            print(f"same     {arch} {len(body):6d} lines  {name}{renamed}")
+    for (arch, name), k in sorted(base.items()):
+        found = by_body.get((arch, k.body))
+        if found is not None:
+            twin, now = found
+            notes = ([] if twin == name else [f"now {twin}"]) + \
+                    ([] if now.param_bytes == k.param_bytes else [f"param block {k.param_bytes} -> {now.param_bytes} B"])
+            print(f"same     {arch} {len(k.body):6d} lines  {name}{'  (' + '; '.join(notes) + ')' if notes else ''}")
             continue
         changed += 1
         near = difflib.get_close_matches(name, [n for (a, n) in head if a == arch], n=1, cutoff=0.0)
-        print(f"CHANGED  {arch} {len(body):6d} lines  {name}")
+        print(f"CHANGED  {arch} {len(k.body):6d} lines  {name}")
         if near:
-            other = head[(arch, near[0])]
-            delta = sum(1 for line in difflib.unified_diff(body, other, lineterm="", n=0)
+            other = head[(arch, near[0])].body
+            delta = sum(1 for line in difflib.unified_diff(k.body, other, lineterm="", n=0)
                         if line[:1] in "+-" and line[:3] not in ("+++", "---"))
             print(f"         nearest now: {near[0]} ({len(other)} lines, {delta} lines differ)")
-    base_bodies = {(a, tuple(b)) for (a, _), b in base.items()}
-    new = sorted(f"{a} {n}" for (a, n), b in head.items() if (a, tuple(b)) not in base_bodies)
+    base_bodies = {(a, k.body) for (a, _), k in base.items()}
+    new = sorted(f"{a} {n}" for (a, n), k in head.items() if (a, k.body) not in base_bodies)
     for n in new:
         print(f"new      {n}")
     print(f"kernel_identity: {len(base) - changed} of {len(base)} kernels at {args.base} unchanged, {changed} changed, "
