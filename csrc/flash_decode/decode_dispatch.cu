@@ -106,11 +106,23 @@ cudaError_t kvcache_append(const DecodeParams& p, cudaStream_t stream) {
   constexpr int kThreads = 256;
   const int64_t blocks = (total + kThreads - 1) / kThreads;
   const unsigned grid = static_cast<unsigned>(blocks < 65536 ? blocks : 65536);  // grid-stride loop past that
-  kvcache_append_kernel<<<grid, kThreads, 0, stream>>>(p);
+  if (p.block_table != nullptr)
+    kvcache_append_kernel<true><<<grid, kThreads, 0, stream>>>(p);
+  else
+    kvcache_append_kernel<false><<<grid, kThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
-cudaError_t flash_decode(const DecodeParams& p, cudaStream_t stream) {
+cudaError_t flash_decode(const DecodeParams& p_in, cudaStream_t stream) {
+  // seqused_k: the kernels' seqlen_k(b) = min(cache_len(b) + seqlen_new, Sk_max) with cache_len =
+  // seqused_k and nothing appended is exactly seqused_k[b], clamped. The append, a launch of its
+  // own, has already used the real cache_seqlens.
+  DecodeParams p = p_in;
+  if (p.seqused_k != nullptr) {
+    p.cache_seqlens = p.seqused_k;
+    p.cache_seqlen = 0;
+    p.seqlen_new = 0;
+  }
   const DecodeLauncher* l = find_launcher(p.dtype, p.head_dim, static_cast<DecodeVariant>(p.kernel_variant));
   if (l == nullptr || !params_ok(p) || p.num_splits < 1 || p.num_splits > kDecodeMaxSplits || p.num_m_blocks < 1)
     return cudaErrorInvalidValue;

@@ -40,11 +40,20 @@ __device__ __forceinline__ int decode_seqlen_k(const DecodeParams& p, int batch)
   return min(len + p.seqlen_new, p.seqlen_k_max);
 }
 
-// The body of both split kernels below. kPaged: K/V rows are found through p.block_table. A
-// template flag rather than a runtime branch, so the contiguous cache's kernel stays what it was
-// (same code, registers, occupancy). p is the kernel's __grid_constant__ parameter.
+// Minimum CTAs per SM in the split kernel's launch bounds: none asked for the contiguous cache
+// (0 emits no directive), one for the paged cache. Without it, ptxas capped the paged 8-warp
+// kHopper config at 128 registers and spilled the table reads' addresses; the configs' shared
+// memory, not their registers, still sets how many CTAs share an SM.
+template <bool kPaged>
+constexpr int kDecodeSplitMinCtas = kPaged ? 1 : 0;
+
+// kPaged: K/V rows are found through p.block_table. A template flag of the kernel itself rather
+// than a runtime branch or a shared __device__ body, so that the contiguous cache's instance
+// compiles to the PTX it had before paging existed (tools/kernel_identity.py; a body moved into a
+// force-inlined function came out with a different block layout).
 template <typename Traits, typename Element, bool kPaged>
-__device__ __forceinline__ void flash_decode_split_body(const DecodeParams& p) {
+__global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>)
+    flash_decode_split_kernel(const __grid_constant__ DecodeParams p) {
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kWarpN = Traits::kWarpN;
@@ -369,19 +378,6 @@ __device__ __forceinline__ void flash_decode_split_body(const DecodeParams& p) {
       if (c == 0) p.lse[row] = sLse[r];
     }
   }
-}
-
-template <typename Traits, typename Element>
-__global__ void __launch_bounds__(Traits::kNThreads) flash_decode_split_kernel(const __grid_constant__ DecodeParams p) {
-  flash_decode_split_body<Traits, Element, false>(p);
-}
-
-// The paged cache's kernel. Its launch bounds ask for one CTA per SM: without that, ptxas capped
-// the 8-warp config at 128 registers and spilled the table reads' addresses. The configs' shared
-// memory, not their registers, still sets how many CTAs share an SM.
-template <typename Traits, typename Element>
-__global__ void __launch_bounds__(Traits::kNThreads, 1) flash_decode_paged_split_kernel(const __grid_constant__ DecodeParams p) {
-  flash_decode_split_body<Traits, Element, true>(p);
 }
 
 }  // namespace flashattn

@@ -12,18 +12,9 @@
 
 namespace flashattn {
 
-// The split kernel for a contiguous or a paged cache.
-template <typename Traits, typename Element, bool kPaged>
-constexpr auto decode_split_kernel() {
-  if constexpr (kPaged)
-    return &flash_decode_paged_split_kernel<Traits, Element>;
-  else
-    return &flash_decode_split_kernel<Traits, Element>;
-}
-
 template <typename Traits, typename Element, bool kPaged>
 cudaError_t decode_set_attributes() {
-  auto kernel = decode_split_kernel<Traits, Element, kPaged>();
+  auto kernel = flash_decode_split_kernel<Traits, Element, kPaged>;
   if constexpr (Traits::kSmemBytes > 48 * 1024) {
     const cudaError_t err =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
@@ -62,7 +53,7 @@ cudaError_t decode_prepare(int* ctas_per_sm) {
   err = decode_set_attributes<Traits, Element, kPaged>();
   if (err != cudaSuccess) return err;
   int n = 0;
-  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_split_kernel<Traits, Element, kPaged>(),
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, flash_decode_split_kernel<Traits, Element, kPaged>,
                                                       Traits::kNThreads, Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
   if (n < 1) n = 1;
@@ -88,11 +79,11 @@ cudaError_t run_decode_split(const DecodeParams& p, cudaStream_t stream) {
   if (p.block_table != nullptr) {
     const cudaError_t err = decode_prepare<Traits, Element, true>(nullptr);
     if (err != cudaSuccess) return err;
-    flash_decode_paged_split_kernel<Traits, Element><<<blocks, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
+    flash_decode_split_kernel<Traits, Element, true><<<blocks, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
   } else {
     const cudaError_t err = decode_prepare<Traits, Element, false>(nullptr);
     if (err != cudaSuccess) return err;
-    flash_decode_split_kernel<Traits, Element><<<blocks, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
+    flash_decode_split_kernel<Traits, Element, false><<<blocks, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
   }
   return cudaGetLastError();
 }
