@@ -2,7 +2,7 @@
 // flashattn::fwd_kvcache (schema in flashattn/_ops.py). Thin by design: checks (a second line of
 // defence behind flashattn/kvcache.py, which raises the user-facing errors), fills DecodeParams,
 // allocates outputs and split partials, calls csrc/flash_decode/. Never synchronizes with the
-// device and never reads cache_seqlens or block_table, so it is CUDA-graph safe.
+// device and never reads cache_seqlens, block_table or seqused_k, so it is CUDA-graph safe.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -34,7 +34,8 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(const at::Tensor& q_in, cons
                                                      const std::optional<at::Tensor>& cache_seqlens, int64_t cache_seqlen,
                                                      double softmax_scale, bool causal, int64_t num_splits,
                                                      int64_t window_left, int64_t window_right, double softcap,
-                                                     const std::optional<at::Tensor>& block_table) {
+                                                     const std::optional<at::Tensor>& block_table,
+                                                     const std::optional<at::Tensor>& seqused_k) {
   TORCH_CHECK(q_in.dim() == 4 && k_cache.dim() == 4 && v_cache.dim() == 4,
               "flashattn::fwd_kvcache: q, k_cache, v_cache must be 4-D [B, S, H, D]");
   const auto dt = q_in.scalar_type();
@@ -103,13 +104,19 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(const at::Tensor& q_in, cons
                 "flashattn::fwd_kvcache: cache_seqlen + new rows must lie in [0, Sk_max]");
   }
 
+  if (seqused_k.has_value()) {
+    const at::Tensor& su = *seqused_k;
+    TORCH_CHECK(su.scalar_type() == at::kInt && su.dim() == 1 && su.size(0) == B && su.device() == q_in.device(),
+                "flashattn::fwd_kvcache: seqused_k must be an int32 tensor [B] on q's device");
+  }
+
   const c10::cuda::CUDAGuard guard(q_in.device());
   at::Tensor out = at::empty({B, Sq, Hq, D}, q_in.options());
   at::Tensor lse = at::empty({B, Hq, Sq}, q_in.options().dtype(at::kFloat));
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q_in.get_device()).stream();
 
   const at::Tensor q = aligned_or_copy(q_in);
-  at::Tensor cs_contig, bt_contig;
+  at::Tensor cs_contig, bt_contig, su_contig;
   DecodeParams p;
   p.q = q.data_ptr();
   p.k_cache = k_cache.data_ptr();
@@ -139,6 +146,10 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(const at::Tensor& q_in, cons
     p.block_table_batch_stride = bt_contig.stride(0);
     p.page_size = static_cast<int>(page_size);
     p.num_pages = static_cast<int>(k_cache.size(0));
+  }
+  if (seqused_k.has_value()) {
+    su_contig = seqused_k->contiguous();
+    p.seqused_k = su_contig.data_ptr<int>();
   }
   p.batch = static_cast<int>(B);
   p.heads_q = static_cast<int>(Hq);

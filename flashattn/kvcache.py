@@ -107,6 +107,18 @@ def _check_block_table(block_table, b: int, device, c_shape) -> int:
     return sk_max
 
 
+def _check_seqused_k(seqused_k, b: int, device) -> None:
+    if not isinstance(seqused_k, torch.Tensor):
+        raise TypeError(f"seqused_k must be an int32 tensor or None, got {type(seqused_k).__name__}")
+    if seqused_k.dtype != torch.int32:
+        raise TypeError(f"seqused_k must be an int32 tensor, got dtype {seqused_k.dtype}")
+    shape = seqused_k.shape
+    if len(shape) != 1 or shape[0] != b:
+        raise ValueError(f"seqused_k must have shape [B] = [{b}], got {list(shape)}")
+    if seqused_k.device != device:
+        raise ValueError(f"seqused_k must be on q's device {device}, got {seqused_k.device}")
+
+
 _FWD_KVCACHE = _ops.fwd_kvcache_overload()  # the OpOverload: no packet lookup per call
 
 
@@ -124,6 +136,7 @@ def flash_attn_with_kvcache(
     window_size: tuple[int, int] = (-1, -1),
     softcap: float = 0.0,
     block_table: torch.Tensor | None = None,
+    seqused_k: torch.Tensor | None = None,
 ):
     """Attention of new queries against a KV cache, optionally appending new keys/values first.
 
@@ -160,6 +173,13 @@ def flash_attn_with_kvcache(
     every entry read is in [0, num_blocks), and no two sequences append into the same page rows.
     An out-of-range entry never makes a kernel touch memory outside the caches (reads are clamped
     to a valid page, appends to an invalid page are dropped), but the result is then meaningless.
+
+    seqused_k: int32 tensor [B] on q's device, or None: the number of keys batch b's attention uses,
+    its first seqused_k[b] (FlashAttention's varlen seqused_k, and the per-sequence context
+    lengths a serving engine keeps that already count the new token). It replaces cache_seqlens[b]
+    + Sq_new as seqlen_k(b) everywhere below (causal alignment, windows); an append still writes at
+    cache_seqlens[b]. Contract, not checked: 0 <= seqused_k[b] <= Sk_max (values outside are
+    clamped to that range).
 
     causal=True is bottom-right aligned per batch: query i attends to keys
     j <= i + seqlen_k(b) - Sq. Query rows that see no key give output 0 and LSE -inf.
@@ -270,12 +290,15 @@ def flash_attn_with_kvcache(
     if num_splits < 0:
         raise ValueError(f"num_splits must be >= 0 (0: heuristic, 1: no split), got {num_splits}")
 
+    if seqused_k is not None:
+        _check_seqused_k(seqused_k, b, device)
+
     if not torch.compiler.is_compiling():
         _ext.require_extension()
-    if block_table is not None:
+    if block_table is not None or seqused_k is not None:
         out, lse = _FWD_KVCACHE(
             q, k_cache, v_cache, k, v, seqlens_tensor, seqlen_fixed, scale, bool(causal), num_splits, window[0], window[1],
-            softcap, block_table,
+            softcap, block_table, seqused_k,
         )
     elif window == (-1, -1) and softcap == 0.0:
         out, lse = _FWD_KVCACHE(q, k_cache, v_cache, k, v, seqlens_tensor, seqlen_fixed, scale, bool(causal), num_splits)

@@ -163,6 +163,15 @@ BAD_INPUTS += [
     BadInput("paged-append-overflows", lambda mk: kvcache(mk(*Q), *_caches(mk, POOL), k=mk(B, 2, HK, D), v=mk(B, 2, HK, D), cache_seqlens=63, block_table=_table(mk)), ValueError, "cache_seqlens must be in [0, Sk_max - Sq_new = 64 - 2], got 63"),
     BadInput("paged-pool-row-stride-not-8", lambda mk: kvcache(mk(*Q), mk(*POOL), mk(*POOL, strides=(PAGE * HK * (D + 4), HK * (D + 4), D + 4, 1)), block_table=_table(mk)), ValueError, "v_cache must have strides of dims 0-2 and a storage offset that are multiples of 8 elements"),
 ]
+BAD_INPUTS += [
+    BadInput("seqused-k-list", lambda mk: kvcache(mk(*Q), *_caches(mk), seqused_k=[3, 4]), TypeError, "seqused_k must be an int32 tensor or None, got list"),
+    BadInput("seqused-k-int", lambda mk: kvcache(mk(*Q), *_caches(mk), seqused_k=3), TypeError, "seqused_k must be an int32 tensor or None, got int"),
+    BadInput("seqused-k-int64", lambda mk: kvcache(mk(*Q), *_caches(mk), seqused_k=_seqlens(mk, dtype=torch.int64)), TypeError, "seqused_k must be an int32 tensor, got dtype torch.int64"),
+    BadInput("seqused-k-wrong-length", lambda mk: kvcache(mk(*Q), *_caches(mk), seqused_k=_seqlens(mk, n=B + 1)), ValueError, "seqused_k must have shape [B] = [2], got [3]"),
+    BadInput("seqused-k-2d", lambda mk: kvcache(mk(*Q), *_caches(mk), seqused_k=mk(B, 1, dtype=I32)), ValueError, "seqused_k must have shape [B] = [2], got [2, 1]"),
+    BadInput("seqused-k-on-cpu", lambda mk: kvcache(mk(*Q), *_caches(mk), seqused_k=_seqlens(mk, device="cpu")), ValueError, "seqused_k must be on q's device cuda:0, got cpu"),
+    BadInput("paged-seqused-k-int64", lambda mk: kvcache(mk(*Q), *_caches(mk, POOL), block_table=_table(mk), seqused_k=_seqlens(mk, dtype=torch.int64)), TypeError, "seqused_k must be an int32 tensor, got dtype torch.int64"),
+]
 BAD_INPUT_PARAMS = [pytest.param(row, id=row.id) for row in BAD_INPUTS]
 
 
@@ -192,6 +201,9 @@ def _valid_calls(mk: Maker):
         ("paged, append", lambda: kvcache(mk(*Q), *_caches(mk, POOL), k=mk(*NEW), v=mk(*NEW), cache_seqlens=seqlens, block_table=_table(mk), return_lse=True)),
         ("paged, full table, pool batch != B", lambda: kvcache(mk(B, 16, HQ, D), *_caches(mk, (1, 256, HK, D)), block_table=_table(mk, (B, 1)), return_lse=True)),
         ("paged, window, bhsd pool", lambda: kvcache(mk(*Q), *_caches(mk, POOL, strides=(HK * PAGE * D, D, PAGE * D, 1)), cache_seqlens=5, window_size=(8, 0), block_table=_table(mk), return_lse=True)),
+        ("seqused_k", lambda: kvcache(mk(*Q), *_caches(mk), seqused_k=seqlens, causal=True, return_lse=True)),
+        ("seqused_k, append", lambda: kvcache(mk(*Q), *_caches(mk), k=mk(*NEW), v=mk(*NEW), cache_seqlens=seqlens, seqused_k=_seqlens(mk), return_lse=True)),
+        ("paged, seqused_k", lambda: kvcache(mk(*Q), *_caches(mk, POOL), block_table=_table(mk), seqused_k=seqlens, return_lse=True)),
     ]
 
 
@@ -226,7 +238,7 @@ def test_schema_marks_exactly_the_caches_as_mutated() -> None:
 
 
 def _cpu_standin(q, k_cache, v_cache, k, v, cache_seqlens, cache_seqlen, softmax_scale, causal, num_splits,
-                 window_left=-1, window_right=-1, softcap=0.0, block_table=None):
+                 window_left=-1, window_right=-1, softcap=0.0, block_table=None, seqused_k=None):
     """A CPU kernel for the op, for tracing tests only: the append, and a cheap fake attention."""
     if k is not None:
         for b in range(q.shape[0]):
@@ -906,6 +918,9 @@ PAGED_CASES = [
     # window and softcap through the table
     (_spec(seqlen_k_max=5000, cache_lens=(4990, 700), seqlen_q=4, seqlen_new=4, causal=True, window=(1000, 0),
            softcap=30.0, num_splits=16), 64),
+    # GQA 8:1 (the decode benchmark grid's other head layout): one KV head, 8 packed query rows
+    (_spec(batch=3, heads_q=8, heads_kv=1, seqlen_k_max=2048, cache_lens=(2047, 5, 1000), seqlen_new=1, causal=True,
+           num_splits=9), 16),
     # pages larger than every key tile, page of one key tile, the heuristic
     (_spec(seqlen_k_max=33000, cache_lens=(32999, 1025), seqlen_new=1, causal=True, num_splits=0), 256),
     (_spec(seqlen_k_max=8192, cache_lens=(8000, 4096), seqlen_new=1, num_splits=0), 128),
@@ -920,6 +935,40 @@ PAGED_CASES = [
 @pytest.mark.parametrize(("spec", "page_size"), PAGED_CASES, ids=lambda x: repr(x) if isinstance(x, KVCacheSpec) else f"page{x}")
 def test_paged_cases(spec: KVCacheSpec, page_size: int, device: torch.device) -> None:
     run_and_check_paged(spec, page_size, "contiguous", device)
+
+
+@gpu_test
+@pytest.mark.parametrize("page_size", [16, 64, 256])
+@pytest.mark.parametrize(("heads_q", "heads_kv"), [(32, 8), (8, 1)], ids=["gqa32:8", "gqa8:1"])
+def test_paged_result_does_not_depend_on_the_page_order(page_size: int, heads_q: int, heads_kv: int,
+                                                        device: torch.device) -> None:
+    """One logical cache (partially filled last pages) under the identity table and several random
+    page permutations of the pool: out and LSE equal bit for bit (the heuristic's plan, and forced
+    splits, which also equal the contiguous cache's)."""
+    gen = torch.Generator(device=device).manual_seed(page_size)
+    b, sk, d = 2, 4096, 128
+    q = torch.randn(b, 1, heads_q, d, generator=gen, device=device).to(BF16)
+    kc = torch.randn(b, sk, heads_kv, d, generator=gen, device=device).to(BF16)
+    vc = torch.randn(b, sk, heads_kv, d, generator=gen, device=device).to(BF16)
+    seqlens = torch.tensor([4000, 1234], dtype=I32, device=device)
+    n = sk // page_size
+    tables = [torch.arange(1, b * n + 1, dtype=I32).view(b, n)]
+    tables += [random_block_table(b, n, [sk] * b, page_size, seed) for seed in (1, 2, 3)]
+    for splits in (0, 5):
+        results = []
+        for table in tables:
+            kp, vp = pages_from_contiguous(kc, table, page_size), pages_from_contiguous(vc, table, page_size)
+            results.append(kvcache(q, kp, vp, cache_seqlens=seqlens, num_splits=splits, return_lse=True,
+                                   block_table=table.to(device)))
+        if splits:
+            results.append(kvcache(q, kc, vc, cache_seqlens=seqlens, num_splits=splits, return_lse=True))
+        for i, (out, lse) in enumerate(results[1:], 1):
+            assert torch.equal(bits(out), bits(results[0][0])), f"splits={splits}: result {i} out differs"
+            assert torch.equal(bits(lse), bits(results[0][1])), f"splits={splits}: result {i} lse differs"
+    out, lse = results[0]
+    for i, n in enumerate(seqlens.tolist()):
+        assert_attention_matches(out[i : i + 1], lse[i : i + 1], q[i : i + 1], kc[i : i + 1, :n], vc[i : i + 1, :n], None,
+                                 NONE, context=f"page {page_size} GQA {heads_q}:{heads_kv} batch {i} ({n} keys)")
 
 
 def _paged_step_inputs(device: torch.device, page_size: int = 64):
@@ -984,3 +1033,92 @@ def test_paged_cuda_graph_replay_follows_new_seqlens_and_tables(device: torch.de
         torch.testing.assert_close(g_lse, e_lse, atol=0, rtol=0)
         assert bool((bits(kp) == bits(ke)).all()), f"graph paged append differs for cache_seqlens {new_lens}"
         assert bool((bits(vp) == bits(ve)).all()), f"graph paged append differs for cache_seqlens {new_lens}"
+
+
+# ==== seqused_k ====================================================================================
+# The keys each batch's attention uses, in place of cache_seqlens + Sq_new; the append still writes
+# at cache_seqlens. Reference: the first seqused_k[b] keys of the cache after the append (clamped to
+# [0, Sk_max]).
+
+SEQUSED_CASES = {
+    "lens+new": [102, 2, 302, 512],  # what cache_seqlens + Sq_new gives: the call without seqused_k
+    "shorter and longer": [50, 130, 512, 1],  # fewer keys than written, more than written, one key
+    "clamped": [-3, 600, 0, 2**31 - 1],  # outside [0, Sk_max]: as 0 and Sk_max
+}
+
+
+def _seqused_inputs(device: torch.device, paged: bool, page_size: int = 64):
+    gen = torch.Generator(device=device).manual_seed(5)
+    b, sq, hq, hk, d, sk = 4, 2, 16, 4, 128, 512
+    q = torch.randn(b, sq, hq, d, generator=gen, device=device).to(BF16)
+    kc = torch.randn(b, sk, hk, d, generator=gen, device=device).to(BF16)
+    vc = torch.randn(b, sk, hk, d, generator=gen, device=device).to(BF16)
+    k = torch.randn(b, 2, hk, d, generator=gen, device=device).to(BF16)
+    v = torch.randn(b, 2, hk, d, generator=gen, device=device).to(BF16)
+    lens = [100, 0, 300, 510]
+    expect_k, expect_v = kc.clone(), vc.clone()
+    for i, n in enumerate(lens):
+        expect_k[i, n : n + 2], expect_v[i, n : n + 2] = k[i], v[i]
+    if not paged:
+        return q, kc, vc, k, v, lens, expect_k, expect_v, {}
+    table_cpu = random_block_table(b, sk // page_size, [sk] * b, page_size, seed=3)
+    pools = [pages_from_contiguous(c, table_cpu, page_size) for c in (kc, vc, expect_k, expect_v)]
+    return q, pools[0], pools[1], k, v, lens, pools[2], pools[3], {"block_table": table_cpu.to(device)}
+
+
+@gpu_test
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+@pytest.mark.parametrize("case", list(SEQUSED_CASES))
+@pytest.mark.parametrize("splits", [1, 3, 0])
+def test_seqused_k_sets_the_keys_attended(case: str, paged: bool, splits: int, device: torch.device) -> None:
+    q, kc, vc, k, v, lens, expect_k, expect_v, paging = _seqused_inputs(device, paged)
+    used = SEQUSED_CASES[case]
+    sk = 512
+    kw = dict(cache_seqlens=torch.tensor(lens, dtype=I32, device=device), causal=True, num_splits=splits,
+              return_lse=True, **paging)
+    k1, v1 = kc.clone(), vc.clone()
+    out, lse = kvcache(q, k1, v1, k, v, seqused_k=torch.tensor(used, dtype=I32, device=device), **kw)
+    torch.cuda.synchronize(device)
+    assert torch.equal(bits(k1), bits(expect_k)) and torch.equal(bits(v1), bits(expect_v)), \
+        f"{case}: the append with seqused_k differs from the one at cache_seqlens"
+    table_cpu = paging["block_table"].cpu() if paged else None
+    for i, u in enumerate(used):
+        n = min(max(u, 0), sk)
+        if paged:
+            kk, vv = gather_pages(k1, table_cpu, i, n), gather_pages(v1, table_cpu, i, n)
+        else:
+            kk, vv = k1[i : i + 1, :n], v1[i : i + 1, :n]
+        assert_attention_matches(out[i : i + 1], lse[i : i + 1], q[i : i + 1], kk, vv, None, BOTTOM_RIGHT,
+                                 context=f"seqused_k {case} {'paged' if paged else 'contiguous'} splits={splits} "
+                                         f"batch {i} ({n} keys)")
+    if case == "lens+new":  # the same seqlen_k(b) as without seqused_k: the same kernels' result, bit for bit
+        k2, v2 = kc.clone(), vc.clone()
+        want_out, want_lse = kvcache(q, k2, v2, k, v, **kw)
+        assert torch.equal(bits(out), bits(want_out)) and torch.equal(bits(lse), bits(want_lse))
+
+
+@gpu_test
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+def test_seqused_k_cuda_graph_replay_follows_new_values(paged: bool, device: torch.device) -> None:
+    """A captured call with seqused_k: replays read its current contents and match eager calls."""
+    q, kc, vc, _, _, _, _, _, paging = _seqused_inputs(device, paged)
+    used = torch.tensor([1, 1, 1, 1], dtype=I32, device=device)
+
+    def step():
+        return kvcache(q, kc, vc, seqused_k=used, causal=True, return_lse=True, **paging)
+
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        g_out, g_lse = step()
+    for new in ([5, 10, 15, 512], [512, 0, 100, 1], [64, 65, 128, 300]):
+        used.copy_(torch.tensor(new, dtype=I32, device=device))
+        graph.replay()
+        e_out, e_lse = step()
+        torch.cuda.synchronize(device)
+        assert torch.equal(bits(g_out), bits(e_out)) and torch.equal(bits(g_lse), bits(e_lse)), new
+        assert torch.isneginf(e_lse[1]).all() == (new[1] == 0), new
