@@ -9,7 +9,7 @@ CPU (run everywhere, CI included):
     stand-in CPU kernel registered for the duration of the test);
   * the split heuristic and the tile configs (csrc/flash_decode/decode_traits.h, plain C++
     compiled with the host compiler);
-  * paged caches: the block_table rows of the bad-inputs table, the split kernel's row mapping
+  * paged caches and seqused_k: their rows of the bad-inputs table, the split kernel's row mapping
     through the table for every config and page size (host-compiled probe), the test helpers
     that build pools and gather pages back, a paged append traced by torch.compile.
 GPU (`gpu` marker; they also skip themselves without CUDA or the built extension):
@@ -25,7 +25,10 @@ GPU (`gpu` marker; they also skip themselves without CUDA or the built extension
     against the reference on the gathered pages and bitwise against the contiguous path (forced
     splits), appends across page boundaries checked bitwise on the whole pool, every config's
     rows per pass, splits 1..128 for pages 16/64/256, torch.compile, CUDA-graph replay with new
-    cache_seqlens and block tables.
+    cache_seqlens and block tables; one logical cache under several page orders gives the same
+    bits (GQA 32:8 and 8:1);
+  * seqused_k: against the reference on its first seqused_k[b] keys (contiguous and paged, with an
+    append at cache_seqlens, clamped values), bitwise equal to cache_seqlens + Sq_new, graph replay.
 """
 
 from __future__ import annotations
