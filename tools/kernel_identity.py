@@ -72,7 +72,11 @@ def compile_ptx(nvcc: str, csrc: pathlib.Path, src: pathlib.Path, arch: str, out
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"{src}: nvcc failed for {arch}:\n{r.stdout}{r.stderr}")
-    text = ptx.read_text()
+    return split_kernels(ptx.read_text())
+
+
+def split_kernels(text: str) -> dict[str, Kernel]:
+    """{kernel name: Kernel} of one PTX file."""
     starts = list(_ENTRY.finditer(text))
     kernels: dict[str, Kernel] = {}
     for i, m in enumerate(starts):
