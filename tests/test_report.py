@@ -498,6 +498,10 @@ def bench_decode():
 
 def test_decode_kv_grid_covers_the_decode_grid_contiguous_and_paged_eager_and_replayed(bench_decode):
     kv = [c for c in bench_decode.cases() if c.kind == "kv"]
+    small = [c for c in bench_decode.cases() if c.kind == "kv-small"]
+    assert {(c.b, c.sk) for c in small} == {(b, s) for b in (2, 4) for s in (32768, 65536, 131072)}
+    assert {c.grid for c in small} == {"decode-kv-small", "decode-kv-small-graph"} and all(c.is_kv for c in small)
+    assert bench_decode.IMPLS["kv-small"] == bench_decode.IMPLS["kv"]
     shapes = {(c.b, c.sk, c.hq, c.hk, c.d, c.dtype, c.graph) for c in kv}
     assert len(shapes) == len(kv) == 3 * 6 * 2 * 2
     assert {c.b for c in kv} == {1, 8, 64} and {c.sk for c in kv} == {1024, 4096, 16384, 32768, 65536, 131072}
@@ -517,6 +521,43 @@ def test_decode_kv_grid_covers_the_decode_grid_contiguous_and_paged_eager_and_re
     assert len(keys) == len(kv) // 2 and all(v == {False, True} for v in keys.values())
     every = bench_decode.cases()
     assert len({c.group for c in every}) == len({c.id for c in every}) == len(every)
+
+
+def test_decode_kv_paths_on_cpu_tensors(bench_decode, monkeypatch):
+    """What of a decode-kv case runs without a GPU, on CPU inputs put in its input cache: the paged
+    view and table (every page once), the paged reference (the first and last sequence gathered
+    through the table, as the kernels read them), SDPA's callable, and FA3 absent -> a skip reason."""
+    torch = pytest.importorskip("torch")
+    case = bench_decode.DecodeCase("kv", 3, 64, hq=4, hk=2, d=8)
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(3, 1, 4, 8, generator=gen)
+    kc, vc = torch.randn(3, 64, 2, 8, generator=gen), torch.randn(3, 64, 2, 8, generator=gen)
+    cache = bench_decode._CACHE
+    cache.clear()
+    cache.update(case=case.tensors_key, tensors=(q, kc, vc, None, None, torch.full((3,), 64, dtype=torch.int32)))
+    try:
+        for page in (16, 32):
+            k_pool, v_pool, table = bench_decode._paged(kc, vc, page)
+            assert k_pool.data_ptr() == kc.data_ptr() and k_pool.shape == (3 * 64 // page, page, 2, 8)
+            assert table.dtype == torch.int32 and sorted(table.flatten().tolist()) == list(range(3 * 64 // page))
+            rows, ref = bench_decode._paged_reference(case, page)
+            assert rows == [0, 2]
+            for r, want in zip(rows, ref):
+                keys = torch.cat([k_pool[p] for p in table[r].tolist()])  # key j: row j % P of page table[r, j // P]
+                vals = torch.cat([v_pool[p] for p in table[r].tolist()])
+                got = torch.nn.functional.scaled_dot_product_attention(
+                    q[r : r + 1].transpose(1, 2), keys[None].transpose(1, 2), vals[None].transpose(1, 2), enable_gqa=True)
+                torch.testing.assert_close(want, got.transpose(1, 2)[0])
+        out = bench_decode.make_callable(case, "sdpa-default")()
+        assert bc.rel_err(out, bench_decode._reference(case)) == 0 and out.shape == (3, 1, 4, 8)
+        monkeypatch.setattr(bc, "FA3_MODULE", "flashattn_tests_no_such_fa3_module")
+        monkeypatch.setattr(bc, "_FA3", {})
+        for impl in ("fa3", "fa3-paged64"):
+            with pytest.raises(Exception, match="FlashAttention-3 absent") as info:
+                bench_decode.make_callable(case, impl)
+            assert type(info.value).__name__ == "Unavailable"
+    finally:
+        cache.clear()
 
 
 def test_fa3_absent_is_a_reason_to_skip_not_a_failure(monkeypatch):
