@@ -37,8 +37,8 @@ headline decode geomean stays the shared grid's:
                                         writes as many bytes as the decode reads, so its time is the
                                         copy floor (K/V bytes / copy bandwidth)
   decode-kv-small  the same at B=2 and 4, Sk 32k..128k (eager and replayed, as decode-kv-small-graph):
-                 the issue's small-batch long-cache shapes, whose time must be within 1.10x of the
-                 copy floor, in a grid of their own so that decode-kv's geomeans are the grid's.
+                 the small-batch long-cache shapes, whose time is to be within 1.10x of the copy
+                 floor, in a grid of their own so that decode-kv's geomeans are the grid's.
                  The report's "vs flashattn-pagedP" columns are time(paged) / time(contiguous), "vs
                  copy-floor" floor / time, "vs sdpa-default" and "vs fa3" the speedups; each result's
                  extra_info also holds time_over_copy_floor.
@@ -225,7 +225,6 @@ def _paged(kc, vc, page_size: int):
 def _paged_reference(case: DecodeCase, page_size: int):
     """(rows, SDPA default's output on them) for the paged caches of page_size: the first and last
     sequence, gathered from their pages (the whole batch would need a second copy of the caches)."""
-    import torch
     import torch.nn.functional as F
 
     key = ("paged_ref", page_size)
