@@ -559,6 +559,53 @@ def make_callable(impl: str, shape: Shape, q, k, v):
     raise ValueError(f"unknown implementation {impl!r}")
 
 
+# FlashAttention-3, an optional comparator of the decode benchmarks: the tokenspeed-fa3 wheel installs
+# its Python interface as the top-level module flash_attn_interface (kernels in flash_attn_3._C,
+# built for Hopper). Absent where it does not import: its results are then skipped with the reason,
+# never failed.
+FA3_MODULE = "flash_attn_interface"
+FA3_DISTRIBUTIONS = ("tokenspeed-fa3", "flash-attn-3", "flash_attn_3")
+_FA3: dict = {}
+
+
+def fa3_kvcache():
+    """FlashAttention-3's flash_attn_with_kvcache, or Unavailable saying why it is absent."""
+    if "fn" not in _FA3:
+        import importlib
+        import inspect
+
+        try:
+            fn = importlib.import_module(FA3_MODULE).flash_attn_with_kvcache
+        except Exception as exc:  # noqa: BLE001 - ImportError, AttributeError, or its kernels' library failing to load
+            _FA3["fn"], _FA3["why"] = None, f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+        else:
+            params = inspect.signature(fn).parameters
+            if "page_table" in params and "cache_seqlens" in params:
+                _FA3["fn"] = fn
+            else:
+                _FA3["fn"], _FA3["why"] = None, f"{FA3_MODULE}.flash_attn_with_kvcache takes no page_table"
+    if _FA3["fn"] is None:
+        raise Unavailable(f"FlashAttention-3 absent ({_FA3['why']}): install the tokenspeed-fa3 wheel (Hopper) to "
+                          f"compare against its flash_attn_with_kvcache")
+    return _FA3["fn"]
+
+
+def fa3_status() -> str:
+    """"<distribution> <version>" where FlashAttention-3 imports, else "absent (<why>)"."""
+    try:
+        fa3_kvcache()
+    except Unavailable:
+        return f"absent ({_FA3['why']})"
+    from importlib import metadata
+
+    for dist in FA3_DISTRIBUTIONS:
+        try:
+            return f"{dist} {metadata.version(dist)}"
+        except metadata.PackageNotFoundError:
+            continue
+    return "installed (distribution unknown)"
+
+
 def rel_err(out, ref) -> float:
     """Relative L2 error; for tuples (dq, dk, dv) the largest of the pairs'."""
     if isinstance(out, (tuple, list)):

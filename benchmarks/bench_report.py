@@ -35,6 +35,14 @@ IMPL_ORDER = (
     "sdpa-cudnn",
     "sdpa-efficient",
     "sdpa-math",
+    "flashattn-paged16",
+    "flashattn-paged64",
+    "flashattn-paged256",
+    "fa3",
+    "fa3-paged16",
+    "fa3-paged64",
+    "fa3-paged256",
+    "copy-floor",
 )
 MISSING = "—"
 

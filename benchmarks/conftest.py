@@ -110,6 +110,9 @@ def gpu_metadata() -> dict:
         sw["flashattn_decode_api"] = hasattr(flashattn, "flash_attn_with_kvcache")
     except Exception as exc:  # noqa: BLE001
         sw["flashattn"] = f"import failed: {exc}"
+    import bench_common as bc
+
+    sw["flash_attn_3"] = bc.fa3_status()
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(0)
         info["gpu"] = {
@@ -145,5 +148,8 @@ def pytest_collection_finish(session):
 
 def pytest_report_header(config):
     # GPU, driver, torch and build lines come from tests/pytest_flashattn.py (root conftest.py)
+    import bench_common as bc
+
     line = "benchmarks: pytest-benchmark stats are GPU seconds per call from CUDA events"
-    return [line + " (the implementations of a case timed in interleaved rounds; docs/benchmarks.md)"]
+    return [line + " (the implementations of a case timed in interleaved rounds; docs/benchmarks.md)",
+            f"benchmarks: FlashAttention-3 comparator (fa3, decode grids): {bc.fa3_status()}"]

@@ -2,7 +2,7 @@
 // flashattn::fwd_kvcache (schema in flashattn/_ops.py). Thin by design: checks (a second line of
 // defence behind flashattn/kvcache.py, which raises the user-facing errors), fills DecodeParams,
 // allocates outputs and split partials, calls csrc/flash_decode/. Never synchronizes with the
-// device and never reads cache_seqlens, so it is CUDA-graph safe.
+// device and never reads cache_seqlens, block_table or seqused_k, so it is CUDA-graph safe.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -33,7 +33,9 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(const at::Tensor& q_in, cons
                                                      const std::optional<at::Tensor>& v_new_in,
                                                      const std::optional<at::Tensor>& cache_seqlens, int64_t cache_seqlen,
                                                      double softmax_scale, bool causal, int64_t num_splits,
-                                                     int64_t window_left, int64_t window_right, double softcap) {
+                                                     int64_t window_left, int64_t window_right, double softcap,
+                                                     const std::optional<at::Tensor>& block_table,
+                                                     const std::optional<at::Tensor>& seqused_k) {
   TORCH_CHECK(q_in.dim() == 4 && k_cache.dim() == 4 && v_cache.dim() == 4,
               "flashattn::fwd_kvcache: q, k_cache, v_cache must be 4-D [B, S, H, D]");
   const auto dt = q_in.scalar_type();
@@ -43,9 +45,23 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(const at::Tensor& q_in, cons
   TORCH_CHECK(q_in.is_cuda() && k_cache.device() == q_in.device() && v_cache.device() == q_in.device(),
               "flashattn::fwd_kvcache: q, k_cache, v_cache must be on one CUDA device");
   const int64_t B = q_in.size(0), Sq = q_in.size(1), Hq = q_in.size(2), D = q_in.size(3);
-  const int64_t Sk = k_cache.size(1), Hk = k_cache.size(2);
+  const bool paged = block_table.has_value();
+  // Paged: the caches are [num_pages, page_size, Hk, D] and the table's width sets the capacity.
+  const int64_t page_size = paged ? k_cache.size(1) : 0;
+  if (paged) {
+    const at::Tensor& bt = *block_table;
+    TORCH_CHECK(bt.scalar_type() == at::kInt && bt.dim() == 2 && bt.size(0) == B && bt.size(1) >= 1 &&
+                    bt.device() == q_in.device(),
+                "flashattn::fwd_kvcache: block_table must be an int32 tensor [B, max_blocks_per_seq >= 1] on q's device");
+    TORCH_CHECK(page_size > 0 && page_size % flashattn::kDecodeMinPageSize == 0 && k_cache.size(0) >= 1,
+                "flashattn::fwd_kvcache: with block_table, k_cache must be [num_blocks >= 1, page_size, Hk, D] with "
+                "page_size a positive multiple of ", flashattn::kDecodeMinPageSize, ", got shape ", k_cache.sizes());
+    TORCH_CHECK(bt.size(1) <= INT32_MAX / page_size && k_cache.size(0) <= INT32_MAX,
+                "flashattn::fwd_kvcache: block_table width x page_size or the page count exceeds int32");
+  }
+  const int64_t Sk = paged ? block_table->size(1) * page_size : k_cache.size(1), Hk = k_cache.size(2);
   TORCH_CHECK(k_cache.sizes() == v_cache.sizes(), "flashattn::fwd_kvcache: k_cache and v_cache shapes differ");
-  TORCH_CHECK(k_cache.size(0) == B && k_cache.size(3) == D,
+  TORCH_CHECK((paged || k_cache.size(0) == B) && k_cache.size(3) == D,
               "flashattn::fwd_kvcache: k_cache batch or head dim differ from q");
   TORCH_CHECK(Hk > 0 && Hq % Hk == 0, "flashattn::fwd_kvcache: q heads must be a multiple of cache heads");
   TORCH_CHECK(D >= 8 && D <= 256 && D % 8 == 0, "flashattn::fwd_kvcache: head dim must be a multiple of 8 in [8, 256]");
@@ -88,13 +104,19 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(const at::Tensor& q_in, cons
                 "flashattn::fwd_kvcache: cache_seqlen + new rows must lie in [0, Sk_max]");
   }
 
+  if (seqused_k.has_value()) {
+    const at::Tensor& su = *seqused_k;
+    TORCH_CHECK(su.scalar_type() == at::kInt && su.dim() == 1 && su.size(0) == B && su.device() == q_in.device(),
+                "flashattn::fwd_kvcache: seqused_k must be an int32 tensor [B] on q's device");
+  }
+
   const c10::cuda::CUDAGuard guard(q_in.device());
   at::Tensor out = at::empty({B, Sq, Hq, D}, q_in.options());
   at::Tensor lse = at::empty({B, Hq, Sq}, q_in.options().dtype(at::kFloat));
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q_in.get_device()).stream();
 
   const at::Tensor q = aligned_or_copy(q_in);
-  at::Tensor cs_contig;
+  at::Tensor cs_contig, bt_contig, su_contig;
   DecodeParams p;
   p.q = q.data_ptr();
   p.k_cache = k_cache.data_ptr();
@@ -118,6 +140,17 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(const at::Tensor& q_in, cons
     p.cache_seqlens = cs_contig.data_ptr<int>();
   }
   p.cache_seqlen = static_cast<int>(cache_seqlens.has_value() ? 0 : cache_seqlen);
+  if (paged) {
+    bt_contig = block_table->stride(1) == 1 ? *block_table : block_table->contiguous();
+    p.block_table = bt_contig.data_ptr<int>();
+    p.block_table_batch_stride = bt_contig.stride(0);
+    p.page_size = static_cast<int>(page_size);
+    p.num_pages = static_cast<int>(k_cache.size(0));
+  }
+  if (seqused_k.has_value()) {
+    su_contig = seqused_k->contiguous();
+    p.seqused_k = su_contig.data_ptr<int>();
+  }
   p.batch = static_cast<int>(B);
   p.heads_q = static_cast<int>(Hq);
   p.heads_kv = static_cast<int>(Hk);

@@ -236,16 +236,21 @@ def bwd(dout, q, k, v, out, lse, softmax_scale: float, causal_mode: int, determi
 # k_cache and v_cache are annotated as mutated (Tensor(a!), Tensor(b!)): with k/v given, the op
 # writes them into the caches in place (rows cache_seqlens[b] .. + Sq_new - 1) before attending.
 # cache_seqlens (Tensor?, int32 [B]) wins over cache_seqlen (the same count for every batch).
+# block_table (Tensor?, int32 [B, max_blocks_per_seq]): a paged cache, k_cache/v_cache then being
+# [num_blocks, page_size, Hk, D]; seqused_k (Tensor?, int32 [B]): the keys each batch's attention
+# uses, in place of cache_seqlens + Sq_new. Both last in the schema so that positional callers keep
+# working.
 _lib.define(
     "fwd_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k, Tensor? v, "
     "Tensor? cache_seqlens, int cache_seqlen, float softmax_scale, bool causal, int num_splits, "
-    "int window_left=-1, int window_right=-1, float softcap=0.) -> (Tensor out, Tensor lse)"
+    "int window_left=-1, int window_right=-1, float softcap=0., Tensor? block_table=None, "
+    "Tensor? seqused_k=None) -> (Tensor out, Tensor lse)"
 )
 
 
 @torch.library.register_fake("flashattn::fwd_kvcache")
 def _fwd_kvcache_fake(q, k_cache, v_cache, k, v, cache_seqlens, cache_seqlen, softmax_scale, causal, num_splits,
-                      window_left=-1, window_right=-1, softcap=0.0):
+                      window_left=-1, window_right=-1, softcap=0.0, block_table=None, seqused_k=None):
     b, sq, hq, d = q.shape
     out = q.new_empty((b, sq, hq, d))
     lse = q.new_empty((b, hq, sq), dtype=torch.float32)
@@ -258,10 +263,12 @@ def fwd_kvcache_overload():
 
 
 def fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_seqlen: int, softmax_scale: float, causal: bool, num_splits: int,
-                window_left: int = -1, window_right: int = -1, softcap: float = 0.0):
-    """q [B, Sq, Hq, D], caches [B, Sk_max, Hk, D] (appended to in place when k/v are given)
+                window_left: int = -1, window_right: int = -1, softcap: float = 0.0, block_table=None, seqused_k=None):
+    """q [B, Sq, Hq, D], caches [B, Sk_max, Hk, D], or [num_blocks, page_size, Hk, D] with an int32
+    block_table [B, max_blocks_per_seq] (appended to in place when k/v are given); seqused_k int32 [B]
+    or None
     -> (out [B, Sq, Hq, D], lse float32 [B, Hq, Sq]). No validation here: see flashattn.kvcache."""
     return torch.ops.flashattn.fwd_kvcache(
         q, k_cache, v_cache, k, v, cache_seqlens, cache_seqlen, softmax_scale, causal, num_splits, window_left,
-        window_right, softcap,
+        window_right, softcap, block_table, seqused_k,
     )

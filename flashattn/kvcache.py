@@ -67,6 +67,58 @@ def _refuse_grad(q, k_cache, v_cache, k, v) -> None:
             )
 
 
+# Paged caches: page sizes the kernels take (csrc/flash_decode/decode_traits.h, kDecodeMinPageSize).
+PAGE_SIZE_MULTIPLE = 16
+_INT32_MAX = 2**31 - 1
+
+
+def _check_block_table(block_table, b: int, device, c_shape) -> int:
+    """Validates a paged cache's block table against q and k_cache; returns Sk_max, the capacity of
+    one sequence (max_blocks_per_seq * page_size). Reads metadata only: page indices are the
+    caller's contract (checking them would synchronize with the GPU)."""
+    if not isinstance(block_table, torch.Tensor):
+        raise TypeError(f"block_table must be an int32 tensor or None, got {type(block_table).__name__}")
+    if block_table.dtype != torch.int32:
+        raise TypeError(f"block_table must be an int32 tensor, got dtype {block_table.dtype}")
+    bt_shape = block_table.shape
+    if len(bt_shape) != 2:
+        raise ValueError(f"block_table must be 2-D [B, max_blocks_per_seq], got shape {list(bt_shape)}")
+    if bt_shape[0] != b:
+        raise ValueError(f"block_table batch size ({bt_shape[0]}) must equal q's ({b})")
+    if bt_shape[1] < 1:
+        raise ValueError("block_table must have at least one column (max_blocks_per_seq >= 1), got shape "
+                         f"{list(bt_shape)}")
+    if block_table.device != device:
+        raise ValueError(f"block_table must be on q's device {device}, got {block_table.device}")
+    num_blocks, page_size = c_shape[0], c_shape[1]
+    if page_size < PAGE_SIZE_MULTIPLE or page_size % PAGE_SIZE_MULTIPLE:
+        raise ValueError(
+            f"with block_table, k_cache/v_cache are [num_blocks, page_size, Hk, D] and page_size (k_cache.shape[1]) "
+            f"must be a positive multiple of {PAGE_SIZE_MULTIPLE}, got {page_size}"
+        )
+    if num_blocks < 1:
+        raise ValueError("with block_table, k_cache/v_cache must hold at least one page (k_cache.shape[0] >= 1), got 0")
+    sk_max = bt_shape[1] * page_size
+    if sk_max > _INT32_MAX or num_blocks > _INT32_MAX:
+        raise ValueError(
+            f"block_table: max_blocks_per_seq * page_size = {bt_shape[1]} * {page_size} and the page count "
+            f"{num_blocks} must fit in int32"
+        )
+    return sk_max
+
+
+def _check_seqused_k(seqused_k, b: int, device) -> None:
+    if not isinstance(seqused_k, torch.Tensor):
+        raise TypeError(f"seqused_k must be an int32 tensor or None, got {type(seqused_k).__name__}")
+    if seqused_k.dtype != torch.int32:
+        raise TypeError(f"seqused_k must be an int32 tensor, got dtype {seqused_k.dtype}")
+    shape = seqused_k.shape
+    if len(shape) != 1 or shape[0] != b:
+        raise ValueError(f"seqused_k must have shape [B] = [{b}], got {list(shape)}")
+    if seqused_k.device != device:
+        raise ValueError(f"seqused_k must be on q's device {device}, got {seqused_k.device}")
+
+
 _FWD_KVCACHE = _ops.fwd_kvcache_overload()  # the OpOverload: no packet lookup per call
 
 
@@ -83,6 +135,8 @@ def flash_attn_with_kvcache(
     return_lse: bool = False,
     window_size: tuple[int, int] = (-1, -1),
     softcap: float = 0.0,
+    block_table: torch.Tensor | None = None,
+    seqused_k: torch.Tensor | None = None,
 ):
     """Attention of new queries against a KV cache, optionally appending new keys/values first.
 
@@ -105,6 +159,27 @@ def flash_attn_with_kvcache(
     q, k, v may have any other strides. The caches must have strides (dims 0-2) that are
     multiples of 8 elements, e.g. a contiguous [B, S, H, D] buffer or a transposed contiguous
     [B, H, S, D] one.
+
+    Paged cache (block_table given): block_table is an int32 tensor [B, max_blocks_per_seq] on q's
+    device (any strides), and k_cache / v_cache are [num_blocks, page_size, Hk, D] pools of pages
+    shared by the batch: logical key position j of batch b lives in page block_table[b, j //
+    page_size], row j % page_size. page_size = k_cache.shape[1] must be a multiple of 16 (16, 32,
+    48, 64, ..., 256, ...; any multiple works with every head dim, and a page may be smaller than the
+    kernels' key tiles). Sk_max is then max_blocks_per_seq * page_size: cache_seqlens, the default
+    cache_seqlens=None (= Sk_max) and the append are as above on that logical cache, and new k/v
+    rows are written through the table into their pages (possibly across a page boundary). Only
+    the table entries of pages that hold a key of seqlen_k(b) (after the append) are read; the
+    rest may hold anything (e.g. -1). Contract, not checked (it would need the values on the host):
+    every entry read is in [0, num_blocks), and no two sequences append into the same page rows.
+    An out-of-range entry never makes a kernel touch memory outside the caches (reads are clamped
+    to a valid page, appends to an invalid page are dropped), but the result is then meaningless.
+
+    seqused_k: int32 tensor [B] on q's device, or None: the number of keys batch b's attention uses,
+    its first seqused_k[b] (FlashAttention's varlen seqused_k, and the per-sequence context
+    lengths a serving engine keeps that already count the new token). It replaces cache_seqlens[b]
+    + Sq_new as seqlen_k(b) everywhere below (causal alignment, windows); an append still writes at
+    cache_seqlens[b]. Contract, not checked: 0 <= seqused_k[b] <= Sk_max (values outside are
+    clamped to that range).
 
     causal=True is bottom-right aligned per batch: query i attends to keys
     j <= i + seqlen_k(b) - Sq. Query rows that see no key give output 0 and LSE -inf.
@@ -150,8 +225,11 @@ def flash_attn_with_kvcache(
     if c_shape != v_shape:
         raise ValueError(f"k_cache and v_cache must have the same shape, got {tuple(c_shape)} and {tuple(v_shape)}")
     cache_b, sk_max, hk, cache_d = c_shape
-    if cache_b != b:
-        raise ValueError(f"k_cache batch size ({cache_b}) must equal q's ({b})")
+    if block_table is None:
+        if cache_b != b:
+            raise ValueError(f"k_cache batch size ({cache_b}) must equal q's ({b})")
+    else:
+        sk_max = _check_block_table(block_table, b, device, c_shape)
     if cache_d != d:
         raise ValueError(f"k_cache head dim ({cache_d}) must equal q's ({d})")
     if hk == 0 or hq % hk != 0:
@@ -212,9 +290,17 @@ def flash_attn_with_kvcache(
     if num_splits < 0:
         raise ValueError(f"num_splits must be >= 0 (0: heuristic, 1: no split), got {num_splits}")
 
+    if seqused_k is not None:
+        _check_seqused_k(seqused_k, b, device)
+
     if not torch.compiler.is_compiling():
         _ext.require_extension()
-    if window == (-1, -1) and softcap == 0.0:
+    if block_table is not None or seqused_k is not None:
+        out, lse = _FWD_KVCACHE(
+            q, k_cache, v_cache, k, v, seqlens_tensor, seqlen_fixed, scale, bool(causal), num_splits, window[0], window[1],
+            softcap, block_table, seqused_k,
+        )
+    elif window == (-1, -1) and softcap == 0.0:
         out, lse = _FWD_KVCACHE(q, k_cache, v_cache, k, v, seqlens_tensor, seqlen_fixed, scale, bool(causal), num_splits)
     else:
         out, lse = _FWD_KVCACHE(

@@ -179,3 +179,42 @@ def test_checker_rejects_spills_and_oversized_selection() -> None:
     assert "spills 12 B" in text and "stack frame" in text
     assert "over the 1000 B limit" in text
     assert "sm_90a: no selection report" in text
+
+
+# ---- tools/kernel_identity.py: matching kernels by body (no nvcc) -------------------------------------------
+
+_PTX_KERNEL = """
+.visible .entry {name}(
+	.param .align 8 .b8 {name}_param_0[{size}]
+)
+.maxntid 128, 1, 1
+{{
+	.reg .pred 	%p<3>;
+	ld.param.u32 	%r1, [{name}_param_0+{offset}];
+	setp.ge.s32 	%p1, %r1, 4;
+	@%p1 bra 	$L__BB{fn}_2;
+	// a comment line
+	add.s32 	%r2, %r1, 1;
+$L__BB{fn}_2:
+	ret;
+}}
+"""
+
+
+def _ptx(*kernels: tuple[str, int, int]) -> str:
+    """One PTX file of toy kernels (name, parameter block size, offset of the field read), numbered as nvcc does."""
+    return "".join(_PTX_KERNEL.format(name=n, size=size, offset=off, fn=i) for i, (n, size, off) in enumerate(kernels))
+
+
+def test_kernel_identity_matches_bodies_apart_from_names_labels_and_block_size() -> None:
+    ki = load_repo_module("tools/kernel_identity.py")
+    base = ki.split_kernels(_ptx(("k_contig", 312, 256)))["k_contig"]
+    # A new kernel before it renumbers its labels ($L__BB0_2 -> $L__BB1_2), a template flag renames
+    # it, and the parameter block grew at its end: the same code.
+    head = ki.split_kernels(_ptx(("k_paged", 344, 300), ("k_contig_Lb0E", 344, 256)))
+    assert head["k_contig_Lb0E"].body == base.body and head["k_contig_Lb0E"].param_bytes != base.param_bytes
+    assert head["k_paged"].body != base.body  # reads another field: not the same code
+    # A field that moved (its offset) is a change.
+    assert ki.split_kernels(_ptx(("k_contig", 344, 264)))["k_contig"].body != base.body
+    # Labels keep their block numbers: two blocks of one function stay distinct.
+    assert any("$L__BB_2" in line for line in base.body) and not any("$L__BB0" in line for line in base.body)

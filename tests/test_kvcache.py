@@ -8,7 +8,10 @@ CPU (run everywhere, CI included):
     traces through it with the mutation carried back to the caller's caches (aot_eager with a
     stand-in CPU kernel registered for the duration of the test);
   * the split heuristic and the tile configs (csrc/flash_decode/decode_traits.h, plain C++
-    compiled with the host compiler).
+    compiled with the host compiler);
+  * paged caches and seqused_k: their rows of the bad-inputs table, the split kernel's row mapping
+    through the table for every config and page size (host-compiled probe), the test helpers
+    that build pools and gather pages back, a paged append traced by torch.compile.
 GPU (`gpu` marker; they also skip themselves without CUDA or the built extension):
   * Hypothesis over batch, GQA heads, per-batch cache lengths, Sq 1..16 (and a few larger), head
     dims, dtypes, causal, scale, forced splits 1..128 and the heuristic, with and without
@@ -17,7 +20,15 @@ GPU (`gpu` marker; they also skip themselves without CUDA or the built extension
     append checked bitwise (new rows written, everything else untouched), cache rows past each
     sequence filled with NaN (they must never leak into the result), outputs poisoned;
   * long caches with many splits, causal rows that see no key, odd layouts of the caches;
-  * torch.compile(fullgraph=True) and CUDA-graph capture/replay with new cache_seqlens values.
+  * torch.compile(fullgraph=True) and CUDA-graph capture/replay with new cache_seqlens values;
+  * paged caches (block_table): Hypothesis over the same specs x page sizes 16..256 x pool layouts
+    against the reference on the gathered pages and bitwise against the contiguous path (forced
+    splits), appends across page boundaries checked bitwise on the whole pool, every config's
+    rows per pass, splits 1..128 for pages 16/64/256, torch.compile, CUDA-graph replay with new
+    cache_seqlens and block tables; one logical cache under several page orders gives the same
+    bits (GQA 32:8 and 8:1);
+  * seqused_k: against the reference on its first seqused_k[b] keys (contiguous and paged, with an
+    append at cache_seqlens, clamped values), bitwise equal to cache_seqlens + Sq_new, graph replay.
 """
 
 from __future__ import annotations
@@ -126,6 +137,44 @@ BAD_INPUTS = [
     BadInput("softcap-nan", lambda mk: kvcache(mk(*Q), *_caches(mk), softcap=math.nan), ValueError, "softcap must be finite and >= 0 (0.0: off), got nan"),
     BadInput("softcap-none", lambda mk: kvcache(mk(*Q), *_caches(mk), softcap=None), TypeError, "softcap must be a float (0.0: off), got NoneType"),
 ]
+
+# Paged caches: a pool of NUM_PAGES pages of PAGE rows, a [B, PAGES_PER_SEQ] table (Sk_max = 64).
+PAGE, NUM_PAGES, PAGES_PER_SEQ = 16, 9, 4
+POOL = (NUM_PAGES, PAGE, HK, D)
+
+
+def _table(mk: Maker, shape=(B, PAGES_PER_SEQ), dtype=I32, device="cuda"):
+    return mk(*shape, dtype=dtype, device=device)
+
+
+BAD_INPUTS += [
+    BadInput("block-table-list", lambda mk: kvcache(mk(*Q), *_caches(mk, POOL), block_table=[[0, 1]]), TypeError, "block_table must be an int32 tensor or None, got list"),
+    BadInput("block-table-int64", lambda mk: kvcache(mk(*Q), *_caches(mk, POOL), block_table=_table(mk, dtype=torch.int64)), TypeError, "block_table must be an int32 tensor, got dtype torch.int64"),
+    BadInput("block-table-1d", lambda mk: kvcache(mk(*Q), *_caches(mk, POOL), block_table=_table(mk, (B * PAGES_PER_SEQ,))), ValueError, "block_table must be 2-D [B, max_blocks_per_seq], got shape [8]"),
+    BadInput("block-table-batch-differs", lambda mk: kvcache(mk(*Q), *_caches(mk, POOL), block_table=_table(mk, (B + 1, PAGES_PER_SEQ))), ValueError, "block_table batch size (3) must equal q's (2)"),
+    BadInput("block-table-no-columns", lambda mk: kvcache(mk(*Q), *_caches(mk, POOL), block_table=_table(mk, (B, 0))), ValueError, "block_table must have at least one column (max_blocks_per_seq >= 1)"),
+    BadInput("block-table-on-cpu", lambda mk: kvcache(mk(*Q), *_caches(mk, POOL), block_table=_table(mk, device="cpu")), ValueError, "block_table must be on q's device cuda:0, got cpu"),
+    BadInput("page-size-8", lambda mk: kvcache(mk(*Q), *_caches(mk, (NUM_PAGES, 8, HK, D)), block_table=_table(mk)), ValueError, "page_size (k_cache.shape[1]) must be a positive multiple of 16, got 8"),
+    BadInput("page-size-24", lambda mk: kvcache(mk(*Q), *_caches(mk, (NUM_PAGES, 24, HK, D)), block_table=_table(mk)), ValueError, "must be a positive multiple of 16, got 24"),
+    BadInput("page-size-0", lambda mk: kvcache(mk(*Q), *_caches(mk, (NUM_PAGES, 0, HK, D)), block_table=_table(mk)), ValueError, "must be a positive multiple of 16, got 0"),
+    BadInput("no-pages", lambda mk: kvcache(mk(*Q), *_caches(mk, (0, PAGE, HK, D)), block_table=_table(mk)), ValueError, "k_cache/v_cache must hold at least one page (k_cache.shape[0] >= 1), got 0"),
+    BadInput("paged-heads-not-multiple", lambda mk: kvcache(mk(B, SQ, 6, D), *_caches(mk, (NUM_PAGES, PAGE, 4, D)), block_table=_table(mk)), ValueError, "q heads (6) must be a multiple of k_cache/v_cache heads (4)"),
+    BadInput("paged-pool-shapes-differ", lambda mk: kvcache(mk(*Q), mk(*POOL), mk(NUM_PAGES + 1, PAGE, HK, D), block_table=_table(mk)), ValueError, "k_cache and v_cache must have the same shape"),
+    BadInput("paged-k-batch-differs", lambda mk: kvcache(mk(*Q), *_caches(mk, POOL), k=mk(NUM_PAGES, 1, HK, D), v=mk(NUM_PAGES, 1, HK, D), cache_seqlens=3, block_table=_table(mk)), ValueError, "k must be [B=2, Sq_new, Hk=2, D=64]"),
+    BadInput("paged-append-exceeds-table", lambda mk: kvcache(mk(*Q), *_caches(mk, POOL), k=mk(B, 65, HK, D), v=mk(B, 65, HK, D), cache_seqlens=_seqlens(mk), block_table=_table(mk)), ValueError, "k/v have 65 new rows but the cache holds only Sk_max = 64"),
+    BadInput("paged-seqlens-int-too-large", lambda mk: kvcache(mk(*Q), *_caches(mk, POOL), cache_seqlens=PAGE * PAGES_PER_SEQ + 1, block_table=_table(mk)), ValueError, "cache_seqlens must be in [0, Sk_max = 64], got 65"),
+    BadInput("paged-append-overflows", lambda mk: kvcache(mk(*Q), *_caches(mk, POOL), k=mk(B, 2, HK, D), v=mk(B, 2, HK, D), cache_seqlens=63, block_table=_table(mk)), ValueError, "cache_seqlens must be in [0, Sk_max - Sq_new = 64 - 2], got 63"),
+    BadInput("paged-pool-row-stride-not-8", lambda mk: kvcache(mk(*Q), mk(*POOL), mk(*POOL, strides=(PAGE * HK * (D + 4), HK * (D + 4), D + 4, 1)), block_table=_table(mk)), ValueError, "v_cache must have strides of dims 0-2 and a storage offset that are multiples of 8 elements"),
+]
+BAD_INPUTS += [
+    BadInput("seqused-k-list", lambda mk: kvcache(mk(*Q), *_caches(mk), seqused_k=[3, 4]), TypeError, "seqused_k must be an int32 tensor or None, got list"),
+    BadInput("seqused-k-int", lambda mk: kvcache(mk(*Q), *_caches(mk), seqused_k=3), TypeError, "seqused_k must be an int32 tensor or None, got int"),
+    BadInput("seqused-k-int64", lambda mk: kvcache(mk(*Q), *_caches(mk), seqused_k=_seqlens(mk, dtype=torch.int64)), TypeError, "seqused_k must be an int32 tensor, got dtype torch.int64"),
+    BadInput("seqused-k-wrong-length", lambda mk: kvcache(mk(*Q), *_caches(mk), seqused_k=_seqlens(mk, n=B + 1)), ValueError, "seqused_k must have shape [B] = [2], got [3]"),
+    BadInput("seqused-k-2d", lambda mk: kvcache(mk(*Q), *_caches(mk), seqused_k=mk(B, 1, dtype=I32)), ValueError, "seqused_k must have shape [B] = [2], got [2, 1]"),
+    BadInput("seqused-k-on-cpu", lambda mk: kvcache(mk(*Q), *_caches(mk), seqused_k=_seqlens(mk, device="cpu")), ValueError, "seqused_k must be on q's device cuda:0, got cpu"),
+    BadInput("paged-seqused-k-int64", lambda mk: kvcache(mk(*Q), *_caches(mk, POOL), block_table=_table(mk), seqused_k=_seqlens(mk, dtype=torch.int64)), TypeError, "seqused_k must be an int32 tensor, got dtype torch.int64"),
+]
 BAD_INPUT_PARAMS = [pytest.param(row, id=row.id) for row in BAD_INPUTS]
 
 
@@ -152,6 +201,12 @@ def _valid_calls(mk: Maker):
         ("bhsd cache view, D=256", lambda: kvcache(mk(B, SQ, HQ, 256), *_caches(mk, (B, SK, HK, 256), strides=(HK * SK * 256, 256, SK * 256, 1)), softmax_scale=0.0, return_lse=True)),
         ("append with int seqlens", lambda: kvcache(mk(*Q), *_caches(mk), k=mk(B, 3, HK, D), v=mk(B, 3, HK, D), cache_seqlens=SK - 3, return_lse=True)),
         ("window and softcap", lambda: kvcache(mk(*Q), *_caches(mk), cache_seqlens=seqlens, causal=True, window_size=(16, 0), softcap=30.0, return_lse=True)),
+        ("paged, append", lambda: kvcache(mk(*Q), *_caches(mk, POOL), k=mk(*NEW), v=mk(*NEW), cache_seqlens=seqlens, block_table=_table(mk), return_lse=True)),
+        ("paged, full table, pool batch != B", lambda: kvcache(mk(B, 16, HQ, D), *_caches(mk, (1, 256, HK, D)), block_table=_table(mk, (B, 1)), return_lse=True)),
+        ("paged, window, bhsd pool", lambda: kvcache(mk(*Q), *_caches(mk, POOL, strides=(HK * PAGE * D, D, PAGE * D, 1)), cache_seqlens=5, window_size=(8, 0), block_table=_table(mk), return_lse=True)),
+        ("seqused_k", lambda: kvcache(mk(*Q), *_caches(mk), seqused_k=seqlens, causal=True, return_lse=True)),
+        ("seqused_k, append", lambda: kvcache(mk(*Q), *_caches(mk), k=mk(*NEW), v=mk(*NEW), cache_seqlens=seqlens, seqused_k=_seqlens(mk), return_lse=True)),
+        ("paged, seqused_k", lambda: kvcache(mk(*Q), *_caches(mk, POOL), block_table=_table(mk), seqused_k=seqlens, return_lse=True)),
     ]
 
 
@@ -186,13 +241,18 @@ def test_schema_marks_exactly_the_caches_as_mutated() -> None:
 
 
 def _cpu_standin(q, k_cache, v_cache, k, v, cache_seqlens, cache_seqlen, softmax_scale, causal, num_splits,
-                 window_left=-1, window_right=-1, softcap=0.0):
+                 window_left=-1, window_right=-1, softcap=0.0, block_table=None, seqused_k=None):
     """A CPU kernel for the op, for tracing tests only: the append, and a cheap fake attention."""
     if k is not None:
         for b in range(q.shape[0]):
             base = int(cache_seqlens[b]) if cache_seqlens is not None else cache_seqlen
-            k_cache[b, base : base + k.shape[1]] = k[b]
-            v_cache[b, base : base + k.shape[1]] = v[b]
+            for j in range(k.shape[1]):
+                if block_table is None:
+                    page, row = b, base + j
+                else:
+                    page, row = int(block_table[b, (base + j) // k_cache.shape[1]]), (base + j) % k_cache.shape[1]
+                k_cache[page, row] = k[b, j]
+                v_cache[page, row] = v[b, j]
     return q * softmax_scale, torch.zeros(q.shape[0], q.shape[2], q.shape[1], dtype=F32)
 
 
@@ -217,6 +277,34 @@ def test_torch_compile_fullgraph_carries_the_cache_mutation() -> None:
         assert lse.shape == (2, 4, 1)
         assert kc[0, 2].eq(2).all() and kc[1, 7].eq(2).all() and vc[1, 7].eq(3).all()
         assert kc.sum() == 2 * 2 * 2 * 8 and vc.sum() == 3 * 2 * 2 * 8, "only the appended rows change"
+    finally:
+        lib._destroy()
+
+
+def test_torch_compile_fullgraph_carries_the_paged_append() -> None:
+    """The same with a block table (the op called as the public function calls it): the optional trailing argument
+    reaches the op, and the pages it names get the appended rows in the caller's pools."""
+    lib = torch.library.Library("flashattn", "IMPL")
+    try:
+        lib.impl("fwd_kvcache", _cpu_standin, "CPU")
+        real = torch.ops.flashattn.fwd_kvcache.default
+
+        def step(q, kp, vp, k, v, seqlens, table):
+            out, lse = real(q, kp, vp, k, v, seqlens, 0, 0.5, True, 0, -1, -1, 0.0, table)
+            return out + 1, lse
+
+        compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+        q = torch.randn(2, 1, 4, 8)
+        kp, vp = torch.zeros(5, 16, 2, 8), torch.zeros(5, 16, 2, 8)
+        k, v = torch.full((2, 2, 2, 8), 2.0), torch.full((2, 2, 2, 8), 3.0)
+        seqlens = torch.tensor([15, 3], dtype=I32)
+        table = torch.tensor([[4, 1], [2, -1]], dtype=I32)
+        out, lse = compiled(q, kp, vp, k, v, seqlens, table)
+        torch.testing.assert_close(out, q * 0.5 + 1)
+        # batch 0 appends at 15 and 16: row 15 of page 4, row 0 of page 1; batch 1 rows 3, 4 of page 2
+        for page, row in ((4, 15), (1, 0), (2, 3), (2, 4)):
+            assert kp[page, row].eq(2).all() and vp[page, row].eq(3).all(), (page, row)
+        assert kp.sum() == 4 * 2 * 2 * 8 and vp.sum() == 4 * 3 * 2 * 8, "only the appended rows change"
     finally:
         lib._destroy()
 
@@ -322,6 +410,61 @@ def test_split_heuristic_fills_the_h100_on_the_decode_grid(heuristic_table: dict
             assert tiles * s >= 0.85 * slots, (tiles, n_blocks, s)
     assert split[(0, 4096, 2048, 132, 3)] == 1
     assert split[(0, 8, 16, 132, 3)] == 16, "Sk=1k, B=1: one 64-key block per split"
+
+
+# ==== paged caches: the split kernel's row mapping (plain C++, host compiler) =====================
+
+_PAGE_PROBE = r"""
+#include <cstdio>
+#include "flash_decode/decode_traits.h"
+using namespace flashattn;
+// The split kernel's paged load loop (decode_kernel.cuh, load_block) with the cp.async replaced by a
+// check: pass i of the thread whose first row is row0 must read key key0 + row0 + i * kRowsPerPass
+// from row key % page_size of table entry key / page_size.
+template <int D, DecodeVariant V> void check() {
+  using T = typename DecodeTileConfig<D, V>::Traits;
+  constexpr int kPassesPerGroup = kDecodeMinPageSize / T::kRowsPerPass;
+  long checked = 0, wrong = 0;
+  for (int page_size = 16; page_size <= 528; page_size += 16)
+    for (int nb = 0; nb * T::kBlockN < 4 * 528 + 2 * T::kBlockN; ++nb) {
+      const int key0 = nb * T::kBlockN;
+      for (int row0 = 0; row0 < T::kRowsPerPass; ++row0) {
+        DecodePageCursor cursor(key0, page_size);
+        for (int g = 0; g < T::kBlockN / kDecodeMinPageSize; ++g) {
+          const int row_base = cursor.row_base() + row0;
+          for (int j = 0; j < kPassesPerGroup; ++j) {
+            const int i = g * kPassesPerGroup + j;
+            const int key = key0 + row0 + i * T::kRowsPerPass;
+            const int row = row_base + j * T::kRowsPerPass;
+            ++checked;
+            if (cursor.page_idx != key / page_size || row != key % page_size) {
+              if (wrong++ < 5) std::printf("bad D=%d page=%d key=%d -> entry %d row %d\n", D, page_size, key, cursor.page_idx, row);
+            }
+          }
+          cursor.next();
+        }
+      }
+    }
+  std::printf("mapping %d %d %ld %ld %d %d\n", D, int(V), checked, wrong, T::kRowsPerPass, T::kBlockN);
+}
+int main() {
+  check<64, DecodeVariant::kPortable>(); check<128, DecodeVariant::kPortable>(); check<256, DecodeVariant::kPortable>();
+  check<128, DecodeVariant::kHopper>();
+}
+"""
+
+
+def test_paged_row_mapping_of_every_decode_config(tmp_path_factory) -> None:
+    """Every tile config, page sizes 16..528 (every multiple of 16, pages smaller and larger than
+    the key tile), every thread's first row and pass: the block-table entry and row in the page
+    that the split kernel's paged loads use are those of the key they stand for."""
+    lines = run_cpp_probe(tmp_path_factory, "decode_pages", _PAGE_PROBE)
+    assert not [line for line in lines if line.startswith("bad")], lines[:10]
+    mapped = [line.split() for line in lines if line.startswith("mapping")]
+    assert len(mapped) == 4, lines
+    for _, d, variant, checked, wrong, rows_per_pass, block_n in mapped:
+        assert int(checked) > 0 and int(wrong) == 0, (d, variant, checked, wrong)
+        assert 16 % int(rows_per_pass) == 0 and int(block_n) % 16 == 0, (d, variant, rows_per_pass, block_n)
 
 
 # ==== GPU: numerics, append, properties ============================================================
@@ -622,3 +765,363 @@ def test_cuda_graph_replay_follows_new_cache_seqlens(device: torch.device) -> No
         torch.testing.assert_close(g_out, e_out, atol=0, rtol=0)
         torch.testing.assert_close(g_lse, e_lse, atol=0, rtol=0)
         assert bool((bits(kc) == bits(ke)).all()), f"graph append differs for cache_seqlens {new_lens}"
+
+
+# ==== paged caches (block_table) ==================================================================
+# The pool holds every sequence's pages in a random permutation; pages 0 and num_pages - 1 are
+# spares full of NaN that no table entry names, so a kernel reading a page it should not (a -1
+# entry would be clamped to page 0) lets NaN into the result. Table entries of pages that hold no
+# key even after the append are -1 on odd batches (the contract: never read). Reference: the pages
+# gathered back into a contiguous cache, then the contiguous path's checks.
+
+
+def random_block_table(batch: int, pages_per_seq: int, lens_after: list[int], page_size: int, seed: int) -> torch.Tensor:
+    """int32 [batch, pages_per_seq] (CPU): distinct pages 1 .. batch * pages_per_seq in random order."""
+    gen = torch.Generator().manual_seed(seed)
+    table = (torch.randperm(batch * pages_per_seq, generator=gen) + 1).view(batch, pages_per_seq).to(I32)
+    for i in range(1, batch, 2):
+        table[i, -(-lens_after[i] // page_size):] = -1
+    return table
+
+
+def pages_from_contiguous(cache: torch.Tensor, table: torch.Tensor, page_size: int, layout: str = "contiguous") -> torch.Tensor:
+    """The pool [batch * pages_per_seq + 2, page_size, H, D] holding cache [B, S, H, D] (S a multiple
+    of page_size) through table (CPU int32); unnamed pages and rows of -1 entries are NaN."""
+    b, s, h, d = cache.shape
+    num_pages = b * (s // page_size) + 2
+    if layout == "contiguous":
+        pool = torch.full((num_pages, page_size, h, d), float("nan"), dtype=cache.dtype, device=cache.device)
+    elif layout == "bhsd":  # heads before rows inside a page: strides (H*P*D, D, P*D, 1)
+        pool = torch.full((num_pages, h, page_size, d), float("nan"), dtype=cache.dtype, device=cache.device).transpose(1, 2)
+    else:
+        raise ValueError(layout)
+    for i in range(b):
+        for j in range(s // page_size):
+            page = int(table[i, j])
+            if page >= 0:
+                pool[page] = cache[i, j * page_size : (j + 1) * page_size]
+    return pool
+
+
+def gather_pages(pool: torch.Tensor, table: torch.Tensor, batch: int, n: int) -> torch.Tensor:
+    """The first n keys of sequence `batch` as a contiguous [1, n, H, D] cache."""
+    page_size = pool.shape[1]
+    pages = [pool[int(table[batch, j])] for j in range(-(-n // page_size))]
+    rows = torch.cat(pages, 0)[:n] if pages else pool.new_empty((0, *pool.shape[2:]))
+    return rows.unsqueeze(0)
+
+
+def test_paged_test_helpers_round_trip() -> None:
+    """The GPU tests' reference rests on these: gathering the pages back gives the cache."""
+    cache = torch.randn(3, 64, 2, 8)
+    table = random_block_table(3, 4, [64, 17, 33], 16, seed=1)
+    assert sorted(int(x) for x in table.flatten() if x >= 0) == sorted(set(int(x) for x in table.flatten() if x >= 0))
+    assert int(table.min()) >= -1 and int(table.max()) <= 12 and (table[1, 2:] == -1).all() and (table[1, :2] >= 1).all()
+    for layout in ("contiguous", "bhsd"):
+        pool = pages_from_contiguous(cache, table, 16, layout)
+        assert pool.shape == (14, 16, 2, 8) and torch.isnan(pool[0]).all() and torch.isnan(pool[13]).all()
+        for i, n in ((0, 64), (1, 17), (1, 32), (2, 33), (2, 0)):
+            torch.testing.assert_close(gather_pages(pool, table, i, n), cache[i : i + 1, :n], rtol=0, atol=0)
+
+
+PAGE_SIZES = (16, 16, 32, 48, 64, 256)
+
+
+def run_and_check_paged(spec: KVCacheSpec, page_size: int, pool_layout: str, device: torch.device) -> None:
+    """One paged call under `spec` (its cache layout aside: the pool has its own): the append
+    checked bitwise on the whole pool, every batch against the reference on the gathered pages,
+    and, with forced splits, out and LSE bitwise equal to the contiguous path's on the same cache
+    (the same key tiles and splits; the heuristic may plan differently if the two kernels' occupancy
+    differ)."""
+    gen = torch.Generator(device=device).manual_seed(spec.seed)
+    b, sq, hq, hk, d = spec.batch, spec.seqlen_q, spec.heads_q, spec.heads_kv, spec.head_dim
+    dt = spec.dtype
+    pages_per_seq = max(1, -(-spec.seqlen_k_max // page_size))
+    sk = pages_per_seq * page_size
+    if spec.q_transposed:
+        q = (torch.randn(b, hq, sq, d, generator=gen, device=device) * spec.magnitude).to(dt).transpose(1, 2)
+    else:
+        q = (torch.randn(b, sq, hq, d, generator=gen, device=device) * spec.magnitude).to(dt)
+    k_c = torch.randn(b, sk, hk, d, generator=gen, device=device).to(dt)
+    v_c = torch.randn(b, sk, hk, d, generator=gen, device=device).to(dt)
+    k_new = v_new = None
+    if spec.seqlen_new:
+        k_new = torch.randn(b, spec.seqlen_new, hk, d, generator=gen, device=device).to(dt)
+        v_new = torch.randn(b, spec.seqlen_new, hk, d, generator=gen, device=device).to(dt)
+    if isinstance(spec.cache_lens, tuple):
+        lens = list(spec.cache_lens)
+        seqlens_arg = torch.tensor(lens, dtype=I32, device=device)
+    elif isinstance(spec.cache_lens, int):
+        lens = [spec.cache_lens] * b
+        seqlens_arg = spec.cache_lens
+    else:
+        lens = [sk] * b
+        seqlens_arg = None
+    lens_after = [n + spec.seqlen_new for n in lens]
+    for i in range(b):
+        k_c[i, lens_after[i] :] = float("nan")
+        v_c[i, lens_after[i] :] = float("nan")
+    expect_k, expect_v = k_c.clone(), v_c.clone()
+    if spec.seqlen_new:
+        for i in range(b):
+            expect_k[i, lens[i] : lens_after[i]] = k_new[i]
+            expect_v[i, lens[i] : lens_after[i]] = v_new[i]
+    table_cpu = random_block_table(b, pages_per_seq, lens_after, page_size, spec.seed)
+    table = table_cpu.to(device)
+    k_pool = pages_from_contiguous(k_c, table_cpu, page_size, pool_layout)
+    v_pool = pages_from_contiguous(v_c, table_cpu, page_size, pool_layout)
+    want_k_pool = pages_from_contiguous(expect_k, table_cpu, page_size, pool_layout)
+    want_v_pool = pages_from_contiguous(expect_v, table_cpu, page_size, pool_layout)
+    context = f"{spec} page_size={page_size} pool={pool_layout}"
+
+    from gpu_helpers import poison_cuda_allocator
+
+    poison_cuda_allocator()
+    kw = dict(cache_seqlens=seqlens_arg, softmax_scale=spec.scale, causal=spec.causal, num_splits=spec.num_splits,
+              return_lse=True, window_size=spec.window, softcap=spec.softcap)
+    out, lse = kvcache(q, k_pool, v_pool, k_new, v_new, block_table=table, **kw)
+    torch.cuda.synchronize(device)
+    for name, got, want in (("k_cache", k_pool, want_k_pool), ("v_cache", v_pool, want_v_pool)):
+        differ = int((bits(got) != bits(want)).sum())
+        assert differ == 0, f"{context}: {name}: {differ} elements of the pool differ from the expected in-place append"
+    mode = BOTTOM_RIGHT if spec.causal else NONE
+    for i in range(b):
+        n = lens_after[i]
+        assert_attention_matches(
+            out[i : i + 1], lse[i : i + 1], q[i : i + 1], gather_pages(k_pool, table_cpu, i, n),
+            gather_pages(v_pool, table_cpu, i, n), spec.scale, mode, window=spec.window, softcap=spec.softcap,
+            context=f"{context} batch {i} (seqlen_k {n})",
+        )
+    if spec.num_splits > 0:
+        c_out, c_lse = kvcache(q, k_c, v_c, k_new, v_new, **kw)
+        assert torch.equal(bits(out), bits(c_out)), f"{context}: out differs from the contiguous cache's"
+        assert torch.equal(bits(lse), bits(c_lse)), f"{context}: lse differs from the contiguous cache's"
+
+
+@gpu_test
+@given(spec=st.one_of(kvcache_specs(), kvcache_window_specs()), page_size=st.sampled_from(PAGE_SIZES),
+       pool_layout=st.sampled_from(("contiguous", "contiguous", "bhsd")))
+def test_paged_kvcache_matches_reference_and_contiguous(spec: KVCacheSpec, page_size: int, pool_layout: str,
+                                                        device: torch.device) -> None:
+    run_and_check_paged(spec, page_size, pool_layout, device)
+
+
+PAGED_CASES = [
+    # partially filled last page, an empty sequence, a full one
+    (_spec(batch=3, seqlen_k_max=256, cache_lens=(100, 0, 256), num_splits=1), 64),
+    # the append crosses page boundaries (14 + 5 > 16, 30 + 5 > 32) and starts a page (0 + 5)
+    (_spec(batch=3, seqlen_k_max=64, heads_q=8, heads_kv=2, cache_lens=(14, 30, 0), seqlen_q=5, seqlen_new=5,
+           causal=True, num_splits=2), 16),
+    # the append fills a page exactly and the next starts empty
+    (_spec(batch=2, seqlen_k_max=96, cache_lens=(28, 44), seqlen_new=4, seqlen_q=4, causal=True, num_splits=3), 16),
+    # head dims of every config: 2, 8, 16 rows per pass
+    (_spec(seqlen_k_max=1000, head_dim=256, heads_q=16, heads_kv=2, cache_lens=(999, 333), seqlen_new=1, num_splits=5), 16),
+    (_spec(seqlen_k_max=1000, head_dim=64, heads_q=8, heads_kv=1, cache_lens=(999, 333), seqlen_new=1, num_splits=5, dtype=F16), 16),
+    (_spec(seqlen_k_max=1000, head_dim=96, heads_q=12, heads_kv=4, cache_lens=(640, 17), seqlen_new=1, num_splits=4), 48),
+    # window and softcap through the table
+    (_spec(seqlen_k_max=5000, cache_lens=(4990, 700), seqlen_q=4, seqlen_new=4, causal=True, window=(1000, 0),
+           softcap=30.0, num_splits=16), 64),
+    # GQA 8:1 (the decode benchmark grid's other head layout): one KV head, 8 packed query rows
+    (_spec(batch=3, heads_q=8, heads_kv=1, seqlen_k_max=2048, cache_lens=(2047, 5, 1000), seqlen_new=1, causal=True,
+           num_splits=9), 16),
+    # pages larger than every key tile, page of one key tile, the heuristic
+    (_spec(seqlen_k_max=33000, cache_lens=(32999, 1025), seqlen_new=1, causal=True, num_splits=0), 256),
+    (_spec(seqlen_k_max=8192, cache_lens=(8000, 4096), seqlen_new=1, num_splits=0), 128),
+] + [
+    # splits 1..many over long caches, every benchmarked page size
+    (_spec(batch=3, seqlen_k_max=4096, cache_lens=(4000, 17, 2049), seqlen_new=1, causal=True, num_splits=s), page)
+    for page in (16, 64, 256) for s in (1, 2, 7, 33, 128)
+]
+
+
+@gpu_test
+@pytest.mark.parametrize(("spec", "page_size"), PAGED_CASES, ids=lambda x: repr(x) if isinstance(x, KVCacheSpec) else f"page{x}")
+def test_paged_cases(spec: KVCacheSpec, page_size: int, device: torch.device) -> None:
+    run_and_check_paged(spec, page_size, "contiguous", device)
+
+
+@gpu_test
+@pytest.mark.parametrize("page_size", [16, 64, 256])
+@pytest.mark.parametrize(("heads_q", "heads_kv"), [(32, 8), (8, 1)], ids=["gqa32:8", "gqa8:1"])
+def test_paged_result_does_not_depend_on_the_page_order(page_size: int, heads_q: int, heads_kv: int,
+                                                        device: torch.device) -> None:
+    """One logical cache (partially filled last pages) under the identity table and several random
+    page permutations of the pool: out and LSE equal bit for bit (the heuristic's plan, and forced
+    splits, which also equal the contiguous cache's)."""
+    gen = torch.Generator(device=device).manual_seed(page_size)
+    b, sk, d = 2, 4096, 128
+    q = torch.randn(b, 1, heads_q, d, generator=gen, device=device).to(BF16)
+    kc = torch.randn(b, sk, heads_kv, d, generator=gen, device=device).to(BF16)
+    vc = torch.randn(b, sk, heads_kv, d, generator=gen, device=device).to(BF16)
+    seqlens = torch.tensor([4000, 1234], dtype=I32, device=device)
+    n = sk // page_size
+    tables = [torch.arange(1, b * n + 1, dtype=I32).view(b, n)]
+    tables += [random_block_table(b, n, [sk] * b, page_size, seed) for seed in (1, 2, 3)]
+    for splits in (0, 5):
+        results = []
+        for table in tables:
+            kp, vp = pages_from_contiguous(kc, table, page_size), pages_from_contiguous(vc, table, page_size)
+            results.append(kvcache(q, kp, vp, cache_seqlens=seqlens, num_splits=splits, return_lse=True,
+                                   block_table=table.to(device)))
+        if splits:
+            results.append(kvcache(q, kc, vc, cache_seqlens=seqlens, num_splits=splits, return_lse=True))
+        for i, (out, lse) in enumerate(results[1:], 1):
+            assert torch.equal(bits(out), bits(results[0][0])), f"splits={splits}: result {i} out differs"
+            assert torch.equal(bits(lse), bits(results[0][1])), f"splits={splits}: result {i} lse differs"
+    out, lse = results[0]
+    for i, n in enumerate(seqlens.tolist()):
+        assert_attention_matches(out[i : i + 1], lse[i : i + 1], q[i : i + 1], kc[i : i + 1, :n], vc[i : i + 1, :n], None,
+                                 NONE, context=f"page {page_size} GQA {heads_q}:{heads_kv} batch {i} ({n} keys)")
+
+
+def _paged_step_inputs(device: torch.device, page_size: int = 64):
+    q, kc, vc, k, v, seqlens = _decode_step_inputs(device)
+    b, sk = kc.shape[0], kc.shape[1]
+    table_cpu = random_block_table(b, sk // page_size, [sk] * b, page_size, seed=11)
+    k_pool = pages_from_contiguous(kc, table_cpu, page_size)
+    v_pool = pages_from_contiguous(vc, table_cpu, page_size)
+    return q, k_pool, v_pool, k, v, seqlens, table_cpu.to(device)
+
+
+@gpu_test
+def test_paged_torch_compile_fullgraph_on_gpu(device: torch.device) -> None:
+    q, kp, vp, k, v, seqlens, table = _paged_step_inputs(device)
+    kp2, vp2 = kp.clone(), vp.clone()
+
+    def step(q, kp, vp, k, v, seqlens, table):
+        return flashattn.flash_attn_with_kvcache(q, kp, vp, k, v, cache_seqlens=seqlens, causal=True, return_lse=True,
+                                                 block_table=table)
+
+    want_out, want_lse = step(q, kp, vp, k, v, seqlens, table)
+    got_out, got_lse = torch.compile(step, fullgraph=True)(q, kp2, vp2, k, v, seqlens, table)
+    torch.testing.assert_close(got_out, want_out, atol=0, rtol=0)
+    torch.testing.assert_close(got_lse, want_lse, atol=0, rtol=0)
+    assert bool((bits(kp2) == bits(kp)).all()) and bool((bits(vp2) == bits(vp)).all()), "compiled paged append differs"
+
+
+@gpu_test
+def test_paged_cuda_graph_replay_follows_new_seqlens_and_tables(device: torch.device) -> None:
+    """A captured paged decode step (append + attend): replays read the current cache_seqlens and
+    block_table contents, and match eager calls on copies of the pools."""
+    q, kp, vp, k, v, seqlens, table = _paged_step_inputs(device)
+    kp_eager, vp_eager = kp.clone(), vp.clone()
+    static = dict(q=q.clone(), k=k.clone(), v=v.clone(), seqlens=seqlens.clone(), table=table.clone())
+
+    def step():
+        return flashattn.flash_attn_with_kvcache(static["q"], kp, vp, static["k"], static["v"],
+                                                 cache_seqlens=static["seqlens"], causal=True, return_lse=True,
+                                                 block_table=static["table"])
+
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        step()  # warm-up (first-call attribute setup, allocator)
+    torch.cuda.current_stream(device).wait_stream(side)
+    kp.copy_(kp_eager), vp.copy_(vp_eager)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        g_out, g_lse = step()
+    # The sequences' pages rotated between replays: the same pool, another table.
+    rotated = torch.roll(table, shifts=1, dims=0)
+    for new_lens, new_table in (([5, 10, 15], table), ([2047, 0, 1024], rotated), ([63, 64, 1000], table)):
+        kp.copy_(kp_eager), vp.copy_(vp_eager)
+        static["seqlens"].copy_(torch.tensor(new_lens, dtype=I32, device=device))
+        static["table"].copy_(new_table)
+        graph.replay()
+        ke, ve = kp_eager.clone(), vp_eager.clone()
+        e_out, e_lse = flashattn.flash_attn_with_kvcache(q, ke, ve, k, v, cache_seqlens=static["seqlens"], causal=True,
+                                                         return_lse=True, block_table=static["table"])
+        torch.cuda.synchronize(device)
+        torch.testing.assert_close(g_out, e_out, atol=0, rtol=0)
+        torch.testing.assert_close(g_lse, e_lse, atol=0, rtol=0)
+        assert bool((bits(kp) == bits(ke)).all()), f"graph paged append differs for cache_seqlens {new_lens}"
+        assert bool((bits(vp) == bits(ve)).all()), f"graph paged append differs for cache_seqlens {new_lens}"
+
+
+# ==== seqused_k ====================================================================================
+# The keys each batch's attention uses, in place of cache_seqlens + Sq_new; the append still writes
+# at cache_seqlens. Reference: the first seqused_k[b] keys of the cache after the append (clamped to
+# [0, Sk_max]).
+
+SEQUSED_CASES = {
+    "lens+new": [102, 2, 302, 512],  # what cache_seqlens + Sq_new gives: the call without seqused_k
+    "shorter and longer": [50, 130, 512, 1],  # fewer keys than written, more than written, one key
+    "clamped": [-3, 600, 0, 2**31 - 1],  # outside [0, Sk_max]: as 0 and Sk_max
+}
+
+
+def _seqused_inputs(device: torch.device, paged: bool, page_size: int = 64):
+    gen = torch.Generator(device=device).manual_seed(5)
+    b, sq, hq, hk, d, sk = 4, 2, 16, 4, 128, 512
+    q = torch.randn(b, sq, hq, d, generator=gen, device=device).to(BF16)
+    kc = torch.randn(b, sk, hk, d, generator=gen, device=device).to(BF16)
+    vc = torch.randn(b, sk, hk, d, generator=gen, device=device).to(BF16)
+    k = torch.randn(b, 2, hk, d, generator=gen, device=device).to(BF16)
+    v = torch.randn(b, 2, hk, d, generator=gen, device=device).to(BF16)
+    lens = [100, 0, 300, 510]
+    expect_k, expect_v = kc.clone(), vc.clone()
+    for i, n in enumerate(lens):
+        expect_k[i, n : n + 2], expect_v[i, n : n + 2] = k[i], v[i]
+    if not paged:
+        return q, kc, vc, k, v, lens, expect_k, expect_v, {}
+    table_cpu = random_block_table(b, sk // page_size, [sk] * b, page_size, seed=3)
+    pools = [pages_from_contiguous(c, table_cpu, page_size) for c in (kc, vc, expect_k, expect_v)]
+    return q, pools[0], pools[1], k, v, lens, pools[2], pools[3], {"block_table": table_cpu.to(device)}
+
+
+@gpu_test
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+@pytest.mark.parametrize("case", list(SEQUSED_CASES))
+@pytest.mark.parametrize("splits", [1, 3, 0])
+def test_seqused_k_sets_the_keys_attended(case: str, paged: bool, splits: int, device: torch.device) -> None:
+    q, kc, vc, k, v, lens, expect_k, expect_v, paging = _seqused_inputs(device, paged)
+    used = SEQUSED_CASES[case]
+    sk = 512
+    kw = dict(cache_seqlens=torch.tensor(lens, dtype=I32, device=device), causal=True, num_splits=splits,
+              return_lse=True, **paging)
+    k1, v1 = kc.clone(), vc.clone()
+    out, lse = kvcache(q, k1, v1, k, v, seqused_k=torch.tensor(used, dtype=I32, device=device), **kw)
+    torch.cuda.synchronize(device)
+    assert torch.equal(bits(k1), bits(expect_k)) and torch.equal(bits(v1), bits(expect_v)), \
+        f"{case}: the append with seqused_k differs from the one at cache_seqlens"
+    table_cpu = paging["block_table"].cpu() if paged else None
+    for i, u in enumerate(used):
+        n = min(max(u, 0), sk)
+        if paged:
+            kk, vv = gather_pages(k1, table_cpu, i, n), gather_pages(v1, table_cpu, i, n)
+        else:
+            kk, vv = k1[i : i + 1, :n], v1[i : i + 1, :n]
+        assert_attention_matches(out[i : i + 1], lse[i : i + 1], q[i : i + 1], kk, vv, None, BOTTOM_RIGHT,
+                                 context=f"seqused_k {case} {'paged' if paged else 'contiguous'} splits={splits} "
+                                         f"batch {i} ({n} keys)")
+    if case == "lens+new":  # the same seqlen_k(b) as without seqused_k: the same kernels' result, bit for bit
+        k2, v2 = kc.clone(), vc.clone()
+        want_out, want_lse = kvcache(q, k2, v2, k, v, **kw)
+        assert torch.equal(bits(out), bits(want_out)) and torch.equal(bits(lse), bits(want_lse))
+
+
+@gpu_test
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+def test_seqused_k_cuda_graph_replay_follows_new_values(paged: bool, device: torch.device) -> None:
+    """A captured call with seqused_k: replays read its current contents and match eager calls."""
+    q, kc, vc, _, _, _, _, _, paging = _seqused_inputs(device, paged)
+    used = torch.tensor([1, 1, 1, 1], dtype=I32, device=device)
+
+    def step():
+        return kvcache(q, kc, vc, seqused_k=used, causal=True, return_lse=True, **paging)
+
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        g_out, g_lse = step()
+    for new in ([5, 10, 15, 512], [512, 0, 100, 1], [64, 65, 128, 300]):
+        used.copy_(torch.tensor(new, dtype=I32, device=device))
+        graph.replay()
+        e_out, e_lse = step()
+        torch.cuda.synchronize(device)
+        assert torch.equal(bits(g_out), bits(e_out)) and torch.equal(bits(g_lse), bits(e_lse)), new
+        assert torch.isneginf(e_lse[1]).all() == (new[1] == 0), new

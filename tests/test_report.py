@@ -482,3 +482,134 @@ def test_unknown_pass_is_an_error():
     data["benchmarks"][0]["extra_info"]["pass"] = "bwd2"
     with pytest.raises(br.ReportError, match="unknown pass"):
         br.build(data)
+
+
+# ---------------------------------------------------------------------------------- decode-kv grid
+
+
+@pytest.fixture(scope="module")
+def bench_decode():
+    import warnings
+
+    with warnings.catch_warnings():  # its parameters carry the marks benchmarks/conftest.py registers
+        warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
+        return load_repo_module("benchmarks/test_bench_decode.py", name="bench_decode_grid")
+
+
+def test_decode_kv_grid_covers_the_decode_grid_contiguous_and_paged_eager_and_replayed(bench_decode):
+    kv = [c for c in bench_decode.cases() if c.kind == "kv"]
+    small = [c for c in bench_decode.cases() if c.kind == "kv-small"]
+    assert {(c.b, c.sk) for c in small} == {(b, s) for b in (2, 4) for s in (32768, 65536, 131072)}
+    assert {c.grid for c in small} == {"decode-kv-small", "decode-kv-small-graph"} and all(c.is_kv for c in small)
+    assert bench_decode.IMPLS["kv-small"] == bench_decode.IMPLS["kv"]
+    shapes = {(c.b, c.sk, c.hq, c.hk, c.d, c.dtype, c.graph) for c in kv}
+    assert len(shapes) == len(kv) == 3 * 6 * 2 * 2
+    assert {c.b for c in kv} == {1, 8, 64} and {c.sk for c in kv} == {1024, 4096, 16384, 32768, 65536, 131072}
+    assert {(c.hq, c.hk) for c in kv} == {(32, 8), (8, 1)} and {(c.d, c.dtype) for c in kv} == {(128, "bf16")}
+    assert {c.grid for c in kv} == {"decode-kv", "decode-kv-graph"}
+    impls = bench_decode.IMPLS["kv"]
+    assert impls[0] == "flashattn" and len(set(impls)) == len(impls)
+    assert {"sdpa-default", "fa3", "copy-floor"} <= set(impls)
+    for page in (16, 64, 256):
+        assert f"flashattn-paged{page}" in impls and f"fa3-paged{page}" in impls
+        assert bench_decode.page_size_of(f"flashattn-paged{page}") == bench_decode.page_size_of(f"fa3-paged{page}") == page
+    assert bench_decode.page_size_of("fa3") is None and bench_decode.page_size_of("flashattn") is None
+    # an eager case and its replayed twin share their inputs; no two shapes do
+    keys = {}
+    for c in kv:
+        keys.setdefault(c.tensors_key, set()).add(c.graph)
+    assert len(keys) == len(kv) // 2 and all(v == {False, True} for v in keys.values())
+    every = bench_decode.cases()
+    assert len({c.group for c in every}) == len({c.id for c in every}) == len(every)
+
+
+def test_decode_kv_paths_on_cpu_tensors(bench_decode, monkeypatch):
+    """What of a decode-kv case runs without a GPU, on CPU inputs put in its input cache: the paged
+    view and table (every page once), the paged reference (the first and last sequence gathered
+    through the table, as the kernels read them), SDPA's callable, and FA3 absent -> a skip reason."""
+    torch = pytest.importorskip("torch")
+    case = bench_decode.DecodeCase("kv", 3, 64, hq=4, hk=2, d=8)
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(3, 1, 4, 8, generator=gen)
+    kc, vc = torch.randn(3, 64, 2, 8, generator=gen), torch.randn(3, 64, 2, 8, generator=gen)
+    cache = bench_decode._CACHE
+    cache.clear()
+    cache.update(case=case.tensors_key, tensors=(q, kc, vc, None, None, torch.full((3,), 64, dtype=torch.int32)))
+    try:
+        for page in (16, 32):
+            k_pool, v_pool, table = bench_decode._paged(kc, vc, page)
+            assert k_pool.data_ptr() == kc.data_ptr() and k_pool.shape == (3 * 64 // page, page, 2, 8)
+            assert table.dtype == torch.int32 and sorted(table.flatten().tolist()) == list(range(3 * 64 // page))
+            rows, ref = bench_decode._paged_reference(case, page)
+            assert rows == [0, 2]
+            for r, want in zip(rows, ref):
+                keys = torch.cat([k_pool[p] for p in table[r].tolist()])  # key j: row j % P of page table[r, j // P]
+                vals = torch.cat([v_pool[p] for p in table[r].tolist()])
+                got = torch.nn.functional.scaled_dot_product_attention(
+                    q[r : r + 1].transpose(1, 2), keys[None].transpose(1, 2), vals[None].transpose(1, 2), enable_gqa=True)
+                torch.testing.assert_close(want, got.transpose(1, 2)[0])
+        out = bench_decode.make_callable(case, "sdpa-default")()
+        assert bc.rel_err(out, bench_decode._reference(case)) == 0 and out.shape == (3, 1, 4, 8)
+        monkeypatch.setattr(bc, "FA3_MODULE", "flashattn_tests_no_such_fa3_module")
+        monkeypatch.setattr(bc, "_FA3", {})
+        for impl in ("fa3", "fa3-paged64"):
+            with pytest.raises(Exception, match="FlashAttention-3 absent") as info:
+                bench_decode.make_callable(case, impl)
+            assert type(info.value).__name__ == "Unavailable"
+    finally:
+        cache.clear()
+
+
+def test_fa3_absent_is_a_reason_to_skip_not_a_failure(monkeypatch):
+    monkeypatch.setattr(bc, "FA3_MODULE", "flashattn_tests_no_such_fa3_module")
+    monkeypatch.setattr(bc, "_FA3", {})
+    with pytest.raises(bc.Unavailable, match=r"FlashAttention-3 absent \(ModuleNotFoundError: .*tokenspeed-fa3"):
+        bc.fa3_kvcache()
+    assert bc.fa3_status().startswith("absent (ModuleNotFoundError")
+
+
+def test_fa3_is_used_where_it_imports(monkeypatch):
+    import types
+
+    def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, page_table=None):
+        return q
+
+    def old_signature(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, block_table=None):
+        return q
+
+    for fn, usable in ((flash_attn_with_kvcache, True), (old_signature, False)):
+        mod = types.ModuleType("flashattn_tests_fake_fa3")
+        mod.flash_attn_with_kvcache = fn
+        monkeypatch.setitem(sys.modules, mod.__name__, mod)
+        monkeypatch.setattr(bc, "FA3_MODULE", mod.__name__)
+        monkeypatch.setattr(bc, "_FA3", {})
+        if usable:
+            assert bc.fa3_kvcache() is fn and not bc.fa3_status().startswith("absent")
+        else:
+            with pytest.raises(bc.Unavailable, match="takes no page_table"):
+                bc.fa3_kvcache()
+
+
+def test_report_of_the_decode_kv_grid():
+    """flashattn against SDPA, FA3, its paged runs and the copy floor on one replayed shape: the
+    report's ratios and column order."""
+    data = json.loads(FIXTURE.read_text())
+    (proto,) = [b for b in data["benchmarks"] if b["extra_info"]["grid"] == "decode" and b["extra_info"]["impl"] == "flashattn"]
+    group = "bf16 D=128 Sq=1 Sk=32768 B=1 H=8/1 decode-kv-graph"
+    ms = {"flashattn": 0.02, "flashattn-paged64": 0.0206, "sdpa-default": 0.05, "fa3": 0.025, "fa3-paged64": 0.03,
+          "copy-floor": 0.019}
+    benches = []
+    for impl, t in ms.items():
+        b = json.loads(json.dumps(proto))
+        b["group"], b["name"] = group, f"test_decode_variant[bf16-D128-Sk32768-B1-H8kv1-decode-kv-graph-{impl}]"
+        b["extra_info"].update(impl=impl, grid="decode-kv-graph", hq=8, hk=1, b=1, sk=32768, median_ms=t)
+        benches.append(b)
+    rep = br.build({**data, "benchmarks": benches})
+    assert rep.impls == ["flashattn", "sdpa-default", "flashattn-paged64", "fa3", "fa3-paged64", "copy-floor"]
+    (sh,) = rep.shapes
+    assert sh.category == "decode-kv-graph bf16 D=128 noncausal"
+    assert br.speedup(sh, "flashattn", "sdpa-default") == pytest.approx(2.5)
+    assert br.speedup(sh, "flashattn", "fa3") == pytest.approx(1.25)
+    assert br.speedup(sh, "flashattn", "flashattn-paged64") == pytest.approx(1.03)  # time(paged) / time(contiguous)
+    assert br.speedup(sh, "flashattn", "copy-floor") == pytest.approx(0.95)  # floor / time
+    assert br.speedup(sh, "flashattn-paged64", "fa3-paged64") == pytest.approx(0.03 / 0.0206)

@@ -40,6 +40,10 @@ from check_resources import ARCH_GENCODE  # noqa: E402
 # ".visible .entry NAME(": a kernel's first line; its body runs to the next one (or the file's end).
 _ENTRY = re.compile(r"^\.(?:visible|weak)\s+\.entry\s+(\S+)\($", re.MULTILINE)
 _PARAM_SIZE = re.compile(r"\[\d+\]")
+# Names nvcc numbers by the function's position in its translation unit ($L__BB3_12: block 12 of
+# function 3; __local_depot3: function 3's stack): a kernel added before another renumbers them
+# without changing its code, so the function's number is dropped (one function's names stay distinct).
+_POSITIONAL = re.compile(r"(\$L__BB|__local_depot)\d+")
 
 
 def extract_csrc(rev: str, dest: pathlib.Path) -> pathlib.Path:
@@ -68,7 +72,11 @@ def compile_ptx(nvcc: str, csrc: pathlib.Path, src: pathlib.Path, arch: str, out
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"{src}: nvcc failed for {arch}:\n{r.stdout}{r.stderr}")
-    text = ptx.read_text()
+    return split_kernels(ptx.read_text())
+
+
+def split_kernels(text: str) -> dict[str, Kernel]:
+    """{kernel name: Kernel} of one PTX file."""
     starts = list(_ENTRY.finditer(text))
     kernels: dict[str, Kernel] = {}
     for i, m in enumerate(starts):
@@ -76,7 +84,8 @@ def compile_ptx(nvcc: str, csrc: pathlib.Path, src: pathlib.Path, arch: str, out
         body = text[m.start():end].replace(m.group(1), "KERNEL")
         head, brace, rest = body.partition("{")
         lines = [f"{_PARAM_SIZE.sub('[?]', head)}{brace}".replace("\n", " ")]
-        lines += [line.strip() for line in rest.splitlines() if line.strip() and not line.lstrip().startswith("//")]
+        lines += [_POSITIONAL.sub(r"\1", line.strip()) for line in rest.splitlines()
+                  if line.strip() and not line.lstrip().startswith("//")]
         kernels[m.group(1)] = Kernel(tuple(lines), ",".join(_PARAM_SIZE.findall(head)))
     return kernels
 

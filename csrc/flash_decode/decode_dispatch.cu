@@ -13,7 +13,7 @@ namespace flashattn {
 template <typename Traits, typename Element>
 cudaError_t run_decode_split(const DecodeParams& p, cudaStream_t stream);
 template <typename Traits, typename Element>
-cudaError_t decode_ctas_per_sm(int* ctas);
+cudaError_t decode_ctas_per_sm(int* ctas, bool paged);
 
 namespace {
 
@@ -23,7 +23,7 @@ struct DecodeLauncher {
   DecodeVariant variant;
   int block_n;
   cudaError_t (*launch)(const DecodeParams&, cudaStream_t);
-  cudaError_t (*ctas_per_sm)(int*);
+  cudaError_t (*ctas_per_sm)(int*, bool);
 };
 
 #define FLASHATTN_DECODE_LAUNCHER(T, DT, D, V)                                                      \
@@ -53,9 +53,14 @@ const DecodeLauncher* find_launcher(DType dtype, int head_dim, DecodeVariant var
   return nullptr;
 }
 
+bool paging_ok(const DecodeParams& p) {
+  return p.block_table == nullptr ||
+         (p.page_size > 0 && p.page_size % kDecodeMinPageSize == 0 && p.num_pages > 0 && p.block_table_batch_stride >= 0);
+}
+
 bool params_ok(const DecodeParams& p) {
   return p.batch >= 0 && p.heads_kv > 0 && p.heads_q >= p.heads_kv && p.heads_q % p.heads_kv == 0 &&
-         p.seqlen_q >= 0 && p.seqlen_k_max >= 0 && p.seqlen_new >= 0 && p.seqlen_new <= p.seqlen_k_max;
+         p.seqlen_q >= 0 && p.seqlen_k_max >= 0 && p.seqlen_new >= 0 && p.seqlen_new <= p.seqlen_k_max && paging_ok(p);
 }
 
 }  // namespace
@@ -69,7 +74,7 @@ cudaError_t flash_decode_plan(const DecodeParams& p, const DeviceLimits& dev, in
   const int64_t m_blocks = (rows + kDecodeBlockM - 1) / kDecodeBlockM;
   if (m_blocks > 0x7fffffffLL) return cudaErrorInvalidValue;
   int ctas = 1;
-  const cudaError_t err = l->ctas_per_sm(&ctas);
+  const cudaError_t err = l->ctas_per_sm(&ctas, p.block_table != nullptr);
   if (err != cudaSuccess) return err;
   plan->num_m_blocks = static_cast<int>(m_blocks < 1 ? 1 : m_blocks);
   plan->kernel_variant = static_cast<int>(variant);
@@ -92,7 +97,8 @@ int64_t flash_decode_lseaccum_numel(const DecodeParams& p) {
 
 cudaError_t kvcache_append(const DecodeParams& p, cudaStream_t stream) {
   // Only what the copy needs (the query side may be empty).
-  if (p.batch < 0 || p.heads_kv <= 0 || p.seqlen_new < 0 || p.seqlen_new > p.seqlen_k_max || p.head_dim % 8 != 0)
+  if (p.batch < 0 || p.heads_kv <= 0 || p.seqlen_new < 0 || p.seqlen_new > p.seqlen_k_max || p.head_dim % 8 != 0 ||
+      !paging_ok(p))
     return cudaErrorInvalidValue;
   if (p.k_new == nullptr || p.v_new == nullptr) return p.k_new == p.v_new ? cudaSuccess : cudaErrorInvalidValue;
   const int64_t total = static_cast<int64_t>(p.batch) * p.seqlen_new * p.heads_kv * (p.head_dim / 8);
@@ -100,11 +106,23 @@ cudaError_t kvcache_append(const DecodeParams& p, cudaStream_t stream) {
   constexpr int kThreads = 256;
   const int64_t blocks = (total + kThreads - 1) / kThreads;
   const unsigned grid = static_cast<unsigned>(blocks < 65536 ? blocks : 65536);  // grid-stride loop past that
-  kvcache_append_kernel<<<grid, kThreads, 0, stream>>>(p);
+  if (p.block_table != nullptr)
+    kvcache_append_kernel<true><<<grid, kThreads, 0, stream>>>(p);
+  else
+    kvcache_append_kernel<false><<<grid, kThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
-cudaError_t flash_decode(const DecodeParams& p, cudaStream_t stream) {
+cudaError_t flash_decode(const DecodeParams& p_in, cudaStream_t stream) {
+  // seqused_k: the kernels' seqlen_k(b) = min(cache_len(b) + seqlen_new, Sk_max) with cache_len =
+  // seqused_k and nothing appended is exactly seqused_k[b], clamped. The append, a launch of its
+  // own, has already used the real cache_seqlens.
+  DecodeParams p = p_in;
+  if (p.seqused_k != nullptr) {
+    p.cache_seqlens = p.seqused_k;
+    p.cache_seqlen = 0;
+    p.seqlen_new = 0;
+  }
   const DecodeLauncher* l = find_launcher(p.dtype, p.head_dim, static_cast<DecodeVariant>(p.kernel_variant));
   if (l == nullptr || !params_ok(p) || p.num_splits < 1 || p.num_splits > kDecodeMaxSplits || p.num_m_blocks < 1)
     return cudaErrorInvalidValue;

@@ -40,8 +40,20 @@ __device__ __forceinline__ int decode_seqlen_k(const DecodeParams& p, int batch)
   return min(len + p.seqlen_new, p.seqlen_k_max);
 }
 
-template <typename Traits, typename Element>
-__global__ void __launch_bounds__(Traits::kNThreads) flash_decode_split_kernel(const __grid_constant__ DecodeParams p) {
+// Minimum CTAs per SM in the split kernel's launch bounds: none asked for the contiguous cache
+// (0 emits no directive), one for the paged cache. Without it, ptxas capped the paged 8-warp
+// kHopper config at 128 registers and spilled the table reads' addresses; the configs' shared
+// memory, not their registers, still sets how many CTAs share an SM.
+template <bool kPaged>
+constexpr int kDecodeSplitMinCtas = kPaged ? 1 : 0;
+
+// kPaged: K/V rows are found through p.block_table. A template flag of the kernel itself rather
+// than a runtime branch or a shared __device__ body, so that the contiguous cache's instance
+// compiles to the PTX it had before paging existed (tools/kernel_identity.py; a body moved into a
+// force-inlined function came out with a different block layout).
+template <typename Traits, typename Element, bool kPaged>
+__global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>)
+    flash_decode_split_kernel(const __grid_constant__ DecodeParams p) {
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kWarpN = Traits::kWarpN;
@@ -129,27 +141,55 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_split_kernel(c
   const int chunk = tid % kChunksPerRow;
   const int row0 = tid / kChunksPerRow;
   const bool col_ok = chunk * 8 < p.head_dim;
-  const Element* k_src = static_cast<const Element*>(p.k_cache) + batch * p.k_batch_stride +
-                         head_kv * p.k_head_stride + chunk * 8 + row0 * p.k_row_stride;
-  const Element* v_src = static_cast<const Element*>(p.v_cache) + batch * p.v_batch_stride +
-                         head_kv * p.v_head_stride + chunk * 8 + row0 * p.v_row_stride;
+  // Paged: the batch and row terms come from the table per row, so the base holds neither.
+  const Element* k_src = static_cast<const Element*>(p.k_cache) + (kPaged ? 0 : batch * p.k_batch_stride) +
+                         head_kv * p.k_head_stride + chunk * 8 + (kPaged ? 0 : row0 * p.k_row_stride);
+  const Element* v_src = static_cast<const Element*>(p.v_cache) + (kPaged ? 0 : batch * p.v_batch_stride) +
+                         head_kv * p.v_head_stride + chunk * 8 + (kPaged ? 0 : row0 * p.v_row_stride);
   const uint32_t k_dst = smem_addr(sK + row0 * kStride + chunk * 8);
   const uint32_t v_dst = smem_addr(sV + row0 * kStride + chunk * 8);
   // Rows at or past key_end read as zeros: they are masked, and V must be finite there (0 * NaN
   // would poison O; cache entries past seqlen_k may hold anything).
   auto load_block = [&](const int nb, const int stage) {
     const int key0 = nb * kBlockN;
-    const Element* kp = k_src + static_cast<int64_t>(key0) * p.k_row_stride;
-    const Element* vp = v_src + static_cast<int64_t>(key0) * p.v_row_stride;
     const uint32_t off = stage * Traits::kStageBytes;
+    if constexpr (kPaged) {
+      // Rows go in 16-row groups, each inside one page (key0 and page_size are multiples of 16),
+      // and which group a pass falls in is known at compile time (kRowsPerPass divides 16): one
+      // table read per group, not per row. The table is only read for groups that hold a loaded
+      // row: entries past the sequence's last page may be anything, or past the table's row.
+      constexpr int kPassesPerGroup = kDecodeMinPageSize / kRowsPerPass;
+      const int* table = p.block_table + batch * p.block_table_batch_stride;
+      DecodePageCursor cursor(key0, p.page_size);
 #pragma unroll
-    for (int i = 0; i < Traits::kPasses; ++i) {
-      const bool pred = col_ok && key0 + row0 + i * kRowsPerPass < key_end;
-      const uint32_t dst_off = off + i * kRowsPerPass * kStride * 2;
-      cp_async_16(k_dst + dst_off, pred ? kp : k_src, pred);
-      cp_async_16(v_dst + dst_off, pred ? vp : v_src, pred);
-      kp += kRowsPerPass * p.k_row_stride;
-      vp += kRowsPerPass * p.v_row_stride;
+      for (int g = 0; g < kBlockN / kDecodeMinPageSize; ++g) {
+        const int gkey0 = key0 + g * kDecodeMinPageSize;
+        const int page = col_ok && gkey0 < key_end ? min(max(__ldg(table + cursor.page_idx), 0), p.num_pages - 1) : 0;
+        const int row_base = cursor.row_base() + row0;
+        const Element* kg = k_src + static_cast<int64_t>(page) * p.k_batch_stride + static_cast<int64_t>(row_base) * p.k_row_stride;
+        const Element* vg = v_src + static_cast<int64_t>(page) * p.v_batch_stride + static_cast<int64_t>(row_base) * p.v_row_stride;
+#pragma unroll
+        for (int j = 0; j < kPassesPerGroup; ++j) {
+          const int i = g * kPassesPerGroup + j;  // the pass: rows row0 + i * kRowsPerPass of the tile
+          const bool pred = col_ok && gkey0 + row0 + j * kRowsPerPass < key_end;
+          const uint32_t dst_off = off + i * kRowsPerPass * kStride * 2;
+          cp_async_16(k_dst + dst_off, kg + j * kRowsPerPass * p.k_row_stride, pred);
+          cp_async_16(v_dst + dst_off, vg + j * kRowsPerPass * p.v_row_stride, pred);
+        }
+        cursor.next();
+      }
+    } else {
+      const Element* kp = k_src + static_cast<int64_t>(key0) * p.k_row_stride;
+      const Element* vp = v_src + static_cast<int64_t>(key0) * p.v_row_stride;
+#pragma unroll
+      for (int i = 0; i < Traits::kPasses; ++i) {
+        const bool pred = col_ok && key0 + row0 + i * kRowsPerPass < key_end;
+        const uint32_t dst_off = off + i * kRowsPerPass * kStride * 2;
+        cp_async_16(k_dst + dst_off, pred ? kp : k_src, pred);
+        cp_async_16(v_dst + dst_off, pred ? vp : v_src, pred);
+        kp += kRowsPerPass * p.k_row_stride;
+        vp += kRowsPerPass * p.v_row_stride;
+      }
     }
   };
 

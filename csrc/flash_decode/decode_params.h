@@ -74,6 +74,29 @@ struct DecodeParams {
   int num_m_blocks = 1;  // query tiles per (batch, kv head): ceil(Sq * Hq/Hk / 16)
   int kernel_variant = 0;  // the tile config (DecodeVariant in decode_traits.h) the plan was made for
 
+  // Fields past this point are read by no contiguous-cache kernel: appended here, at the end, so
+  // that every field above keeps its offset and those kernels compile to the code measured before
+  // them (tools/kernel_identity.py checks it).
+
+  // Paged cache (block_table != nullptr): k_cache / v_cache are [num_pages, page_size, Hk, D] and
+  // the k/v batch strides above are the page strides; key j of batch b is row j % page_size of
+  // page block_table[b * block_table_batch_stride + j / page_size]. seqlen_k_max is then
+  // max_pages_per_seq * page_size. page_size must be a multiple of kDecodeMinPageSize (16): the
+  // split kernel reads one table entry per aligned 16-row group of a key tile, which then lies in
+  // one page (decode_traits.h). Page indices are the caller's contract; the kernels clamp reads
+  // to [0, num_pages) and drop appends outside it, so a bad index never touches memory outside
+  // the caches.
+  const int* block_table = nullptr;
+  int64_t block_table_batch_stride = 0;
+  int page_size = 0;
+  int num_pages = 0;
+
+  // Keys used per batch (int32, device memory), or nullptr: batch b's attention then sees exactly
+  // its first seqused_k[b] keys (clamped to [0, seqlen_k_max]) instead of cache_len(b) +
+  // seqlen_new; the append still writes at cache_len(b). Host side only: flash_decode() runs the
+  // kernels with cache_seqlens = seqused_k and seqlen_new = 0, so no kernel reads it.
+  const int* seqused_k = nullptr;
+
   void set_scale(float scale) {
     softmax_scale = scale;
     scale_log2 = scale * 1.4426950408889634f;

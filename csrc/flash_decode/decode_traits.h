@@ -20,6 +20,33 @@ namespace flashattn {
 // Packed query rows per CTA (one m16 tile); the planner's query-tile count uses it too.
 constexpr int kDecodeBlockM = 16;
 
+// Paged caches: page sizes are multiples of this. Key tiles start at multiples of 16 too, so every
+// aligned 16-row group of a tile lies inside one page: the split kernel reads the block table once
+// per group, and no tile needs pages as large as itself (kBlockN is 32 to 128).
+constexpr int kDecodeMinPageSize = 16;
+
+// Walks the aligned 16-row groups of a key tile, from the group of key key0 (a multiple of 16),
+// through a paged cache's table: the group's entry in the sequence's table row (page_idx) and its
+// first row inside that page (row_base). One division at the start; next() advances without one.
+// Plain constexpr, so the split kernel and the CPU check of the mapping run this same code.
+struct DecodePageCursor {
+  int groups_per_page;
+  int page_idx;
+  int group_in_page;
+
+  constexpr DecodePageCursor(int key0, int page_size)
+      : groups_per_page(page_size / kDecodeMinPageSize),
+        page_idx(key0 / kDecodeMinPageSize / (page_size / kDecodeMinPageSize)),
+        group_in_page(key0 / kDecodeMinPageSize - page_idx * (page_size / kDecodeMinPageSize)) {}
+  constexpr int row_base() const { return group_in_page * kDecodeMinPageSize; }
+  constexpr void next() {
+    if (++group_in_page == groups_per_page) {
+      group_in_page = 0;
+      ++page_idx;
+    }
+  }
+};
+
 template <int kHeadDim_, int kNWarps_, int kStages_>
 struct DecodeKernelTraits {
   static constexpr int kHeadDim = kHeadDim_;  // head dim the tile is built for (runtime d <= this)
@@ -56,6 +83,8 @@ struct DecodeKernelTraits {
   static_assert(kBlockM == 16, "the kernel's fragment code holds exactly one m16 tile per warp");
   static_assert(kNThreads % kChunksPerRow == 0 && kRowsPerPass >= 1, "a pass covers whole rows");
   static_assert(kBlockN % kRowsPerPass == 0, "a stage is a whole number of passes");
+  static_assert(kDecodeMinPageSize % kRowsPerPass == 0 && kBlockN % kDecodeMinPageSize == 0,
+                "the passes of a stage tile whole 16-row groups, each inside one page");
   static_assert(kStages >= 2, "at least double buffering");
   static_assert(kSmemQBytes % 128 == 0 && kSmemRingBytes % 16 == 0, "16-byte aligned regions");
 };
