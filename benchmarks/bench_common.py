@@ -180,7 +180,8 @@ def decode_shapes() -> list[Shape]:
 
 # Implementations. "flashattn" is the package's default ("auto") path; the others are timed on
 # the same input tensors. "flashattn-hopper" runs only where that backend is built.
-DEFAULT_IMPLS = ("flashattn", "flashattn-hopper", "sdpa-default", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
+# fa3: FlashAttention-3 where it imports (optional: skipped with the reason where absent).
+DEFAULT_IMPLS = ("flashattn", "flashattn-hopper", "sdpa-default", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "fa3")
 DECODE_IMPLS = ("flashattn", "flashattn-fwd", "sdpa-default", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
 # The backward: "flashattn" (backend auto: on an H100 the Hopper forward, then the portable
 # backward) and "flashattn-portable" (both passes portable); no "flashattn-hopper": a forward with
@@ -556,10 +557,22 @@ def make_callable(impl: str, shape: Shape, q, k, v):
 
         return fn, ctx
 
+    if impl == "fa3":
+        fa3 = fa3_func()
+        # The same memory as every other implementation: [B, S, H, D] views of the [B, H, S, D]
+        # tensors (FlashAttention-3 takes any strides with a contiguous last dimension, and GQA).
+        qs, ks, vs = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+        def fn():
+            out = fa3(qs, ks, vs, causal=shape.causal)
+            return (out[0] if isinstance(out, tuple) else out).transpose(1, 2)
+
+        return fn, contextlib.nullcontext
+
     raise ValueError(f"unknown implementation {impl!r}")
 
 
-# FlashAttention-3, an optional comparator of the decode benchmarks: the tokenspeed-fa3 wheel installs
+# FlashAttention-3, an optional comparator of the forward and decode benchmarks: the tokenspeed-fa3 wheel installs
 # its Python interface as the top-level module flash_attn_interface (kernels in flash_attn_3._C,
 # built for Hopper). Absent where it does not import: its results are then skipped with the reason,
 # never failed.
@@ -588,6 +601,17 @@ def fa3_kvcache():
         raise Unavailable(f"FlashAttention-3 absent ({_FA3['why']}): install the tokenspeed-fa3 wheel (Hopper) to "
                           f"compare against its flash_attn_with_kvcache")
     return _FA3["fn"]
+
+
+def fa3_func():
+    """FlashAttention-3's flash_attn_func (the forward grids' comparator), or Unavailable saying why."""
+    fa3_kvcache()  # the same module: absent for the same reason
+    import importlib
+
+    fn = getattr(importlib.import_module(FA3_MODULE), "flash_attn_func", None)
+    if fn is None:
+        raise Unavailable(f"FlashAttention-3's {FA3_MODULE} has no flash_attn_func")
+    return fn
 
 
 def fa3_status() -> str:

@@ -152,4 +152,4 @@ def pytest_report_header(config):
 
     line = "benchmarks: pytest-benchmark stats are GPU seconds per call from CUDA events"
     return [line + " (the implementations of a case timed in interleaved rounds; docs/benchmarks.md)",
-            f"benchmarks: FlashAttention-3 comparator (fa3, decode grids): {bc.fa3_status()}"]
+            f"benchmarks: FlashAttention-3 comparator (fa3: latency, standard and decode grids): {bc.fa3_status()}"]

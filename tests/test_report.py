@@ -73,7 +73,7 @@ def test_fixture_has_pytest_benchmark_structure():
 def test_load_groups_shapes_and_orders_implementations(report):
     assert [s.group for s in report.shapes] == [LAT, NC1, NC2, C1, DEC]
     assert report.impls == ["flashattn", "sdpa-flash", "sdpa-cudnn"]
-    assert report.baselines() == ["sdpa-flash", "sdpa-cudnn"]
+    assert report.baselines() == ["sdpa-flash", "sdpa-cudnn", br.BEST_PEER]  # two peers: the best of them too
     assert set(_shape(report, C1).rows) == {"flashattn", "sdpa-flash"}  # cudnn skipped there
 
 
@@ -126,6 +126,23 @@ def test_speedup_per_shape(report):
     assert sp(LAT, "sdpa-cudnn") == pytest.approx(2.0)
     assert sp(LAT, "sdpa-cudnn", latency=True) == pytest.approx(0.040 / 0.030)
     assert sp(NC1, "sdpa-flash", latency=True) is None  # not measured on the standard grid
+
+
+def test_best_peer_is_the_fastest_other_library_per_shape(report):
+    assert br.best_peer(_shape(report, NC1), "flashattn") == "sdpa-cudnn"  # 0.80x: cuDNN faster than us
+    assert br.speedup(_shape(report, NC1), "flashattn", br.BEST_PEER) == pytest.approx(0.80)
+    assert br.speedup(_shape(report, NC2), "flashattn", br.BEST_PEER) == pytest.approx(1.25)
+    assert br.best_peer(_shape(report, C1), "flashattn") == "sdpa-flash"  # the only peer that ran there
+    assert br.speedup(_shape(report, C1), "flashattn", br.BEST_PEER) == pytest.approx(1.5)
+    assert br._best_peer_cell(_shape(report, NC1), "flashattn") == "0.80x sdpa-cudnn (peer wins)"
+    assert br._best_peer_cell(_shape(report, NC2), "flashattn") == "1.25x sdpa-cudnn"
+    g = {label: g for label, _, g in br.summary(report)}
+    assert g["standard bf16 D=64 noncausal"][br.BEST_PEER] == (pytest.approx(1.0), 2)  # sqrt(0.8 * 1.25)
+    # our own variants, the math backend and the copy floor are never the bar
+    assert not any(br.is_peer(i) for i in ("flashattn", "flashattn-hopper", "sdpa-math", "copy-floor"))
+    assert all(br.is_peer(i) for i in ("sdpa-default", "sdpa-cudnn", "fa3", "fa3-paged64"))
+    one_peer = br.load(str(FIXTURE), ours="sdpa-flash")  # flashattn is no peer, cuDNN alone: no best-peer column
+    assert br.BEST_PEER not in one_peer.baselines()
 
 
 def test_geomean():
@@ -588,6 +605,42 @@ def test_fa3_is_used_where_it_imports(monkeypatch):
         else:
             with pytest.raises(bc.Unavailable, match="takes no page_table"):
                 bc.fa3_kvcache()
+
+
+def test_fa3_forward_comparator_runs_on_the_same_memory(monkeypatch):
+    """The forward grids' fa3 runs FlashAttention-3's flash_attn_func on [B, S, H, D] views of the
+    suite's [B, H, S, D] tensors and hands back SDPA's layout (a fake module, CPU tensors)."""
+    import types
+
+    import torch
+
+    seen = {}
+
+    def flash_attn_func(q, k, v, softmax_scale=None, causal=False):
+        seen.update(shapes=(q.shape, k.shape), causal=causal, shares=q.data_ptr())
+        o = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                            is_causal=causal, enable_gqa=True)
+        return o.transpose(1, 2), None  # FlashAttention-3 releases that return (out, lse)
+
+    mod = types.ModuleType("flashattn_tests_fake_fa3_fwd")
+    mod.flash_attn_func = flash_attn_func
+    mod.flash_attn_with_kvcache = lambda q, k_cache, v_cache, cache_seqlens=None, page_table=None: q
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    monkeypatch.setattr(bc, "FA3_MODULE", mod.__name__)
+    monkeypatch.setattr(bc, "_FA3", {})
+    assert "fa3" in bc.DEFAULT_IMPLS
+    shape = bc.Shape("standard", "bf16", 2, 4, 2, 64, 64, 32, True)
+    q, k, v = (torch.randn(2, h, 64, 32, dtype=torch.float64) for h in (4, 2, 2))
+    fn, ctx = bc.make_callable("fa3", shape, q, k, v)
+    with ctx():
+        out = fn()
+    assert seen == {"shapes": ((2, 64, 4, 32), (2, 64, 2, 32)), "causal": True, "shares": q.data_ptr()}
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    assert out.shape == ref.shape and bc.rel_err(out, ref) < 1e-12
+    del mod.flash_attn_func
+    monkeypatch.setattr(bc, "_FA3", {})
+    with pytest.raises(bc.Unavailable, match="no flash_attn_func"):
+        bc.make_callable("fa3", shape, q, k, v)
 
 
 def test_report_of_the_decode_kv_grid():
