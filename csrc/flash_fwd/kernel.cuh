@@ -1,5 +1,6 @@
 // The portable forward kernel (sm80+, mma.sync): one thread block per (batch, head, query block),
-// K/V streamed through shared memory in kBlockN-row steps, online softmax in registers.
+// dense or packed variable-length batches (FwdParams::cu_seqlens_q, tile_scheduler.cuh), K/V
+// streamed through shared memory in kBlockN-row steps, online softmax in registers.
 //
 // K and V live in two shared-memory stages. Step n (key blocks walked from the last one the query
 // block needs down to the first, csrc/common/mask.cuh; blocks that need no mask skip it):
@@ -44,22 +45,50 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
 
   const FwdTile tile = fwd_tile(p, num_m_blocks, blockIdx.x);
   const int m0 = tile.m_block * kBlockM;
-  const int rows_valid = p.seqlen_q - m0;
+
+  // The sequence's geometry (tile_scheduler.cuh). Packed batches keep it in shared memory and the
+  // loop and epilogue read it back there (every thread writes the same values: no barrier needed
+  // before its own reads): held in registers across the loop, the D=128 kernel spilled. The dense
+  // path reads its constant-bank parameters as before.
+  __shared__ FwdSeq seq_smem;
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  {
+    const FwdSeq seq = fwd_seq(p, tile.batch);
+    // Packed batches: the grid covers the longest sequence; shorter ones' surplus blocks stop here.
+    if (m0 >= seq.seqlen_q) return;
+    if (varlen) seq_smem = seq;
+  }
+  auto seqlen_q = [&] { return varlen ? seq_smem.seqlen_q : p.seqlen_q; };
+  auto seqlen_k = [&] { return varlen ? seq_smem.seqlen_k : p.seqlen_k; };
+  auto causal_offset = [&] { return varlen ? seq_smem.causal_offset : p.causal_offset; };
+  // Packed batches have zero batch strides and a first row; dense ones the reverse (q_row0 = 0).
+  auto q_row0 = [&] { return static_cast<int64_t>(varlen ? seq_smem.q_row0 : 0); };
+  auto k_row0 = [&] { return static_cast<int64_t>(varlen ? seq_smem.k_row0 : 0); };
+  // Output pointers, formed where they are used: lse is [B, Hq, Sq] dense, [Hq, total_q] packed.
+  auto o_gmem = [&] {
+    return static_cast<Element*>(p.o) + tile.batch * p.o_batch_stride + tile.head_q * p.o_head_stride +
+           (q_row0() + m0) * p.o_row_stride;
+  };
+  auto lse_gmem = [&] {
+    const int64_t row0 = varlen ? static_cast<int64_t>(tile.head_q) * p.total_q + q_row0()
+                                : (static_cast<int64_t>(tile.batch) * p.heads_q + tile.head_q) * p.seqlen_q;
+    return p.lse + row0 + m0;
+  };
 
   const Element* q_gmem = static_cast<const Element*>(p.q) + tile.batch * p.q_batch_stride +
-                          tile.head_q * p.q_head_stride + m0 * p.q_row_stride;
-  const Element* k_gmem = static_cast<const Element*>(p.k) + tile.batch * p.k_batch_stride + tile.head_kv * p.k_head_stride;
-  const Element* v_gmem = static_cast<const Element*>(p.v) + tile.batch * p.v_batch_stride + tile.head_kv * p.v_head_stride;
-  Element* o_gmem = static_cast<Element*>(p.o) + tile.batch * p.o_batch_stride + tile.head_q * p.o_head_stride +
-                    m0 * p.o_row_stride;
-  float* lse_gmem = p.lse + (static_cast<int64_t>(tile.batch) * p.heads_q + tile.head_q) * p.seqlen_q + m0;
+                          tile.head_q * p.q_head_stride + (q_row0() + m0) * p.q_row_stride;
+  const Element* k_gmem = static_cast<const Element*>(p.k) + tile.batch * p.k_batch_stride +
+                          tile.head_kv * p.k_head_stride + k_row0() * p.k_row_stride;
+  const Element* v_gmem = static_cast<const Element*>(p.v) + tile.batch * p.v_batch_stride +
+                          tile.head_kv * p.v_head_stride + k_row0() * p.v_row_stride;
 
   // Key blocks this query block needs (csrc/common/mask.cuh): those with a key visible to one of
   // its real rows under the causal mask / window, so the cost follows the window, not Sk. Blocks
   // [full_begin, full_end) are seen whole by every row and run without a mask.
-  const KeyBlocks blocks = key_blocks(make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right), m0, min(m0 + kBlockM, p.seqlen_q), kBlockN);
+  const KeyBlocks blocks = key_blocks(make_key_window(seqlen_k(), causal_offset(), p.window_left, p.window_right), m0,
+                                      min(m0 + kBlockM, seqlen_q()), kBlockN);
   if (blocks.count() <= 0) {
-    store_empty_rows<Traits>(o_gmem, p.o_row_stride, lse_gmem, rows_valid, p.head_dim);
+    store_empty_rows<Traits>(o_gmem(), p.o_row_stride, lse_gmem(), seqlen_q() - m0, p.head_dim);
     return;
   }
   // Softcap: a uniform switch (off in every call that does not ask for it).
@@ -80,12 +109,12 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
   const GmemTileLoader<Traits, kBlockN, Element> v_loader(v_gmem, p.v_row_stride, sV, p.head_dim);
   auto load_kv = [&](int n) {
     const uint32_t stage_bytes = (n % 2) * Traits::kStageBytes;
-    k_loader.load(n * kBlockN, p.seqlen_k - n * kBlockN, stage_bytes, p.k_row_stride);
-    v_loader.load(n * kBlockN, p.seqlen_k - n * kBlockN, stage_bytes, p.v_row_stride);
+    k_loader.load(n * kBlockN, seqlen_k() - n * kBlockN, stage_bytes, p.k_row_stride);
+    v_loader.load(n * kBlockN, seqlen_k() - n * kBlockN, stage_bytes, p.v_row_stride);
   };
   {
     const GmemTileLoader<Traits, kBlockM, Element> q_loader(q_gmem, p.q_row_stride, sQ, p.head_dim);
-    q_loader.load(0, rows_valid, 0, p.q_row_stride);
+    q_loader.load(0, seqlen_q() - m0, 0, p.q_row_stride);
     load_kv(blocks.n_end - 1);
   }
   cp_async_commit();
@@ -157,8 +186,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
           for (int e = 0; e < 4; ++e) s[mt][nt][e] *= p.scale_log2;
     }
     if constexpr (kMasked) {
-      // Built from the (constant-bank) parameters here rather than kept live across the loop.
-      const KeyWindow window = make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right);
+      // Built here from the parameters (and the sequence's lengths) rather than kept live across the loop.
+      const KeyWindow window = make_key_window(seqlen_k(), causal_offset(), p.window_left, p.window_right);
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -216,8 +245,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
 
   float lse[kMTiles][2];
   softmax.finalize(o, lse);
-  store_output<Traits, Element>(o, lse, sQ + warp_row0 * kStride, o_gmem + warp_row0 * p.o_row_stride,
-                                p.o_row_stride, lse_gmem + warp_row0, rows_valid - warp_row0, p.head_dim);
+  store_output<Traits, Element>(o, lse, sQ + warp_row0 * kStride, o_gmem() + warp_row0 * p.o_row_stride,
+                                p.o_row_stride, lse_gmem() + warp_row0, seqlen_q() - m0 - warp_row0, p.head_dim);
 }
 
 }  // namespace flashattn
