@@ -363,9 +363,10 @@ def flash_attn_varlen_func(
             "path needs dense [B, S, H, D] tensors); use set_backend('auto') or 'portable', which run the "
             "portable kernel for them on every GPU"
         )
+    scale = _scale(softmax_scale, q.shape[-1])
     if _ext._EXT is None and not torch.compiler.is_compiling():
         _ext.require_extension()
     causal_mode = _ops.CAUSAL_BOTTOM_RIGHT if causal else _ops.CAUSAL_NONE
-    out, lse = _ops.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                               _scale(softmax_scale, q.shape[-1]), causal_mode, _backend, window[0], window[1], softcap)
+    out, lse = _ops.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal_mode,
+                               _backend, window[0], window[1], softcap)
     return (out, lse) if return_lse else out
