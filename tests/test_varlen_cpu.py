@@ -31,7 +31,7 @@ import flashattn
 import strategies as fst
 from flashattn.reference import attention_reference, attention_reference_varlen, visible_keys
 from repo_modules import run_cpp_probe
-from standin_kernels import allow_cpu_entry_points
+from standin_kernels import allow_cpu_entry_points, cpu_standin_kernels
 from tensor_makers import fake_maker
 
 F16, BF16, F32, I32, I64 = torch.float16, torch.bfloat16, torch.float32, torch.int32, torch.int64
@@ -235,21 +235,11 @@ def test_per_sequence_mask_matches_the_reference(probe: list[str]) -> None:
 # ---- the op: autograd refusal, opcheck, torch.compile -------------------------------------------------
 
 
-def _standin_fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal_mode,
-                        backend, window_left=-1, window_right=-1, softcap=0.0):
-    out, lse = attention_reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal_mode,
-                                          (window_left, window_right), softcap)
-    return out.to(q.dtype), lse.float()
-
-
 @contextmanager
 def cpu_standin_varlen() -> Iterator[None]:
-    lib = torch.library.Library("flashattn", "IMPL")
-    try:
-        lib.impl("fwd_varlen", _standin_fwd_varlen, "CPU")
+    """The CPU stand-in kernels (tests/standin_kernels.py), fwd_varlen's among them."""
+    with cpu_standin_kernels():
         yield
-    finally:
-        lib._destroy()
 
 
 def _cpu_problem(requires_grad: bool = False):
