@@ -74,8 +74,10 @@ struct FwdParams {
   // of q/o and [cu_seqlens_k[b], cu_seqlens_k[b+1]) of k/v, whose batch strides are then unused.
   // seqlen_q / seqlen_k are the caller's bounds on every sequence's lengths (grid sizing only: the
   // kernel reads each sequence's own lengths on the device, so the host never synchronizes).
-  // lse is float32 [heads_q, total_q] (FlashAttention's varlen layout). Set by set_varlen();
-  // the portable path only (flash_fwd_sm90 answers cudaErrorNotSupported).
+  // lse is float32 [heads_q, total_q] (FlashAttention's varlen layout). Set by set_varlen().
+  // For flash_fwd (the portable path) only: the Hopper path's TMA descriptors describe dense
+  // tensors and it does not read these, so a packed batch must never be handed to flash_fwd_sm90
+  // (csrc/binding_varlen.cpp calls flash_fwd on every GPU).
   const int* cu_seqlens_q = nullptr;
   const int* cu_seqlens_k = nullptr;
   int total_q = 0;             // rows of q / o: the lse head stride
@@ -100,11 +102,12 @@ struct FwdParams {
     causal_offset = mask_top_left ? 0 : seqlen_k - seqlen_q;
     if (causal) right = 0;  // causal == the right edge on the diagonal (on top of any window)
     if (cu_seqlens_q != nullptr) {
-      // The offset is per sequence (the kernel computes it): an edge is dropped only when no row of
-      // any sequence can reach it. Each sequence's lengths are at most the packed totals, whatever
-      // the caller's max_seqlen says, so the bounds are the totals' (offset - 0 and offset - Sk
-      // swapped between the alignments: the same bounds as normalize_window's with Sq, Sk at most
-      // the totals). An edge kept although no row reaches it changes no result (mask.cuh clamps).
+      // The offset is per sequence (the kernel computes it), so an edge is dropped only when no row
+      // of any sequence can reach it: normalize_window's bounds (bottom-right: left >= Sk - 1,
+      // right >= Sq - 1; top-left: left >= Sq - 1, right >= Sk - 1) with Sq, Sk the packed totals,
+      // which bound every sequence's lengths whatever the caller's max_seqlen says. An edge kept
+      // although a short sequence never reaches it changes no result (mask.cuh clamps each row's
+      // key range to the sequence) and keeps offset +- window within int range (totals < 2^30).
       const int64_t left_bound = mask_top_left ? int64_t{total_q} - 1 : int64_t{total_k} - 1;
       const int64_t right_bound = mask_top_left ? int64_t{total_k} - 1 : int64_t{total_q} - 1;
       if (left < 0 || left >= left_bound) left = -1;
@@ -137,8 +140,6 @@ struct FwdParams {
 
   // A sliding window beyond the causal mask (window_right == 0 alone is causal masking).
   bool has_window() const { return window_left >= 0 || (!causal && window_right >= 0); }
-
-  bool is_varlen() const { return cu_seqlens_q != nullptr; }
 };
 
 // What the launcher needs to know of the device to pick a tile config.
