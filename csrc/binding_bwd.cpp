@@ -12,6 +12,7 @@
 
 #include "device_limits.h"
 #include "flash_bwd/api.h"
+#include "flash_bwd_sm90/api.h"
 #include "tensor_access.h"
 
 namespace {
@@ -28,9 +29,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(const at::Tensor& dout_i
                                                         int64_t window_right, double softcap) {
   TORCH_CHECK(backend == "auto" || backend == "portable" || backend == "hopper",
               "flashattn::bwd: backend must be 'auto', 'portable' or 'hopper', got '", std::string(backend), "'");
-  // `backend` names the path the forward ran on. The backward has one path today, the portable
-  // kernels (a Hopper backward is planned), so every backend's outputs are differentiated by it:
-  // the gradients do not depend on which forward path produced out and lse.
+  // `backend` is the one the forward was called with. "auto" and "hopper" run the Hopper backward
+  // where it exists (compute capability 9.0, head dim <= 128, no window / softcap:
+  // flash_bwd_sm90_supported), the portable backward otherwise; "portable" always the portable
+  // one. The gradients do not depend on which forward path produced out and lse.
   for (const at::Tensor* t : {&dout_in, &q_in, &k_in, &v_in, &out_in})
     TORCH_CHECK(t->dim() == 4, "flashattn::bwd: dout, q, k, v, out must be 4-D [B, S, H, D]");
   const at::ScalarType dtype = q_in.scalar_type();
@@ -55,24 +57,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(const at::Tensor& dout_i
   TORCH_CHECK(causal_mode >= 0 && causal_mode <= 2, "flashattn::bwd: causal_mode must be 0, 1 or 2");
   TORCH_CHECK(window_left >= -1 && window_right >= -1, "flashattn::bwd: window_left and window_right must be >= -1 "
               "(-1: unbounded), got ", window_left, " and ", window_right);
-  TORCH_CHECK(softcap >= 0.0 && std::isfinite(softcap), "flashattn::bwd: softcap must be finite and >= 0, got ", softcap);
-  // ==== NOT IMPLEMENTED YET: the backward of local attention / softcap (issue 16) =================
-  // The one place that refuses them. The forward computes both; the backward kernels
-  // (csrc/flash_bwd/) do not know them yet, and running them anyway would return gradients of
-  // the wrong function. A window no row reaches (wider than the sequences, or window_right = 0
-  // under causal masking) is no window and passes. To lift: teach csrc/flash_bwd/mainloop.cuh the
-  // window (BwdParams inherits window_left / window_right / softcap from FwdParams: fill them with
-  // set_mask() and set_softcap() below, as csrc/binding.cpp does) and the softcap's derivative
-  // (dS of the raw score = dS * (1 - tanh^2)), then delete this block.
-  flashattn::FwdParams window_probe;
-  window_probe.seqlen_q = static_cast<int>(Sq);
-  window_probe.seqlen_k = static_cast<int>(Sk);
-  window_probe.set_mask(static_cast<CausalMode>(causal_mode), window_left, window_right);
-  TORCH_CHECK_NOT_IMPLEMENTED(
-      !window_probe.has_window() && softcap == 0.0,
-      "flashattn: the backward of local attention / softcap is not implemented yet (window_size = (", window_left,
-      ", ", window_right, "), softcap = ", softcap, "); the forward supports them: call it under torch.no_grad() "
-      "(or with inputs that do not require grad), or train without window_size / softcap");
+  TORCH_CHECK(softcap == 0.0 || (softcap > 0.0 && std::isfinite(static_cast<float>(softcap)) && static_cast<float>(softcap) > 0.f),
+              "flashattn::bwd: softcap must be 0 (off) or a positive float32-representable value, got ", softcap);
   TORCH_CHECK(B <= INT32_MAX && Sq <= INT32_MAX && Sk <= INT32_MAX && Hq <= INT32_MAX, "flashattn::bwd: sizes too large");
 
   const c10::cuda::CUDAGuard guard(q_in.device());
@@ -92,15 +78,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(const at::Tensor& dout_i
                    v = flashattn::aligned_or_copy(v_in), out = flashattn::aligned_or_copy(out_in);
   const at::Tensor lse = lse_in.contiguous();
   const flashattn::DeviceLimits dev = flashattn::device_limits(q.get_device());
-  const int block_m = flashattn::flash_bwd_block_m(static_cast<int>(D), dev);
-  TORCH_CHECK(block_m > 0, "flashattn::bwd: no backward tile config fits this device's ",
-              dev.max_smem_per_block, " bytes of shared memory per block");
-
-  const at::TensorOptions f32 = q.options().dtype(at::kFloat);
-  at::Tensor dpsum = at::empty({B, Hq, Sq}, f32);
-  at::Tensor dq_accum = at::zeros({B, Hq, Sq, D}, f32);
-  at::Tensor semaphore;
-  if (deterministic) semaphore = at::zeros({B, Hq, (Sq + block_m - 1) / block_m}, q.options().dtype(at::kInt));
 
   BwdParams p;
   p.q = q.data_ptr();
@@ -120,9 +97,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(const at::Tensor& dout_i
   p.dq_batch_stride = dq.stride(0), p.dq_row_stride = dq.stride(1), p.dq_head_stride = dq.stride(2);
   p.dk_batch_stride = dk.stride(0), p.dk_row_stride = dk.stride(1), p.dk_head_stride = dk.stride(2);
   p.dv_batch_stride = dv.stride(0), p.dv_row_stride = dv.stride(1), p.dv_head_stride = dv.stride(2);
-  p.dpsum = dpsum.data_ptr<float>();
-  p.dq_accum = dq_accum.data_ptr<float>();
-  p.dq_semaphore = deterministic ? semaphore.data_ptr<int>() : nullptr;
   p.batch = static_cast<int>(B);
   p.heads_q = static_cast<int>(Hq);
   p.heads_kv = static_cast<int>(Hk);
@@ -131,9 +105,28 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(const at::Tensor& dout_i
   p.head_dim = static_cast<int>(D);
   p.dtype = dtype == at::kBFloat16 ? DType::kBFloat16 : DType::kFloat16;
   p.set_scale(static_cast<float>(softmax_scale));
-  p.set_causal(static_cast<CausalMode>(causal_mode));
+  // The forward's mask and softcap, set as csrc/binding.cpp sets them, so that the backward
+  // recomputes exactly the probabilities the saved lse normalizes.
+  p.set_softcap(static_cast<float>(softcap));
+  p.set_mask(static_cast<CausalMode>(causal_mode), window_left, window_right);
 
-  const cudaError_t err = flashattn::flash_bwd(p, dev, c10::cuda::getCurrentCUDAStream());
+  // The path and tile config (and with them the ticket array's block M) depend on the device,
+  // the head dim, the mask and the softcap.
+  const bool hopper = backend != "portable" && flashattn::flash_bwd_sm90_supported(p, dev);
+  const int block_m = hopper ? flashattn::flash_bwd_sm90_block_m() : flashattn::flash_bwd_block_m(p, dev);
+  TORCH_CHECK(block_m > 0, "flashattn::bwd: no backward tile config fits this device's ",
+              dev.max_smem_per_block, " bytes of shared memory per block");
+  const at::TensorOptions f32 = q.options().dtype(at::kFloat);
+  at::Tensor dpsum = at::empty({B, Hq, Sq}, f32);
+  at::Tensor dq_accum = at::zeros({B, Hq, Sq, D}, f32);
+  at::Tensor semaphore;
+  if (deterministic) semaphore = at::zeros({B, Hq, (Sq + block_m - 1) / block_m}, q.options().dtype(at::kInt));
+  p.dpsum = dpsum.data_ptr<float>();
+  p.dq_accum = dq_accum.data_ptr<float>();
+  p.dq_semaphore = deterministic ? semaphore.data_ptr<int>() : nullptr;
+
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const cudaError_t err = hopper ? flashattn::flash_bwd_sm90(p, dev, stream) : flashattn::flash_bwd(p, dev, stream);
   TORCH_CHECK(err == cudaSuccess, "flashattn::bwd: kernel launch failed: ", cudaGetErrorString(err));
   return {dq, dk, dv};
 }

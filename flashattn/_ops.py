@@ -56,11 +56,11 @@ def _fwd_bhsd_fake(q, k, v, softmax_scale, causal_mode, backend, window_left=-1,
 # softmax_scale and causal_mode those of the forward. Returns dq, dk, dv: new contiguous tensors in
 # q's dtype shaped like q, k, v (dk/dv summed over each query-head group in the kernel).
 # deterministic=True: bitwise reproducible run to run (a fixed order of the dQ accumulation);
-# False may accumulate dQ with atomics. backend: the path the forward ran on; every backend's
-# outputs are differentiated by the portable (mma.sync) backward, the one backward path today, on
-# any sm80+ GPU (the gradients do not depend on the forward path). window_left, window_right and
-# softcap: those of the forward. The backward kernels do not know them yet: the binding
-# (csrc/binding_bwd.cpp, the one place to lift) raises NotImplementedError for a window or a softcap.
+# False may accumulate dQ with atomics. backend: the forward's; "auto" and "hopper" run the Hopper
+# (wgmma) backward on an H100 where it exists (head dim <= 128, no window / softcap), the portable
+# (mma.sync) backward on any sm80+ GPU otherwise, "portable" always the portable one (the
+# gradients do not depend on the forward path). window_left, window_right and softcap: those of
+# the forward (the backward recomputes the forward's masked, capped scores).
 _lib.define(
     "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, float softmax_scale, "
     "int causal_mode, bool deterministic, str backend, int window_left=-1, int window_right=-1, "
@@ -146,36 +146,12 @@ def _grads_for(ctx, dq, dk, dv):
     return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None) + (None,) * (ctx.num_inputs - 3)
 
 
-def _mask_is_effective(sq: int, sk: int, causal_mode: int, left: int, right: int, softcap: float) -> bool:
-    """Whether window/softcap change anything: the same normalization as FwdParams::set_mask
-    (csrc/flash_fwd/params.h): an edge no query row reaches is no edge, and causal masking is
-    window_right = 0."""
-    offset = 0 if causal_mode == CAUSAL_TOP_LEFT else sk - sq
-    causal = causal_mode != CAUSAL_NONE
-    if causal:
-        right = 0
-    if left < 0 or left >= sq - 1 + offset:
-        left = -1
-    if right < 0 or right >= sk - 1 - offset:
-        right = -1
-    return softcap > 0.0 or left >= 0 or (not causal and right >= 0)
-
-
 def _bwd_for(ctx, dout, q, k, v, out, lse):
-    """The backward op with the forward's scalars; window/softcap only when set.
-
-    NOT IMPLEMENTED YET (issue 16): the backward of local attention / softcap. Refused here, in
-    Python, before the op runs (csrc/binding_bwd.cpp refuses it too, for direct callers of the op).
-    """
+    """The backward op with the forward's scalars; window/softcap only when set (fewer arguments
+    on the common path)."""
     args = (dout, q, k, v, out, lse, ctx.softmax_scale, ctx.causal_mode, ctx.deterministic, ctx.backend)
     if ctx.mask == (-1, -1, 0.0):
         return _bwd(*args)
-    left, right, softcap = ctx.mask
-    if _mask_is_effective(q.shape[1], k.shape[1], ctx.causal_mode, left, right, softcap):
-        raise NotImplementedError(
-            f"flashattn: the backward of local attention / softcap is not implemented yet (window_size = "
-            f"({left}, {right}), softcap = {softcap}); the forward supports them: call it under torch.no_grad() "
-            "(or with inputs that do not require grad), or train without window_size / softcap")
     return _bwd(*args, *ctx.mask)
 
 
@@ -304,8 +280,8 @@ def fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqle
 def bwd(dout, q, k, v, out, lse, softmax_scale: float, causal_mode: int, deterministic: bool, backend: str,
         window_left: int = -1, window_right: int = -1, softcap: float = 0.0):
     """dout/q/out [B, Sq, Hq, D], k/v [B, Sk, Hk, D], lse float32 [B, Hq, Sq] from fwd (any strides,
-    unit last stride) -> (dq, dk, dv): contiguous, q's dtype, shaped like q, k, v. A window or a
-    softcap raises NotImplementedError (no backward kernel for them yet)."""
+    unit last stride) -> (dq, dk, dv): contiguous, q's dtype, shaped like q, k, v; window_left,
+    window_right and softcap those the forward ran with."""
     return _bwd(dout, q, k, v, out, lse, softmax_scale, causal_mode, deterministic, backend, window_left, window_right,
                 softcap)
 

@@ -248,8 +248,8 @@ def flash_attn_func(
     meaning unbounded on that side; `causal=True` is right = 0 on top of it. The cost follows the
     window, not Sk. `softcap=c > 0` replaces each scaled score x by c * tanh(x / c) before the
     softmax (Gemma 2; the kernels use the GPU's approximate tanh, ~2^-11 relative error), and the
-    LSE is that of the capped scores. Both are forward-only for now: a backward through a call
-    that uses them raises NotImplementedError.
+    LSE is that of the capped scores. Both are differentiable (the backward applies the same
+    mask and the softcap's derivative).
 
     out is differentiable with respect to q, k and v (flashattn's backward kernels; memory O(S)).
     The lse is NOT differentiable: it comes back with requires_grad=False, and no gradient flows

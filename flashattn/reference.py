@@ -87,9 +87,18 @@ def attention_reference_grads(
     causal_mode: int = CAUSAL_NONE,
     window: tuple[int, int] = (-1, -1),
     softcap: float = 0.0,
+    *,
+    out: torch.Tensor | None = None,
+    lse: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The gradients of `attention_reference`'s out with respect to q, k, v for the upstream
     gradient dout [B, Sq, Hq, D] -> (dq [B, Sq, Hq, D], dk [B, Sk, Hk, D], dv [B, Sk, Hk, D]), float64.
+
+    out [B, Sq, Hq, D] and lse [B, Hq, Sq], when given, are the saved forward tensors a flash
+    backward reads instead of recomputing them (P = exp(S - lse), Delta from out): under context
+    parallelism those of the whole row, merged over the key chunks, while q, k, v are one chunk's.
+    By default (None) they are `attention_reference`'s own. An lse of -inf or +inf marks a row that
+    sees no key.
 
     By the explicit formulas (P the softmax probabilities, O the output, per batch and query head):
         dV = P^T dO,  dP = dO V^T,  Delta = rowsum(dO * O),  dS = P * (dP - Delta),
@@ -103,7 +112,11 @@ def attention_reference_grads(
     group = hq // hk
     if scale is None:
         scale = 1.0 / math.sqrt(d)
-    out, lse = attention_reference(q, k, v, scale, causal_mode, window, softcap)
+    if out is None or lse is None:
+        ref_out, ref_lse = attention_reference(q, k, v, scale, causal_mode, window, softcap)
+        out = ref_out if out is None else out
+        lse = ref_lse if lse is None else lse
+    out, lse = out.double(), lse.double()
     qd = q.double().transpose(1, 2)  # [B, Hq, Sq, D]
     kd = k.double().transpose(1, 2).repeat_interleave(group, dim=1)  # [B, Hq, Sk, D]
     vd = v.double().transpose(1, 2).repeat_interleave(group, dim=1)

@@ -28,6 +28,9 @@ In all of them:
     `causal_lower_right` bias calls `_scaled_dot_product_flash_attention` with is_causal=True for
     Sq != Sk and relies on the bottom-right alignment.
   * `scale=None` means 1/sqrt(D), D the head dim of the tensors given.
+  * window_size_left / window_size_right (sliding-window attention, forward and backward) as torch's
+    FlashAttention-2 kernels read them: None, negative or >= Sk is unbounded, is_causal sets the
+    right edge to 0, windows aligned bottom-right (flashattn's `window_size`).
   * outputs as torch's kernels (and their meta functions) give them: out and the gradients laid out
     like `torch.empty_like` of query (key, value), the log-sum-exp float32 [B, Hq, Sq] (natural
     log; -inf on a row that sees no key, where torch's kernels write +inf; the backward takes it
@@ -39,9 +42,7 @@ In all of them:
 Not supported, refused with an error naming the argument and what is supported (never a silent
 fallback to another implementation): dropout_p > 0, return_debug_mask=True, variable-length
 batches (cum_seq_q / cum_seq_k: NotImplementedError, flashattn has no varlen kernels yet; nested
-tensors and torch.nn.attention.varlen reach the ops that way), sliding windows (unbounded ones:
-None, negative or >= Sk, and (-1, 0), which is causal, are taken, as torch's kernels take them),
-alibi_slopes, seqused_k, block_table (paged KV),
+tensors and torch.nn.attention.varlen reach the ops that way), alibi_slopes, seqused_k, block_table (paged KV),
 num_splits > 1, dtypes other than float16/bfloat16 (e.g. float32), and the fp8 `.quantized`
 overloads (not overridden: they keep torch's kernels).
 """
@@ -108,22 +109,18 @@ def _check_dropout(op: str, dropout_p: float) -> None:
         raise _unsupported(op, f"dropout_p must be 0.0 (flashattn has no dropout), got {dropout_p}")
 
 
-def _causal_mode(op: str, is_causal: bool, window_size_left, window_size_right, seqlen_k: int) -> int:
-    """causal_mode for flashattn's kernels, with the window semantics of torch's FlashAttention-2
-    kernels: None, a negative value or one >= Sk is unbounded; is_causal sets the right window to 0
-    (window_size_right is then ignored); (unbounded, 0) is causal; any other window is a sliding
-    window, which flashattn does not have."""
-    left_unbounded = window_size_left is None or window_size_left < 0 or window_size_left >= seqlen_k
-    right_unbounded = window_size_right is None or window_size_right < 0 or window_size_right >= seqlen_k
-    causal = is_causal or (left_unbounded and window_size_right == 0)
-    if not left_unbounded or not (causal or right_unbounded):
-        raise _unsupported(
-            op,
-            "sliding-window attention is not supported: window_size_left and window_size_right must be None "
-            "or -1 (unbounded), or (-1, 0) for causal; got "
-            f"window_size_left={window_size_left}, window_size_right={window_size_right}",
-        )
-    return _ops.CAUSAL_BOTTOM_RIGHT if causal else _ops.CAUSAL_NONE
+def _mask(is_causal: bool, window_size_left, window_size_right, seqlen_k: int) -> tuple[int, int, int]:
+    """(causal_mode, window_left, window_right) for flashattn's kernels, with the semantics of
+    torch's FlashAttention-2 kernels: None, a negative value or one >= Sk is unbounded (-1);
+    is_causal sets the right window to 0 (window_size_right is then ignored); (unbounded, 0) is
+    causal; a window is aligned bottom-right (key j visible to query i iff
+    i + Sk - Sq - left <= j <= i + Sk - Sq + right), which is flashattn's window_size."""
+    left = -1 if window_size_left is None or window_size_left < 0 or window_size_left >= seqlen_k else window_size_left
+    right = -1 if window_size_right is None or window_size_right < 0 or window_size_right >= seqlen_k else window_size_right
+    causal = is_causal or (left < 0 and right == 0)
+    if causal:
+        return _ops.CAUSAL_BOTTOM_RIGHT, left, -1  # the causal mask is the right edge on the diagonal
+    return _ops.CAUSAL_NONE, left, right
 
 
 def _check_forward_options(op: str, dropout_p: float, return_debug_mask: bool, **optional) -> None:
@@ -209,8 +206,9 @@ def _laid_out_like(result: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 def _forward_dense(op: str, query, key, value, is_causal: bool, scale, window_size_left=None, window_size_right=None):
     """query [B, Sq, Hq, D], key/value [B, Sk, Hk, D] -> (out like empty_like(query), lse [B, Hq, Sq])."""
     _check_dense(query, key, value)
-    causal_mode = _causal_mode(op, is_causal, window_size_left, window_size_right, key.shape[1])
-    out, lse = _ops.fwd(query, key, value, _scale(scale, query.shape[-1]), causal_mode, interface.get_backend())
+    causal_mode, left, right = _mask(is_causal, window_size_left, window_size_right, key.shape[1])
+    out, lse = _ops.fwd(query, key, value, _scale(scale, query.shape[-1]), causal_mode, interface.get_backend(),
+                        left, right)
     return _laid_out_like(out, query), lse
 
 
@@ -227,12 +225,20 @@ def _backward_dense(op: str, grad_out, query, key, value, out, logsumexp, is_cau
                     window_size_left=None, window_size_right=None):
     """FlashAttention's layout -> (dq, dk, dv), each laid out like empty_like of its input."""
     _check_backward(grad_out, query, key, value, out, logsumexp)
-    causal_mode = _causal_mode(op, is_causal, window_size_left, window_size_right, key.shape[1])
+    causal_mode, left, right = _mask(is_causal, window_size_left, window_size_right, key.shape[1])
     dq, dk, dv = _ops.bwd(
         grad_out, query, key, value, out, logsumexp, _scale(scale, query.shape[-1]), causal_mode,
-        _ops.deterministic_backward(), interface.get_backend(),
+        _ops.deterministic_backward(), interface.get_backend(), left, right,
     )
     return _laid_out_like(dq, query), _laid_out_like(dk, key), _laid_out_like(dv, value)
+
+
+def _flash_forward(op: str, query, key, value, cum_seq_q, cum_seq_k, dropout_p: float, is_causal: bool,
+                   return_debug_mask: bool, scale, window_size_left, window_size_right, **optional):
+    """The _flash_attention_forward ops: every refusal, then the dense forward."""
+    _varlen_not_available(op, cum_seq_q, cum_seq_k)
+    _check_forward_options(op, dropout_p, return_debug_mask, **optional)
+    return _forward_dense(op, query, key, value, is_causal, scale, window_size_left, window_size_right)
 
 
 # ==== the aten implementations (signatures: the union of torch 2.11's and 2.13's schemas) =========
@@ -264,11 +270,11 @@ def flash_attention_forward(
     max_q / max_k are not used by the dense path); is_causal bottom-right aligned.
     Returns (output [B, Sq, Hq, D] laid out like empty_like(query), softmax_logsumexp float32
     [B, Hq, Sq], rng_state uint64 [2], unused uint64 [], debug_attn_mask empty)."""
-    op = "aten::_flash_attention_forward"
-    _varlen_not_available(op, cum_seq_q, cum_seq_k)
-    _check_forward_options(op, dropout_p, return_debug_mask, seqused_k=seqused_k, alibi_slopes=alibi_slopes,
-                           block_table=block_table, num_splits=num_splits)
-    out, lse = _forward_dense(op, query, key, value, is_causal, scale, window_size_left, window_size_right)
+    out, lse = _flash_forward(
+        "aten::_flash_attention_forward", query, key, value, cum_seq_q, cum_seq_k, dropout_p, is_causal,
+        return_debug_mask, scale, window_size_left, window_size_right, seqused_k=seqused_k,
+        alibi_slopes=alibi_slopes, block_table=block_table, num_splits=num_splits,
+    )
     return (out, lse, *_no_dropout_state(query))
 
 
@@ -296,16 +302,16 @@ def flash_attention_forward_no_dropout_inplace(
     """aten::_flash_attention_forward_no_dropout_inplace (torch >= 2.13) on flashattn's kernels:
     flash_attention_forward's output written into `out` (query's shape and dtype); returns the
     softmax_logsumexp float32 [B, Hq, Sq]."""
-    op = "aten::_flash_attention_forward_no_dropout_inplace"
-    _varlen_not_available(op, cum_seq_q, cum_seq_k)
-    _check_forward_options(op, dropout_p, return_debug_mask, seqused_k=seqused_k, alibi_slopes=alibi_slopes,
-                           block_table=block_table, num_splits=num_splits)
     if out.shape != query.shape or out.dtype != query.dtype:
         raise ValueError(
             f"out must have query's shape {tuple(query.shape)} and dtype {query.dtype}, "
             f"got {tuple(out.shape)} {out.dtype}"
         )
-    result, lse = _forward_dense(op, query, key, value, is_causal, scale, window_size_left, window_size_right)
+    result, lse = _flash_forward(
+        "aten::_flash_attention_forward_no_dropout_inplace", query, key, value, cum_seq_q, cum_seq_k, dropout_p,
+        is_causal, return_debug_mask, scale, window_size_left, window_size_right, seqused_k=seqused_k,
+        alibi_slopes=alibi_slopes, block_table=block_table, num_splits=num_splits,
+    )
     out.copy_(result)
     return lse
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Backward lab check on a GPU machine: gradients of the portable backward kernel against a float64
-reference over many random shapes, deterministic mode bitwise, and a first timing against SDPA's
-backends. A developer's instrument, not part of the suite (tests/ has the specification).
+"""Backward lab check on a GPU machine: gradients of the backward (the path `--backend` picks: auto =
+Hopper on an H100 where it exists, else portable) against a float64 reference over many random
+shapes, deterministic mode bitwise, and a timing against SDPA's backends with both of our paths.
+A developer's instrument, not part of the suite (tests/ has the specification).
 
-usage: python lab/bwd_check.py [--quick] [--time]
+usage: python lab/bwd_check.py [--quick] [--time] [--backend auto|portable|hopper] [--dtype bf16|fp16]
 Exit status 1 when any case fails the criterion (error <= 2x the same-dtype torch error + atol).
 """
 
@@ -51,6 +52,9 @@ def reference(q, k, v, dout, scale, causal_mode, dtype_math):
     return o.detach(), qq.grad, kk.grad, vv.grad
 
 
+BACKEND = "auto"
+
+
 def check_case(b, sq, sk, hq, hk, d, dtype, causal_mode, scale=None, deterministic=False, layout="bshd"):
     dev = "cuda"
     g = torch.Generator(device=dev).manual_seed(hash((b, sq, sk, hq, hk, d, str(dtype), causal_mode)) % 2**31)
@@ -65,7 +69,7 @@ def check_case(b, sq, sk, hq, hk, d, dtype, causal_mode, scale=None, determinist
     dout = rnd(b, sq, hq, d)
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     out, lse = FWD(q, k, v, scale, causal_mode, "portable")
-    dq, dk, dv = BWD(dout, q, k, v, out, lse, scale, causal_mode, deterministic, "auto")
+    dq, dk, dv = BWD(dout, q, k, v, out, lse, scale, causal_mode, deterministic, BACKEND)
     torch.cuda.synchronize()
     _, rq, rk, rv = reference(q, k, v, dout, scale, causal_mode, torch.float64)
     _, lq, lk, lv = reference(q, k, v, dout, scale, causal_mode, dtype)
@@ -85,7 +89,7 @@ def check_case(b, sq, sk, hq, hk, d, dtype, causal_mode, scale=None, determinist
             print(f"  {name}: err {err:.3e} > 2 x base {base:.3e}")
     if deterministic:
         for _ in range(2):
-            dq2, dk2, dv2 = BWD(dout, q, k, v, out, lse, scale, causal_mode, True, "auto")
+            dq2, dk2, dv2 = BWD(dout, q, k, v, out, lse, scale, causal_mode, True, BACKEND)
             if not (torch.equal(dq, dq2) and torch.equal(dk, dk2) and torch.equal(dv, dv2)):
                 ok = False
                 print("  deterministic mode: runs differ")
@@ -126,20 +130,24 @@ def bench(fn, iters=20):
     return ts[len(ts) // 2]
 
 
-def timing():
+def timing(dtype):
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    print(f"{'D':>4} {'S':>6} {'causal':>6} {'ours ms':>8} {'TFLOP/s':>8} {'flash':>8} {'cudnn':>8} {'x flash':>7} {'x cudnn':>7} {'det cost':>8}")
+    print(f"{dtype}, B*S = 16k, H = 2048 / D; ms, medians; x = their time / ours (auto)")
+    print(f"{'D':>4} {'S':>6} {'causal':>6} {'auto ms':>8} {'TFLOP/s':>8} {'portable':>8} {'flash':>8} {'cudnn':>8} "
+          f"{'x flash':>7} {'x cudnn':>7} {'x port':>7} {'det cost':>8}")
+    ratios = {"flash": [], "cudnn": [], "portable": []}
     for d in (64, 128, 256):
-        for s in (1024, 4096, 16384):
+        for s in (512, 1024, 2048, 4096, 8192, 16384):
             for causal in (False, True):
                 h = 2048 // d
                 b = 16384 // s
-                q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
+                q = torch.randn(b, s, h, d, device="cuda", dtype=dtype)
                 k, v, dout = torch.randn_like(q), torch.randn_like(q), torch.randn_like(q)
                 scale = d**-0.5
                 cm = 1 if causal else 0
                 out, lse = FWD(q, k, v, scale, cm, "auto")
                 t_ours = bench(lambda: BWD(dout, q, k, v, out, lse, scale, cm, False, "auto"))
+                t_port = bench(lambda: BWD(dout, q, k, v, out, lse, scale, cm, False, "portable"))
                 t_det = bench(lambda: BWD(dout, q, k, v, out, lse, scale, cm, True, "auto"))
                 res = {}
                 for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
@@ -151,16 +159,28 @@ def timing():
                         res[name] = bench(lambda: torch.autograd.grad(o, (qt, kt, vt), do_t, retain_graph=True))
                     except RuntimeError as exc:  # backend not available for this shape
                         res[name] = float("nan")
+                res["portable"] = t_port
+                for name in ratios:
+                    if res[name] == res[name]:
+                        ratios[name].append(res[name] / t_ours)
                 flops = 4 * b * h * s * s * d * 2.5 / (2 if causal else 1)
-                print(f"{d:>4} {s:>6} {str(causal):>6} {t_ours:8.3f} {flops / t_ours / 1e9:8.1f} {res['flash']:8.3f} "
-                      f"{res['cudnn']:8.3f} {res['flash'] / t_ours:7.2f} {res['cudnn'] / t_ours:7.2f} {t_det / t_ours:8.2f}")
+                print(f"{d:>4} {s:>6} {str(causal):>6} {t_ours:8.3f} {flops / t_ours / 1e9:8.1f} {t_port:8.3f} "
+                      f"{res['flash']:8.3f} {res['cudnn']:8.3f} {res['flash'] / t_ours:7.2f} {res['cudnn'] / t_ours:7.2f} "
+                      f"{t_port / t_ours:7.2f} {t_det / t_ours:8.2f}")
+    for name, r in ratios.items():
+        if r:
+            print(f"geomean speedup of ours (auto) over {name}: {math.exp(sum(map(math.log, r)) / len(r)):.3f} ({len(r)} shapes)")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--time", action="store_true")
+    ap.add_argument("--backend", default="auto", choices=("auto", "portable", "hopper"))
+    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     args = ap.parse_args()
+    global BACKEND
+    BACKEND = args.backend
     failed = 0
     n = 0
     for c in cases(args.quick):
@@ -171,7 +191,7 @@ def main():
         failed += not ok
     print(f"bwd_check: {n - failed}/{n} cases pass")
     if args.time:
-        timing()
+        timing(torch.bfloat16 if args.dtype == "bf16" else torch.float16)
     sys.exit(1 if failed else 0)
 
 

@@ -12,7 +12,14 @@ mkdir -p "$BIN"
 CONFIGS=(
   "d64 64 LAB(128,128,8,2,2,4,1); LAB_LOADFLIP(128,128,8,2,2,4,1);"
   "d128 128 LAB(128,64,8,8,4,2,2);"
+  "d256 256 LAB(32,64,8,2,2,4,1); LAB(64,64,8,2,2,2,1); LAB(64,64,8,4,2,2,1); LAB(64,64,8,2,2,4,1); LAB(64,64,8,4,4,4,1);"
 )
+# LAB_ONLY="d256": only the named entries.
+if [ -n "${LAB_ONLY:-}" ]; then
+  kept=()
+  for c in "${CONFIGS[@]}"; do read -r name _ <<< "$c"; [[ " $LAB_ONLY " == *" $name "* ]] && kept+=("$c"); done
+  CONFIGS=("${kept[@]}")
+fi
 build() {  # name D configs
   echo "$3" > "$BIN/$1.inc"
   nvcc -std=c++17 -O3 -Icsrc -gencode=arch=compute_${ARCH},code=sm_${ARCH} -Xptxas -v -DLAB_D="$2" \

@@ -20,6 +20,9 @@
 #                                     in one call                                         (~6 min)
 #   bash lab/gpu_run.sh bwdlab   build, backward numerics and tests, the backward tile-config lab
 #                                     (lab/bwd_lab.sh), ncu on the backward kernels, timing vs SDPA (~7 min)
+#   bash lab/gpu_run.sh bwd90    build, backward numerics and tests on both paths, the backward timing grid (~5 min)
+#   bash lab/gpu_run.sh integrate build, the whole GPU suite, the window/varlen/paged benchmarks, the
+#                                     D=256 backward config lab, the backward timing grid  (~7 min)
 #   bash lab/gpu_run.sh host     build, then where a small call's host time goes      (~1.5 min)
 #   bash lab/gpu_run.sh l2decode build, the decode check and the suite's decode tests, then the Hopper
 #                                     lab's L2 group budget A/B                           (~5 min)
@@ -138,6 +141,22 @@ case "${1:-verify}" in
     step bwd_time 300 python3 lab/bwd_check.py --quick --time
     [ -n "${EXTRA_TESTS:-}" ] && step extra_tests 300 "${pytest_ci[@]}" $EXTRA_TESTS -ra
     ;;
+  bwd90)  # the backward through the op on both paths: numerics, the suite's backward tests, the timing grid
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash lab/gpu_build.sh
+    step bwd_check_quick 200 python3 lab/bwd_check.py --quick
+    step pytest_backward 400 "${pytest_ci[@]}" tests/test_backward_gpu.py tests/test_public_gradients.py tests/test_torch_impl_gpu.py ${EXTRA_TESTS:-} -ra
+    step bwd_time_bf16 300 python3 lab/bwd_check.py --quick --time --dtype bf16
+    step bwd_time_fp16 300 python3 lab/bwd_check.py --quick --time --dtype fp16
+    ;;
+  integrate)  # after merging features: build, the whole GPU suite, the features' benchmarks, the D=256 backward lab, backward timing
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash lab/gpu_build.sh
+    step pytest_gpu 300 "${pytest_ci[@]}" --ignore=tests/test_build_checks.py -ra --durations=15
+    step bench_features 200 python3 -m pytest -q -p no:cacheprovider benchmarks -m "bench and (window or varlen or paged)" -ra -s
+    step bwd_lab_d256 240 env LAB_ONLY=d256 bash lab/bwd_lab.sh
+    step bwd_time_bf16 200 python3 lab/bwd_check.py --quick --time --dtype bf16
+    ;;
   host)  # where a small call's host time goes (the latency grid)
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
@@ -151,7 +170,7 @@ case "${1:-verify}" in
     step sm90_lab_l2 300 bash lab/sm90_lab.sh l2
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|bwdlab" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|bwdlab|bwd90|integrate" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -78,6 +78,22 @@ not cancel it is ~1e-5 of the gradient itself, 40x below one bfloat16 ulp (3.9e-
 gradients by far more. Simulated on CPU (tests/test_gradients_cpu.py keeps the simulation as a
 property test), a FlashAttention-2-style backward (float32 accumulation, P and dS rounded to the
 input dtype before their matmuls) passes this criterion, and fails it without the atol.
+
+Gradients with local attention and softcap (`window`, `softcap` arguments of the gradient
+criterion): the reference differentiates both (flashattn.attention_reference_grads), and the
+baseline is the forward's, differentiated by autograd in the input dtype: SDPA's math backend with
+the window as a boolean mask, or, with a softcap, `softcap_math_same_dtype` (whose tanh backward
+runs on the rounded scores like every other elementwise op of the math path). Rows that see no key
+(anywhere in the sequence with a window, not only a prefix) get dq = 0 in the baseline and add
+nothing to its dk, dv (they are given a dummy visible key and a zero upstream gradient, which in
+exact arithmetic contributes 0). The allowances grow by the softcap's derivative 1 - t^2 (t =
+tanh(x / c)) on the terms of dS, and by the approximate tanh (TANH_REL, as in the forward): each
+capped logit off by up to delta_i changes P by a factor within exp(+-2 delta_i) (eps_i =
+exp(2 delta_i) - 1), O and so rowsum(dO * O) by up to eps_i rowsum(|dO| (P |V|)), and 1 - t^2 by
+up to 2.1 TANH_REL t^2, so each dS element may move by
+    P (eps_i (|dO| |V|^T + 2 rowsum(|dO| (P |V|))) (1 - t^2) + 2.1 TANH_REL t^2 (|dO| |V|^T + rowsum(|dO| (P |V|))))
+which dQ and dK carry through |scale| |K| and |scale| |Q|, and dV moves by eps_i P^T |dO|. Without
+a window and a softcap the criterion is exactly the one above.
 """
 
 from __future__ import annotations
@@ -364,8 +380,25 @@ def empty_query_rows(seqlen_q: int, seqlen_k: int, causal_mode: int) -> int:
     return 0
 
 
+def emulated_tanh(x: torch.Tensor, rel: float = 0.0, seed: int = 0) -> torch.Tensor:
+    """tanh(x), off by a relative error of +-rel with a random sign per element (seeded): the
+    test emulations' stand-in for the kernels' tanh.approx.f32 (rel 2^-11)."""
+    t = torch.tanh(x)
+    if rel:
+        gen = torch.Generator().manual_seed(seed)
+        t = t * (1.0 + rel * (2.0 * torch.randint(0, 2, t.shape, generator=gen) - 1.0))
+    return t
+
+
 def sdpa_same_dtype_grads(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor, scale: float | None, causal_mode: int
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    dout: torch.Tensor,
+    scale: float | None,
+    causal_mode: int,
+    window: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients of torch SDPA (math backend, input dtype) on [B, S, H, D] inputs for upstream
     dout -> (dq, dk, dv) in the input dtype, shaped like q, k, v.
@@ -376,6 +409,8 @@ def sdpa_same_dtype_grads(
     empty_query_rows) are left out of the SDPA call (SDPA gives them 0 or NaN depending on the
     torch version) and get dq = 0: in exact arithmetic they contribute nothing to dk, dv.
     """
+    if tuple(window) != (-1, -1) or softcap != 0.0:
+        return _same_dtype_grads_windowed(q, k, v, dout, scale, causal_mode, tuple(window), softcap)
     b, sq, hq, d = q.shape
     sk, hk = k.shape[1], k.shape[2]
     group = hq // hk
@@ -398,17 +433,71 @@ def sdpa_same_dtype_grads(
     return dq, fold(gk), fold(gv)
 
 
+def _same_dtype_grads_windowed(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    dout: torch.Tensor,
+    scale: float | None,
+    causal_mode: int,
+    window: tuple[int, int],
+    softcap: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """sdpa_same_dtype_grads with a window and/or softcap (module docstring): the forward's
+    baseline differentiated by autograd in the input dtype; rows that see no key get a dummy
+    visible key and a zero upstream gradient, and dq = 0."""
+    b, sq, hq, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    group = hq // hk
+    sc = resolve_scale(scale, d)
+    mask = causal_mask(sq, sk, causal_mode, q.device, window)
+    empty = None
+    if mask is not None:
+        empty = ~mask.any(dim=-1)  # [Sq]
+        mask = mask.clone()
+        mask[empty, 0] = True
+    qt = q.transpose(1, 2).detach().requires_grad_(True)
+    kt = k.transpose(1, 2).repeat_interleave(group, dim=1).detach().requires_grad_(True)
+    vt = v.transpose(1, 2).repeat_interleave(group, dim=1).detach().requires_grad_(True)
+    do = dout.transpose(1, 2)
+    if empty is not None:
+        do = do.masked_fill(empty[:, None], 0.0)
+    with torch.enable_grad():
+        if softcap != 0.0:
+            out = softcap_math_same_dtype(qt, kt, vt, sc, mask, softcap)
+        else:
+            with same_dtype_math_sdpa():
+                out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, scale=sc)
+        gq, gk, gv = torch.autograd.grad(out, (qt, kt, vt), do)
+    dq = gq.transpose(1, 2)
+    if empty is not None:
+        dq = dq.masked_fill(empty[:, None, None], 0.0)
+
+    def fold(g: torch.Tensor) -> torch.Tensor:  # [B, Hq, Sk, D] -> [B, Sk, Hk, D], rounded like a kernel's output
+        return g.double().view(b, hk, group, sk, d).sum(dim=2).transpose(1, 2).to(g.dtype)
+
+    return dq, fold(gk), fold(gv)
+
+
 def gradient_allowances(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor, scale: float, causal_mode: int
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    dout: torch.Tensor,
+    scale: float,
+    causal_mode: int,
+    window: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """For each element of dq, dk, dv (float64, shaped like q, k, v), the criterion's allowance
     beyond 2x SDPA's error: GRAD_ATOL times the sum of the absolute values of the terms the
     formulas add up to it (float32 rounding noise), plus, for dq and dk, the effect of the stored
-    output's rounding to the input dtype on rowsum(dO * O) (module docstring)."""
+    output's rounding to the input dtype on rowsum(dO * O), plus, with a softcap, the approximate
+    tanh's (module docstring)."""
     b, sq, hq, d = q.shape
     sk, hk = k.shape[1], k.shape[2]
     group = hq // hk
-    out, lse = flashattn.attention_reference(q, k, v, scale, causal_mode)
+    out, lse = flashattn.attention_reference(q, k, v, scale, causal_mode, window, softcap)
     qa = q.double().abs().transpose(1, 2)
     ka = k.double().abs().transpose(1, 2).repeat_interleave(group, dim=1)
     va = v.double().abs().transpose(1, 2).repeat_interleave(group, dim=1)
@@ -416,18 +505,31 @@ def gradient_allowances(
     kd = k.double().transpose(1, 2).repeat_interleave(group, dim=1)
     doa = dout.double().abs().transpose(1, 2)
     empty = torch.isinf(lse)[..., None]
-    p = torch.exp(torch.matmul(qd, kd.transpose(-1, -2)) * scale - lse[..., None].masked_fill(empty, 0.0))
-    visible = causal_mask(sq, sk, causal_mode, q.device)
+    x = torch.matmul(qd, kd.transpose(-1, -2)) * scale
+    s = capped_scores(x, softcap)
+    p = torch.exp(s - lse[..., None].masked_fill(empty, 0.0))
+    visible = causal_mask(sq, sk, causal_mode, q.device, window)
     if visible is not None:
         p = p.masked_fill(~visible, 0.0)
     p = p.masked_fill(empty, 0.0)
     delta_terms = (doa * out.abs().transpose(1, 2)).sum(-1, keepdim=True)  # rowsum |dO * O|
-    ds_terms = p * (torch.matmul(doa, va.transpose(-1, -2)) + delta_terms)
+    dp_terms = torch.matmul(doa, va.transpose(-1, -2))  # |dO| |V|^T
+    ds_terms = p * (dp_terms + delta_terms)
     unit = torch.finfo(q.dtype).eps / 2 if q.dtype in (torch.float16, torch.bfloat16) else 0.0
     ds_terms = ds_terms * GRAD_ATOL + p * delta_terms * unit
+    dv_terms = torch.matmul(p.transpose(-1, -2), doa) * GRAD_ATOL
+    if softcap != 0.0:
+        t2 = torch.tanh(x / softcap) ** 2
+        ds_terms = ds_terms * (1.0 - t2)
+        magnitude = s.abs().masked_fill(p == 0, 0.0).amax(dim=-1, keepdim=True)  # [B, Hq, Sq, 1]
+        eps = torch.expm1(2.0 * TANH_REL * magnitude)
+        o_terms = (doa * torch.matmul(p, va)).sum(-1, keepdim=True)  # rowsum(|dO| (P |V|))
+        ds_terms = ds_terms + p * (eps * (dp_terms + 2.0 * o_terms) * (1.0 - t2)
+                                   + 2.1 * TANH_REL * t2 * (dp_terms + o_terms))
+        dv_terms = dv_terms + torch.matmul((eps * p).transpose(-1, -2), doa)
     dq_t = torch.matmul(ds_terms, ka) * abs(scale)
     dk_t = (torch.matmul(ds_terms.transpose(-1, -2), qa) * abs(scale)).view(b, hk, group, sk, d).sum(dim=2)
-    dv_t = torch.matmul(p.transpose(-1, -2), doa).view(b, hk, group, sk, d).sum(dim=2) * GRAD_ATOL
+    dv_t = dv_terms.view(b, hk, group, sk, d).sum(dim=2)
     return dq_t.transpose(1, 2), dk_t.transpose(1, 2), dv_t.transpose(1, 2)
 
 
@@ -461,11 +563,14 @@ def assert_gradients_match(
     scale: float | None,
     causal_mode: int,
     *,
+    window: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
     context: str = "",
 ) -> GradientErrors:
     """Assert the gradient criterion (module docstring) for dq [B, Sq, Hq, D], dk/dv [B, Sk, Hk, D]
     computed from q [B, Sq, Hq, D], k/v [B, Sk, Hk, D] and the upstream gradient dout (out's
-    shape). A None gradient fails (a backward that silently dropped it).
+    shape), with the forward's local window (left, right) and logit softcap. A None gradient
+    fails (a backward that silently dropped it).
 
     Raises AssertionError listing every violated part, with the inputs' shapes and strides.
     """
@@ -483,15 +588,21 @@ def assert_gradients_match(
             problems.append(f"{name} dtype {g.dtype}, expected {q.dtype}")
         if g.device != q.device:
             problems.append(f"{name} on {g.device}, expected {q.device}")
+    window = tuple(window)
+
+    def fail(problems: list[str]) -> None:
+        _fail(problems, q, k, v, scale, causal_mode, context, window, softcap)
+
     if problems:
-        _fail(problems, q, k, v, scale, causal_mode, context)
+        fail(problems)
 
     sc = resolve_scale(scale, q.shape[-1])
-    refs = dict(zip(grads, flashattn.attention_reference_grads(q, k, v, dout, sc, causal_mode)))
-    sdpa = dict(zip(grads, sdpa_same_dtype_grads(q, k, v, dout, sc, causal_mode)))
-    allowances = dict(zip(grads, gradient_allowances(q, k, v, dout, sc, causal_mode)))
-    skip = empty_query_rows(q.shape[1], k.shape[1], causal_mode)
-    n_empty = skip * q.shape[0] * q.shape[2]
+    refs = dict(zip(grads, flashattn.attention_reference_grads(q, k, v, dout, sc, causal_mode, window, softcap)))
+    sdpa = dict(zip(grads, sdpa_same_dtype_grads(q, k, v, dout, sc, causal_mode, window, softcap)))
+    allowances = dict(zip(grads, gradient_allowances(q, k, v, dout, sc, causal_mode, window, softcap)))
+    visible = causal_mask(q.shape[1], k.shape[1], causal_mode, q.device, window)
+    empty_rows = torch.zeros(q.shape[1], dtype=torch.bool, device=q.device) if visible is None else ~visible.any(-1)
+    n_empty = int(empty_rows.sum()) * q.shape[0] * q.shape[2]
     errors: dict[str, GradientError] = {}
     for name, g in grads.items():
         nonfinite = int((~torch.isfinite(g)).sum())
@@ -519,12 +630,12 @@ def assert_gradients_match(
                 f"error {float(diff[where]):.4g}, allowance {float(allowances[name][where]):.4g} "
                 f"(max |{name} - ref| = {err:.4g})"
             )
-    if skip and dq.numel():
-        nonzero = int((dq[:, :skip] != 0).sum())
+    if n_empty and dq.numel():
+        nonzero = int((dq[:, empty_rows] != 0).sum())
         if nonzero:
             problems.append(f"{nonzero} dq elements of the {n_empty} query rows that see no key are not 0")
     if problems:
-        _fail(problems, q, k, v, scale, causal_mode, context)
+        fail(problems)
     return GradientErrors(errors, n_empty)
 
 

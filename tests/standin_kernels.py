@@ -4,10 +4,12 @@ torch.library.opcheck, torch.compile with aot_eager) on CPU tensors of any float
 
 fwd / fwd_bhsd / fwd_varlen: the float64 reference rounded to the input dtype (fwd_bhsd's out, like the CUDA
 kernel's and the fake's, is the [B, H, S, D] view of a contiguous [B, S, H, D] buffer); bwd: the
-float64 gradient reference, rounded likewise, contiguous. Every bwd call's scalar arguments and
-dout's strides are recorded. Like the CUDA op, bwd differentiates every backend's forward, and
-refuses a window or a softcap with NotImplementedError (as csrc/binding_bwd.cpp does, for windows
-that reach a row; the stand-in refuses any window other than (-1, -1)).
+float64 gradient reference, rounded likewise, contiguous: by default from out and lse recomputed in
+float64 (the lse the ops hand back is float32, which would cost the float64 tests their precision);
+with `saved_out_lse=True`, like the CUDA kernel, from the out and lse it is given (what a ring
+attention needs: it hands the ones merged over the whole row, not the chunk's). Every bwd call's
+scalar arguments and dout's strides are recorded. Like the CUDA op, bwd differentiates every backend's forward, window
+and softcap included.
 """
 
 from __future__ import annotations
@@ -52,9 +54,10 @@ def _fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
 
 
 @contextmanager
-def cpu_standin_kernels() -> Iterator[list[BwdCall]]:
+def cpu_standin_kernels(saved_out_lse: bool = False) -> Iterator[list[BwdCall]]:
     """Registers the stand-ins as the CPU kernels of flashattn::fwd, fwd_bhsd and bwd; yields the
-    list the bwd calls are appended to; removes the registrations afterwards."""
+    list the bwd calls are appended to; removes the registrations afterwards. saved_out_lse: bwd
+    reads the out and lse it is given instead of recomputing them."""
     calls: list[BwdCall] = []
 
     def bwd(dout, q, k, v, out, lse, softmax_scale, causal_mode, deterministic, backend, window_left=-1,
@@ -63,9 +66,9 @@ def cpu_standin_kernels() -> Iterator[list[BwdCall]]:
             BwdCall(softmax_scale, causal_mode, deterministic, backend, tuple(dout.stride()),
                     tuple(tuple(t.shape) for t in (dout, q, k, v, out, lse)), (window_left, window_right), softcap)
         )
-        if (window_left, window_right) != (-1, -1) or softcap != 0.0:
-            raise NotImplementedError("flashattn: the backward of local attention / softcap is not implemented yet")
-        grads = flashattn.attention_reference_grads(q, k, v, dout, softmax_scale, causal_mode)
+        grads = flashattn.attention_reference_grads(q, k, v, dout, softmax_scale, causal_mode,
+                                                    (window_left, window_right), softcap,
+                                                    **({"out": out, "lse": lse} if saved_out_lse else {}))
         return tuple(g.to(q.dtype).contiguous() for g in grads)
 
     lib = torch.library.Library("flashattn", "IMPL")

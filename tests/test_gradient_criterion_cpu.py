@@ -4,7 +4,8 @@
     forward reference, over random problems (causal both alignments, GQA, rows that see no key,
     scale 0), and closed forms;
   * the criterion accepts what a correct flash backward computes (an emulation of
-    FlashAttention-2's arithmetic) and rejects deliberately wrong gradients.
+    FlashAttention-2's arithmetic), with local windows and the softcap too (the approximate
+    tanh's error included), and rejects deliberately wrong gradients.
 """
 
 from __future__ import annotations
@@ -15,10 +16,18 @@ from collections.abc import Callable
 import pytest
 import torch
 from hypothesis import given
+from hypothesis import strategies as st
 
 import flashattn
 import strategies as fst
-from numerics import assert_gradients_match, causal_mask, empty_query_rows, resolve_scale, sdpa_same_dtype_grads
+from numerics import (
+    assert_gradients_match,
+    causal_mask,
+    emulated_tanh,
+    empty_query_rows,
+    resolve_scale,
+    sdpa_same_dtype_grads,
+)
 
 F16, BF16, F64 = torch.float16, torch.bfloat16, torch.float64
 NONE, TOP_LEFT, BOTTOM_RIGHT = flashattn.CAUSAL_NONE, flashattn.CAUSAL_TOP_LEFT, flashattn.CAUSAL_BOTTOM_RIGHT
@@ -115,13 +124,17 @@ def test_gqa_gradients_are_the_group_sums_of_repeated_heads() -> None:
 # ---- the criterion accepts correct gradients -------------------------------------------------------
 
 
-def flash_backward_emulation(q, k, v, dout, scale: float, visible: torch.Tensor | None, *, delta_from_o: bool = True):
+def flash_backward_emulation(q, k, v, dout, scale: float, visible: torch.Tensor | None, *, delta_from_o: bool = True,
+                             softcap: float = 0.0, tanh_rel: float = 0.0, seed: int = 0,
+                             softcap_derivative: bool = True):
     """What a correct FlashAttention-2-style backward returns for [B, S, H, D] inputs and a
     [Sq, Sk] visibility mask: float32 scores from the rounded inputs, P = exp(s - lse) from the
     float32 lse, O as the forward stored it (rounded to the input dtype), Delta = rowsum(dO * O),
     P and dS rounded to the input dtype before their matmuls (float32 accumulation), dK/dV summed
     over each GQA group in float32, each gradient rounded once at the end. Rows with no visible
-    key give dq = 0."""
+    key give dq = 0. With a softcap c: scores c * t, t = tanh(x / c) with a relative error of up
+    to tanh_rel (random sign per score, the same t in the forward and the backward, as the
+    kernels' tanh.approx.f32), and dS times 1 - t^2."""
     dt = q.dtype
     b, sq, hq, d = q.shape
     sk, hk = k.shape[1], k.shape[2]
@@ -129,6 +142,11 @@ def flash_backward_emulation(q, k, v, dout, scale: float, visible: torch.Tensor 
     qf, kf, vf, dof = (t.float().transpose(1, 2) for t in (q, k, v, dout))
     kf, vf = kf.repeat_interleave(group, 1), vf.repeat_interleave(group, 1)
     s = qf @ kf.transpose(-1, -2) * scale
+    dcap = None
+    if softcap:
+        t = emulated_tanh(s / softcap, tanh_rel, seed)
+        s = softcap * t
+        dcap = 1.0 - t * t
     if visible is not None:
         s = s.masked_fill(~visible, -math.inf)
     m = s.amax(-1, keepdim=True)
@@ -141,7 +159,10 @@ def flash_backward_emulation(q, k, v, dout, scale: float, visible: torch.Tensor 
     dv = p.to(dt).float().transpose(-1, -2) @ dof
     dp = dof @ vf.transpose(-1, -2)
     delta = (dof * o).sum(-1, keepdim=True) if delta_from_o else torch.zeros_like(m)
-    ds = (p * (dp - delta)).to(dt).float()
+    ds = p * (dp - delta)
+    if dcap is not None and softcap_derivative:
+        ds = ds * dcap
+    ds = ds.to(dt).float()
     dq = ds @ kf * scale
     dk = ds.transpose(-1, -2) @ qf * scale
     dk, dv = dk.view(b, hk, group, sk, d).sum(2), dv.view(b, hk, group, sk, d).sum(2)
@@ -161,6 +182,33 @@ def test_accepts_a_correct_flash_style_backward(spec: fst.AttentionSpec) -> None
     dout = upstream_grad(x.q, spec.seed)
     grads = emulate(x.q, x.k, x.v, dout, resolve_scale(x.scale, spec.head_dim), x.causal_mode)
     assert_gradients_match(*grads, x.q, x.k, x.v, dout, x.scale, x.causal_mode)
+
+
+@given(spec=cpu_specs, window=fst.windows(max_extent=80), softcap=fst.softcaps())
+def test_accepts_a_correct_flash_style_backward_with_window_and_softcap(spec: fst.AttentionSpec, window, softcap) -> None:
+    """Windows of every kind (empty rows anywhere in the sequence included) and softcaps from
+    saturating to inert, with the approximate tanh's full error (2^-11 relative, random sign per
+    score): the windowed same-dtype baseline and the documented allowances cover it."""
+    x = spec.make("cpu")
+    dout = upstream_grad(x.q, spec.seed)
+    visible = causal_mask(spec.seqlen_q, spec.seqlen_k, x.causal_mode, "cpu", window)
+    grads = flash_backward_emulation(x.q, x.k, x.v, dout, resolve_scale(x.scale, spec.head_dim), visible,
+                                     softcap=softcap, tanh_rel=2.0**-11, seed=spec.seed)
+    assert_gradients_match(*grads, x.q, x.k, x.v, dout, x.scale, x.causal_mode, window=window, softcap=softcap)
+
+
+@given(problem=fst.float64_problems(), window=fst.windows(max_extent=40), softcap=st.sampled_from((0.0, 0.7, 5.0)))
+def test_windowed_baseline_is_the_reference_in_float64(problem, window, softcap) -> None:
+    """The windowed/softcapped same-dtype baseline (autograd through the forward's baseline, rows
+    that see no key given a dummy key and no upstream gradient) is exact in float64 (up to the
+    float32 the softcap's scores pass through): the harness itself adds no error."""
+    q, k, v, dout, scale, mode = problem
+    got = sdpa_same_dtype_grads(q, k, v, dout, scale, mode, window, softcap)
+    want = flashattn.attention_reference_grads(q, k, v, dout, scale, mode, window, softcap)
+    tol = 1e-9 if softcap == 0.0 else 1e-4
+    for g, w, name in zip(got, want, ("dq", "dk", "dv")):
+        assert g.dtype == F64 and torch.isfinite(g).all(), name
+        torch.testing.assert_close(g, w, rtol=tol, atol=tol, msg=name)
 
 
 @given(spec=cpu_specs)
@@ -354,3 +402,49 @@ def test_correct_gradients_of_the_rejection_case_pass() -> None:
             errors = assert_gradients_match(*emulate(q, k, v, dout, 0.125, mode), q, k, v, dout, 0.125, mode)
             assert all(0 < e.err for e in errors.grads.values())
             assert all(e.ratio <= 2 for e in errors.grads.values())
+
+
+# ---- window and softcap: the criterion rejects their typical bugs ------------------------------------
+
+
+def _windowed(q, k, v, dout, mode, window, softcap=0.0, **kw):
+    visible = causal_mask(q.shape[1], k.shape[1], mode, "cpu", window)
+    return flash_backward_emulation(q, k, v, dout, 0.125, visible, softcap=softcap, **kw)
+
+
+WINDOW_BUGS = {
+    # name: (the call's window, softcap, what the wrong backward computes)
+    "left-edge-off-by-one": ((8, -1), 0.0, lambda *a: _windowed(*a, (9, -1))),
+    "right-edge-off-by-one": ((8, 3), 0.0, lambda *a: _windowed(*a, (8, 4))),
+    "window-ignored": ((8, 0), 0.0, lambda *a: _windowed(*a, (-1, 0))),
+    "dkdv-window-ignored": ((8, 0), 0.0, lambda *a: _windowed(*a, (8, 0))[:1] + _windowed(*a, (-1, 0))[1:]),
+    "softcap-derivative-missing": ((-1, -1), 5.0, lambda *a: _windowed(*a, (-1, -1), 5.0, softcap_derivative=False)),
+    "softcap-ignored": ((-1, -1), 5.0, lambda *a: _windowed(*a, (-1, -1))),
+    "softcap-wrong": ((16, -1), 5.0, lambda *a: _windowed(*a, (16, -1), 5.5)),
+}
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("bug", list(WINDOW_BUGS))
+def test_rejects_wrong_window_or_softcap_gradients(bug: str, dtype: torch.dtype) -> None:
+    q, k, v, dout = _rejection_case(dtype)
+    q, k = q * 3, k * 3  # logits of a few units: the softcap of 5 bends them
+    window, softcap, wrong = WINDOW_BUGS[bug]
+    right = _windowed(q, k, v, dout, NONE, window, softcap, tanh_rel=2.0**-11)
+    assert_gradients_match(*right, q, k, v, dout, 0.125, NONE, window=window, softcap=softcap)  # the control
+    with pytest.raises(AssertionError, match="exceeds 2 \\*"):
+        assert_gradients_match(*wrong(q, k, v, dout, NONE), q, k, v, dout, 0.125, NONE, window=window, softcap=softcap)
+
+
+def test_rows_that_see_no_key_anywhere_get_zero_dq() -> None:
+    """With a window, rows that see no key are not a prefix (top-left (0, 0) with Sq > Sk: the last
+    rows): the criterion checks them wherever they are."""
+    q, k, v, dout = _rejection_case(F16)
+    window = (0, 0)
+    grads = _windowed(q, k, v, dout, TOP_LEFT, window)
+    errors = assert_gradients_match(*grads, q, k, v, dout, 0.125, TOP_LEFT, window=window)
+    assert errors.empty_rows == 2 * 4 * (48 - 40)
+    dq = grads[0].clone()
+    dq[:, -1] = 1e-3
+    with pytest.raises(AssertionError, match="query rows that see no key are not 0"):
+        assert_gradients_match(dq, *grads[1:], q, k, v, dout, 0.125, TOP_LEFT, window=window)

@@ -292,6 +292,31 @@ def test_unbounded_windows_and_the_causal_window(cpu_ops: list, left, right, is_
     torch.testing.assert_close(out, flashattn.attention_reference(q, k, v, 1 / math.sqrt(8), mode)[0])
 
 
+@pytest.mark.parametrize(("left", "right", "is_causal", "window"), [
+    (3, None, False, (3, -1)), (2, 1, False, (2, 1)), (None, 2, False, (-1, 2)), (-7, 0, False, (-1, 0)),
+    (2, 5, True, (2, 0)),  # is_causal: the right edge on the diagonal, window_size_right ignored
+    (0, 0, False, (0, 0)),  # each query sees one key (rows before the diagonal none)
+])
+def test_sliding_windows_forward_and_backward(cpu_ops: list, left, right, is_causal: bool, window) -> None:
+    """Sliding windows reach the kernels with torch's FlashAttention-2 semantics (bottom-right,
+    negative = unbounded), forward and backward, against the float64 reference."""
+    q, k, v = randn(2, 5, 2, 8), randn(2, 9, 1, 8, seed=1), randn(2, 9, 1, 8, seed=2)
+    out, lse, rng_state, unused, _ = torch.ops.aten._flash_attention_forward(
+        q, k, v, None, None, 5, 9, 0.0, is_causal, False, window_size_left=left, window_size_right=right
+    )
+    mode = BOTTOM_RIGHT if is_causal else NONE
+    ref, ref_lse = flashattn.attention_reference(q, k, v, 1 / math.sqrt(8), mode, window)
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(lse, ref_lse.float())
+    dout = randn(*out.shape, seed=3)
+    grads = torch.ops.aten._flash_attention_backward(
+        dout, q, k, v, out, lse, None, None, 5, 9, 0.0, is_causal, rng_state, unused,
+        window_size_left=left, window_size_right=right,
+    )
+    for g, r in zip(grads, torch.autograd.grad(ref, (q, k, v), dout)):
+        torch.testing.assert_close(g, r)
+
+
 @pytest.mark.skipif(not hasattr(torch.ops.aten, "_flash_attention_forward_no_dropout_inplace"), reason="torch < 2.13")
 def test_inplace_forward_writes_out(cpu_ops: list) -> None:
     q, k, v = (randn(1, 6, 2, 8, seed=s).detach() for s in range(3))
@@ -427,9 +452,6 @@ def fa_forward(**kwargs):
         ({"return_debug_mask": True}, "return_debug_mask must be False"),
         ({"cum_seq_q": torch.zeros(2, dtype=torch.int32)}, r"variable-length batches \(cum_seq_q given\).*no varlen kernels"),
         ({"cum_seq_k": torch.zeros(2, dtype=torch.int32)}, r"cum_seq_k given"),
-        ({"window_size_left": 4}, r"window_size_left and window_size_right must be None or -1.*window_size_left=4"),
-        ({"window_size_right": 3}, r"sliding-window.*window_size_right=3"),
-        ({"window_size_left": 4, "window_size_right": 0}, "sliding-window"),
         ({"alibi_slopes": torch.zeros(2)}, "alibi_slopes must be None"),
         ({"seqused_k": torch.zeros(1, dtype=torch.int32)}, "seqused_k must be None"),
         ({"block_table": torch.zeros(1, 1, dtype=torch.int32)}, "block_table must be None"),
@@ -495,8 +517,6 @@ def test_flash_attention_backward_refuses(monkeypatch: pytest.MonkeyPatch) -> No
         torch_impl.flash_attention_backward(q, q, q, q, q, lse, None, None, 8, 8, 0.1, False, state, state)
     with pytest.raises(NotImplementedError, match="cum_seq_q given"):
         torch_impl.flash_attention_backward(q, q, q, q, q, lse, torch.zeros(2, dtype=torch.int32), None, 8, 8, 0.0, False, state, state)
-    with pytest.raises(NotImplementedError, match="sliding-window"):
-        torch_impl.flash_attention_backward(q, q, q, q, q, lse, None, None, 8, 8, 0.0, False, state, state, window_size_left=4)
 
 
 def test_backward_checks_logsumexp(monkeypatch: pytest.MonkeyPatch) -> None:

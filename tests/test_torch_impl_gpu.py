@@ -197,24 +197,35 @@ def test_causal_lower_right_bias_is_bottom_right(activated: None, kernel_calls: 
     assert_same_bits(got.transpose(1, 2), want, "causal_lower_right via SDPA vs flash_attn_func(causal=True)")
 
 
+@pytest.mark.parametrize("window", [(None, None), (16, 8), (-1, 0), (20, None)], ids=["unbounded", "16-8", "causal-window", "left-20"])
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 def test_flash_attention_forward_op_is_flash_attn_func(
-    activated: None, deterministic: None, is_causal: bool, device: torch.device
+    activated: None, deterministic: None, is_causal: bool, window: tuple, device: torch.device
 ) -> None:
-    """aten::_flash_attention_forward ([B, S, H, D], is_causal bottom-right) and its backward: the
-    bits of flash_attn_func (deterministic mode for the gradients), and the gradient criterion."""
+    """aten::_flash_attention_forward ([B, S, H, D], is_causal bottom-right, sliding windows as
+    torch's FlashAttention-2 reads them) and its backward: the bits of flash_attn_func with the
+    same window_size (deterministic mode for the gradients), and the gradient criterion."""
     q, k, v = (t.transpose(1, 2) for t in make_qkv(2, 8, 2, 90, 61, 128, torch.bfloat16, "bshd", device, seed=6))
-    out, lse, rng_state, unused, debug = torch.ops.aten._flash_attention_forward(q, k, v, None, None, 90, 61, 0.0, is_causal, False)
-    want, want_lse = flashattn.flash_attn_func(q, k, v, causal=is_causal, return_lse=True)
+    left, right = window
+    causal = is_causal or (left in (None, -1) and right == 0)  # (-1, 0) is torch's causal window
+    ours = (-1 if left is None else left, 0 if causal else (-1 if right is None else right))
+    out, lse, rng_state, unused, debug = torch.ops.aten._flash_attention_forward(
+        q, k, v, None, None, 90, 61, 0.0, is_causal, False, window_size_left=left, window_size_right=right
+    )
+    want, want_lse = flashattn.flash_attn_func(q, k, v, causal=causal, window_size=ours, return_lse=True)
     assert_same_bits(out, want, "out")
     assert_same_bits(lse, want_lse, "lse")
     assert (rng_state.shape, rng_state.dtype, unused.shape, unused.dtype, debug.numel()) == ((2,), torch.uint64, (), torch.uint64, 0)
     assert rng_state.device == q.device
     dout = torch.randn_like(out)
-    grads = torch.ops.aten._flash_attention_backward(dout, q, k, v, out, lse, None, None, 90, 61, 0.0, is_causal, rng_state, unused)
+    grads = torch.ops.aten._flash_attention_backward(
+        dout, q, k, v, out, lse, None, None, 90, 61, 0.0, is_causal, rng_state, unused,
+        window_size_left=left, window_size_right=right,
+    )
     ref = torch.autograd.grad(want, (q, k, v), dout)
-    mode = BOTTOM_RIGHT if is_causal else NONE
-    assert_gradients_match(*grads, q.detach(), k.detach(), v.detach(), dout, None, mode, context="aten::_flash_attention_backward")
+    mode = BOTTOM_RIGHT if causal else NONE
+    assert_gradients_match(*grads, q.detach(), k.detach(), v.detach(), dout, None, mode, window=ours,
+                           context="aten::_flash_attention_backward")
     for name, g, r in zip(("dq", "dk", "dv"), grads, ref):
         assert_same_bits(g, r, f"{name}: aten::_flash_attention_backward vs flash_attn_func's backward")
 
@@ -260,8 +271,6 @@ def test_unsupported_arguments_raise(activated: None, device: torch.device) -> N
     cu = torch.tensor([0, 64], dtype=torch.int32, device=device)
     with pytest.raises(RuntimeError, match="no varlen kernels"):
         torch.ops.aten._flash_attention_forward(qb[0], kb[0], vb[0], cu, cu, 64, 64, 0.0, False, False)
-    with pytest.raises(RuntimeError, match="sliding-window"):
-        torch.ops.aten._flash_attention_forward(qb, kb, vb, None, None, 64, 64, 0.0, False, False, window_size_left=16)
     with pytest.raises((TypeError, RuntimeError), match=r"float16 or torch\.bfloat16, got torch\.float32"):
         torch.ops.aten._scaled_dot_product_flash_attention(q.float(), k.float(), v.float())
 

@@ -8,7 +8,7 @@
     backend in float64 with an explicit mask, autograd through a plain implementation for the
     softcap's gradient);
   * the op schemas, the fake kernels and the autograd glue carry window_left / window_right /
-    softcap through, and a backward through them raises NotImplementedError (CPU stand-in kernels).
+    softcap through to the backward op (CPU stand-in kernels).
 Validation of the public arguments is in tests/test_validation.py and tests/test_kvcache.py.
 """
 
@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 import flashattn
 import strategies as fst
 from flashattn.reference import visible_keys
+from numerics import emulated_tanh
 from repo_modules import run_cpp_probe
 from standin_kernels import allow_cpu_entry_points, cpu_standin_kernels
 
@@ -71,6 +72,12 @@ int main() {
                       }
                     const bool walked = n >= b.n_begin && n < b.n_end;
                     if (any && !walked) { ++errors; std::printf("ERR missed block %d %d %d %d %d bm%d bn%d m0 %d n %d\n", sq, sk, mode, left, right, bm, bn, m0, n); }
+                    // The backward walks (n, m) iff a row of m sees a key of n, and its dQ tickets
+                    // count the forward's walk of m: both must be exactly that relation.
+                    const QueryBlocks qb = query_blocks(w, n * bn, (n + 1) * bn < sk ? (n + 1) * bn : sk, sq, bm);
+                    const bool back = m0 / bm >= qb.m_begin && m0 / bm < qb.m_end;
+                    if (back != any) { ++errors; std::printf("ERR backward query blocks %d %d %d %d %d bm%d bn%d m0 %d n %d\n", sq, sk, mode, left, right, bm, bn, m0, n); }
+                    if (walked != any) { ++errors; std::printf("ERR forward walk not exact %d %d %d %d %d bm%d bn%d m0 %d n %d\n", sq, sk, mode, left, right, bm, bn, m0, n); }
                     if (walked && !b.masked(n) && !all) { ++errors; std::printf("ERR unmasked block not whole %d %d %d %d %d bm%d bn%d m0 %d n %d\n", sq, sk, mode, left, right, bm, bn, m0, n); }
                   }
                   if (b.count() > 0 && (b.full_begin < b.n_begin || b.full_end > b.n_end || b.full_begin > b.full_end)) ++errors;
@@ -121,7 +128,10 @@ def _ranges_to_mask(ranges: list[str], sk: int) -> torch.Tensor:
 def test_block_classification_matches_the_element_mask(probe: list[str]) -> None:
     """Every key block with a visible key is walked, and every block walked without a mask is
     visible whole to every row of its tile (query tiles of 16/64/128 rows, key blocks of
-    16..176 keys, windows from 0 to far beyond the sequences, all causal modes)."""
+    16..176 keys, windows from 0 to far beyond the sequences, all causal modes). The backward's
+    side (query_blocks: the query blocks a key block walks) and the forward's walk are both
+    exactly the tiles with a visible element, which the deterministic backward's dQ tickets
+    (counted from the forward walk's first key block) rely on not to hang."""
     errors = [line for line in probe if line.startswith("ERR")]
     assert not errors, "\n".join(errors[:20])
     checked = [line for line in probe if line.startswith("checked")]
@@ -280,21 +290,23 @@ def test_fake_kernels_accept_window_and_softcap() -> None:
 
 
 @pytest.mark.parametrize(("window", "softcap"), [((4, 0), 0.0), ((-1, -1), 20.0), ((2, 3), 7.5)])
-def test_backward_with_window_or_softcap_raises_not_implemented(monkeypatch, window, softcap) -> None:
-    """The forward runs (and matches the reference); the backward gets the forward's window and
-    softcap and refuses them with NotImplementedError before any backward kernel runs (the Python
-    autograd glue refuses; the CUDA binding refuses direct calls of the op with the same message)."""
+def test_backward_with_window_or_softcap_passes_them_to_the_op(monkeypatch, window, softcap) -> None:
+    """The backward op gets the forward's window and softcap (and the stand-in, the float64
+    gradient reference, differentiates them): the gradients through flash_attn_func are the
+    reference's, so nothing on the way drops or reorders them."""
     allow_cpu_entry_points(monkeypatch)
     with cpu_standin_kernels() as calls:
         gen = torch.Generator().manual_seed(0)
         q, k, v = (torch.randn(1, s, 2, 8, generator=gen, dtype=F64).requires_grad_(True) for s in (6, 9, 9))
+        dout = torch.randn(1, 6, 2, 8, generator=gen, dtype=F64)
+        mode = BOTTOM_RIGHT if window[1] == 0 else NONE
         out = flashattn.flash_attn_func(q, k, v, causal=window[1] == 0, window_size=window, softcap=softcap)
-        want, _ = flashattn.attention_reference(q.detach(), k.detach(), v.detach(), None,
-                                                BOTTOM_RIGHT if window[1] == 0 else NONE, window, softcap)
-        torch.testing.assert_close(out.detach(), want)
-        with pytest.raises(NotImplementedError, match="local attention / softcap is not implemented yet"):
-            out.sum().backward()
-        assert not calls, "the backward op ran although the window/softcap backward is refused"
+        out.backward(dout)
+        assert calls[-1].window == window and calls[-1].softcap == softcap
+        want = flashattn.attention_reference_grads(q.detach(), k.detach(), v.detach(), dout, None, mode, window,
+                                                   softcap)
+        for got, ref in zip((q.grad, k.grad, v.grad), want):
+            torch.testing.assert_close(got, ref)
 
 
 def test_backward_without_window_or_softcap_passes_the_defaults(monkeypatch) -> None:
@@ -318,10 +330,7 @@ def _flash_emulation(q, k, v, scale, mode, window, softcap, tanh_rel=0.0, seed=0
     vf = v.float().repeat_interleave(group, dim=2)
     s = torch.einsum("bihd,bjhd->bhij", q.float(), kf) * scale
     if softcap:
-        t = torch.tanh(s / softcap)
-        if tanh_rel:
-            gen = torch.Generator().manual_seed(seed)
-            t = t * (1.0 + tanh_rel * (2.0 * torch.randint(0, 2, t.shape, generator=gen) - 1.0))
+        t = emulated_tanh(s / softcap, tanh_rel, seed)
         s = softcap * t
     visible = visible_keys(q.shape[1], k.shape[1], mode, window)
     if visible is not None:

@@ -3,7 +3,8 @@ path the `backend` fixture names (portable, and the Hopper path on an H100): aga
 reference by the suite's one criterion (tests/numerics.py, with its documented softcap baseline
 and tanh allowance), over Hypothesis-drawn problems and explicit edge cases; outputs allocated
 from NaN-poisoned memory. Also: windows that reach no row change nothing (bitwise), and the
-backward through a window or softcap raises NotImplementedError naming it.
+backward through a window or softcap, after a forward on either path, meets the gradient
+criterion (the backward's own coverage is in tests/test_backward_gpu.py).
 
 The decode path's window/softcap tests are in tests/test_kvcache.py."""
 
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 import flashattn
 import strategies as fst
 from gpu_helpers import poison_cuda_allocator
-from numerics import assert_attention_matches
+from numerics import assert_attention_matches, assert_gradients_match
 from strategies import AttentionSpec, Layout, attention_specs
 
 pytestmark = pytest.mark.gpu
@@ -130,17 +131,21 @@ def test_softcap_bounds_the_lse(backend: str, device: torch.device) -> None:
 
 @pytest.mark.parametrize(("window", "softcap"), [((64, 0), 0.0), ((-1, -1), 30.0), ((16, 16), 5.0)],
                          ids=["window", "softcap", "both"])
-def test_backward_with_window_or_softcap_raises_a_clear_error(window, softcap, backend: str, device: torch.device) -> None:
+def test_backward_with_window_or_softcap_matches_reference(window, softcap, backend: str, device: torch.device) -> None:
+    """The forward on the path under test, the portable backward on its out and lse: the backward
+    recomputes the forward's masked, capped probabilities from the saved lse."""
     gen = torch.Generator(device=device).manual_seed(0)
     q, k, v = (torch.randn(1, 200, 2, 64, generator=gen, device=device).to(torch.bfloat16).requires_grad_(True)
                for _ in range(3))
+    dout = torch.randn(1, 200, 2, 64, generator=gen, device=device).to(torch.bfloat16)
+    mode = BOTTOM_RIGHT if window[1] == 0 else NONE
     with flashattn.use_backend(backend):
         out = flashattn.flash_attn_func(q, k, v, causal=window[1] == 0, window_size=window, softcap=softcap)
-    with pytest.raises(NotImplementedError, match="backward of local attention / softcap is not implemented yet"):
-        out.float().sum().backward()
-    # the forward itself was right
-    assert_attention_matches(out.detach(), None, q.detach(), k.detach(), v.detach(), None,
-                             BOTTOM_RIGHT if window[1] == 0 else NONE, window=window, softcap=softcap)
+    out.backward(dout)
+    assert_attention_matches(out.detach(), None, q.detach(), k.detach(), v.detach(), None, mode, window=window,
+                             softcap=softcap)
+    assert_gradients_match(q.grad, k.grad, v.grad, q.detach(), k.detach(), v.detach(), dout, None, mode, window=window,
+                           softcap=softcap, context=f"backend {backend}")
 
 
 def test_backward_through_a_window_no_row_reaches_runs(device: torch.device) -> None:

@@ -146,7 +146,8 @@ def check(kernels: list[dict], configs: dict, archs: list[str]) -> list[str]:
         if sel is None:
             errors.append(f"{arch}: no selection report")
             continue
-        for table, what in (("by_head_dim", "forward"), ("bwd_by_head_dim", "backward")):
+        for table, what in (("by_head_dim", "forward"), ("bwd_by_head_dim", "backward"),
+                            ("bwd_window_by_head_dim", "backward (window/softcap)")):
             if table not in sel:
                 errors.append(f"{arch}: no {what} selection report")
                 continue

@@ -52,6 +52,19 @@ int main() {
                     c->variant == BwdTileVariant::kLarge ? "large" : "compact", c->smem_bytes);
       std::printf(d < 256 ? ", " : "");
     }
+    // Calls with a local window or a softcap (kernels of their own, on the configs picked here).
+    std::printf("}, \"bwd_window_by_head_dim\": {");
+    for (int d = 8; d <= 256; d += 8) {
+      const BwdConfigInfo* c = select_bwd_config(d, archs[a].smem_limit, true);
+      if (c == nullptr)
+        std::printf("\"%d\": null", d);
+      else
+        std::printf("\"%d\": {\"head_dim\": %d, \"variant\": \"%s\", \"smem_bytes\": %d, \"block_m\": %d, "
+                    "\"block_n\": %d, \"warps\": %d, \"stages\": %d}", d, c->head_dim,
+                    c->variant == BwdTileVariant::kLarge ? "large" : "compact", c->smem_bytes, c->block_m, c->block_n,
+                    c->warps, c->stages);
+      std::printf(d < 256 ? ", " : "");
+    }
     std::printf("}}%s\n", a < 3 ? "," : "");
   }
   std::printf("  }\n}\n");

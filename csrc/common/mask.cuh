@@ -86,4 +86,32 @@ FLASHATTN_MASK_HD KeyBlocks key_blocks(const KeyWindow& w, int row_begin, int ro
   return b;
 }
 
+// The backward's view (csrc/flash_bwd/mainloop.cuh): one key block, the query blocks whose rows
+// see one of its keys. Because lo() and hi() are nondecreasing in the row, the rows that see a key
+// of [col_begin, col_end) are those with hi(i) > col_begin (a suffix) and lo(i) < col_end (a
+// prefix): one contiguous range, found from the two shifts without walking rows. m-block m is in
+// [m_begin, m_end) iff n-block n is in key_blocks(rows of m).[n_begin, n_end) (tests/test_window_cpu.py
+// checks both directions), which the deterministic backward's dQ tickets rely on.
+struct QueryBlocks {
+  int m_begin, m_end;  // m_end == m_begin: no row sees any key of the block
+};
+
+// col_begin < col_end <= seqlen_k (the key block's real keys), seqlen_q >= 1.
+FLASHATTN_MASK_HD QueryBlocks query_blocks(const KeyWindow& w, int col_begin, int col_end, int seqlen_q, int block_m) {
+  // hi(i) > col_begin <=> i + hi_shift > col_begin (col_begin < seqlen_k, so hi's clamps agree);
+  // lo(i) < col_end <=> i + lo_shift < col_end (0 < col_end <= seqlen_k, likewise).
+  int row_begin = w.has_hi ? col_begin + 1 - w.hi_shift : 0;
+  int row_end = w.has_lo ? col_end - w.lo_shift : seqlen_q;
+  row_begin = row_begin < 0 ? 0 : row_begin;
+  row_end = row_end > seqlen_q ? seqlen_q : row_end;
+  QueryBlocks b;
+  if (row_begin >= row_end) {
+    b.m_begin = b.m_end = 0;
+    return b;
+  }
+  b.m_begin = row_begin / block_m;
+  b.m_end = (row_end + block_m - 1) / block_m;
+  return b;
+}
+
 }  // namespace flashattn

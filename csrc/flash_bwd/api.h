@@ -7,10 +7,11 @@
 
 namespace flashattn {
 
-// Block M (query rows per main-loop step) of the config flash_bwd runs for this head dim on this
-// device, or 0 when no config fits: the caller sizes the deterministic mode's ticket array
-// [B, Hq, ceil(Sq / block M)] with it.
-int flash_bwd_block_m(int head_dim, const DeviceLimits& dev);
+// Block M (query rows per main-loop step) of the config flash_bwd runs for p (its head dim, and
+// whether it has a window or softcap: set p's mask and softcap first) on this device, or 0 when no
+// config fits: the caller sizes the deterministic mode's ticket array [B, Hq, ceil(Sq / block M)]
+// with it.
+int flash_bwd_block_m(const BwdParams& p, const DeviceLimits& dev);
 
 // Runs the portable backward pass (preprocess, main kernel, dQ conversion) with the tile config
 // that fits `dev`. p.dq_accum (and p.dq_semaphore when set) must be zeroed; p.dpsum is written.

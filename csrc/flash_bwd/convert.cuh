@@ -3,6 +3,8 @@
 // One thread per 8 consecutive elements of a row (one 16-byte store).
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
 
 #include "../flash_fwd/ptx.cuh"
@@ -33,6 +35,18 @@ __global__ void __launch_bounds__(kBwdConvertThreads) flash_bwd_convert_dq_kerne
   out.w = pack2<Element>(hi.z * s, hi.w * s);
   Element* dst = static_cast<Element*>(p.dq) + b * p.dq_batch_stride + i * p.dq_row_stride + h * p.dq_head_stride + c * 8;
   *reinterpret_cast<uint4*>(dst) = out;
+}
+
+// Launches the conversion of every dq_accum row of `p` (nothing when there is none). Shared by
+// both backward paths.
+template <typename Element>
+cudaError_t launch_bwd_convert_dq(const BwdParams& p, cudaStream_t stream) {
+  const long long chunks = static_cast<long long>(p.batch) * p.heads_q * p.seqlen_q * (p.head_dim / 8);
+  if (chunks <= 0) return cudaSuccess;
+  const long long grid = (chunks + kBwdConvertThreads - 1) / kBwdConvertThreads;
+  if (grid > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  flash_bwd_convert_dq_kernel<Element><<<static_cast<unsigned>(grid), kBwdConvertThreads, 0, stream>>>(p);
+  return cudaGetLastError();
 }
 
 }  // namespace flashattn

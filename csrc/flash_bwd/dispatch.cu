@@ -32,13 +32,13 @@ constexpr BwdLauncher kLaunchers[] = {
 
 }  // namespace
 
-int flash_bwd_block_m(int head_dim, const DeviceLimits& dev) {
-  const BwdConfigInfo* config = select_bwd_config(head_dim, dev.max_smem_per_block);
+int flash_bwd_block_m(const BwdParams& p, const DeviceLimits& dev) {
+  const BwdConfigInfo* config = select_bwd_config(p.head_dim, dev.max_smem_per_block, bwd_needs_window_kernel(p));
   return config == nullptr ? 0 : config->block_m;
 }
 
 cudaError_t flash_bwd(const BwdParams& p, const DeviceLimits& dev, cudaStream_t stream) {
-  const BwdConfigInfo* config = select_bwd_config(p.head_dim, dev.max_smem_per_block);
+  const BwdConfigInfo* config = select_bwd_config(p.head_dim, dev.max_smem_per_block, bwd_needs_window_kernel(p));
   if (config == nullptr) return cudaErrorInvalidValue;
   for (const BwdLauncher& l : kLaunchers)
     if (l.dtype == p.dtype && l.head_dim == config->head_dim && l.variant == config->variant) return l.launch(p, stream);

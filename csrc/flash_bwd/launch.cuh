@@ -7,44 +7,40 @@
 #include "mainloop.cuh"
 #include "params.h"
 #include "preprocess.cuh"
+#include "registry.h"
 #include "traits.h"
 
 namespace flashattn {
 
 template <typename Traits, typename Element>
 cudaError_t run_bwd(const BwdParams& p, cudaStream_t stream) {
-  const long long rows = static_cast<long long>(p.batch) * p.heads_q * p.seqlen_q;
-  if (rows > 0) {
-    const long long grid = (rows + kBwdPreprocessWarps - 1) / kBwdPreprocessWarps;
-    if (grid > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    flash_bwd_preprocess_kernel<Element><<<static_cast<unsigned>(grid), kBwdPreprocessWarps * 32, 0, stream>>>(p);
-    const cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) return err;
-  }
+  cudaError_t err = launch_bwd_preprocess<Element>(p, stream);
+  if (err != cudaSuccess) return err;
 
-  auto kernel = flash_bwd_kernel<Traits, Element>;
-  constexpr int kSmem = Traits::kSmemBytes;
-  if constexpr (kSmem > 48 * 1024) {
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    if (err != cudaSuccess) return err;
-  }
   const int num_n_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   const long long grid = static_cast<long long>(num_n_blocks) * p.batch * p.heads_kv;
   if (grid > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-  if (grid > 0) {
-    kernel<<<static_cast<unsigned>(grid), Traits::kNThreads, kSmem, stream>>>(p, num_n_blocks);
-    const cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) return err;
-  }
-
-  if (rows > 0) {
-    const long long chunks = rows * (p.head_dim / 8);
-    const long long cgrid = (chunks + kBwdConvertThreads - 1) / kBwdConvertThreads;
-    if (cgrid > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    flash_bwd_convert_dq_kernel<Element><<<static_cast<unsigned>(cgrid), kBwdConvertThreads, 0, stream>>>(p);
+  auto launch = [&](auto kernel) {
+    constexpr int kSmem = Traits::kSmemBytes;
+    if constexpr (kSmem > 48 * 1024) {
+      const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      if (e != cudaSuccess) return e;
+    }
+    if (grid > 0) kernel<<<static_cast<unsigned>(grid), Traits::kNThreads, kSmem, stream>>>(p, num_n_blocks);
     return cudaGetLastError();
+  };
+  if (bwd_needs_window_kernel(p)) {
+    // Only the configs dispatch.cu picks for such calls carry the window/softcap kernels.
+    if constexpr (bwd_has_window_kernels<Traits>())
+      err = p.softcap > 0.f ? launch(flash_bwd_kernel<Traits, Element, true, true>)
+                            : launch(flash_bwd_kernel<Traits, Element, true, false>);
+    else
+      err = cudaErrorInvalidValue;
+  } else {
+    err = launch(flash_bwd_kernel<Traits, Element, false, false>);
   }
-  return cudaSuccess;
+  if (err != cudaSuccess) return err;
+  return launch_bwd_convert_dq<Element>(p, stream);
 }
 
 }  // namespace flashattn

@@ -6,6 +6,7 @@
 // Per step (one query block of one head), with P = exp2(S * scale_log2 - lse_log2):
 //   wait for Q, dO, lse, dpsum of this step -> barrier -> start loading the next step's
 //   A: S^T = K Q^T, dP^T = V dO^T; P^T and dS^T = P^T * (dP^T - dpsum) to shared memory
+//      (with a softcap, P from the capped scores and dS^T times tanh's derivative: see phase A)
 //   barrier
 //   B: dV += P^T dO, dK += dS^T Q
 //   C: dQ_partial = dS K, added into the float32 dq_accum (atomics; in deterministic mode after
@@ -15,12 +16,18 @@
 // reuses. The second publishes P^T and dS^T.
 //
 // softmax_scale is applied once at the end: dK in the epilogue below, dQ in convert.cuh.
+//
+// Masking (causal, local window) is the forward's rule, csrc/common/mask.cuh: a key block walks
+// only the query blocks that see one of its keys (query_blocks: bounded on both sides, so the cost
+// follows the window), and applies the per-element mask only on the steps where the forward would
+// (key_blocks(...).masked(): tiles straddling the diagonal, a window edge, Sk or Sq).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
 
+#include "../common/mask.cuh"
 #include "../common/softmax_math.cuh"
 #include "../flash_fwd/gmem_tile.cuh"
 #include "../flash_fwd/ptx.cuh"
@@ -76,7 +83,13 @@ __device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v));
 }
 
-template <typename Traits, typename Element>
+// kWindow: the general mask of csrc/common/mask.cuh (local windows; causal masking too); without
+// it, causal masking alone, as before windows existed. kSoftcap (implies kWindow at launch): the
+// capped scores and tanh's derivative. Kernels of their own rather than runtime switches: the
+// extra live values spilled the tiles at the register limit (the large D = 64 and 128 tiles), so
+// the launcher runs window/softcap calls on the configs with headroom (dispatch.cu) and the
+// kernels without them stay exactly as tight as before.
+template <typename Traits, typename Element, bool kWindow, bool kSoftcap>
 __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __grid_constant__ BwdParams p,
                                                                       const int num_n_blocks) {
   constexpr int kBlockM = Traits::kBlockM;
@@ -104,11 +117,20 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
   const int group = p.heads_q / p.heads_kv;
   const int n0 = n_block * kBlockN;
 
-  // Query blocks that see a key of this block: rows i with i + causal_offset >= n0.
-  int m_begin = 0;
-  if (p.causal) m_begin = max(0, n0 - p.causal_offset) / kBlockM;
-  const int m_end = (p.seqlen_q + kBlockM - 1) / kBlockM;
-  const int m_steps = max(0, m_end - m_begin);
+  // Query blocks with a row that sees a key of this block (none for a block no row reaches):
+  // under causal masking alone, rows i with i + causal_offset >= n0; with a window, bounded on
+  // both sides.
+  int m_begin, m_steps;
+  if constexpr (kWindow) {
+    const QueryBlocks qblocks =
+        query_blocks(make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right), n0,
+                     min(n0 + kBlockN, p.seqlen_k), p.seqlen_q, kBlockM);
+    m_begin = qblocks.m_begin;
+    m_steps = qblocks.m_end - qblocks.m_begin;
+  } else {
+    m_begin = p.causal ? max(0, n0 - p.causal_offset) / kBlockM : 0;
+    m_steps = max(0, (p.seqlen_q + kBlockM - 1) / kBlockM - m_begin);
+  }
   const int steps = m_steps * group;
 
   const int warp = threadIdx.x / 32;
@@ -254,6 +276,13 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
 
     // P^T = exp2(S^T * scale_log2 - lse * log2(e)); a row that sees no key has lse = -inf and
     // must get P = 0, so its lse is taken as +inf (exp2(s - inf) = 0) rather than -inf (NaN).
+    //
+    // Softcap c: the forward's score is y = c * tanh(x / c) with x = s * softmax_scale, in log2
+    // units tanh(s * softcap_scale) * softcap_log2, with the same tanh_approx, so that P matches
+    // the saved lse. With dS_y = P * (dP - dpsum) the softmax's gradient w.r.t. y (dpsum = rowsum
+    // dO * O is unchanged: it is sum_j P_j dP_j either way), the chain rule through
+    // dy/ds = softmax_scale * (1 - tanh^2(x / c)) gives dL/ds = dS_y * (1 - t^2) * softmax_scale;
+    // dS^T holds dS_y * (1 - t^2) and softmax_scale is applied at the end as without a softcap.
     const float* lse_s = sLse + stage * kBlockM + a_col0 + (lane % 4) * 2;
     const float* dpsum_s = sDpsum + stage * kBlockM + a_col0 + (lane % 4) * 2;
 #pragma unroll
@@ -268,14 +297,31 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int e = r * 2 + c;
-            float pv = ex2(s[mt][nt][e] * p.scale_log2 - lse2);
+            float pv, dcap = 1.f;
+            if constexpr (kSoftcap) {
+              const float t = tanh_approx(s[mt][nt][e] * p.softcap_scale);
+              pv = ex2(t * p.softcap_log2 - lse2);
+              dcap = 1.f - t * t;
+            } else {
+              pv = ex2(s[mt][nt][e] * p.scale_log2 - lse2);
+            }
             if constexpr (kMasked) {
               const int key = n0 + a_row0 + mt * 16 + lane / 4 + r * 8;
               const int query = m0 + a_col0 + nt * 8 + (lane % 4) * 2 + c;
-              if (key >= p.seqlen_k || query >= p.seqlen_q || (p.causal && key > query + p.causal_offset)) pv = 0.f;
+              if constexpr (kWindow) {
+                // The forward's rule per element (mask.cuh; visible() implies key < seqlen_k);
+                // rows past Sq have lse and dpsum zero-filled, not -inf, so they are masked too.
+                const KeyWindow window = make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right);
+                if (query >= p.seqlen_q || !window.visible(query, key)) pv = 0.f;
+              } else {
+                if (key >= p.seqlen_k || query >= p.seqlen_q || (p.causal && key > query + p.causal_offset)) pv = 0.f;
+              }
             }
             s[mt][nt][e] = pv;
-            dp[mt][nt][e] = pv * (dp[mt][nt][e] - dpsum);
+            if constexpr (kSoftcap)
+              dp[mt][nt][e] = pv * (dp[mt][nt][e] - dpsum) * dcap;
+            else
+              dp[mt][nt][e] = pv * (dp[mt][nt][e] - dpsum);
           }
       }
 #pragma unroll
@@ -331,12 +377,19 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
     constexpr int kCNTiles = Traits::kCNTiles;
     int* ticket = nullptr;
     if (p.dq_semaphore != nullptr) {
-      // Wait until key blocks 0..n_block-1 have added their share of this query block: every one
-      // of them sees it (m_begin grows with n_block), so the count reaches exactly n_block.
+      // Wait until the key blocks before this one that see this query block have added their
+      // share. Those are exactly key_blocks(its rows).[n_begin, n_end), the forward's walk, a
+      // contiguous range that starts at 0 only without a left window edge (mask.cuh: the same
+      // relation as query_blocks), so the count reaches n_block - n_begin.
       ticket = p.dq_semaphore + (static_cast<int64_t>(batch) * p.heads_q + hq) * ((p.seqlen_q + kBlockM - 1) / kBlockM) +
                m_block;
       if (threadIdx.x == 0) {
-        while (*reinterpret_cast<volatile int*>(ticket) != n_block) {
+        int first = 0;  // causal masking alone: every key block from 0 on sees the query block
+        if constexpr (kWindow)
+          first = key_blocks(make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right), m0,
+                             min(m0 + kBlockM, p.seqlen_q), kBlockN)
+                      .n_begin;
+        while (*reinterpret_cast<volatile int*>(ticket) != n_block - first) {
         }
         __threadfence();
       }
@@ -417,13 +470,19 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
     }
   };
 
-  // Under causal masking the first query blocks straddle the diagonal; later ones see every key
-  // of the block. The tail blocks of Sq and Sk are masked too.
+  // Masked steps: the query blocks at the window's edges (the diagonal under causal masking),
+  // the tail blocks of Sq and Sk; the forward's classification of the same (m, n) tile, so both
+  // directions agree on which tiles need the per-element mask.
   const bool keys_partial = n0 + kBlockN > p.seqlen_k;
   for (int t = 0; t < steps; ++t) {
     const int m0 = (m_begin + t % m_steps) * kBlockM;
-    const bool masked = keys_partial || m0 + kBlockM > p.seqlen_q ||
-                        (p.causal && n0 + kBlockN - 1 > m0 + p.causal_offset);
+    bool masked = keys_partial || m0 + kBlockM > p.seqlen_q;
+    if constexpr (kWindow)
+      masked = masked || key_blocks(make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right), m0,
+                                    m0 + kBlockM, kBlockN)
+                             .masked(n_block);
+    else
+      masked = masked || (p.causal && n0 + kBlockN - 1 > m0 + p.causal_offset);
     if (masked)
       step(t, std::true_type{});
     else

@@ -9,6 +9,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
 #include <type_traits>
 
@@ -59,6 +61,18 @@ __global__ void __launch_bounds__(kBwdPreprocessWarps * 32) flash_bwd_preprocess
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
   if (lane == 0) p.dpsum[(static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + i] = acc;
+}
+
+// Launches the preprocess for every query row of `p` (nothing when there is none). Shared by both
+// backward paths (csrc/flash_bwd/launch.cuh, csrc/flash_bwd_sm90/launch.cuh).
+template <typename Element>
+cudaError_t launch_bwd_preprocess(const BwdParams& p, cudaStream_t stream) {
+  const long long rows = static_cast<long long>(p.batch) * p.heads_q * p.seqlen_q;
+  if (rows <= 0) return cudaSuccess;
+  const long long grid = (rows + kBwdPreprocessWarps - 1) / kBwdPreprocessWarps;
+  if (grid > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  flash_bwd_preprocess_kernel<Element><<<static_cast<unsigned>(grid), kBwdPreprocessWarps * 32, 0, stream>>>(p);
+  return cudaGetLastError();
 }
 
 }  // namespace flashattn

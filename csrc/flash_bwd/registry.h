@@ -5,6 +5,7 @@
 
 #include <initializer_list>
 
+#include "../flash_fwd/params.h"
 #include "traits.h"
 
 namespace flashattn {
@@ -37,14 +38,34 @@ constexpr const BwdConfigInfo* find_bwd_config(int head_dim, BwdTileVariant vari
 }
 
 // kLarge when its shared memory fits the device's per-block limit, else kCompact; nullptr when
-// neither fits (or the head dim is out of range).
-constexpr const BwdConfigInfo* select_bwd_config(int head_dim, int max_smem_per_block) {
+// neither fits (or the head dim is out of range). With `window` (a local window or a softcap:
+// bwd_needs_window_kernel), kCompact first: the large tiles of D = 64 and 128 sit at the register
+// limit, where the general mask and the softcap spill, so only the configs picked here carry those
+// kernels (bwd_has_window_kernels).
+constexpr const BwdConfigInfo* select_bwd_config(int head_dim, int max_smem_per_block, bool window = false) {
   const int d = round_up_bwd_head_dim(head_dim);
-  for (BwdTileVariant v : {BwdTileVariant::kLarge, BwdTileVariant::kCompact}) {
+  const BwdTileVariant large_first[] = {BwdTileVariant::kLarge, BwdTileVariant::kCompact};
+  const BwdTileVariant compact_first[] = {BwdTileVariant::kCompact, BwdTileVariant::kLarge};
+  for (BwdTileVariant v : window ? compact_first : large_first) {
     const BwdConfigInfo* c = find_bwd_config(d, v);
     if (c != nullptr && c->smem_bytes <= max_smem_per_block) return c;
   }
   return nullptr;
+}
+
+// Whether the call needs the window/softcap kernels: a local window beyond causal masking, or a
+// softcap (FwdParams::set_mask / set_softcap filled them).
+inline bool bwd_needs_window_kernel(const FwdParams& p) { return p.has_window() || p.softcap > 0.f; }
+
+// Whether the config with these traits is one select_bwd_config(.., window = true) can pick: a
+// kCompact one, or the only config of its head dim.
+template <typename Traits>
+constexpr bool bwd_has_window_kernels() {
+  const BwdConfigInfo* compact = find_bwd_config(Traits::kHeadDim, BwdTileVariant::kCompact);
+  if (compact == nullptr) return true;
+  return compact->block_n == Traits::kBlockN && compact->block_m == Traits::kBlockM &&
+         compact->warps == Traits::kNWarps && compact->stages == Traits::kStages &&
+         compact->smem_bytes == Traits::kSmemBytes;
 }
 
 }  // namespace flashattn

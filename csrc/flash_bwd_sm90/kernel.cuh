@@ -1,4 +1,4 @@
-// The Hopper backward kernel (lab prototype): 2 warpgroups, wgmma, cp.async loads. See traits.h
+// The Hopper backward kernel: 2 warpgroups, wgmma, cp.async loads. See traits.h
 // (tiles, shared memory) and mainloop.cuh (the step).
 //
 // Only the compute_90a device pass compiles the real body (FLASHATTN_SM90A_ENABLED); every other

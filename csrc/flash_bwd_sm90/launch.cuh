@@ -1,7 +1,7 @@
-// Launcher of the Hopper backward (lab prototype): the portable backward's preprocess (dpsum) and
-// convert (dQ) kernels around the sm_90a main kernel, in stream order, on the same BwdParams, so
-// it can later sit behind the existing backward op. The caller zeroes dq_accum first, as for
-// run_bwd. No deterministic mode (p.dq_semaphore must be null).
+// Launcher of the Hopper backward: the portable backward's preprocess (dpsum) and convert (dQ)
+// kernels around the sm_90a main kernel, in stream order, on the same BwdParams. The caller
+// zeroes dq_accum (and dq_semaphore, sized with kBlockM = 64 query rows, when set) first, as for
+// the portable run_bwd.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,40 +17,35 @@ namespace sm90 {
 
 template <typename Traits, typename Element>
 cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
-  if (p.dq_semaphore != nullptr) return cudaErrorNotSupported;
   if (p.head_dim > Traits::kHeadDim || p.head_dim % 8 != 0) return cudaErrorInvalidValue;
-  const long long rows = static_cast<long long>(p.batch) * p.heads_q * p.seqlen_q;
-  if (rows > 0) {
-    const long long grid = (rows + kBwdPreprocessWarps - 1) / kBwdPreprocessWarps;
-    if (grid > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    flash_bwd_preprocess_kernel<Element><<<static_cast<unsigned>(grid), kBwdPreprocessWarps * 32, 0, stream>>>(p);
-    const cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) return err;
-  }
+  cudaError_t err = launch_bwd_preprocess<Element>(p, stream);
+  if (err != cudaSuccess) return err;
 
   auto kernel = flash_bwd_sm90_kernel<Traits, Element>;
   constexpr int kSmem = Traits::kSmemBytes;
-  {
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    if (err != cudaSuccess) return err;
-  }
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (err != cudaSuccess) return err;
   const int num_n_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   const long long grid = static_cast<long long>(num_n_blocks) * p.batch * p.heads_kv;
   if (grid > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
   if (grid > 0) {
     kernel<<<static_cast<unsigned>(grid), Traits::kThreads, kSmem, stream>>>(p, num_n_blocks);
-    const cudaError_t err = cudaGetLastError();
+    err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
+  return launch_bwd_convert_dq<Element>(p, stream);
+}
 
-  if (rows > 0) {
-    const long long chunks = rows * (p.head_dim / 8);
-    const long long cgrid = (chunks + kBwdConvertThreads - 1) / kBwdConvertThreads;
-    if (cgrid > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    flash_bwd_convert_dq_kernel<Element><<<static_cast<unsigned>(cgrid), kBwdConvertThreads, 0, stream>>>(p);
-    return cudaGetLastError();
+// Whether this build holds the real sm_90a main kernel (the other device passes compile a stub
+// that traps, kernel.cuh), as the forward's kernel_is_real.
+template <typename Traits, typename Element>
+bool bwd_kernel_is_real() {
+  cudaFuncAttributes attr;
+  if (cudaFuncGetAttributes(&attr, flash_bwd_sm90_kernel<Traits, Element>) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
   }
-  return cudaSuccess;
+  return attr.sharedSizeBytes == 0 && attr.binaryVersion >= 90;
 }
 
 }  // namespace sm90

@@ -29,8 +29,9 @@
 // cross-warpgroup orderings of the dS buffer.
 //
 // softmax_scale is applied once at the end: dK in the epilogue below, dQ in the convert kernel.
-// No deterministic mode: dq_semaphore must be null (dQ partials are added in whatever order the
-// key blocks finish).
+// Deterministic mode (dq_semaphore set, [B, Hq, ceil(Sq / 64)]): the dQ partials of a query block
+// are added in key-block order, as in the portable kernel; otherwise in whatever order the key
+// blocks finish.
 #pragma once
 
 #include <cmath>
@@ -310,6 +311,21 @@ __device__ __forceinline__ void bwd_sm90_mainloop(const BwdParams& p, const uint
     wgmma_wait<0>();
     reg_fence(dq);
 
+    // Deterministic mode: wait until key blocks 0..n_block-1 have added their share of this query
+    // block (each of them sees it: m_begin grows with n_block), so the float sums happen in one
+    // fixed order. Thread 0 watches the ticket; the barrier holds the others until it moved.
+    int* ticket = nullptr;
+    if (p.dq_semaphore != nullptr) {
+      ticket = p.dq_semaphore + (static_cast<int64_t>(batch) * p.heads_q + hq) * ((p.seqlen_q + kBlockM - 1) / kBlockM) +
+               m0 / kBlockM;
+      if (tid == 0) {
+        while (*reinterpret_cast<volatile int*>(ticket) != n_block) {
+        }
+        __threadfence();
+      }
+      __syncthreads();
+    }
+
     // ---- dQ -> dq_accum [B, Hq, Sq, head_dim] (float4 reductions, rows past Sq dropped).
     float* dq_rows = p.dq_accum + (static_cast<int64_t>(batch) * p.heads_q + hq) * p.seqlen_q * p.head_dim;
     const int row = m0 + acc_row;
@@ -323,6 +339,12 @@ __device__ __forceinline__ void bwd_sm90_mainloop(const BwdParams& p, const uint
       float* r8 = row + 8 < p.seqlen_q ? dst0 + 8 * p.head_dim : nullptr;
       const float v4[4] = {dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]};
       atomic_add_tile_rows(r0, r8, v4, lane);
+    }
+    if (ticket != nullptr) {
+      // Every thread's reductions are visible before the next key block may start its own.
+      __threadfence();
+      __syncthreads();
+      if (tid == 0) atomicAdd(ticket, 1);
     }
   };
 

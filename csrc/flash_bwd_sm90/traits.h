@@ -1,5 +1,5 @@
-// Tile configuration of the Hopper (sm_90a) backward kernel (lab prototype, not wired into the
-// extension yet). Plain C++ (no CUDA), so the shared-memory budget can be checked anywhere.
+// Tile configuration of the Hopper (sm_90a) backward kernel (api.h says which calls run it).
+// Plain C++ (no CUDA), so the shared-memory budget can be checked anywhere.
 //
 // One CTA = kConsumerWGs = 2 warpgroups (256 threads), all of them computing; loads are cp.async
 // from every thread (no producer warp yet). The CTA owns kBlockN = 128 keys of one (batch, K/V
@@ -42,7 +42,7 @@ struct Sm90BwdTraits {
   static constexpr int kStages = 2;   // Q, dO, lse, dpsum buffers: the next step loads during this one
   static constexpr int kChunks = kHeadDim / kChunkCols;
 
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "prototype: head dims 64 and 128");
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128 (smaller dims run on the next one up)");
   static_assert(kBlockM == kChunkCols, "dS^T rows are one 128-byte swizzle row of queries");
 
   // wgmma N of the dQ GEMM and its k-steps.

@@ -50,7 +50,7 @@ struct FwdParams {
   // visible to query i iff i + causal_offset - window_left <= j <= i + causal_offset + window_right,
   // -1 meaning unbounded on that side. The forward kernels read only these two for the mask:
   // set_mask() folds causal masking in as window_right = 0 and turns edges no row reaches into -1.
-  // (The backward reads causal / causal_offset and refuses windows: csrc/binding_bwd.cpp.)
+  // The portable backward reads them the same way (csrc/flash_bwd/mainloop.cuh).
   int window_left = -1;
   int window_right = -1;
 

@@ -1,0 +1,103 @@
+// Entry points of the Hopper backward: support check and instantiation choice. Host code only;
+// the launchers are the explicit instantiations in instantiations/.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+
+#include "../common/dtype_of.h"
+#include "api.h"
+#include "traits.h"
+
+namespace flashattn {
+namespace sm90 {
+
+template <typename Traits, typename Element>
+cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream);
+template <typename Traits, typename Element>
+bool bwd_kernel_is_real();
+
+namespace {
+
+using LaunchFn = cudaError_t (*)(const BwdParams&, cudaStream_t);
+using RealFn = bool (*)();
+
+struct Sm90BwdLauncher {
+  DType dtype;
+  int head_dim;
+  int smem_bytes;
+  LaunchFn launch;
+  RealFn real;
+};
+
+#define FLASHATTN_BWD_SM90_INSTANCE(T, D)                                                                       \
+  Sm90BwdLauncher{dtype_of<T>(), D, Sm90BwdTraits<D>::kSmemBytes, &run_bwd_sm90<Sm90BwdTraits<D>, T>, \
+                  &bwd_kernel_is_real<Sm90BwdTraits<D>, T>},
+const Sm90BwdLauncher kLaunchers[] = {
+#include "instantiations/registry.inc"
+};
+#undef FLASHATTN_BWD_SM90_INSTANCE
+constexpr int kNumLaunchers = sizeof(kLaunchers) / sizeof(kLaunchers[0]);
+
+static_assert(Sm90BwdTraits<64>::kBlockM == Sm90BwdTraits<128>::kBlockM, "one ticket granularity for the path");
+
+// Whether instantiation i holds real sm_90a code for the device, asked once per process.
+bool launcher_available(int i) {
+  static std::atomic<int> cache[kNumLaunchers] = {};  // 0 unknown, 1 yes, 2 no
+  int v = cache[i].load(std::memory_order_relaxed);
+  if (v == 0) {
+    v = kLaunchers[i].real() ? 1 : 2;
+    cache[i].store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
+bool aligned16(const void* ptr, int64_t batch_stride, int64_t row_stride, int64_t head_stride) {
+  return ptr != nullptr && reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && batch_stride % 8 == 0 &&
+         row_stride % 8 == 0 && head_stride % 8 == 0;
+}
+
+int supported_launcher(const BwdParams& p, const DeviceLimits& dev) {
+  if (dev.cc_major != 9 || dev.cc_minor != 0) return -1;
+  if (p.head_dim < 8 || p.head_dim > 128 || p.head_dim % 8 != 0) return -1;
+  if (p.has_window() || p.softcap != 0.f) return -1;
+  if (p.batch < 1 || p.seqlen_q < 1 || p.seqlen_k < 1 || p.heads_q < 1 || p.heads_kv < 1) return -1;
+  if (p.heads_q % p.heads_kv != 0) return -1;
+  if (!aligned16(p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride) ||
+      !aligned16(p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride) ||
+      !aligned16(p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride) ||
+      !aligned16(p.dout, p.do_batch_stride, p.do_row_stride, p.do_head_stride))
+    return -1;
+  // dK/dV leave as 4-byte pairs.
+  if (reinterpret_cast<uintptr_t>(p.dk) % 4 != 0 || reinterpret_cast<uintptr_t>(p.dv) % 4 != 0) return -1;
+  const int d = p.head_dim <= 64 ? 64 : 128;
+  for (int i = 0; i < kNumLaunchers; ++i) {
+    const Sm90BwdLauncher& l = kLaunchers[i];
+    if (l.dtype != p.dtype || l.head_dim != d) continue;
+    if (l.smem_bytes > dev.max_smem_per_block) return -1;
+    const int64_t n_blocks = (static_cast<int64_t>(p.seqlen_k) + Sm90BwdTraits<64>::kBlockN - 1) /
+                             Sm90BwdTraits<64>::kBlockN;
+    if (n_blocks * p.batch * p.heads_kv > 0x7fffffffLL) return -1;
+    return launcher_available(i) ? i : -1;
+  }
+  return -1;
+}
+
+}  // namespace
+}  // namespace sm90
+
+int flash_bwd_sm90_block_m() { return sm90::Sm90BwdTraits<64>::kBlockM; }
+
+bool flash_bwd_sm90_supported(const BwdParams& p, const DeviceLimits& dev) {
+  return sm90::supported_launcher(p, dev) >= 0;
+}
+
+cudaError_t flash_bwd_sm90(const BwdParams& p, const DeviceLimits& dev, cudaStream_t stream) {
+  const int i = sm90::supported_launcher(p, dev);
+  if (i < 0) return cudaErrorNotSupported;
+  return sm90::kLaunchers[i].launch(p, stream);
+}
+
+}  // namespace flashattn
