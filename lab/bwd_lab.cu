@@ -12,25 +12,9 @@
 #include <vector>
 
 #include "flash_bwd/launch.cuh"
+#include "lab_util.cuh"
 
 using namespace flashattn;
-
-#define CHECK(...)                                                                   \
-  do {                                                                               \
-    cudaError_t e = (__VA_ARGS__);                                                   \
-    if (e != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
-
-__global__ void fill_random(__nv_bfloat16* x, size_t n, unsigned seed) {
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    unsigned h = (unsigned)i * 2654435761u ^ seed;
-    h ^= h >> 13; h *= 0x5bd1e995u; h ^= h >> 15;
-    x[i] = __float2bfloat16(((h & 0xffff) / 32768.0f - 1.0f) * 1.7f);
-  }
-}
 
 __global__ void fill_value(float* x, size_t n, float v) {
   for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] = v;
@@ -59,7 +43,7 @@ void time_config(const char* name, int S, bool causal) {
   CHECK(cudaMalloc(&dpsum, (size_t)B * H * S * 4));
   CHECK(cudaMalloc(&dq_accum, n * 4));
   unsigned seed = 1;
-  for (auto* t : {q, k, v, o, dout}) fill_random<<<1024, 256>>>(t, n, seed++);
+  for (auto* t : {q, k, v, o, dout}) fill_random<<<1024, 256>>>(t, n, seed++, 1.7f);
   fill_value<<<1024, 256>>>(lse, (size_t)B * H * S, std::log((float)S) + 0.5f);
   BwdParams p;
   p.q = q; p.k = k; p.v = v; p.o = o; p.lse = lse; p.dout = dout; p.dq = dq; p.dk = dk; p.dv = dv;

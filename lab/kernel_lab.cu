@@ -8,25 +8,9 @@
 #include <vector>
 
 #include "flash_fwd/launch.cuh"
+#include "lab_util.cuh"
 
 using namespace flashattn;
-
-#define CHECK(...) \
-  do {                                                                             \
-    cudaError_t e = (__VA_ARGS__);                                                           \
-    if (e != cudaSuccess) {                                                        \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
-      std::exit(1);                                                                \
-    }                                                                              \
-  } while (0)
-
-__global__ void fill_random(__nv_bfloat16* x, size_t n, unsigned seed) {
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    unsigned h = (unsigned)i * 2654435761u ^ seed;
-    h ^= h >> 13; h *= 0x5bd1e995u; h ^= h >> 15;
-    x[i] = __float2bfloat16((h & 0xffff) / 32768.0f - 1.0f);
-  }
-}
 
 template <typename Traits>
 void time_config(const char* name, int S, bool causal) {
@@ -36,7 +20,7 @@ void time_config(const char* name, int S, bool causal) {
   float* lse;
   CHECK(cudaMalloc(&q, n * 2)); CHECK(cudaMalloc(&k, n * 2)); CHECK(cudaMalloc(&v, n * 2)); CHECK(cudaMalloc(&o, n * 2));
   CHECK(cudaMalloc(&lse, (size_t)B * H * S * 4));
-  fill_random<<<1024, 256>>>(q, n, 1); fill_random<<<1024, 256>>>(k, n, 2); fill_random<<<1024, 256>>>(v, n, 3);
+  fill_random<<<1024, 256>>>(q, n, 1, 1.0f); fill_random<<<1024, 256>>>(k, n, 2, 1.0f); fill_random<<<1024, 256>>>(v, n, 3, 1.0f);
   FwdParams p;
   p.q = q; p.k = k; p.v = v; p.o = o; p.lse = lse;
   p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = (int64_t)S * H * D;

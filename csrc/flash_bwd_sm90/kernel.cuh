@@ -24,10 +24,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       (smem_u32(smem_raw) + (kSwizzleAtomBytes - 1)) & ~static_cast<uint32_t>(kSwizzleAtomBytes - 1);
   bwd_sm90_mainloop<Traits, Element>(params, base, num_n_blocks);
 #else
-  __shared__ int sm90_stub_marker[4];
-  volatile int* marker = sm90_stub_marker;
-  marker[threadIdx.x % 4] = 1;
-  __trap();
+  sm90_stub_body();  // not sm_90a: never launched (flash_bwd_sm90_supported() says no)
 #endif
 }
 

@@ -37,15 +37,10 @@ cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
 }
 
 // Whether this build holds the real sm_90a main kernel (the other device passes compile a stub
-// that traps, kernel.cuh), as the forward's kernel_is_real.
+// that traps, kernel.cuh).
 template <typename Traits, typename Element>
 bool bwd_kernel_is_real() {
-  cudaFuncAttributes attr;
-  if (cudaFuncGetAttributes(&attr, flash_bwd_sm90_kernel<Traits, Element>) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return attr.sharedSizeBytes == 0 && attr.binaryVersion >= 90;
+  return sm90_kernel_is_real(flash_bwd_sm90_kernel<Traits, Element>);
 }
 
 }  // namespace sm90

@@ -6,7 +6,7 @@
 // pass (sm_80, sm_89, plain sm_90) gets a stub that traps. The stub declares a little static
 // shared memory, which the real kernel never does: the host checks
 // cudaFuncAttributes::sharedSizeBytes == 0 to know that this build holds the real sm_90a code for
-// the device (launch.cuh, kernel_is_real()).
+// the device (ptx.cuh: sm90_stub_body, sm90_kernel_is_real).
 #pragma once
 
 #include <cstdint>
@@ -65,12 +65,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_sm90_kernel(con
     consumer_loop<Traits, Element, kDynamic>(params, sm, warpgroup - 1);
   }
 #else
-  // Not sm_90a: never launched (flash_fwd_sm90_supported() says no). The marker is this stub's
-  // only static shared memory; the volatile store keeps it.
-  __shared__ int sm90_stub_marker[4];
-  volatile int* marker = sm90_stub_marker;
-  marker[threadIdx.x % 4] = 1;
-  __trap();
+  sm90_stub_body();  // not sm_90a: never launched (flash_fwd_sm90_supported() says no)
 #endif
 }
 

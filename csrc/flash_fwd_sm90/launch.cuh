@@ -42,12 +42,7 @@ inline int*& sm90_hang_report_slot() {
 // True when this build holds the real sm_90a kernel for the current device (see kernel.cuh).
 template <typename Traits, typename Element, bool kDynamic>
 bool kernel_is_real() {
-  cudaFuncAttributes attr;
-  if (cudaFuncGetAttributes(&attr, flash_fwd_sm90_kernel<Traits, Element, kDynamic>) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return attr.sharedSizeBytes == 0 && attr.binaryVersion >= 90;
+  return sm90_kernel_is_real(flash_fwd_sm90_kernel<Traits, Element, kDynamic>);
 }
 
 // Fills the kernel parameters (tensor maps included). False when TMA cannot describe the tensors.

@@ -80,6 +80,28 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// The body every sm_90a kernel (forward and backward) gets in the device passes without sm_90a
+// (sm_80, sm_89, plain sm_90): never launched, it traps. The marker is its only static shared
+// memory (the volatile store keeps it), which no real sm_90a kernel declares: sm90_kernel_is_real
+// tells the two apart from the host.
+__device__ __forceinline__ void sm90_stub_body() {
+  __shared__ int sm90_stub_marker[4];
+  volatile int* marker = sm90_stub_marker;
+  marker[threadIdx.x % 4] = 1;
+  __trap();
+}
+
+// True when this build holds the real sm_90a code of `kernel` for the current device.
+template <typename Kernel>
+bool sm90_kernel_is_real(Kernel* kernel) {
+  cudaFuncAttributes attr;
+  if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return attr.sharedSizeBytes == 0 && attr.binaryVersion >= 90;
+}
+
 #if defined(FLASHATTN_SM90A_ENABLED)
 
 // ---------------------------------------------------------------------------------------------
