@@ -1,8 +1,8 @@
 // The torch binding of packed variable-length batches: the CUDA implementation of
 // flashattn::fwd_varlen (schema in flashattn/_ops.py). Thin by design: checks (a second line of
 // defence behind flashattn/interface.py, which raises the user-facing errors), fills FwdParams,
-// calls the portable forward (csrc/flash_fwd/). Never reads cu_seqlens on the host, so a call is
-// CUDA-graph capturable.
+// calls the portable forward's packed flavour (flash_fwd_varlen, csrc/flash_fwd/). Never reads
+// cu_seqlens on the host, so a call is CUDA-graph capturable.
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -108,7 +108,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_varlen_cuda(const at::Tensor& q_in, const
   p.set_mask(static_cast<CausalMode>(causal_mode), window_left, window_right);
 
   const flashattn::DeviceLimits dev = flashattn::device_limits(q.get_device());
-  const cudaError_t err = flashattn::flash_fwd(p, dev, at::cuda::getCurrentCUDAStream());
+  const cudaError_t err = flashattn::flash_fwd_varlen(p, dev, at::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, "flashattn::fwd_varlen: kernel launch failed: ", cudaGetErrorString(err));
   return {out, lse};
 }

@@ -28,26 +28,23 @@ __device__ __forceinline__ FwdTile fwd_tile(const FwdParams& p, int num_m_blocks
   return t;
 }
 
-// The sequence a tile belongs to. Dense: the parameters (and row 0 of the batch's slice). Packed:
-// read from cu_seqlens on the device; a uniform branch taken once per CTA, so the dense kernel
-// pays one predicated-off compare.
+// The sequence a tile of a packed batch belongs to (the kVarlen flavour of the kernel only; dense
+// kernels read the lengths from the parameters), from cu_seqlens on the device.
 struct FwdSeq {
   int seqlen_q;
   int seqlen_k;
   int causal_offset;  // alignment of the causal mask / window (csrc/common/mask.cuh)
-  int q_row0;         // first packed row of the sequence in q / o (0 dense)
-  int k_row0;         // first packed row of the sequence in k / v (0 dense)
+  int q_row0;         // first packed row of the sequence in q / o
+  int k_row0;         // first packed row of the sequence in k / v
 };
 
 __device__ __forceinline__ FwdSeq fwd_seq(const FwdParams& p, int batch) {
-  FwdSeq s{p.seqlen_q, p.seqlen_k, p.causal_offset, 0, 0};
-  if (p.cu_seqlens_q != nullptr) {
-    s.q_row0 = __ldg(p.cu_seqlens_q + batch);
-    s.seqlen_q = __ldg(p.cu_seqlens_q + batch + 1) - s.q_row0;
-    s.k_row0 = __ldg(p.cu_seqlens_k + batch);
-    s.seqlen_k = __ldg(p.cu_seqlens_k + batch + 1) - s.k_row0;
-    s.causal_offset = p.mask_top_left ? 0 : s.seqlen_k - s.seqlen_q;
-  }
+  FwdSeq s;
+  s.q_row0 = __ldg(p.cu_seqlens_q + batch);
+  s.seqlen_q = __ldg(p.cu_seqlens_q + batch + 1) - s.q_row0;
+  s.k_row0 = __ldg(p.cu_seqlens_k + batch);
+  s.seqlen_k = __ldg(p.cu_seqlens_k + batch + 1) - s.k_row0;
+  s.causal_offset = p.mask_top_left ? 0 : s.seqlen_k - s.seqlen_q;
   return s;
 }
 
