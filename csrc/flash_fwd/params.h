@@ -71,13 +71,16 @@ struct FwdParams {
 
   // Packed variable-length batches (both null: the dense layout above). int32 [batch + 1]
   // cumulative lengths in device memory: sequence b holds rows [cu_seqlens_q[b], cu_seqlens_q[b+1])
-  // of q/o and [cu_seqlens_k[b], cu_seqlens_k[b+1]) of k/v, whose batch strides are then unused.
+  // of q/o and [cu_seqlens_k[b], cu_seqlens_k[b+1]) of k/v, whose batch strides are then zero.
   // seqlen_q / seqlen_k are the caller's bounds on every sequence's lengths (grid sizing only: the
   // kernel reads each sequence's own lengths on the device, so the host never synchronizes).
   // lse is float32 [heads_q, total_q] (FlashAttention's varlen layout). Set by set_varlen().
-  // For flash_fwd (the portable path) only: the Hopper path's TMA descriptors describe dense
-  // tensors and it does not read these, so a packed batch must never be handed to flash_fwd_sm90
-  // (csrc/binding_varlen.cpp calls flash_fwd on every GPU).
+  // Read only by the portable forward's packed flavour (flash_fwd_varlen, kVarlen in
+  // csrc/flash_fwd/kernel.cuh); flash_fwd refuses them. The Hopper path's TMA descriptors describe
+  // dense tensors and it does not read these, so a packed batch must never be handed to
+  // flash_fwd_sm90 (csrc/binding_varlen.cpp calls flash_fwd_varlen on every GPU).
+  // The last fields of the struct, and to stay there: the fields before them keep their offsets,
+  // so the dense kernels' code is the one they had before packed batches (tools/kernel_identity.py).
   const int* cu_seqlens_q = nullptr;
   const int* cu_seqlens_k = nullptr;
   int total_q = 0;             // rows of q / o: the lse head stride
