@@ -9,7 +9,7 @@
    registers x threads <= 64K (the launch bounds), and every head dim 8..256 selects a config whose
    shared memory fits the target's per-block limit (L4/sm89: 99 KB).
 
-usage: tools/check_resources.py [--nvcc PATH] [--archs sm_80,sm_89,sm_90a] [--jobs N] [--json OUT]
+usage: tools/check_resources.py [--nvcc PATH] [--archs sm_80,sm_89,sm_90a] [--jobs N] [--only PATH_PART] [--json OUT]
 """
 
 from __future__ import annotations
@@ -166,7 +166,8 @@ def main() -> int:
     ap.add_argument("--nvcc", default=os.environ.get("NVCC", shutil.which("nvcc") or "/usr/local/bin/nvcc"))
     ap.add_argument("--archs", default="sm_80,sm_89,sm_90a")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
-    ap.add_argument("--only", default="", help="substring filter on instantiation file names")
+    ap.add_argument("--only", default="", help="substring filter on the source paths under csrc/ (flash_fwd, "
+                    "fwd_varlen_, decode), as tools/kernel_identity.py's --only")
     ap.add_argument("--json", help="write the per-kernel records here")
     ap.add_argument("--ptxas", help="assemble with this ptxas instead of nvcc's own: nvcc emits PTX (-ptx), then "
                     "PTXAS -v -arch=sm_XX assembles it (e.g. CUDA 12.8's ptxas from the nvidia-cuda-nvcc-cu12 wheel)")
@@ -183,7 +184,7 @@ def main() -> int:
     archs = args.archs.split(",")
     configs = config_report()
     # Every kernel translation unit the extension builds (setup.py compiles the same set).
-    sources = [p for p in sorted(CSRC.rglob("*.cu")) if args.only in p.name]
+    sources = [p for p in sorted(CSRC.rglob("*.cu")) if args.only in str(p.relative_to(CSRC))]
     kernels: list[dict] = []
     failures: list[str] = []
     with tempfile.TemporaryDirectory() as outdir, cf.ThreadPoolExecutor(args.jobs) as pool:
