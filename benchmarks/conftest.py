@@ -25,6 +25,8 @@ def pytest_configure(config):
         "training: the standard grid's shapes, backward ('bwd') and forward+backward ('fwd+bwd')",
         "quick: a small subset of the benchmark grids, for a fast look (-m 'bench and quick')",
         "window: local attention: a 4k sliding window over S=32k against dense calls (-m 'bench and window')",
+        "varlen: packed variable-length batches: 16k tokens of lengths 128..4k against the dense kernel and "
+        "padded SDPA (-m 'bench and varlen')",
     ):
         config.addinivalue_line("markers", line)
 

@@ -4,6 +4,7 @@ from ._ext import build_info, extension_available, extension_error
 from ._ops import CAUSAL_BOTTOM_RIGHT, CAUSAL_NONE, CAUSAL_TOP_LEFT
 from .interface import (
     flash_attn_func,
+    flash_attn_varlen_func,
     get_backend,
     get_deterministic,
     scaled_dot_product_attention,
@@ -12,7 +13,7 @@ from .interface import (
     use_backend,
 )
 from .kvcache import flash_attn_with_kvcache
-from .reference import attention_reference, attention_reference_grads
+from .reference import attention_reference, attention_reference_grads, attention_reference_varlen
 from .torch_impl import activate, deactivate  # registers "flashattn" with torch's registry; never activates
 
 __version__ = "0.1.0"
@@ -20,9 +21,11 @@ __version__ = "0.1.0"
 __all__ = [
     "scaled_dot_product_attention",
     "flash_attn_func",
+    "flash_attn_varlen_func",
     "flash_attn_with_kvcache",
     "attention_reference",
     "attention_reference_grads",
+    "attention_reference_varlen",
     "set_backend",
     "get_backend",
     "use_backend",

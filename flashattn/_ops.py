@@ -195,6 +195,50 @@ def _bwd_backward(ctx, ddq, ddk, ddv):
 torch.library.register_autograd("flashattn::bwd", _bwd_backward, setup_context=_bwd_setup_context)
 
 
+# ==== packed variable-length batches (issue 16): flashattn::fwd_varlen ==========================
+# q [total_q, Hq, D], k/v [total_k, Hk, D] (any row/head strides, unit last stride); cu_seqlens_q /
+# cu_seqlens_k int32 [B + 1] on q's device: sequence b is rows cu_seqlens_q[b] .. cu_seqlens_q[b+1]
+# of q and cu_seqlens_k[b] .. cu_seqlens_k[b+1] of k/v (zero-length sequences allowed; never read on
+# the host). max_seqlen_q / max_seqlen_k bound every sequence's lengths (grid sizing only: rows of
+# a longer sequence are not computed). causal_mode, window, softcap as fwd's, aligned per sequence
+# (offset Sk_b - Sq_b, or 0 for causal_mode 1). Returns out [total_q, Hq, D] and lse float32
+# [Hq, total_q] (FlashAttention's varlen layout). The portable kernel runs on every GPU ('auto' and
+# 'portable'); 'hopper' is refused. Forward only: the autograd below refuses the backward.
+_lib.define(
+    "fwd_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, "
+    "int max_seqlen_k, float softmax_scale, int causal_mode, str backend, int window_left=-1, "
+    "int window_right=-1, float softcap=0.) -> (Tensor out, Tensor lse)"
+)
+
+
+@torch.library.register_fake("flashattn::fwd_varlen")
+def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal_mode,
+                     backend, window_left=-1, window_right=-1, softcap=0.0):
+    total_q, hq, d = q.shape
+    return q.new_empty((total_q, hq, d)), q.new_empty((hq, total_q), dtype=torch.float32)
+
+
+VARLEN_BACKWARD_MESSAGE = (
+    "flashattn: the backward of flash_attn_varlen_func (packed variable-length batches) is not implemented "
+    "yet; the forward supports them: call it under torch.no_grad() (or with inputs that do not require grad), "
+    "or train with flash_attn_func on padded batches"
+)
+
+
+def _fwd_varlen_setup_context(ctx, inputs, output) -> None:
+    ctx.mark_non_differentiable(output[1])
+
+
+def _fwd_varlen_backward(ctx, dout, dlse):
+    """NOT IMPLEMENTED YET (issue 16): refused here, in Python (a C++ error thrown inside an
+    autograd backward has crashed the process on torch 2.11), so a gradient is never silently
+    missing."""
+    raise NotImplementedError(VARLEN_BACKWARD_MESSAGE)
+
+
+torch.library.register_autograd("flashattn::fwd_varlen", _fwd_varlen_backward, setup_context=_fwd_varlen_setup_context)
+
+
 # Registers the CUDA implementations when the extension is built.
 _ext._load()
 
@@ -220,6 +264,17 @@ def fwd_bhsd(q, k, v, softmax_scale: float, causal_mode: int, backend: str, wind
     if window_left == -1 and window_right == -1 and softcap == 0.0:
         return _fwd_bhsd(q, k, v, softmax_scale, causal_mode, backend)
     return _fwd_bhsd(q, k, v, softmax_scale, causal_mode, backend, window_left, window_right, softcap)
+
+
+_fwd_varlen = torch.ops.flashattn.fwd_varlen.default
+
+
+def fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
+               causal_mode: int, backend: str, window_left: int = -1, window_right: int = -1, softcap: float = 0.0):
+    """q [total_q, Hq, D], k/v [total_k, Hk, D], cu_seqlens int32 [B + 1] -> (out [total_q, Hq, D],
+    lse float32 [Hq, total_q]). No validation here: see flashattn.interface.flash_attn_varlen_func."""
+    return _fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal_mode,
+                       backend, window_left, window_right, softcap)
 
 
 def bwd(dout, q, k, v, out, lse, softmax_scale: float, causal_mode: int, deterministic: bool, backend: str,

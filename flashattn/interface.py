@@ -271,3 +271,102 @@ def flash_attn_func(
     causal_mode = _ops.CAUSAL_BOTTOM_RIGHT if causal else _ops.CAUSAL_NONE
     out, lse = _run(q, k, v, _scale(softmax_scale, q.shape[-1]), causal_mode, window=window, softcap=softcap)
     return (out, lse) if return_lse else out
+
+
+def _check_cu_seqlens(name: str, cu, q: torch.Tensor) -> None:
+    if not isinstance(cu, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor (int32 [batch + 1]), got {type(cu).__name__}")
+    if cu.dtype != torch.int32:
+        raise TypeError(f"{name}.dtype must be torch.int32, got {cu.dtype}")
+    if cu.get_device() != q.get_device():
+        raise ValueError(f"{name} must be on q's device {q.device}, got device {cu.device}")
+    if cu.dim() != 1 or cu.shape[0] < 1:
+        raise ValueError(f"{name} must be 1-D [batch + 1] (cumulative sequence lengths), got shape {tuple(cu.shape)}")
+    if not cu.is_contiguous():
+        raise ValueError(f"{name} must be contiguous, got strides {tuple(cu.stride())}")
+
+
+def _max_seqlen(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a Python int (a bound the caller knows, never read from the device), "
+                        f"got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return int(value)
+
+
+def flash_attn_varlen_func(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    return_lse: bool = False,
+):
+    """FlashAttention-style forward over a packed batch of variable-length sequences.
+
+    q [total_q, Hq, D], k/v [total_k, Hk, D] (Hq a multiple of Hk; float16/bfloat16 on one CUDA
+    device; last dim contiguous, any row/head strides). cu_seqlens_q / cu_seqlens_k: int32 [B + 1]
+    cumulative lengths on q's device, nondecreasing, starting at 0: sequence b is rows
+    cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of q and cu_seqlens_k[b] .. cu_seqlens_k[b + 1] - 1
+    of k/v. Zero-length sequences are allowed; a sequence with queries but no keys gives output 0
+    and LSE -inf for its rows. The lengths are read on the device only: the call never waits for
+    the GPU and can be captured in a CUDA graph.
+
+    max_seqlen_q / max_seqlen_k: Python ints, at least every sequence's query / key length (they
+    size the grid: rows of a longer sequence would not be computed). cu_seqlens are the caller's
+    contract too (0 <= cu[b] <= cu[b + 1] <= total rows), not checked, as that would need a sync;
+    output rows of q that no sequence covers are left unwritten.
+
+    Per sequence, exactly as flash_attn_func on that sequence alone: `causal=True` is bottom-right
+    aligned (query i attends to keys j <= i + Sk_b - Sq_b), `window_size=(left, right)` is aligned
+    the same way (-1 unbounded), `softcap=c > 0` caps each scaled score to c * tanh(x / c);
+    `softmax_scale` defaults to 1/sqrt(D). Rows that see no key give 0 and LSE -inf.
+
+    Returns out [total_q, Hq, D]; with `return_lse=True` also the natural-log log-sum-exp of the
+    scaled scores as float32 [Hq, total_q] (FlashAttention's varlen layout: head-major, one column
+    per packed query row; not [B, Hq, S]).
+
+    Runs the portable kernel on every GPU (the Hopper path needs dense tensors): under
+    set_backend("hopper") it raises a ValueError. Forward only: a backward through the output
+    raises NotImplementedError (the forward itself runs with inputs that require grad).
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(name, t, 3)
+        if t.dim() != 3:
+            raise ValueError(f"{name} must be 3-D [total_tokens, heads, head_dim], got shape {tuple(t.shape)}")
+    _check_common(q, k, v)
+    if k.shape[1] == 0:
+        raise ValueError(f"k/v must have at least one head, got k shape {tuple(k.shape)}")
+    if q.shape[1] % k.shape[1] != 0:
+        raise ValueError(f"q heads ({q.shape[1]}) must be a multiple of k/v heads ({k.shape[1]})")
+    _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q)
+    _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, q)
+    if cu_seqlens_q.shape[0] != cu_seqlens_k.shape[0]:
+        raise ValueError(
+            f"cu_seqlens_q and cu_seqlens_k must have the same length (batch + 1), got {cu_seqlens_q.shape[0]} "
+            f"and {cu_seqlens_k.shape[0]}"
+        )
+    max_seqlen_q = _max_seqlen("max_seqlen_q", max_seqlen_q)
+    max_seqlen_k = _max_seqlen("max_seqlen_k", max_seqlen_k)
+    window = _window(window_size) if window_size != (-1, -1) else (-1, -1)
+    softcap = _softcap(softcap) if softcap != 0.0 or isinstance(softcap, bool) else 0.0
+    if _backend == "hopper":
+        raise ValueError(
+            "flash_attn_varlen_func: backend 'hopper' does not support packed variable-length batches (its TMA "
+            "path needs dense [B, S, H, D] tensors); use set_backend('auto') or 'portable', which run the "
+            "portable kernel for them on every GPU"
+        )
+    scale = _scale(softmax_scale, q.shape[-1])
+    if _ext._EXT is None and not torch.compiler.is_compiling():
+        _ext.require_extension()
+    causal_mode = _ops.CAUSAL_BOTTOM_RIGHT if causal else _ops.CAUSAL_NONE
+    out, lse = _ops.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal_mode,
+                               _backend, window[0], window[1], softcap)
+    return (out, lse) if return_lse else out

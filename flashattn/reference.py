@@ -141,3 +141,43 @@ def attention_reference_grads(
     dk = dk.view(b, hk, group, sk, d).sum(dim=2)
     dv = dv.view(b, hk, group, sk, d).sum(dim=2)
     return dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)
+
+
+def attention_reference_varlen(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor | list[int],
+    cu_seqlens_k: torch.Tensor | list[int],
+    scale: float | None = None,
+    causal_mode: int = CAUSAL_NONE,
+    window: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Packed variable-length batch: q [total_q, Hq, D], k/v [total_k, Hk, D], cu_seqlens [B + 1]
+    -> (out [total_q, Hq, D] float64, lse [Hq, total_q] float64).
+
+    `attention_reference` on each sequence alone (so causal masking and the window are aligned per
+    sequence: offset Sk_b - Sq_b, or 0 top-left). A sequence with queries but no keys gives out 0
+    and lse -inf. Rows of q past cu_seqlens_q[-1] are 0 in out and NaN in lse (no sequence owns them).
+    """
+    cq = [int(x) for x in (cu_seqlens_q.tolist() if isinstance(cu_seqlens_q, torch.Tensor) else cu_seqlens_q)]
+    ck = [int(x) for x in (cu_seqlens_k.tolist() if isinstance(cu_seqlens_k, torch.Tensor) else cu_seqlens_k)]
+    assert len(cq) == len(ck) >= 1
+    total_q, hq, d = q.shape
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    out = torch.zeros(total_q, hq, d, dtype=torch.float64, device=q.device)
+    lse = torch.full((hq, total_q), float("nan"), dtype=torch.float64, device=q.device)
+    for b in range(len(cq) - 1):
+        q0, q1, k0, k1 = cq[b], cq[b + 1], ck[b], ck[b + 1]
+        if q1 == q0:
+            continue
+        if k1 == k0:
+            lse[:, q0:q1] = float("-inf")
+            continue
+        o_b, lse_b = attention_reference(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], scale, causal_mode, window,
+                                         softcap)
+        out[q0:q1] = o_b[0]
+        lse[:, q0:q1] = lse_b[0]
+    return out, lse

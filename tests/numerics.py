@@ -637,3 +637,54 @@ def assert_gradients_match(
     if problems:
         fail(problems)
     return GradientErrors(errors, n_empty)
+
+
+def assert_varlen_attention_matches(
+    out: torch.Tensor,
+    lse: torch.Tensor | None,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_q: list[int],
+    cu_k: list[int],
+    scale: float | None,
+    causal_mode: int,
+    *,
+    window: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    context: str = "",
+) -> list[AttentionErrors]:
+    """The criterion for a packed batch: out [total_q, Hq, D], lse [Hq, total_q] (None: out only)
+    from q [total_q, Hq, D], k/v [total_k, Hk, D] and the cumulative lengths cu_q / cu_k.
+
+    No criterion of its own: `assert_attention_matches` on each sequence alone (the varlen call's
+    semantics: every sequence is its own attention problem, masks aligned per sequence), after the
+    packed shapes. A sequence with queries but no keys must give out 0 and lse -inf."""
+    total_q, hq, d = q.shape
+    problems = []
+    if tuple(out.shape) != (total_q, hq, d):
+        problems.append(f"out shape {list(out.shape)}, expected [total_q, Hq, D] = {[total_q, hq, d]}")
+    if out.dtype != q.dtype:
+        problems.append(f"out dtype {out.dtype}, expected {q.dtype}")
+    if lse is not None and (tuple(lse.shape) != (hq, total_q) or lse.dtype != torch.float32):
+        problems.append(f"lse {list(lse.shape)} {lse.dtype}, expected float32 [Hq, total_q] = {[hq, total_q]}")
+    if cu_q[-1] != total_q:
+        problems.append(f"harness: cu_seqlens_q ends at {cu_q[-1]}, not at total_q = {total_q}")
+    if problems:
+        raise AssertionError(f"{context}: " + "; ".join(problems))
+    results = []
+    for b in range(len(cu_q) - 1):
+        q0, q1, k0, k1 = cu_q[b], cu_q[b + 1], cu_k[b], cu_k[b + 1]
+        where = f"{context}: sequence {b} of {len(cu_q) - 1} (rows {q0}..{q1} of q, {k0}..{k1} of k/v)"
+        if q1 == q0:
+            continue
+        if k1 == k0:
+            if not bool((out[q0:q1] == 0).all()):
+                raise AssertionError(f"{where}: a sequence with no keys must give out 0")
+            if lse is not None and not bool((lse[:, q0:q1] == float("-inf")).all()):
+                raise AssertionError(f"{where}: a sequence with no keys must give lse -inf")
+            continue
+        results.append(assert_attention_matches(
+            out[None, q0:q1], None if lse is None else lse[None, :, q0:q1], q[None, q0:q1], k[None, k0:k1],
+            v[None, k0:k1], scale, causal_mode, window=window, softcap=softcap, context=where))
+    return results

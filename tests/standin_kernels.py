@@ -2,7 +2,7 @@
 suite runs the autograd layer of flashattn/_ops.py for real (torch.autograd.gradcheck,
 torch.library.opcheck, torch.compile with aot_eager) on CPU tensors of any floating dtype.
 
-fwd / fwd_bhsd: the float64 reference rounded to the input dtype (fwd_bhsd's out, like the CUDA
+fwd / fwd_bhsd / fwd_varlen: the float64 reference rounded to the input dtype (fwd_bhsd's out, like the CUDA
 kernel's and the fake's, is the [B, H, S, D] view of a contiguous [B, S, H, D] buffer); bwd: the
 float64 gradient reference, rounded likewise, contiguous: by default from out and lse recomputed in
 float64 (the lse the ops hand back is float32, which would cost the float64 tests their precision);
@@ -46,6 +46,13 @@ def _fwd_bhsd(q, k, v, softmax_scale, causal_mode, backend, window_left=-1, wind
     return out.transpose(1, 2), lse
 
 
+def _fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal_mode, backend,
+                window_left=-1, window_right=-1, softcap=0.0):
+    out, lse = flashattn.attention_reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal_mode,
+                                                    (window_left, window_right), softcap)
+    return out.to(q.dtype), lse.float()
+
+
 @contextmanager
 def cpu_standin_kernels(saved_out_lse: bool = False) -> Iterator[list[BwdCall]]:
     """Registers the stand-ins as the CPU kernels of flashattn::fwd, fwd_bhsd and bwd; yields the
@@ -69,6 +76,7 @@ def cpu_standin_kernels(saved_out_lse: bool = False) -> Iterator[list[BwdCall]]:
         lib.impl("fwd", _fwd, "CPU")
         lib.impl("fwd_bhsd", _fwd_bhsd, "CPU")
         lib.impl("bwd", bwd, "CPU")
+        lib.impl("fwd_varlen", _fwd_varlen, "CPU")
         yield calls
     finally:
         lib._destroy()

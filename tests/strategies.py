@@ -279,3 +279,122 @@ def float64_problems(draw: st.DrawFn):
     v = torch.randn(b, sk, hk, d, generator=gen, dtype=f64)
     dout = torch.randn(b, sq, hq, d, generator=gen, dtype=f64)
     return q, k, v, dout, (1 / math.sqrt(d) if scale is None else scale), mode
+
+
+# ---- packed variable-length batches (flash_attn_varlen_func) -----------------------------------
+
+
+@dataclass(frozen=True)
+class VarlenInputs:
+    """Materialized packed operands: q [total_q, Hq, D], k/v [total_k, Hk, D] (views laid out as the
+    spec says), cu_seqlens int32 [B + 1] on the device, and the lengths as Python lists."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    cu_seqlens_q: torch.Tensor
+    cu_seqlens_k: torch.Tensor
+    cu_q: list[int]
+    cu_k: list[int]
+    scale: float | None
+
+
+def cumulative(lengths: tuple[int, ...]) -> list[int]:
+    cu = [0]
+    for n in lengths:
+        cu.append(cu[-1] + n)
+    return cu
+
+
+@dataclass(frozen=True)
+class VarlenSpec:
+    """One packed batch, small and printable; `make(device)` builds its tensors. q_lens / k_lens are
+    the per-sequence lengths (0 allowed); the packed rows are their concatenation."""
+
+    q_lens: tuple[int, ...]
+    k_lens: tuple[int, ...]
+    heads_q: int
+    heads_kv: int
+    head_dim: int
+    dtype: torch.dtype
+    causal_mode: int
+    window: tuple[int, int]
+    softcap: float
+    scale: float | None
+    layout_q: Layout
+    layout_kv: Layout
+    magnitude: float
+    seed: int
+
+    @property
+    def max_seqlen_q(self) -> int:
+        return max(self.q_lens)
+
+    @property
+    def max_seqlen_k(self) -> int:
+        return max(self.k_lens)
+
+    def make(self, device: torch.device | str) -> VarlenInputs:
+        gen = torch.Generator(device=device).manual_seed(self.seed)
+        cu_q, cu_k = cumulative(self.q_lens), cumulative(self.k_lens)
+        # [1, S, H, D] operands of the dense layouts, batch dim dropped: the same strides per row/head
+        q = make_operand((1, cu_q[-1], self.heads_q, self.head_dim), self.layout_q, self.dtype, device, gen,
+                         self.magnitude)[0]
+        kv_shape = (1, cu_k[-1], self.heads_kv, self.head_dim)
+        k = make_operand(kv_shape, self.layout_kv, self.dtype, device, gen)[0]
+        v = make_operand(kv_shape, self.layout_kv, self.dtype, device, gen)[0]
+        as_tensor = lambda cu: torch.tensor(cu, dtype=torch.int32, device=device)  # noqa: E731
+        return VarlenInputs(q, k, v, as_tensor(cu_q), as_tensor(cu_k), cu_q, cu_k, self.scale)
+
+    def __repr__(self) -> str:
+        scale = "default" if self.scale is None else f"{self.scale:.6g}"
+        return (
+            f"VarlenSpec(q_lens={list(self.q_lens)} k_lens={list(self.k_lens)} Hq={self.heads_q} Hk={self.heads_kv} "
+            f"D={self.head_dim} {str(self.dtype).replace('torch.', '')} causal={CAUSAL_NAMES[self.causal_mode]} "
+            f"window={self.window} softcap={self.softcap:g} scale={scale} q={self.layout_q} kv={self.layout_kv} "
+            f"logits=x{self.magnitude:g} seed={self.seed})"
+        )
+
+
+def packed_lengths(max_seqlen: int = 300) -> st.SearchStrategy[int]:
+    """One sequence's length: 0 and 1 often, short ones, tile edges, anything up to max_seqlen."""
+    return st.one_of(st.sampled_from((0, 1)), seqlens(max_seqlen))
+
+
+@st.composite
+def varlen_specs(
+    draw: st.DrawFn,
+    *,
+    max_batch: int = 5,
+    max_seqlen: int = 300,
+    max_heads_q: int = 8,
+    causal_choices: tuple[int, ...] = (flashattn.CAUSAL_NONE, flashattn.CAUSAL_BOTTOM_RIGHT),
+    with_window: bool = True,
+    with_softcap: bool = True,
+) -> VarlenSpec:
+    """A packed batch: B sequences with independent query and key lengths (or equal ones, as in
+    packed self-attention), at least one query row in all; GQA; every head dim; the causal modes,
+    windows and softcaps of the dense strategies; the dense layouts' row/head strides."""
+    batch = draw(st.integers(1, max_batch))
+    q_lens = tuple(draw(st.lists(packed_lengths(max_seqlen), min_size=batch, max_size=batch)))
+    if sum(q_lens) == 0:
+        q_lens = (draw(st.integers(1, max_seqlen)),) + q_lens[1:]
+    same = draw(st.booleans())
+    k_lens = q_lens if same else tuple(draw(st.lists(packed_lengths(max_seqlen), min_size=batch, max_size=batch)))
+    heads_q, heads_kv = draw(head_counts(max_heads_q))
+    return VarlenSpec(
+        q_lens=q_lens,
+        k_lens=k_lens,
+        heads_q=heads_q,
+        heads_kv=heads_kv,
+        head_dim=draw(head_dims()),
+        dtype=draw(dtypes()),
+        causal_mode=draw(causal_modes(causal_choices)),
+        window=draw(st.one_of(st.just((-1, -1)), windows(max_seqlen))) if with_window else (-1, -1),
+        softcap=draw(st.one_of(st.just(0.0), softcaps())) if with_softcap else 0.0,
+        scale=draw(scales()),
+        layout_q=draw(layouts()),
+        layout_kv=draw(layouts()),
+        magnitude=draw(magnitudes()),
+        seed=draw(seeds()),
+    )

@@ -128,6 +128,27 @@ def test_window_and_softcap_backward_configs_carry_their_kernels(resource_report
 
 
 @needs_nvcc
+def test_every_forward_config_has_both_flavours(resource_report: dict) -> None:
+    """Packed variable-length batches run the portable forward's kVarlen flavour, a kernel of its
+    own (csrc/flash_fwd/kernel.cuh), on whatever config the GPU selects: every config is compiled
+    for every target both dense (Lb0E, the kernels as measured) and packed (Lb1E), and no packed
+    kernel carries the dense one's name."""
+    flavours: dict[tuple, set[str]] = {}
+    for k in resource_report["kernels"]:
+        if "flash_fwd_kernel" not in k["name"] or "sm90" in k["name"]:
+            continue
+        flag = k["name"].split("EEvNS_9FwdParamsEi")[0][-4:]  # "Lb<kVarlen>E" of the mangled name
+        dtype = "bf16" if "__nv_bfloat16" in k["name"] else "fp16"
+        key = (k["arch"], dtype, k["head_dim"], k["block_m"], k["block_n"], k["warps"])
+        flavours.setdefault(key, set()).add((flag, "fwd_varlen_" in k["source"]))
+    for arch in ("sm_80", "sm_89", "sm_90a"):
+        for dtype in ("bf16", "fp16"):
+            for c in resource_report["configs"]["configs"]:
+                key = (arch, dtype, c["head_dim"], c["block_m"], c["block_n"], c["warps"])
+                assert flavours.get(key) == {("Lb0E", False), ("Lb1E", True)}, (key, flavours.get(key))
+
+
+@needs_nvcc
 def test_hopper_gets_the_large_tiles(resource_report: dict) -> None:
     by_d = resource_report["configs"]["selection"]["sm_90a"]["by_head_dim"]
     assert {by_d[str(d)]["variant"] for d in range(8, 257, 8)} == {"large"}

@@ -9,7 +9,7 @@
    registers x threads <= 64K (the launch bounds), and every head dim 8..256 selects a config whose
    shared memory fits the target's per-block limit (L4/sm89: 99 KB).
 
-usage: tools/check_resources.py [--nvcc PATH] [--archs sm_80,sm_89,sm_90a] [--jobs N] [--json OUT]
+usage: tools/check_resources.py [--nvcc PATH] [--archs sm_80,sm_89,sm_90a] [--jobs N] [--only PATH_PART] [--json OUT]
 """
 
 from __future__ import annotations
@@ -166,8 +166,8 @@ def main() -> int:
     ap.add_argument("--nvcc", default=os.environ.get("NVCC", shutil.which("nvcc") or "/usr/local/bin/nvcc"))
     ap.add_argument("--archs", default="sm_80,sm_89,sm_90a")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
-    ap.add_argument("--only", default="", help="substring filter on the .cu files' paths under csrc/ (e.g. decode, "
-                    "flash_decode/, hdim128)")
+    ap.add_argument("--only", default="", help="substring filter on the source paths under csrc/ (flash_fwd, "
+                    "fwd_varlen_, decode), as tools/kernel_identity.py's --only")
     ap.add_argument("--json", help="write the per-kernel records here")
     ap.add_argument("--ptxas", help="assemble with this ptxas instead of nvcc's own: nvcc emits PTX (-ptx), then "
                     "PTXAS -v -arch=sm_XX assembles it (e.g. CUDA 12.8's ptxas from the nvidia-cuda-nvcc-cu12 wheel)")

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the explicit instantiations of the kernels, one small file each, so that ninja
 compiles them in parallel and a change to one config recompiles one file:
-  csrc/flash_fwd/instantiations/       the portable forward: (dtype, head dim, tile variant)
+  csrc/flash_fwd/instantiations/       the portable forward: (dtype, head dim, tile variant), each
+                                       config dense (fwd_*) and for packed batches (fwd_varlen_*)
   csrc/flash_fwd_sm90/instantiations/  the Hopper forward: (dtype, head dim, static | dynamic schedule)
   csrc/flash_bwd/instantiations/       the portable backward: (dtype, head dim, tile variant)
   csrc/flash_bwd_sm90/instantiations/  the Hopper backward: (dtype, head dim)
@@ -72,22 +73,29 @@ def instances():
                 yield dname, ctype, d, v
 
 
-def file_name(dname: str, d: int, variant: str) -> str:
-    return f"fwd_{dname}_hdim{d}_{variant[1:].lower()}.cu"
+# The kernel's flavours (kVarlen, csrc/flash_fwd/kernel.cuh): file-name prefix -> template argument.
+# Every config gets both, in files of their own, so the dense files, and their kernels' code, do
+# not change with the packed flavour (tools/kernel_identity.py).
+FWD_FLAVOURS = {"fwd": "false", "fwd_varlen": "true"}
+
+
+def file_name(dname: str, d: int, variant: str, prefix: str = "fwd") -> str:
+    return f"{prefix}_{dname}_hdim{d}_{variant[1:].lower()}.cu"
 
 
 def render() -> dict[str, str]:
     files: dict[str, str] = {}
-    registry = [HEADER, "// FLASHATTN_FWD_INSTANCE(element type, head dim, tile variant)\n"]
+    registry = [HEADER, "// FLASHATTN_FWD_INSTANCE(element type, head dim, tile variant): dense and packed flavours\n"]
     for dname, ctype, d, v in instances():
-        files[file_name(dname, d, v)] = (
-            HEADER
-            + '#include "../launch.cuh"\n\n'
-            + "namespace flashattn {\n"
-            + f"template cudaError_t run_fwd<FwdTileConfig<{d}, TileVariant::{v}>::Traits, {ctype}>(\n"
-            + "    const FwdParams&, cudaStream_t);\n"
-            + "}  // namespace flashattn\n"
-        )
+        for prefix, varlen in FWD_FLAVOURS.items():
+            files[file_name(dname, d, v, prefix)] = (
+                HEADER
+                + '#include "../launch.cuh"\n\n'
+                + "namespace flashattn {\n"
+                + f"template cudaError_t run_fwd<FwdTileConfig<{d}, TileVariant::{v}>::Traits, {ctype}, {varlen}>(\n"
+                + "    const FwdParams&, cudaStream_t);\n"
+                + "}  // namespace flashattn\n"
+            )
         registry.append(f"FLASHATTN_FWD_INSTANCE({ctype}, {d}, {v})\n")
     files["registry.inc"] = "".join(registry)
     return files

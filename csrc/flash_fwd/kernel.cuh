@@ -1,6 +1,12 @@
 // The portable forward kernel (sm80+, mma.sync): one thread block per (batch, head, query block),
 // K/V streamed through shared memory in kBlockN-row steps, online softmax in registers.
 //
+// Two flavours, chosen at compile time by kVarlen: dense batches, and packed variable-length ones
+// (FwdParams::cu_seqlens_q, tile_scheduler.cuh). A template parameter rather than a runtime
+// switch, so that the dense kernels, measured and tested on GPUs, compile to the code they had
+// before packed batches existed (tools/kernel_identity.py proves it from the PTX): a runtime
+// switch cost them up to 26 registers per thread.
+//
 // K and V live in two shared-memory stages. Step n (key blocks walked from the last one the query
 // block needs down to the first, csrc/common/mask.cuh; blocks that need no mask skip it):
 //   wait for stage n%2 -> barrier -> S = Q K^T -> start loading K/V[n-1] into the other stage
@@ -26,7 +32,7 @@
 
 namespace flashattn {
 
-template <typename Traits, typename Element>
+template <typename Traits, typename Element, bool kVarlen>
 __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __grid_constant__ FwdParams p,
                                                                       const int num_m_blocks) {
   using Softmax = OnlineSoftmax<Traits::kMTiles, Traits::kNTilesS, Traits::kNTilesO>;
@@ -44,22 +50,70 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
 
   const FwdTile tile = fwd_tile(p, num_m_blocks, blockIdx.x);
   const int m0 = tile.m_block * kBlockM;
-  const int rows_valid = p.seqlen_q - m0;
 
+  // Packed batches: the sequence's geometry (fwd_seq), kept in shared memory and read back there
+  // by the loop and the epilogue (every thread writes the same values: no barrier is needed before
+  // its own reads); held in registers across the loop, the D=128 kernel spills. The dense flavour
+  // never touches it, and it takes no shared memory there.
+  __shared__ FwdSeq seq_smem;
+  if constexpr (kVarlen) {
+    const FwdSeq seq = fwd_seq(p, tile.batch);
+    // The grid covers the longest sequence; shorter ones' surplus blocks stop here.
+    if (m0 >= seq.seqlen_q) return;
+    seq_smem = seq;
+  }
+  // The sequence's lengths and mask alignment, read where used: the parameters when dense.
+  auto seqlen_q = [&] {
+    if constexpr (kVarlen) return seq_smem.seqlen_q; else return p.seqlen_q;
+  };
+  auto seqlen_k = [&] {
+    if constexpr (kVarlen) return seq_smem.seqlen_k; else return p.seqlen_k;
+  };
+  auto causal_offset = [&] {
+    if constexpr (kVarlen) return seq_smem.causal_offset; else return p.causal_offset;
+  };
+
+  // The dense flavour's pointers and valid rows, computed once here as they always were (its code
+  // is the one it had before packed batches). The packed flavour starts q/k/v/o at the sequence's
+  // first packed row (its batch strides are zero, set_varlen) and forms the output pointers and
+  // the valid rows where they are used, from shared memory; its lse is [Hq, total_q].
+  const int rows_valid_dense = p.seqlen_q - m0;
   const Element* q_gmem = static_cast<const Element*>(p.q) + tile.batch * p.q_batch_stride +
                           tile.head_q * p.q_head_stride + m0 * p.q_row_stride;
   const Element* k_gmem = static_cast<const Element*>(p.k) + tile.batch * p.k_batch_stride + tile.head_kv * p.k_head_stride;
   const Element* v_gmem = static_cast<const Element*>(p.v) + tile.batch * p.v_batch_stride + tile.head_kv * p.v_head_stride;
-  Element* o_gmem = static_cast<Element*>(p.o) + tile.batch * p.o_batch_stride + tile.head_q * p.o_head_stride +
-                    m0 * p.o_row_stride;
-  float* lse_gmem = p.lse + (static_cast<int64_t>(tile.batch) * p.heads_q + tile.head_q) * p.seqlen_q + m0;
+  Element* const o_gmem_dense = static_cast<Element*>(p.o) + tile.batch * p.o_batch_stride +
+                                tile.head_q * p.o_head_stride + m0 * p.o_row_stride;
+  float* const lse_gmem_dense = p.lse + (static_cast<int64_t>(tile.batch) * p.heads_q + tile.head_q) * p.seqlen_q + m0;
+  if constexpr (kVarlen) {
+    q_gmem += static_cast<int64_t>(seq_smem.q_row0) * p.q_row_stride;
+    k_gmem += static_cast<int64_t>(seq_smem.k_row0) * p.k_row_stride;
+    v_gmem += static_cast<int64_t>(seq_smem.k_row0) * p.v_row_stride;
+  }
+  auto rows_valid = [&] {
+    if constexpr (kVarlen) return seq_smem.seqlen_q - m0; else return rows_valid_dense;
+  };
+  auto o_gmem = [&] {
+    if constexpr (kVarlen)
+      return static_cast<Element*>(p.o) + tile.batch * p.o_batch_stride + tile.head_q * p.o_head_stride +
+             (static_cast<int64_t>(seq_smem.q_row0) + m0) * p.o_row_stride;
+    else
+      return o_gmem_dense;
+  };
+  auto lse_gmem = [&] {
+    if constexpr (kVarlen)
+      return p.lse + static_cast<int64_t>(tile.head_q) * p.total_q + seq_smem.q_row0 + m0;
+    else
+      return lse_gmem_dense;
+  };
 
   // Key blocks this query block needs (csrc/common/mask.cuh): those with a key visible to one of
   // its real rows under the causal mask / window, so the cost follows the window, not Sk. Blocks
   // [full_begin, full_end) are seen whole by every row and run without a mask.
-  const KeyBlocks blocks = key_blocks(make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right), m0, min(m0 + kBlockM, p.seqlen_q), kBlockN);
+  const KeyBlocks blocks = key_blocks(make_key_window(seqlen_k(), causal_offset(), p.window_left, p.window_right), m0,
+                                      min(m0 + kBlockM, seqlen_q()), kBlockN);
   if (blocks.count() <= 0) {
-    store_empty_rows<Traits>(o_gmem, p.o_row_stride, lse_gmem, rows_valid, p.head_dim);
+    store_empty_rows<Traits>(o_gmem(), p.o_row_stride, lse_gmem(), rows_valid(), p.head_dim);
     return;
   }
   // Softcap: a uniform switch (off in every call that does not ask for it).
@@ -80,12 +134,12 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
   const GmemTileLoader<Traits, kBlockN, Element> v_loader(v_gmem, p.v_row_stride, sV, p.head_dim);
   auto load_kv = [&](int n) {
     const uint32_t stage_bytes = (n % 2) * Traits::kStageBytes;
-    k_loader.load(n * kBlockN, p.seqlen_k - n * kBlockN, stage_bytes, p.k_row_stride);
-    v_loader.load(n * kBlockN, p.seqlen_k - n * kBlockN, stage_bytes, p.v_row_stride);
+    k_loader.load(n * kBlockN, seqlen_k() - n * kBlockN, stage_bytes, p.k_row_stride);
+    v_loader.load(n * kBlockN, seqlen_k() - n * kBlockN, stage_bytes, p.v_row_stride);
   };
   {
     const GmemTileLoader<Traits, kBlockM, Element> q_loader(q_gmem, p.q_row_stride, sQ, p.head_dim);
-    q_loader.load(0, rows_valid, 0, p.q_row_stride);
+    q_loader.load(0, rows_valid(), 0, p.q_row_stride);
     load_kv(blocks.n_end - 1);
   }
   cp_async_commit();
@@ -157,8 +211,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
           for (int e = 0; e < 4; ++e) s[mt][nt][e] *= p.scale_log2;
     }
     if constexpr (kMasked) {
-      // Built from the (constant-bank) parameters here rather than kept live across the loop.
-      const KeyWindow window = make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right);
+      // Built here from the parameters (and the sequence's lengths) rather than kept live across the loop.
+      const KeyWindow window = make_key_window(seqlen_k(), causal_offset(), p.window_left, p.window_right);
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -216,8 +270,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
 
   float lse[kMTiles][2];
   softmax.finalize(o, lse);
-  store_output<Traits, Element>(o, lse, sQ + warp_row0 * kStride, o_gmem + warp_row0 * p.o_row_stride,
-                                p.o_row_stride, lse_gmem + warp_row0, rows_valid - warp_row0, p.head_dim);
+  store_output<Traits, Element>(o, lse, sQ + warp_row0 * kStride, o_gmem() + warp_row0 * p.o_row_stride,
+                                p.o_row_stride, lse_gmem() + warp_row0, rows_valid() - warp_row0, p.head_dim);
 }
 
 }  // namespace flashattn

@@ -1,4 +1,6 @@
-// One launcher per tile config: grid shape, dynamic shared memory, the launch itself.
+// One launcher per tile config and flavour (dense, or packed variable-length batches: kVarlen,
+// kernel.cuh): grid shape, dynamic shared memory, the launch itself. Packed batches take the dense
+// grid with seqlen_q the longest sequence's length.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,9 +11,9 @@
 
 namespace flashattn {
 
-template <typename Traits, typename Element>
+template <typename Traits, typename Element, bool kVarlen>
 cudaError_t run_fwd(const FwdParams& p, cudaStream_t stream) {
-  auto kernel = flash_fwd_kernel<Traits, Element>;
+  auto kernel = flash_fwd_kernel<Traits, Element, kVarlen>;
   constexpr int kSmem = Traits::kSmemBytes;
   if constexpr (kSmem > 48 * 1024) {
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);

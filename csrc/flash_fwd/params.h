@@ -69,6 +69,24 @@ struct FwdParams {
   // says when that pays); null means its static schedule. The portable path ignores it.
   int* tile_counter = nullptr;
 
+  // Packed variable-length batches (both null: the dense layout above). int32 [batch + 1]
+  // cumulative lengths in device memory: sequence b holds rows [cu_seqlens_q[b], cu_seqlens_q[b+1])
+  // of q/o and [cu_seqlens_k[b], cu_seqlens_k[b+1]) of k/v, whose batch strides are then zero.
+  // seqlen_q / seqlen_k are the caller's bounds on every sequence's lengths (grid sizing only: the
+  // kernel reads each sequence's own lengths on the device, so the host never synchronizes).
+  // lse is float32 [heads_q, total_q] (FlashAttention's varlen layout). Set by set_varlen().
+  // Read only by the portable forward's packed flavour (flash_fwd_varlen, kVarlen in
+  // csrc/flash_fwd/kernel.cuh); flash_fwd refuses them. The Hopper path's TMA descriptors describe
+  // dense tensors and it does not read these, so a packed batch must never be handed to
+  // flash_fwd_sm90 (csrc/binding_varlen.cpp calls flash_fwd_varlen on every GPU).
+  // The last fields of the struct, and to stay there: the fields before them keep their offsets,
+  // so the dense kernels' code is the one they had before packed batches (tools/kernel_identity.py).
+  const int* cu_seqlens_q = nullptr;
+  const int* cu_seqlens_k = nullptr;
+  int total_q = 0;             // rows of q / o: the lse head stride
+  int total_k = 0;             // rows of k / v
+  bool mask_top_left = false;  // alignment of the causal mask / window, per sequence (set_mask)
+
   void set_scale(float scale) {
     softmax_scale = scale;
     scale_log2 = scale * 1.4426950408889634f;
@@ -83,11 +101,38 @@ struct FwdParams {
   // included, as FlashAttention's window_size). left/right: -1 unbounded, else >= 0.
   void set_mask(CausalMode mode, int64_t left, int64_t right) {
     causal = mode != CausalMode::kNone;
-    causal_offset = mode == CausalMode::kTopLeft ? 0 : seqlen_k - seqlen_q;
+    mask_top_left = mode == CausalMode::kTopLeft;
+    causal_offset = mask_top_left ? 0 : seqlen_k - seqlen_q;
     if (causal) right = 0;  // causal == the right edge on the diagonal (on top of any window)
-    normalize_window(seqlen_q, seqlen_k, causal_offset, left, right);
+    if (cu_seqlens_q != nullptr) {
+      // The offset is per sequence (the kernel computes it), so an edge is dropped only when no row
+      // of any sequence can reach it: normalize_window's bounds (bottom-right: left >= Sk - 1,
+      // right >= Sq - 1; top-left: left >= Sq - 1, right >= Sk - 1) with Sq, Sk the packed totals,
+      // which bound every sequence's lengths whatever the caller's max_seqlen says. An edge kept
+      // although a short sequence never reaches it changes no result (mask.cuh clamps each row's
+      // key range to the sequence) and keeps offset +- window within int range (totals < 2^30).
+      const int64_t left_bound = mask_top_left ? int64_t{total_q} - 1 : int64_t{total_k} - 1;
+      const int64_t right_bound = mask_top_left ? int64_t{total_k} - 1 : int64_t{total_q} - 1;
+      if (left < 0 || left >= left_bound) left = -1;
+      if (right < 0 || right >= right_bound) right = -1;
+    } else {
+      normalize_window(seqlen_q, seqlen_k, causal_offset, left, right);
+    }
     window_left = static_cast<int>(left);
     window_right = static_cast<int>(right);
+  }
+
+  // Packed variable-length batch: call before set_mask(). cu_q / cu_k: int32 [batch + 1] on the
+  // device; max_q / max_k: the caller's bounds on the sequence lengths (seqlen_q / seqlen_k);
+  // total_q / total_k: the packed rows of q and of k/v.
+  void set_varlen(const int* cu_q, const int* cu_k, int max_q, int max_k, int total_q_rows, int total_k_rows) {
+    cu_seqlens_q = cu_q;
+    cu_seqlens_k = cu_k;
+    seqlen_q = max_q;
+    seqlen_k = max_k;
+    total_q = total_q_rows;
+    total_k = total_k_rows;
+    q_batch_stride = k_batch_stride = v_batch_stride = o_batch_stride = 0;
   }
 
   void set_softcap(float c) {

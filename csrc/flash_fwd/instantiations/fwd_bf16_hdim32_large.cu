@@ -2,6 +2,6 @@
 #include "../launch.cuh"
 
 namespace flashattn {
-template cudaError_t run_fwd<FwdTileConfig<32, TileVariant::kLarge>::Traits, __nv_bfloat16>(
+template cudaError_t run_fwd<FwdTileConfig<32, TileVariant::kLarge>::Traits, __nv_bfloat16, false>(
     const FwdParams&, cudaStream_t);
 }  // namespace flashattn

@@ -2,6 +2,6 @@
 #include "../launch.cuh"
 
 namespace flashattn {
-template cudaError_t run_fwd<FwdTileConfig<192, TileVariant::kCompact>::Traits, __half>(
+template cudaError_t run_fwd<FwdTileConfig<192, TileVariant::kCompact>::Traits, __half, false>(
     const FwdParams&, cudaStream_t);
 }  // namespace flashattn

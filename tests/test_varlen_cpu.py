@@ -1,0 +1,314 @@
+"""Packed variable-length batches (flash_attn_varlen_func, issue 16), CPU side:
+
+  * validation: every bad argument is refused with an error naming it, on fake CUDA tensors
+    (FakeTensorMode, as tests/test_validation.py), before any kernel; valid calls reach the op's
+    fake kernel with the documented shapes (out [total_q, Hq, D], lse float32 [Hq, total_q]);
+  * the float64 varlen reference against an independent computation: one attention over the whole
+    packed batch with a block-diagonal mask (sequence b's queries see only sequence b's keys,
+    aligned per sequence);
+  * the kernel's per-sequence mask: FwdParams::set_varlen + set_mask and the in-kernel window of
+    each sequence (offset Sk_b - Sq_b, or 0 top-left) built with the host compiler, against
+    flashattn.reference.visible_keys, including windows the host keeps although no row reaches them;
+  * the op's autograd: a backward through fwd_varlen raises NotImplementedError (never a silently
+    missing gradient), the forward itself runs with inputs that require grad (CPU stand-in kernel);
+    torch.library.opcheck of the schema and fake kernel; torch.compile(fullgraph=True) traces it.
+The GPU numerics are in tests/test_varlen_gpu.py.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import flashattn
+import strategies as fst
+from flashattn.reference import attention_reference, attention_reference_varlen, visible_keys
+from repo_modules import run_cpp_probe
+from standin_kernels import allow_cpu_entry_points, cpu_standin_kernels
+from tensor_makers import fake_maker
+
+F16, BF16, F32, I32, I64 = torch.float16, torch.bfloat16, torch.float32, torch.int32, torch.int64
+NONE, TOP_LEFT, BOTTOM_RIGHT = flashattn.CAUSAL_NONE, flashattn.CAUSAL_TOP_LEFT, flashattn.CAUSAL_BOTTOM_RIGHT
+TQ, TK, HQ, HK, D, B = 40, 56, 4, 2, 64, 3
+
+
+def varlen(mk, q_shape=(TQ, HQ, D), kv_shape=(TK, HK, D), cu_q=None, cu_k=None, max_q=16, max_k=24, dtype=F16,
+           kv_dtype=None, device="cuda", q_strides=None, **kw):
+    """One flash_attn_varlen_func call on tensors from mk, cu_seqlens int32 [B + 1] unless given."""
+    q = mk(*q_shape, dtype=dtype, device=device, strides=q_strides)
+    k, v = (mk(*kv_shape, dtype=kv_dtype or dtype, device=device) for _ in range(2))
+    cu_q = mk(B + 1, dtype=I32, device=device) if cu_q is None else cu_q
+    cu_k = mk(B + 1, dtype=I32, device=device) if cu_k is None else cu_k
+    return flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, **kw)
+
+
+BAD = [
+    # id, call(mk), error, message
+    ("q-rank-4", lambda mk: varlen(mk, q_shape=(1, TQ, HQ, D)), ValueError, "q must be 3-D [total_tokens, heads, head_dim]"),
+    ("k-rank-2", lambda mk: varlen(mk, kv_shape=(TK, D)), ValueError, "k must have at least 3 dimensions"),
+    ("float32", lambda mk: varlen(mk, dtype=F32), TypeError, "q.dtype must be torch.float16 or torch.bfloat16, got torch.float32"),
+    ("cpu-tensors", lambda mk: varlen(mk, device="cpu"), ValueError, "q must be on a CUDA device, got device cpu"),
+    ("mixed-dtypes", lambda mk: varlen(mk, kv_dtype=BF16), TypeError, "query, key and value must share one dtype"),
+    ("head-dim-12", lambda mk: varlen(mk, q_shape=(TQ, HQ, 12), kv_shape=(TK, HK, 12)), ValueError, "multiple of 8 in [8, 256], got 12"),
+    ("heads-not-multiple", lambda mk: varlen(mk, q_shape=(TQ, 6, D), kv_shape=(TK, 4, D)), ValueError, "q heads (6) must be a multiple of k/v heads (4)"),
+    ("zero-kv-heads", lambda mk: varlen(mk, kv_shape=(TK, 0, D)), ValueError, "k/v must have at least one head"),
+    ("noncontiguous-last-dim", lambda mk: varlen(mk, q_strides=(HQ * 2 * D, 2 * D, 2)), ValueError, "q must have a contiguous last dimension"),
+    ("cu-q-int64", lambda mk: varlen(mk, cu_q=mk(B + 1, dtype=I64)), TypeError, "cu_seqlens_q.dtype must be torch.int32, got torch.int64"),
+    ("cu-k-float", lambda mk: varlen(mk, cu_k=mk(B + 1, dtype=F32)), TypeError, "cu_seqlens_k.dtype must be torch.int32"),
+    ("cu-q-on-cpu", lambda mk: varlen(mk, cu_q=mk(B + 1, dtype=I32, device="cpu")), ValueError, "cu_seqlens_q must be on q's device"),
+    ("cu-k-2d", lambda mk: varlen(mk, cu_k=mk(1, B + 1, dtype=I32)), ValueError, "cu_seqlens_k must be 1-D [batch + 1]"),
+    ("cu-q-empty", lambda mk: varlen(mk, cu_q=mk(0, dtype=I32), cu_k=mk(0, dtype=I32)), ValueError, "cu_seqlens_q must be 1-D [batch + 1]"),
+    ("cu-q-noncontiguous", lambda mk: varlen(mk, cu_q=mk(B + 1, dtype=I32, strides=(2,))), ValueError, "cu_seqlens_q must be contiguous"),
+    ("cu-lengths-differ", lambda mk: varlen(mk, cu_q=mk(B + 1, dtype=I32), cu_k=mk(B + 2, dtype=I32)), ValueError,
+     "cu_seqlens_q and cu_seqlens_k must have the same length (batch + 1), got 4 and 5"),
+    ("cu-not-a-tensor", lambda mk: varlen(mk, cu_q=[0, 10, 20, 40]), TypeError, "cu_seqlens_q must be a torch.Tensor (int32 [batch + 1]), got list"),
+    ("max-seqlen-q-negative", lambda mk: varlen(mk, max_q=-1), ValueError, "max_seqlen_q must be >= 0, got -1"),
+    ("max-seqlen-k-tensor", lambda mk: varlen(mk, max_k=mk(1, dtype=I32)), TypeError, "max_seqlen_k must be a Python int"),
+    ("max-seqlen-k-float", lambda mk: varlen(mk, max_k=24.0), TypeError, "max_seqlen_k must be a Python int"),
+    ("max-seqlen-q-bool", lambda mk: varlen(mk, max_q=True), TypeError, "max_seqlen_q must be a Python int"),
+    ("window-below-minus-one", lambda mk: varlen(mk, window_size=(-2, 0)), ValueError, "window_size values must be >= -1 (-1: unbounded), got (-2, 0)"),
+    ("window-float", lambda mk: varlen(mk, window_size=(4.0, 0)), TypeError, "window_size must be a pair of ints"),
+    ("softcap-negative", lambda mk: varlen(mk, softcap=-1.0), ValueError, "softcap must be finite and >= 0 (0.0: off), got -1.0"),
+    ("softcap-nan", lambda mk: varlen(mk, softcap=math.nan), ValueError, "softcap must be finite and >= 0"),
+    ("scale-inf", lambda mk: varlen(mk, softmax_scale=math.inf), ValueError, "scale must be finite, got inf"),
+]
+
+
+@pytest.mark.parametrize(("call", "error", "match"), [pytest.param(c, e, m, id=i) for i, c, e, m in BAD])
+def test_bad_input_is_refused(call, error, match) -> None:
+    with FakeTensorMode(), pytest.raises(error) as info:
+        call(fake_maker)
+    assert match in str(info.value)
+
+
+@contextmanager
+def _backend(name: str) -> Iterator[None]:
+    previous = flashattn.get_backend()
+    flashattn.set_backend(name)
+    try:
+        yield
+    finally:
+        flashattn.set_backend(previous)
+
+
+def test_hopper_backend_is_refused_by_name() -> None:
+    """The Hopper path needs dense tensors (TMA): forced, a varlen call says so; it never runs
+    another path silently."""
+    with FakeTensorMode(), _backend("hopper"), pytest.raises(ValueError, match="backend 'hopper' does not support packed"):
+        varlen(fake_maker)
+
+
+def test_valid_inputs_reach_the_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table's calls with good inputs pass validation and reach the op (its fake kernel here):
+    out [total_q, Hq, D] in q's dtype, lse float32 [Hq, total_q]; 'auto' and 'portable' both."""
+    monkeypatch.setattr(flashattn._ext, "require_extension", lambda: None)
+    with FakeTensorMode():
+        for backend in ("auto", "portable"):
+            with _backend(backend):
+                out, lse = varlen(fake_maker, causal=True, window_size=(8, 0), softcap=30.0, return_lse=True)
+                assert out.shape == (TQ, HQ, D) and out.dtype == F16
+                assert lse.shape == (HQ, TQ) and lse.dtype == F32
+        out = varlen(fake_maker, max_q=0, max_k=0, window_size=[3, 3], softcap=5)  # 0 bounds, list, int: fine
+        assert out.shape == (TQ, HQ, D)
+        out = varlen(fake_maker, kv_shape=(0, HK, D))  # no keys at all: every row sees none (out 0, lse -inf)
+        assert out.shape == (TQ, HQ, D)
+
+
+# ---- the float64 reference --------------------------------------------------------------------------
+
+
+def _block_diagonal_reference(q, k, v, cu_q, cu_k, scale, mode, window, softcap):
+    """One attention over the whole packed batch with a block-diagonal mask: independent of
+    attention_reference_varlen's per-sequence loop."""
+    tq, hq, d = q.shape
+    tk, hk = k.shape[0], k.shape[1]
+    mask = torch.zeros(tq, tk, dtype=torch.bool)
+    for b in range(len(cu_q) - 1):
+        q0, q1, k0, k1 = cu_q[b], cu_q[b + 1], cu_k[b], cu_k[b + 1]
+        if q1 > q0 and k1 > k0:
+            vis = visible_keys(q1 - q0, k1 - k0, mode, window)
+            mask[q0:q1, k0:k1] = True if vis is None else vis
+    qd = q.double().transpose(0, 1)
+    kd = k.double().transpose(0, 1).repeat_interleave(hq // hk, dim=0)
+    vd = v.double().transpose(0, 1).repeat_interleave(hq // hk, dim=0)
+    s = torch.matmul(qd, kd.transpose(-1, -2)) * scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    s = s.masked_fill(~mask, -math.inf)
+    lse = torch.logsumexp(s, dim=-1)  # [Hq, total_q]
+    seen = torch.isfinite(lse)
+    p = torch.exp(s - lse.masked_fill(~seen, 0.0)[..., None]).masked_fill(~seen[..., None], 0.0)
+    return torch.matmul(p, vd).transpose(0, 1), lse
+
+
+@settings(max_examples=30)
+@given(spec=fst.varlen_specs(max_batch=4, max_seqlen=40, causal_choices=(NONE, TOP_LEFT, BOTTOM_RIGHT)))
+def test_reference_matches_a_block_diagonal_mask(spec) -> None:
+    x = spec.make("cpu")
+    q, k, v = (t.double() for t in (x.q, x.k, x.v))
+    scale = 1 / math.sqrt(spec.head_dim) if spec.scale is None else spec.scale
+    out, lse = attention_reference_varlen(q, k, v, x.cu_seqlens_q, x.cu_seqlens_k, scale, spec.causal_mode, spec.window,
+                                          spec.softcap)
+    ref_out, ref_lse = _block_diagonal_reference(q, k, v, x.cu_q, x.cu_k, scale, spec.causal_mode, spec.window,
+                                                 spec.softcap)
+    assert out.shape == q.shape and lse.shape == (spec.heads_q, q.shape[0])
+    torch.testing.assert_close(out, ref_out, rtol=1e-9, atol=1e-9)
+    assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
+    finite = torch.isfinite(lse)
+    torch.testing.assert_close(lse[finite], ref_lse[finite], rtol=1e-9, atol=1e-9)
+
+
+def test_reference_sequence_without_keys_gives_zero_and_minus_inf() -> None:
+    q = torch.randn(7, 2, 8, dtype=torch.float64)
+    k = v = torch.randn(3, 1, 8, dtype=torch.float64)
+    out, lse = attention_reference_varlen(q, k, v, [0, 4, 7], [0, 0, 3])
+    assert bool((out[:4] == 0).all()) and bool((lse[:, :4] == -math.inf).all())
+    o1, l1 = attention_reference(q[None, 4:], k[None], v[None])
+    assert torch.equal(out[4:], o1[0]) and torch.equal(lse[:, 4:], l1[0])
+
+
+# ---- the kernel's per-sequence mask (host compiler) ---------------------------------------------------
+
+_PROBE = r"""
+#include <cstdio>
+#include <initializer_list>
+#include "common/mask.cuh"
+#include "flash_fwd/params.h"
+using namespace flashattn;
+int main() {
+  // A packed batch's host setup, then each sequence's window as the kernel forms it (fwd_seq):
+  // lengths (Sq_b, Sk_b) at most the packed totals.
+  const int totals[][2] = {{1, 1}, {40, 40}, {100, 7}, {7, 100}, {300, 300}};
+  for (const auto& t : totals)
+    for (int mode : {0, 1, 2})
+      for (int left : {-1, 0, 1, 6, 39, 99, 299, 1 << 30})
+        for (int right : {-1, 0, 1, 6, 39, 99, 2147483647}) {
+          FwdParams p;
+          p.set_varlen(nullptr, nullptr, t[0], t[1], t[0], t[1]);
+          p.cu_seqlens_q = reinterpret_cast<const int*>(&p);  // non-null: packed
+          p.set_mask(static_cast<CausalMode>(mode), left, right);
+          for (int sq : {0, 1, 5, 40, 100, 300})
+            for (int sk : {0, 1, 7, 40, 100, 300}) {
+              if (sq > t[0] || sk > t[1]) continue;
+              const int offset = p.mask_top_left ? 0 : sk - sq;
+              const KeyWindow w = make_key_window(sk, offset, p.window_left, p.window_right);
+              std::printf("seq %d %d %d %d %d %d %d", sq, sk, mode, left, right, p.window_left, p.window_right);
+              for (int i = 0; i < sq; ++i) std::printf(" %d:%d", w.lo(i), w.hi(i));
+              std::printf("\n");
+            }
+        }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory) -> list[str]:
+    return run_cpp_probe(tmp_path_factory, "varlen_mask", _PROBE)
+
+
+def test_per_sequence_mask_matches_the_reference(probe: list[str]) -> None:
+    """Each sequence's rows see exactly visible_keys(Sq_b, Sk_b, mode, window): the offset is the
+    sequence's own, and the host's normalization against the packed totals (not the caller's
+    max_seqlen) never drops an edge some sequence's row reaches."""
+    n = 0
+    for line in probe:
+        f = line.split()
+        assert f[0] == "seq", line
+        sq, sk, mode, left, right = (int(x) for x in f[1:6])
+        j = torch.arange(sk)
+        got = torch.stack([(j >= int(r.split(":")[0])) & (j < int(r.split(":")[1])) for r in f[8:]]) if sq else None
+        want = visible_keys(sq, sk, mode, (left, right))
+        if sq:
+            want = torch.ones(sq, sk, dtype=torch.bool) if want is None else want
+            assert torch.equal(got, want), line[:200]
+        n += 1
+    assert n > 3000
+
+
+# ---- the op: autograd refusal, opcheck, torch.compile -------------------------------------------------
+
+
+@contextmanager
+def cpu_standin_varlen() -> Iterator[None]:
+    """The CPU stand-in kernels (tests/standin_kernels.py), fwd_varlen's among them."""
+    with cpu_standin_kernels():
+        yield
+
+
+def _cpu_problem(requires_grad: bool = False):
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(11, 4, 16, generator=gen, dtype=torch.float64)
+    k = torch.randn(9, 2, 16, generator=gen, dtype=torch.float64)
+    v = torch.randn(9, 2, 16, generator=gen, dtype=torch.float64)
+    if requires_grad:
+        q, k, v = (t.requires_grad_(True) for t in (q, k, v))
+    cu_q = torch.tensor([0, 3, 3, 11], dtype=I32)
+    cu_k = torch.tensor([0, 4, 5, 9], dtype=I32)
+    return q, k, v, cu_q, cu_k
+
+
+@pytest.mark.parametrize("grad_input", ["q", "k", "v"])
+def test_backward_raises_not_implemented(monkeypatch, grad_input: str) -> None:
+    allow_cpu_entry_points(monkeypatch)
+    q, k, v, cu_q, cu_k = _cpu_problem()
+    tensors = {"q": q, "k": k, "v": v}
+    tensors[grad_input].requires_grad_(True)
+    with cpu_standin_varlen():
+        out, lse = flashattn.flash_attn_varlen_func(tensors["q"], tensors["k"], tensors["v"], cu_q, cu_k, 8, 4,
+                                                    causal=True, return_lse=True)
+        assert out.requires_grad and not lse.requires_grad
+        ref, _ = attention_reference_varlen(q.detach(), k.detach(), v.detach(), cu_q, cu_k, causal_mode=BOTTOM_RIGHT)
+        torch.testing.assert_close(out.detach(), ref)  # the forward itself ran
+        with pytest.raises(NotImplementedError, match=r"backward of flash_attn_varlen_func \(packed variable-length"):
+            out.sum().backward()
+        with pytest.raises(NotImplementedError, match="not implemented yet"):
+            torch.autograd.grad(out.square().sum(), tensors[grad_input])
+    assert tensors[grad_input].grad is None
+
+
+def test_no_grad_and_inputs_without_grad_run(monkeypatch) -> None:
+    allow_cpu_entry_points(monkeypatch)
+    q, k, v, cu_q, cu_k = _cpu_problem(requires_grad=True)
+    with cpu_standin_varlen():
+        with torch.no_grad():
+            out = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 8, 4)
+        assert not out.requires_grad
+        out = flashattn.flash_attn_varlen_func(q.detach(), k.detach(), v.detach(), cu_q, cu_k, 8, 4)
+        assert not out.requires_grad
+
+
+def test_opcheck_schema_and_fake_kernel() -> None:
+    q, k, v, cu_q, cu_k = _cpu_problem()
+    with cpu_standin_varlen():
+        torch.library.opcheck(torch.ops.flashattn.fwd_varlen.default,
+                              (q, k, v, cu_q, cu_k, 8, 4, 0.25, BOTTOM_RIGHT, "auto", 3, 0, 20.0),
+                              test_utils=("test_schema", "test_faketensor"))
+
+
+def test_compile_fullgraph_traces_the_op(monkeypatch) -> None:
+    allow_cpu_entry_points(monkeypatch)
+    q, k, v, cu_q, cu_k = _cpu_problem()
+
+    def f(q, k, v, cu_q, cu_k):
+        return flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 8, 4, causal=True, window_size=(2, 0),
+                                                return_lse=True)
+
+    with cpu_standin_varlen():
+        torch._dynamo.reset()
+        out, lse = torch.compile(f, backend="aot_eager", fullgraph=True)(q, k, v, cu_q, cu_k)
+        ref, ref_lse = f(q, k, v, cu_q, cu_k)
+    assert torch.equal(out, ref) and torch.equal(lse, ref_lse)
+
+
+def test_public_api_exports_varlen() -> None:
+    assert "flash_attn_varlen_func" in flashattn.__all__ and "attention_reference_varlen" in flashattn.__all__
+    params = list(__import__("inspect").signature(flashattn.flash_attn_varlen_func).parameters)
+    assert params == ["q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "softmax_scale",
+                      "causal", "window_size", "softcap", "return_lse"]
