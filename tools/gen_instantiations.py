@@ -3,7 +3,7 @@
 compiles them in parallel and a change to one config recompiles one file:
   csrc/flash_fwd/instantiations/       the portable forward: (dtype, head dim, tile variant)
   csrc/flash_fwd_sm90/instantiations/  the Hopper forward: (dtype, head dim, static | dynamic schedule)
-  csrc/flash_bwd/instantiations/       the portable backward: (dtype, head dim, tile variant)
+  csrc/flash_bwd/instantiations/       the portable backward: (dtype, head dim, tile variant), dense and packed
   csrc/flash_bwd_sm90/instantiations/  the Hopper backward: (dtype, head dim)
 
 The tile configs themselves live in the traits.h of each path's folder;
@@ -124,6 +124,16 @@ def render_bwd() -> dict[str, str]:
                     + '#include "../launch.cuh"\n\n'
                     + "namespace flashattn {\n"
                     + f"template cudaError_t run_bwd<BwdTileConfig<{d}, BwdTileVariant::{v}>::Traits, {ctype}>(\n"
+                    + "    const BwdParams&, cudaStream_t);\n"
+                    + "}  // namespace flashattn\n"
+                )
+                # The packed-batch flavour (flash_bwd_kernel's kVarlen) in files of its own: the
+                # dense files then hold exactly the kernels they held before it existed.
+                files[f"bwd_varlen_{dname}_hdim{d}_{v[1:].lower()}.cu"] = (
+                    HEADER
+                    + '#include "../launch.cuh"\n\n'
+                    + "namespace flashattn {\n"
+                    + f"template cudaError_t run_bwd_varlen<BwdTileConfig<{d}, BwdTileVariant::{v}>::Traits, {ctype}>(\n"
                     + "    const BwdParams&, cudaStream_t);\n"
                     + "}  // namespace flashattn\n"
                 )

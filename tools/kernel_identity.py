@@ -11,10 +11,8 @@ code; PTX that differs only where ptxas would erase the difference reads as chan
 
 Every .cu file under csrc/ whose path contains one of --only is compiled to PTX at both revisions
 (the flags of tools/check_resources.py, for each target's virtual architecture) and split into
-kernels, each body with its own name and its branch labels' function index (its position in the
-translation unit, which a kernel added before it shifts) replaced by placeholders. Each base kernel
-is reported as `same` (an identical body exists in the working tree) or `CHANGED` (none does; the
-nearest by name is diffed). Exit status 1 when any base kernel changed.
+kernels, each body with its own name replaced by a placeholder. Each base kernel is reported as `same` (an identical body exists in the working tree) or
+`CHANGED` (none does; the nearest by name is diffed). Exit status 1 when any base kernel changed.
 
 usage: tools/kernel_identity.py --only flash_fwd/ [--only ...] [--base main] [--archs sm_80,sm_90a] [--jobs 2]
 """
@@ -42,9 +40,6 @@ from check_resources import ARCH_GENCODE  # noqa: E402
 # ".visible .entry NAME(": a kernel's first line; its body runs to the next one (or the file's end).
 _ENTRY = re.compile(r"^\.(?:visible|weak)\s+\.entry\s+(\S+)\($", re.MULTILINE)
 _PARAM_SIZE = re.compile(r"\[\d+\]")
-# Branch labels "$L__BB<function index>_<block>": the index is the kernel's position in the module,
-# which a new kernel before it in the same translation unit (a flavour's instantiation) shifts.
-_LABEL = re.compile(r"\$L__BB\d+_")
 
 
 def extract_csrc(rev: str, dest: pathlib.Path) -> pathlib.Path:
@@ -59,7 +54,7 @@ def extract_csrc(rev: str, dest: pathlib.Path) -> pathlib.Path:
 
 @dataclasses.dataclass(frozen=True)
 class Kernel:
-    body: tuple[str, ...]  # PTX lines, the kernel's own name and label prefix replaced, the parameter block's size too
+    body: tuple[str, ...]  # PTX lines, the kernel's own name replaced, the parameter block's size too
     param_bytes: str       # that size: it follows the params struct, which may grow at its end for a
                            # new flavour without moving a field this kernel reads, so it is compared apart
 
@@ -78,7 +73,7 @@ def compile_ptx(nvcc: str, csrc: pathlib.Path, src: pathlib.Path, arch: str, out
     kernels: dict[str, Kernel] = {}
     for i, m in enumerate(starts):
         end = starts[i + 1].start() if i + 1 < len(starts) else len(text)
-        body = _LABEL.sub("$L__BB_", text[m.start():end].replace(m.group(1), "KERNEL"))
+        body = text[m.start():end].replace(m.group(1), "KERNEL")
         head, brace, rest = body.partition("{")
         lines = [f"{_PARAM_SIZE.sub('[?]', head)}{brace}".replace("\n", " ")]
         lines += [line.strip() for line in rest.splitlines() if line.strip() and not line.lstrip().startswith("//")]

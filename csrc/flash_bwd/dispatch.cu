@@ -11,6 +11,8 @@ namespace flashattn {
 
 template <typename Traits, typename Element>
 cudaError_t run_bwd(const BwdParams& p, cudaStream_t stream);
+template <typename Traits, typename Element>
+cudaError_t run_bwd_varlen(const BwdParams& p, cudaStream_t stream);
 
 namespace {
 
@@ -20,11 +22,13 @@ struct BwdLauncher {
   DType dtype;
   int head_dim;
   BwdTileVariant variant;
-  LaunchFn launch;
+  LaunchFn launch;         // dense batches
+  LaunchFn launch_varlen;  // packed variable-length batches (BwdParams::cu_seqlens_q set)
 };
 
-#define FLASHATTN_BWD_INSTANCE(T, D, V) \
-  BwdLauncher{dtype_of<T>(), D, BwdTileVariant::V, &run_bwd<BwdTileConfig<D, BwdTileVariant::V>::Traits, T>},
+#define FLASHATTN_BWD_INSTANCE(T, D, V)                                                              \
+  BwdLauncher{dtype_of<T>(), D, BwdTileVariant::V, &run_bwd<BwdTileConfig<D, BwdTileVariant::V>::Traits, T>, \
+              &run_bwd_varlen<BwdTileConfig<D, BwdTileVariant::V>::Traits, T>},
 constexpr BwdLauncher kLaunchers[] = {
 #include "instantiations/registry.inc"
 };
@@ -41,7 +45,8 @@ cudaError_t flash_bwd(const BwdParams& p, const DeviceLimits& dev, cudaStream_t 
   const BwdConfigInfo* config = select_bwd_config(p.head_dim, dev.max_smem_per_block, bwd_needs_window_kernel(p));
   if (config == nullptr) return cudaErrorInvalidValue;
   for (const BwdLauncher& l : kLaunchers)
-    if (l.dtype == p.dtype && l.head_dim == config->head_dim && l.variant == config->variant) return l.launch(p, stream);
+    if (l.dtype == p.dtype && l.head_dim == config->head_dim && l.variant == config->variant)
+      return p.cu_seqlens_q != nullptr ? l.launch_varlen(p, stream) : l.launch(p, stream);
   return cudaErrorInvalidValue;
 }
 

@@ -1,9 +1,8 @@
-// One launcher per tile config: the three kernels of the backward pass, in stream order.
+// One launcher per tile config and flavour (dense, packed): the three kernels of the backward
+// pass, in stream order.
 #pragma once
 
 #include <cuda_runtime.h>
-
-#include <type_traits>
 
 #include "convert.cuh"
 #include "mainloop.cuh"
@@ -15,12 +14,13 @@
 
 namespace flashattn {
 
-template <typename Traits, typename Element>
-cudaError_t run_bwd(const BwdParams& p, cudaStream_t stream) {
-  // Packed batches (varlen.cuh): the preprocess and the dQ conversion run their dense kernels on
-  // the packed rows seen as one batch; the main kernel has a flavour of its own.
-  const bool varlen = p.cu_seqlens_q != nullptr;
-  const BwdParams rows = varlen ? bwd_packed_rows(p) : p;
+// kVarlen: packed variable-length batches (varlen.cuh). The preprocess and the dQ conversion run
+// their dense kernels on the packed rows seen as one batch; the main kernel has a flavour of its
+// own, instantiated only by run_bwd_varlen, in translation units of its own
+// (instantiations/bwd_varlen_*.cu), so that the dense ones compile exactly as before.
+template <typename Traits, typename Element, bool kVarlen>
+cudaError_t run_bwd_flavour(const BwdParams& p, cudaStream_t stream) {
+  const BwdParams rows = kVarlen ? bwd_packed_rows(p) : p;
   cudaError_t err = launch_bwd_preprocess<Element>(rows, stream);
   if (err != cudaSuccess) return err;
 
@@ -37,21 +37,28 @@ cudaError_t run_bwd(const BwdParams& p, cudaStream_t stream) {
     if (grid > 0) kernel<<<static_cast<unsigned>(grid), Traits::kNThreads, kSmem, stream>>>(p, num_n_blocks);
     return cudaGetLastError();
   };
-  auto launch_flavour = [&](auto varlen_flag) {
-    constexpr bool kVarlen = decltype(varlen_flag)::value;
-    if (bwd_needs_window_kernel(p)) {
-      // Only the configs dispatch.cu picks for such calls carry the window/softcap kernels.
-      if constexpr (bwd_has_window_kernels<Traits>())
-        return p.softcap > 0.f ? launch(flash_bwd_kernel<Traits, Element, kVarlen, true, true>)
-                               : launch(flash_bwd_kernel<Traits, Element, kVarlen, true, false>);
-      else
-        return cudaErrorInvalidValue;
-    }
-    return launch(flash_bwd_kernel<Traits, Element, kVarlen, false, false>);
-  };
-  err = varlen ? launch_flavour(std::true_type{}) : launch_flavour(std::false_type{});
+  if (bwd_needs_window_kernel(p)) {
+    // Only the configs dispatch.cu picks for such calls carry the window/softcap kernels.
+    if constexpr (bwd_has_window_kernels<Traits>())
+      err = p.softcap > 0.f ? launch(flash_bwd_kernel<Traits, Element, kVarlen, true, true>)
+                            : launch(flash_bwd_kernel<Traits, Element, kVarlen, true, false>);
+    else
+      err = cudaErrorInvalidValue;
+  } else {
+    err = launch(flash_bwd_kernel<Traits, Element, kVarlen, false, false>);
+  }
   if (err != cudaSuccess) return err;
   return launch_bwd_convert_dq<Element>(rows, stream);
+}
+
+template <typename Traits, typename Element>
+cudaError_t run_bwd(const BwdParams& p, cudaStream_t stream) {
+  return run_bwd_flavour<Traits, Element, false>(p, stream);
+}
+
+template <typename Traits, typename Element>
+cudaError_t run_bwd_varlen(const BwdParams& p, cudaStream_t stream) {
+  return run_bwd_flavour<Traits, Element, true>(p, stream);
 }
 
 }  // namespace flashattn
