@@ -127,17 +127,20 @@ def render_bwd() -> dict[str, str]:
                     + "    const BwdParams&, cudaStream_t);\n"
                     + "}  // namespace flashattn\n"
                 )
-                # The packed-batch flavour (flash_bwd_kernel's kVarlen) in files of its own: the
-                # dense files then hold exactly the kernels they held before it existed.
-                files[f"bwd_varlen_{dname}_hdim{d}_{v[1:].lower()}.cu"] = (
-                    HEADER
-                    + '#include "../launch.cuh"\n\n'
-                    + "namespace flashattn {\n"
-                    + f"template cudaError_t run_bwd_varlen<BwdTileConfig<{d}, BwdTileVariant::{v}>::Traits, {ctype}>(\n"
-                    + "    const BwdParams&, cudaStream_t);\n"
-                    + "}  // namespace flashattn\n"
-                )
                 registry.append(f"FLASHATTN_BWD_INSTANCE({ctype}, {d}, {v})\n")
+                # The packed-batch flavour (flash_bwd_kernel's kVarlen) in files of its own, so that
+                # the dense files hold exactly the kernels they held before it existed; only for the
+                # configs the compact route picks (csrc/flash_bwd/registry.h,
+                # bwd_has_window_kernels): a kCompact one, or the only one of its head dim.
+                if v == "kCompact" or len(variants) == 1:
+                    files[f"bwd_varlen_{dname}_hdim{d}_{v[1:].lower()}.cu"] = (
+                        HEADER
+                        + '#include "../launch.cuh"\n\n'
+                        + "namespace flashattn {\n"
+                        + f"template cudaError_t run_bwd_varlen<BwdTileConfig<{d}, BwdTileVariant::{v}>::Traits, {ctype}>(\n"
+                        + "    const BwdParams&, cudaStream_t);\n"
+                        + "}  // namespace flashattn\n"
+                    )
     files["registry.inc"] = "".join(registry)
     return files
 

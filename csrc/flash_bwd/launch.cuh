@@ -17,9 +17,11 @@ namespace flashattn {
 // kVarlen: packed variable-length batches (varlen.cuh). The preprocess and the dQ conversion run
 // their dense kernels on the packed rows seen as one batch; the main kernel has a flavour of its
 // own, instantiated only by run_bwd_varlen, in translation units of its own
-// (instantiations/bwd_varlen_*.cu), so that the dense ones compile exactly as before.
+// (instantiations/bwd_varlen_*.cu), so that the dense ones compile exactly as before, and only on
+// the configs the compact route picks (registry.h: bwd_takes_compact_route).
 template <typename Traits, typename Element, bool kVarlen>
 cudaError_t run_bwd_flavour(const BwdParams& p, cudaStream_t stream) {
+  static_assert(!kVarlen || bwd_has_window_kernels<Traits>(), "packed batches take the compact route");
   const BwdParams rows = kVarlen ? bwd_packed_rows(p) : p;
   cudaError_t err = launch_bwd_preprocess<Element>(rows, stream);
   if (err != cudaSuccess) return err;

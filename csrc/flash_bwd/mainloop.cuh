@@ -90,10 +90,13 @@ __device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
 // extra live values spilled the tiles at the register limit (the large D = 64 and 128 tiles), so
 // the launcher runs window/softcap calls on the configs with headroom (dispatch.cu) and the
 // kernels without them stay exactly as tight as before. kVarlen: packed variable-length batches
-// (varlen.cuh), a flavour of its own for the same reason; the dense kernels compile as before.
+// (varlen.cuh), a flavour of its own for the same reason, on the same configs; the dense kernels
+// compile as before. The packed flavour declares one block per SM enough (the dense kernels' count
+// at their register use): left to itself, ptxas squeezed some packed kernels into 128 registers
+// for a second block and spilled.
 template <typename Traits, typename Element, bool kVarlen, bool kWindow, bool kSoftcap>
-__global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __grid_constant__ BwdParams p,
-                                                                      const int num_n_blocks) {
+__global__ void __launch_bounds__(Traits::kNThreads, kVarlen ? 1 : 0)
+    flash_bwd_kernel(const __grid_constant__ BwdParams p, const int num_n_blocks) {
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kStride = Traits::kSmemStride;
