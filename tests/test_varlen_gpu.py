@@ -341,15 +341,24 @@ def assert_equals_per_sequence_dense_backward(spec: VarlenSpec, x, dout: torch.T
             assert_bitwise_equal(got, w, f"sequence {b} {name} vs the dense backward, {spec!r}")
 
 
-@given(spec=varlen_specs(max_seqlen=300, with_window=False), deterministic=st.booleans())
+def runs_the_dense_tiles(spec: VarlenSpec) -> bool:
+    """Whether a dense call on one sequence of the spec (no window) runs the backward tile config
+    the packed call runs: packed batches take the compact route (csrc/flash_bwd/registry.h), which
+    a dense call takes with a softcap, and which is the only config of head dims 32 and 96."""
+    return spec.softcap > 0 or spec.head_dim <= 32 or 64 < spec.head_dim <= 96
+
+
+@given(spec=varlen_specs(max_seqlen=300, with_window=False).filter(runs_the_dense_tiles), deterministic=st.booleans())
 def test_varlen_gradients_equal_per_sequence_dense_backward(spec: VarlenSpec, deterministic: bool,
                                                             device: torch.device) -> None:
     """Padded equivalence: sequence b's rows of dq, dk, dv are bitwise those of the dense portable
     backward of flash_attn_func on that sequence alone (the same tile config, the same arithmetic;
-    dq in deterministic mode, whose accumulation order is fixed). Without windows here: the
-    backward's tile config depends on whether a window edge is reached, which the dense call decides
-    per sequence and the packed call for the packed totals (test_windowed_... below has a window
-    every sequence reaches)."""
+    dq in deterministic mode, whose accumulation order is fixed). Where both calls run one config:
+    packed batches take the compact route, as dense calls with a softcap or a window do, while a
+    dense call without them takes the large tiles where they fit (runs_the_dense_tiles); and
+    without windows here, whose edges the dense call normalizes per sequence and the packed call
+    for the packed totals (test_windowed_... below has a window every sequence reaches). The other
+    calls meet the gradient criterion per sequence (test_varlen_gradients_match_reference)."""
     x = spec.make(device)
     dout = make_varlen_dout(x, "contiguous", spec.seed + 1)
     with backward_mode(deterministic):
@@ -365,8 +374,8 @@ def test_varlen_gradients_equal_per_sequence_dense_backward(spec: VarlenSpec, de
 ])
 def test_windowed_gradients_equal_per_sequence_dense_backward(spec: VarlenSpec, why: str, deterministic: bool,
                                                               device: torch.device) -> None:
-    """The same with a window every sequence's rows reach (so the dense and the packed call run
-    the window kernels on the same tile config), and with a softcap (always those kernels)."""
+    """The same with a window every sequence's rows reach (so the dense and the packed call both
+    take the compact route and run the window kernels), and with a softcap (always that route)."""
     x = spec.make(device)
     dout = make_varlen_dout(x, "contiguous", 3)
     with backward_mode(deterministic):
@@ -455,7 +464,8 @@ def test_deterministic_backward_is_bitwise_reproducible(spec: VarlenSpec, device
 
 def test_backward_runs_the_portable_kernels(device: torch.device) -> None:
     """On every GPU (an H100 included, where the dense backward of these shapes runs the Hopper
-    kernel under 'auto'), a packed batch's backward runs the portable kernels, its packed flavour."""
+    kernel under 'auto'), a packed batch's backward runs the portable kernels, its packed flavour,
+    on the compact tiles (D=64: 128 keys x 64 queries)."""
     spec = _spec([300, 200], d=64, mode=NONE)
     x = spec.make(device)
     q = x.q.detach().requires_grad_(True)
@@ -467,6 +477,7 @@ def test_backward_runs_the_portable_kernels(device: torch.device) -> None:
     main = {n for n in names if "flash_bwd_kernel" in n}
     assert main and not any("sm90" in n for n in names), names
     assert all(", true, false, false>" in n for n in main), main  # <Traits, Element, kVarlen, kWindow, kSoftcap>
+    assert all("BwdKernelTraits<64, 128, 64," in n for n in main), main  # <D, block N, block M, ...>
 
 
 def test_cuda_graph_of_a_training_step_follows_new_cu_seqlens(device: torch.device) -> None:
