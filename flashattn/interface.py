@@ -336,9 +336,8 @@ def flash_attn_varlen_func(
     Runs the portable kernel on every GPU (the Hopper path needs dense tensors): under
     set_backend("hopper") it raises a ValueError.
 
-    out is differentiable with respect to q, k and v (the portable backward kernels, per sequence
-    exactly the dense backward's arithmetic; memory O(total)); rows of k/v and q that no sequence
-    owns get gradient 0. The lse is NOT differentiable, as in flash_attn_func. See
+    out is differentiable with respect to q, k and v (the portable backward kernels' packed flavour;
+    memory O(total)); rows of k/v and q that no sequence owns get gradient 0. The lse is NOT differentiable, as in flash_attn_func. See
     set_deterministic.
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
