@@ -18,7 +18,9 @@
     flash_attn_varlen_func and of the op equal the float64 reference (and autograd through the
     float64 forward reference), gradcheck, zero gradients for rows no sequence owns, the
     deterministic switches, backend, window and softcap as the backward receives them,
-    needs_input_grad, no double backward, opcheck, torch.compile of forward + backward.
+    needs_input_grad, no double backward, opcheck, torch.compile of forward + backward;
+  * the backward's config for a packed batch (host compiler): the compact route, on every device
+    limit and head dim, and its packed flavour generated for exactly those configs.
 The GPU numerics are in tests/test_varlen_gpu.py.
 """
 
@@ -37,7 +39,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import flashattn
 import strategies as fst
 from flashattn.reference import attention_reference, attention_reference_varlen, visible_keys
-from repo_modules import run_cpp_probe
+from repo_modules import ROOT, run_cpp_probe
 from standin_kernels import allow_cpu_entry_points, cpu_standin_kernels
 from tensor_makers import fake_maker
 
@@ -591,3 +593,58 @@ def test_standin_saved_out_lse_reads_the_varlen_layout() -> None:
     for x, y in zip(a, b):
         torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-12)
     assert not bool((a[1] == 0).all()), "a gradient that is 0 everywhere checks nothing"
+
+
+# ---- which backward config a packed batch runs, and that it is built (host compiler) -------------------
+
+_ROUTE_PROBE = r"""
+#include <cstdio>
+#include "flash_bwd/registry.h"
+using namespace flashattn;
+int main() {
+  // Per device limit (sm86/89, sm80, sm90) and head dim: the config a packed batch's backward picks
+  // (BwdParams' packing pointers set; any non-null value: the host never reads them), with and
+  // without a softcap, and the one a dense call without window or softcap picks.
+  const int cu[2] = {0, 0};
+  for (int smem : {99 * 1024, 163 * 1024, 227 * 1024})
+    for (int d = 8; d <= 256; d += 8)
+      for (float softcap : {0.f, 30.f}) {
+        FwdParams p;
+        p.head_dim = d;
+        p.set_varlen(cu, cu, 100, 100, 1000, 1000);
+        p.set_scale(0.125f);
+        p.set_softcap(softcap);
+        p.set_mask(CausalMode::kBottomRight, -1, -1);
+        const BwdConfigInfo* v = select_bwd_config(d, smem, bwd_takes_compact_route(p));
+        const BwdConfigInfo* w = select_bwd_config(d, smem, true);
+        const BwdConfigInfo* dense = select_bwd_config(d, smem, false);
+        std::printf("%d %d %g %d %d %d %d %d\n", smem, d, softcap, bwd_takes_compact_route(p) ? 1 : 0,
+                    v ? v->head_dim : -1, v ? static_cast<int>(v->variant) : -1, v == w ? 1 : 0,
+                    dense ? static_cast<int>(dense->variant) : -1);
+      }
+}
+"""
+
+
+def test_packed_batches_take_the_compact_route_and_its_configs_are_built(tmp_path_factory) -> None:
+    """A packed batch's backward runs on the configs the window/softcap kernels run on (whatever
+    its mask and softcap), and every one of them has its packed flavour generated
+    (csrc/flash_bwd/instantiations/bwd_varlen_*.cu: a missing one would be a call that fails at
+    launch): the C++ selection and tools/gen_instantiations.py's rule agree."""
+    lines = run_cpp_probe(tmp_path_factory, "varlen_route", _ROUTE_PROBE)
+    variant_name = {0: "large", 1: "compact"}
+    files = {p.name for p in (ROOT / "csrc" / "flash_bwd" / "instantiations").glob("bwd_varlen_*.cu")}
+    assert files, "no bwd_varlen_*.cu instantiation"
+    picked = set()
+    for line in lines:
+        smem, d, softcap, compact_route, hd, variant, same_as_window, dense_variant = line.split()
+        assert compact_route == "1" and same_as_window == "1", line
+        assert int(hd) >= int(d) and variant in ("0", "1"), line
+        picked.add((int(hd), variant_name[int(variant)]))
+        for dtype in ("bf16", "fp16"):
+            assert f"bwd_varlen_{dtype}_hdim{hd}_{variant_name[int(variant)]}.cu" in files, line
+    assert len(lines) == 3 * 32 * 2
+    # No file for a config the route never picks (it would compile kernels no call runs), and the
+    # route differs from the dense one somewhere (else this checks nothing).
+    assert {f"bwd_varlen_{t}_hdim{d}_{v}.cu" for d, v in picked for t in ("bf16", "fp16")} == files
+    assert any(line.split()[5] != line.split()[7] for line in lines)
