@@ -36,16 +36,17 @@ __device__ __forceinline__ BwdSeq bwd_seq(const BwdParams& p, int batch) {
   s.k_row0 = __ldg(p.cu_seqlens_k + batch);
   s.seqlen_k = __ldg(p.cu_seqlens_k + batch + 1) - s.k_row0;
   s.causal_offset = p.mask_top_left ? 0 : s.seqlen_k - s.seqlen_q;
-  // A sequence longer than max_seqlen_q breaks the caller's contract (the forward computed none of
-  // its rows past the bound); the walk stays inside the bound, where the deterministic tickets
-  // (sized by it) are. A no-op for every call that keeps the contract.
+  // A sequence longer than max_seqlen_q breaks the caller's contract (the forward's grid, sized by
+  // the bound, left its later rows unwritten); the walk stays inside the bound, where the
+  // deterministic tickets (sized by it) are. A no-op for every call that keeps the contract.
   s.seqlen_q = min(s.seqlen_q, p.seqlen_q);
   return s;
 }
 
 // Where the main kernel keeps its sequence's geometry across the loop: in shared memory, re-read
-// where used, as the forward does (in registers, next to dK/dV accumulators at the register
-// limit, it would spill). Only kVarlen kernels reference it, so only they allocate it.
+// where used, as the forward does (held in registers across its loop, the forward's D=128 kernel
+// spilled), rather than in registers beside the dK/dV accumulators. Only kVarlen kernels
+// reference it, so only they allocate it.
 __device__ __forceinline__ BwdSeq& bwd_seq_smem() {
   __shared__ BwdSeq seq;
   return seq;
