@@ -4,7 +4,7 @@ compiles them in parallel and a change to one config recompiles one file:
   csrc/flash_fwd/instantiations/       the portable forward: (dtype, head dim, tile variant), each
                                        config dense (fwd_*) and for packed batches (fwd_varlen_*)
   csrc/flash_fwd_sm90/instantiations/  the Hopper forward: (dtype, head dim, static | dynamic schedule)
-  csrc/flash_bwd/instantiations/       the portable backward: (dtype, head dim, tile variant)
+  csrc/flash_bwd/instantiations/       the portable backward: (dtype, head dim, tile variant), dense and packed
   csrc/flash_bwd_sm90/instantiations/  the Hopper backward: (dtype, head dim)
 
 The tile configs themselves live in the traits.h of each path's folder;
@@ -136,6 +136,19 @@ def render_bwd() -> dict[str, str]:
                     + "}  // namespace flashattn\n"
                 )
                 registry.append(f"FLASHATTN_BWD_INSTANCE({ctype}, {d}, {v})\n")
+                # The packed-batch flavour (flash_bwd_kernel's kVarlen) in files of its own, so that
+                # the dense files hold exactly the kernels they held before it existed; only for the
+                # configs the compact route picks (csrc/flash_bwd/registry.h,
+                # bwd_has_window_kernels): a kCompact one, or the only one of its head dim.
+                if v == "kCompact" or len(variants) == 1:
+                    files[f"bwd_varlen_{dname}_hdim{d}_{v[1:].lower()}.cu"] = (
+                        HEADER
+                        + '#include "../launch.cuh"\n\n'
+                        + "namespace flashattn {\n"
+                        + f"template cudaError_t run_bwd_varlen<BwdTileConfig<{d}, BwdTileVariant::{v}>::Traits, {ctype}>(\n"
+                        + "    const BwdParams&, cudaStream_t);\n"
+                        + "}  // namespace flashattn\n"
+                    )
     files["registry.inc"] = "".join(registry)
     return files
 

@@ -11,6 +11,8 @@ namespace flashattn {
 
 template <typename Traits, typename Element>
 cudaError_t run_bwd(const BwdParams& p, cudaStream_t stream);
+template <typename Traits, typename Element>
+cudaError_t run_bwd_varlen(const BwdParams& p, cudaStream_t stream);
 
 namespace {
 
@@ -20,11 +22,23 @@ struct BwdLauncher {
   DType dtype;
   int head_dim;
   BwdTileVariant variant;
-  LaunchFn launch;
+  LaunchFn launch;         // dense batches
+  LaunchFn launch_varlen;  // packed variable-length batches (BwdParams::cu_seqlens_q set); null where none
 };
 
-#define FLASHATTN_BWD_INSTANCE(T, D, V) \
-  BwdLauncher{dtype_of<T>(), D, BwdTileVariant::V, &run_bwd<BwdTileConfig<D, BwdTileVariant::V>::Traits, T>},
+// The packed flavour exists on the configs the compact route picks (registry.h), instantiated in
+// instantiations/bwd_varlen_*.cu; the others have none (and no reference to one, which would not link).
+template <typename Traits, typename T>
+constexpr LaunchFn varlen_launcher() {
+  if constexpr (bwd_has_window_kernels<Traits>())
+    return &run_bwd_varlen<Traits, T>;
+  else
+    return nullptr;
+}
+
+#define FLASHATTN_BWD_INSTANCE(T, D, V)                                                              \
+  BwdLauncher{dtype_of<T>(), D, BwdTileVariant::V, &run_bwd<BwdTileConfig<D, BwdTileVariant::V>::Traits, T>, \
+              varlen_launcher<BwdTileConfig<D, BwdTileVariant::V>::Traits, T>()},
 constexpr BwdLauncher kLaunchers[] = {
 #include "instantiations/registry.inc"
 };
@@ -33,15 +47,18 @@ constexpr BwdLauncher kLaunchers[] = {
 }  // namespace
 
 int flash_bwd_block_m(const BwdParams& p, const DeviceLimits& dev) {
-  const BwdConfigInfo* config = select_bwd_config(p.head_dim, dev.max_smem_per_block, bwd_needs_window_kernel(p));
+  const BwdConfigInfo* config = select_bwd_config(p.head_dim, dev.max_smem_per_block, bwd_takes_compact_route(p));
   return config == nullptr ? 0 : config->block_m;
 }
 
 cudaError_t flash_bwd(const BwdParams& p, const DeviceLimits& dev, cudaStream_t stream) {
-  const BwdConfigInfo* config = select_bwd_config(p.head_dim, dev.max_smem_per_block, bwd_needs_window_kernel(p));
+  const BwdConfigInfo* config = select_bwd_config(p.head_dim, dev.max_smem_per_block, bwd_takes_compact_route(p));
   if (config == nullptr) return cudaErrorInvalidValue;
   for (const BwdLauncher& l : kLaunchers)
-    if (l.dtype == p.dtype && l.head_dim == config->head_dim && l.variant == config->variant) return l.launch(p, stream);
+    if (l.dtype == p.dtype && l.head_dim == config->head_dim && l.variant == config->variant) {
+      if (p.cu_seqlens_q == nullptr) return l.launch(p, stream);
+      return l.launch_varlen != nullptr ? l.launch_varlen(p, stream) : cudaErrorInvalidValue;
+    }
   return cudaErrorInvalidValue;
 }
 

@@ -38,10 +38,10 @@ constexpr const BwdConfigInfo* find_bwd_config(int head_dim, BwdTileVariant vari
 }
 
 // kLarge when its shared memory fits the device's per-block limit, else kCompact; nullptr when
-// neither fits (or the head dim is out of range). With `window` (a local window or a softcap:
-// bwd_needs_window_kernel), kCompact first: the large tiles of D = 64 and 128 sit at the register
-// limit, where the general mask and the softcap spill, so only the configs picked here carry those
-// kernels (bwd_has_window_kernels).
+// neither fits (or the head dim is out of range). With `window` (a local window or a softcap, or a
+// packed batch: bwd_takes_compact_route), kCompact first: the large tiles of D = 64 and 128 sit at
+// the register limit, where the general mask, the softcap and a packed batch's per-sequence
+// geometry spill, so only the configs picked here carry those kernels (bwd_has_window_kernels).
 constexpr const BwdConfigInfo* select_bwd_config(int head_dim, int max_smem_per_block, bool window = false) {
   const int d = round_up_bwd_head_dim(head_dim);
   const BwdTileVariant large_first[] = {BwdTileVariant::kLarge, BwdTileVariant::kCompact};
@@ -57,8 +57,15 @@ constexpr const BwdConfigInfo* select_bwd_config(int head_dim, int max_smem_per_
 // softcap (FwdParams::set_mask / set_softcap filled them).
 inline bool bwd_needs_window_kernel(const FwdParams& p) { return p.has_window() || p.softcap > 0.f; }
 
+// Whether the call runs on the configs select_bwd_config(.., window = true) picks: the window/softcap
+// kernels, and every packed variable-length batch (its flavour of the main kernel exists only there).
+inline bool bwd_takes_compact_route(const FwdParams& p) {
+  return bwd_needs_window_kernel(p) || p.cu_seqlens_q != nullptr;
+}
+
 // Whether the config with these traits is one select_bwd_config(.., window = true) can pick: a
-// kCompact one, or the only config of its head dim.
+// kCompact one, or the only config of its head dim. Those carry the window/softcap kernels and the
+// packed-batch flavour (tools/gen_instantiations.py generates the latter's files for them alone).
 template <typename Traits>
 constexpr bool bwd_has_window_kernels() {
   const BwdConfigInfo* compact = find_bwd_config(Traits::kHeadDim, BwdTileVariant::kCompact);
