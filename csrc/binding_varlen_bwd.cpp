@@ -55,7 +55,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
   TORCH_CHECK(q_in.is_cuda(), "flashattn::bwd_varlen: tensors must be on a CUDA device");
   for (const at::Tensor* t : {&dout_in, &k_in, &v_in, &out_in, &lse_in})
     TORCH_CHECK(t->device() == q_in.device(), "flashattn::bwd_varlen: all tensors must be on one CUDA device");
-  for (const at::Tensor* t : {&dout_in, &q_in, &k_in, &v_in, &out_in})
+  // Not dout: it comes from any loss (out.sum() broadcasts with stride 0) and is copied below when
+  // its layout needs it, as the dense backward does.
+  for (const at::Tensor* t : {&q_in, &k_in, &v_in, &out_in})
     TORCH_CHECK(t->size(-1) <= 1 || t->stride(-1) == 1, "flashattn::bwd_varlen: last dimension must be contiguous");
   check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q_in);
   check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", q_in);

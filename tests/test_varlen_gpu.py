@@ -234,13 +234,14 @@ def test_forced_hopper_backend_is_refused(device: torch.device) -> None:
 
 # ==== the backward (flashattn::bwd_varlen through the autograd of flash_attn_varlen_func) ============
 
-DOUT_KINDS = ("contiguous", "pad_dim", "broadcast")
+DOUT_KINDS = ("contiguous", "pad_dim", "broadcast", "scalar")
 
 
 def make_varlen_dout(x, kind: str, seed: int) -> torch.Tensor:
     """An upstream gradient shaped like out [total_q, Hq, D]: contiguous, rows padded by 5 elements
-    (strides the kernels cannot load 16 bytes at a time: the binding copies), or one row broadcast
-    with stride 0 (what a sum-like loss hands the backward)."""
+    (strides the kernels cannot load 16 bytes at a time: the binding copies), one row broadcast
+    with stride 0 (what a sum-like loss hands the backward), or one value with every stride 0
+    (out.sum()'s own gradient: the last stride is 0 too)."""
     t, h, d = x.q.shape
     gen = torch.Generator(device=x.q.device).manual_seed(seed)
 
@@ -253,6 +254,8 @@ def make_varlen_dout(x, kind: str, seed: int) -> torch.Tensor:
         return randn(t, h, d + 5)[..., :d]
     if kind == "broadcast":
         return randn(1, 1, d).expand(t, h, d)
+    if kind == "scalar":
+        return randn(1, 1, 1).expand(t, h, d)
     raise ValueError(kind)
 
 
