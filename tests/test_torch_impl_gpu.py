@@ -208,7 +208,15 @@ def test_flash_attention_forward_op_is_flash_attn_func(
     q, k, v = (t.transpose(1, 2) for t in make_qkv(2, 8, 2, 90, 61, 128, torch.bfloat16, "bshd", device, seed=6))
     left, right = window
     causal = is_causal or (left in (None, -1) and right == 0)  # (-1, 0) is torch's causal window
-    ours = (-1 if left is None else left, 0 if causal else (-1 if right is None else right))
+    if causal:
+        right_edge = 0
+    elif right is None:
+        # torch's kernels give a left edge with an unbounded right one the right edge Sk (61): with
+        # Sq = 90 > Sk + 1 the first 28 rows do not see the last keys
+        right_edge = -1 if left is None else 61
+    else:
+        right_edge = right
+    ours = (-1 if left is None else left, right_edge)
     out, lse, rng_state, unused, debug = torch.ops.aten._flash_attention_forward(
         q, k, v, None, None, 90, 61, 0.0, is_causal, False, window_size_left=left, window_size_right=right
     )
