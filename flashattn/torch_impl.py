@@ -6,45 +6,55 @@ is activated, by `flashattn.activate()` or `torch.nn.attention.activate_flash_at
 Activation overrides the CUDA kernels of torch's flash-attention aten ops, the same mechanism torch
 uses for its own FA3/FA4 (a `torch.library.Library("aten", "IMPL")` whose removal restores torch's
 kernels): `F.scaled_dot_product_attention` under the flash backend (and anything else calling these
-ops: `torch.compile`d graphs, `torch.nn.attention.bias.causal_lower_right`) then runs flashattn's
-forward and backward kernels (`torch.ops.flashattn.fwd` / `bwd`). `flashattn.deactivate()` or
+ops: `torch.compile`d graphs, `torch.nn.attention.bias.causal_lower_right`,
+`torch.nn.attention.varlen`) then runs flashattn's forward and backward kernels
+(`torch.ops.flashattn.fwd` / `bwd`, and their varlen ops for packed batches). `flashattn.deactivate()` or
 `torch.nn.attention.restore_flash_attention_impl()` puts torch's own kernels back.
 
 Ops overridden (CUDA dispatch key), with the semantics of torch's FlashAttention-2 kernels:
   * aten::_scaled_dot_product_flash_attention and its _backward: the torch layout, query
     [B, Hq, Sq, D], key/value [B, Hk, Sk, D];
   * aten::_flash_attention_forward and _flash_attention_backward: FlashAttention's layout, query
-    [B, Sq, Hq, D], key/value [B, Sk, Hk, D];
+    [B, Sq, Hq, D], key/value [B, Sk, Hk, D]; or, with cum_seq_q and cum_seq_k (int32 [B + 1]), a
+    packed variable-length batch, query [total_q, Hq, D], key/value [total_k, Hk, D], max_q /
+    max_k bounding every sequence's lengths (flashattn's varlen kernels,
+    `torch.ops.flashattn.fwd_varlen` / `bwd_varlen`). `torch.nn.attention.varlen.varlen_attn` and
+    SDPA on nested jagged tensors call them so;
   * aten::_flash_attention_forward_no_dropout_inplace, where the installed torch has it (2.13: the
-    output written into a given tensor; absent in 2.11).
+    output written into a given tensor, dense or packed, e.g. by varlen_attn_out; absent in 2.11).
 In all of them:
   * dtypes float16 and bfloat16; head dim a multiple of 8 in [8, 256] (SDPA pads other head dims
     to a multiple of 8 before calling the op, and passes the scale of the unpadded one); Hq a
     multiple of Hk (SDPA with enable_gqa=True passes K/V with their Hk heads, never repeated);
     any strides with a contiguous last dim.
   * `is_causal=True` is bottom-right aligned, as in torch's FlashAttention-2 kernels for these ops:
-    query i sees keys j <= i + Sk - Sq. SDPA picks the flash backend for is_causal only when
-    Sq == Sk, where that is also top-left (SDPA's is_causal); torch's
-    `causal_lower_right` bias calls `_scaled_dot_product_flash_attention` with is_causal=True for
-    Sq != Sk and relies on the bottom-right alignment.
+    query i sees keys j <= i + Sk - Sq, per sequence in a packed batch (Sq_b, Sk_b its lengths).
+    SDPA picks the flash backend for is_causal only when Sq == Sk, where that is also top-left
+    (SDPA's is_causal); torch's `causal_lower_right` bias calls
+    `_scaled_dot_product_flash_attention` with is_causal=True for Sq != Sk and relies on the
+    bottom-right alignment; varlen_attn's causal is window_size (-1, 0), the same mask.
   * `scale=None` means 1/sqrt(D), D the head dim of the tensors given.
   * window_size_left / window_size_right (sliding-window attention, forward and backward) as torch's
-    FlashAttention-2 kernels read them: None, negative or >= Sk is unbounded, is_causal sets the
-    right edge to 0, windows aligned bottom-right (flashattn's `window_size`).
+    FlashAttention-2 kernels read them, against Sk (dense) or max_k (packed): None, negative or
+    >= that bound is unbounded; is_causal sets the right edge to 0; a left edge with an unbounded
+    right one gets the right edge Sk / max_k (which keeps a row's last keys from it only where
+    Sq > Sk + 1); windows aligned bottom-right, per sequence when packed (flashattn's `window_size`).
   * outputs as torch's kernels (and their meta functions) give them: out and the gradients laid out
-    like `torch.empty_like` of query (key, value), the log-sum-exp float32 [B, Hq, Sq] (natural
-    log; -inf on a row that sees no key, where torch's kernels write +inf; the backward takes it
-    back as given), rng_state uint64 [2] and the philox offset uint64 [] (zeros: no dropout), an
-    empty debug mask.
+    like `torch.empty_like` of query (key, value), the log-sum-exp float32 [B, Hq, Sq] (dense) or
+    [Hq, total_q] (packed: one column per packed query row), natural log; -inf on a row that sees
+    no key, where torch's kernels write +inf; the backward takes it back as given; rng_state
+    uint64 [2] and the philox offset uint64 [] (zeros: no dropout), an empty debug mask.
   * the backward is deterministic when `flashattn.set_deterministic(True)` or
     `torch.use_deterministic_algorithms(True)` is on when the backward runs (these aten ops carry
     no state from the forward to the backward but their tensors).
 Not supported, refused with an error naming the argument and what is supported (never a silent
-fallback to another implementation): dropout_p > 0, return_debug_mask=True, variable-length
-batches (cum_seq_q / cum_seq_k: NotImplementedError, flashattn has no varlen kernels yet; nested
-tensors and torch.nn.attention.varlen reach the ops that way), alibi_slopes, seqused_k, block_table (paged KV),
-num_splits > 1, dtypes other than float16/bfloat16 (e.g. float32), and the fp8 `.quantized`
-overloads (not overridden: they keep torch's kernels).
+fallback to another implementation): dropout_p > 0, return_debug_mask=True, alibi_slopes,
+seqused_k, block_table (paged KV), num_splits > 1 (NotImplementedError, a RuntimeError); only one
+of cum_seq_q / cum_seq_k, packed tensors that are not 3-D, cumulative lengths that are not int32
+[B + 1] on query's device, and the 'hopper' backend for packed batches (its TMA path needs dense
+tensors; 'auto' runs them on the portable kernels) (ValueError / TypeError); dtypes other than
+float16/bfloat16 (e.g. float32); and the fp8 `.quantized` overloads (not overridden: they keep
+torch's kernels).
 """
 
 from __future__ import annotations
