@@ -13,7 +13,12 @@ from .interface import (
     use_backend,
 )
 from .kvcache import flash_attn_with_kvcache
-from .reference import attention_reference, attention_reference_grads, attention_reference_varlen
+from .reference import (
+    attention_reference,
+    attention_reference_grads,
+    attention_reference_varlen,
+    attention_reference_varlen_grads,
+)
 from .torch_impl import activate, deactivate  # registers "flashattn" with torch's registry; never activates
 
 __version__ = "0.1.0"
@@ -26,6 +31,7 @@ __all__ = [
     "attention_reference",
     "attention_reference_grads",
     "attention_reference_varlen",
+    "attention_reference_varlen_grads",
     "set_backend",
     "get_backend",
     "use_backend",

@@ -203,7 +203,7 @@ torch.library.register_autograd("flashattn::bwd", _bwd_backward, setup_context=_
 # a longer sequence are not computed). causal_mode, window, softcap as fwd's, aligned per sequence
 # (offset Sk_b - Sq_b, or 0 for causal_mode 1). Returns out [total_q, Hq, D] and lse float32
 # [Hq, total_q] (FlashAttention's varlen layout). The portable kernel runs on every GPU ('auto' and
-# 'portable'); 'hopper' is refused. Forward only: the autograd below refuses the backward.
+# 'portable'); 'hopper' is refused. Differentiable with respect to q, k, v (bwd_varlen below).
 _lib.define(
     "fwd_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, "
     "int max_seqlen_k, float softmax_scale, int causal_mode, str backend, int window_left=-1, "
@@ -218,25 +218,116 @@ def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     return q.new_empty((total_q, hq, d)), q.new_empty((hq, total_q), dtype=torch.float32)
 
 
-VARLEN_BACKWARD_MESSAGE = (
-    "flashattn: the backward of flash_attn_varlen_func (packed variable-length batches) is not implemented "
-    "yet; the forward supports them: call it under torch.no_grad() (or with inputs that do not require grad), "
-    "or train with flash_attn_func on padded batches"
+# ==== the backward of packed batches: flashattn::bwd_varlen ======================================
+# dout/q/out [total_q, Hq, D], k/v [total_k, Hk, D] (any row/head strides, unit last stride), lse
+# float32 [Hq, total_q] exactly as fwd_varlen returned it; cu_seqlens, max_seqlen, softmax_scale,
+# causal_mode, window and softcap those of the forward. Returns dq, dk, dv: new contiguous tensors
+# in q's dtype shaped like q, k, v (dk/dv summed over each query-head group in the kernel); rows no
+# sequence owns (past cu_seqlens[B]) get 0. deterministic as bwd's. The portable backward runs on
+# every GPU ('auto' and 'portable'); 'hopper' is refused, as by the forward.
+_lib.define(
+    "bwd_varlen(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor cu_seqlens_q, "
+    "Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, int causal_mode, "
+    "bool deterministic, str backend, int window_left=-1, int window_right=-1, float softcap=0.) "
+    "-> (Tensor dq, Tensor dk, Tensor dv)"
+)
+
+VARLEN_HOPPER_MESSAGE = (
+    "backend 'hopper' does not support packed variable-length batches (its TMA path needs dense [B, S, H, D] "
+    "tensors); use set_backend('auto') or 'portable', which run the portable kernels for them on every GPU"
 )
 
 
+def check_bwd_varlen_args(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                          backend) -> None:
+    """Metadata checks of flashattn::bwd_varlen's arguments, with errors that name the argument (the
+    fake kernel and the Python wrapper run them, so neither a compiled graph nor an autograd
+    backward reaches the binding's checks; the binding checks the same)."""
+    if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
+        raise ValueError(
+            f"flashattn::bwd_varlen: q, k and v must be 3-D [total, H, D], got shapes {tuple(q.shape)}, "
+            f"{tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if out.shape != q.shape:
+        raise ValueError(f"flashattn::bwd_varlen: out must have q's shape {tuple(q.shape)}, got {tuple(out.shape)}")
+    if dout.shape != q.shape:
+        raise ValueError(f"flashattn::bwd_varlen: dout must have out's shape {tuple(q.shape)}, got {tuple(dout.shape)}")
+    if k.shape != v.shape:
+        raise ValueError(
+            f"flashattn::bwd_varlen: k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}"
+        )
+    total_q, hq, d = q.shape
+    if k.shape[2] != d:
+        raise ValueError(f"flashattn::bwd_varlen: k's head dim must be q's {d}, got k shape {tuple(k.shape)}")
+    if k.shape[1] == 0 or hq % k.shape[1] != 0:
+        raise ValueError(f"flashattn::bwd_varlen: q heads ({hq}) must be a multiple of k/v heads ({k.shape[1]})")
+    if lse.shape != (hq, total_q):
+        raise ValueError(
+            f"flashattn::bwd_varlen: lse must be [Hq, total_q] = {[hq, total_q]} (fwd_varlen's layout), got "
+            f"{list(lse.shape)}"
+        )
+    if lse.dtype != torch.float32:
+        raise TypeError(f"flashattn::bwd_varlen: lse must be float32, got {lse.dtype}")
+    for name, t in (("dout", dout), ("k", k), ("v", v), ("out", out)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"flashattn::bwd_varlen: {name}.dtype must be q's dtype {q.dtype}, got {t.dtype}")
+    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if cu.dtype != torch.int32:
+            raise TypeError(f"flashattn::bwd_varlen: {name}.dtype must be torch.int32, got {cu.dtype}")
+        if cu.dim() != 1 or cu.shape[0] < 1:
+            raise ValueError(f"flashattn::bwd_varlen: {name} must be 1-D [batch + 1], got shape {tuple(cu.shape)}")
+        if cu.device != q.device:
+            raise ValueError(f"flashattn::bwd_varlen: {name} must be on q's device {q.device}, got {cu.device}")
+    if cu_seqlens_q.shape[0] != cu_seqlens_k.shape[0]:
+        raise ValueError(
+            f"flashattn::bwd_varlen: cu_seqlens_q and cu_seqlens_k must have the same length (batch + 1), got "
+            f"{cu_seqlens_q.shape[0]} and {cu_seqlens_k.shape[0]}"
+        )
+    for name, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if m < 0:
+            raise ValueError(f"flashattn::bwd_varlen: {name} must be >= 0, got {m}")
+    if backend == "hopper":
+        raise ValueError(f"flashattn::bwd_varlen: {VARLEN_HOPPER_MESSAGE}")
+
+
+@torch.library.register_fake("flashattn::bwd_varlen")
+def _bwd_varlen_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                     causal_mode, deterministic, backend, window_left=-1, window_right=-1, softcap=0.0):
+    check_bwd_varlen_args(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, backend)
+    return (
+        q.new_empty(q.shape, dtype=q.dtype),
+        k.new_empty(k.shape, dtype=q.dtype),
+        v.new_empty(v.shape, dtype=q.dtype),
+    )
+
+
 def _fwd_varlen_setup_context(ctx, inputs, output) -> None:
-    ctx.mark_non_differentiable(output[1])
+    """As _setup_context, plus the packing (cu_seqlens, the max_seqlen bounds) the backward walks
+    exactly as the forward did."""
+    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal_mode, backend, *mask = inputs
+    out, lse = output
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
+    ctx.max_seqlen = (max_seqlen_q, max_seqlen_k)
+    ctx.softmax_scale = softmax_scale
+    ctx.causal_mode = causal_mode
+    ctx.backend = backend
+    ctx.mask = tuple(mask) + (-1, -1, 0.0)[len(mask):]
+    ctx.num_inputs = len(inputs)
+    ctx.deterministic = deterministic_backward()
 
 
 def _fwd_varlen_backward(ctx, dout, dlse):
-    """NOT IMPLEMENTED YET (issue 16): refused here, in Python (a C++ error thrown inside an
-    autograd backward has crashed the process on torch 2.11), so a gradient is never silently
-    missing."""
-    raise NotImplementedError(VARLEN_BACKWARD_MESSAGE)
+    if dout is None:
+        return (None,) * ctx.num_inputs
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+    dq, dk, dv = bwd_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *ctx.max_seqlen, ctx.softmax_scale,
+                            ctx.causal_mode, ctx.deterministic, ctx.backend, *ctx.mask)
+    return _grads_for(ctx, dq, dk, dv)
 
 
 torch.library.register_autograd("flashattn::fwd_varlen", _fwd_varlen_backward, setup_context=_fwd_varlen_setup_context)
+torch.library.register_autograd("flashattn::bwd_varlen", _bwd_backward, setup_context=_bwd_setup_context)
 
 
 # Registers the CUDA implementations when the extension is built.
@@ -275,6 +366,23 @@ def fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqle
     lse float32 [Hq, total_q]). No validation here: see flashattn.interface.flash_attn_varlen_func."""
     return _fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal_mode,
                        backend, window_left, window_right, softcap)
+
+
+_bwd_varlen = torch.ops.flashattn.bwd_varlen.default
+
+
+def bwd_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,
+               softmax_scale: float, causal_mode: int, deterministic: bool, backend: str, window_left: int = -1,
+               window_right: int = -1, softcap: float = 0.0):
+    """dout/q/out [total_q, Hq, D], k/v [total_k, Hk, D] (any row/head strides, unit last stride), lse
+    float32 [Hq, total_q] from fwd_varlen, cu_seqlens int32 [B + 1] and the forward's max_seqlen,
+    scalars, window and softcap -> (dq [total_q, Hq, D], dk, dv [total_k, Hk, D]): contiguous, q's
+    dtype; rows no sequence owns are 0. The arguments are checked here, in Python (errors naming
+    the argument; a C++ error thrown inside an autograd backward has crashed the process on torch
+    2.11), before the op."""
+    check_bwd_varlen_args(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, backend)
+    return _bwd_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                       causal_mode, deterministic, backend, window_left, window_right, softcap)
 
 
 def bwd(dout, q, k, v, out, lse, softmax_scale: float, causal_mode: int, deterministic: bool, backend: str,

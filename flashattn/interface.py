@@ -334,8 +334,12 @@ def flash_attn_varlen_func(
     per packed query row; not [B, Hq, S]).
 
     Runs the portable kernel on every GPU (the Hopper path needs dense tensors): under
-    set_backend("hopper") it raises a ValueError. Forward only: a backward through the output
-    raises NotImplementedError (the forward itself runs with inputs that require grad).
+    set_backend("hopper") it raises a ValueError.
+
+    out is differentiable with respect to q, k and v (the portable backward kernels, per sequence
+    exactly the dense backward's arithmetic; memory O(total)); rows of k/v and q that no sequence
+    owns get gradient 0. The lse is NOT differentiable, as in flash_attn_func. See
+    set_deterministic.
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         _check_tensor(name, t, 3)
@@ -367,6 +371,8 @@ def flash_attn_varlen_func(
     if _ext._EXT is None and not torch.compiler.is_compiling():
         _ext.require_extension()
     causal_mode = _ops.CAUSAL_BOTTOM_RIGHT if causal else _ops.CAUSAL_NONE
+    if _ops._deterministic:  # read in traced code, so that torch.compile guards on it (see _run)
+        pass
     out, lse = _ops.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal_mode,
                                _backend, window[0], window[1], softcap)
     return (out, lse) if return_lse else out

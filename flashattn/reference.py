@@ -181,3 +181,49 @@ def attention_reference_varlen(
         out[q0:q1] = o_b[0]
         lse[:, q0:q1] = lse_b[0]
     return out, lse
+
+
+def attention_reference_varlen_grads(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    dout: torch.Tensor,
+    cu_seqlens_q: torch.Tensor | list[int],
+    cu_seqlens_k: torch.Tensor | list[int],
+    scale: float | None = None,
+    causal_mode: int = CAUSAL_NONE,
+    window: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    *,
+    out: torch.Tensor | None = None,
+    lse: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gradients of `attention_reference_varlen`'s out for the upstream gradient dout
+    [total_q, Hq, D] -> (dq [total_q, Hq, D], dk [total_k, Hk, D], dv [total_k, Hk, D]), float64.
+
+    `attention_reference_grads` on each sequence alone. out [total_q, Hq, D] and lse [Hq, total_q]
+    (the varlen layout), when given, are the saved forward tensors read instead of recomputed.
+    Rows no sequence owns (past cu_seqlens[-1]) get 0, as do the rows of a sequence that has
+    queries but no keys (its out is the constant 0) and the keys of one that has no queries.
+    """
+    cq = [int(x) for x in (cu_seqlens_q.tolist() if isinstance(cu_seqlens_q, torch.Tensor) else cu_seqlens_q)]
+    ck = [int(x) for x in (cu_seqlens_k.tolist() if isinstance(cu_seqlens_k, torch.Tensor) else cu_seqlens_k)]
+    assert len(cq) == len(ck) >= 1
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    dq = torch.zeros(q.shape, dtype=torch.float64, device=q.device)
+    dk = torch.zeros(k.shape, dtype=torch.float64, device=k.device)
+    dv = torch.zeros(v.shape, dtype=torch.float64, device=v.device)
+    for b in range(len(cq) - 1):
+        q0, q1, k0, k1 = cq[b], cq[b + 1], ck[b], ck[b + 1]
+        if q1 == q0 or k1 == k0:
+            continue
+        saved = {}
+        if out is not None:
+            saved["out"] = out[None, q0:q1]
+        if lse is not None:
+            saved["lse"] = lse[None, :, q0:q1]
+        dq_b, dk_b, dv_b = attention_reference_grads(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], dout[None, q0:q1],
+                                                     scale, causal_mode, window, softcap, **saved)
+        dq[q0:q1], dk[k0:k1], dv[k0:k1] = dq_b[0], dk_b[0], dv_b[0]
+    return dq, dk, dv

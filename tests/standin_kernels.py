@@ -9,7 +9,9 @@ float64 (the lse the ops hand back is float32, which would cost the float64 test
 with `saved_out_lse=True`, like the CUDA kernel, from the out and lse it is given (what a ring
 attention needs: it hands the ones merged over the whole row, not the chunk's). Every bwd call's
 scalar arguments and dout's strides are recorded. Like the CUDA op, bwd differentiates every backend's forward, window
-and softcap included.
+and softcap included. bwd_varlen: the float64 per-sequence gradient reference
+(flashattn.attention_reference_varlen_grads) rounded likewise, recorded in the same list (with its
+max_seqlen bounds); like the CUDA op it refuses backend 'hopper'.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class BwdCall:
     shapes: tuple[tuple[int, ...], ...]  # dout, q, k, v, out, lse
     window: tuple[int, int] = (-1, -1)
     softcap: float = 0.0
+    max_seqlen: tuple[int, int] | None = None  # bwd_varlen's (max_seqlen_q, max_seqlen_k); None for bwd
 
 
 def _fwd(q, k, v, softmax_scale, causal_mode, backend, window_left=-1, window_right=-1, softcap=0.0):
@@ -55,9 +58,10 @@ def _fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
 
 @contextmanager
 def cpu_standin_kernels(saved_out_lse: bool = False) -> Iterator[list[BwdCall]]:
-    """Registers the stand-ins as the CPU kernels of flashattn::fwd, fwd_bhsd and bwd; yields the
-    list the bwd calls are appended to; removes the registrations afterwards. saved_out_lse: bwd
-    reads the out and lse it is given instead of recomputing them."""
+    """Registers the stand-ins as the CPU kernels of flashattn::fwd, fwd_bhsd, bwd, fwd_varlen and
+    bwd_varlen; yields the list the bwd and bwd_varlen calls are appended to; removes the
+    registrations afterwards. saved_out_lse: bwd and bwd_varlen read the out and lse they are given
+    instead of recomputing them."""
     calls: list[BwdCall] = []
 
     def bwd(dout, q, k, v, out, lse, softmax_scale, causal_mode, deterministic, backend, window_left=-1,
@@ -71,12 +75,27 @@ def cpu_standin_kernels(saved_out_lse: bool = False) -> Iterator[list[BwdCall]]:
                                                     **({"out": out, "lse": lse} if saved_out_lse else {}))
         return tuple(g.to(q.dtype).contiguous() for g in grads)
 
+    def bwd_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                   causal_mode, deterministic, backend, window_left=-1, window_right=-1, softcap=0.0):
+        if backend == "hopper":
+            raise RuntimeError("flashattn::bwd_varlen: backend 'hopper' does not support packed variable-length batches")
+        calls.append(
+            BwdCall(softmax_scale, causal_mode, deterministic, backend, tuple(dout.stride()),
+                    tuple(tuple(t.shape) for t in (dout, q, k, v, out, lse)), (window_left, window_right), softcap,
+                    (max_seqlen_q, max_seqlen_k))
+        )
+        grads = flashattn.attention_reference_varlen_grads(q, k, v, dout, cu_seqlens_q, cu_seqlens_k, softmax_scale,
+                                                           causal_mode, (window_left, window_right), softcap,
+                                                           **({"out": out, "lse": lse} if saved_out_lse else {}))
+        return tuple(g.to(q.dtype).contiguous() for g in grads)
+
     lib = torch.library.Library("flashattn", "IMPL")
     try:
         lib.impl("fwd", _fwd, "CPU")
         lib.impl("fwd_bhsd", _fwd_bhsd, "CPU")
         lib.impl("bwd", bwd, "CPU")
         lib.impl("fwd_varlen", _fwd_varlen, "CPU")
+        lib.impl("bwd_varlen", bwd_varlen, "CPU")
         yield calls
     finally:
         lib._destroy()

@@ -29,7 +29,6 @@ class Call:
     shapes: dict[str, tuple[int, ...]]  # tensor inputs, all requiring grad
     run: Callable[..., object]  # run(**tensors) -> tensor or tuple
     raises: type[Exception] | None = None  # inference-only: must raise this
-    backward_raises: type[Exception] | None = None  # forward only for now: its backward must raise this
     non_differentiable: tuple[int, ...] = ()  # output positions documented as not differentiable
     independent: tuple[tuple[int, str], ...] = ()  # (output, input) pairs with no mathematical dependence
 
@@ -62,10 +61,10 @@ TENSOR_FUNCTIONS: dict[str, list[Call]] = {
              raises=RuntimeError),
     ],
     "flash_attn_varlen_func": [
-        Call("causal-forward-only", {"q": (9, 4, 64), "k": (7, 2, 64), "v": (7, 2, 64)},
+        Call("causal", {"q": (9, 4, 64), "k": (7, 2, 64), "v": (7, 2, 64)},
              lambda q, k, v: flashattn.flash_attn_varlen_func(q, k, v, *_cu((0, 4, 9), (0, 3, 7), q.device), 5, 4,
                                                               causal=True, return_lse=True),
-             non_differentiable=(1,), backward_raises=NotImplementedError),
+             non_differentiable=(1,)),
     ],
     "attention_reference": [
         Call("bottom-right", {"q": (1, 6, 2, 8), "k": (1, 4, 1, 8), "v": (1, 4, 1, 8)},
@@ -75,6 +74,12 @@ TENSOR_FUNCTIONS: dict[str, list[Call]] = {
         Call("bottom-right", {"q": (9, 2, 8), "k": (7, 1, 8), "v": (7, 1, 8)},
              lambda q, k, v: flashattn.attention_reference_varlen(q, k, v, [0, 4, 4, 9], [0, 3, 5, 7], 0.5,
                                                                   flashattn.CAUSAL_BOTTOM_RIGHT)[0]),
+    ],
+    "attention_reference_varlen_grads": [
+        Call("bottom-right", {"q": (9, 2, 8), "k": (7, 1, 8), "v": (7, 1, 8), "dout": (9, 2, 8)},
+             lambda q, k, v, dout: flashattn.attention_reference_varlen_grads(
+                 q, k, v, dout, [0, 4, 4, 9], [0, 3, 5, 7], 0.5, flashattn.CAUSAL_BOTTOM_RIGHT),
+             independent=((2, "v"),)),  # dV = P^T dO does not involve V
     ],
     "attention_reference_grads": [
         Call("top-left", {"q": (1, 6, 2, 8), "k": (1, 4, 1, 8), "v": (1, 4, 1, 8), "dout": (1, 6, 2, 8)},
@@ -110,10 +115,6 @@ def check_gradients_flow(call: Call, dtype: torch.dtype, device: str | torch.dev
             assert not out.requires_grad, f"output {i} is documented as not differentiable but requires grad"
             continue
         assert out.requires_grad, f"output {i} does not require grad although its inputs do: its gradient is lost"
-        if call.backward_raises is not None:  # no silently missing gradient: the backward refuses
-            with pytest.raises(call.backward_raises, match="not implemented yet"):
-                torch.autograd.grad(out, list(inputs.values()), torch.randn_like(out), retain_graph=True)
-            continue
         grads = torch.autograd.grad(out, list(inputs.values()), torch.randn_like(out), allow_unused=True, retain_graph=True)
         for (name, x), g in zip(inputs.items(), grads):
             if (i, name) in call.independent:

@@ -9,9 +9,16 @@
   * the kernel's per-sequence mask: FwdParams::set_varlen + set_mask and the in-kernel window of
     each sequence (offset Sk_b - Sq_b, or 0 top-left) built with the host compiler, against
     flashattn.reference.visible_keys, including windows the host keeps although no row reaches them;
-  * the op's autograd: a backward through fwd_varlen raises NotImplementedError (never a silently
-    missing gradient), the forward itself runs with inputs that require grad (CPU stand-in kernel);
-    torch.library.opcheck of the schema and fake kernel; torch.compile(fullgraph=True) traces it.
+  * the forward op: torch.library.opcheck of the schema and fake kernel; torch.compile(fullgraph=True)
+    traces it;
+  * the backward (flashattn::bwd_varlen): its schema (the contract with the CUDA binding), fake
+    kernel, and the argument checks of the fake kernel and of the Python wrapper the autograd calls
+    (errors naming the argument, backend 'hopper' refused before the op);
+  * the autograd of fwd_varlen with CPU stand-in kernels (tests/standin_kernels.py): gradients of
+    flash_attn_varlen_func and of the op equal the float64 reference (and autograd through the
+    float64 forward reference), gradcheck, zero gradients for rows no sequence owns, the
+    deterministic switches, backend, window and softcap as the backward receives them,
+    needs_input_grad, no double backward, opcheck, torch.compile of forward + backward.
 The GPU numerics are in tests/test_varlen_gpu.py.
 """
 
@@ -232,7 +239,7 @@ def test_per_sequence_mask_matches_the_reference(probe: list[str]) -> None:
     assert n > 3000
 
 
-# ---- the op: autograd refusal, opcheck, torch.compile -------------------------------------------------
+# ---- the forward op: no_grad, opcheck, torch.compile -------------------------------------------------
 
 
 @contextmanager
@@ -252,25 +259,6 @@ def _cpu_problem(requires_grad: bool = False):
     cu_q = torch.tensor([0, 3, 3, 11], dtype=I32)
     cu_k = torch.tensor([0, 4, 5, 9], dtype=I32)
     return q, k, v, cu_q, cu_k
-
-
-@pytest.mark.parametrize("grad_input", ["q", "k", "v"])
-def test_backward_raises_not_implemented(monkeypatch, grad_input: str) -> None:
-    allow_cpu_entry_points(monkeypatch)
-    q, k, v, cu_q, cu_k = _cpu_problem()
-    tensors = {"q": q, "k": k, "v": v}
-    tensors[grad_input].requires_grad_(True)
-    with cpu_standin_varlen():
-        out, lse = flashattn.flash_attn_varlen_func(tensors["q"], tensors["k"], tensors["v"], cu_q, cu_k, 8, 4,
-                                                    causal=True, return_lse=True)
-        assert out.requires_grad and not lse.requires_grad
-        ref, _ = attention_reference_varlen(q.detach(), k.detach(), v.detach(), cu_q, cu_k, causal_mode=BOTTOM_RIGHT)
-        torch.testing.assert_close(out.detach(), ref)  # the forward itself ran
-        with pytest.raises(NotImplementedError, match=r"backward of flash_attn_varlen_func \(packed variable-length"):
-            out.sum().backward()
-        with pytest.raises(NotImplementedError, match="not implemented yet"):
-            torch.autograd.grad(out.square().sum(), tensors[grad_input])
-    assert tensors[grad_input].grad is None
 
 
 def test_no_grad_and_inputs_without_grad_run(monkeypatch) -> None:
@@ -312,3 +300,294 @@ def test_public_api_exports_varlen() -> None:
     params = list(__import__("inspect").signature(flashattn.flash_attn_varlen_func).parameters)
     assert params == ["q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "softmax_scale",
                       "causal", "window_size", "softcap", "return_lse"]
+
+
+# ---- the backward: flashattn::bwd_varlen's schema, fake kernel, argument checks -----------------------
+
+BWD_VARLEN_SCHEMA = (
+    "flashattn::bwd_varlen(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor cu_seqlens_q, "
+    "Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, int causal_mode, "
+    "bool deterministic, str backend, int window_left=-1, int window_right=-1, float softcap=0.) "
+    "-> (Tensor dq, Tensor dk, Tensor dv)"
+)
+
+
+def test_bwd_varlen_schema_is_the_contract_with_the_binding() -> None:
+    assert str(torch.ops.flashattn.bwd_varlen.default._schema) == BWD_VARLEN_SCHEMA
+
+
+def _bwd_args(mk, **replace):
+    """bwd_varlen's positional arguments on tensors from mk; `replace` swaps one by name."""
+    args = {
+        "dout": mk(TQ, HQ, D), "q": mk(TQ, HQ, D), "k": mk(TK, HK, D), "v": mk(TK, HK, D), "out": mk(TQ, HQ, D),
+        "lse": mk(HQ, TQ, dtype=F32), "cu_seqlens_q": mk(B + 1, dtype=I32), "cu_seqlens_k": mk(B + 1, dtype=I32),
+        "max_seqlen_q": 16, "max_seqlen_k": 24, "softmax_scale": 0.125, "causal_mode": BOTTOM_RIGHT,
+        "deterministic": False, "backend": "auto",
+    }
+    args.update({name: (value(mk) if callable(value) else value) for name, value in replace.items()})
+    return tuple(args.values())
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
+def test_bwd_varlen_fake_kernel(dtype) -> None:
+    """dq, dk, dv: new contiguous tensors in q's dtype shaped like q, k, v, whatever the input
+    strides (a stride-0 dout from out.sum(), a strided k)."""
+    with FakeTensorMode():
+        mk = lambda *shape, dtype=dtype, strides=None: fake_maker(*shape, dtype=dtype, strides=strides)  # noqa: E731
+        args = _bwd_args(mk, dout=lambda mk: mk(TQ, HQ, D, strides=(0, 0, 0)),
+                         k=lambda mk: mk(TK, HK, D, strides=(HK * 2 * D, 2 * D, 1)))
+        dq, dk, dv = torch.ops.flashattn.bwd_varlen(*args)
+        q, k, v = args[1:4]
+    for g, x, name in ((dq, q, "dq"), (dk, k, "dk"), (dv, v, "dv")):
+        assert (g.shape, g.dtype, g.device.type) == (x.shape, dtype, "cuda"), name
+        assert g.is_contiguous(), f"{name} strides {g.stride()}"
+
+
+BAD_BWD_VARLEN = [
+    # id, replaced arguments, error, message
+    ("dout-shape", {"dout": lambda mk: mk(TQ + 1, HQ, D)}, ValueError, "dout must have out's shape"),
+    ("dout-dtype", {"dout": lambda mk: mk(TQ, HQ, D, dtype=BF16)}, TypeError, "dout.dtype must be q's dtype torch.float16"),
+    ("out-shape", {"out": lambda mk: mk(TQ, HQ, D + 8)}, ValueError, "out must have q's shape"),
+    ("out-dtype", {"out": lambda mk: mk(TQ, HQ, D, dtype=F32)}, TypeError, "out.dtype must be q's dtype"),
+    ("q-rank-4", {"q": lambda mk: mk(1, TQ, HQ, D)}, ValueError, "q, k and v must be 3-D [total, H, D]"),
+    ("k-v-shapes", {"v": lambda mk: mk(TK + 1, HK, D)}, ValueError, "k and v must have the same shape"),
+    ("k-head-dim", {"k": lambda mk: mk(TK, HK, D + 8), "v": lambda mk: mk(TK, HK, D + 8)}, ValueError,
+     "k's head dim must be q's 64"),
+    ("heads-not-multiple", {"k": lambda mk: mk(TK, 3, D), "v": lambda mk: mk(TK, 3, D)}, ValueError,
+     "q heads (4) must be a multiple of k/v heads (3)"),
+    ("k-dtype", {"k": lambda mk: mk(TK, HK, D, dtype=BF16), "v": lambda mk: mk(TK, HK, D, dtype=BF16)}, TypeError,
+     "k.dtype must be q's dtype"),
+    ("lse-dense-layout", {"lse": lambda mk: mk(1, HQ, TQ, dtype=F32)}, ValueError, "lse must be [Hq, total_q] = [4, 40]"),
+    ("lse-transposed", {"lse": lambda mk: mk(TQ, HQ, dtype=F32)}, ValueError, "lse must be [Hq, total_q]"),
+    ("lse-dtype", {"lse": lambda mk: mk(HQ, TQ, dtype=F16)}, TypeError, "lse must be float32"),
+    ("cu-q-int64", {"cu_seqlens_q": lambda mk: mk(B + 1, dtype=I64)}, TypeError, "cu_seqlens_q.dtype must be torch.int32"),
+    ("cu-k-2d", {"cu_seqlens_k": lambda mk: mk(1, B + 1, dtype=I32)}, ValueError, "cu_seqlens_k must be 1-D [batch + 1]"),
+    ("cu-k-on-cpu", {"cu_seqlens_k": lambda mk: mk(B + 1, dtype=I32, device="cpu")}, ValueError,
+     "cu_seqlens_k must be on q's device"),
+    ("cu-lengths-differ", {"cu_seqlens_k": lambda mk: mk(B + 2, dtype=I32)}, ValueError,
+     "cu_seqlens_q and cu_seqlens_k must have the same length (batch + 1), got 4 and 5"),
+    ("max-seqlen-q-negative", {"max_seqlen_q": -1}, ValueError, "max_seqlen_q must be >= 0, got -1"),
+    ("hopper", {"backend": "hopper"}, ValueError, "backend 'hopper' does not support packed variable-length batches"),
+]
+
+
+@pytest.mark.parametrize(("replace", "error", "match"), [pytest.param(r, e, m, id=i) for i, r, e, m in BAD_BWD_VARLEN])
+@pytest.mark.parametrize("entry", ["op", "wrapper"])
+def test_bwd_varlen_refuses_inconsistent_arguments(replace: dict, error, match: str, entry: str) -> None:
+    """The op (its fake kernel: a compiled graph fails at trace time) and the Python wrapper the
+    autograd calls (before the op) both refuse, naming the argument."""
+    call = torch.ops.flashattn.bwd_varlen if entry == "op" else flashattn._ops.bwd_varlen
+    with FakeTensorMode(), pytest.raises(error) as info:
+        call(*_bwd_args(fake_maker, **replace))
+    assert match in str(info.value)
+
+
+# ---- the backward through the autograd of fwd_varlen, on CPU with the stand-in kernels -----------------
+
+
+@pytest.fixture
+def standin_calls():
+    """The stand-in kernels; yields the list of (bwd and bwd_varlen) backward calls."""
+    with cpu_standin_kernels() as calls:
+        yield calls
+
+
+@pytest.fixture(autouse=True)
+def deterministic_switches_off():
+    torch_flag = torch.are_deterministic_algorithms_enabled()
+    torch_warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    flashattn.set_deterministic(False)
+    torch.use_deterministic_algorithms(False)
+    yield
+    flashattn.set_deterministic(False)
+    torch.use_deterministic_algorithms(torch_flag, warn_only=torch_warn_only)
+
+
+def _autograd_of_reference(q, k, v, dout, cu_q, cu_k, scale, mode, window, softcap):
+    """Gradients by autograd through the float64 varlen forward reference: independent of the
+    explicit formulas of attention_reference_varlen_grads (what the stand-in returns)."""
+    leaves = [t.detach().double().requires_grad_(True) for t in (q, k, v)]
+    out, _ = attention_reference_varlen(*leaves, cu_q, cu_k, scale, mode, window, softcap)
+    if not out.requires_grad:  # no sequence with both queries and keys: out is the constant 0
+        return (None, None, None)
+    return torch.autograd.grad(out, leaves, dout.double(), allow_unused=True)
+
+
+@settings(max_examples=25, deadline=None)
+@given(spec=fst.varlen_specs(max_batch=4, max_seqlen=24, max_heads_q=4, causal_choices=(NONE, TOP_LEFT, BOTTOM_RIGHT)),
+       use_op=st.booleans(),
+       deterministic=st.booleans())
+def test_gradients_equal_the_float64_reference(spec, use_op: bool, deterministic: bool) -> None:
+    """Autograd of flash_attn_varlen_func (or of the op itself, in every causal mode) through the
+    stand-ins equals the float64 reference gradients: packed rows in, each sequence's gradient in
+    its own rows; zero-length sequences, GQA, windows, softcaps."""
+    mp = pytest.MonkeyPatch()  # (not the fixture: Hypothesis runs many examples per test call)
+    allow_cpu_entry_points(mp)
+    try:
+        x = spec.make("cpu")
+        q, k, v = (t.detach().double().requires_grad_(True) for t in (x.q, x.k, x.v))
+        scale = 1 / math.sqrt(spec.head_dim) if spec.scale is None else spec.scale
+        mode = spec.causal_mode if use_op else (spec.causal_mode if spec.causal_mode != TOP_LEFT else BOTTOM_RIGHT)
+        gen = torch.Generator().manual_seed(spec.seed)
+        dout = torch.randn(q.shape, generator=gen, dtype=torch.float64)
+        flashattn.set_deterministic(deterministic)
+        with cpu_standin_kernels() as calls:
+            if use_op:
+                out, _ = torch.ops.flashattn.fwd_varlen(q, k, v, x.cu_seqlens_q, x.cu_seqlens_k, spec.max_seqlen_q,
+                                                        spec.max_seqlen_k, scale, mode, "auto", *spec.window,
+                                                        spec.softcap)
+            else:
+                out = flashattn.flash_attn_varlen_func(q, k, v, x.cu_seqlens_q, x.cu_seqlens_k, spec.max_seqlen_q,
+                                                       spec.max_seqlen_k, spec.scale, mode == BOTTOM_RIGHT,
+                                                       spec.window, spec.softcap)
+            got = torch.autograd.grad(out, (q, k, v), dout)
+        assert len(calls) == 1
+        call = calls[0]
+        assert call.max_seqlen == (spec.max_seqlen_q, spec.max_seqlen_k) and call.causal_mode == mode
+        assert call.window == spec.window and call.softcap == spec.softcap and call.deterministic == deterministic
+        assert call.softmax_scale == scale
+        want = flashattn.attention_reference_varlen_grads(q.detach(), k.detach(), v.detach(), dout, x.cu_q, x.cu_k,
+                                                          scale, mode, spec.window, spec.softcap)
+        independent = _autograd_of_reference(q, k, v, dout, x.cu_q, x.cu_k, scale, mode, spec.window, spec.softcap)
+        for g, w, a, name in zip(got, want, independent, ("dq", "dk", "dv")):
+            assert g.shape == w.shape and g.dtype == torch.float64, name
+            torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-10, msg=lambda m: f"{name} {spec!r}: {m}")
+            a = torch.zeros_like(w) if a is None else a
+            torch.testing.assert_close(w, a, rtol=1e-9, atol=1e-9, msg=lambda m: f"{name} (autograd) {spec!r}: {m}")
+    finally:
+        mp.undo()
+
+
+@pytest.mark.parametrize("mode", [NONE, TOP_LEFT, BOTTOM_RIGHT], ids=["none", "top-left", "bottom-right"])
+@pytest.mark.parametrize(("window", "softcap"), [((-1, -1), 0.0), ((2, 1), 0.0), ((-1, -1), 3.0)],
+                         ids=["plain", "window", "softcap"])
+def test_gradcheck_fwd_varlen_op(standin_calls, mode: int, window, softcap: float) -> None:
+    """Finite differences of the forward against the registered backward: the op's autograd hands
+    the right tensors, packing and scalars to bwd_varlen and its gradients to q, k, v. The packing
+    has a sequence without keys, one without queries, and rows past cu_seqlens[B]."""
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(*s, generator=gen, dtype=torch.float64).requires_grad_(True)
+               for s in ((12, 4, 8), (10, 2, 8), (10, 2, 8)))
+    cu_q = torch.tensor([0, 3, 3, 5, 11], dtype=I32)
+    cu_k = torch.tensor([0, 4, 6, 6, 9], dtype=I32)
+
+    def f(q, k, v):
+        return torch.ops.flashattn.fwd_varlen(q, k, v, cu_q, cu_k, 6, 4, 0.4, mode, "auto", *window, softcap)[0]
+
+    assert torch.autograd.gradcheck(f, (q, k, v))
+    assert standin_calls and all(c.max_seqlen == (6, 4) and c.window == window for c in standin_calls)
+    dq, dk, dv = torch.autograd.grad(f(q, k, v).sum(), (q, k, v))
+    assert bool((dq[11:] == 0).all()) and bool((dk[9:] == 0).all()) and bool((dv[9:] == 0).all())
+    assert bool((dq[5:5] == 0).all()) and bool((dk[4:6] == 0).all()), "no queries: no key gradient"
+
+
+@pytest.mark.parametrize("needs", ["q", "k", "v", "kv"])
+def test_only_inputs_that_require_grad_get_one(standin_calls, needs: str) -> None:
+    q, k, v, cu_q, cu_k = _cpu_problem()
+    q, k, v = (t.requires_grad_(name in needs) for t, name in zip((q, k, v), "qkv"))
+    out, _ = torch.ops.flashattn.fwd_varlen(q, k, v, cu_q, cu_k, 8, 4, 0.3, BOTTOM_RIGHT, "auto")
+    out.sum().backward()
+    want = flashattn.attention_reference_varlen_grads(q.detach(), k.detach(), v.detach(), torch.ones_like(out), cu_q,
+                                                      cu_k, 0.3, BOTTOM_RIGHT)
+    for t, w, name in zip((q, k, v), want, "qkv"):
+        assert (t.grad is not None) == (name in needs), name
+        if name in needs:
+            torch.testing.assert_close(t.grad, w, rtol=1e-12, atol=1e-12)
+    assert standin_calls[-1].dout_strides == (0, 0, 0), "out.sum() hands the op a stride-0 dout"
+
+
+def test_lse_is_not_differentiable_and_no_double_backward(standin_calls) -> None:
+    q, k, v, cu_q, cu_k = _cpu_problem(requires_grad=True)
+    out, lse = torch.ops.flashattn.fwd_varlen(q, k, v, cu_q, cu_k, 8, 4, 0.3, NONE, "auto")
+    assert out.requires_grad and not lse.requires_grad
+    (dq,) = torch.autograd.grad(out.square().sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward"):
+        dq.sum().backward()
+
+
+def _varlen_backward_once(**kw) -> None:
+    q, k, v, cu_q, cu_k = _cpu_problem(requires_grad=True)
+    out = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 8, 4, causal=True, **kw)
+    flashattn.set_deterministic(False)
+    torch.use_deterministic_algorithms(False)
+    out.sum().backward()
+    assert q.grad is not None and k.grad is not None and v.grad is not None
+
+
+@pytest.mark.parametrize("switch", ["off", "flashattn", "torch", "torch-warn-only"])
+def test_deterministic_setting_of_the_forward_reaches_the_op(monkeypatch, standin_calls, switch: str) -> None:
+    """As the dense autograd: the switches in effect when the forward ran (either flashattn's or
+    torch's), not those when the backward runs."""
+    allow_cpu_entry_points(monkeypatch)
+    if switch == "flashattn":
+        flashattn.set_deterministic(True)
+    elif switch.startswith("torch"):
+        torch.use_deterministic_algorithms(True, warn_only=switch == "torch-warn-only")
+    _varlen_backward_once()
+    assert standin_calls[-1].deterministic is (switch != "off")
+
+
+@pytest.mark.parametrize("name", ["auto", "portable"])
+def test_backward_gets_the_forward_backend(monkeypatch, standin_calls, name: str) -> None:
+    allow_cpu_entry_points(monkeypatch)
+    with _backend(name):
+        _varlen_backward_once(window_size=(3, 0), softcap=4.0)
+    assert standin_calls[-1].backend == name
+    assert standin_calls[-1].window == (3, 0) and standin_calls[-1].softcap == 4.0
+
+
+def test_backward_with_backend_hopper_is_refused_in_python(standin_calls) -> None:
+    """The op's forward called directly with 'hopper' (the CUDA binding refuses it; the CPU stand-in
+    does not): its backward still never reaches a kernel, the Python wrapper says why."""
+    q, k, v, cu_q, cu_k = _cpu_problem(requires_grad=True)
+    out, _ = torch.ops.flashattn.fwd_varlen(q, k, v, cu_q, cu_k, 8, 4, 0.3, NONE, "hopper")
+    with pytest.raises(ValueError, match="bwd_varlen: backend 'hopper' does not support packed"):
+        out.sum().backward()
+    assert not standin_calls and q.grad is None
+
+
+def test_opcheck_autograd_registration_and_bwd_varlen() -> None:
+    q, k, v, cu_q, cu_k = _cpu_problem(requires_grad=True)
+    with cpu_standin_kernels():
+        torch.library.opcheck(torch.ops.flashattn.fwd_varlen.default, (q, k, v, cu_q, cu_k, 8, 4, 0.25, TOP_LEFT, "auto"))
+        qd, kd, vd = (t.detach() for t in (q, k, v))
+        out, lse = torch.ops.flashattn.fwd_varlen(qd, kd, vd, cu_q, cu_k, 8, 4, 0.25, TOP_LEFT, "auto")
+        dout = torch.randn_like(out)
+        torch.library.opcheck(torch.ops.flashattn.bwd_varlen.default,
+                              (dout, qd, kd, vd, out, lse, cu_q, cu_k, 8, 4, 0.25, TOP_LEFT, True, "portable", 2, 0, 9.0))
+
+
+def test_compile_fullgraph_forward_and_backward(monkeypatch) -> None:
+    """A training step through flash_attn_varlen_func compiles with fullgraph=True and gives eager's
+    gradients; the compiled backward calls bwd_varlen once."""
+    allow_cpu_entry_points(monkeypatch)
+    q, k, v, cu_q, cu_k = _cpu_problem(requires_grad=True)
+    w = torch.randn(q.shape, dtype=torch.float64)
+
+    def step(q, k, v, cu_q, cu_k):
+        out = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 8, 4, causal=True, window_size=(2, 0))
+        return (out * w).square().sum()
+
+    with cpu_standin_kernels() as calls:
+        want = torch.autograd.grad(step(q, k, v, cu_q, cu_k), (q, k, v))
+        n_eager = len(calls)
+        torch._dynamo.reset()
+        compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
+        got = torch.autograd.grad(compiled(q, k, v, cu_q, cu_k), (q, k, v))
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e, rtol=0, atol=0)
+    assert len(calls) == n_eager + 1
+
+
+def test_standin_saved_out_lse_reads_the_varlen_layout() -> None:
+    """attention_reference_varlen_grads from a given out and lse ([Hq, total_q]) equals the
+    recomputing path when they are the forward's own."""
+    q, k, v, cu_q, cu_k = _cpu_problem()
+    dout = torch.randn(q.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    out, lse = attention_reference_varlen(q, k, v, cu_q, cu_k, 0.3, BOTTOM_RIGHT, (1, -1), 2.0)
+    a = flashattn.attention_reference_varlen_grads(q, k, v, dout, cu_q, cu_k, 0.3, BOTTOM_RIGHT, (1, -1), 2.0)
+    b = flashattn.attention_reference_varlen_grads(q, k, v, dout, cu_q, cu_k, 0.3, BOTTOM_RIGHT, (1, -1), 2.0,
+                                                   out=out, lse=lse)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-12)
+    assert not bool((a[1] == 0).all()), "a gradient that is 0 everywhere checks nothing"
