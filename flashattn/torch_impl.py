@@ -289,11 +289,7 @@ def _backward_dense(op: str, grad_out, query, key, value, out, logsumexp, is_cau
 def _packed_backend(op: str) -> str:
     backend = interface.get_backend()
     if backend == "hopper":
-        raise ValueError(
-            f"flashattn ({op}): backend 'hopper' does not support packed variable-length batches (its TMA path "
-            "needs dense [B, S, H, D] tensors); use flashattn.set_backend('auto') or 'portable', which run the "
-            "portable kernels for them on every GPU"
-        )
+        raise ValueError(f"flashattn ({op}): {_ops.VARLEN_HOPPER_MESSAGE}")
     return backend
 
 

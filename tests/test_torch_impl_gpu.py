@@ -6,7 +6,9 @@ forward, and backward in deterministic mode; the suite's criteria against the fl
 (tests/numerics.py), head dims SDPA pads included; torch's `causal_lower_right` bias (bottom-right
 through the flash op); the FlashAttention-layout aten op against `flash_attn_func`; unsupported
 arguments raising; deactivation giving torch's own kernels back; torch.compile(fullgraph=True) of a
-training step. Every test leaves flashattn deactivated, also when it fails (`activated` and the
+training step. Packed batches: torch.nn.attention.varlen.varlen_attn runs flashattn's varlen kernels,
+the bits of flash_attn_varlen_func forward and (deterministic) backward, the suite's criteria per
+sequence, compiled in a module; SDPA on nested jagged tensors likewise. Every test leaves flashattn deactivated, also when it fails (`activated` and the
 autouse `nothing_left_active` fixtures).
 """
 
@@ -401,6 +403,28 @@ def test_varlen_attn_is_flash_attn_varlen_func_bitwise(
     assert_same_bits(lse, want_lse, "varlen_attn's lse vs flash_attn_varlen_func's")
 
 
+@pytest.mark.parametrize("window_size", [(-1, -1), (-1, 0), (32, 0)], ids=["full", "causal", "causal-32"])
+@pytest.mark.parametrize("problem", VARLEN_PROBLEMS, ids=["gqa-mixed", "mha"])
+def test_varlen_attn_gradients_are_flash_attn_varlen_func_bitwise_in_deterministic_mode(
+    activated: None, deterministic: None, varlen_kernel_calls: dict, problem, window_size, device: torch.device
+) -> None:
+    from torch.nn.attention.varlen import varlen_attn
+
+    lens_q, lens_k, hq, hk, d = problem
+    q, k, v, cu_q, cu_k, max_q, max_k = make_packed(lens_q, lens_k, hq, hk, d, torch.bfloat16, device, seed=14)
+    causal = window_size == (-1, 0)
+    gen = torch.Generator(device=device).manual_seed(15)
+    dout = torch.randn(q.shape, generator=gen, device=device).to(q.dtype)
+    out = varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, window_size=window_size, **varlen_gqa_kwargs(hq, hk))
+    got = torch.autograd.grad(out, (q, k, v), dout)
+    assert varlen_kernel_calls == {"fwd_varlen": 1, "bwd_varlen": 1}, varlen_kernel_calls
+    want_out = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, causal=causal,
+                                                window_size=(-1, -1) if causal else window_size)
+    want = torch.autograd.grad(want_out, (q, k, v), dout)
+    for name, g, w in zip(("dq", "dk", "dv"), got, want):
+        assert_same_bits(g, w, f"{name}: varlen_attn (flashattn activated) vs flash_attn_varlen_func's backward")
+
+
 @pytest.mark.parametrize("window_size", [(-1, -1), (-1, 0), (24, 0)], ids=["full", "causal", "causal-24"])
 def test_varlen_attn_matches_the_reference(
     activated: None, varlen_kernel_calls: dict, window_size, device: torch.device
@@ -475,7 +499,7 @@ def test_nested_jagged_sdpa_runs_the_varlen_kernel(activated: None, varlen_kerne
     """SDPA on nested jagged tensors under the flash backend calls aten::_flash_attention_forward
     with the packed values and their offsets: flashattn's varlen kernel, the bits of
     flash_attn_varlen_func."""
-    lens = [37, 1, 128]
+    lens = [37, 2, 128]
     gen = torch.Generator(device=device).manual_seed(13)
     seqs = [[torch.randn(n, 4, 64, generator=gen, device=device, dtype=torch.bfloat16) for n in lens] for _ in range(3)]
     q, k, v = (torch.nested.nested_tensor(s, layout=torch.jagged).transpose(1, 2) for s in seqs)  # [B, H, j, D]

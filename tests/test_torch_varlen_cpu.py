@@ -54,26 +54,6 @@ class VarlenCall:
     deterministic: bool | None = None  # the backward's
 
 
-def _temporary_bwd_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                          softmax_scale, causal_mode, deterministic, backend, window_left=-1, window_right=-1,
-                          softcap=0.0):
-    """flashattn._ops.bwd_varlen's float64 per-sequence reference, until the op itself is there."""
-    dq, dk, dv = (torch.zeros(t.shape, dtype=torch.float64) for t in (q, k, v))
-    cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
-    for b in range(len(cq) - 1):
-        q0, q1, k0, k1 = cq[b], cq[b + 1], ck[b], ck[b + 1]
-        if q1 == q0 or k1 == k0:
-            continue
-        grads = flashattn.attention_reference_grads(
-            q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], dout[None, q0:q1], softmax_scale, causal_mode,
-            (window_left, window_right), softcap,
-        )
-        dq[q0:q1] = grads[0][0]
-        dk[k0:k1] = grads[1][0]
-        dv[k0:k1] = grads[2][0]
-    return tuple(g.to(q.dtype) for g in (dq, dk, dv))
-
-
 @pytest.fixture
 def varlen_ops(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[VarlenCall]]:
     """Our aten implementations as the CPU kernels over the stand-in kernels; yields the list of
@@ -81,7 +61,7 @@ def varlen_ops(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[VarlenCall]]:
     allow_cpu_entry_points(monkeypatch)
     calls: list[VarlenCall] = []
     fwd = _ops.fwd_varlen
-    bwd = getattr(_ops, "bwd_varlen", _temporary_bwd_varlen)
+    bwd = _ops.bwd_varlen
 
     def recording_fwd(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal_mode, backend, left=-1, right=-1, softcap=0.0):
         calls.append(VarlenCall("fwd_varlen", max_q, max_k, scale, causal_mode, (left, right), backend))
@@ -94,7 +74,7 @@ def varlen_ops(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[VarlenCall]]:
                    left, right, softcap)
 
     monkeypatch.setattr(_ops, "fwd_varlen", recording_fwd)
-    monkeypatch.setattr(_ops, "bwd_varlen", recording_bwd, raising=False)
+    monkeypatch.setattr(_ops, "bwd_varlen", recording_bwd)
     with cpu_standin_kernels():
         handle = torch_impl.register_kernels("CPU")
         try:
