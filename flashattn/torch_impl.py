@@ -37,7 +37,7 @@ In all of them:
   * window_size_left / window_size_right (sliding-window attention, forward and backward) as torch's
     FlashAttention-2 kernels read them, against Sk (dense) or max_k (packed): None, negative or
     >= that bound is unbounded; is_causal sets the right edge to 0; a left edge with an unbounded
-    right one gets the right edge Sk / max_k (which keeps a row's last keys from it only where
+    right one gets the right edge Sk / max_k (which hides keys from the first rows only where
     Sq > Sk + 1); windows aligned bottom-right, per sequence when packed (flashattn's `window_size`).
   * outputs as torch's kernels (and their meta functions) give them: out and the gradients laid out
     like `torch.empty_like` of query (key, value), the log-sum-exp float32 [B, Hq, Sq] (dense) or

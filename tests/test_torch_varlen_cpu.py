@@ -399,7 +399,7 @@ REFUSED = [
     ("dtypes", {"key": torch.zeros(9, 2, 16, dtype=torch.float32), "value": torch.zeros(9, 2, 16, dtype=torch.float32)},
      TypeError, "query, key and value must share one dtype"),
 ]
-if "block_table" in torch.ops.aten._flash_attention_forward.default._schema.__str__():  # torch >= 2.13
+if "block_table" in str(torch.ops.aten._flash_attention_forward.default._schema):  # torch >= 2.13
     REFUSED += [
         ("block_table", {"block_table": torch.zeros(2, 1, dtype=I32)}, NotImplementedError, "block_table must be None"),
         ("num_splits", {"num_splits": 2}, NotImplementedError, "num_splits must be None, 0 or 1"),
