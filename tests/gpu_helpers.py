@@ -1,11 +1,14 @@
-"""Helpers for the GPU tests: output poisoning, Hopper-path availability."""
+"""Helpers for the GPU tests: output poisoning, the backward's modes, bitwise comparison, Hopper-path
+availability."""
 
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+import pytest
 import torch
 
 import flashattn
@@ -72,3 +75,51 @@ def peak_extra_bytes(fn: Callable[[], object], device: torch.device) -> int:
     peak = torch.cuda.max_memory_allocated(device) - before
     del result
     return peak
+
+
+@contextmanager
+def backward_mode(deterministic: bool) -> Iterator[None]:
+    """Forwards (and their backwards) in the block run in the given mode; torch's and flashattn's
+    switches are restored afterwards. Deterministic: torch's deterministic algorithms on through
+    poison_cuda_allocator, so the gradients also come from NaN-filled memory (an element the
+    kernels forget to write shows up). Default (atomic dQ accumulation): both switches off, so its
+    outputs come from ordinary memory; the write paths of dK and dV are the same in both modes."""
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    torch_flag = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    ours = flashattn.get_deterministic()
+    try:
+        flashattn.set_deterministic(False)
+        if deterministic:
+            poison_cuda_allocator()  # torch's deterministic algorithms on: the deterministic backward
+        else:
+            torch.use_deterministic_algorithms(False)
+        yield
+    finally:
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+        torch.use_deterministic_algorithms(torch_flag, warn_only=warn_only)
+        flashattn.set_deterministic(ours)
+
+
+def finished_within(seconds: float, what: str) -> None:
+    """Fails (instead of hanging the run) when the work queued so far has not finished: a
+    deterministic backward whose dQ tickets never reach the count a key block waits for spins
+    forever."""
+    done = torch.cuda.Event()
+    done.record()
+    deadline = time.monotonic() + seconds
+    while not done.query():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not finished after {seconds:.0f} s (a deterministic dQ ticket that never comes?); "
+                        "the GPU is left spinning, restart the run after this report", pytrace=False)
+        time.sleep(0.005)
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view({2: torch.int16, 4: torch.int32}[t.element_size()])
+
+
+def assert_bitwise_equal(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    assert got.shape == want.shape and got.dtype == want.dtype, f"{what}: {got.shape}/{got.dtype} vs {want.shape}/{want.dtype}"
+    differ = int((bits(got) != bits(want)).sum())
+    assert differ == 0, f"{what}: {differ} of {got.numel()} elements differ bitwise"

@@ -688,3 +688,55 @@ def assert_varlen_attention_matches(
             out[None, q0:q1], None if lse is None else lse[None, :, q0:q1], q[None, q0:q1], k[None, k0:k1],
             v[None, k0:k1], scale, causal_mode, window=window, softcap=softcap, context=where))
     return results
+
+
+def assert_varlen_gradients_match(
+    dq: torch.Tensor | None,
+    dk: torch.Tensor | None,
+    dv: torch.Tensor | None,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    dout: torch.Tensor,
+    cu_q: list[int],
+    cu_k: list[int],
+    scale: float | None,
+    causal_mode: int,
+    *,
+    window: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    context: str = "",
+) -> list[GradientErrors]:
+    """The gradient criterion for a packed batch: dq [total_q, Hq, D], dk/dv [total_k, Hk, D] from
+    q [total_q, Hq, D], k/v [total_k, Hk, D], the upstream gradient dout (out's shape) and the
+    cumulative lengths cu_q / cu_k.
+
+    No criterion of its own: `assert_gradients_match` on each sequence alone, after the packed
+    shapes. Exact zeros where the gradient is exactly 0: dq of a sequence with queries but no keys,
+    dk/dv of one with keys but no queries, and the rows no sequence owns (past cu_q[-1], cu_k[-1])."""
+    problems = []
+    for name, g, x in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v)):
+        if g is None:
+            problems.append(f"{name} is None (no gradient computed)")
+        elif tuple(g.shape) != tuple(x.shape) or g.dtype != q.dtype:
+            problems.append(f"{name} {list(g.shape)} {g.dtype}, expected {list(x.shape)} {q.dtype}")
+    if problems:
+        raise AssertionError(f"{context}: " + "; ".join(problems))
+    results = []
+    for b in range(len(cu_q) - 1):
+        q0, q1, k0, k1 = cu_q[b], cu_q[b + 1], cu_k[b], cu_k[b + 1]
+        where = f"{context}: sequence {b} of {len(cu_q) - 1} (rows {q0}..{q1} of q, {k0}..{k1} of k/v)"
+        if q1 == q0 or k1 == k0:
+            for name, g in (("dq", dq[q0:q1]), ("dk", dk[k0:k1]), ("dv", dv[k0:k1])):
+                if not bool((g == 0).all()):
+                    raise AssertionError(f"{where}: a sequence without {'keys' if k1 == k0 else 'queries'} must give "
+                                         f"{name} 0, got {int((g != 0).sum())} other elements")
+            continue
+        results.append(assert_gradients_match(
+            dq[None, q0:q1], dk[None, k0:k1], dv[None, k0:k1], q[None, q0:q1], k[None, k0:k1], v[None, k0:k1],
+            dout[None, q0:q1], scale, causal_mode, window=window, softcap=softcap, context=where))
+    for name, g, end in (("dq", dq, cu_q[-1]), ("dk", dk, cu_k[-1]), ("dv", dv, cu_k[-1])):
+        if not bool((g[end:] == 0).all()):
+            raise AssertionError(f"{context}: {name} rows past cu_seqlens[-1] = {end} (no sequence's) must be 0, got "
+                                 f"{int((g[end:] != 0).sum())} other elements")
+    return results

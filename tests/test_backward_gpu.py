@@ -20,9 +20,7 @@ of dK and dV are the same in both modes.
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -33,7 +31,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
 import strategies as fst
-from gpu_helpers import peak_extra_bytes, poison_cuda_allocator
+from gpu_helpers import assert_bitwise_equal, backward_mode, bits, finished_within, peak_extra_bytes
 from numerics import GradientErrors, assert_gradients_match
 from strategies import AttentionInputs, AttentionSpec, Edge, Layout, attention_specs
 
@@ -47,27 +45,6 @@ DOUT_KINDS = ("contiguous", "bhsd", "pad_dim", "broadcast")
 def training_backend(backend: str) -> str:
     """The forward path to train with for the `backend` parameter (module docstring)."""
     return backend
-
-
-@contextmanager
-def backward_mode(deterministic: bool) -> Iterator[None]:
-    """Forwards (and their backwards) in the block run in the given mode (module docstring);
-    torch's and flashattn's switches are restored afterwards."""
-    fill = torch.utils.deterministic.fill_uninitialized_memory
-    torch_flag = torch.are_deterministic_algorithms_enabled()
-    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    ours = flashattn.get_deterministic()
-    try:
-        flashattn.set_deterministic(False)
-        if deterministic:
-            poison_cuda_allocator()  # torch's deterministic algorithms on: the deterministic backward
-        else:
-            torch.use_deterministic_algorithms(False)
-        yield
-    finally:
-        torch.utils.deterministic.fill_uninitialized_memory = fill
-        torch.use_deterministic_algorithms(torch_flag, warn_only=warn_only)
-        flashattn.set_deterministic(ours)
 
 
 def make_dout(x: AttentionInputs, kind: str, seed: int) -> torch.Tensor:
@@ -111,20 +88,6 @@ def op_grads(x: AttentionInputs, dout: torch.Tensor, backend: str, window=(-1, -
     extra = () if (tuple(window), softcap) == ((-1, -1), 0.0) else (window[0], window[1], softcap)
     out, _ = torch.ops.flashattn.fwd(q, k, v, scale, x.causal_mode, training_backend(backend), *extra)
     return torch.autograd.grad(out, (q, k, v), dout)
-
-
-def finished_within(seconds: float, what: str) -> None:
-    """Fails (instead of hanging the run) when the work queued so far has not finished: a
-    deterministic backward whose dQ tickets never reach the count a key block waits for spins
-    forever."""
-    done = torch.cuda.Event()
-    done.record()
-    deadline = time.monotonic() + seconds
-    while not done.query():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not finished after {seconds:.0f} s (a deterministic dQ ticket that never comes?); "
-                        "the GPU is left spinning, restart the run after this report", pytrace=False)
-        time.sleep(0.005)
 
 
 # ---- Hypothesis properties, one per entry point --------------------------------------------------
@@ -378,16 +341,6 @@ def test_forced_hopper_forward_trains(backend: str, device: torch.device) -> Non
 
 
 # ---- determinism ----------------------------------------------------------------------------------
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    return t.contiguous().view({2: torch.int16, 4: torch.int32}[t.element_size()])
-
-
-def assert_bitwise_equal(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
-    assert got.shape == want.shape and got.dtype == want.dtype, f"{what}: {got.shape}/{got.dtype} vs {want.shape}/{want.dtype}"
-    differ = int((bits(got) != bits(want)).sum())
-    assert differ == 0, f"{what}: {differ} of {got.numel()} elements differ bitwise"
 
 
 @pytest.mark.parametrize("mode", [NONE, BOTTOM_RIGHT], ids=["full", "causal"])

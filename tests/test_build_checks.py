@@ -104,14 +104,15 @@ def test_window_and_softcap_backward_configs_carry_their_kernels(resource_report
     """A backward with a local window or a softcap runs kernels of its own (flash_bwd_kernel's
     kWindow/kSoftcap template flags), compiled only into the configs the launcher picks for such
     calls (compact first): for every head dim and target, the picked config has both compiled,
-    and the configs it never picks do not carry them."""
+    and the configs it never picks do not carry them. Each comes in both flavours, dense and
+    packed (kVarlen, the flag before them): the launcher picks the config the same way for both."""
     selection = resource_report["configs"]["selection"]
     flagged: dict[tuple, set[str]] = {}
     for k in resource_report["kernels"]:
         if k.get("path") != "bwd" or "flash_bwd_kernel" not in k["name"]:
             continue
         key = (k["arch"], k["head_dim"], k["block_m"], k["block_n"], k["warps"], k["stages"])
-        flags = k["name"].split("EEvNS_9BwdParamsEi")[0][-8:]  # "Lb<w>ELb<s>E" of the mangled name
+        flags = k["name"].split("EEvNS_9BwdParamsEi")[0][-12:]  # "Lb<varlen>ELb<w>ELb<s>E" of the mangled name
         flagged.setdefault(key, set()).add(flags)
     picked = set()
     for arch in ("sm_80", "sm_89", "sm_90a"):
@@ -120,11 +121,12 @@ def test_window_and_softcap_backward_configs_carry_their_kernels(resource_report
             assert c is not None and c["head_dim"] >= d, (arch, d, c)
             key = (arch, c["head_dim"], c["block_m"], c["block_n"], c["warps"], c["stages"])
             picked.add(key)
-            assert {"Lb1ELb0E", "Lb1ELb1E"} <= flagged.get(key, set()), (arch, d, c, flagged.get(key))
+            want = {f"Lb{v}ELb1ELb{c}E" for v in (0, 1) for c in (0, 1)}
+            assert want <= flagged.get(key, set()), (arch, d, c, flagged.get(key))
     for key, flags in flagged.items():
-        assert "Lb0ELb0E" in flags, key
+        assert {"Lb0ELb0ELb0E", "Lb1ELb0ELb0E"} <= flags, key
         if key not in picked:
-            assert flags == {"Lb0ELb0E"}, f"{key} carries window/softcap kernels no call runs"
+            assert flags == {"Lb0ELb0ELb0E", "Lb1ELb0ELb0E"}, f"{key} carries window/softcap kernels no call runs"
 
 
 @needs_nvcc

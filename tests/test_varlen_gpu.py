@@ -11,7 +11,15 @@ issue 16): the portable kernel on every GPU (the Hopper path needs dense tensors
     another's (a poisoned neighbour);
   * CUDA-graph capture, replayed with new cu_seqlens values (no host synchronization), and
     torch.compile(fullgraph=True);
-  * the forced Hopper backend is refused by name.
+  * the forced Hopper backend is refused by name;
+  * the backward: dq, dk, dv against the float64 reference by the suite's gradient criterion per
+    sequence (`assert_varlen_gradients_match`), Hypothesis-drawn and explicit edge cases, both
+    backward modes (deterministic: from NaN-poisoned memory), every causal mode through the op;
+    the padded-equivalence property (bitwise the dense portable backward of each sequence alone);
+    zero gradients for rows no sequence owns and no leak between sequences; larger max_seqlen
+    changes nothing; deterministic mode bitwise repeatable (no hang); the portable kernels run on
+    every GPU; CUDA-graph capture of forward + backward replayed with new cu_seqlens;
+    torch.compile of a training step; the Hopper backend refused by the backward op.
 Validation and the autograd glue are also checked on CPU: tests/test_varlen_cpu.py.
 """
 
@@ -25,8 +33,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import flashattn
-from gpu_helpers import poison_cuda_allocator
-from numerics import assert_varlen_attention_matches
+from gpu_helpers import assert_bitwise_equal, backward_mode, finished_within, poison_cuda_allocator
+from numerics import assert_varlen_attention_matches, assert_varlen_gradients_match
 from strategies import Layout, VarlenSpec, cumulative, varlen_specs
 
 pytestmark = pytest.mark.gpu
@@ -222,3 +230,318 @@ def test_forced_hopper_backend_is_refused(device: torch.device) -> None:
         flashattn.flash_attn_varlen_func(x.q, x.k, x.v, x.cu_seqlens_q, x.cu_seqlens_k, 20, 20)
     with pytest.raises(RuntimeError, match="backend 'hopper' does not support packed"):
         torch.ops.flashattn.fwd_varlen(x.q, x.k, x.v, x.cu_seqlens_q, x.cu_seqlens_k, 20, 20, 0.125, NONE, "hopper")
+
+
+# ==== the backward (flashattn::bwd_varlen through the autograd of flash_attn_varlen_func) ============
+
+DOUT_KINDS = ("contiguous", "pad_dim", "broadcast")
+
+
+def make_varlen_dout(x, kind: str, seed: int) -> torch.Tensor:
+    """An upstream gradient shaped like out [total_q, Hq, D]: contiguous, rows padded by 5 elements
+    (strides the kernels cannot load 16 bytes at a time: the binding copies), or one row broadcast
+    with stride 0 (what a sum-like loss hands the backward)."""
+    t, h, d = x.q.shape
+    gen = torch.Generator(device=x.q.device).manual_seed(seed)
+
+    def randn(*size: int) -> torch.Tensor:
+        return torch.randn(*size, generator=gen, device=x.q.device).to(x.q.dtype)
+
+    if kind == "contiguous":
+        return randn(t, h, d)
+    if kind == "pad_dim":
+        return randn(t, h, d + 5)[..., :d]
+    if kind == "broadcast":
+        return randn(1, 1, d).expand(t, h, d)
+    raise ValueError(kind)
+
+
+def varlen_grads(spec: VarlenSpec, x, dout: torch.Tensor, *, op: bool = False, max_extra: int = 0,
+                 cu=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of flash_attn_varlen_func (or of the op itself: every causal mode) on fresh
+    leaves with the spec's memory layout; cu: (cu_seqlens_q, cu_seqlens_k, max_q, max_k) to use
+    instead of the spec's."""
+    q, k, v = (t.detach().requires_grad_(True) for t in (x.q, x.k, x.v))
+    cu_q, cu_k, max_q, max_k = cu or (x.cu_seqlens_q, x.cu_seqlens_k, spec.max_seqlen_q, spec.max_seqlen_k)
+    max_q, max_k = max_q + max_extra, max_k + max_extra
+    if op:
+        scale = 1 / math.sqrt(spec.head_dim) if spec.scale is None else spec.scale
+        out, _ = torch.ops.flashattn.fwd_varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, spec.causal_mode, "auto",
+                                                spec.window[0], spec.window[1], spec.softcap)
+    else:
+        assert spec.causal_mode in (NONE, BOTTOM_RIGHT)
+        out = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale=spec.scale,
+                                               causal=spec.causal_mode == BOTTOM_RIGHT, window_size=spec.window,
+                                               softcap=spec.softcap)
+    return torch.autograd.grad(out, (q, k, v), dout)
+
+
+def check_grads(spec: VarlenSpec, x, dout: torch.Tensor, grads, context: str = ""):
+    return assert_varlen_gradients_match(*grads, x.q, x.k, x.v, dout, x.cu_q, x.cu_k, spec.scale, spec.causal_mode,
+                                         window=spec.window, softcap=spec.softcap, context=f"{context} {spec!r}")
+
+
+@given(spec=varlen_specs(), deterministic=st.booleans(), dout_kind=st.sampled_from(DOUT_KINDS))
+def test_varlen_gradients_match_reference(spec: VarlenSpec, deterministic: bool, dout_kind: str,
+                                          device: torch.device) -> None:
+    """dq, dk, dv of every sequence by the suite's gradient criterion (tests/numerics.py), in both
+    backward modes (deterministic: from NaN-poisoned memory); zero-length sequences, GQA, causal,
+    windows, softcaps, every head dim, strided layouts and upstream gradients."""
+    x = spec.make(device)
+    dout = make_varlen_dout(x, dout_kind, spec.seed + 1)
+    with backward_mode(deterministic):
+        grads = varlen_grads(spec, x, dout)
+    check_grads(spec, x, dout, grads, f"deterministic={deterministic} dout={dout_kind}")
+
+
+@given(spec=varlen_specs(causal_choices=(NONE, TOP_LEFT, BOTTOM_RIGHT)), deterministic=st.booleans())
+def test_op_gradients_match_reference_in_every_causal_mode(spec: VarlenSpec, deterministic: bool,
+                                                           device: torch.device) -> None:
+    x = spec.make(device)
+    dout = make_varlen_dout(x, "contiguous", spec.seed + 1)
+    with backward_mode(deterministic):
+        grads = varlen_grads(spec, x, dout, op=True)
+    check_grads(spec, x, dout, grads, f"op, deterministic={deterministic}")
+
+
+@pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "default"])
+@pytest.mark.parametrize("spec", [pytest.param(s, id=i) for i, s in EDGES])
+def test_edge_case_gradients(spec: VarlenSpec, deterministic: bool, device: torch.device) -> None:
+    x = spec.make(device)
+    dout = make_varlen_dout(x, "contiguous", 5)
+    with backward_mode(deterministic):
+        grads = varlen_grads(spec, x, dout)
+    check_grads(spec, x, dout, grads, f"deterministic={deterministic}")
+
+
+def _dense_grads(spec: VarlenSpec, x, dout: torch.Tensor, b: int):
+    """Sequence b alone through flash_attn_func and its (portable) backward."""
+    q0, q1, k0, k1 = x.cu_q[b], x.cu_q[b + 1], x.cu_k[b], x.cu_k[b + 1]
+    q, k, v = (t[None, r0:r1].detach().requires_grad_(True) for t, r0, r1 in ((x.q, q0, q1), (x.k, k0, k1), (x.v, k0, k1)))
+    with flashattn.use_backend("portable"):
+        out = flashattn.flash_attn_func(q, k, v, softmax_scale=spec.scale, causal=spec.causal_mode == BOTTOM_RIGHT,
+                                        window_size=spec.window, softcap=spec.softcap)
+    return torch.autograd.grad(out, (q, k, v), dout[None, q0:q1])
+
+
+def assert_equals_per_sequence_dense_backward(spec: VarlenSpec, x, dout: torch.Tensor, grads, deterministic: bool):
+    dq, dk, dv = grads
+    for b in range(len(x.cu_q) - 1):
+        q0, q1, k0, k1 = x.cu_q[b], x.cu_q[b + 1], x.cu_k[b], x.cu_k[b + 1]
+        if q1 == q0 or k1 == k0:
+            continue
+        with backward_mode(deterministic):
+            want = _dense_grads(spec, x, dout, b)
+        # dK/dV are summed in registers in a fixed order in both modes; dQ's atomics only in
+        # deterministic mode.
+        pairs = [("dk", dk[k0:k1], want[1][0]), ("dv", dv[k0:k1], want[2][0])]
+        if deterministic:
+            pairs.append(("dq", dq[q0:q1], want[0][0]))
+        for name, got, w in pairs:
+            assert_bitwise_equal(got, w, f"sequence {b} {name} vs the dense backward, {spec!r}")
+
+
+@given(spec=varlen_specs(max_seqlen=300, with_window=False), deterministic=st.booleans())
+def test_varlen_gradients_equal_per_sequence_dense_backward(spec: VarlenSpec, deterministic: bool,
+                                                            device: torch.device) -> None:
+    """Padded equivalence: sequence b's rows of dq, dk, dv are bitwise those of the dense portable
+    backward of flash_attn_func on that sequence alone (the same tile config, the same arithmetic;
+    dq in deterministic mode, whose accumulation order is fixed). Without windows here: the
+    backward's tile config depends on whether a window edge is reached, which the dense call decides
+    per sequence and the packed call for the packed totals (test_windowed_... below has a window
+    every sequence reaches)."""
+    x = spec.make(device)
+    dout = make_varlen_dout(x, "contiguous", spec.seed + 1)
+    with backward_mode(deterministic):
+        grads = varlen_grads(spec, x, dout)
+    assert_equals_per_sequence_dense_backward(spec, x, dout, grads, deterministic)
+
+
+@pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "default"])
+@pytest.mark.parametrize(("spec", "why"), [
+    pytest.param(_spec([700, 300, 999], [800, 300, 1000], window=(64, 0), d=64), "left edge and causal", id="window+causal"),
+    pytest.param(_spec([400, 513], [300, 700], mode=NONE, window=(100, 50), d=128, hq=4, hk=1), "two edges", id="two-sided"),
+    pytest.param(_spec([257, 64, 300], softcap=15.0, mode=NONE, d=256, hq=2, hk=1, magnitude=30.0), "softcap", id="softcap"),
+])
+def test_windowed_gradients_equal_per_sequence_dense_backward(spec: VarlenSpec, why: str, deterministic: bool,
+                                                              device: torch.device) -> None:
+    """The same with a window every sequence's rows reach (so the dense and the packed call run
+    the window kernels on the same tile config), and with a softcap (always those kernels)."""
+    x = spec.make(device)
+    dout = make_varlen_dout(x, "contiguous", 3)
+    with backward_mode(deterministic):
+        grads = varlen_grads(spec, x, dout)
+    assert_equals_per_sequence_dense_backward(spec, x, dout, grads, deterministic)
+    check_grads(spec, x, dout, grads, why)
+
+
+@given(spec=varlen_specs(max_seqlen=200), extra=st.sampled_from((1, 64, 1000)))
+def test_larger_max_seqlen_changes_no_gradient(spec: VarlenSpec, extra: int, device: torch.device) -> None:
+    """max_seqlen sizes the grid only: key blocks past a sequence's end exit without writing, and
+    the deterministic tickets (sized by max_seqlen_q) count the same."""
+    x = spec.make(device)
+    dout = make_varlen_dout(x, "contiguous", 2)
+    with backward_mode(True):
+        want = varlen_grads(spec, x, dout)
+        got = varlen_grads(spec, x, dout, max_extra=extra)
+    for name, g, w in zip(("dq", "dk", "dv"), got, want):
+        assert_bitwise_equal(g, w, f"{name} with max_seqlen + {extra}, {spec!r}")
+
+
+def test_rows_no_sequence_owns_get_zero_and_nothing_leaks(device: torch.device) -> None:
+    """cu_seqlens ending before the packed totals: the rows past them get gradient 0 (from
+    NaN-poisoned memory), and NaN/inf in them or in a neighbouring sequence's q, k, v, dout changes
+    no other sequence's gradients."""
+    spec = _spec([100, 70, 129, 40], [130, 70, 64, 50], mode=NONE, d=64)
+    x = spec.make(device)
+    cu = (torch.tensor(x.cu_q[:4], dtype=I32, device=device), torch.tensor(x.cu_k[:4], dtype=I32, device=device),
+          129, 130)  # three sequences: rows x.cu_q[3].. and x.cu_k[3].. belong to none
+    dout = make_varlen_dout(x, "contiguous", 4)
+    with backward_mode(True):
+        dq, dk, dv = varlen_grads(spec, x, dout, cu=cu)
+        assert bool((dq[x.cu_q[3]:] == 0).all()) and bool((dk[x.cu_k[3]:] == 0).all()) and bool((dv[x.cu_k[3]:] == 0).all())
+        three = VarlenSpec(**{**spec.__dict__, "q_lens": spec.q_lens[:3], "k_lens": spec.k_lens[:3]})
+        sub = x.__class__(x.q[:x.cu_q[3]], x.k[:x.cu_k[3]], x.v[:x.cu_k[3]], cu[0], cu[1], x.cu_q[:4], x.cu_k[:4], None)
+        check_grads(three, sub, dout[:x.cu_q[3]], (dq[:x.cu_q[3]], dk[:x.cu_k[3]], dv[:x.cu_k[3]]), "three of four")
+
+        q, k, v, d2 = x.q.clone(), x.k.clone(), x.v.clone(), dout.clone()
+        for t, r0, r1 in ((q, 100, 170), (k, 130, 200), (v, 130, 200), (d2, 100, 170)):  # sequence 1
+            t[r0:r1] = float("nan")
+        for t, r0 in ((q, x.cu_q[3]), (k, x.cu_k[3]), (v, x.cu_k[3]), (d2, x.cu_q[3])):  # nobody's rows
+            t[r0:] = float("inf")
+        poisoned = x.__class__(q, k, v, x.cu_seqlens_q, x.cu_seqlens_k, x.cu_q, x.cu_k, None)
+        dq2, dk2, dv2 = varlen_grads(spec, poisoned, d2, cu=cu)
+    keep_q = torch.ones(x.q.shape[0], dtype=torch.bool, device=device)
+    keep_q[100:170] = False
+    keep_k = torch.ones(x.k.shape[0], dtype=torch.bool, device=device)
+    keep_k[130:200] = False
+    assert_bitwise_equal(dq2[keep_q], dq[keep_q], "dq of the other sequences with a NaN neighbour")
+    assert_bitwise_equal(dk2[keep_k], dk[keep_k], "dk of the other sequences with a NaN neighbour")
+    assert_bitwise_equal(dv2[keep_k], dv[keep_k], "dv of the other sequences with a NaN neighbour")
+
+
+DETERMINISM = [
+    # many key blocks per query block, GQA, sequences of different lengths in one grid
+    pytest.param(_spec([2048, 1500, 3000, 1], [2048, 3000, 1700, 1], mode=NONE, d=64), id="full-d64"),
+    pytest.param(_spec([2048, 1500, 3000, 0], [2048, 3000, 1700, 9], mode=BOTTOM_RIGHT, d=128), id="causal-d128"),
+    pytest.param(_spec([3000, 2000], [4000, 2100], mode=BOTTOM_RIGHT, window=(500, -1), d=128), id="causal+left-500"),
+    pytest.param(_spec([2048, 999], [2048, 2500], mode=NONE, window=(256, 256), softcap=20.0, d=64), id="window+softcap"),
+]
+
+
+@pytest.mark.parametrize("spec", DETERMINISM)
+def test_deterministic_backward_is_bitwise_reproducible(spec: VarlenSpec, device: torch.device) -> None:
+    """Three runs with flashattn.set_deterministic(True) are bitwise equal, none hangs (each
+    sequence's dQ tickets count its own key blocks; blocks past a sequence's keys hold none), and
+    the gradients are right; torch's switch alone gives the same bits."""
+    x = spec.make(device)
+    dout = make_varlen_dout(x, "contiguous", 8)
+    runs = []
+    for _ in range(3):
+        with backward_mode(True):
+            flashattn.set_deterministic(True)
+            runs.append(varlen_grads(spec, x, dout))
+            finished_within(60, f"deterministic varlen backward {spec!r}")
+    for i, grads in enumerate(runs[1:], start=2):
+        for name, got, want in zip(("dq", "dk", "dv"), grads, runs[0]):
+            assert_bitwise_equal(got, want, f"{name}, run {i} vs run 1")
+    check_grads(spec, x, dout, runs[0], "deterministic")
+    with backward_mode(False):
+        torch.use_deterministic_algorithms(True)
+        by_torch = varlen_grads(spec, x, dout)
+    for name, got, want in zip(("dq", "dk", "dv"), by_torch, runs[0]):
+        assert_bitwise_equal(got, want, f"{name}, torch's switch vs flashattn's")
+
+
+def test_backward_runs_the_portable_kernels(device: torch.device) -> None:
+    """On every GPU (an H100 included, where the dense backward of these shapes runs the Hopper
+    kernel under 'auto'), a packed batch's backward runs the portable kernels, its packed flavour."""
+    spec = _spec([300, 200], d=64, mode=NONE)
+    x = spec.make(device)
+    q = x.q.detach().requires_grad_(True)
+    out = flashattn.flash_attn_varlen_func(q, x.k, x.v, x.cu_seqlens_q, x.cu_seqlens_k, 300, 300)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        out.backward(torch.randn_like(out))
+        torch.cuda.synchronize(device)
+    names = {e.name for e in prof.events() if "flash_bwd" in e.name}
+    main = {n for n in names if "flash_bwd_kernel" in n}
+    assert main and not any("sm90" in n for n in names), names
+    assert all(", true, false, false>" in n for n in main), main  # <Traits, Element, kVarlen, kWindow, kSoftcap>
+
+
+def test_cuda_graph_of_a_training_step_follows_new_cu_seqlens(device: torch.device) -> None:
+    """Forward + backward captured in one CUDA graph (the bindings never read cu_seqlens on the
+    host), replayed with new lengths written into the same cu_seqlens tensors: the gradients meet
+    the criterion for the new packing, and equal eager's bitwise (deterministic mode)."""
+    spec = _spec([100, 50, 106], [64, 128, 64], mode=BOTTOM_RIGHT, d=64)
+    x = spec.make(device)
+    cu_q, cu_k = x.cu_seqlens_q.clone(), x.cu_seqlens_k.clone()
+    q, k, v = (t.detach().requires_grad_(True) for t in (x.q, x.k, x.v))
+    w = make_varlen_dout(x, "contiguous", 1)
+
+    def step():
+        out = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 256, 256, causal=True)
+        (out * w).sum().backward()
+
+    with backward_mode(True):
+        flashattn.set_deterministic(True)
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                step()
+        torch.cuda.current_stream(device).wait_stream(side)
+        for t in (q, k, v):
+            t.grad = None
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
+        for q_lens, k_lens in (([100, 50, 106], [64, 128, 64]), ([0, 256, 0], [1, 200, 55]), ([1, 1, 254], [128, 0, 128])):
+            cu_q.copy_(torch.tensor(cumulative(q_lens), dtype=I32, device=device))
+            cu_k.copy_(torch.tensor(cumulative(k_lens), dtype=I32, device=device))
+            graph.replay()
+            torch.cuda.synchronize(device)
+            new = VarlenSpec(**{**spec.__dict__, "q_lens": tuple(q_lens), "k_lens": tuple(k_lens)})
+            nx = x.__class__(x.q, x.k, x.v, cu_q, cu_k, cumulative(q_lens), cumulative(k_lens), None)
+            want = varlen_grads(new, nx, w, cu=(cu_q, cu_k, 256, 256))
+            for name, g, e in zip(("dq", "dk", "dv"), (q.grad, k.grad, v.grad), want):
+                assert_bitwise_equal(g, e, f"{name}, replay with lengths {q_lens}/{k_lens} vs eager")
+            check_grads(new, nx, w, (q.grad, k.grad, v.grad), "graph replay")
+
+
+def test_torch_compile_training_step(device: torch.device) -> None:
+    """Forward + backward compiled with fullgraph=True (inductor): no graph break, eager's bits
+    (deterministic mode)."""
+    from torch._dynamo.utils import counters
+
+    spec = _spec([100, 0, 37], [80, 5, 37], d=64, window=(16, 0), softcap=10.0)
+    x = spec.make(device)
+    q, k, v = (t.detach().requires_grad_(True) for t in (x.q, x.k, x.v))
+    w = make_varlen_dout(x, "contiguous", 1)
+
+    def loss(q, k, v, cu_q, cu_k):
+        out = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 100, 80, causal=True, window_size=(16, 0),
+                                               softcap=10.0)
+        return (out * w).sum()
+
+    torch._dynamo.reset()
+    counters.clear()
+    with backward_mode(True):
+        got = torch.autograd.grad(torch.compile(loss, fullgraph=True)(q, k, v, x.cu_seqlens_q, x.cu_seqlens_k), (q, k, v))
+        want = torch.autograd.grad(loss(q, k, v, x.cu_seqlens_q, x.cu_seqlens_k), (q, k, v))
+    assert sum(counters["graph_break"].values()) == 0, dict(counters["graph_break"])
+    for name, g, e in zip(("dq", "dk", "dv"), got, want):
+        assert_bitwise_equal(g, e, f"{name}: compiled vs eager")
+    check_grads(spec, x, w, got, "compiled")
+
+
+def test_backward_op_refuses_the_hopper_backend(device: torch.device) -> None:
+    """The binding itself (a RuntimeError naming the backend) and the Python wrapper the autograd
+    calls (a ValueError, before the op)."""
+    x = _spec([10, 20], d=64).make(device)
+    out, lse = torch.ops.flashattn.fwd_varlen(x.q, x.k, x.v, x.cu_seqlens_q, x.cu_seqlens_k, 20, 20, 0.125, NONE, "auto")
+    args = (out, x.q, x.k, x.v, out, lse, x.cu_seqlens_q, x.cu_seqlens_k, 20, 20, 0.125, NONE, False, "hopper")
+    with pytest.raises(RuntimeError, match="backend 'hopper' does not support packed"):
+        torch.ops.flashattn.bwd_varlen(*args)
+    with pytest.raises(ValueError, match="backend 'hopper' does not support packed"):
+        flashattn._ops.bwd_varlen(*args)

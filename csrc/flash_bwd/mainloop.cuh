@@ -32,6 +32,7 @@
 #include "../flash_fwd/gmem_tile.cuh"
 #include "../flash_fwd/ptx.cuh"
 #include "params.h"
+#include "varlen.cuh"
 
 namespace flashattn {
 
@@ -88,8 +89,9 @@ __device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
 // capped scores and tanh's derivative. Kernels of their own rather than runtime switches: the
 // extra live values spilled the tiles at the register limit (the large D = 64 and 128 tiles), so
 // the launcher runs window/softcap calls on the configs with headroom (dispatch.cu) and the
-// kernels without them stay exactly as tight as before.
-template <typename Traits, typename Element, bool kWindow, bool kSoftcap>
+// kernels without them stay exactly as tight as before. kVarlen: packed variable-length batches
+// (varlen.cuh), a flavour of its own for the same reason; the dense kernels compile as before.
+template <typename Traits, typename Element, bool kVarlen, bool kWindow, bool kSoftcap>
 __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __grid_constant__ BwdParams p,
                                                                       const int num_n_blocks) {
   constexpr int kBlockM = Traits::kBlockM;
@@ -117,27 +119,59 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
   const int group = p.heads_q / p.heads_kv;
   const int n0 = n_block * kBlockN;
 
+  // The sequence's geometry: the parameters when dense; packed, its own lengths, causal offset and
+  // first rows, read from cu_seqlens and kept in shared memory (varlen.cuh). Every thread writes
+  // the same values, so its own reads need no barrier. A key block past its sequence's keys has
+  // no dK/dV row to write and adds to no dQ: it stops here (it also holds no deterministic ticket
+  // any other block waits for: those wait only on key blocks with keys).
+  if constexpr (kVarlen) {
+    const BwdSeq seq = bwd_seq(p, batch);
+    if (n0 >= seq.seqlen_k) return;
+    bwd_seq_smem() = seq;
+  }
+  auto seqlen_q = [&]() -> int {
+    if constexpr (kVarlen) return bwd_seq_smem().seqlen_q;
+    else return p.seqlen_q;
+  };
+  auto seqlen_k = [&]() -> int {
+    if constexpr (kVarlen) return bwd_seq_smem().seqlen_k;
+    else return p.seqlen_k;
+  };
+  auto causal_offset = [&]() -> int {
+    if constexpr (kVarlen) return bwd_seq_smem().causal_offset;
+    else return p.causal_offset;
+  };
+
   // Query blocks with a row that sees a key of this block (none for a block no row reaches):
   // under causal masking alone, rows i with i + causal_offset >= n0; with a window, bounded on
   // both sides.
   int m_begin, m_steps;
   if constexpr (kWindow) {
     const QueryBlocks qblocks =
-        query_blocks(make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right), n0,
-                     min(n0 + kBlockN, p.seqlen_k), p.seqlen_q, kBlockM);
+        query_blocks(make_key_window(seqlen_k(), causal_offset(), p.window_left, p.window_right), n0,
+                     min(n0 + kBlockN, seqlen_k()), seqlen_q(), kBlockM);
     m_begin = qblocks.m_begin;
     m_steps = qblocks.m_end - qblocks.m_begin;
   } else {
-    m_begin = p.causal ? max(0, n0 - p.causal_offset) / kBlockM : 0;
-    m_steps = max(0, (p.seqlen_q + kBlockM - 1) / kBlockM - m_begin);
+    m_begin = p.causal ? max(0, n0 - causal_offset()) / kBlockM : 0;
+    m_steps = max(0, (seqlen_q() + kBlockM - 1) / kBlockM - m_begin);
   }
   const int steps = m_steps * group;
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
 
-  const Element* k_gmem = static_cast<const Element*>(p.k) + batch * p.k_batch_stride + head_kv * p.k_head_stride;
-  const Element* v_gmem = static_cast<const Element*>(p.v) + batch * p.v_batch_stride + head_kv * p.v_head_stride;
+  // Packed: no batch stride, the sequence's first row instead.
+  const Element* k_gmem;
+  const Element* v_gmem;
+  if constexpr (kVarlen) {
+    const int64_t k_row0 = bwd_seq_smem().k_row0;
+    k_gmem = static_cast<const Element*>(p.k) + k_row0 * p.k_row_stride + head_kv * p.k_head_stride;
+    v_gmem = static_cast<const Element*>(p.v) + k_row0 * p.v_row_stride + head_kv * p.v_head_stride;
+  } else {
+    k_gmem = static_cast<const Element*>(p.k) + batch * p.k_batch_stride + head_kv * p.k_head_stride;
+    v_gmem = static_cast<const Element*>(p.v) + batch * p.v_batch_stride + head_kv * p.v_head_stride;
+  }
 
   // Step t is query block m_begin + t % m_steps of query head head_kv * group + t / m_steps.
   auto load_q_do = [&](int t) {
@@ -147,16 +181,29 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
     const uint32_t stage_bytes = stage * Traits::kSmemQStage * 2;
     // Base pointers recomputed from the (constant-bank) params each step rather than kept live
     // across the loop: registers are the scarce resource of this kernel.
-    const Element* q_head = static_cast<const Element*>(p.q) + batch * p.q_batch_stride + hq * p.q_head_stride;
-    const Element* do_head = static_cast<const Element*>(p.dout) + batch * p.do_batch_stride + hq * p.do_head_stride;
+    const Element* q_head;
+    const Element* do_head;
+    if constexpr (kVarlen) {
+      const int64_t q_row0 = bwd_seq_smem().q_row0;
+      q_head = static_cast<const Element*>(p.q) + q_row0 * p.q_row_stride + hq * p.q_head_stride;
+      do_head = static_cast<const Element*>(p.dout) + q_row0 * p.do_row_stride + hq * p.do_head_stride;
+    } else {
+      q_head = static_cast<const Element*>(p.q) + batch * p.q_batch_stride + hq * p.q_head_stride;
+      do_head = static_cast<const Element*>(p.dout) + batch * p.do_batch_stride + hq * p.do_head_stride;
+    }
     const GmemTileLoader<Traits, kBlockM, Element> ql(q_head, p.q_row_stride, sQ, p.head_dim);
     const GmemTileLoader<Traits, kBlockM, Element> dl(do_head, p.do_row_stride, sdO,
                                                       p.head_dim);
-    ql.load(m0, p.seqlen_q - m0, stage_bytes, p.q_row_stride);
-    dl.load(m0, p.seqlen_q - m0, stage_bytes, p.do_row_stride);
+    ql.load(m0, seqlen_q() - m0, stage_bytes, p.q_row_stride);
+    dl.load(m0, seqlen_q() - m0, stage_bytes, p.do_row_stride);
     if (threadIdx.x < kBlockM) {
-      const int64_t row = (static_cast<int64_t>(batch) * p.heads_q + hq) * p.seqlen_q + m0 + threadIdx.x;
-      const bool ok = m0 + static_cast<int>(threadIdx.x) < p.seqlen_q;
+      // lse and dpsum: [B, Hq, Sq] dense, [Hq, total_q] packed.
+      int64_t row;
+      if constexpr (kVarlen)
+        row = static_cast<int64_t>(hq) * p.total_q + bwd_seq_smem().q_row0 + m0 + threadIdx.x;
+      else
+        row = (static_cast<int64_t>(batch) * p.heads_q + hq) * p.seqlen_q + m0 + threadIdx.x;
+      const bool ok = m0 + static_cast<int>(threadIdx.x) < seqlen_q();
       cp_async_4(smem_addr(sLse + stage * kBlockM + threadIdx.x), ok ? p.lse + row : p.lse, ok);
       cp_async_4(smem_addr(sDpsum + stage * kBlockM + threadIdx.x), ok ? p.dpsum + row : p.dpsum, ok);
     }
@@ -165,8 +212,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
   if (steps > 0) {
     const GmemTileLoader<Traits, kBlockN, Element> k_loader(k_gmem, p.k_row_stride, sK, p.head_dim);
     const GmemTileLoader<Traits, kBlockN, Element> v_loader(v_gmem, p.v_row_stride, sV, p.head_dim);
-    k_loader.load(n0, p.seqlen_k - n0, 0, p.k_row_stride);
-    v_loader.load(n0, p.seqlen_k - n0, 0, p.v_row_stride);
+    k_loader.load(n0, seqlen_k() - n0, 0, p.k_row_stride);
+    v_loader.load(n0, seqlen_k() - n0, 0, p.v_row_stride);
     load_q_do(0);
   }
   cp_async_commit();
@@ -311,10 +358,10 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
               if constexpr (kWindow) {
                 // The forward's rule per element (mask.cuh; visible() implies key < seqlen_k);
                 // rows past Sq have lse and dpsum zero-filled, not -inf, so they are masked too.
-                const KeyWindow window = make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right);
-                if (query >= p.seqlen_q || !window.visible(query, key)) pv = 0.f;
+                const KeyWindow window = make_key_window(seqlen_k(), causal_offset(), p.window_left, p.window_right);
+                if (query >= seqlen_q() || !window.visible(query, key)) pv = 0.f;
               } else {
-                if (key >= p.seqlen_k || query >= p.seqlen_q || (p.causal && key > query + p.causal_offset)) pv = 0.f;
+                if (key >= seqlen_k() || query >= seqlen_q() || (p.causal && key > query + causal_offset())) pv = 0.f;
               }
             }
             s[mt][nt][e] = pv;
@@ -386,8 +433,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
       if (threadIdx.x == 0) {
         int first = 0;  // causal masking alone: every key block from 0 on sees the query block
         if constexpr (kWindow)
-          first = key_blocks(make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right), m0,
-                             min(m0 + kBlockM, p.seqlen_q), kBlockN)
+          first = key_blocks(make_key_window(seqlen_k(), causal_offset(), p.window_left, p.window_right), m0,
+                             min(m0 + kBlockM, seqlen_q()), kBlockN)
                       .n_begin;
         while (*reinterpret_cast<volatile int*>(ticket) != n_block - first) {
         }
@@ -395,7 +442,12 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
       }
       __syncthreads();
     }
-    float* dq_rows = p.dq_accum + (static_cast<int64_t>(batch) * p.heads_q + hq) * p.seqlen_q * p.head_dim;
+    // dq_accum: [B, Hq, Sq, D] dense, [Hq, total_q, D] packed.
+    float* dq_rows;
+    if constexpr (kVarlen)
+      dq_rows = p.dq_accum + (static_cast<int64_t>(hq) * p.total_q + bwd_seq_smem().q_row0) * p.head_dim;
+    else
+      dq_rows = p.dq_accum + (static_cast<int64_t>(batch) * p.heads_q + hq) * p.seqlen_q * p.head_dim;
 #pragma unroll
     for (int chunk = 0; chunk < Traits::kCChunks; ++chunk) {
       constexpr int kChunkCols = Traits::kHeadDim / Traits::kCChunks;
@@ -433,7 +485,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
             const int col0 = chunk * kChunkCols + c_col0 + nt * 8;
             if (col0 >= p.head_dim) continue;
             float* dst = dq_rows + static_cast<int64_t>(row) * p.head_dim + col0 + (lane % 4) * 2;
-            atomic_add_tile_rows(row < p.seqlen_q ? dst : nullptr, row + 8 < p.seqlen_q ? dst + 8 * p.head_dim : nullptr,
+            atomic_add_tile_rows(row < seqlen_q() ? dst : nullptr, row + 8 < seqlen_q() ? dst + 8 * p.head_dim : nullptr,
                                  dq[mt][nt], lane);
           }
         }
@@ -443,7 +495,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int row = m0 + c_row0 + mt * 16 + lane / 4 + r * 8;
-            if (row < p.seqlen_q) {
+            if (row < seqlen_q()) {
 #pragma unroll
               for (int nt = 0; nt < kCNTiles; ++nt) {
                 const int col = chunk * kChunkCols + c_col0 + nt * 8 + (lane % 4) * 2;
@@ -473,16 +525,16 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
   // Masked steps: the query blocks at the window's edges (the diagonal under causal masking),
   // the tail blocks of Sq and Sk; the forward's classification of the same (m, n) tile, so both
   // directions agree on which tiles need the per-element mask.
-  const bool keys_partial = n0 + kBlockN > p.seqlen_k;
+  const bool keys_partial = n0 + kBlockN > seqlen_k();
   for (int t = 0; t < steps; ++t) {
     const int m0 = (m_begin + t % m_steps) * kBlockM;
-    bool masked = keys_partial || m0 + kBlockM > p.seqlen_q;
+    bool masked = keys_partial || m0 + kBlockM > seqlen_q();
     if constexpr (kWindow)
-      masked = masked || key_blocks(make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right), m0,
+      masked = masked || key_blocks(make_key_window(seqlen_k(), causal_offset(), p.window_left, p.window_right), m0,
                                     m0 + kBlockM, kBlockN)
                              .masked(n_block);
     else
-      masked = masked || (p.causal && n0 + kBlockN - 1 > m0 + p.causal_offset);
+      masked = masked || (p.causal && n0 + kBlockN - 1 > m0 + causal_offset());
     if (masked)
       step(t, std::true_type{});
     else
@@ -490,14 +542,22 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_bwd_kernel(const __gr
   }
 
   // ---- Epilogue: dK (times softmax_scale) and dV in the input dtype, rows past Sk dropped.
-  Element* dk_gmem = static_cast<Element*>(p.dk) + batch * p.dk_batch_stride + head_kv * p.dk_head_stride;
-  Element* dv_gmem = static_cast<Element*>(p.dv) + batch * p.dv_batch_stride + head_kv * p.dv_head_stride;
+  Element* dk_gmem;
+  Element* dv_gmem;
+  if constexpr (kVarlen) {
+    const int64_t k_row0 = bwd_seq_smem().k_row0;
+    dk_gmem = static_cast<Element*>(p.dk) + k_row0 * p.dk_row_stride + head_kv * p.dk_head_stride;
+    dv_gmem = static_cast<Element*>(p.dv) + k_row0 * p.dv_row_stride + head_kv * p.dv_head_stride;
+  } else {
+    dk_gmem = static_cast<Element*>(p.dk) + batch * p.dk_batch_stride + head_kv * p.dk_head_stride;
+    dv_gmem = static_cast<Element*>(p.dv) + batch * p.dv_batch_stride + head_kv * p.dv_head_stride;
+  }
 #pragma unroll
   for (int mt = 0; mt < kBMTiles; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = n0 + b_row0 + mt * 16 + lane / 4 + r * 8;
-      if (row < p.seqlen_k) {
+      if (row < seqlen_k()) {
 #pragma unroll
         for (int nt = 0; nt < kBNTiles; ++nt) {
           const int col = b_col0 + nt * 8 + (lane % 4) * 2;

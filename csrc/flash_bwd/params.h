@@ -11,6 +11,11 @@
 
 namespace flashattn {
 
+// Packed variable-length batches (FwdParams::set_varlen; csrc/flash_bwd/varlen.cuh): the tensors are
+// [total, H, D] with zero batch strides, lse is [Hq, total_q], and so are the scratch buffers below
+// (dpsum [Hq, total_q], dq_accum [Hq, total_q, head_dim]); seqlen_q / seqlen_k are the bounds and
+// batch the sequence count, which size the grid and the ticket array. The portable backward
+// (flash_bwd) only: the Hopper backward does not read cu_seqlens.
 struct BwdParams : FwdParams {
   // dO [B, Sq, Hq, D] like o; dq [B, Sq, Hq, D]; dk, dv [B, Sk, Hk, D]: strides in elements, the
   // last dimension contiguous. lse (inherited) is the forward's float32 [B, Hq, Sq], natural log.
