@@ -6,45 +6,55 @@ is activated, by `flashattn.activate()` or `torch.nn.attention.activate_flash_at
 Activation overrides the CUDA kernels of torch's flash-attention aten ops, the same mechanism torch
 uses for its own FA3/FA4 (a `torch.library.Library("aten", "IMPL")` whose removal restores torch's
 kernels): `F.scaled_dot_product_attention` under the flash backend (and anything else calling these
-ops: `torch.compile`d graphs, `torch.nn.attention.bias.causal_lower_right`) then runs flashattn's
-forward and backward kernels (`torch.ops.flashattn.fwd` / `bwd`). `flashattn.deactivate()` or
+ops: `torch.compile`d graphs, `torch.nn.attention.bias.causal_lower_right`,
+`torch.nn.attention.varlen`) then runs flashattn's forward and backward kernels
+(`torch.ops.flashattn.fwd` / `bwd`, and their varlen ops for packed batches). `flashattn.deactivate()` or
 `torch.nn.attention.restore_flash_attention_impl()` puts torch's own kernels back.
 
 Ops overridden (CUDA dispatch key), with the semantics of torch's FlashAttention-2 kernels:
   * aten::_scaled_dot_product_flash_attention and its _backward: the torch layout, query
     [B, Hq, Sq, D], key/value [B, Hk, Sk, D];
   * aten::_flash_attention_forward and _flash_attention_backward: FlashAttention's layout, query
-    [B, Sq, Hq, D], key/value [B, Sk, Hk, D];
+    [B, Sq, Hq, D], key/value [B, Sk, Hk, D]; or, with cum_seq_q and cum_seq_k (int32 [B + 1]), a
+    packed variable-length batch, query [total_q, Hq, D], key/value [total_k, Hk, D], max_q /
+    max_k bounding every sequence's lengths (flashattn's varlen kernels,
+    `torch.ops.flashattn.fwd_varlen` / `bwd_varlen`). `torch.nn.attention.varlen.varlen_attn` and
+    SDPA on nested jagged tensors call them so;
   * aten::_flash_attention_forward_no_dropout_inplace, where the installed torch has it (2.13: the
-    output written into a given tensor; absent in 2.11).
+    output written into a given tensor, dense or packed, e.g. by varlen_attn_out; absent in 2.11).
 In all of them:
   * dtypes float16 and bfloat16; head dim a multiple of 8 in [8, 256] (SDPA pads other head dims
     to a multiple of 8 before calling the op, and passes the scale of the unpadded one); Hq a
     multiple of Hk (SDPA with enable_gqa=True passes K/V with their Hk heads, never repeated);
     any strides with a contiguous last dim.
   * `is_causal=True` is bottom-right aligned, as in torch's FlashAttention-2 kernels for these ops:
-    query i sees keys j <= i + Sk - Sq. SDPA picks the flash backend for is_causal only when
-    Sq == Sk, where that is also top-left (SDPA's is_causal); torch's
-    `causal_lower_right` bias calls `_scaled_dot_product_flash_attention` with is_causal=True for
-    Sq != Sk and relies on the bottom-right alignment.
+    query i sees keys j <= i + Sk - Sq, per sequence in a packed batch (Sq_b, Sk_b its lengths).
+    SDPA picks the flash backend for is_causal only when Sq == Sk, where that is also top-left
+    (SDPA's is_causal); torch's `causal_lower_right` bias calls
+    `_scaled_dot_product_flash_attention` with is_causal=True for Sq != Sk and relies on the
+    bottom-right alignment; varlen_attn's causal is window_size (-1, 0), the same mask.
   * `scale=None` means 1/sqrt(D), D the head dim of the tensors given.
   * window_size_left / window_size_right (sliding-window attention, forward and backward) as torch's
-    FlashAttention-2 kernels read them: None, negative or >= Sk is unbounded, is_causal sets the
-    right edge to 0, windows aligned bottom-right (flashattn's `window_size`).
+    FlashAttention-2 kernels read them, against Sk (dense) or max_k (packed): None, negative or
+    >= that bound is unbounded; is_causal sets the right edge to 0; a left edge with an unbounded
+    right one gets the right edge Sk / max_k (which hides keys from the first rows only where
+    Sq > Sk + 1); windows aligned bottom-right, per sequence when packed (flashattn's `window_size`).
   * outputs as torch's kernels (and their meta functions) give them: out and the gradients laid out
-    like `torch.empty_like` of query (key, value), the log-sum-exp float32 [B, Hq, Sq] (natural
-    log; -inf on a row that sees no key, where torch's kernels write +inf; the backward takes it
-    back as given), rng_state uint64 [2] and the philox offset uint64 [] (zeros: no dropout), an
-    empty debug mask.
+    like `torch.empty_like` of query (key, value), the log-sum-exp float32 [B, Hq, Sq] (dense) or
+    [Hq, total_q] (packed: one column per packed query row), natural log; -inf on a row that sees
+    no key, where torch's kernels write +inf; the backward takes it back as given; rng_state
+    uint64 [2] and the philox offset uint64 [] (zeros: no dropout), an empty debug mask.
   * the backward is deterministic when `flashattn.set_deterministic(True)` or
     `torch.use_deterministic_algorithms(True)` is on when the backward runs (these aten ops carry
     no state from the forward to the backward but their tensors).
 Not supported, refused with an error naming the argument and what is supported (never a silent
-fallback to another implementation): dropout_p > 0, return_debug_mask=True, variable-length
-batches (cum_seq_q / cum_seq_k: NotImplementedError, flashattn has no varlen kernels yet; nested
-tensors and torch.nn.attention.varlen reach the ops that way), alibi_slopes, seqused_k, block_table (paged KV),
-num_splits > 1, dtypes other than float16/bfloat16 (e.g. float32), and the fp8 `.quantized`
-overloads (not overridden: they keep torch's kernels).
+fallback to another implementation): dropout_p > 0, return_debug_mask=True, alibi_slopes,
+seqused_k, block_table (paged KV), num_splits > 1 (NotImplementedError, a RuntimeError); only one
+of cum_seq_q / cum_seq_k, packed tensors that are not 3-D, cumulative lengths that are not int32
+[B + 1] on query's device, and the 'hopper' backend for packed batches (its TMA path needs dense
+tensors; 'auto' runs them on the portable kernels) (ValueError / TypeError); dtypes other than
+float16/bfloat16 (e.g. float32); and the fp8 `.quantized` overloads (not overridden: they keep
+torch's kernels).
 """
 
 from __future__ import annotations
@@ -91,17 +101,18 @@ def _unsupported(op: str, message: str) -> NotImplementedError:
     return NotImplementedError(f"flashattn ({op}): {message}")
 
 
-def _varlen_not_available(op: str, cum_seq_q, cum_seq_k) -> None:
-    """The one place variable-length batches are refused: when flashattn gets varlen kernels, the
-    ops below call them here for cum_seq_q / cum_seq_k given (query [total_q, Hq, D], key/value
-    [total_k, Hk, D], lse [Hq, total_q] in torch's kernels)."""
-    if cum_seq_q is not None or cum_seq_k is not None:
-        given = [n for n, t in (("cum_seq_q", cum_seq_q), ("cum_seq_k", cum_seq_k)) if t is not None]
-        raise _unsupported(
-            op,
-            f"variable-length batches ({' and '.join(given)} given) are not supported: flashattn has no "
-            "varlen kernels yet; pass dense [B, S, H, D] tensors with cum_seq_q=None and cum_seq_k=None",
+def _is_packed(op: str, cum_seq_q, cum_seq_k) -> bool:
+    """Whether the call is a packed variable-length batch: both cumulative lengths given (torch's
+    kernels take the varlen path on cum_seq_q); one without the other is refused."""
+    if cum_seq_q is None and cum_seq_k is None:
+        return False
+    if cum_seq_q is None or cum_seq_k is None:
+        given, missing = ("cum_seq_q", "cum_seq_k") if cum_seq_k is None else ("cum_seq_k", "cum_seq_q")
+        raise ValueError(
+            f"flashattn ({op}): {missing} must be given with {given} (a packed batch has cumulative query and "
+            f"key lengths, int32 [B + 1]); pass both, or neither for dense [B, S, H, D] tensors"
         )
+    return True
 
 
 def _check_dropout(op: str, dropout_p: float) -> None:
@@ -110,16 +121,22 @@ def _check_dropout(op: str, dropout_p: float) -> None:
 
 
 def _mask(is_causal: bool, window_size_left, window_size_right, seqlen_k: int) -> tuple[int, int, int]:
-    """(causal_mode, window_left, window_right) for flashattn's kernels, with the semantics of
-    torch's FlashAttention-2 kernels: None, a negative value or one >= Sk is unbounded (-1);
-    is_causal sets the right window to 0 (window_size_right is then ignored); (unbounded, 0) is
-    causal; a window is aligned bottom-right (key j visible to query i iff
-    i + Sk - Sq - left <= j <= i + Sk - Sq + right), which is flashattn's window_size."""
+    """(causal_mode, window_left, window_right) for flashattn's kernels giving the masks of torch's
+    FlashAttention-2 kernels; seqlen_k is Sk for dense tensors and max_k for packed batches (the
+    bound those kernels normalize against):
+      * None, a negative value or one >= seqlen_k is unbounded (-1);
+      * is_causal sets the right edge to 0 (window_size_right is then ignored), and (unbounded, 0)
+        is causal;
+      * a left edge with an unbounded right one gets the right edge seqlen_k, as torch's kernels set
+        it: where Sq > Sk + 1 (per sequence) that keeps the first rows from the last keys;
+      * aligned bottom-right (per sequence for packed batches): key j is visible to query i iff
+        i + Sk - Sq - left <= j <= i + Sk - Sq + right, which is flashattn's window_size."""
     left = -1 if window_size_left is None or window_size_left < 0 or window_size_left >= seqlen_k else window_size_left
     right = -1 if window_size_right is None or window_size_right < 0 or window_size_right >= seqlen_k else window_size_right
-    causal = is_causal or (left < 0 and right == 0)
-    if causal:
+    if is_causal or (left < 0 and right == 0):
         return _ops.CAUSAL_BOTTOM_RIGHT, left, -1  # the causal mask is the right edge on the diagonal
+    if left >= 0 and right < 0:
+        right = seqlen_k
     return _ops.CAUSAL_NONE, left, right
 
 
@@ -147,7 +164,10 @@ def _check_dense(query, key, value) -> None:
     for name, t in (("query", query), ("key", key), ("value", value)):
         interface._check_tensor(name, t, 4)
         if t.dim() != 4:
-            raise ValueError(f"{name} must be 4-D [B, S, H, D] (dense), got shape {tuple(t.shape)}")
+            raise ValueError(
+                f"{name} must be 4-D [B, S, H, D] (dense; a packed [total, H, D] batch comes with cum_seq_q and "
+                f"cum_seq_k), got shape {tuple(t.shape)}"
+            )
     interface._check_common(query, key, value)
     b, sq, hq, _ = query.shape
     _, sk, hk, _ = key.shape
@@ -161,11 +181,33 @@ def _check_dense(query, key, value) -> None:
         )
 
 
-def _check_backward(grad_out, query, key, value, out, logsumexp) -> None:
-    """The backward's tensors (FlashAttention's layout); grad_out may have any strides (a loss like
-    out.sum() hands a stride-0 one: the binding copies what it cannot load)."""
-    _check_dense(query, key, value)
-    for name, t in (("grad_out", grad_out), ("out", out)):
+def _check_packed(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k) -> tuple[int, int]:
+    """A packed batch's tensors: query [total_q, Hq, D], key/value [total_k, Hk, D], cum_seq_q /
+    cum_seq_k int32 [B + 1] on query's device, max_q / max_k ints. Returns (max_q, max_k)."""
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        interface._check_tensor(name, t, 3)
+        if t.dim() != 3:
+            raise ValueError(
+                f"{name} must be 3-D [total, H, D] with cum_seq_q and cum_seq_k (a packed batch), got shape "
+                f"{tuple(t.shape)}"
+            )
+    interface._check_common(query, key, value)
+    hq, hk = query.shape[1], key.shape[1]
+    if hk == 0 or hq % hk != 0:
+        raise ValueError(f"query heads ({hq}) must be a multiple of key/value heads ({hk})")
+    interface._check_cu_seqlens("cum_seq_q", cum_seq_q, query)
+    interface._check_cu_seqlens("cum_seq_k", cum_seq_k, query)
+    if cum_seq_q.shape[0] != cum_seq_k.shape[0]:
+        raise ValueError(
+            f"cum_seq_q and cum_seq_k must have the same length (batch + 1), got {cum_seq_q.shape[0]} and "
+            f"{cum_seq_k.shape[0]}"
+        )
+    return interface._max_seqlen("max_q", max_q), interface._max_seqlen("max_k", max_k)
+
+
+def _check_like_query(query, **tensors) -> None:
+    """The backward's grad_out and out: query's shape, dtype and device (any strides)."""
+    for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.shape != query.shape:
@@ -174,14 +216,25 @@ def _check_backward(grad_out, query, key, value, out, logsumexp) -> None:
             raise TypeError(f"{name}.dtype must be query's dtype {query.dtype}, got {t.dtype}")
         if t.device != query.device:
             raise ValueError(f"{name} must be on query's device {query.device}, got {t.device}")
-    b, sq, hq, _ = query.shape
+
+
+def _check_logsumexp(logsumexp, query, layout: str, shape: tuple[int, ...]) -> None:
     if not isinstance(logsumexp, torch.Tensor):
         raise TypeError(f"logsumexp must be a torch.Tensor, got {type(logsumexp).__name__}")
-    if logsumexp.dtype != torch.float32 or tuple(logsumexp.shape) != (b, hq, sq):
+    if logsumexp.dtype != torch.float32 or tuple(logsumexp.shape) != shape:
         got = f"{logsumexp.dtype} {list(logsumexp.shape)}"
-        raise ValueError(f"logsumexp must be the forward's float32 [B, Hq, Sq] = {[b, hq, sq]}, got {got}")
+        raise ValueError(f"logsumexp must be the forward's float32 {layout} = {list(shape)}, got {got}")
     if logsumexp.device != query.device:
         raise ValueError(f"logsumexp must be on query's device {query.device}, got {logsumexp.device}")
+
+
+def _check_backward(grad_out, query, key, value, out, logsumexp) -> None:
+    """The backward's tensors (FlashAttention's layout); grad_out may have any strides (a loss like
+    out.sum() hands a stride-0 one: the binding copies what it cannot load)."""
+    _check_dense(query, key, value)
+    _check_like_query(query, grad_out=grad_out, out=out)
+    b, sq, hq, _ = query.shape
+    _check_logsumexp(logsumexp, query, "[B, Hq, Sq]", (b, hq, sq))
 
 
 def _scale(scale: float | None, head_dim: int) -> float:
@@ -233,11 +286,47 @@ def _backward_dense(op: str, grad_out, query, key, value, out, logsumexp, is_cau
     return _laid_out_like(dq, query), _laid_out_like(dk, key), _laid_out_like(dv, value)
 
 
-def _flash_forward(op: str, query, key, value, cum_seq_q, cum_seq_k, dropout_p: float, is_causal: bool,
-                   return_debug_mask: bool, scale, window_size_left, window_size_right, **optional):
-    """The _flash_attention_forward ops: every refusal, then the dense forward."""
-    _varlen_not_available(op, cum_seq_q, cum_seq_k)
+def _packed_backend(op: str) -> str:
+    backend = interface.get_backend()
+    if backend == "hopper":
+        raise ValueError(f"flashattn ({op}): {_ops.VARLEN_HOPPER_MESSAGE}")
+    return backend
+
+
+def _forward_packed(op: str, query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, is_causal: bool, scale,
+                    window_size_left=None, window_size_right=None):
+    """query [total_q, Hq, D], key/value [total_k, Hk, D], cum_seq int32 [B + 1] -> (out like
+    empty_like(query), lse float32 [Hq, total_q]); masks aligned per sequence."""
+    max_q, max_k = _check_packed(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k)
+    causal_mode, left, right = _mask(is_causal, window_size_left, window_size_right, max_k)
+    out, lse = _ops.fwd_varlen(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k,
+                               _scale(scale, query.shape[-1]), causal_mode, _packed_backend(op), left, right)
+    return _laid_out_like(out, query), lse
+
+
+def _backward_packed(op: str, grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k,
+                     is_causal: bool, scale, window_size_left=None, window_size_right=None):
+    """The packed batch's gradients (see _forward_packed), each laid out like empty_like of its input."""
+    max_q, max_k = _check_packed(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k)
+    _check_like_query(query, grad_out=grad_out, out=out)
+    _check_logsumexp(logsumexp, query, "[Hq, total_q]", (query.shape[1], query.shape[0]))
+    if grad_out.stride(-1) != 1:  # e.g. the expanded (stride-0) gradient of out.sum(): rows are loaded whole
+        grad_out = grad_out.contiguous()
+    causal_mode, left, right = _mask(is_causal, window_size_left, window_size_right, max_k)
+    dq, dk, dv = _ops.bwd_varlen(
+        grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k,
+        _scale(scale, query.shape[-1]), causal_mode, _ops.deterministic_backward(), _packed_backend(op), left, right,
+    )
+    return _laid_out_like(dq, query), _laid_out_like(dk, key), _laid_out_like(dv, value)
+
+
+def _flash_forward(op: str, query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p: float,
+                   is_causal: bool, return_debug_mask: bool, scale, window_size_left, window_size_right, **optional):
+    """The _flash_attention_forward ops: every refusal, then the packed or the dense forward."""
     _check_forward_options(op, dropout_p, return_debug_mask, **optional)
+    if _is_packed(op, cum_seq_q, cum_seq_k):
+        return _forward_packed(op, query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, is_causal, scale,
+                               window_size_left, window_size_right)
     return _forward_dense(op, query, key, value, is_causal, scale, window_size_left, window_size_right)
 
 
@@ -264,14 +353,21 @@ def flash_attention_forward(
     block_table: torch.Tensor | None = None,  # torch >= 2.13
     num_splits: int | None = None,  # torch >= 2.13
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """aten::_flash_attention_forward on flashattn's kernels.
+    """aten::_flash_attention_forward on flashattn's kernels (float16/bfloat16, CUDA, last dim
+    contiguous; is_causal and windows bottom-right aligned, see _mask).
 
-    query [B, Sq, Hq, D], key/value [B, Sk, Hk, D] (float16/bfloat16, CUDA, last dim contiguous;
-    max_q / max_k are not used by the dense path); is_causal bottom-right aligned.
-    Returns (output [B, Sq, Hq, D] laid out like empty_like(query), softmax_logsumexp float32
-    [B, Hq, Sq], rng_state uint64 [2], unused uint64 [], debug_attn_mask empty)."""
+    Dense (cum_seq_q and cum_seq_k None): query [B, Sq, Hq, D], key/value [B, Sk, Hk, D], max_q /
+    max_k unused; returns output [B, Sq, Hq, D] and softmax_logsumexp float32 [B, Hq, Sq].
+    Packed batch (both given, int32 [B + 1]; what torch.nn.attention.varlen and nested jagged
+    tensors call): query [total_q, Hq, D], key/value [total_k, Hk, D], sequence b rows
+    cum_seq_q[b] .. cum_seq_q[b + 1] of query and cum_seq_k[b] .. cum_seq_k[b + 1] of key/value,
+    max_q / max_k bounds on every sequence's lengths, masks aligned per sequence (query i of
+    sequence b sees keys j <= i + Sk_b - Sq_b under is_causal); returns output [total_q, Hq, D] and
+    softmax_logsumexp float32 [Hq, total_q] (one column per packed query row).
+    Both return the output laid out like empty_like(query), then rng_state uint64 [2], unused
+    uint64 [] (zeros: no dropout) and debug_attn_mask (empty)."""
     out, lse = _flash_forward(
-        "aten::_flash_attention_forward", query, key, value, cum_seq_q, cum_seq_k, dropout_p, is_causal,
+        "aten::_flash_attention_forward", query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal,
         return_debug_mask, scale, window_size_left, window_size_right, seqused_k=seqused_k,
         alibi_slopes=alibi_slopes, block_table=block_table, num_splits=num_splits,
     )
@@ -299,17 +395,18 @@ def flash_attention_forward_no_dropout_inplace(
     block_table: torch.Tensor | None = None,
     num_splits: int | None = None,
 ) -> torch.Tensor:
-    """aten::_flash_attention_forward_no_dropout_inplace (torch >= 2.13) on flashattn's kernels:
-    flash_attention_forward's output written into `out` (query's shape and dtype); returns the
-    softmax_logsumexp float32 [B, Hq, Sq]."""
+    """aten::_flash_attention_forward_no_dropout_inplace (torch >= 2.13; varlen_attn_out calls it
+    with a packed batch) on flashattn's kernels: flash_attention_forward's output written into
+    `out` (query's shape and dtype); returns the softmax_logsumexp, float32 [B, Hq, Sq] (dense) or
+    [Hq, total_q] (packed)."""
     if out.shape != query.shape or out.dtype != query.dtype:
         raise ValueError(
             f"out must have query's shape {tuple(query.shape)} and dtype {query.dtype}, "
             f"got {tuple(out.shape)} {out.dtype}"
         )
     result, lse = _flash_forward(
-        "aten::_flash_attention_forward_no_dropout_inplace", query, key, value, cum_seq_q, cum_seq_k, dropout_p,
-        is_causal, return_debug_mask, scale, window_size_left, window_size_right, seqused_k=seqused_k,
+        "aten::_flash_attention_forward_no_dropout_inplace", query, key, value, cum_seq_q, cum_seq_k, max_q, max_k,
+        dropout_p, is_causal, return_debug_mask, scale, window_size_left, window_size_right, seqused_k=seqused_k,
         alibi_slopes=alibi_slopes, block_table=block_table, num_splits=num_splits,
     )
     out.copy_(result)
@@ -336,12 +433,15 @@ def flash_attention_backward(
     window_size_left: int | None = None,
     window_size_right: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """aten::_flash_attention_backward on flashattn's kernels: FlashAttention's layout (see
-    flash_attention_forward), logsumexp as the forward returned it. Returns (grad_query, grad_key,
-    grad_value) laid out like empty_like(query / key / value)."""
+    """aten::_flash_attention_backward on flashattn's kernels: the layouts of flash_attention_forward,
+    dense or packed (cum_seq_q / cum_seq_k, max_q / max_k those of the forward), logsumexp as the
+    forward returned it; rng_state and unused are not read (no dropout). Returns (grad_query,
+    grad_key, grad_value) laid out like empty_like(query / key / value)."""
     op = "aten::_flash_attention_backward"
-    _varlen_not_available(op, cum_seq_q, cum_seq_k)
     _check_dropout(op, dropout_p)
+    if _is_packed(op, cum_seq_q, cum_seq_k):
+        return _backward_packed(op, grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k,
+                                is_causal, scale, window_size_left, window_size_right)
     return _backward_dense(op, grad_out, query, key, value, out, logsumexp, is_causal, scale,
                            window_size_left, window_size_right)
 
@@ -406,7 +506,13 @@ def scaled_dot_product_flash_attention_backward(
     (see scaled_dot_product_flash_attention). Returns (grad_query, grad_key, grad_value) laid out
     like empty_like(query / key / value)."""
     op = "aten::_scaled_dot_product_flash_attention_backward"
-    _varlen_not_available(op, cum_seq_q, cum_seq_k)
+    if cum_seq_q is not None or cum_seq_k is not None:
+        raise _unsupported(
+            op,
+            "cum_seq_q and cum_seq_k must be None: this op takes dense [B, H, S, D] tensors (its forward never "
+            "returns them); packed variable-length batches go through aten::_flash_attention_forward / "
+            "_flash_attention_backward",
+        )
     _check_dropout(op, dropout_p)
     _check_rank4(grad_out=grad_out, query=query, key=key, value=value, out=out)
     dq, dk, dv = _backward_dense(op, *_bshd(grad_out, query, key, value, out), logsumexp, is_causal, scale)

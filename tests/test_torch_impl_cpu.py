@@ -301,8 +301,25 @@ def test_sliding_windows_forward_and_backward(cpu_ops: list, left, right, is_cau
     """Sliding windows reach the kernels with torch's FlashAttention-2 semantics (bottom-right,
     negative = unbounded), forward and backward, against the float64 reference."""
     q, k, v = randn(2, 5, 2, 8), randn(2, 9, 1, 8, seed=1), randn(2, 9, 1, 8, seed=2)
+    check_window(q, k, v, left, right, is_causal, window)
+
+
+@pytest.mark.parametrize(("left", "right", "window"), [(1, None, (1, 4)), (2, 7, (2, 4)), (0, -1, (0, 4))])
+def test_a_left_window_gets_the_right_edge_sk_when_sq_exceeds_sk(cpu_ops: list, left, right, window) -> None:
+    """torch's FlashAttention-2 kernels give a left edge with an unbounded right one the right edge
+    Sk (not unbounded): with Sq > Sk + 1 the first rows then miss the last keys, and flashattn does
+    the same."""
+    q, k, v = randn(1, 12, 2, 8), randn(1, 4, 2, 8, seed=1), randn(1, 4, 2, 8, seed=2)
+    unbounded = flashattn.attention_reference(q, k, v, 1 / math.sqrt(8), NONE, (window[0], -1))[0]
+    assert not torch.allclose(unbounded, flashattn.attention_reference(q, k, v, 1 / math.sqrt(8), NONE, window)[0])
+    check_window(q, k, v, left, right, False, window)
+
+
+def check_window(q, k, v, left, right, is_causal: bool, window) -> None:
+    """The aten forward and backward with (left, right) against the float64 reference with window."""
+    sq, sk = q.shape[1], k.shape[1]
     out, lse, rng_state, unused, _ = torch.ops.aten._flash_attention_forward(
-        q, k, v, None, None, 5, 9, 0.0, is_causal, False, window_size_left=left, window_size_right=right
+        q, k, v, None, None, sq, sk, 0.0, is_causal, False, window_size_left=left, window_size_right=right
     )
     mode = BOTTOM_RIGHT if is_causal else NONE
     ref, ref_lse = flashattn.attention_reference(q, k, v, 1 / math.sqrt(8), mode, window)
@@ -310,7 +327,7 @@ def test_sliding_windows_forward_and_backward(cpu_ops: list, left, right, is_cau
     torch.testing.assert_close(lse, ref_lse.float())
     dout = randn(*out.shape, seed=3)
     grads = torch.ops.aten._flash_attention_backward(
-        dout, q, k, v, out, lse, None, None, 5, 9, 0.0, is_causal, rng_state, unused,
+        dout, q, k, v, out, lse, None, None, sq, sk, 0.0, is_causal, rng_state, unused,
         window_size_left=left, window_size_right=right,
     )
     for g, r in zip(grads, torch.autograd.grad(ref, (q, k, v), dout)):
@@ -450,8 +467,6 @@ def fa_forward(**kwargs):
     [
         ({"dropout_p": 0.1}, r"dropout_p must be 0\.0"),
         ({"return_debug_mask": True}, "return_debug_mask must be False"),
-        ({"cum_seq_q": torch.zeros(2, dtype=torch.int32)}, r"variable-length batches \(cum_seq_q given\).*no varlen kernels"),
-        ({"cum_seq_k": torch.zeros(2, dtype=torch.int32)}, r"cum_seq_k given"),
         ({"alibi_slopes": torch.zeros(2)}, "alibi_slopes must be None"),
         ({"seqused_k": torch.zeros(1, dtype=torch.int32)}, "seqused_k must be None"),
         ({"block_table": torch.zeros(1, 1, dtype=torch.int32)}, "block_table must be None"),
@@ -465,10 +480,11 @@ def test_flash_attention_forward_refuses(monkeypatch: pytest.MonkeyPatch, kwargs
     assert "aten::_flash_attention_forward" in str(excinfo.value)
 
 
-def test_varlen_refusal_is_a_runtime_error_too() -> None:
+def test_refusals_are_runtime_errors_too(monkeypatch: pytest.MonkeyPatch) -> None:
     """NotImplementedError subclasses RuntimeError, what torch's FA3/FA4 raise for the same cases."""
-    with pytest.raises(RuntimeError, match="varlen"):
-        fa_forward(cum_seq_q=torch.zeros(2, dtype=torch.int32), cum_seq_k=torch.zeros(2, dtype=torch.int32))
+    allow_cpu_entry_points(monkeypatch)
+    with pytest.raises(RuntimeError, match="seqused_k"):
+        fa_forward(seqused_k=torch.zeros(1, dtype=torch.int32))
 
 
 @pytest.mark.parametrize(
@@ -501,7 +517,7 @@ def test_sdpa_ops_refuse() -> None:
     state = torch.zeros(2, dtype=torch.uint64)
     with pytest.raises(NotImplementedError, match=r"_backward\): dropout_p"):
         torch_impl.scaled_dot_product_flash_attention_backward(q, q, q, q, q, lse, None, None, 8, 8, 0.3, False, state, state)
-    with pytest.raises(NotImplementedError, match="varlen"):
+    with pytest.raises(NotImplementedError, match="cum_seq_q and cum_seq_k must be None: this op takes dense"):
         torch_impl.scaled_dot_product_flash_attention_backward(
             q, q, q, q, q, lse, torch.zeros(2, dtype=torch.int32), None, 8, 8, 0.0, False, state, state
         )
@@ -515,7 +531,7 @@ def test_flash_attention_backward_refuses(monkeypatch: pytest.MonkeyPatch) -> No
     lse, state = torch.zeros(1, 2, 8), torch.zeros(2, dtype=torch.uint64)
     with pytest.raises(NotImplementedError, match="dropout_p"):
         torch_impl.flash_attention_backward(q, q, q, q, q, lse, None, None, 8, 8, 0.1, False, state, state)
-    with pytest.raises(NotImplementedError, match="cum_seq_q given"):
+    with pytest.raises(ValueError, match="cum_seq_k must be given with cum_seq_q"):
         torch_impl.flash_attention_backward(q, q, q, q, q, lse, torch.zeros(2, dtype=torch.int32), None, 8, 8, 0.0, False, state, state)
 
 

@@ -6,12 +6,16 @@ forward, and backward in deterministic mode; the suite's criteria against the fl
 (tests/numerics.py), head dims SDPA pads included; torch's `causal_lower_right` bias (bottom-right
 through the flash op); the FlashAttention-layout aten op against `flash_attn_func`; unsupported
 arguments raising; deactivation giving torch's own kernels back; torch.compile(fullgraph=True) of a
-training step. Every test leaves flashattn deactivated, also when it fails (`activated` and the
+training step. Packed batches: torch.nn.attention.varlen.varlen_attn runs flashattn's varlen kernels,
+the bits of flash_attn_varlen_func forward and (deterministic) backward, the suite's criteria per
+sequence, compiled in a module; SDPA on nested jagged tensors likewise. Every test leaves flashattn deactivated, also when it fails (`activated` and the
 autouse `nothing_left_active` fixtures).
 """
 
 from __future__ import annotations
 
+import inspect
+import itertools
 from collections.abc import Iterator
 
 import pytest
@@ -21,7 +25,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
 from flashattn import _ops, torch_impl
-from numerics import assert_attention_matches, assert_gradients_match
+from numerics import assert_attention_matches, assert_gradients_match, assert_varlen_attention_matches
 
 pytestmark = [
     pytest.mark.gpu,
@@ -208,7 +212,15 @@ def test_flash_attention_forward_op_is_flash_attn_func(
     q, k, v = (t.transpose(1, 2) for t in make_qkv(2, 8, 2, 90, 61, 128, torch.bfloat16, "bshd", device, seed=6))
     left, right = window
     causal = is_causal or (left in (None, -1) and right == 0)  # (-1, 0) is torch's causal window
-    ours = (-1 if left is None else left, 0 if causal else (-1 if right is None else right))
+    if causal:
+        right_edge = 0
+    elif right is None:
+        # torch's kernels give a left edge with an unbounded right one the right edge Sk (61): with
+        # Sq = 90 > Sk + 1 the first 28 rows do not see the last keys
+        right_edge = -1 if left is None else 61
+    else:
+        right_edge = right
+    ours = (-1 if left is None else left, right_edge)
     out, lse, rng_state, unused, debug = torch.ops.aten._flash_attention_forward(
         q, k, v, None, None, 90, 61, 0.0, is_causal, False, window_size_left=left, window_size_right=right
     )
@@ -269,8 +281,11 @@ def test_unsupported_arguments_raise(activated: None, device: torch.device) -> N
         torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, False, True)
     qb, kb, vb = (t.detach().transpose(1, 2) for t in (q, k, v))
     cu = torch.tensor([0, 64], dtype=torch.int32, device=device)
-    with pytest.raises(RuntimeError, match="no varlen kernels"):
-        torch.ops.aten._flash_attention_forward(qb[0], kb[0], vb[0], cu, cu, 64, 64, 0.0, False, False)
+    with pytest.raises(RuntimeError, match="seqused_k must be None"):
+        torch.ops.aten._flash_attention_forward(qb[0], kb[0], vb[0], cu, cu, 64, 64, 0.0, False, False,
+                                                seqused_k=torch.tensor([64], dtype=torch.int32, device=device))
+    with pytest.raises(ValueError, match="cum_seq_k must be given with cum_seq_q"):
+        torch.ops.aten._flash_attention_forward(qb[0], kb[0], vb[0], cu, None, 64, 64, 0.0, False, False)
     with pytest.raises((TypeError, RuntimeError), match=r"float16 or torch\.bfloat16, got torch\.float32"):
         torch.ops.aten._scaled_dot_product_flash_attention(q.float(), k.float(), v.float())
 
@@ -311,3 +326,187 @@ def test_torch_compile_training_step(activated: None, kernel_calls: dict, device
     for g, w in zip(got_grads, want_grads):
         assert torch.isfinite(g).all()
         torch.testing.assert_close(g, w, atol=2e-2 * float(w.abs().max()), rtol=5e-2)
+
+
+# ---- packed variable-length batches (torch.nn.attention.varlen, nested jagged tensors) ---------------
+
+
+@pytest.fixture
+def varlen_kernel_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts the calls the aten implementations make to flashattn's varlen ops."""
+    calls = {"fwd_varlen": 0, "bwd_varlen": 0}
+    fwd, bwd = _ops.fwd_varlen, _ops.bwd_varlen
+
+    def counting_fwd(*args):
+        calls["fwd_varlen"] += 1
+        return fwd(*args)
+
+    def counting_bwd(*args):
+        calls["bwd_varlen"] += 1
+        return bwd(*args)
+
+    monkeypatch.setattr(_ops, "fwd_varlen", counting_fwd)
+    monkeypatch.setattr(_ops, "bwd_varlen", counting_bwd)
+    return calls
+
+
+def varlen_gqa_kwargs(hq: int, hk: int) -> dict:
+    """torch 2.13's varlen_attn takes GQA only with enable_gqa=True; 2.11's has no such argument."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    return {"enable_gqa": True} if hq != hk and "enable_gqa" in inspect.signature(varlen_attn).parameters else {}
+
+
+def make_packed(lens_q: list[int], lens_k: list[int], hq: int, hk: int, d: int, dtype: torch.dtype, device, seed: int = 0):
+    """q [total_q, Hq, D], k/v [total_k, Hk, D] requiring grad, cu_seqlens int32 [B + 1], max lengths."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+
+    def one(rows: int, heads: int) -> torch.Tensor:
+        return torch.randn(rows, heads, d, generator=gen, device=device).to(dtype).requires_grad_(True)
+
+    def cu(lens: list[int]) -> torch.Tensor:
+        return torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32, device=device)
+
+    return one(sum(lens_q), hq), one(sum(lens_k), hk), one(sum(lens_k), hk), cu(lens_q), cu(lens_k), max(lens_q), max(lens_k)
+
+
+# (lens_q, lens_k, Hq, Hk, D): zero- and one-row sequences, Sq > Sk (rows that see no key under
+# causal), tile edges, GQA
+VARLEN_PROBLEMS = [
+    ([300, 1, 0, 77, 128], [300, 5, 64, 77, 129], 8, 2, 128),
+    ([64, 200, 3], [17, 200, 90], 4, 4, 64),
+]
+
+
+@pytest.mark.parametrize("window_size", [(-1, -1), (-1, 0), (32, 0), (16, 16)], ids=["full", "causal", "causal-32", "16-16"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("problem", VARLEN_PROBLEMS, ids=["gqa-mixed", "mha"])
+def test_varlen_attn_is_flash_attn_varlen_func_bitwise(
+    activated: None, varlen_kernel_calls: dict, poisoned: None, problem, dtype: torch.dtype, window_size, device: torch.device
+) -> None:
+    """torch.nn.attention.varlen.varlen_attn (window_size (-1, 0) is its causal, bottom-right per
+    sequence) runs flashattn's varlen kernel: out and lse [Hq, total_q] are the bits of
+    flash_attn_varlen_func with the same mask."""
+    from torch.nn.attention.varlen import AuxRequest, varlen_attn
+
+    lens_q, lens_k, hq, hk, d = problem
+    q, k, v, cu_q, cu_k, max_q, max_k = make_packed(lens_q, lens_k, hq, hk, d, dtype, device, seed=10)
+    causal = window_size == (-1, 0)
+    with torch.no_grad():
+        out, lse = varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, window_size=window_size,
+                               return_aux=AuxRequest(lse=True), **varlen_gqa_kwargs(hq, hk))
+        assert varlen_kernel_calls["fwd_varlen"] == 1, "varlen_attn did not run flashattn's kernel"
+        want, want_lse = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, causal=causal,
+                                                          window_size=(-1, -1) if causal else window_size,
+                                                          return_lse=True)
+    assert_same_bits(out, want, "varlen_attn (flashattn activated) vs flash_attn_varlen_func")
+    assert_same_bits(lse, want_lse, "varlen_attn's lse vs flash_attn_varlen_func's")
+
+
+@pytest.mark.parametrize("window_size", [(-1, -1), (-1, 0), (32, 0)], ids=["full", "causal", "causal-32"])
+@pytest.mark.parametrize("problem", VARLEN_PROBLEMS, ids=["gqa-mixed", "mha"])
+def test_varlen_attn_gradients_are_flash_attn_varlen_func_bitwise_in_deterministic_mode(
+    activated: None, deterministic: None, varlen_kernel_calls: dict, problem, window_size, device: torch.device
+) -> None:
+    from torch.nn.attention.varlen import varlen_attn
+
+    lens_q, lens_k, hq, hk, d = problem
+    q, k, v, cu_q, cu_k, max_q, max_k = make_packed(lens_q, lens_k, hq, hk, d, torch.bfloat16, device, seed=14)
+    causal = window_size == (-1, 0)
+    gen = torch.Generator(device=device).manual_seed(15)
+    dout = torch.randn(q.shape, generator=gen, device=device).to(q.dtype)
+    out = varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, window_size=window_size, **varlen_gqa_kwargs(hq, hk))
+    got = torch.autograd.grad(out, (q, k, v), dout)
+    assert varlen_kernel_calls == {"fwd_varlen": 1, "bwd_varlen": 1}, varlen_kernel_calls
+    want_out = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, causal=causal,
+                                                window_size=(-1, -1) if causal else window_size)
+    want = torch.autograd.grad(want_out, (q, k, v), dout)
+    for name, g, w in zip(("dq", "dk", "dv"), got, want):
+        assert_same_bits(g, w, f"{name}: varlen_attn (flashattn activated) vs flash_attn_varlen_func's backward")
+
+
+@pytest.mark.parametrize("window_size", [(-1, -1), (-1, 0), (24, 0)], ids=["full", "causal", "causal-24"])
+def test_varlen_attn_matches_the_reference(
+    activated: None, varlen_kernel_calls: dict, window_size, device: torch.device
+) -> None:
+    """varlen_attn forward and backward through flashattn's varlen kernels, by the suite's output
+    and gradient criteria (tests/numerics.py) applied to each sequence; a sequence without
+    queries gets zero key/value gradients."""
+    lens_q, lens_k, hq, hk, d = [130, 1, 0, 77, 40], [130, 9, 33, 60, 70], 8, 2, 128
+    q, k, v, cu_q, cu_k, max_q, max_k = make_packed(lens_q, lens_k, hq, hk, d, torch.bfloat16, device, seed=11)
+    from torch.nn.attention.varlen import varlen_attn
+
+    out = varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, window_size=window_size, **varlen_gqa_kwargs(hq, hk))
+    gen = torch.Generator(device=device).manual_seed(12)
+    dout = torch.randn(out.shape, generator=gen, device=device).to(out.dtype)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
+    assert varlen_kernel_calls == {"fwd_varlen": 1, "bwd_varlen": 1}, varlen_kernel_calls
+    mode = BOTTOM_RIGHT if window_size == (-1, 0) else NONE
+    window = (-1, -1) if mode == BOTTOM_RIGHT else window_size
+    cq, ck = cu_q.tolist(), cu_k.tolist()
+    qd, kd, vd = (t.detach() for t in (q, k, v))
+    assert_varlen_attention_matches(out.detach(), None, qd, kd, vd, cq, ck, None, mode, window=window,
+                                    context="varlen_attn, flashattn activated")
+    for b in range(len(lens_q)):
+        q0, q1, k0, k1 = cq[b], cq[b + 1], ck[b], ck[b + 1]
+        if q1 == q0:
+            assert not dk[k0:k1].any() and not dv[k0:k1].any(), f"sequence {b} has no queries: dk, dv must be 0"
+            continue
+        assert_gradients_match(dq[None, q0:q1], dk[None, k0:k1], dv[None, k0:k1], qd[None, q0:q1], kd[None, k0:k1],
+                               vd[None, k0:k1], dout[None, q0:q1], None, mode, window=window,
+                               context=f"varlen_attn, flashattn activated, sequence {b}")
+
+
+def test_torch_compile_of_a_module_calling_varlen_attn(activated: None, varlen_kernel_calls: dict, device: torch.device) -> None:
+    """A small attention block over a packed batch, compiled with fullgraph=True (inductor): forward
+    and backward run flashattn's varlen kernels, close to eager."""
+    from torch._dynamo.utils import counters
+    from torch.nn.attention.varlen import varlen_attn
+
+    class Block(torch.nn.Module):
+        def __init__(self, dim: int = 256, heads: int = 4) -> None:
+            super().__init__()
+            self.heads = heads
+            self.qkv = torch.nn.Linear(dim, 3 * dim, bias=False)
+            self.proj = torch.nn.Linear(dim, dim, bias=False)
+
+        def forward(self, x: torch.Tensor, cu: torch.Tensor, max_len: int) -> torch.Tensor:
+            q, k, v = self.qkv(x).view(x.shape[0], 3, self.heads, -1).unbind(1)  # packed QKV slices
+            out = varlen_attn(q, k, v, cu, cu, max_len, max_len, window_size=(-1, 0))
+            return self.proj(out.flatten(1))
+
+    torch.manual_seed(0)
+    block = Block().to(device=device, dtype=torch.bfloat16)
+    lens = [100, 1, 155]
+    x = torch.randn(sum(lens), 256, device=device, dtype=torch.bfloat16)
+    cu = torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32, device=device)
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(block, fullgraph=True)
+    got = compiled(x, cu, max(lens))
+    got_grads = torch.autograd.grad(got.float().square().mean(), list(block.parameters()))
+    assert varlen_kernel_calls["fwd_varlen"] >= 1 and varlen_kernel_calls["bwd_varlen"] >= 1, varlen_kernel_calls
+    want = block(x, cu, max(lens))
+    want_grads = torch.autograd.grad(want.float().square().mean(), list(block.parameters()))
+    assert sum(counters["graph_break"].values()) == 0, dict(counters["graph_break"])
+    torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
+    for g, w in zip(got_grads, want_grads):
+        assert torch.isfinite(g).all()
+        torch.testing.assert_close(g, w, atol=2e-2 * float(w.abs().max()), rtol=5e-2)
+
+
+def test_nested_jagged_sdpa_runs_the_varlen_kernel(activated: None, varlen_kernel_calls: dict, device: torch.device) -> None:
+    """SDPA on nested jagged tensors under the flash backend calls aten::_flash_attention_forward
+    with the packed values and their offsets: flashattn's varlen kernel, the bits of
+    flash_attn_varlen_func."""
+    lens = [37, 2, 128]
+    gen = torch.Generator(device=device).manual_seed(13)
+    seqs = [[torch.randn(n, 4, 64, generator=gen, device=device, dtype=torch.bfloat16) for n in lens] for _ in range(3)]
+    q, k, v = (torch.nested.nested_tensor(s, layout=torch.jagged).transpose(1, 2) for s in seqs)  # [B, H, j, D]
+    with torch.no_grad():
+        got = sdpa_flash(q, k, v, is_causal=True)
+        assert varlen_kernel_calls["fwd_varlen"] == 1, "SDPA on nested tensors did not run flashattn's varlen kernel"
+        cu = torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32, device=device)
+        packed = [torch.cat(s) for s in seqs]
+        want = flashattn.flash_attn_varlen_func(*packed, cu, cu, max(lens), max(lens), causal=True)
+    assert_same_bits(got.transpose(1, 2).values(), want, "SDPA on nested jagged tensors vs flash_attn_varlen_func")
