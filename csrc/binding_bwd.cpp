@@ -72,8 +72,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(const at::Tensor& dout_i
     return {dq, dk, dv};
   }
 
-  // dout may come from any loss (a broadcast from out.sum() has stride 0 everywhere).
-  const at::Tensor dout = flashattn::aligned_or_copy(dout_in);
+  // dout may come from any loss (a broadcast from out.sum() has stride 0 everywhere): such a
+  // view is made dense, since the Hopper backward reads dout through TMA, which needs positive
+  // strides (the copy costs one pass over dout, only for a loss that broadcasts it).
+  const at::Tensor dout = flashattn::aligned_or_copy(flashattn::has_broadcast_dim(dout_in) ? dout_in.contiguous() : dout_in);
   const at::Tensor q = flashattn::aligned_or_copy(q_in), k = flashattn::aligned_or_copy(k_in),
                    v = flashattn::aligned_or_copy(v_in), out = flashattn::aligned_or_copy(out_in);
   const at::Tensor lse = lse_in.contiguous();
@@ -118,7 +120,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(const at::Tensor& dout_i
               dev.max_smem_per_block, " bytes of shared memory per block");
   const at::TensorOptions f32 = q.options().dtype(at::kFloat);
   at::Tensor dpsum = at::empty({B, Hq, Sq}, f32);
-  at::Tensor dq_accum = at::zeros({B, Hq, Sq, D}, f32);
+  // The Hopper path keeps each query block of dq_accum as one tile in its accumulator order.
+  at::Tensor dq_accum = hopper ? at::zeros({flashattn::flash_bwd_sm90_dq_accum_floats(p)}, f32)
+                               : at::zeros({B, Hq, Sq, D}, f32);
   at::Tensor semaphore;
   if (deterministic) semaphore = at::zeros({B, Hq, (Sq + block_m - 1) / block_m}, q.options().dtype(at::kInt));
   p.dpsum = dpsum.data_ptr<float>();

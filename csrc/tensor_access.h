@@ -17,6 +17,14 @@ inline bool aligned16(const at::Tensor& t) {
   return true;
 }
 
+// True when some dimension longer than 1 has stride 0 (a broadcast view, e.g. the gradient of
+// out.sum()).
+inline bool has_broadcast_dim(const at::Tensor& t) {
+  for (int64_t dim = 0; dim < t.dim(); ++dim)
+    if (t.size(dim) > 1 && t.stride(dim) == 0) return true;
+  return false;
+}
+
 // A view the kernels cannot read 16 bytes at a time is copied once (the API promises any strides,
 // not speed for every one of them).
 inline at::Tensor aligned_or_copy(const at::Tensor& t) { return aligned16(t) ? t : t.contiguous(); }

@@ -1,9 +1,12 @@
-// The Hopper (sm_90a) backward path: wgmma, two computing warpgroups (see mainloop.cuh). Plain
+// The Hopper (sm_90a) backward path: TMA loads by a producer warp, wgmma in two consumer
+// warpgroups, dQ added by bulk reduce from shared memory (see mainloop.cuh). Plain
 // host C++ entry points, no torch; csrc/binding_bwd.cpp picks this path for backends "auto" and
 // "hopper" when flash_bwd_sm90_supported() says yes, the portable backward otherwise.
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 #include "../flash_bwd/params.h"
 
@@ -13,11 +16,16 @@ namespace flashattn {
 // [B, Hq, ceil(Sq / flash_bwd_sm90_block_m())].
 int flash_bwd_sm90_block_m();
 
+// Floats of this path's zeroed dq_accum for `p`: every query block of 64 rows is one tile of
+// 64 x (64 or 128) floats in the kernel's accumulator order (traits.h), [B, Hq, ceil(Sq / 64)].
+int64_t flash_bwd_sm90_dq_accum_floats(const BwdParams& p);
+
 // True when this build and device can run `p` on the Hopper backward: compute capability 9.0, the
 // kernel compiled for sm_90a in this build, float16 or bfloat16, head dim a multiple of 8 up to
 // 128 (64 and 128 instantiated; smaller dims run on the next one up), no local window and no
 // softcap (those run on the portable backward), both sequence lengths >= 1, and q, k, v, dO
-// readable 16 bytes at a time (the binding's aligned_or_copy guarantees it).
+// describable by TMA (16-byte aligned, positive strides in multiples of 8 elements: the binding's
+// aligned_or_copy and its copy of a broadcast dO guarantee it).
 bool flash_bwd_sm90_supported(const BwdParams& p, const DeviceLimits& dev);
 
 // Runs the backward pass (preprocess, main kernel, dQ conversion) asynchronously on `stream`.

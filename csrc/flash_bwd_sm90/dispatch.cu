@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "../common/dtype_of.h"
+#include "../flash_fwd_sm90/tma_host.h"
 #include "api.h"
 #include "traits.h"
 
@@ -70,6 +71,14 @@ int supported_launcher(const BwdParams& p, const DeviceLimits& dev) {
       !aligned16(p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride) ||
       !aligned16(p.dout, p.do_batch_stride, p.do_row_stride, p.do_head_stride))
     return -1;
+  // q, dout, k and v are read by TMA (positive strides: a broadcast dout is copied by the binding).
+  const TmaTensor tq{p.q, p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.q_batch_stride, p.q_row_stride, p.q_head_stride};
+  const TmaTensor tdo{p.dout, p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.do_batch_stride, p.do_row_stride, p.do_head_stride};
+  const TmaTensor tk{p.k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.k_batch_stride, p.k_row_stride, p.k_head_stride};
+  const TmaTensor tv{p.v, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.v_batch_stride, p.v_row_stride, p.v_head_stride};
+  if (!tma_tensor_ok(tq) || !tma_tensor_ok(tdo) || !tma_tensor_ok(tk) || !tma_tensor_ok(tv)) return -1;
+  // Boxes of 64 columns x 64 rows larger than a tensor need a driver that encodes them.
+  if ((p.head_dim < kChunkCols || p.seqlen_q < 64 || p.seqlen_k < 64) && !small_tensor_boxes_ok(p.q)) return -1;
   // dK/dV leave as 4-byte pairs.
   if (reinterpret_cast<uintptr_t>(p.dk) % 4 != 0 || reinterpret_cast<uintptr_t>(p.dv) % 4 != 0) return -1;
   const int d = p.head_dim <= 64 ? 64 : 128;
@@ -89,6 +98,13 @@ int supported_launcher(const BwdParams& p, const DeviceLimits& dev) {
 }  // namespace sm90
 
 int flash_bwd_sm90_block_m() { return sm90::Sm90BwdTraits<64>::kBlockM; }
+
+int64_t flash_bwd_sm90_dq_accum_floats(const BwdParams& p) {
+  const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + sm90::Sm90BwdTraits<64>::kBlockM - 1) /
+                           sm90::Sm90BwdTraits<64>::kBlockM;
+  const int64_t tile = p.head_dim <= 64 ? sm90::Sm90BwdTraits<64>::kDqTileFloats : sm90::Sm90BwdTraits<128>::kDqTileFloats;
+  return static_cast<int64_t>(p.batch) * p.heads_q * m_blocks * tile;
+}
 
 bool flash_bwd_sm90_supported(const BwdParams& p, const DeviceLimits& dev) {
   return sm90::supported_launcher(p, dev) >= 0;

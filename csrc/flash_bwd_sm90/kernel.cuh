@@ -1,5 +1,5 @@
-// The Hopper backward kernel: 2 warpgroups, wgmma, cp.async loads. See traits.h
-// (tiles, shared memory) and mainloop.cuh (the step).
+// The Hopper backward kernel: a producer warpgroup (TMA loads, the dQ writer) and two consumer
+// warpgroups (wgmma). See traits.h (tiles, shared memory) and mainloop.cuh (the roles).
 //
 // Only the compute_90a device pass compiles the real body (FLASHATTN_SM90A_ENABLED); every other
 // pass gets a stub that traps, as the Hopper forward does (../flash_fwd_sm90/kernel.cuh).
@@ -7,8 +7,8 @@
 
 #include <cstdint>
 
-#include "../flash_bwd/params.h"
 #include "../flash_fwd_sm90/ptx.cuh"
+#include "kernel_params.h"
 #include "mainloop.cuh"
 #include "traits.h"
 
@@ -17,12 +17,39 @@ namespace sm90 {
 
 template <typename Traits, typename Element>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
-    flash_bwd_sm90_kernel(const __grid_constant__ BwdParams params, const int num_n_blocks) {
+    flash_bwd_sm90_kernel(const __grid_constant__ Sm90BwdParams params) {
 #if defined(FLASHATTN_SM90A_ENABLED)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const uint32_t base =
-      (smem_u32(smem_raw) + (kSwizzleAtomBytes - 1)) & ~static_cast<uint32_t>(kSwizzleAtomBytes - 1);
-  bwd_sm90_mainloop<Traits, Element>(params, base, num_n_blocks);
+  BwdSmem<Traits> sm;
+  sm.base = (smem_u32(smem_raw) + (kSwizzleAtomBytes - 1)) & ~static_cast<uint32_t>(kSwizzleAtomBytes - 1);
+  const BwdBlock blk = bwd_block<Traits>(params.p, params.num_n_blocks);
+
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < Traits::kStages; ++s) {
+      mbar_init(sm.full(s), 32);  // the load warp's lanes (lse, dpsum stores; lane 0 adds the TMA bytes)
+      mbar_init(sm.empty(s), Traits::kConsumerThreads);
+    }
+    mbar_init(sm.kv_full(), 1);
+    mbar_init(sm.dq_full(), Traits::kConsumerThreads);
+    mbar_init(sm.dq_empty(), 1);
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  // Warp-uniform role index (the shuffle tells the compiler it is uniform).
+  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
+  if (warpgroup == 0) {
+    setmaxnreg_dec<Traits::kProducerRegs>();
+    const int warp = threadIdx.x / 32;
+    if (warp == 0)
+      bwd_sm90_load<Traits>(params, sm, blk, threadIdx.x % 32);
+    else if (warp == 1)
+      bwd_sm90_dq_writer<Traits>(params, sm, blk, threadIdx.x % 32);
+  } else {
+    setmaxnreg_inc<Traits::kConsumerRegs>();
+    bwd_sm90_consumer<Traits, Element>(params.p, sm, blk, warpgroup - 1, threadIdx.x % kWarpgroupThreads);
+  }
 #else
   sm90_stub_body();  // not sm_90a: never launched (flash_bwd_sm90_supported() says no)
 #endif

@@ -1,23 +1,47 @@
-// Launcher of the Hopper backward: the portable backward's preprocess (dpsum) and convert (dQ)
-// kernels around the sm_90a main kernel, in stream order, on the same BwdParams. The caller
-// zeroes dq_accum (and dq_semaphore, sized with kBlockM = 64 query rows, when set) first, as for
-// the portable run_bwd.
+// Launcher of the Hopper backward: the portable backward's preprocess (dpsum) kernel, the sm_90a
+// main kernel and this path's dQ conversion (convert.cuh), in stream order. The caller zeroes
+// dq_accum, sized by flash_bwd_sm90_dq_accum_floats() (and dq_semaphore, [B, Hq, ceil(Sq / 64)],
+// when set), as for the portable run_bwd.
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include "../flash_bwd/convert.cuh"
 #include "../flash_bwd/params.h"
 #include "../flash_bwd/preprocess.cuh"
+#include "../flash_fwd_sm90/tma_host.h"
+#include "convert.cuh"
 #include "kernel.cuh"
+#include "kernel_params.h"
 #include "traits.h"
 
 namespace flashattn {
 namespace sm90 {
 
+// q, dout, k and v of a backward call as TMA tensors (the support check and the launcher
+// describe the same four).
+struct BwdTmaTensors {
+  TmaTensor q, dout, k, v;
+};
+inline BwdTmaTensors bwd_tma_tensors(const BwdParams& p) {
+  return {{p.q, p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.q_batch_stride, p.q_row_stride, p.q_head_stride},
+          {p.dout, p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.do_batch_stride, p.do_row_stride, p.do_head_stride},
+          {p.k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.k_batch_stride, p.k_row_stride, p.k_head_stride},
+          {p.v, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.v_batch_stride, p.v_row_stride, p.v_head_stride}};
+}
+
 template <typename Traits, typename Element>
 cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
   if (p.head_dim > Traits::kHeadDim || p.head_dim % 8 != 0) return cudaErrorInvalidValue;
+  Sm90BwdParams kp;
+  kp.p = p;
+  kp.num_n_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  kp.num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
+  const bool bf16 = p.dtype == DType::kBFloat16;
+  const BwdTmaTensors t = bwd_tma_tensors(p);
+  if (!encode_tma_4d(&kp.tma_q, t.q, bf16, Traits::kBlockM) || !encode_tma_4d(&kp.tma_do, t.dout, bf16, Traits::kBlockM) ||
+      !encode_tma_4d(&kp.tma_k, t.k, bf16, 64) || !encode_tma_4d(&kp.tma_v, t.v, bf16, 64))
+    return cudaErrorInvalidValue;
+
   cudaError_t err = launch_bwd_preprocess<Element>(p, stream);
   if (err != cudaSuccess) return err;
 
@@ -25,15 +49,14 @@ cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
   constexpr int kSmem = Traits::kSmemBytes;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) return err;
-  const int num_n_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
-  const long long grid = static_cast<long long>(num_n_blocks) * p.batch * p.heads_kv;
+  const long long grid = static_cast<long long>(kp.num_n_blocks) * p.batch * p.heads_kv;
   if (grid > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
   if (grid > 0) {
-    kernel<<<static_cast<unsigned>(grid), Traits::kThreads, kSmem, stream>>>(p, num_n_blocks);
+    kernel<<<static_cast<unsigned>(grid), Traits::kThreads, kSmem, stream>>>(kp);
     err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
-  return launch_bwd_convert_dq<Element>(p, stream);
+  return launch_bwd_sm90_convert_dq<Element, Traits::kHeadDim>(p, kp.num_m_blocks, stream);
 }
 
 // Whether this build holds the real sm_90a main kernel (the other device passes compile a stub

@@ -1,16 +1,15 @@
-// The Hopper backward kernel's main loop (sm_90a, wgmma): FlashAttention-2/3's structure on the
+// The Hopper backward kernel's roles (sm_90a, wgmma, TMA): FlashAttention-2/3's structure on the
 // portable kernel's contract (../flash_bwd/mainloop.cuh: same BwdParams, same preprocess (dpsum)
-// and convert (dQ) kernels, same masking rules).
+// kernel, same masking rules). traits.h has the tiles and the shared-memory map.
 //
 // One CTA per (batch, K/V head, block of kBlockN = 128 keys); K and V stay in shared memory; the
 // CTA walks the query blocks (64 rows) of every query head of its GQA group, so dK and dV are
-// summed over the group in registers. Two warpgroups, warpgroup wg owning keys [64 wg, 64 wg + 64).
-// Per step (one query block of one head; Q, dO, lse, dpsum double-buffered, the next step's loads
-// in flight during this one):
+// summed over the group in registers. Step t = one query block of one head.
 //
-//   wait for this step's cp.async; fence.proxy.async; barrier A
-//   issue the next step's loads (into the other buffer: every thread passed barrier A after its
-//     last wgmma of the previous step completed, so nothing reads that buffer any more)
+// Producer warp 0 (loads), per step: wait until stage t % kStages is free (empty barrier), TMA
+//   Q and dO into it, lse and dpsum by plain loads, arrive on its full barrier.
+// Consumers (warpgroup wg owns keys [64 wg, 64 wg + 64)), per step:
+//   wait full[stage]
 //   S^T  = K_wg Q^T            SS wgmma, m64 (keys) n64 (queries) k = D, both K-major  (group 1)
 //   dP^T = V_wg dO^T           same                                                    (group 2)
 //   wait group 1: P^T = exp2(S^T scale_log2 - lse log2e)  (masked: 0; lse = -inf: 0)
@@ -18,20 +17,24 @@
 //   dV += P^T dO, dK += dS^T Q RS wgmma, A = P^T / dS^T from registers (the accumulator layout
 //                              packed to 16 bits is the A-fragment layout, as the forward's P),
 //                              B = dO / Q as MN-major B (same smem tile, other descriptor)  (group 3)
-//   dS^T (16-bit) -> shared memory [keys][queries]; fence.proxy.async; wait group 3 (frees the
-//     P^T/dS^T fragments before the dQ accumulator is live: no spill at D = 128); barrier B
-//   dQ = dS K                  SS wgmma, A = dS^T as MN-major A (imm-trans-a), B = K as MN-major
-//                              B (imm-trans-b); split between the warpgroups (traits.h)  (group 4)
-//   wait all; dQ -> dq_accum (float4 red.global.add)
+//   dS^T (16-bit) -> shared buffer t % 2; fence.proxy.async; wait group 3; arrive empty[stage]
+//   consumer barrier (both warpgroups' dS^T rows written)
+//   dQ = dS K                  SS wgmma, A = dS^T as MN-major A, B = K as MN-major B; warpgroup wg
+//                              computes columns [wg D/2, wg D/2 + D/2) over all 128 keys
+//   wait; wait dq_empty (the writer has read the previous tile); dQ -> shared float32 tile;
+//   fence.proxy.async; arrive dq_full
+// Producer warp 1 (dQ writer), per step: wait dq_full, one bulk reduce-add of the 32 KB tile into
+//   the query block's slot of dq_accum, wait until it has been read, arrive dq_empty.
 //
-// Barrier B (dS^T written before it is read) and barrier A of the next step (every dQ wgmma of
-// this step has completed, wait_group 0, before the next step overwrites dS^T) are the only
-// cross-warpgroup orderings of the dS buffer.
+// The dS^T buffers alternate: a warpgroup writes buffer t % 2 at step t, after passing the
+// consumer barrier of step t-1, which the other warpgroup reached only after its dQ of step t-2
+// (the last reader of that buffer) had completed. So one consumer barrier per step orders every
+// reuse of the dS^T buffers.
 //
 // softmax_scale is applied once at the end: dK in the epilogue below, dQ in the convert kernel.
-// Deterministic mode (dq_semaphore set, [B, Hq, ceil(Sq / 64)]): the dQ partials of a query block
-// are added in key-block order, as in the portable kernel; otherwise in whatever order the key
-// blocks finish.
+// Deterministic mode (dq_semaphore set, [B, Hq, ceil(Sq / 64)]): the writer adds a query block's
+// tile after key blocks 0..n_block-1 have added theirs (a ticket per query block), so the float
+// sums run in one order; the consumers do not wait for it.
 #pragma once
 
 #include <cmath>
@@ -40,13 +43,12 @@
 #include <type_traits>
 
 #include "../common/softmax_math.cuh"
-#include "../flash_bwd/mainloop.cuh"  // atomic_add_tile_rows (float4 dQ reductions)
 #include "../flash_bwd/params.h"
 #include "../flash_fwd/ptx.cuh"
 #include "../flash_fwd_sm90/ptx.cuh"
 #include "../flash_fwd_sm90/wgmma_ops.cuh"
 #include "descriptors.h"
-#include "load.cuh"
+#include "kernel_params.h"
 #include "traits.h"
 
 namespace flashattn {
@@ -54,8 +56,145 @@ namespace sm90 {
 
 #if defined(FLASHATTN_SM90A_ENABLED)
 
-// Named barriers (0 is __syncthreads): one per warpgroup for the kSplitKeys dS handoff.
-constexpr int kBwdDsBarrierBase = 1;
+// Named barrier of the two consumer warpgroups (0 is __syncthreads).
+constexpr int kBwdDsBarrier = 1;
+
+// Shared-memory addresses of the tiles and barriers (traits.h's map from the aligned base).
+template <typename Traits>
+struct BwdSmem {
+  uint32_t base;
+  __device__ uint32_t k() const { return base + Traits::kOffK; }
+  __device__ uint32_t v() const { return base + Traits::kOffV; }
+  __device__ uint32_t q(int stage) const { return base + Traits::kOffQ + stage * Traits::kQBytes; }
+  __device__ uint32_t dout(int stage) const { return base + Traits::kOffDO + stage * Traits::kQBytes; }
+  __device__ uint32_t ds(int buf) const { return base + Traits::kOffDS + buf * Traits::kDSBytes; }
+  __device__ uint32_t dq() const { return base + Traits::kOffDq; }
+  __device__ uint32_t lse(int stage) const { return base + Traits::kOffLse + stage * Traits::kBlockM * 4; }
+  __device__ uint32_t dpsum(int stage) const { return base + Traits::kOffDpsum + stage * Traits::kBlockM * 4; }
+  __device__ uint32_t full(int stage) const { return base + Traits::kOffBar + 8 * stage; }
+  __device__ uint32_t empty(int stage) const { return base + Traits::kOffBar + 8 * (Traits::kStages + stage); }
+  __device__ uint32_t kv_full() const { return base + Traits::kOffBar + 8 * (2 * Traits::kStages); }
+  __device__ uint32_t dq_full() const { return base + Traits::kOffBar + 8 * (2 * Traits::kStages + 1); }
+  __device__ uint32_t dq_empty() const { return base + Traits::kOffBar + 8 * (2 * Traits::kStages + 2); }
+};
+
+// What every role of a CTA derives alike from its block index.
+struct BwdBlock {
+  int n_block, head_kv, batch, group, n0;
+  int m_begin, m_steps, steps;
+  // Step t is query block m_begin + t % m_steps of query head head_kv * group + t / m_steps.
+  __device__ int head_q(int t) const { return head_kv * group + t / m_steps; }
+  __device__ int m0(int t, int block_m) const { return (m_begin + t % m_steps) * block_m; }
+};
+
+template <typename Traits>
+__device__ __forceinline__ BwdBlock bwd_block(const BwdParams& p, int num_n_blocks) {
+  BwdBlock b;
+  // Key blocks vary fastest (neighbouring CTAs share their Q/dO reads in L2), as in the portable kernel.
+  b.n_block = static_cast<int>(blockIdx.x % num_n_blocks);
+  const int bh = static_cast<int>(blockIdx.x / num_n_blocks);
+  b.head_kv = bh % p.heads_kv;
+  b.batch = bh / p.heads_kv;
+  b.group = p.heads_q / p.heads_kv;
+  b.n0 = b.n_block * Traits::kBlockN;
+  // Query blocks that see a key of this block: rows i with i + causal_offset >= n0.
+  b.m_begin = p.causal ? max(0, b.n0 - p.causal_offset) / Traits::kBlockM : 0;
+  const int m_end = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
+  b.m_steps = max(0, m_end - b.m_begin);
+  b.steps = b.m_steps * b.group;
+  return b;
+}
+
+// ---- Producer warp 0: TMA loads of K and V once, then Q, dO, lse and dpsum per step.
+template <typename Traits>
+__device__ __forceinline__ void bwd_sm90_load(const Sm90BwdParams& kp, const BwdSmem<Traits>& sm, const BwdBlock& blk,
+                                              int lane) {
+  const BwdParams& p = kp.p;
+  constexpr int kBlockM = Traits::kBlockM;
+  if (blk.steps == 0) return;
+  if (lane == 0) {
+    prefetch_tmap(&kp.tma_q);
+    prefetch_tmap(&kp.tma_do);
+    mbar_arrive_expect_tx(sm.kv_full(), 2 * Traits::kKVBytes);
+#pragma unroll
+    for (int c = 0; c < Traits::kChunks; ++c)
+#pragma unroll
+      for (int h = 0; h < Traits::kBlockN / 64; ++h) {
+        const uint32_t off = c * Traits::kKVPlaneBytes + h * 64 * kChunkRowBytes;
+        tma_load_4d(sm.k() + off, &kp.tma_k, sm.kv_full(), c * kChunkCols, blk.n0 + 64 * h, blk.head_kv, blk.batch);
+        tma_load_4d(sm.v() + off, &kp.tma_v, sm.kv_full(), c * kChunkCols, blk.n0 + 64 * h, blk.head_kv, blk.batch);
+      }
+  }
+  for (int t = 0; t < blk.steps; ++t) {
+    const int stage = t % Traits::kStages;
+    if (t >= Traits::kStages) mbar_wait(sm.empty(stage), ((t / Traits::kStages) + 1) & 1);
+    const int hq = blk.head_q(t);
+    const int m0 = blk.m0(t, kBlockM);
+    // lse and dpsum of the block's rows (0 past Sq: those rows' P is masked to 0).
+    const int64_t row0 = (static_cast<int64_t>(blk.batch) * p.heads_q + hq) * p.seqlen_q + m0;
+#pragma unroll
+    for (int i = 0; i < kBlockM / 32; ++i) {
+      const int r = lane + 32 * i;
+      const bool ok = m0 + r < p.seqlen_q;
+      const float l = ok ? p.lse[row0 + r] : 0.f;
+      const float d = ok ? p.dpsum[row0 + r] : 0.f;
+      asm volatile("st.shared.f32 [%0], %1;" ::"r"(sm.lse(stage) + 4 * r), "f"(l) : "memory");
+      asm volatile("st.shared.f32 [%0], %1;" ::"r"(sm.dpsum(stage) + 4 * r), "f"(d) : "memory");
+    }
+    if (lane == 0) {
+      mbar_arrive_expect_tx(sm.full(stage), Traits::kStepTxBytes);
+#pragma unroll
+      for (int c = 0; c < Traits::kChunks; ++c) {
+        tma_load_4d(sm.q(stage) + c * Traits::kQPlaneBytes, &kp.tma_q, sm.full(stage), c * kChunkCols, m0, hq, blk.batch);
+        tma_load_4d(sm.dout(stage) + c * Traits::kQPlaneBytes, &kp.tma_do, sm.full(stage), c * kChunkCols, m0, hq,
+                    blk.batch);
+      }
+    } else {
+      mbar_arrive(sm.full(stage));
+    }
+  }
+}
+
+// ---- Producer warp 1: the dQ writer. One lane issues a bulk reduce-add per step.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst), "r"(src),
+               "r"(bytes)
+               : "memory");
+}
+
+template <typename Traits>
+__device__ __forceinline__ void bwd_sm90_dq_writer(const Sm90BwdParams& kp, const BwdSmem<Traits>& sm,
+                                                   const BwdBlock& blk, int lane) {
+  const BwdParams& p = kp.p;
+  if (lane != 0) return;
+  for (int t = 0; t < blk.steps; ++t) {
+    const int hq = blk.head_q(t);
+    const int m_block = blk.m_begin + t % blk.m_steps;
+    const int64_t tile = (static_cast<int64_t>(blk.batch) * p.heads_q + hq) * kp.num_m_blocks + m_block;
+    mbar_wait(sm.dq_full(), t & 1);
+    int* ticket = nullptr;
+    if (p.dq_semaphore != nullptr) {
+      // Deterministic: key blocks 0..n_block-1 first (each of them sees this query block: m_begin
+      // grows with n_block).
+      ticket = p.dq_semaphore + tile;
+      while (*reinterpret_cast<volatile int*>(ticket) != blk.n_block) {
+      }
+      __threadfence();
+    }
+    bulk_reduce_add_f32(p.dq_accum + tile * Traits::kDqTileFloats, sm.dq(), Traits::kDqBytes);
+    bulk_commit_group();
+    if (ticket != nullptr) {
+      bulk_wait_group_0();  // the additions are done, not only the tile read
+      asm volatile("fence.proxy.async.global;" ::: "memory");
+      __threadfence();
+      atomicAdd(ticket, 1);
+    } else {
+      bulk_wait_group_read<0>();
+    }
+    mbar_arrive(sm.dq_empty());
+  }
+  bulk_wait_group_0();  // no bulk operation may outlive the CTA's shared memory
+}
 
 // Accumulator (m64 x n, kRegs = n/2 per thread) packed to 16-bit A fragments of the k16 steps
 // (the forward's convert_p): k-step kk is n8-slices 2 kk and 2 kk + 1.
@@ -76,84 +215,24 @@ __device__ __forceinline__ uint32_t opaque(uint32_t x) {
   return x;
 }
 
+// ---- Consumers.
 template <typename Traits, typename Element>
-__device__ __forceinline__ void bwd_sm90_mainloop(const BwdParams& p, const uint32_t base, const int num_n_blocks) {
+__device__ __forceinline__ void bwd_sm90_consumer(const BwdParams& p, const BwdSmem<Traits>& sm, const BwdBlock& blk,
+                                                  const int wg, const int wtid) {
   constexpr int kBlockM = Traits::kBlockM;
-  constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kSRegs = Traits::kSRegs;
   constexpr int kAccRegs = Traits::kAccRegs;
   constexpr int kDqRegs = Traits::kDqRegs;
   constexpr int kPVSteps = Traits::kPVSteps;
-  constexpr bool kSplitD = Traits::kDqSplit == Sm90BwdDqSplit::kSplitD;
+  static_assert(Traits::kDqSplit == Sm90BwdDqSplit::kSplitD, "the kernel splits dQ by columns");
   using MmaScore = WgmmaSS<Element, kBlockM>;         // S^T, dP^T: n = 64 queries
   using MmaAcc = WgmmaRS<Element, kHeadDim>;          // dV, dK: n = D
   using MmaDq = WgmmaSSTrans<Element, Traits::kDqN>;  // dQ
 
-  const uint32_t sK = base + Traits::kOffK;
-  const uint32_t sV = base + Traits::kOffV;
-  const uint32_t sQ = base + Traits::kOffQ;
-  const uint32_t sDO = base + Traits::kOffDO;
-  const uint32_t sDS = base + Traits::kOffDS;
-  const uint32_t sLse = base + Traits::kOffLse;
-  const uint32_t sDpsum = base + Traits::kOffDpsum;
-
-  const int tid = threadIdx.x;
-  const int wg = __shfl_sync(0xffffffffu, tid / kWarpgroupThreads, 0);
-  const int wtid = tid % kWarpgroupThreads;
   const int warp = wtid / 32;
-  const int lane = tid % 32;
-
-  // Key blocks vary fastest (neighbouring CTAs share their Q/dO reads in L2), as in the portable kernel.
-  const int n_block = static_cast<int>(blockIdx.x % num_n_blocks);
-  const int bh = static_cast<int>(blockIdx.x / num_n_blocks);
-  const int head_kv = bh % p.heads_kv;
-  const int batch = bh / p.heads_kv;
-  const int group = p.heads_q / p.heads_kv;
-  const int n0 = n_block * kBlockN;
-
-  // Query blocks that see a key of this block: rows i with i + causal_offset >= n0.
-  int m_begin = 0;
-  if (p.causal) m_begin = max(0, n0 - p.causal_offset) / kBlockM;
-  const int m_end = (p.seqlen_q + kBlockM - 1) / kBlockM;
-  const int m_steps = max(0, m_end - m_begin);
-  const int steps = m_steps * group;
-
-  const Element* k_gmem = static_cast<const Element*>(p.k) + batch * p.k_batch_stride + head_kv * p.k_head_stride;
-  const Element* v_gmem = static_cast<const Element*>(p.v) + batch * p.v_batch_stride + head_kv * p.v_head_stride;
-
-  // Step t is query block m_begin + t % m_steps of query head head_kv * group + t / m_steps.
-  auto load_step = [&](int t) {
-    const int hq = head_kv * group + t / m_steps;
-    const int m0 = (m_begin + t % m_steps) * kBlockM;
-    const int stage = t % 2;
-    // (pointers formed here, not kept across the loop: fewer live registers)
-    const Element* q_batch = static_cast<const Element*>(p.q) + batch * p.q_batch_stride;
-    const Element* do_batch = static_cast<const Element*>(p.dout) + batch * p.do_batch_stride;
-    load_tile_sw128<kBlockM, kHeadDim, Traits::kThreads>(
-        sQ + stage * Traits::kQBytes, q_batch + hq * p.q_head_stride + m0 * p.q_row_stride, p.q_row_stride,
-        p.seqlen_q - m0, p.head_dim, tid);
-    load_tile_sw128<kBlockM, kHeadDim, Traits::kThreads>(
-        sDO + stage * Traits::kQBytes, do_batch + hq * p.do_head_stride + m0 * p.do_row_stride, p.do_row_stride,
-        p.seqlen_q - m0, p.head_dim, tid);
-    if (tid < 2 * kBlockM) {
-      const int r = tid % kBlockM;
-      const int64_t row = (static_cast<int64_t>(batch) * p.heads_q + hq) * p.seqlen_q + m0 + r;
-      const bool ok = m0 + r < p.seqlen_q;
-      const float* src = tid < kBlockM ? p.lse : p.dpsum;
-      const uint32_t dst = (tid < kBlockM ? sLse : sDpsum) + (stage * kBlockM + r) * 4;
-      cp_async_4_zfill(dst, ok ? src + row : src, ok);
-    }
-  };
-
-  if (steps > 0) {
-    load_tile_sw128<kBlockN, kHeadDim, Traits::kThreads>(sK, k_gmem + n0 * p.k_row_stride, p.k_row_stride,
-                                                         p.seqlen_k - n0, p.head_dim, tid);
-    load_tile_sw128<kBlockN, kHeadDim, Traits::kThreads>(sV, v_gmem + n0 * p.v_row_stride, p.v_row_stride,
-                                                         p.seqlen_k - n0, p.head_dim, tid);
-    load_step(0);
-  }
-  cp_async_commit();
+  const int lane = wtid % 32;
+  const int n0 = blk.n0;
 
   float dv[kAccRegs];
   float dk[kAccRegs];
@@ -168,14 +247,14 @@ __device__ __forceinline__ void bwd_sm90_mainloop(const BwdParams& p, const uint
   // Descriptor bases (descriptors.h, checked against CuTe by lab/sm90_bwd_desc_check.cu), lower
   // 32 bits only; stages and k-steps are byte offsets on top (desc_from_lo).
   using Descs = Sm90BwdDescs<Traits>;
-  const uint32_t desc_k = desc_lo(Descs::score_a(sK, wg));
-  const uint32_t desc_v = desc_lo(Descs::score_a(sV, wg));
-  const uint32_t desc_q = desc_lo(Descs::score_b(sQ));
-  const uint32_t desc_do = desc_lo(Descs::score_b(sDO));
-  const uint32_t desc_q_mn = desc_lo(Descs::acc_b(sQ));
-  const uint32_t desc_do_mn = desc_lo(Descs::acc_b(sDO));
-  const uint32_t desc_ds = desc_lo(Descs::dq_a(sDS, wg));
-  const uint32_t desc_k_mn = desc_lo(Descs::dq_b(sK, wg));
+  const uint32_t desc_k = desc_lo(Descs::score_a(sm.k(), wg));
+  const uint32_t desc_v = desc_lo(Descs::score_a(sm.v(), wg));
+  const uint32_t desc_q = desc_lo(Descs::score_b(sm.q(0)));
+  const uint32_t desc_do = desc_lo(Descs::score_b(sm.dout(0)));
+  const uint32_t desc_q_mn = desc_lo(Descs::acc_b(sm.q(0)));
+  const uint32_t desc_do_mn = desc_lo(Descs::acc_b(sm.dout(0)));
+  const uint32_t desc_ds = desc_lo(Descs::dq_a(sm.ds(0), wg));
+  const uint32_t desc_k_mn = desc_lo(Descs::dq_b(sm.k(), wg));
 
   // Where this thread writes its dS^T values: row (key) 64 wg + acc_row + 8 h, column (query)
   // 8 j + acc_col, pairs of columns as one 32-bit store (the swizzle keeps the 8 rows of a warp's
@@ -184,26 +263,22 @@ __device__ __forceinline__ void bwd_sm90_mainloop(const BwdParams& p, const uint
 
   const float scale_log2 = p.scale_log2;
   constexpr float kLog2e = 1.4426950408889634f;
-  const bool keys_partial = n0 + kBlockN > p.seqlen_k;
+  const bool keys_partial = n0 + Traits::kBlockN > p.seqlen_k;
+
+  if (blk.steps > 0) mbar_wait(sm.kv_full(), 0);
 
   auto step = [&](const int t, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
-    const int hq = head_kv * group + t / m_steps;
-    const int m0 = (m_begin + t % m_steps) * kBlockM;
-    const int stage = t % 2;
+    const int m0 = blk.m0(t, kBlockM);
+    const int stage = t % Traits::kStages;
     const uint32_t q_off = stage * Traits::kQBytes;
+    const uint32_t ds_off = (t % Traits::kDsStages) * Traits::kDSBytes;
     // The descriptors of this step, from copies the compiler cannot see as loop-invariant: else it
     // hoists every (operand, k-step) descriptor out of the loop and keeps them all in registers
     // (ptxas then spilled at D = 128). Recomputing them is one IADD each.
     const uint32_t dk_lo = opaque(desc_k), dv_lo = opaque(desc_v), dq_lo = opaque(desc_q), ddo_lo = opaque(desc_do);
 
-    // This step's tiles have landed (each thread its own copies), are visible to the async proxy
-    // (wgmma), and every thread has completed the previous step (barrier A).
-    cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();
-    if (t + 1 < steps) load_step(t + 1);
-    cp_async_commit();
+    mbar_wait(sm.full(stage), (t / Traits::kStages) & 1);
 
     // ---- S^T = K_wg Q^T and dP^T = V_wg dO^T (two commit groups).
     float s[kSRegs];
@@ -232,8 +307,8 @@ __device__ __forceinline__ void bwd_sm90_mainloop(const BwdParams& p, const uint
       qmin[h] = key >= p.seqlen_k ? INT_MAX : p.causal ? key - p.causal_offset : INT_MIN;
     }
     const int q_end = p.seqlen_q - m0;  // in-block query columns < q_end exist
-    const uint32_t lse_s = sLse + (stage * kBlockM + acc_col) * 4;
-    const uint32_t dpsum_s = sDpsum + (stage * kBlockM + acc_col) * 4;
+    const uint32_t lse_s = sm.lse(stage) + acc_col * 4;
+    const uint32_t dpsum_s = sm.dpsum(stage) + acc_col * 4;
 #pragma unroll
     for (int j = 0; j < kSRegs / 4; ++j) {
       float lse2[2];
@@ -284,7 +359,7 @@ __device__ __forceinline__ void bwd_sm90_mainloop(const BwdParams& p, const uint
     for (int j = 0; j < kSRegs / 4; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        st_shared_b32(sDS + Descs::ds_offset(ds_row0 + 8 * h, 8 * j + acc_col), dsa[j / 2][2 * (j % 2) + h]);
+        st_shared_b32(sm.ds(0) + ds_off + Descs::ds_offset(ds_row0 + 8 * h, 8 * j + acc_col), dsa[j / 2][2 * (j % 2) + h]);
       }
     fence_proxy_async();
     wgmma_wait<0>();
@@ -295,65 +370,41 @@ __device__ __forceinline__ void bwd_sm90_mainloop(const BwdParams& p, const uint
       reg_fence(pa[kk]);
       reg_fence(dsa[kk]);
     }
-    if constexpr (kSplitD)
-      named_barrier_sync(kBwdDsBarrierBase, Traits::kThreads);
-    else
-      named_barrier_sync(kBwdDsBarrierBase + 1 + wg, kWarpgroupThreads);
+    // Q, dO, lse and dpsum of this stage are read (wgmma complete, lse/dpsum in registers).
+    mbar_arrive(sm.empty(stage));
+    named_barrier_sync(kBwdDsBarrier, Traits::kConsumerThreads);
 
     float dq[kDqRegs];
     const uint32_t dds_lo = opaque(desc_ds), dkmn_lo = opaque(desc_k_mn);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < Traits::kDqKSteps; ++kk)
-      MmaDq::mma(dq, desc_from_lo(dds_lo, Descs::dq_step(kk)), desc_from_lo(dkmn_lo, Descs::dq_step(kk)),
+      MmaDq::mma(dq, desc_from_lo(dds_lo, ds_off + Descs::dq_step(kk)), desc_from_lo(dkmn_lo, Descs::dq_step(kk)),
                  kk > 0 ? 1 : 0);
     wgmma_commit();
     wgmma_wait<0>();
     reg_fence(dq);
 
-    // Deterministic mode: wait until key blocks 0..n_block-1 have added their share of this query
-    // block (each of them sees it: m_begin grows with n_block), so the float sums happen in one
-    // fixed order. Thread 0 watches the ticket; the barrier holds the others until it moved.
-    int* ticket = nullptr;
-    if (p.dq_semaphore != nullptr) {
-      ticket = p.dq_semaphore + (static_cast<int64_t>(batch) * p.heads_q + hq) * ((p.seqlen_q + kBlockM - 1) / kBlockM) +
-               m0 / kBlockM;
-      if (tid == 0) {
-        while (*reinterpret_cast<volatile int*>(ticket) != n_block) {
-        }
-        __threadfence();
-      }
-      __syncthreads();
-    }
-
-    // ---- dQ -> dq_accum [B, Hq, Sq, head_dim] (float4 reductions, rows past Sq dropped).
-    float* dq_rows = p.dq_accum + (static_cast<int64_t>(batch) * p.heads_q + hq) * p.seqlen_q * p.head_dim;
-    const int row = m0 + acc_row;
-    const int col_base = kSplitD ? wg * (kHeadDim / 2) : 0;
+    // ---- dQ -> the shared float32 tile (traits.h's order: one float4 per n8 slice, thread order),
+    // once the writer has read the previous step's.
+    if (t > 0) mbar_wait(sm.dq_empty(), (t - 1) & 1);
 #pragma unroll
     for (int j = 0; j < kDqRegs / 4; ++j) {
-      const int col0 = col_base + 8 * j;
-      if (col0 >= p.head_dim) continue;  // head_dim is a multiple of 8: an n8 slice is in or out
-      float* dst0 = dq_rows + static_cast<int64_t>(row) * p.head_dim + col0 + acc_col;
-      float* r0 = row < p.seqlen_q ? dst0 : nullptr;
-      float* r8 = row + 8 < p.seqlen_q ? dst0 + 8 * p.head_dim : nullptr;
-      const float v4[4] = {dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]};
-      atomic_add_tile_rows(r0, r8, v4, lane);
+      const uint32_t addr = sm.dq() + 4 * sm90_dq_tile_offset(kDqRegs, wg, j, wtid, 0);
+      asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(dq[4 * j]), "f"(dq[4 * j + 1]),
+                   "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3])
+                   : "memory");
     }
-    if (ticket != nullptr) {
-      // Every thread's reductions are visible before the next key block may start its own.
-      __threadfence();
-      __syncthreads();
-      if (tid == 0) atomicAdd(ticket, 1);
-    }
+    fence_proxy_async();
+    mbar_arrive(sm.dq_full());
   };
 
   // Under causal masking the first query blocks straddle the diagonal; later ones see every key
   // of the block. The tail blocks of Sq and Sk are masked too.
-  for (int t = 0; t < steps; ++t) {
-    const int m0 = (m_begin + t % m_steps) * kBlockM;
+  for (int t = 0; t < blk.steps; ++t) {
+    const int m0 = blk.m0(t, kBlockM);
     const bool masked =
-        keys_partial || m0 + kBlockM > p.seqlen_q || (p.causal && n0 + kBlockN - 1 > m0 + p.causal_offset);
+        keys_partial || m0 + kBlockM > p.seqlen_q || (p.causal && n0 + Traits::kBlockN - 1 > m0 + p.causal_offset);
     if (masked)
       step(t, std::true_type{});
     else
@@ -362,8 +413,8 @@ __device__ __forceinline__ void bwd_sm90_mainloop(const BwdParams& p, const uint
 
   // ---- Epilogue: dK (times softmax_scale) and dV in the input dtype, rows past Sk dropped.
   // (A CTA with no step, e.g. keys no query sees under causal masking, writes zeros.)
-  Element* dk_gmem = static_cast<Element*>(p.dk) + batch * p.dk_batch_stride + head_kv * p.dk_head_stride;
-  Element* dv_gmem = static_cast<Element*>(p.dv) + batch * p.dv_batch_stride + head_kv * p.dv_head_stride;
+  Element* dk_gmem = static_cast<Element*>(p.dk) + blk.batch * p.dk_batch_stride + blk.head_kv * p.dk_head_stride;
+  Element* dv_gmem = static_cast<Element*>(p.dv) + blk.batch * p.dv_batch_stride + blk.head_kv * p.dv_head_stride;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = n0 + wg * 64 + acc_row + 8 * h;

@@ -1,21 +1,28 @@
 // Tile configuration of the Hopper (sm_90a) backward kernel (api.h says which calls run it).
 // Plain C++ (no CUDA), so the shared-memory budget can be checked anywhere.
 //
-// One CTA = kConsumerWGs = 2 warpgroups (256 threads), all of them computing; loads are cp.async
-// from every thread (no producer warp yet). The CTA owns kBlockN = 128 keys of one (batch, K/V
-// head); warpgroup wg owns keys [64 wg, 64 wg + 64) of them (the wgmma M = 64 of the key-side
-// GEMMs). It walks the query blocks (kBlockM = 64 rows) of every query head of the GQA group.
+// One CTA = 3 warpgroups (384 threads) for one (batch, K/V head, block of kBlockN = 128 keys):
+//   warpgroup 0, the producer (24 registers a thread after setmaxnreg):
+//     warp 0  TMA loads: K and V once, then Q, dO (and lse, dpsum by plain loads) per step into a
+//             kStages-deep ring;
+//     warp 1  the dQ writer: per step, one bulk reduce-add (cp.reduce.async.bulk .add.f32) of the
+//             two consumers' float32 dQ tiles from shared memory into dq_accum.
+//   warpgroups 1 and 2, the consumers (240 registers): consumer wg = warpgroup - 1 owns keys
+//     [64 wg, 64 wg + 64) of the block (the wgmma M = 64 of the key-side GEMMs) and walks the
+//     query blocks (kBlockM = 64 rows) of every query head of the GQA group.
 //
-// Shared memory holds every tile as 64-column (128-byte) chunk planes with the 128-byte swizzle,
-// exactly as the forward (../flash_fwd_sm90/traits.h): a [rows, D] tile is D/64 planes of
-// [rows][64] elements, the 16-byte pieces of each 128-byte row XOR-permuted by (row % 8). One
-// physical layout, two descriptors:
+// Shared memory holds every 16-bit tile as 64-column (128-byte) chunk planes with the 128-byte
+// swizzle, exactly as the forward (../flash_fwd_sm90/traits.h) and as TMA's SWIZZLE_128B writes a
+// box of [rows, 64]: a [rows, D] tile is D/64 planes of [rows][64] elements, the 16-byte pieces of
+// each 128-byte row XOR-permuted by (row % 8). One physical layout, two descriptors:
 //   K  [keys][D]     K-major A of S^T = K Q^T          MN-major B of dQ = dS K
 //   V  [keys][D]     K-major A of dP^T = V dO^T
 //   Q  [queries][D]  K-major B of S^T = K Q^T          MN-major B of dK += dS^T Q
 //   dO [queries][D]  K-major B of dP^T = V dO^T        MN-major B of dV += P^T dO
-//   dS^T [keys][queries] (one plane: kBlockM = 64 queries = one 128-byte row)
+//   dS^T [keys][queries] (one plane: kBlockM = 64 queries = one 128-byte row), two buffers
 //                    MN-major A of dQ = dS K (M = queries contiguous, K = keys)
+// and one float32 dQ tile [kBlockM x kHeadDim] in the accumulator order (dq_tile_offset below),
+// which is also the order of a query block in dq_accum on this path.
 #pragma once
 
 #include "../flash_fwd_sm90/traits.h"
@@ -26,9 +33,9 @@ namespace sm90 {
 // How the two warpgroups split dQ = dS K ([64 queries] x [D], k = the 128 keys):
 //   kSplitD:    warpgroup wg computes columns [wg D/2, wg D/2 + D/2) over all 128 keys (wgmma
 //               N = D/2); reads both warpgroups' dS^T rows, so both must have written theirs (a
-//               256-thread barrier). One float atomic per dQ element per key block.
-//   kSplitKeys: warpgroup wg computes all D columns over its own 64 keys (N = D); reads only its
-//               own dS^T rows (a 128-thread barrier), but adds twice as many atomics.
+//               256-thread barrier).
+//   kSplitKeys: warpgroup wg computes all D columns over its own 64 keys (N = D); kept for the
+//               descriptor checks (lab/sm90_bwd_desc_check.cu); the kernel runs kSplitD.
 enum class Sm90BwdDqSplit : int { kSplitD = 0, kSplitKeys = 1 };
 
 template <int kHeadDim_, Sm90BwdDqSplit kDqSplit_ = Sm90BwdDqSplit::kSplitD>
@@ -36,10 +43,15 @@ struct Sm90BwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr Sm90BwdDqSplit kDqSplit = kDqSplit_;
   static constexpr int kConsumerWGs = 2;
-  static constexpr int kThreads = kWarpgroupThreads * kConsumerWGs;
+  static constexpr int kConsumerThreads = kWarpgroupThreads * kConsumerWGs;
+  static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWGs);
+  static constexpr int kProducerRegs = 24;   // setmaxnreg of the producer warpgroup
+  static constexpr int kConsumerRegs = 240;  // and of the consumers
+  static_assert(kWarpgroupThreads * (kProducerRegs + kConsumerWGs * kConsumerRegs) <= 65536, "register file");
   static constexpr int kBlockN = kRowsPerConsumer * kConsumerWGs;  // keys per CTA (64 per warpgroup)
   static constexpr int kBlockM = 64;  // queries per step (the N of S^T, the K of dV/dK)
-  static constexpr int kStages = 2;   // Q, dO, lse, dpsum buffers: the next step loads during this one
+  static constexpr int kStages = 2;   // Q, dO, lse, dpsum ring: the next step loads during this one
+  static constexpr int kDsStages = 2;  // dS^T buffers: a consumer writes step t+1's while the other may still read step t's
   static constexpr int kChunks = kHeadDim / kChunkCols;
 
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128 (smaller dims run on the next one up)");
@@ -55,6 +67,11 @@ struct Sm90BwdTraits {
   static constexpr int kKVBytes = kKVPlaneBytes * kChunks;
   static constexpr int kQBytes = kQPlaneBytes * kChunks;
   static constexpr int kDSBytes = kBlockN * kChunkRowBytes;  // dS^T [128 keys][64 queries]
+  static constexpr int kDqTileFloats = kBlockM * kHeadDim;    // one query block of dq_accum
+  static constexpr int kDqBytes = kDqTileFloats * 4;
+
+  // Barriers (8 bytes each): full/empty per stage, K/V loaded, dQ tile written / read.
+  static constexpr int kNumBarriers = 2 * kStages + 3;
 
   // Shared-memory map, offsets from a 1024-byte-aligned base (the swizzle needs it).
   static constexpr int kOffK = 0;
@@ -62,13 +79,19 @@ struct Sm90BwdTraits {
   static constexpr int kOffQ = kOffV + kKVBytes;
   static constexpr int kOffDO = kOffQ + kStages * kQBytes;
   static constexpr int kOffDS = kOffDO + kStages * kQBytes;
-  static constexpr int kOffLse = kOffDS + kDSBytes;              // float [kStages][kBlockM]
+  static constexpr int kOffDq = kOffDS + kDsStages * kDSBytes;
+  static constexpr int kOffLse = kOffDq + kDqBytes;                  // float [kStages][kBlockM]
   static constexpr int kOffDpsum = kOffLse + kStages * kBlockM * 4;  // float [kStages][kBlockM]
-  static constexpr int kSmemUsed = kOffDpsum + kStages * kBlockM * 4;
+  static constexpr int kOffBar = kOffDpsum + kStages * kBlockM * 4;
+  static constexpr int kSmemUsed = kOffBar + 8 * kNumBarriers;
   // Dynamic shared memory is only 16-byte aligned: ask for 1024 more and align by hand.
   static constexpr int kSmemBytes = kSmemUsed + kSwizzleAtomBytes;
   static_assert(kSmemBytes <= kMaxSmemSm90, "shared memory over the 227 KB per-block limit");
   static_assert(kQPlaneBytes % kSwizzleAtomBytes == 0 && kKVPlaneBytes % kSwizzleAtomBytes == 0, "alignment");
+  static_assert(kOffDq % 128 == 0, "bulk copies need 16-byte aligned sources");
+
+  // Transaction bytes of one step's TMA loads (Q and dO, every plane, out-of-bounds zeros included).
+  static constexpr int kStepTxBytes = 2 * kQBytes;
 
   // Per-thread accumulator registers (m64nN over 128 threads: N/2 floats).
   static constexpr int kSRegs = kBlockM / 2;    // S^T, dP^T: m64 (keys) x n64 (queries)
@@ -76,6 +99,23 @@ struct Sm90BwdTraits {
   static constexpr int kDqRegs = kDqN / 2;       // dQ: m64 (queries) x n = kDqN
   static constexpr int kPVSteps = kBlockM / 16;  // k-steps of dV += P^T dO and dK += dS^T Q
 };
+
+// Float index, inside one query block of dq_accum (and the shared dQ tile), of dQ accumulator
+// value 4 j + v (v = 2 h + e: row 16 warp + lane / 4 + 8 h, column wg D/2 + 8 j + 2 (lane % 4) + e)
+// of thread wtid = 32 warp + lane of consumer wg: each thread's 4 values of slice j are one
+// float4, and the float4s of a slice lie in thread order, so a warp's 16-byte stores are
+// conflict-free and the tile is one contiguous block for the bulk reduce-add.
+constexpr int sm90_dq_tile_offset(int dq_regs, int wg, int j, int wtid, int v) {
+  return ((wg * (dq_regs / 4) + j) * kWarpgroupThreads + wtid) * 4 + v;
+}
+
+// The same position from a (row, column) of the block (row < 64, column < D); the dQ convert
+// kernel reads dq_accum this way.
+constexpr int sm90_dq_tile_offset_rc(int head_dim_tile, int row, int col) {
+  // kSplitD: consumer wg holds columns [wg D/2, wg D/2 + D/2).
+  return sm90_dq_tile_offset(head_dim_tile / 4, col / (head_dim_tile / 2), (col % (head_dim_tile / 2)) / 8,
+                             32 * (row / 16) + 4 * (row % 8) + (col % 8) / 2, 2 * ((row % 16) / 8) + col % 2);
+}
 
 }  // namespace sm90
 }  // namespace flashattn

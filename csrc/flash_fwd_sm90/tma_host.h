@@ -40,5 +40,10 @@ bool tma_tensor_ok(const TmaTensor& t);
 // missing or the driver rejects the map.
 bool encode_tma_4d(CUtensorMap* map, const TmaTensor& t, bool bf16, int box_rows);
 
+// Whether the driver encodes a map whose box is larger than the tensor (head dim < 64, or a
+// sequence shorter than one tile): probed once, as an [1, 1, 1, 8] view of the caller's first
+// 16-byte-aligned device pointer (encoding reads no memory).
+bool small_tensor_boxes_ok(const void* device_ptr);
+
 }  // namespace sm90
 }  // namespace flashattn

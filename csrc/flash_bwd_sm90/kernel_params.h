@@ -1,0 +1,26 @@
+// What the Hopper backward kernel receives, by value, as a __grid_constant__ parameter.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (header only: the driver is reached through the runtime, see ../flash_fwd_sm90/tma_host.h)
+
+#include "../flash_bwd/params.h"
+
+namespace flashattn {
+namespace sm90 {
+
+struct Sm90BwdParams {
+  // TMA descriptors: q and dout [B, Sq, Hq, D], k and v [B, Sk, Hk, D], 4-D maps (D, S, H, B) over
+  // the caller's strides with their true extents (rows past the sequence end and columns past
+  // head_dim read as zeros), box = 64 columns x 64 rows, 128-byte swizzle.
+  CUtensorMap tma_q;
+  CUtensorMap tma_do;
+  CUtensorMap tma_k;
+  CUtensorMap tma_v;
+  BwdParams p;
+  int num_n_blocks;  // key blocks of kBlockN per (batch, K/V head)
+  int num_m_blocks;  // query blocks of kBlockM per (batch, query head): dq_accum is
+                     // [B, Hq, num_m_blocks, kBlockM * kHeadDim] in the tile order of traits.h
+};
+
+}  // namespace sm90
+}  // namespace flashattn
