@@ -115,7 +115,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(const at::Tensor& dout_i
   // The path and tile config (and with them the ticket array's block M) depend on the device,
   // the head dim, the mask and the softcap.
   const bool hopper = backend != "portable" && flashattn::flash_bwd_sm90_supported(p, dev);
-  const int block_m = hopper ? flashattn::flash_bwd_sm90_block_m() : flashattn::flash_bwd_block_m(p, dev);
+  const int block_m = hopper ? flashattn::flash_bwd_sm90_block_m(p) : flashattn::flash_bwd_block_m(p, dev);
   TORCH_CHECK(block_m > 0, "flashattn::bwd: no backward tile config fits this device's ",
               dev.max_smem_per_block, " bytes of shared memory per block");
   const at::TensorOptions f32 = q.options().dtype(at::kFloat);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Where our Hopper forward kernel's warps stall, per SASS instruction: Nsight Compute's source
-# counters (warp-state samples by PC) for one shape, our kernel only (lab/ncu_fwd.py's calls,
-# filtered to flash_fwd_sm90_kernel). Writes ${OUT:-build}/ncu_source_D_S_causal.{txt,csv}: the
+# Where our Hopper kernel's warps stall, per SASS instruction: Nsight Compute's source counters
+# (warp-state samples by PC) for one shape, our kernel only (lab/ncu_fwd.py's calls, filtered to
+# flash_fwd_sm90_kernel; NCU_KERNEL=flash_bwd_sm90 NCU_SCRIPT=lab/ncu_bwd.py for the backward). Writes ${OUT:-build}/ncu_source_D_S_causal.{txt,csv}: the
 # WarpStateStats/SourceCounters sections, and the per-instruction table (SASS, samples, stall
 # reasons) when this ncu can print the source page. Then summarizes the top stalled instructions.
 #   bash lab/ncu_source.sh [D:S:causal]        default 64:512:1 (the weakest standard-grid cell)
@@ -12,9 +12,9 @@ mkdir -p "$out"
 shape=${1:-64:512:1}
 tag=${shape//:/_}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-timeout 300 ncu --profile-from-start off --kernel-name regex:flash_fwd_sm90 --launch-count 1 \
+timeout 300 ncu --profile-from-start off --kernel-name regex:"${NCU_KERNEL:-flash_fwd_sm90}" --launch-count 1 \
   --section WarpStateStats --section SourceCounters --section SchedulerStats --import-source no \
-  -f -o "$out/ncu_source_$tag" python3 lab/ncu_fwd.py "$shape" > "$out/ncu_source_$tag.log" 2>&1
+  -f -o "$out/ncu_source_$tag" python3 "${NCU_SCRIPT:-lab/ncu_fwd.py}" "$shape" > "$out/ncu_source_$tag.log" 2>&1
 rc=$?
 ncu --import "$out/ncu_source_$tag.ncu-rep" --print-summary none > "$out/ncu_source_$tag.txt" 2>&1
 ncu --import "$out/ncu_source_$tag.ncu-rep" --page source --print-source sass --csv > "$out/ncu_source_$tag.csv" 2>&1 ||

@@ -118,10 +118,12 @@ void check_traits(const char* name) {
       }
     auto sKt = transposed_tile<Element, BN, D>();
     constexpr bool kSplitD = Traits::kDqSplit == Sm90BwdDqSplit::kSplitD;
+    constexpr bool kSplitQ = Traits::kDqSplit == Sm90BwdDqSplit::kSplitQueries;
     for (int wg = 0; wg < 2; ++wg)
       for (int kk = 0; kk < Traits::kDqKSteps; ++kk) {
-        const int kblock = kSplitD ? kk : wg * 4 + kk;  // 16-key step within the 128 keys
-        auto a = local_tile(sDSt, Shape<Int<BM>, _16>{}, make_coord(0, kblock));
+        const int kblock = kSplitD || kSplitQ ? kk : wg * 4 + kk;  // 16-key step within the 128 keys
+        // kSplitQueries: warpgroup wg's 64 queries; otherwise all kBlockM (= 64) of them.
+        auto a = local_tile(sDSt, Shape<_64, _16>{}, make_coord(kSplitQ ? wg : 0, kblock));
         std::snprintf(what, sizeof what, "%s dQ A wg=%d kk=%d", name, wg, kk);
         check_desc(desc_advance(Descs::dq_a(0u, wg), Descs::dq_step(kk)), GMMA::make_gmma_desc<GMMA::Major::MN>(a),
                    data_offset(a), what);
@@ -137,11 +139,10 @@ void check_traits(const char* name) {
 int main() {
   using namespace flashattn::sm90;
   check_traits<cute::bfloat16_t, Sm90BwdTraits<128, Sm90BwdDqSplit::kSplitD>>("D=128 split-D");
-  check_traits<cute::bfloat16_t, Sm90BwdTraits<128, Sm90BwdDqSplit::kSplitKeys>>("D=128 split-keys");
-  check_traits<cute::bfloat16_t, Sm90BwdTraits<64, Sm90BwdDqSplit::kSplitKeys>>("D=64 split-keys");
-#if !defined(SKIP_D64_SPLIT_D)
-  check_traits<cute::half_t, Sm90BwdTraits<64, Sm90BwdDqSplit::kSplitD>>("D=64 split-D");
-#endif
+  check_traits<cute::bfloat16_t, Sm90BwdTraits<128, Sm90BwdDqSplit::kSplitKeys, 64>>("D=128 split-keys");
+  check_traits<cute::bfloat16_t, Sm90BwdTraits<64, Sm90BwdDqSplit::kSplitKeys, 64>>("D=64 split-keys");
+  check_traits<cute::half_t, Sm90BwdTraits<64, Sm90BwdDqSplit::kSplitD, 64>>("D=64 split-D");
+  check_traits<cute::bfloat16_t, Sm90BwdTraits<64>>("D=64 split-queries (128-query steps, the kernel's)");
   if (failures) {
     std::printf("FAIL: %d of %d field checks mismatch\n", failures, checks);
     return 1;

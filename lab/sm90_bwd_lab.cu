@@ -101,8 +101,8 @@ struct Buffers {
     nq = (size_t)p.B * p.Sq * p.H * p.D;
     nk = (size_t)p.B * p.Sk * p.Hk * p.D;
     rows = (size_t)p.B * p.H * p.Sq;
-    // The Hopper path keeps each 64-row query block as a 64 x (64 | 128) tile.
-    accum = std::max(nq, (size_t)p.B * p.H * ((p.Sq + 63) / 64) * 64 * (p.D <= 64 ? 64 : 128));
+    // The Hopper path keeps each query block (128 rows at D = 64, 64 at D = 128) as one tile.
+    accum = std::max(nq, (size_t)p.B * p.H * ((p.Sq + 127) / 128) * 128 * (p.D <= 64 ? 64 : 128));
     CHECK(cudaMalloc(&q, nq * 2)); CHECK(cudaMalloc(&o, nq * 2)); CHECK(cudaMalloc(&dout, nq * 2));
     CHECK(cudaMalloc(&k, nk * 2)); CHECK(cudaMalloc(&v, nk * 2));
     for (int i = 0; i < 2; ++i) {
@@ -280,7 +280,7 @@ static void time_all() {
 
 using sm90::Sm90BwdDqSplit;
 using sm90::Sm90BwdTraits;
-using D64SplitD = Sm90BwdTraits<64, Sm90BwdDqSplit::kSplitD>;
+using D64SplitD = Sm90BwdTraits<64>;  // the kernel's D=64 form: 128-query steps, dQ split by query rows
 using D128SplitD = Sm90BwdTraits<128, Sm90BwdDqSplit::kSplitD>;
 
 int main(int argc, char** argv) {

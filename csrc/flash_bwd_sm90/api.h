@@ -12,12 +12,12 @@
 
 namespace flashattn {
 
-// Query rows per dQ ticket of the deterministic mode on this path: dq_semaphore is
-// [B, Hq, ceil(Sq / flash_bwd_sm90_block_m())].
-int flash_bwd_sm90_block_m();
+// Query rows per step of this path for `p` (128 up to D = 64, else 64): dq_semaphore of the
+// deterministic mode is [B, Hq, ceil(Sq / flash_bwd_sm90_block_m(p))].
+int flash_bwd_sm90_block_m(const BwdParams& p);
 
-// Floats of this path's zeroed dq_accum for `p`: every query block of 64 rows is one tile of
-// 64 x (64 or 128) floats in the kernel's accumulator order (traits.h), [B, Hq, ceil(Sq / 64)].
+// Floats of this path's zeroed dq_accum for `p`: every query block is one tile of
+// flash_bwd_sm90_block_m(p) x (64 or 128) floats in the kernel's accumulator order (traits.h).
 int64_t flash_bwd_sm90_dq_accum_floats(const BwdParams& p);
 
 // True when this build and device can run `p` on the Hopper backward: compute capability 9.0, the

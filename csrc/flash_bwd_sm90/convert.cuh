@@ -1,5 +1,5 @@
 // dQ = softmax_scale * dq_accum for the Hopper backward, whose dq_accum holds each query block as
-// one contiguous tile in the consumers' accumulator order (traits.h: sm90_dq_tile_offset), so the
+// one contiguous tile in the consumers' accumulator order (traits.h: dq_tile_offset), so the
 // kernel adds it with a single bulk reduce. One CTA per (batch, query head, query block): the
 // tile is read coalesced into shared memory, then written as 16-byte pieces of dq's rows.
 #pragma once
@@ -17,11 +17,11 @@ namespace sm90 {
 
 constexpr int kBwdSm90ConvertThreads = 256;
 
-template <typename Element, int kHeadDimTile>
+template <typename Traits, typename Element>
 __global__ void __launch_bounds__(kBwdSm90ConvertThreads)
     flash_bwd_sm90_convert_dq_kernel(const __grid_constant__ BwdParams p, const int num_m_blocks) {
-  constexpr int kBlockM = 64;
-  constexpr int kTileFloats = kBlockM * kHeadDimTile;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kTileFloats = Traits::kDqTileFloats;
   __shared__ float4 tile[kTileFloats / 4];
   const int m_block = static_cast<int>(blockIdx.x % num_m_blocks);
   const int bh = static_cast<int>(blockIdx.x / num_m_blocks);
@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(kBwdSm90ConvertThreads)
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       // Columns 8c + 2k and 8c + 2k + 1 are adjacent floats of the tile (same thread, e = 0, 1).
-      const float2 v = *reinterpret_cast<const float2*>(t + sm90_dq_tile_offset_rc(kHeadDimTile, r, 8 * c + 2 * k));
+      const float2 v = *reinterpret_cast<const float2*>(t + Traits::dq_tile_offset_rc(r, 8 * c + 2 * k));
       packed[k] = pack2<Element>(v.x * s, v.y * s);
     }
     Element* dst = static_cast<Element*>(p.dq) + b * p.dq_batch_stride + static_cast<int64_t>(m0 + r) * p.dq_row_stride +
@@ -51,12 +51,12 @@ __global__ void __launch_bounds__(kBwdSm90ConvertThreads)
   }
 }
 
-template <typename Element, int kHeadDimTile>
+template <typename Traits, typename Element>
 cudaError_t launch_bwd_sm90_convert_dq(const BwdParams& p, int num_m_blocks, cudaStream_t stream) {
   const long long grid = static_cast<long long>(p.batch) * p.heads_q * num_m_blocks;
   if (grid <= 0) return cudaSuccess;
   if (grid > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-  flash_bwd_sm90_convert_dq_kernel<Element, kHeadDimTile>
+  flash_bwd_sm90_convert_dq_kernel<Traits, Element>
       <<<static_cast<unsigned>(grid), kBwdSm90ConvertThreads, 0, stream>>>(p, num_m_blocks);
   return cudaGetLastError();
 }

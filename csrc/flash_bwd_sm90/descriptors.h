@@ -48,15 +48,20 @@ struct Sm90BwdDescs {
   }
   static FLASHATTN_HD uint32_t acc_b_step(int kk) { return static_cast<uint32_t>(kk) * 16u * kChunkRowBytes; }
 
-  // dQ = dS K. A = dS^T [128 keys][64 queries] (one plane) as MN-major A: M = 64 queries, K =
-  // keys (all 128 with kSplitD, warpgroup wg's 64 with kSplitKeys).
+  // dQ = dS K. A = dS^T [128 keys][kBlockM queries] (planes of 64 queries) as MN-major A: M = 64
+  // queries (plane wg with kSplitQueries), K = keys (all 128, or warpgroup wg's 64 with kSplitKeys).
   static FLASHATTN_HD uint64_t dq_a(uint32_t ds_tile, int wg) {
+    if (Traits::kDqSplit == Sm90BwdDqSplit::kSplitQueries)
+      return make_smem_desc_sw128(ds_tile + static_cast<uint32_t>(wg) * Traits::kDSPlaneBytes, 0u, 1024u);
     const uint32_t row0 = kSplitD ? 0u : static_cast<uint32_t>(wg) * 64u;
     return make_smem_desc_sw128(ds_tile + row0 * kChunkRowBytes, 0u, 1024u);
   }
   // B = K [128 keys][D] as MN-major B. kSplitD: warpgroup wg's N = D/2 columns start at plane wg
-  // (D = 128) or 64 bytes into the 128-byte rows (D = 64). kSplitKeys: keys 64 wg .., N = D.
+  // (D = 128) or 64 bytes into the 128-byte rows (D = 64). kSplitQueries: all D columns, all keys.
+  // kSplitKeys: keys 64 wg .., N = D.
   static FLASHATTN_HD uint64_t dq_b(uint32_t k_tile, int wg) {
+    if (Traits::kDqSplit == Sm90BwdDqSplit::kSplitQueries)
+      return make_smem_desc_sw128(k_tile, Traits::kChunks > 1 ? Traits::kKVPlaneBytes : 0u, 1024u);
     if (kSplitD) {
       const int col0 = wg * (Traits::kHeadDim / 2);
       const uint32_t off = static_cast<uint32_t>(col0 / kChunkCols) * Traits::kKVPlaneBytes +
@@ -69,10 +74,12 @@ struct Sm90BwdDescs {
   static FLASHATTN_HD uint32_t dq_step(int kk) { return static_cast<uint32_t>(kk) * 16u * kChunkRowBytes; }
 
   // Byte offset in the dS^T tile of element (key row, query col), col even: the 128-byte swizzle
-  // of one plane of 128 rows (swizzled_offset(kBlockN, row, col)); (col, col + 1) are adjacent.
+  // of the planes of 128 rows x 64 queries (swizzled_offset(kBlockN, row, col)); (col, col + 1)
+  // are adjacent.
   static FLASHATTN_HD uint32_t ds_offset(int row, int col) {
-    return static_cast<uint32_t>(row) * kChunkRowBytes +
-           ((static_cast<uint32_t>(col / 8) ^ static_cast<uint32_t>(row % 8)) * 16u) + static_cast<uint32_t>(col % 8) * 2u;
+    return static_cast<uint32_t>(col / kChunkCols) * Traits::kDSPlaneBytes + static_cast<uint32_t>(row) * kChunkRowBytes +
+           ((static_cast<uint32_t>((col % kChunkCols) / 8) ^ static_cast<uint32_t>(row % 8)) * 16u) +
+           static_cast<uint32_t>(col % 8) * 2u;
   }
 };
 

@@ -42,7 +42,8 @@ const Sm90BwdLauncher kLaunchers[] = {
 #undef FLASHATTN_BWD_SM90_INSTANCE
 constexpr int kNumLaunchers = sizeof(kLaunchers) / sizeof(kLaunchers[0]);
 
-static_assert(Sm90BwdTraits<64>::kBlockM == Sm90BwdTraits<128>::kBlockM, "one ticket granularity for the path");
+static_assert(Sm90BwdTraits<64>::kBlockM == sm90_bwd_block_m(64) && Sm90BwdTraits<128>::kBlockM == sm90_bwd_block_m(128),
+              "flash_bwd_sm90_block_m() is the instantiations' query block");
 
 // Whether instantiation i holds real sm_90a code for the device, asked once per process.
 bool launcher_available(int i) {
@@ -97,11 +98,11 @@ int supported_launcher(const BwdParams& p, const DeviceLimits& dev) {
 }  // namespace
 }  // namespace sm90
 
-int flash_bwd_sm90_block_m() { return sm90::Sm90BwdTraits<64>::kBlockM; }
+int flash_bwd_sm90_block_m(const BwdParams& p) { return sm90::sm90_bwd_block_m(p.head_dim <= 64 ? 64 : 128); }
 
 int64_t flash_bwd_sm90_dq_accum_floats(const BwdParams& p) {
-  const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + sm90::Sm90BwdTraits<64>::kBlockM - 1) /
-                           sm90::Sm90BwdTraits<64>::kBlockM;
+  const int block_m = flash_bwd_sm90_block_m(p);
+  const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + block_m - 1) / block_m;
   const int64_t tile = p.head_dim <= 64 ? sm90::Sm90BwdTraits<64>::kDqTileFloats : sm90::Sm90BwdTraits<128>::kDqTileFloats;
   return static_cast<int64_t>(p.batch) * p.heads_q * m_blocks * tile;
 }

@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < Traits::kStages; ++s) {
-      mbar_init(sm.full(s), 32);  // the load warp's lanes (lse, dpsum stores; lane 0 adds the TMA bytes)
+      mbar_init(sm.full(s), 1 + 2 * 32);  // the TMA lane (with the bytes), the lse and dpsum warps' lanes
       mbar_init(sm.empty(s), Traits::kConsumerThreads);
     }
     mbar_init(sm.kv_full(), 1);
@@ -46,6 +46,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       bwd_sm90_load<Traits>(params, sm, blk, threadIdx.x % 32);
     else if (warp == 1)
       bwd_sm90_dq_writer<Traits>(params, sm, blk, threadIdx.x % 32);
+    else
+      bwd_sm90_load_row_stats<Traits>(params, sm, blk, threadIdx.x % 32, warp == 3);
   } else {
     setmaxnreg_inc<Traits::kConsumerRegs>();
     bwd_sm90_consumer<Traits, Element>(params.p, sm, blk, warpgroup - 1, threadIdx.x % kWarpgroupThreads);

@@ -1,7 +1,7 @@
 // Launcher of the Hopper backward: the portable backward's preprocess (dpsum) kernel, the sm_90a
 // main kernel and this path's dQ conversion (convert.cuh), in stream order. The caller zeroes
-// dq_accum, sized by flash_bwd_sm90_dq_accum_floats() (and dq_semaphore, [B, Hq, ceil(Sq / 64)],
-// when set), as for the portable run_bwd.
+// dq_accum, sized by flash_bwd_sm90_dq_accum_floats() (and dq_semaphore, [B, Hq,
+// ceil(Sq / flash_bwd_sm90_block_m())], when set), as for the portable run_bwd.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -56,7 +56,7 @@ cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
     err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
-  return launch_bwd_sm90_convert_dq<Element, Traits::kHeadDim>(p, kp.num_m_blocks, stream);
+  return launch_bwd_sm90_convert_dq<Traits, Element>(p, kp.num_m_blocks, stream);
 }
 
 // Whether this build holds the real sm_90a main kernel (the other device passes compile a stub

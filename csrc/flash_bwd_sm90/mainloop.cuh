@@ -7,7 +7,8 @@
 // summed over the group in registers. Step t = one query block of one head.
 //
 // Producer warp 0 (loads), per step: wait until stage t % kStages is free (empty barrier), TMA
-//   Q and dO into it, lse and dpsum by plain loads, arrive on its full barrier.
+//   Q and dO into it (lane 0, with the transaction bytes); warps 2 and 3 load lse and dpsum into
+//   the same stage (every lane arrives on the stage's full barrier after its stores).
 // Consumers (warpgroup wg owns keys [64 wg, 64 wg + 64)), per step:
 //   wait full[stage]
 //   S^T  = K_wg Q^T            SS wgmma, m64 (keys) n64 (queries) k = D, both K-major  (group 1)
@@ -105,7 +106,7 @@ __device__ __forceinline__ BwdBlock bwd_block(const BwdParams& p, int num_n_bloc
   return b;
 }
 
-// ---- Producer warp 0: TMA loads of K and V once, then Q, dO, lse and dpsum per step.
+// ---- Producer warp 0: TMA loads of K and V once, then Q and dO per step.
 template <typename Traits>
 __device__ __forceinline__ void bwd_sm90_load(const Sm90BwdParams& kp, const BwdSmem<Traits>& sm, const BwdBlock& blk,
                                               int lane) {
@@ -130,17 +131,6 @@ __device__ __forceinline__ void bwd_sm90_load(const Sm90BwdParams& kp, const Bwd
     if (t >= Traits::kStages) mbar_wait(sm.empty(stage), ((t / Traits::kStages) + 1) & 1);
     const int hq = blk.head_q(t);
     const int m0 = blk.m0(t, kBlockM);
-    // lse and dpsum of the block's rows (0 past Sq: those rows' P is masked to 0).
-    const int64_t row0 = (static_cast<int64_t>(blk.batch) * p.heads_q + hq) * p.seqlen_q + m0;
-#pragma unroll
-    for (int i = 0; i < kBlockM / 32; ++i) {
-      const int r = lane + 32 * i;
-      const bool ok = m0 + r < p.seqlen_q;
-      const float l = ok ? p.lse[row0 + r] : 0.f;
-      const float d = ok ? p.dpsum[row0 + r] : 0.f;
-      asm volatile("st.shared.f32 [%0], %1;" ::"r"(sm.lse(stage) + 4 * r), "f"(l) : "memory");
-      asm volatile("st.shared.f32 [%0], %1;" ::"r"(sm.dpsum(stage) + 4 * r), "f"(d) : "memory");
-    }
     if (lane == 0) {
       mbar_arrive_expect_tx(sm.full(stage), Traits::kStepTxBytes);
 #pragma unroll
@@ -149,9 +139,31 @@ __device__ __forceinline__ void bwd_sm90_load(const Sm90BwdParams& kp, const Bwd
         tma_load_4d(sm.dout(stage) + c * Traits::kQPlaneBytes, &kp.tma_do, sm.full(stage), c * kChunkCols, m0, hq,
                     blk.batch);
       }
-    } else {
-      mbar_arrive(sm.full(stage));
     }
+  }
+}
+
+// ---- Producer warps 2 and 3: lse (warp 2) or dpsum (warp 3) of each step's query rows, 0 past
+// Sq (those rows' P is masked to 0). Each lane's arrive on the stage's full barrier releases its
+// own stores. Apart from the TMA warp, so that the copies are issued without waiting on these loads.
+template <typename Traits>
+__device__ __forceinline__ void bwd_sm90_load_row_stats(const Sm90BwdParams& kp, const BwdSmem<Traits>& sm,
+                                                        const BwdBlock& blk, const int lane, const bool dpsum) {
+  const BwdParams& p = kp.p;
+  constexpr int kBlockM = Traits::kBlockM;
+  const float* src = dpsum ? p.dpsum : p.lse;
+  for (int t = 0; t < blk.steps; ++t) {
+    const int stage = t % Traits::kStages;
+    if (t >= Traits::kStages) mbar_wait(sm.empty(stage), ((t / Traits::kStages) + 1) & 1);
+    const int m0 = blk.m0(t, kBlockM);
+    const float* rows = src + (static_cast<int64_t>(blk.batch) * p.heads_q + blk.head_q(t)) * p.seqlen_q + m0;
+    const uint32_t dst = (dpsum ? sm.dpsum(stage) : sm.lse(stage)) + 4 * lane;
+    float v[kBlockM / 32];
+#pragma unroll
+    for (int i = 0; i < kBlockM / 32; ++i) v[i] = m0 + lane + 32 * i < p.seqlen_q ? rows[lane + 32 * i] : 0.f;
+#pragma unroll
+    for (int i = 0; i < kBlockM / 32; ++i) asm volatile("st.shared.f32 [%0], %1;" ::"r"(dst + 128 * i), "f"(v[i]) : "memory");
+    mbar_arrive(sm.full(stage));
   }
 }
 
@@ -225,8 +237,8 @@ __device__ __forceinline__ void bwd_sm90_consumer(const BwdParams& p, const BwdS
   constexpr int kAccRegs = Traits::kAccRegs;
   constexpr int kDqRegs = Traits::kDqRegs;
   constexpr int kPVSteps = Traits::kPVSteps;
-  static_assert(Traits::kDqSplit == Sm90BwdDqSplit::kSplitD, "the kernel splits dQ by columns");
-  using MmaScore = WgmmaSS<Element, kBlockM>;         // S^T, dP^T: n = 64 queries
+  static_assert(Traits::kDqSplit != Sm90BwdDqSplit::kSplitKeys, "the kernel splits dQ by columns or query rows");
+  using MmaScore = WgmmaSS<Element, kBlockM>;         // S^T, dP^T: n = kBlockM queries
   using MmaAcc = WgmmaRS<Element, kHeadDim>;          // dV, dK: n = D
   using MmaDq = WgmmaSSTrans<Element, Traits::kDqN>;  // dQ
 
@@ -296,7 +308,20 @@ __device__ __forceinline__ void bwd_sm90_consumer(const BwdParams& p, const BwdS
     wgmma_commit();
 
     // ---- P^T = exp2(S^T scale_log2 - lse log2e). A row that sees no key has lse = -inf and must
-    // get P = 0: its lse is taken as +inf (exp2(s - inf) = 0), not -inf (NaN).
+    // get P = 0: its lse is taken as +inf (exp2(s - inf) = 0), not -inf (NaN). The row statistics
+    // are read kAhead slices ahead of their use, the first ones while the GEMMs run (waiting on
+    // their shared-memory latency stalled the first exponentials); all of them at once would hold
+    // kSRegs / 2 more registers across the GEMMs, which spilled the 128-query steps.
+    constexpr int kSlices = kSRegs / 4;
+    constexpr int kAhead = 4;
+    const uint32_t lse_s = sm.lse(stage) + acc_col * 4;
+    const uint32_t dpsum_s = sm.dpsum(stage) + acc_col * 4;
+    float lse2[kSlices][2], dps[kSlices][2];
+    auto load2 = [](float (&v)[2], uint32_t addr) {
+      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v[0]), "=f"(v[1]) : "r"(addr));
+    };
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) load2(lse2[j], lse_s + j * 32);
     wgmma_wait<1>();
     reg_fence(s);
     // Key row 8 h of this thread is visible to queries [qmin[h], Sq) (none when past Sk).
@@ -307,19 +332,17 @@ __device__ __forceinline__ void bwd_sm90_consumer(const BwdParams& p, const BwdS
       qmin[h] = key >= p.seqlen_k ? INT_MAX : p.causal ? key - p.causal_offset : INT_MIN;
     }
     const int q_end = p.seqlen_q - m0;  // in-block query columns < q_end exist
-    const uint32_t lse_s = sm.lse(stage) + acc_col * 4;
-    const uint32_t dpsum_s = sm.dpsum(stage) + acc_col * 4;
 #pragma unroll
-    for (int j = 0; j < kSRegs / 4; ++j) {
-      float lse2[2];
-      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(lse2[0]), "=f"(lse2[1]) : "r"(lse_s + j * 32));
+    for (int j = 0; j < kSlices; ++j) {
+      if (j + kAhead < kSlices) load2(lse2[j + kAhead], lse_s + (j + kAhead) * 32);
+      if (j >= kSlices - kAhead) load2(dps[j - (kSlices - kAhead)], dpsum_s + (j - (kSlices - kAhead)) * 32);
 #pragma unroll
-      for (int e = 0; e < 2; ++e) lse2[e] = lse2[e] == -INFINITY ? INFINITY : lse2[e] * kLog2e;
+      for (int e = 0; e < 2; ++e) lse2[j][e] = lse2[j][e] == -INFINITY ? INFINITY : lse2[j][e] * kLog2e;
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          float pv = ex2(s[4 * j + 2 * h + e] * scale_log2 - lse2[e]);
+          float pv = ex2(s[4 * j + 2 * h + e] * scale_log2 - lse2[j][e]);
           if constexpr (kMasked) {
             const int col = 8 * j + acc_col + e;
             if (col >= q_end || m0 + col < qmin[h]) pv = 0.f;
@@ -331,13 +354,12 @@ __device__ __forceinline__ void bwd_sm90_consumer(const BwdParams& p, const BwdS
     wgmma_wait<0>();
     reg_fence(dp);
 #pragma unroll
-    for (int j = 0; j < kSRegs / 4; ++j) {
-      float dps[2];
-      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(dps[0]), "=f"(dps[1]) : "r"(dpsum_s + j * 32));
+    for (int j = 0; j < kSlices; ++j) {
+      if (j + kAhead < kSlices) load2(dps[j + kAhead], dpsum_s + (j + kAhead) * 32);
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) dp[4 * j + 2 * h + e] = s[4 * j + 2 * h + e] * (dp[4 * j + 2 * h + e] - dps[e]);
+        for (int e = 0; e < 2; ++e) dp[4 * j + 2 * h + e] = s[4 * j + 2 * h + e] * (dp[4 * j + 2 * h + e] - dps[j][e]);
     }
 
     // ---- dV += P^T dO, dK += dS^T Q (one commit group).
@@ -390,7 +412,7 @@ __device__ __forceinline__ void bwd_sm90_consumer(const BwdParams& p, const BwdS
     if (t > 0) mbar_wait(sm.dq_empty(), (t - 1) & 1);
 #pragma unroll
     for (int j = 0; j < kDqRegs / 4; ++j) {
-      const uint32_t addr = sm.dq() + 4 * sm90_dq_tile_offset(kDqRegs, wg, j, wtid, 0);
+      const uint32_t addr = sm.dq() + 4 * Traits::dq_tile_offset(wg, j, wtid, 0);
       asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(dq[4 * j]), "f"(dq[4 * j + 1]),
                    "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3])
                    : "memory");

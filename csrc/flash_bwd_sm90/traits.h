@@ -3,13 +3,13 @@
 //
 // One CTA = 3 warpgroups (384 threads) for one (batch, K/V head, block of kBlockN = 128 keys):
 //   warpgroup 0, the producer (24 registers a thread after setmaxnreg):
-//     warp 0  TMA loads: K and V once, then Q, dO (and lse, dpsum by plain loads) per step into a
-//             kStages-deep ring;
+//     warp 0  TMA loads: K and V once, then Q and dO per step into a kStages-deep ring;
 //     warp 1  the dQ writer: per step, one bulk reduce-add (cp.reduce.async.bulk .add.f32) of the
-//             two consumers' float32 dQ tiles from shared memory into dq_accum.
+//             two consumers' float32 dQ tiles from shared memory into dq_accum;
+//     warps 2, 3  lse and dpsum of each step's query rows into the same ring (plain loads).
 //   warpgroups 1 and 2, the consumers (240 registers): consumer wg = warpgroup - 1 owns keys
 //     [64 wg, 64 wg + 64) of the block (the wgmma M = 64 of the key-side GEMMs) and walks the
-//     query blocks (kBlockM = 64 rows) of every query head of the GQA group.
+//     query blocks (kBlockM = 64 rows, 128 at D = 64) of every query head of the GQA group.
 //
 // Shared memory holds every 16-bit tile as 64-column (128-byte) chunk planes with the 128-byte
 // swizzle, exactly as the forward (../flash_fwd_sm90/traits.h) and as TMA's SWIZZLE_128B writes a
@@ -30,15 +30,25 @@
 namespace flashattn {
 namespace sm90 {
 
-// How the two warpgroups split dQ = dS K ([64 queries] x [D], k = the 128 keys):
-//   kSplitD:    warpgroup wg computes columns [wg D/2, wg D/2 + D/2) over all 128 keys (wgmma
-//               N = D/2); reads both warpgroups' dS^T rows, so both must have written theirs (a
-//               256-thread barrier).
-//   kSplitKeys: warpgroup wg computes all D columns over its own 64 keys (N = D); kept for the
-//               descriptor checks (lab/sm90_bwd_desc_check.cu); the kernel runs kSplitD.
-enum class Sm90BwdDqSplit : int { kSplitD = 0, kSplitKeys = 1 };
+// How the two warpgroups split dQ = dS K ([kBlockM queries] x [D], k = the 128 keys):
+//   kSplitD:       (kBlockM = 64) warpgroup wg computes columns [wg D/2, wg D/2 + D/2) over all
+//                  128 keys (wgmma N = D/2);
+//   kSplitQueries: (kBlockM = 128) warpgroup wg computes query rows [64 wg, 64 wg + 64), all D
+//                  columns, over all 128 keys (N = D).
+// Either way a warpgroup reads both warpgroups' dS^T rows, so both must have written theirs (a
+// 256-thread barrier).
+//   kSplitKeys:    warpgroup wg computes all D columns over its own 64 keys; kept for the
+//                  descriptor checks (lab/sm90_bwd_desc_check.cu), the kernel does not run it.
+enum class Sm90BwdDqSplit : int { kSplitD = 0, kSplitKeys = 1, kSplitQueries = 2 };
 
-template <int kHeadDim_, Sm90BwdDqSplit kDqSplit_ = Sm90BwdDqSplit::kSplitD>
+// D = 64 walks 128 queries per step: its GEMMs are half as deep, so twice the rows per step halve
+// the per-step costs (barriers, waits, the dQ tile handoff) per FLOP, in the same registers.
+constexpr int sm90_bwd_block_m(int head_dim) { return head_dim <= 64 ? 128 : 64; }
+constexpr Sm90BwdDqSplit sm90_bwd_dq_split(int head_dim) {
+  return head_dim <= 64 ? Sm90BwdDqSplit::kSplitQueries : Sm90BwdDqSplit::kSplitD;
+}
+
+template <int kHeadDim_, Sm90BwdDqSplit kDqSplit_ = sm90_bwd_dq_split(kHeadDim_), int kBlockM_ = sm90_bwd_block_m(kHeadDim_)>
 struct Sm90BwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr Sm90BwdDqSplit kDqSplit = kDqSplit_;
@@ -47,26 +57,32 @@ struct Sm90BwdTraits {
   static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWGs);
   static constexpr int kProducerRegs = 24;   // setmaxnreg of the producer warpgroup
   static constexpr int kConsumerRegs = 240;  // and of the consumers
-  static_assert(kWarpgroupThreads * (kProducerRegs + kConsumerWGs * kConsumerRegs) <= 65536, "register file");
+  // setmaxnreg only moves registers within the CTA's launch allocation (65536 / kThreads a thread,
+  // in steps of 8): a consumer's .inc that asks for more than the producer's .dec freed waits forever.
+  static_assert(kProducerRegs + kConsumerWGs * kConsumerRegs <= (1 + kConsumerWGs) * (65536 / kThreads / 8 * 8),
+                "setmaxnreg: the consumers' increase must come from the producer's decrease");
   static constexpr int kBlockN = kRowsPerConsumer * kConsumerWGs;  // keys per CTA (64 per warpgroup)
-  static constexpr int kBlockM = 64;  // queries per step (the N of S^T, the K of dV/dK)
+  static constexpr int kBlockM = kBlockM_;  // queries per step (the N of S^T, the K of dV/dK)
   static constexpr int kStages = 2;   // Q, dO, lse, dpsum ring: the next step loads during this one
   static constexpr int kDsStages = 2;  // dS^T buffers: a consumer writes step t+1's while the other may still read step t's
   static constexpr int kChunks = kHeadDim / kChunkCols;
 
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128 (smaller dims run on the next one up)");
-  static_assert(kBlockM == kChunkCols, "dS^T rows are one 128-byte swizzle row of queries");
+  static_assert(kBlockM == 64 || kBlockM == 128, "dS^T rows are one or two 128-byte swizzle rows of queries");
+  static_assert(kDqSplit != Sm90BwdDqSplit::kSplitQueries || kBlockM == 2 * kRowsPerConsumer, "a query half per warpgroup");
+  static_assert(kDqSplit == Sm90BwdDqSplit::kSplitQueries || kBlockM == 64, "64-query steps split D or keys");
 
   // wgmma N of the dQ GEMM and its k-steps.
   static constexpr int kDqN = kDqSplit == Sm90BwdDqSplit::kSplitD ? kHeadDim / 2 : kHeadDim;
-  static constexpr int kDqKSteps = (kDqSplit == Sm90BwdDqSplit::kSplitD ? kBlockN : kRowsPerConsumer) / 16;
+  static constexpr int kDqKSteps = (kDqSplit == Sm90BwdDqSplit::kSplitKeys ? kRowsPerConsumer : kBlockN) / 16;
 
   // Bytes of one chunk plane and of whole tiles.
   static constexpr int kKVPlaneBytes = kBlockN * kChunkRowBytes;  // 16 KB
-  static constexpr int kQPlaneBytes = kBlockM * kChunkRowBytes;   // 8 KB
+  static constexpr int kQPlaneBytes = kBlockM * kChunkRowBytes;   // 8 or 16 KB
   static constexpr int kKVBytes = kKVPlaneBytes * kChunks;
   static constexpr int kQBytes = kQPlaneBytes * kChunks;
-  static constexpr int kDSBytes = kBlockN * kChunkRowBytes;  // dS^T [128 keys][64 queries]
+  static constexpr int kDSPlaneBytes = kBlockN * kChunkRowBytes;       // dS^T [128 keys][64 queries]
+  static constexpr int kDSBytes = kDSPlaneBytes * (kBlockM / kChunkCols);
   static constexpr int kDqTileFloats = kBlockM * kHeadDim;    // one query block of dq_accum
   static constexpr int kDqBytes = kDqTileFloats * 4;
 
@@ -94,28 +110,30 @@ struct Sm90BwdTraits {
   static constexpr int kStepTxBytes = 2 * kQBytes;
 
   // Per-thread accumulator registers (m64nN over 128 threads: N/2 floats).
-  static constexpr int kSRegs = kBlockM / 2;    // S^T, dP^T: m64 (keys) x n64 (queries)
+  static constexpr int kSRegs = kBlockM / 2;    // S^T, dP^T: m64 (keys) x n = kBlockM (queries)
   static constexpr int kAccRegs = kHeadDim / 2;  // dK, dV: m64 (keys) x n = D
   static constexpr int kDqRegs = kDqN / 2;       // dQ: m64 (queries) x n = kDqN
   static constexpr int kPVSteps = kBlockM / 16;  // k-steps of dV += P^T dO and dK += dS^T Q
+
+  // Float index, inside one query block of dq_accum (and the shared dQ tile), of dQ accumulator
+  // value 4 j + v of thread wtid = 32 warp + lane of consumer wg (v = 2 h + e: row 16 warp +
+  // lane / 4 + 8 h and column 8 j + 2 (lane % 4) + e of that warpgroup's m64 x kDqN part): each
+  // thread's 4 values of an n8 slice are one float4, and the float4s of a slice lie in thread
+  // order, so a warp's 16-byte stores are conflict-free and the tile is one contiguous block for
+  // the bulk reduce-add.
+  static constexpr int dq_tile_offset(int wg, int j, int wtid, int v) {
+    return ((wg * (kDqRegs / 4) + j) * kWarpgroupThreads + wtid) * 4 + v;
+  }
+  // The same position from a (row, column) of the block (row < kBlockM, column < D); the dQ
+  // convert kernel reads dq_accum this way.
+  static constexpr int dq_tile_offset_rc(int row, int col) {
+    const bool split_d = kDqSplit == Sm90BwdDqSplit::kSplitD;
+    const int wg = split_d ? col / kDqN : row / kRowsPerConsumer;
+    const int c = split_d ? col % kDqN : col;
+    const int r = split_d ? row : row % kRowsPerConsumer;
+    return dq_tile_offset(wg, c / 8, 32 * (r / 16) + 4 * (r % 8) + (c % 8) / 2, 2 * ((r % 16) / 8) + c % 2);
+  }
 };
-
-// Float index, inside one query block of dq_accum (and the shared dQ tile), of dQ accumulator
-// value 4 j + v (v = 2 h + e: row 16 warp + lane / 4 + 8 h, column wg D/2 + 8 j + 2 (lane % 4) + e)
-// of thread wtid = 32 warp + lane of consumer wg: each thread's 4 values of slice j are one
-// float4, and the float4s of a slice lie in thread order, so a warp's 16-byte stores are
-// conflict-free and the tile is one contiguous block for the bulk reduce-add.
-constexpr int sm90_dq_tile_offset(int dq_regs, int wg, int j, int wtid, int v) {
-  return ((wg * (dq_regs / 4) + j) * kWarpgroupThreads + wtid) * 4 + v;
-}
-
-// The same position from a (row, column) of the block (row < 64, column < D); the dQ convert
-// kernel reads dq_accum this way.
-constexpr int sm90_dq_tile_offset_rc(int head_dim_tile, int row, int col) {
-  // kSplitD: consumer wg holds columns [wg D/2, wg D/2 + D/2).
-  return sm90_dq_tile_offset(head_dim_tile / 4, col / (head_dim_tile / 2), (col % (head_dim_tile / 2)) / 8,
-                             32 * (row / 16) + 4 * (row % 8) + (col % 8) / 2, 2 * ((row % 16) / 8) + col % 2);
-}
 
 }  // namespace sm90
 }  // namespace flashattn
