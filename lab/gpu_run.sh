@@ -183,8 +183,8 @@ case "${1:-verify}" in
   reliability)  # issue 25: bad device-side indices, NaN/inf patterns, compute-sanitizer on every path
     env_info > "$OUT/env.txt" 2>&1
     step build 420 bash lab/gpu_build.sh  # always: a build left from before the kernel fix would hide it
-    step pytest_reliability 170 "${pytest_ci[@]}" tests/test_check_indices_gpu.py tests/test_nonfinite_gpu.py -ra
-    step sanitize 400 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-60}" bash lab/sanitize.sh "$OUT/sanitize"
+    step pytest_reliability 150 "${pytest_ci[@]}" tests/test_check_indices_gpu.py tests/test_nonfinite_gpu.py -ra
+    step sanitize 330 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-45}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
     echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|bwdlab|bwd90|integrate|reliability" >&2; exit 2 ;;

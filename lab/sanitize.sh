@@ -64,7 +64,7 @@ failed=$gated
 if nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a lab/initcheck_tma.cu -o build/initcheck_tma \
     > "$LOGS/initcheck_tma_build.log" 2>&1; then
   # Not counted as a failure: its reports are the evidence docs/sanitizer.md asks for.
-  timeout 60 "$CS" --tool initcheck build/initcheck_tma > "$LOGS/initcheck_tma.log" 2>&1
+  timeout 40 "$CS" --tool initcheck build/initcheck_tma > "$LOGS/initcheck_tma.log" 2>&1
   echo "initcheck_tma (evidence, not gated): exit $?; $(grep -cE 'Uninitialized __global__ memory read' "$LOGS/initcheck_tma.log") reports; $(grep 'TMA-stored' "$LOGS/initcheck_tma.log")" | tee -a "$LOGS/summary.txt"
 else
   echo "initcheck_tma: build failed (see initcheck_tma_build.log)" | tee -a "$LOGS/summary.txt"
