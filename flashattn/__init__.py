@@ -3,12 +3,15 @@
 from ._ext import build_info, extension_available, extension_error
 from ._ops import CAUSAL_BOTTOM_RIGHT, CAUSAL_NONE, CAUSAL_TOP_LEFT
 from .interface import (
+    check_indices,
     flash_attn_func,
     flash_attn_varlen_func,
     get_backend,
+    get_check_indices,
     get_deterministic,
     scaled_dot_product_attention,
     set_backend,
+    set_check_indices,
     set_deterministic,
     use_backend,
 )
@@ -37,6 +40,9 @@ __all__ = [
     "use_backend",
     "set_deterministic",
     "get_deterministic",
+    "set_check_indices",
+    "get_check_indices",
+    "check_indices",
     "extension_available",
     "extension_error",
     "build_info",

@@ -7,6 +7,8 @@ extension (`csrc/binding.cpp`) against this schema.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from . import _ext
@@ -115,6 +117,143 @@ def set_deterministic(flag: bool) -> None:
 
 def get_deterministic() -> bool:
     return _deterministic
+
+
+# ==== checked indices (issue 25): validate device-side index tensors before a launch ============
+# cu_seqlens (packed batches), cache_seqlens, seqused_k and block_table (decoding) live on the
+# device and are never read on the host: that would synchronize and break CUDA-graph capture. The
+# kernels clamp whatever they read into the tensors they were given (docs/varlen.md and
+# docs/decode.md, "Bad device-side indices"), so a bad value cannot corrupt memory, but the result
+# is then meaningless. The checked mode, for users debugging a serving engine, validates them with
+# torch ops on the device before the launch and raises a ValueError naming the argument. It
+# synchronizes once per call (a debug mode, off by default): FLASHATTN_CHECK_INDICES=1 turns it on
+# at import, flashattn.set_check_indices() / flashattn.check_indices() at run time. Skipped while
+# torch.compile traces (the values are not known then) and refused under CUDA-graph capture.
+_check_indices = os.environ.get("FLASHATTN_CHECK_INDICES", "0").strip() not in ("", "0")
+
+
+def set_check_indices(flag: bool) -> None:
+    global _check_indices
+    _check_indices = flag
+
+
+def get_check_indices() -> bool:
+    return _check_indices
+
+
+def _checks_apply(*tensors) -> bool:
+    """Whether the checked mode validates this call now: off while torch.compile traces; an error
+    under CUDA-graph capture, where the one synchronization it needs is illegal."""
+    if torch.compiler.is_compiling():
+        return False
+    if any(t is not None and t.is_cuda for t in tensors) and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(
+            "flashattn's checked indices mode (FLASHATTN_CHECK_INDICES / set_check_indices) synchronizes with the "
+            "GPU and cannot run under CUDA-graph capture: turn it off for the capture"
+        )
+    return True
+
+
+def _first_true(mask: torch.Tensor) -> tuple[int, ...]:
+    """Index of the first True of a mask known to hold one (error path only)."""
+    return tuple(int(i) for i in mask.nonzero()[0].tolist())
+
+
+def check_varlen_indices(op: str, cu_seqlens_q, cu_seqlens_k, total_q: int, total_k: int, max_seqlen_q: int,
+                         max_seqlen_k: int) -> None:
+    """The packed batch's contract, checked on the device (one synchronization): for each of
+    cu_seqlens_q (rows of q) and cu_seqlens_k (rows of k/v), cu[0] == 0, nondecreasing, cu[B] <= the
+    packed rows, and every sequence's length <= its max_seqlen bound. Raises ValueError naming the
+    argument, the first offending entry and what was expected."""
+    if not _checks_apply(cu_seqlens_q, cu_seqlens_k):
+        return
+    pairs = (("cu_seqlens_q", cu_seqlens_q, total_q, "q", "max_seqlen_q", max_seqlen_q),
+             ("cu_seqlens_k", cu_seqlens_k, total_k, "k/v", "max_seqlen_k", max_seqlen_k))
+    flags = []
+    for _, cu, total, _, _, bound in pairs:
+        c = cu.to(torch.int64)
+        lens = c[1:] - c[:-1]
+        flags += [c[0] != 0, (lens < 0).any(), c[-1] > total, (lens > bound).any()]
+    bad = torch.stack(flags).tolist()  # the one synchronization
+    if not any(bad):
+        return
+    for i, (name, cu, total, rows_of, bound_name, bound) in enumerate(pairs):
+        first, decreasing, past_end, too_long = bad[4 * i: 4 * i + 4]
+        c = cu.to(torch.int64)
+        lens = c[1:] - c[:-1]
+        if first:
+            raise ValueError(f"{op}: {name}[0] must be 0 (cumulative sequence lengths), got {int(c[0])}")
+        if decreasing:
+            (b,) = _first_true(lens < 0)
+            raise ValueError(
+                f"{op}: {name} must be nondecreasing, got {name}[{b}] = {int(c[b])} > {name}[{b + 1}] = {int(c[b + 1])}"
+            )
+        if past_end:
+            raise ValueError(
+                f"{op}: {name}[-1] must be <= the packed rows of {rows_of} ({total}), got {name}[-1] = {int(c[-1])}"
+            )
+        if too_long:
+            (b,) = _first_true(lens > bound)
+            raise ValueError(
+                f"{op}: sequence {b} is longer than {bound_name} = {bound}: {name}[{b + 1}] - {name}[{b}] = "
+                f"{int(lens[b])}"
+            )
+
+
+def check_kvcache_indices(cache_seqlens, cache_seqlen: int, sq_new: int, sk_max: int, block_table, page_size: int,
+                          num_pages: int, seqused_k) -> None:
+    """flash_attn_with_kvcache's device-side indices, checked on the device (one synchronization):
+    cache_seqlens[b] in [0, Sk_max - Sq_new]; seqused_k[b] in [0, Sk_max]; with a paged cache,
+    every block_table entry the call reads (pages of keys 0 .. seqlen_k(b) - 1 and of the appended
+    rows) in [0, num_pages). cache_seqlens None stands for cache_seqlen on every batch."""
+    if not _checks_apply(cache_seqlens, seqused_k, block_table):
+        return
+    op = "flash_attn_with_kvcache"
+    flags = []
+    if cache_seqlens is not None:
+        flags += [((cache_seqlens < 0) | (cache_seqlens > sk_max - sq_new)).any()]
+    if seqused_k is not None:
+        flags += [((seqused_k < 0) | (seqused_k > sk_max)).any()]
+    read = None
+    if block_table is not None:
+        b = block_table.shape[0]
+        device = block_table.device
+        cache_len = (cache_seqlens.to(torch.int64).clamp(0, sk_max) if cache_seqlens is not None
+                     else torch.full((b,), cache_seqlen, dtype=torch.int64, device=device))
+        # Keys the attention reads, and rows the append writes: both go through the table.
+        keys = (seqused_k.to(torch.int64) if seqused_k is not None else cache_len + sq_new).clamp(0, sk_max)
+        if sq_new > 0:
+            keys = torch.maximum(keys, (cache_len + sq_new).clamp(max=sk_max))
+        pages = (keys + page_size - 1) // page_size
+        cols = torch.arange(block_table.shape[1], device=device)
+        read = cols[None, :] < pages[:, None]
+        flags += [(read & ((block_table < 0) | (block_table >= num_pages))).any()]
+    if not flags:
+        return
+    if not any(torch.stack(flags).tolist()):  # the one synchronization
+        return
+    if cache_seqlens is not None:
+        bad = (cache_seqlens < 0) | (cache_seqlens > sk_max - sq_new)
+        if bool(bad.any()):
+            (i,) = _first_true(bad)
+            what = f"Sk_max - Sq_new = {sk_max} - {sq_new}" if sq_new else f"Sk_max = {sk_max}"
+            raise ValueError(f"{op}: cache_seqlens[b] must be in [0, {what}], got cache_seqlens[{i}] = "
+                             f"{int(cache_seqlens[i])}")
+    if seqused_k is not None:
+        bad = (seqused_k < 0) | (seqused_k > sk_max)
+        if bool(bad.any()):
+            (i,) = _first_true(bad)
+            raise ValueError(f"{op}: seqused_k[b] must be in [0, Sk_max = {sk_max}], got seqused_k[{i}] = "
+                             f"{int(seqused_k[i])}")
+    bad = read & ((block_table < 0) | (block_table >= num_pages))
+    i, j = _first_true(bad)
+    used = (f"seqused_k[{i}] = {int(seqused_k[i])}" if seqused_k is not None
+            else f"cache_seqlens + Sq_new = {int(keys[i])}")
+    raise ValueError(
+        f"{op}: block_table[{i}, {j}] = {int(block_table[i, j])} is outside the page pool [0, num_pages = "
+        f"{num_pages}) and is read: sequence {i} uses {int(keys[i])} keys ({used}; and its appended rows), "
+        f"pages 0 .. {int(pages[i]) - 1} of its table row at page_size {page_size}"
+    )
 
 
 def deterministic_backward() -> bool:
@@ -363,7 +502,12 @@ _fwd_varlen = torch.ops.flashattn.fwd_varlen.default
 def fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
                causal_mode: int, backend: str, window_left: int = -1, window_right: int = -1, softcap: float = 0.0):
     """q [total_q, Hq, D], k/v [total_k, Hk, D], cu_seqlens int32 [B + 1] -> (out [total_q, Hq, D],
-    lse float32 [Hq, total_q]). No validation here: see flashattn.interface.flash_attn_varlen_func."""
+    lse float32 [Hq, total_q]). No validation of the metadata here (see
+    flashattn.interface.flash_attn_varlen_func); the checked indices mode validates cu_seqlens
+    here, the one place every packed forward passes (the public function and torch's varlen ops)."""
+    if _check_indices:
+        check_varlen_indices("fwd_varlen", cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0], max_seqlen_q,
+                             max_seqlen_k)
     return _fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal_mode,
                        backend, window_left, window_right, softcap)
 
@@ -381,6 +525,9 @@ def bwd_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
     the argument; a C++ error thrown inside an autograd backward has crashed the process on torch
     2.11), before the op."""
     check_bwd_varlen_args(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, backend)
+    if _check_indices:  # the autograd backward of a checked forward, or a direct call
+        check_varlen_indices("bwd_varlen", cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0], max_seqlen_q,
+                             max_seqlen_k)
     return _bwd_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                        causal_mode, deterministic, backend, window_left, window_right, softcap)
 

@@ -53,6 +53,39 @@ def get_deterministic() -> bool:
     return _ops.get_deterministic()
 
 
+def set_check_indices(flag: bool) -> None:
+    """Validate device-side index tensors before each launch (True), or trust them (False, the
+    default; also settable with FLASHATTN_CHECK_INDICES=1 at import).
+
+    The tensors: cu_seqlens_q / cu_seqlens_k of packed batches (flash_attn_varlen_func, its
+    backward, torch's varlen ops once activated) and cache_seqlens, seqused_k and block_table of
+    flash_attn_with_kvcache. Without the check, bad values cannot make a kernel touch memory outside
+    the tensors it was given (they are clamped on the device), but the results are then meaningless;
+    with it, a ValueError names the argument, the first bad entry and what was expected. It costs
+    one GPU synchronization per call (a debug mode for serving engines), is skipped while
+    torch.compile traces, and raises under CUDA-graph capture."""
+    if not isinstance(flag, bool):
+        raise TypeError(f"set_check_indices takes a bool, got {type(flag).__name__}")
+    _ops.set_check_indices(flag)
+
+
+def get_check_indices() -> bool:
+    """Whether the checked indices mode (set_check_indices) is on."""
+    return _ops.get_check_indices()
+
+
+@contextlib.contextmanager
+def check_indices(flag: bool = True) -> Iterator[None]:
+    """`set_check_indices(flag)` for the duration of a `with` block, then the previous setting again
+    (also when the block raises). Process-wide, like set_check_indices."""
+    previous = _ops.get_check_indices()
+    set_check_indices(flag)
+    try:
+        yield
+    finally:
+        _ops.set_check_indices(previous)
+
+
 @contextlib.contextmanager
 def use_backend(name: str) -> Iterator[None]:
     """`set_backend(name)` for the duration of a `with` block, then the previous backend again
@@ -322,7 +355,10 @@ def flash_attn_varlen_func(
     max_seqlen_q / max_seqlen_k: Python ints, at least every sequence's query / key length (they
     size the grid: rows of a longer sequence would not be computed). cu_seqlens are the caller's
     contract too (0 <= cu[b] <= cu[b + 1] <= total rows), not checked, as that would need a sync;
-    output rows of q that no sequence covers are left unwritten.
+    output rows of q that no sequence covers are left unwritten. Bad offsets are clamped on the
+    device into the packed tensors (a decreasing pair gives an empty sequence), so nothing outside
+    q, k, v and the outputs is touched; set_check_indices(True) validates them instead, with a
+    ValueError naming the argument.
 
     Per sequence, exactly as flash_attn_func on that sequence alone: `causal=True` is bottom-right
     aligned (query i attends to keys j <= i + Sk_b - Sq_b), `window_size=(left, right)` is aligned

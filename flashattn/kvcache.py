@@ -207,7 +207,10 @@ def flash_attn_with_kvcache(
     Contract (not checked, because checking values would synchronize with the GPU): every
     cache_seqlens[b] is in [0, Sk_max - Sq_new]. Out-of-range values do not make the kernels touch
     memory outside the caches (they are clamped, and appends past the end are dropped), but the
-    result is then meaningless. Python-int cache_seqlens are checked.
+    result is then meaningless. Python-int cache_seqlens are checked. With the checked indices mode on
+    (flashattn.set_check_indices(True) or FLASHATTN_CHECK_INDICES=1) the tensors cache_seqlens,
+    seqused_k and the block_table entries the call reads are validated on the device first (one
+    synchronization), with a ValueError naming the argument and the first bad entry.
     """
     if torch.is_grad_enabled():
         _refuse_grad(q, k_cache, v_cache, k, v)
@@ -293,6 +296,9 @@ def flash_attn_with_kvcache(
     if seqused_k is not None:
         _check_seqused_k(seqused_k, b, device)
 
+    if _ops._check_indices:  # the debug mode of flashattn.set_check_indices (one synchronization)
+        _ops.check_kvcache_indices(seqlens_tensor, seqlen_fixed, sq_new, sk_max, block_table, c_shape[1],
+                                   c_shape[0], seqused_k)
     if not torch.compiler.is_compiling():
         _ext.require_extension()
     if block_table is not None or seqused_k is not None:

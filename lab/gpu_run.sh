@@ -26,6 +26,8 @@
 #   bash lab/gpu_run.sh host     build, then where a small call's host time goes      (~1.5 min)
 #   bash lab/gpu_run.sh l2decode build, the decode check and the suite's decode tests, then the Hopper
 #                                     lab's L2 group budget A/B                           (~5 min)
+#   bash lab/gpu_run.sh reliability build, the bad-index and NaN/inf GPU tests, then compute-sanitizer
+#                                     (lab/sanitize.sh: memcheck, racecheck, synccheck, initcheck) (~8 min)
 #
 # A step that fails does not stop the others; the exit status is the number of failed steps.
 set -uo pipefail
@@ -178,8 +180,14 @@ case "${1:-verify}" in
     step pytest_kvcache 200 "${pytest_ci[@]}" tests/test_kvcache.py
     step sm90_lab_l2 300 bash lab/sm90_lab.sh l2
     ;;
+  reliability)  # issue 25: bad device-side indices, NaN/inf patterns, compute-sanitizer on every path
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash lab/gpu_build.sh  # always: a build left from before the kernel fix would hide it
+    step pytest_reliability 150 "${pytest_ci[@]}" tests/test_check_indices_gpu.py tests/test_nonfinite_gpu.py -ra
+    step sanitize 330 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-45}" bash lab/sanitize.sh "$OUT/sanitize"
+    ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|bwdlab|bwd90|integrate" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|bwdlab|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -1,38 +1,159 @@
 #!/usr/bin/env python3
-"""Small odd-shaped calls of every path (forward portable and Hopper, decode, backward default and
-deterministic) for compute-sanitizer: `compute-sanitizer --tool memcheck python lab/sanitize_small.py`
-(also racecheck, initcheck, synccheck). Exits non-zero on a Python-level error; the sanitizer's
-own summary says whether the kernels were clean."""
+"""Small odd-shaped calls of every path, for compute-sanitizer (lab/sanitize.sh runs it under
+memcheck, racecheck, synccheck and initcheck and counts the errors; docs/sanitizer.md).
+
+Cases (each selectable with --only, a comma list of group names):
+  dense     forward + backward on each backend of SANITIZE_BACKENDS (portable, auto = Hopper where
+            it applies), default and deterministic, causal / full / sliding window / softcap, GQA,
+            odd lengths and head dims;
+  varlen    packed batches: forward + backward, empty and one-row sequences, causal and window,
+            deterministic;
+  decode    KV cache: contiguous and paged, appends across pages, forced splits (num_splits);
+  bad       bad device-side indices with the checked mode off (memcheck only: the results are
+            meaningless by contract, the point is that nothing is touched outside the tensors):
+            decreasing / past-the-end cu_seqlens, out-of-range block_table entries, cache_seqlens
+            + new rows past the cache, seqused_k past the pages.
+Exits non-zero on a Python-level error; the sanitizer's own summary says whether the kernels were
+clean.
+"""
 
 from __future__ import annotations
 
+import argparse
 import os
 
 import torch
 
 import flashattn
+from flashattn import _ops
 
 # SANITIZE_BACKENDS=portable (or auto) narrows the forward paths, to tell which path a report is from.
 BACKENDS = os.environ.get("SANITIZE_BACKENDS", "portable,auto").split(",")
-
+GROUPS = ("dense", "varlen", "decode", "bad")
+# --quick (racecheck, synccheck, initcheck, whose runs are the slow ones): bf16 only, and the
+# window and softcap cases folded into one call; every kernel flavour still runs.
+QUICK = False
 dev = "cuda"
-torch.manual_seed(0)
-for dtype in (torch.float16, torch.bfloat16):
-    for b, sq, sk, hq, hk, d, causal in ((1, 37, 53, 4, 2, 40, True), (2, 70, 33, 2, 1, 128, True), (1, 17, 130, 3, 3, 256, False)):
-        q = torch.randn(b, sq, hq, d, device=dev, dtype=dtype, requires_grad=True)
-        k = torch.randn(b, sk, hk, d, device=dev, dtype=dtype, requires_grad=True)
-        v = torch.randn(b, sk, hk, d, device=dev, dtype=dtype, requires_grad=True)
-        for backend in BACKENDS:
+I32 = torch.int32
+
+
+def rand(*shape, dtype, grad=False):
+    return torch.randn(*shape, device=dev, dtype=dtype).requires_grad_(grad)
+
+
+def dtypes():
+    return (torch.bfloat16,) if QUICK else (torch.float16, torch.bfloat16)
+
+
+def dense() -> None:
+    extras = ({}, {"window_size": (9, 3), "softcap": 20.0}) if QUICK else ({}, {"window_size": (9, 3)}, {"softcap": 20.0})
+    for dtype in dtypes():
+        for b, sq, sk, hq, hk, d, causal in ((1, 37, 53, 4, 2, 40, True), (2, 70, 33, 2, 1, 128, True),
+                                             (1, 17, 130, 3, 3, 256, False), (1, 65, 65, 2, 2, 64, False)):
+            q, k, v = rand(b, sq, hq, d, dtype=dtype, grad=True), rand(b, sk, hk, d, dtype=dtype, grad=True), \
+                rand(b, sk, hk, d, dtype=dtype, grad=True)
+            for backend in BACKENDS:
+                for deterministic in (False, True):
+                    for extra in extras:
+                        with flashattn.use_backend(backend):
+                            flashattn.set_deterministic(deterministic)
+                            out = flashattn.flash_attn_func(q, k, v, causal=causal, **extra)
+                            flashattn.set_deterministic(False)
+                        out.float().sum().backward()
+
+
+def varlen() -> None:
+    for dtype in dtypes():
+        for q_lens, k_lens, hq, hk, d in (([37, 0, 1, 70], [53, 9, 1, 66], 4, 2, 64), ([129, 5], [3, 200], 2, 2, 128),
+                                          ([17, 40], [17, 41], 3, 1, 96)):
+            cu_q = torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist(), dtype=I32, device=dev)
+            cu_k = torch.tensor([0] + torch.tensor(k_lens).cumsum(0).tolist(), dtype=I32, device=dev)
+            q = rand(sum(q_lens) + 3, hq, d, dtype=dtype, grad=True)  # 3 rows owned by no sequence
+            k, v = rand(sum(k_lens) + 2, hk, d, dtype=dtype, grad=True), rand(sum(k_lens) + 2, hk, d, dtype=dtype, grad=True)
             for deterministic in (False, True):
-                with flashattn.use_backend(backend):
+                for causal, extra in ((False, {}), (True, {}), (True, {"window_size": (7, 0)}), (False, {"softcap": 10.0})):
                     flashattn.set_deterministic(deterministic)
-                    out = flashattn.flash_attn_func(q, k, v, causal=causal)
+                    out = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(q_lens), max(k_lens),
+                                                           causal=causal, **extra)
                     flashattn.set_deterministic(False)
-                out.float().sum().backward()
-        with torch.no_grad():
-            kc = torch.randn(b, sk + 8, hk, d, device=dev, dtype=dtype)
-            vc = torch.randn_like(kc)
-            flashattn.flash_attn_with_kvcache(q[:, :3].detach(), kc, vc, k[:, :2].detach(), v[:, :2].detach(),
-                                              cache_seqlens=sk - 2, causal=True)
-torch.cuda.synchronize()
-print("sanitize_small: all calls returned")
+                    out.float().sum().backward()
+
+
+def decode() -> None:
+    with torch.no_grad():
+        for dtype in dtypes():
+            for b, sq, hq, hk, d, sk in ((2, 1, 8, 2, 64, 75), (1, 5, 4, 4, 128, 130), (3, 2, 2, 1, 256, 40)):
+                q = rand(b, sq, hq, d, dtype=dtype)
+                kc, vc = rand(b, sk + 8, hk, d, dtype=dtype), rand(b, sk + 8, hk, d, dtype=dtype)
+                kn, vn = rand(b, 2, hk, d, dtype=dtype), rand(b, 2, hk, d, dtype=dtype)
+                lens = torch.tensor([sk - 2 - i for i in range(b)], dtype=I32, device=dev)
+                for splits in (0, 1, 3):
+                    flashattn.flash_attn_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=lens, causal=True,
+                                                      num_splits=splits)
+                # Paged: 16-row pages, appends across a page boundary, a shuffled table.
+                page, per_seq = 16, -(-(sk + 8) // 16)
+                pool_k, pool_v = rand(b * per_seq + 1, page, hk, d, dtype=dtype), rand(b * per_seq + 1, page, hk, d, dtype=dtype)
+                table = torch.randperm(b * per_seq, device=dev).to(I32).view(b, per_seq)
+                plens = torch.tensor([page * 2 - 1 - i for i in range(b)], dtype=I32, device=dev)
+                for splits in (0, 1, 4):
+                    flashattn.flash_attn_with_kvcache(q, pool_k, pool_v, kn, vn, cache_seqlens=plens, block_table=table,
+                                                      causal=True, num_splits=splits, window_size=(20, 0))
+                flashattn.flash_attn_with_kvcache(q, pool_k, pool_v, cache_seqlens=plens, block_table=table,
+                                                  seqused_k=plens + 1, num_splits=2)
+
+
+def bad() -> None:
+    """Bad device-side indices, checked mode off: each call must stay inside its tensors."""
+    assert not _ops.get_check_indices(), "the bad-index cases run with the checked mode off"
+    dtype = torch.float16
+    total_q, total_k, hq, hk, d = 40, 48, 4, 2, 64
+    q, k, v = rand(total_q, hq, d, dtype=dtype), rand(total_k, hk, d, dtype=dtype), rand(total_k, hk, d, dtype=dtype)
+    for cu_q, cu_k in (([0, 25, 10, 40], [0, 12, 30, 48]), ([0, 10, 25, 47], [0, 12, 30, 48]),
+                       ([-5, 10, 25, 40], [0, 12, 30, 48]), ([0, 10, 25, 40], [0, 30, 12, 48]),
+                       ([0, 10, 25, 40], [0, 12, 2**30, 2**31 - 1])):
+        cq, ck = torch.tensor(cu_q, dtype=I32, device=dev), torch.tensor(cu_k, dtype=I32, device=dev)
+        out, lse = flashattn.flash_attn_varlen_func(q, k, v, cq, ck, total_q, total_k, return_lse=True)
+        for deterministic in (False, True):
+            _ops.bwd_varlen(torch.randn_like(out), q, k, v, out, lse, cq, ck, total_q, total_k, d**-0.5,
+                            flashattn.CAUSAL_NONE, deterministic, "auto")
+    with torch.no_grad():
+        b, page, per_seq, num_pages = 2, 16, 4, 9
+        qd = rand(b, 1, hq, d, dtype=dtype)
+        kc, vc = rand(b, page * per_seq, hk, d, dtype=dtype), rand(b, page * per_seq, hk, d, dtype=dtype)
+        pool_k, pool_v = rand(num_pages, page, hk, d, dtype=dtype), rand(num_pages, page, hk, d, dtype=dtype)
+        kn, vn = rand(b, 2, hk, d, dtype=dtype), rand(b, 2, hk, d, dtype=dtype)
+        t = lambda rows: torch.tensor(rows, dtype=I32, device=dev)  # noqa: E731
+        for splits in (1, 3):
+            for lens in ([-3, 10], [63, 70], [2**31 - 1, 5]):
+                flashattn.flash_attn_with_kvcache(qd, kc, vc, kn, vn, cache_seqlens=t(lens), num_splits=splits)
+            flashattn.flash_attn_with_kvcache(qd, kc, vc, cache_seqlens=t([10, 10]), seqused_k=t([100, -7]),
+                                              num_splits=splits)
+            for lens, table, used in (([20, 40], [[0, -1, -1, -1], [4, 5, 6, -1]], None),
+                                      ([5, 50], [[0, 1, 2, 3], [4, 5, 6, 12]], None),
+                                      ([31, 3], [[0, 1, 9, 3], [4, 5, 6, 7]], None),
+                                      ([62, 70], [[0, 1, 2, 3], [4, 5, 6, 7]], None),
+                                      ([10, 3], [[2, -1, -1, -1], [4, -2**31, 2**31 - 1, -1]], [40, 64])):
+                flashattn.flash_attn_with_kvcache(qd, pool_k, pool_v, kn, vn, cache_seqlens=t(lens), block_table=t(table),
+                                                  seqused_k=None if used is None else t(used), num_splits=splits)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--only", default=",".join(GROUPS), help=f"comma list of {GROUPS}")
+    ap.add_argument("--quick", action="store_true", help="bf16 only, window and softcap in one call")
+    args = ap.parse_args()
+    global QUICK
+    QUICK = args.quick
+    groups = [g for g in args.only.split(",") if g]
+    unknown = set(groups) - set(GROUPS)
+    if unknown:
+        ap.error(f"unknown groups {sorted(unknown)}; choose from {GROUPS}")
+    torch.manual_seed(0)
+    for g in groups:
+        globals()[g]()
+        torch.cuda.synchronize()
+        print(f"sanitize_small: {g}: all calls returned", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -89,7 +89,7 @@ TENSOR_FUNCTIONS: dict[str, list[Call]] = {
 }
 NOT_TENSOR_FUNCTIONS = {
     "set_backend", "get_backend", "use_backend", "set_deterministic", "get_deterministic",
-    "extension_available", "extension_error", "build_info", "CAUSAL_NONE", "CAUSAL_TOP_LEFT", "CAUSAL_BOTTOM_RIGHT",
+    "set_check_indices", "get_check_indices", "check_indices", "extension_available", "extension_error", "build_info", "CAUSAL_NONE", "CAUSAL_TOP_LEFT", "CAUSAL_BOTTOM_RIGHT",
     "activate", "deactivate",
 }
 CALLS = [pytest.param(name, call, id=f"{name}-{call.id}") for name, calls in TENSOR_FUNCTIONS.items() for call in calls]

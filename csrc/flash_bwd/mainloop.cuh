@@ -123,14 +123,16 @@ __global__ void __launch_bounds__(Traits::kNThreads, kVarlen ? 1 : 0)
   const int n0 = n_block * kBlockN;
 
   // The sequence's geometry: the parameters when dense; packed, its own lengths, causal offset and
-  // first rows, read from cu_seqlens and kept in shared memory (varlen.cuh). Every thread writes
-  // the same values, so its own reads need no barrier. A key block past its sequence's keys has
-  // no dK/dV row to write and adds to no dQ: it stops here (it also holds no deterministic ticket
-  // any other block waits for: those wait only on key blocks with keys).
+  // first rows, read from cu_seqlens and kept in shared memory (varlen.cuh). Thread 0 writes it
+  // and a barrier publishes it (every thread writing the same values and reading them back without
+  // one is a data race under CUDA's memory model; racecheck reported it). A key block past its
+  // sequence's keys has no dK/dV row to write and adds to no dQ: it stops here, on the published
+  // copy, so the whole block leaves together (it also holds no deterministic ticket any other
+  // block waits for: those wait only on key blocks with keys).
   if constexpr (kVarlen) {
-    const BwdSeq seq = bwd_seq(p, batch);
-    if (n0 >= seq.seqlen_k) return;
-    bwd_seq_smem() = seq;
+    if (threadIdx.x == 0) bwd_seq_smem() = bwd_seq(p, batch);
+    __syncthreads();
+    if (n0 >= bwd_seq_smem().seqlen_k) return;
   }
   auto seqlen_q = [&]() -> int {
     if constexpr (kVarlen) return bwd_seq_smem().seqlen_q;

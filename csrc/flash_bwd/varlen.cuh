@@ -17,6 +17,7 @@
 // [B, Hq, ceil(max_seqlen_q / kBlockM)]: query block m of sequence b, as dense.
 #pragma once
 
+#include "../flash_fwd/tile_scheduler.cuh"
 #include "params.h"
 
 namespace flashattn {
@@ -31,10 +32,10 @@ struct BwdSeq {
 
 __device__ __forceinline__ BwdSeq bwd_seq(const BwdParams& p, int batch) {
   BwdSeq s;
-  s.q_row0 = __ldg(p.cu_seqlens_q + batch);
-  s.seqlen_q = __ldg(p.cu_seqlens_q + batch + 1) - s.q_row0;
-  s.k_row0 = __ldg(p.cu_seqlens_k + batch);
-  s.seqlen_k = __ldg(p.cu_seqlens_k + batch + 1) - s.k_row0;
+  // Clamped into the packed tensors as the forward's (packed_span): bad offsets cannot move a
+  // load or a store outside q, k, v, dO, lse, dpsum, dq_accum, dk or dv.
+  packed_span(p.cu_seqlens_q, batch, p.total_q, s.q_row0, s.seqlen_q);
+  packed_span(p.cu_seqlens_k, batch, p.total_k, s.k_row0, s.seqlen_k);
   s.causal_offset = p.mask_top_left ? 0 : s.seqlen_k - s.seqlen_q;
   // A sequence longer than max_seqlen_q breaks the caller's contract (the forward's grid, sized by
   // the bound, left its later rows unwritten); the walk stays inside the bound, where the

@@ -52,15 +52,18 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
   const int m0 = tile.m_block * kBlockM;
 
   // Packed batches: the sequence's geometry (fwd_seq), kept in shared memory and read back there
-  // by the loop and the epilogue (every thread writes the same values: no barrier is needed before
-  // its own reads); held in registers across the loop, the D=128 kernel spills. The dense flavour
-  // never touches it, and it takes no shared memory there.
+  // by the loop and the epilogue; held in registers across the loop, the D=128 kernel spills. One
+  // thread writes it and a barrier publishes it: every thread storing the same values and reading
+  // them back unsynchronized is a data race under CUDA's memory model (compute-sanitizer's
+  // racecheck reported it), whatever the values. The exit test reads the published copy, so the
+  // whole block leaves together and no thread is left waiting at a later barrier. The dense
+  // flavour never touches it, and it takes no shared memory there.
   __shared__ FwdSeq seq_smem;
   if constexpr (kVarlen) {
-    const FwdSeq seq = fwd_seq(p, tile.batch);
+    if (threadIdx.x == 0) seq_smem = fwd_seq(p, tile.batch);
+    __syncthreads();
     // The grid covers the longest sequence; shorter ones' surplus blocks stop here.
-    if (m0 >= seq.seqlen_q) return;
-    seq_smem = seq;
+    if (m0 >= seq_smem.seqlen_q) return;
   }
   // The sequence's lengths and mask alignment, read where used: the parameters when dense.
   auto seqlen_q = [&] {

@@ -38,12 +38,23 @@ struct FwdSeq {
   int k_row0;         // first packed row of the sequence in k / v
 };
 
+// Sequence b's rows [row0, row0 + len) of a packed tensor of `total` rows, from cu_seqlens on the
+// device, clamped into the tensor: the host never reads cu_seqlens (that would synchronize), so a
+// caller's bad offsets (decreasing, negative, or past the packed rows) must not make a kernel read
+// or write outside the tensors it was given. row0 is clamped into [0, total] and the end into
+// [row0, total]: a decreasing pair gives an empty sequence, an end past the tensor a shorter one.
+// Two min/max per offset; for offsets that keep the contract (0 <= cu[b] <= cu[b+1] <= total)
+// the same rows. Rows of sequences that overlap under bad offsets are written by both (in bounds;
+// their values unspecified): docs/varlen.md, "Bad offsets".
+__device__ __forceinline__ void packed_span(const int* cu, int b, int total, int& row0, int& len) {
+  row0 = min(max(__ldg(cu + b), 0), total);
+  len = min(max(__ldg(cu + b + 1), row0), total) - row0;
+}
+
 __device__ __forceinline__ FwdSeq fwd_seq(const FwdParams& p, int batch) {
   FwdSeq s;
-  s.q_row0 = __ldg(p.cu_seqlens_q + batch);
-  s.seqlen_q = __ldg(p.cu_seqlens_q + batch + 1) - s.q_row0;
-  s.k_row0 = __ldg(p.cu_seqlens_k + batch);
-  s.seqlen_k = __ldg(p.cu_seqlens_k + batch + 1) - s.k_row0;
+  packed_span(p.cu_seqlens_q, batch, p.total_q, s.q_row0, s.seqlen_q);
+  packed_span(p.cu_seqlens_k, batch, p.total_k, s.k_row0, s.seqlen_k);
   s.causal_offset = p.mask_top_left ? 0 : s.seqlen_k - s.seqlen_q;
   return s;
 }
