@@ -54,10 +54,10 @@ run_tool synccheck --tool synccheck -- "${py[@]}" --only dense,varlen,decode --q
 # with TMA, and initcheck reports every later read of it (the backward's preprocess) as
 # uninitialized; until lab/initcheck_tma.cu's evidence is recorded (docs/sanitizer.md), that run
 # is logged and counted here but does not fail the script. No report is filtered out of any log.
-SANITIZE_BACKENDS=portable run_tool initcheck --tool initcheck --track-unused-memory no -- \
+SANITIZE_BACKENDS=portable run_tool initcheck --tool initcheck -- \
   "${py[@]}" --only dense,varlen,decode --quick
 gated=$failed
-SANITIZE_BACKENDS=auto run_tool initcheck_hopper_fwd --tool initcheck --track-unused-memory no -- \
+SANITIZE_BACKENDS=auto run_tool initcheck_hopper_fwd --tool initcheck -- \
   "${py[@]}" --only dense --quick
 [ $failed -gt $gated ] && echo "initcheck_hopper_fwd: not gated (TMA stores, docs/sanitizer.md)" | tee -a "$LOGS/summary.txt"
 failed=$gated
