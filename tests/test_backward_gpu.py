@@ -375,6 +375,27 @@ def test_deterministic_backward_is_bitwise_reproducible(d: int, mode: int, backe
     measure(f"dq elements differing bitwise, default vs deterministic mode, D={d} {MODE_IDS[mode]}", differ)
 
 
+@pytest.mark.parametrize("mode", [NONE, TOP_LEFT, BOTTOM_RIGHT], ids=["full", "causal-top-left", "causal-bottom-right"])
+def test_deterministic_backward_with_more_key_blocks_than_sms_finishes(mode: int, backend: str, device: torch.device) -> None:
+    """A key block's dQ ticket waits for other CTAs of its head: with more key blocks than the GPU
+    holds CTAs at once, an order the launch order does not follow never finishes. Sk spans
+    2 x (SMs + 8) blocks of 128 keys; the result is right and equal to a second run bitwise."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    sk = 2 * (sms + 8) * 128 + 37
+    spec = AttentionSpec(1, 200, sk, 1, 1, 64, torch.bfloat16, mode, None, Layout("contiguous"), Layout("contiguous"), 1.0, 11)
+    x = spec.make(device)
+    dout = make_dout(x, "contiguous", 3)
+    runs = []
+    for _ in range(2):
+        with backward_mode(True):
+            flashattn.set_deterministic(True)
+            runs.append(op_grads(x, dout, backend))
+            finished_within(60, f"deterministic backward, Sk = {sk}, backend {backend}")
+    for name, got, want in zip(("dq", "dk", "dv"), runs[1], runs[0]):
+        assert_bitwise_equal(got, want, f"{name}, run 2 vs run 1")
+    check(runs[0], x, dout, f"backend {backend}, deterministic, Sk = {sk}")
+
+
 WINDOW_DETERMINISM = [
     # (mode, Sq, Sk, window, softcap): many key blocks per query block, and query blocks whose
     # first key block is not block 0 (a left window edge)

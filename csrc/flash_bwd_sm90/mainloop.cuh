@@ -92,8 +92,12 @@ struct BwdBlock {
 template <typename Traits>
 __device__ __forceinline__ BwdBlock bwd_block(const BwdParams& p, int num_n_blocks) {
   BwdBlock b;
-  // Key blocks vary fastest (neighbouring CTAs share their Q/dO reads in L2), as in the portable kernel.
-  b.n_block = static_cast<int>(blockIdx.x % num_n_blocks);
+  // Key blocks vary fastest (neighbouring CTAs share their Q/dO reads in L2), as in the portable
+  // kernel: the first key block first (under a causal mask the one with the most query blocks),
+  // but the last one first in deterministic mode, whose tickets count down from the last key block
+  // (bwd_sm90_dq_writer): a CTA only ever waits for CTAs launched before it, which therefore run.
+  const int idx = static_cast<int>(blockIdx.x % num_n_blocks);
+  b.n_block = p.dq_semaphore != nullptr ? num_n_blocks - 1 - idx : idx;
   const int bh = static_cast<int>(blockIdx.x / num_n_blocks);
   b.head_kv = bh % p.heads_kv;
   b.batch = bh / p.heads_kv;
@@ -192,6 +196,7 @@ __device__ __forceinline__ void bwd_sm90_dq_writer(const Sm90BwdParams& kp, cons
       // they reach it: key block n starts at its own first visible query block, so under a causal
       // mask the later key blocks arrive first and key block 0 last (ascending order made every
       // key block wait for block 0's walk down the whole diagonal: 1.6-2.4x the default's time).
+      // It is also the launch order in this mode (bwd_block), so the awaited CTAs are running.
       const int m_last_row = (m_block + 1) * Traits::kBlockM - 1;
       const int n_last =
           p.causal ? min(kp.num_n_blocks - 1, (m_last_row + p.causal_offset) / Traits::kBlockN) : kp.num_n_blocks - 1;
