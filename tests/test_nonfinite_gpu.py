@@ -2,14 +2,14 @@
 Hopper, default and deterministic), the packed batch's forward and backward, and the paged decode
 path, the pattern of NaN in outputs and gradients equals torch SDPA's on the same, unpacked inputs.
 
-The reference is torch's fused SDPA (its FlashAttention-2 kernels) in the inputs' own dtype, not
-the math backend: a fused kernel and the math softmax disagree by construction on where a
-non-finite key spreads. The math softmax of a score row holding NaN is NaN everywhere, and its
-backward carries that into every gradient the row touches; a FlashAttention-style online softmax takes the row
+The reference is torch's fused SDPA (its FlashAttention-2 kernels) in the inputs' own dtype, not the
+math backend: a fused kernel and the math softmax disagree by construction on where a non-finite key
+spreads. The math softmax of a score row holding NaN is NaN everywhere, and its backward carries
+that into every gradient the row touches; a FlashAttention-style online softmax takes the row
 maximum with fmax (which drops NaN) and gives a -inf score the probability 0, so the same input
-leaves different entries NaN. The issue asks for the pattern of the attention we implement, and
-the fused kernel is that definition; where it cannot run (no CUDA, or a GPU or build of torch
-without it) the comparison is skipped, not replaced by another kernel.
+leaves different entries NaN. The issue asks for the pattern of the attention we implement, and the
+fused kernel is that definition; where it cannot run (no CUDA, or a GPU or build of torch without
+it) the comparison is skipped, not replaced by another kernel.
 
 Placement: the non-finite value sits where every query row can see it (the last query row, which
 under bottom-right causal masking sees every key, or key/value row 0), so that which tiles a kernel
