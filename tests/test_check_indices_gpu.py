@@ -128,10 +128,10 @@ GOOD_TABLE = [[0, 1, 2, 3], [4, 5, 6, 7]]
 # (id, paged, cache_seqlens, seqused_k, block_table, new rows, message of the checked mode)
 DECODE_CASES = [
     ("seqlens-negative", False, [-3, 10], None, None, 2, r"cache_seqlens\[b\] must be in \[0, Sk_max - Sq_new = 64 - 2\], got cache_seqlens\[0\] = -3"),
-    ("seqlens-append-past-cache", False, [63, 70], None, None, 2, r"got cache_seqlens\[0\] = 63"),
-    ("seqlens-huge", False, [2**31 - 1, 5], None, None, 2, r"got cache_seqlens\[0\] = 2147483647"),
+    ("seqlens-append-past-cache", False, [63, 70], None, None, 2, r"cache_seqlens\[b\] must be in \[0, Sk_max - Sq_new = 64 - 2\], got cache_seqlens\[0\] = 63"),
+    ("seqlens-huge", False, [2**31 - 1, 5], None, None, 2, r"cache_seqlens\[b\] must be in \[0, Sk_max - Sq_new = 64 - 2\], got cache_seqlens\[0\] = 2147483647"),
     ("seqused-k-past-cache", False, [10, 10], [100, 5], None, 0, r"seqused_k\[b\] must be in \[0, Sk_max = 64\], got seqused_k\[0\] = 100"),
-    ("paged-seqlens-append-past-cache", True, [62, 70], None, GOOD_TABLE, 3, r"got cache_seqlens\[0\] = 62"),
+    ("paged-seqlens-append-past-cache", True, [62, 70], None, GOOD_TABLE, 3, r"cache_seqlens\[b\] must be in \[0, Sk_max - Sq_new = 64 - 3\], got cache_seqlens\[0\] = 62"),
     ("paged-table-minus-one", True, [20, 40], None, [[0, -1, -1, -1], [4, 5, 6, -1]], 1, r"block_table\[0, 1\] = -1 is outside the page pool \[0, num_pages = 9\)"),
     ("paged-table-past-pool", True, [5, 50], None, [[0, 1, 2, 3], [4, 5, 6, 12]], 0, r"block_table\[1, 3\] = 12 is outside the page pool"),
     ("paged-append-on-bad-page", True, [31, 3], None, [[0, 1, 9, 3], [4, 5, 6, 7]], 2, r"block_table\[0, 2\] = 9 is outside the page pool"),

@@ -1,14 +1,19 @@
 """NaN and inf inputs (issue 25): through the dense forward and every backward (portable and
 Hopper, default and deterministic), the packed batch's forward and backward, and the paged decode
-path, the pattern of NaN in outputs and gradients equals torch SDPA's on the same, unpacked inputs
-(the math backend in float32, so that the reference's pattern is the definition, not another
-fused kernel's).
+path, the pattern of NaN in outputs and gradients equals torch SDPA's on the same, unpacked inputs.
+
+The reference is torch's fused SDPA (its FlashAttention-2 kernels) in the inputs' own dtype, not the
+math backend: a fused kernel and the math softmax disagree by construction on where a non-finite key
+spreads. The math softmax of a score row holding NaN is NaN everywhere, and its backward carries
+that into every gradient the row touches; a FlashAttention-style online softmax takes the row
+maximum with fmax (which drops NaN) and gives a -inf score the probability 0, so the same input
+leaves different entries NaN. The issue asks for the pattern of the attention we implement, and the
+fused kernel is that definition; where it cannot run (no CUDA, or a GPU or build of torch without
+it) the comparison is skipped, not replaced by another kernel.
 
 Placement: the non-finite value sits where every query row can see it (the last query row, which
-under bottom-right causal masking sees every key, or key/value row 0), because the math backend
-spreads a row's NaN onto the keys its mask hides (its softmax of a NaN row is NaN everywhere, even
-where masked), which fused kernels that skip masked tiles do not; with this placement both
-definitions agree, and that difference is not what this checks.
+under bottom-right causal masking sees every key, or key/value row 0), so that which tiles a kernel
+skips under the causal mask does not decide the pattern.
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.backends.cuda import SDPAParams, can_use_flash_attention, is_flash_attention_available
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.bias import causal_lower_right
 
 import flashattn
 from gpu_helpers import backward_mode
@@ -49,22 +56,30 @@ def poison(tensors: dict, name: str, row: int, value: float) -> None:
 
 
 def sdpa_reference(q, k, v, dout, causal: bool):
-    """Math SDPA in float32 on [B, S, H, D] tensors (GQA by repeating k/v heads), bottom-right
+    """torch's fused SDPA (FLASH_ATTENTION) in the inputs' dtype on [B, S, H, D] tensors, GQA by
+    repeating k/v heads (the gradient of the repeat sums each group, as our kernels do), bottom-right
     causal; returns out, dq, dk, dv in [B, S, H, D]."""
-    qf, kf, vf = (t.detach().float().requires_grad_() for t in (q, k, v))
+    if q.device.type != "cuda" or not is_flash_attention_available():
+        pytest.skip("torch's fused SDPA (FLASH_ATTENTION) is not available here, and it is the reference")
+    qf, kf, vf = (t.detach().clone().requires_grad_() for t in (q, k, v))
     group = q.shape[2] // k.shape[2]
     qt = qf.transpose(1, 2)
     kt = kf.transpose(1, 2).repeat_interleave(group, 1)
     vt = vf.transpose(1, 2).repeat_interleave(group, 1)
-    mask = None
-    if causal:
-        sq, sk = q.shape[1], k.shape[1]
-        i = torch.arange(sq, device=q.device)[:, None]
-        j = torch.arange(sk, device=q.device)[None, :]
-        mask = j <= i + (sk - sq)
-    with sdpa_kernel(SDPBackend.MATH):
-        out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask).transpose(1, 2)
-    dq, dk, dv = torch.autograd.grad(out, (qf, kf, vf), dout.float())
+    sq, sk = q.shape[1], k.shape[1]
+    # SDPA's is_causal is top-left; where the lengths differ, causal_lower_right is the bottom-right
+    # mask, and SDPA hands it to the same flash kernel (with only FLASH_ATTENTION enabled, never to
+    # another one: it raises instead).
+    mask = causal_lower_right(sq, sk) if causal and sq != sk else None
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        if not can_use_flash_attention(SDPAParams(qt, kt, vt, None, 0.0, causal and mask is None, False), True):
+            pytest.skip("torch's FLASH_ATTENTION SDPA does not take these inputs here (the warning says why)")
+        if mask is not None:
+            out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask)
+        else:
+            out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+    out = out.transpose(1, 2)
+    dq, dk, dv = torch.autograd.grad(out, (qf, kf, vf), dout)
     return out, dq, dk, dv
 
 
