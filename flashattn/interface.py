@@ -73,7 +73,7 @@ def _check_tensor(name: str, t, rank_min: int) -> None:
     if t.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"{name}.dtype must be torch.float16 or torch.bfloat16, got {t.dtype}")
     if not t.is_cuda:  # (not t.device.type: that builds a device object, ~0.3 us per tensor per call)
-        raise ValueError(f"{name} must be on a CUDA device, got device {t.device}")
+        raise _ext.not_on_cuda(name, t)
     if t.shape[-1] > 1 and t.stride(-1) != 1:
         raise ValueError(
             f"{name} must have a contiguous last dimension (stride(-1) == 1), got strides {tuple(t.stride())}"
