@@ -22,8 +22,9 @@ def set_backend(name: str) -> None:
     """Choose the forward path: "auto" (Hopper path on sm90 where it applies), "portable"
     (mma.sync, every sm80+ GPU), or "hopper". Also settable with FLASHATTN_BACKEND.
 
-    The backward has one path today: the portable kernels differentiate every backend's forward
-    (the gradients do not depend on the path the forward took)."""
+    The backward follows the same switch: "auto" and "hopper" run the Hopper backward on an sm90
+    build for the calls it covers (docs/api.md, Training), every other call the portable one. The
+    gradients do not depend on the path the forward took."""
     global _backend
     if name not in _ops.BACKENDS:
         raise ValueError(f"backend must be one of {_ops.BACKENDS}, got {name!r}")
