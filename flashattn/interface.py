@@ -22,8 +22,9 @@ def set_backend(name: str) -> None:
     """Choose the forward path: "auto" (Hopper path on sm90 where it applies), "portable"
     (mma.sync, every sm80+ GPU), or "hopper". Also settable with FLASHATTN_BACKEND.
 
-    The backward has one path today: the portable kernels differentiate every backend's forward
-    (the gradients do not depend on the path the forward took)."""
+    The backward follows the same switch: "auto" and "hopper" run the Hopper backward on an sm90
+    build for the calls it covers (docs/api.md, Training), every other call the portable one. The
+    gradients do not depend on the path the forward took."""
     global _backend
     if name not in _ops.BACKENDS:
         raise ValueError(f"backend must be one of {_ops.BACKENDS}, got {name!r}")
@@ -106,7 +107,7 @@ def _check_tensor(name: str, t, rank_min: int) -> None:
     if t.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"{name}.dtype must be torch.float16 or torch.bfloat16, got {t.dtype}")
     if not t.is_cuda:  # (not t.device.type: that builds a device object, ~0.3 us per tensor per call)
-        raise ValueError(f"{name} must be on a CUDA device, got device {t.device}")
+        raise _ext.not_on_cuda(name, t)
     if t.shape[-1] > 1 and t.stride(-1) != 1:
         raise ValueError(
             f"{name} must have a contiguous last dimension (stride(-1) == 1), got strides {tuple(t.stride())}"

@@ -31,7 +31,7 @@ def _meta(name: str, t) -> tuple[torch.Size, tuple[int, ...]]:
     if t.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"{name}.dtype must be torch.float16 or torch.bfloat16, got {t.dtype}")
     if not t.is_cuda:
-        raise ValueError(f"{name} must be on a CUDA device, got device {t.device}")
+        raise _ext.not_on_cuda(name, t)
     stride = t.stride()
     if shape[3] > 1 and stride[3] != 1:
         raise ValueError(f"{name} must have a contiguous last dimension (stride(-1) == 1), got strides {stride}")

@@ -82,6 +82,21 @@ def test_calls_without_extension_say_how_to_build_it() -> None:
         flashattn.flash_attn_func(fake(1, 4, 2, 64), fake(1, 4, 2, 64), fake(1, 4, 2, 64))
 
 
+@pytest.mark.skipif(flashattn.extension_available(), reason="the extension is built here")
+@pytest.mark.parametrize("call", ["sdpa", "kvcache"])
+def test_cpu_tensors_without_extension_say_the_extension_first(call: str) -> None:
+    """A first call with CPU tensors on a machine without kernels: the message leads with the
+    missing extension (what the user must fix first) and still names the argument's device."""
+    q = torch.zeros(1, 4, 2, 64, dtype=F16)
+    fn = {"sdpa": lambda: flashattn.scaled_dot_product_attention(q, q, q),
+          "kvcache": lambda: flashattn.flash_attn_with_kvcache(q, q, q)}[call]
+    with pytest.raises(ValueError) as info:
+        fn()
+    msg = str(info.value)
+    assert msg.startswith("the flashattn CUDA extension is not built (") and "pip install" in msg, msg
+    assert msg.endswith(("query must be on a CUDA device, got device cpu", "q must be on a CUDA device, got device cpu"))
+
+
 # ---- fake kernel and the layouts handed to the op -----------------------------------------------
 
 

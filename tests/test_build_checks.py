@@ -7,9 +7,11 @@ These run in CI on a CPU machine with nvcc. They are what keeps the earlier atte
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -35,20 +37,45 @@ needs_nvcc = pytest.mark.skipif(
 )
 
 
+def _tell(config: pytest.Config, line: str) -> None:
+    """A line on the terminal now, whatever the capture mode: the check below runs for minutes
+    (about 7 on 2 cores) inside one test, which would otherwise sit on a single `.`."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
+        reporter.write_line(f"build checks: {line}")
+
+
 @pytest.fixture(scope="module")
-def resource_report(tmp_path_factory) -> dict:
-    """One run of tools/check_resources.py over every kernel x {sm_80, sm_89, sm_90a}."""
+def resource_report(tmp_path_factory, pytestconfig) -> dict:
+    """One run of tools/check_resources.py over every kernel x {sm_80, sm_89, sm_90a}, its progress
+    reported about every 10% of the compiles."""
     if not HAVE_NVCC:
         pytest.fail(f"nvcc not found at {NVCC}, and FLASHATTN_REQUIRE_NVCC=1")
     out = tmp_path_factory.mktemp("resources") / "report.json"
-    r = subprocess.run(
-        [sys.executable, str(TOOLS / "check_resources.py"), "--nvcc", NVCC, "--json", str(out)],
-        capture_output=True,
-        text=True,
-    )
+    cmd = [sys.executable, str(TOOLS / "check_resources.py"), "--nvcc", NVCC, "--json", str(out), "--progress"]
+    log: list[str] = []
+    next_report = 0.1
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as p:
+        assert p.stdout is not None
+        for line in p.stdout:
+            m = re.match(r"progress: (\d+)/(\d+) (\d+) ", line)
+            if m is None:
+                log.append(line)
+                continue
+            done, total, secs = map(int, m.groups())
+            if done == 1:
+                _tell(pytestconfig, f"{total} compiles (kernel files x targets) with nvcc -Xptxas -v, "
+                      f"{os.cpu_count()} at a time (tools/check_resources.py)")
+            if done / total >= next_report or done == total:
+                eta = f", about {secs * (total - done) / done / 60:.0f} min left" if done < total else ""
+                _tell(pytestconfig, f"{done}/{total} compiled in {secs} s{eta}")
+                next_report = done / total + 0.1
     report = json.loads(out.read_text()) if out.exists() else {}
-    report["returncode"] = r.returncode
-    report["log"] = r.stdout + r.stderr
+    report["returncode"] = p.returncode
+    report["log"] = "".join(log)
     return report
 
 

@@ -283,8 +283,12 @@ def test_cuda_from_wheels_lays_out_a_toolkit(tmp_path):
 
 def test_ci_run_builds_the_image_and_runs_the_suite_inside():
     text = (ROOT / ".ci" / "run").read_text()
-    # Part 1 stays: the README's test command on the machine, nvcc check required.
-    assert "export FLASHATTN_REQUIRE_NVCC=1" in text and re.search(r'^"\$PY" -m pytest$', text, re.M)
+    # Part 1: the README's two commands, read from README.md, verbatim in a fresh venv; the nvcc
+    # check required; nothing installed by hand before them.
+    assert "tools/readme_commands.py README.md" in text and '"$PY" -m venv "$work/venv"' in text
+    assert 'retry in_venv "${readme_cmds[0]}"' in text and re.search(r'^in_venv "\$\{readme_cmds\[1\]\}"$', text, re.M)
+    assert text.index("export FLASHATTN_REQUIRE_NVCC=1") < text.index('in_venv "${readme_cmds[1]}"')
+    assert "pip install" not in text.split("# --- 2. the container")[0].split("set -euo pipefail")[1]
     assert "bash tools/ci_static.sh" in text
     # Part 2: engine, base, image (13.0 flavour from the package index, sm_89 + sm_90a), run.
     assert "docker.io" in text and "debootstrap" in text
@@ -341,7 +345,9 @@ def test_cpu_workflow_runs_ci_run_on_ubuntu():
     (job,) = wf["jobs"].values()
     assert job["runs-on"] == "ubuntu-latest"
     assert "bash .ci/run" in _run_text(job)
-    assert "download.pytorch.org/whl/cpu" in _run_text(job)  # not a multi-GB CUDA torch
+    # .ci/run's README install gets the CPU torch (not a multi-GB CUDA build) from PyTorch's CPU index.
+    assert job["env"]["PIP_EXTRA_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
+    assert job["env"]["FLASHATTN_CI_TORCH"].endswith("+cpu")
 
 
 def test_gpu_workflow_matrix_and_steps():

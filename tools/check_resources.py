@@ -10,6 +10,7 @@
    shared memory fits the target's per-block limit (L4/sm89: 99 KB).
 
 usage: tools/check_resources.py [--nvcc PATH] [--archs sm_80,sm_89,sm_90a] [--jobs N] [--only PATH_PART] [--json OUT]
+                               [--progress]
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
@@ -173,6 +175,8 @@ def main() -> int:
                     "PTXAS -v -arch=sm_XX assembles it (e.g. CUDA 12.8's ptxas from the nvidia-cuda-nvcc-cu12 wheel)")
     ap.add_argument("--ptx-isa", help="with --ptxas: lower the PTX .version directive to this ISA (e.g. 8.7 for "
                     "CUDA 12.8) when nvcc emits a newer one; ptxas rejects any feature the lower ISA lacks")
+    ap.add_argument("--progress", action="store_true", help="print a line 'progress: DONE/TOTAL SECONDS ARCH SOURCE' "
+                    "to stderr as each compile ends (the whole check takes minutes on 2 cores)")
     args = ap.parse_args()
     if args.ptx_isa and not args.ptxas:
         ap.error("--ptx-isa needs --ptxas")
@@ -190,8 +194,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as outdir, cf.ThreadPoolExecutor(args.jobs) as pool:
         futs = [pool.submit(compile_one, args.nvcc, s, a, outdir, args.ptxas, args.ptx_isa)
                 for s in sources for a in archs]
-        for f in cf.as_completed(futs):
+        t0 = time.monotonic()
+        for done, f in enumerate(cf.as_completed(futs), 1):
             src, arch, rc, out = f.result()
+            if args.progress:
+                print(f"progress: {done}/{len(futs)} {time.monotonic() - t0:.0f} {arch} {src}", file=sys.stderr, flush=True)
             if rc != 0:
                 failures.append(f"{src} [{arch}] failed to compile:\n{out}")
             for k in parse_ptxas(out):
