@@ -64,7 +64,7 @@ bool aligned16(const void* ptr, int64_t batch_stride, int64_t row_stride, int64_
 int supported_launcher(const BwdParams& p, const DeviceLimits& dev) {
   if (dev.cc_major != 9 || dev.cc_minor != 0) return -1;
   if (p.head_dim < 8 || p.head_dim > 128 || p.head_dim % 8 != 0) return -1;
-  if (p.has_window() || p.softcap != 0.f) return -1;
+  if (p.softcap != 0.f) return -1;
   if (p.batch < 1 || p.seqlen_q < 1 || p.seqlen_k < 1 || p.heads_q < 1 || p.heads_kv < 1) return -1;
   if (p.heads_q % p.heads_kv != 0) return -1;
   if (!aligned16(p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride) ||

@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../common/mask.cuh"
 #include "../common/softmax_math.cuh"
 #include "../flash_bwd/params.h"
 #include "../flash_fwd/ptx.cuh"
@@ -103,10 +104,12 @@ __device__ __forceinline__ BwdBlock bwd_block(const BwdParams& p, int num_n_bloc
   b.batch = bh / p.heads_kv;
   b.group = p.heads_q / p.heads_kv;
   b.n0 = b.n_block * Traits::kBlockN;
-  // Query blocks that see a key of this block: rows i with i + causal_offset >= n0.
-  b.m_begin = p.causal ? max(0, b.n0 - p.causal_offset) / Traits::kBlockM : 0;
-  const int m_end = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
-  b.m_steps = max(0, m_end - b.m_begin);
+  // Query blocks that see a key of this block (the causal mask and local window of
+  // ../common/mask.cuh: one contiguous range).
+  const QueryBlocks qb = query_blocks(make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right), b.n0,
+                                      min(b.n0 + Traits::kBlockN, p.seqlen_k), p.seqlen_q, Traits::kBlockM);
+  b.m_begin = qb.m_begin;
+  b.m_steps = qb.m_end - qb.m_begin;
   b.steps = b.m_steps * b.group;
   return b;
 }
@@ -191,17 +194,18 @@ __device__ __forceinline__ void bwd_sm90_dq_writer(const Sm90BwdParams& kp, cons
     mbar_wait(sm.dq_full(), t & 1);
     int* ticket = nullptr;
     if (p.dq_semaphore != nullptr) {
-      // Deterministic: the key blocks that see this query block are 0..n_last (m_begin grows with
-      // the key block); they add in descending order, n_last first. That is the order in which
-      // they reach it: key block n starts at its own first visible query block, so under a causal
-      // mask the later key blocks arrive first and key block 0 last (ascending order made every
-      // key block wait for block 0's walk down the whole diagonal: 1.6-2.4x the default's time).
-      // It is also the launch order in this mode (bwd_block), so the awaited CTAs are running.
-      const int m_last_row = (m_block + 1) * Traits::kBlockM - 1;
-      const int n_last =
-          p.causal ? min(kp.num_n_blocks - 1, (m_last_row + p.causal_offset) / Traits::kBlockN) : kp.num_n_blocks - 1;
+      // Deterministic: the key blocks that see this query block are [n_begin, n_end) of
+      // key_blocks() (exactly those whose query_blocks() range holds it: mask.cuh); they add in
+      // descending order, the last first. That is the order in which they reach it: key block n
+      // starts at its own first visible query block, so under a causal mask the later key blocks
+      // arrive first and the first one last (ascending order made every key block wait for block
+      // 0's walk down the whole diagonal: 1.6-2.4x the default's time). It is also the launch
+      // order in this mode (bwd_block), so the awaited CTAs are running.
+      const int m0 = m_block * Traits::kBlockM;
+      const KeyBlocks kb = key_blocks(make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right), m0,
+                                      min(m0 + Traits::kBlockM, p.seqlen_q), Traits::kBlockN);
       ticket = p.dq_semaphore + tile;
-      while (*reinterpret_cast<volatile int*>(ticket) != n_last - blk.n_block) {
+      while (*reinterpret_cast<volatile int*>(ticket) != kb.n_end - 1 - blk.n_block) {
       }
       __threadfence();
     }
@@ -288,6 +292,8 @@ __device__ __forceinline__ void bwd_sm90_consumer(const BwdParams& p, const BwdS
   const float scale_log2 = p.scale_log2;
   constexpr float kLog2e = 1.4426950408889634f;
   const bool keys_partial = n0 + Traits::kBlockN > p.seqlen_k;
+  const KeyWindow window = make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right);
+  const bool has_mask = window.has_lo || window.has_hi;
 
   if (blk.steps > 0) mbar_wait(sm.kv_full(), 0);
 
@@ -336,12 +342,14 @@ __device__ __forceinline__ void bwd_sm90_consumer(const BwdParams& p, const BwdS
     for (int j = 0; j < kAhead; ++j) load2(lse2[j], lse_s + j * 32);
     wgmma_wait<1>();
     reg_fence(s);
-    // Key row 8 h of this thread is visible to queries [qmin[h], Sq) (none when past Sk).
-    int qmin[2];
+    // Key row 8 h of this thread is visible to queries [qmin[h], qmax[h]] (none when past Sk):
+    // lo(i) <= key < hi(i) of mask.cuh, solved for the query i.
+    int qmin[2], qmax[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int key = n0 + wg * 64 + acc_row + 8 * h;
-      qmin[h] = key >= p.seqlen_k ? INT_MAX : p.causal ? key - p.causal_offset : INT_MIN;
+      qmin[h] = key >= p.seqlen_k ? INT_MAX : window.has_hi ? key - window.hi_shift + 1 : INT_MIN;
+      qmax[h] = window.has_lo ? key - window.lo_shift : INT_MAX;
     }
     const int q_end = p.seqlen_q - m0;  // in-block query columns < q_end exist
 #pragma unroll
@@ -357,7 +365,7 @@ __device__ __forceinline__ void bwd_sm90_consumer(const BwdParams& p, const BwdS
           float pv = ex2(s[4 * j + 2 * h + e] * scale_log2 - lse2[j][e]);
           if constexpr (kMasked) {
             const int col = 8 * j + acc_col + e;
-            if (col >= q_end || m0 + col < qmin[h]) pv = 0.f;
+            if (col >= q_end || m0 + col < qmin[h] || m0 + col > qmax[h]) pv = 0.f;
           }
           s[4 * j + 2 * h + e] = pv;
         }
@@ -433,12 +441,13 @@ __device__ __forceinline__ void bwd_sm90_consumer(const BwdParams& p, const BwdS
     mbar_arrive(sm.dq_full());
   };
 
-  // Under causal masking the first query blocks straddle the diagonal; later ones see every key
-  // of the block. The tail blocks of Sq and Sk are masked too.
+  // The per-element mask runs where the forward's would: query blocks that straddle the diagonal
+  // or a window edge (key_blocks().masked(): this key block not seen whole by every row), and the
+  // tail blocks of Sq and Sk.
   for (int t = 0; t < blk.steps; ++t) {
     const int m0 = blk.m0(t, kBlockM);
-    const bool masked =
-        keys_partial || m0 + kBlockM > p.seqlen_q || (p.causal && n0 + Traits::kBlockN - 1 > m0 + p.causal_offset);
+    const bool masked = keys_partial || m0 + kBlockM > p.seqlen_q ||
+                        (has_mask && key_blocks(window, m0, m0 + kBlockM, Traits::kBlockN).masked(blk.n_block));
     if (masked)
       step(t, std::true_type{});
     else
