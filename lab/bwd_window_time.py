@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""The backward of causal sliding-window attention on both paths (the op alone: portable vs the
+Hopper backward), bf16, B=1, H=16, S=16k, D 64/128, window widths 256..8192 keys, against the
+causal call without a window; ms per call and the time per useful FLOP relative to the causal call.
+usage: python lab/bwd_window_time.py"""
+
+from __future__ import annotations
+
+import torch
+import triton.testing
+
+BWD = torch.ops.flashattn.bwd.default
+FWD = torch.ops.flashattn.fwd.default
+CAUSAL_BOTTOM_RIGHT = 2
+
+
+def useful_pairs(s: int, window: int) -> float:
+    # visible (query, key) pairs of a bottom-right causal mask with a left window edge (Sq = Sk)
+    return sum(min(i + 1, window + 1) for i in range(s)) if window >= 0 else s * (s + 1) / 2
+
+
+def main() -> None:
+    s, h = 16384, 16
+    print(f"{'D':>4} {'window':>7} {'portable ms':>12} {'hopper ms':>10} {'hopper/port':>11} {'cost/FLOP vs causal (hopper)':>29}")
+    for d in (64, 128):
+        scale = d**-0.5
+        q, k, v, dout = (torch.randn(1, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        base = None
+        for window in (-1, 256, 512, 1024, 2048, 4096, 8192):
+            out, lse = FWD(q, k, v, scale, CAUSAL_BOTTOM_RIGHT, "auto", window, 0, 0.0)
+            t = {}
+            for backend in ("portable", "hopper"):
+                t[backend] = triton.testing.do_bench(
+                    lambda: BWD(dout, q, k, v, out, lse, scale, CAUSAL_BOTTOM_RIGHT, False, backend, window, 0, 0.0),
+                    warmup=30, rep=200, return_mode="median")
+            per_pair = t["hopper"] / useful_pairs(s, window)
+            if window < 0:
+                base = per_pair
+            print(f"{d:>4} {window:>7} {t['portable']:12.3f} {t['hopper']:10.3f} {t['hopper'] / t['portable']:11.2f} "
+                  f"{per_pair / base:29.2f}")
+
+
+if __name__ == "__main__":
+    main()
