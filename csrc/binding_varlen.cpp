@@ -10,9 +10,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <tuple>
 
+#include "common/unowned_rows.h"
 #include "device_limits.h"
 #include "flash_fwd/api.h"
 #include "tensor_access.h"
@@ -81,7 +83,12 @@ std::tuple<at::Tensor, at::Tensor> fwd_varlen_cuda(const at::Tensor& q_in, const
   const c10::cuda::CUDAGuard guard(q_in.device());
   at::Tensor out = at::empty({total_q, Hq, D}, q_in.options());
   at::Tensor lse = at::empty({Hq, total_q}, q_in.options().dtype(at::kFloat));
-  if (out.numel() == 0 || B == 0) return {out, lse};
+  if (out.numel() == 0) return {out, lse};
+  if (B == 0) {  // no sequence: every row is unowned
+    out.zero_();
+    lse.fill_(-std::numeric_limits<float>::infinity());
+    return {out, lse};
+  }
 
   const at::Tensor q = flashattn::aligned_or_copy(q_in), k = flashattn::aligned_or_copy(k_in),
                    v = flashattn::aligned_or_copy(v_in);
@@ -108,7 +115,16 @@ std::tuple<at::Tensor, at::Tensor> fwd_varlen_cuda(const at::Tensor& q_in, const
   p.set_mask(static_cast<CausalMode>(causal_mode), window_left, window_right);
 
   const flashattn::DeviceLimits dev = flashattn::device_limits(q.get_device());
-  const cudaError_t err = flashattn::flash_fwd_varlen(p, dev, at::cuda::getCurrentCUDAStream());
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  cudaError_t err = flashattn::flash_fwd_varlen(p, dev, stream);
+  TORCH_CHECK(err == cudaSuccess, "flashattn::fwd_varlen: kernel launch failed: ", cudaGetErrorString(err));
+  // Rows no sequence owns (padding at the end of a packed buffer): out 0 and lse -inf, as for a
+  // row that sees no key, rather than whatever memory the allocator handed out.
+  err = flashattn::fill_unowned_rows(out.data_ptr(), 1, total_q, Hq * D / 2, cu_seqlens_q.data_ptr<int>(),
+                                     static_cast<int>(B), 0u, stream);
+  if (err == cudaSuccess)
+    err = flashattn::fill_unowned_rows(lse.data_ptr(), Hq, total_q, 1, cu_seqlens_q.data_ptr<int>(), static_cast<int>(B),
+                                       0xff800000u, stream);
   TORCH_CHECK(err == cudaSuccess, "flashattn::fwd_varlen: kernel launch failed: ", cudaGetErrorString(err));
   return {out, lse};
 }

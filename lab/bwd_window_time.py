@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 import triton.testing
 
+import flashattn  # noqa: F401  (registers torch.ops.flashattn)
+
 BWD = torch.ops.flashattn.bwd.default
 FWD = torch.ops.flashattn.fwd.default
 CAUSAL_BOTTOM_RIGHT = 2

@@ -176,6 +176,28 @@ def test_lse_layout_is_heads_by_packed_rows(device: torch.device) -> None:
         torch.testing.assert_close(lse[:, q0:q1].double(), want, atol=1e-4, rtol=1e-5)
 
 
+def test_forward_rows_no_sequence_owns_are_zero(device: torch.device) -> None:
+    """cu_seqlens covering only part of the packed tensors (padding rows at the end of a packed
+    buffer, or no sequence at all): those rows of out are 0 and of lse -inf, as for a row that sees
+    no key, from NaN-poisoned memory; the owned rows are those of a call on the owned rows alone."""
+    poison_cuda_allocator()
+    torch.manual_seed(3)
+    q = torch.randn(50, 4, 64, device=device, dtype=torch.bfloat16)
+    k, v = (torch.randn(40, 2, 64, device=device, dtype=torch.bfloat16) for _ in range(2))
+    for cu_q, cu_k in (([0, 20, 41], [0, 15, 33]), ([0], [0])):
+        cq, ck = (torch.tensor(c, dtype=I32, device=device) for c in (cu_q, cu_k))
+        out, lse = flashattn.flash_attn_varlen_func(q, k, v, cq, ck, 21, 18, causal=True, return_lse=True)
+        torch.cuda.synchronize()
+        r, rk = cu_q[-1], cu_k[-1]
+        assert bool((out[r:] == 0).all()), f"out rows {r}.. of no sequence are not 0 (cu_seqlens_q {cu_q})"
+        assert bool((lse[:, r:] == float("-inf")).all()), f"lse of rows {r}.. of no sequence is not -inf"
+        if r:
+            alone, lse_alone = flashattn.flash_attn_varlen_func(q[:r], k[:rk], v[:rk], cq, ck, 21, 18, causal=True,
+                                                                return_lse=True)
+            assert_bitwise_equal(out[:r], alone, "owned rows of out")
+            assert_bitwise_equal(lse[:, :r].contiguous(), lse_alone, "owned rows of lse")
+
+
 # ---- no host synchronization: CUDA graphs, torch.compile -----------------------------------------
 
 
