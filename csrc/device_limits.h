@@ -10,7 +10,7 @@
 #include <mutex>
 #include <utility>
 
-#include "flash_fwd/params.h"
+#include "common/params.h"
 
 namespace flashattn {
 

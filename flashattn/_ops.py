@@ -13,7 +13,7 @@ import torch
 
 from . import _ext
 
-# causal_mode values shared with csrc/flash_fwd/params.h
+# causal_mode values shared with csrc/common/params.h
 CAUSAL_NONE = 0
 CAUSAL_TOP_LEFT = 1  # query i sees keys j <= i                (SDPA's is_causal)
 CAUSAL_BOTTOM_RIGHT = 2  # query i sees keys j <= i + Sk - Sq  (FlashAttention, KV cache)

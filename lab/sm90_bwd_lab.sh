@@ -11,7 +11,7 @@ BIN=${LAB_BIN:-build}
 mkdir -p "$BIN"
 if [ "$MODE" = build ] || [ ! -x "$BIN/sm90_bwd_lab" ] || [ -n "${LAB_REBUILD:-}" ]; then
   nvcc -std=c++17 -O3 --expt-relaxed-constexpr -Icsrc -gencode=arch=compute_90a,code=sm_90a -Xptxas -v \
-    lab/sm90_bwd_lab.cu csrc/flash_fwd_sm90/tma_host.cu -o "$BIN/sm90_bwd_lab" > "$BIN/sm90_bwd_lab.ptxas" 2>&1 || { cat "$BIN/sm90_bwd_lab.ptxas"; exit 4; }
+    lab/sm90_bwd_lab.cu csrc/common/sm90/tma_host.cu -o "$BIN/sm90_bwd_lab" > "$BIN/sm90_bwd_lab.ptxas" 2>&1 || { cat "$BIN/sm90_bwd_lab.ptxas"; exit 4; }
   grep -A3 "Compiling entry function.*flash_bwd_sm90_kernel" "$BIN/sm90_bwd_lab.ptxas" |
     grep -E "Compiling|registers|spill" | sed -e 's/^ptxas info *: //' -e 's/Compiling entry function //'
   grep -i "wgmma.*serializ\|Potential Performance Loss" "$BIN/sm90_bwd_lab.ptxas" || true

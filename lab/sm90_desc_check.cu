@@ -1,5 +1,5 @@
 // CPU-only cross-check of the Hopper path's hand-written shared-memory layout and wgmma matrix
-// descriptors (csrc/flash_fwd_sm90/ptx.cuh) against CuTe's canonical GMMA layouts and
+// descriptors (csrc/common/sm90/ptx.cuh) against CuTe's canonical GMMA layouts and
 // make_gmma_desc (CUTLASS 4.2.0 headers). No GPU needed; build and run:
 //   bash lab/sm90_desc_check.sh            (downloads the pinned CUTLASS wheel if needed)
 // Checks, for every config the extension instantiates (and a few more):
@@ -19,7 +19,7 @@
 #include <cute/tensor.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 
-#include "flash_fwd_sm90/ptx.cuh"
+#include "common/sm90/ptx.cuh"
 #include "flash_fwd_sm90/tile_scheduler.h"
 #include "flash_fwd_sm90/traits.h"
 

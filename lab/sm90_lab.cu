@@ -33,7 +33,7 @@
 using namespace flashattn;
 using namespace flashattn::sm90;
 
-// Host-mapped report of a stuck mbarrier wait (see mbar_wait_checked in ptx.cuh).
+// Host-mapped report of a stuck mbarrier wait (see mbar_wait_checked in csrc/common/sm90/ptx.cuh).
 static volatile int* g_hang_host = nullptr;
 static const char* wait_tag_name(int tag) {
   switch (tag) {

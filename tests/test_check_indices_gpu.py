@@ -39,7 +39,7 @@ def assert_guard_untouched(buf: torch.Tensor, rows: int, what: str) -> None:
 
 
 def clamp_spans(cu: list[int], total: int) -> list[tuple[int, int]]:
-    """The kernels' rule (packed_span in csrc/flash_fwd/tile_scheduler.cuh)."""
+    """The kernels' rule (packed_span in csrc/common/packed_span.cuh)."""
     spans = []
     for b in range(len(cu) - 1):
         r0 = min(max(cu[b], 0), total)

@@ -189,7 +189,7 @@ _PROBE = r"""
 #include <cstdio>
 #include <initializer_list>
 #include "common/mask.cuh"
-#include "flash_fwd/params.h"
+#include "common/params.h"
 using namespace flashattn;
 int main() {
   // A packed batch's host setup, then each sequence's window as the kernel forms it (fwd_seq):

@@ -36,7 +36,7 @@ _PROBE = r"""
 #include <cstdint>
 #include <initializer_list>
 #include "common/mask.cuh"
-#include "flash_fwd/params.h"
+#include "common/params.h"
 #include "flash_decode/decode_params.h"
 using namespace flashattn;
 int main() {

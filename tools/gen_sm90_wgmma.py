@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates csrc/flash_fwd_sm90/wgmma_ops.cuh: inline-PTX wrappers for the wgmma.mma_async shapes
+"""Generates csrc/common/sm90/wgmma_ops.cuh: inline-PTX wrappers for the wgmma.mma_async shapes
 the Hopper forward path uses (m64nNk16, f32 accumulators, f16/bf16 operands).
 
   WgmmaSS<Element, N>::mma(d, desc_a, desc_b, scale_d)   A and B from shared memory, both K-major
@@ -110,7 +110,7 @@ def main() -> None:
         for n in SST_N:
             out.append(sst(ctype, ptx, n))
     out += ["}  // namespace sm90", "}  // namespace flashattn", ""]
-    path = pathlib.Path(__file__).resolve().parents[1] / "csrc" / "flash_fwd_sm90" / "wgmma_ops.cuh"
+    path = pathlib.Path(__file__).resolve().parents[1] / "csrc" / "common" / "sm90" / "wgmma_ops.cuh"
     path.write_text("\n".join(out))
     print(f"wrote {path}")
 

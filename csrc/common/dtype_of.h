@@ -5,7 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "../flash_fwd/params.h"
+#include "params.h"
 
 namespace flashattn {
 

@@ -7,8 +7,8 @@
 
 #include <cstdint>
 
-#include "../flash_fwd/ptx.cuh"
-#include "params.h"
+#include "../common/bwd_params.h"
+#include "../common/ptx.cuh"
 
 namespace flashattn {
 

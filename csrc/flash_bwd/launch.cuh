@@ -4,10 +4,10 @@
 
 #include <cuda_runtime.h>
 
+#include "../common/bwd_params.h"
+#include "../common/bwd_preprocess.cuh"
 #include "convert.cuh"
 #include "mainloop.cuh"
-#include "params.h"
-#include "preprocess.cuh"
 #include "registry.h"
 #include "traits.h"
 #include "varlen.cuh"

@@ -10,7 +10,7 @@
 //   barrier
 //   B: dV += P^T dO, dK += dS^T Q
 //   C: dQ_partial = dS K, added into the float32 dq_accum (atomics; in deterministic mode after
-//      the key blocks before this one, see dq_semaphore in params.h)
+//      the key blocks before this one, see dq_semaphore in ../common/bwd_params.h)
 // The first barrier publishes this step's Q/dO and proves every warp has left the previous step's
 // phases B and C, whose P^T/dS^T buffers phase A overwrites and whose Q/dO stage the next load
 // reuses. The second publishes P^T and dS^T.
@@ -27,11 +27,11 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../common/bwd_params.h"
+#include "../common/gmem_tile.cuh"
 #include "../common/mask.cuh"
+#include "../common/ptx.cuh"
 #include "../common/softmax_math.cuh"
-#include "../flash_fwd/gmem_tile.cuh"
-#include "../flash_fwd/ptx.cuh"
-#include "params.h"
 #include "varlen.cuh"
 
 namespace flashattn {
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kVarlen ? 1 : 0)
   const int c_row0 = (warp % Traits::kCWarpsM) * (kBlockM / Traits::kCWarpsM);
   const int c_col0 = (warp / Traits::kCWarpsM) * (Traits::kHeadDim / Traits::kCChunks / Traits::kCWarpsD);
 
-  // Per-lane ldmatrix addresses (fragment layouts: ../flash_fwd/ptx.cuh and kernel.cuh):
+  // Per-lane ldmatrix addresses (fragment layouts: ../common/ptx.cuh and ../flash_fwd/kernel.cuh):
   //  A operand, row-major in smem (K, V in phase A; P^T, dS^T in phase B): row lane%16, k-half lane/16
   //  B operand stored [n][k] (Q, dO in phase A): row lane%8 + 8*(lane/16), k-half (lane/8)%2
   //  B operand stored [k][n], .trans (dO, Q in phase B; K in phase C): k-row lane%8 + 8*((lane/8)%2),

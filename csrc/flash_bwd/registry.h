@@ -5,7 +5,7 @@
 
 #include <initializer_list>
 
-#include "../flash_fwd/params.h"
+#include "../common/params.h"
 #include "traits.h"
 
 namespace flashattn {

@@ -17,8 +17,8 @@
 // [B, Hq, ceil(max_seqlen_q / kBlockM)]: query block m of sequence b, as dense.
 #pragma once
 
-#include "../flash_fwd/tile_scheduler.cuh"
-#include "params.h"
+#include "../common/bwd_params.h"
+#include "../common/packed_span.cuh"
 
 namespace flashattn {
 

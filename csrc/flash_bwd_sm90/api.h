@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "../flash_bwd/params.h"
+#include "../common/bwd_params.h"
 
 namespace flashattn {
 

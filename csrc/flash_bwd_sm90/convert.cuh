@@ -8,8 +8,8 @@
 
 #include <cstdint>
 
-#include "../flash_bwd/params.h"
-#include "../flash_fwd/ptx.cuh"
+#include "../common/bwd_params.h"
+#include "../common/ptx.cuh"
 #include "traits.h"
 
 namespace flashattn {

@@ -1,6 +1,6 @@
 // wgmma shared-memory descriptors and the dS^T store offsets of the Hopper backward kernel, as
 // plain host/device code so that lab/sm90_bwd_desc_check.cu can compare them with CuTe's
-// make_gmma_desc on the CPU. Layout forms: ../flash_fwd_sm90/ptx.cuh; tiles: traits.h.
+// make_gmma_desc on the CPU. Layout forms: ../common/sm90/ptx.cuh; tiles: traits.h.
 //
 // Each operand has a base descriptor (k-step 0, stage 0) and a byte offset per k-step; the
 // kernel adds stage and k-step offsets with desc_advance.
@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "../flash_fwd_sm90/ptx.cuh"
+#include "../common/sm90/ptx.cuh"
 #include "traits.h"
 
 namespace flashattn {

@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "../common/dtype_of.h"
-#include "../flash_fwd_sm90/tma_host.h"
+#include "../common/sm90/tma_host.h"
 #include "api.h"
 #include "traits.h"
 

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "../flash_fwd_sm90/ptx.cuh"
+#include "../common/sm90/ptx.cuh"
 #include "kernel_params.h"
 #include "mainloop.cuh"
 #include "traits.h"

@@ -3,7 +3,7 @@
 
 #include <cuda.h>  // CUtensorMap (header only: the driver is reached through the runtime, see ../flash_fwd_sm90/tma_host.h)
 
-#include "../flash_bwd/params.h"
+#include "../common/bwd_params.h"
 
 namespace flashattn {
 namespace sm90 {

@@ -6,9 +6,9 @@
 
 #include <cuda_runtime.h>
 
-#include "../flash_bwd/params.h"
-#include "../flash_bwd/preprocess.cuh"
-#include "../flash_fwd_sm90/tma_host.h"
+#include "../common/bwd_params.h"
+#include "../common/bwd_preprocess.cuh"
+#include "../common/sm90/tma_host.h"
 #include "convert.cuh"
 #include "kernel.cuh"
 #include "kernel_params.h"

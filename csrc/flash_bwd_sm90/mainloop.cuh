@@ -44,12 +44,12 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../common/bwd_params.h"
 #include "../common/mask.cuh"
+#include "../common/ptx.cuh"
+#include "../common/sm90/ptx.cuh"
+#include "../common/sm90/wgmma_ops.cuh"
 #include "../common/softmax_math.cuh"
-#include "../flash_bwd/params.h"
-#include "../flash_fwd/ptx.cuh"
-#include "../flash_fwd_sm90/ptx.cuh"
-#include "../flash_fwd_sm90/wgmma_ops.cuh"
 #include "descriptors.h"
 #include "kernel_params.h"
 #include "traits.h"

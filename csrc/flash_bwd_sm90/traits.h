@@ -12,7 +12,7 @@
 //     query blocks (kBlockM = 64 rows, 128 at D = 64) of every query head of the GQA group.
 //
 // Shared memory holds every 16-bit tile as 64-column (128-byte) chunk planes with the 128-byte
-// swizzle, exactly as the forward (../flash_fwd_sm90/traits.h) and as TMA's SWIZZLE_128B writes a
+// swizzle (../common/sm90/layout.h), exactly as the forward and as TMA's SWIZZLE_128B writes a
 // box of [rows, 64]: a [rows, D] tile is D/64 planes of [rows][64] elements, the 16-byte pieces of
 // each 128-byte row XOR-permuted by (row % 8). One physical layout, two descriptors:
 //   K  [keys][D]     K-major A of S^T = K Q^T          MN-major B of dQ = dS K
@@ -25,7 +25,7 @@
 // which is also the order of a query block in dq_accum on this path.
 #pragma once
 
-#include "../flash_fwd_sm90/traits.h"
+#include "../common/sm90/layout.h"
 
 namespace flashattn {
 namespace sm90 {

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "../flash_fwd/ptx.cuh"
+#include "../common/ptx.cuh"
 #include "decode_params.h"
 #include "decode_traits.h"
 

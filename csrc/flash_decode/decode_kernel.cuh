@@ -26,8 +26,8 @@
 #include <type_traits>
 
 #include "../common/mask.cuh"
-#include "../flash_fwd/ptx.cuh"
-#include "../flash_fwd/softmax.cuh"
+#include "../common/ptx.cuh"
+#include "../common/softmax.cuh"
 #include "decode_params.h"
 #include "decode_traits.h"
 

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "../flash_fwd/params.h"  // DType, DeviceLimits
+#include "../common/params.h"  // DType, DeviceLimits
 
 namespace flashattn {
 

@@ -3,7 +3,7 @@
 
 #include <cuda_runtime.h>
 
-#include "params.h"
+#include "../common/params.h"
 
 namespace flashattn {
 

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "params.h"
-#include "ptx.cuh"
+#include "../common/params.h"
+#include "../common/ptx.cuh"
 
 namespace flashattn {
 

@@ -22,12 +22,12 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../common/gmem_tile.cuh"
 #include "../common/mask.cuh"
+#include "../common/params.h"
+#include "../common/ptx.cuh"
+#include "../common/softmax.cuh"
 #include "epilogue.cuh"
-#include "gmem_tile.cuh"
-#include "params.h"
-#include "ptx.cuh"
-#include "softmax.cuh"
 #include "tile_scheduler.cuh"
 
 namespace flashattn {
@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
 
-  // Per-lane ldmatrix base addresses (see ptx.cuh for the fragment layouts):
+  // Per-lane ldmatrix base addresses (see ../common/ptx.cuh for the fragment layouts):
   //  Q (A operand):            row lane%16 of the m-tile, k-half lane/16
   //  K (B operand, 2 n-tiles): key row lane%8 + 8*(lane/16), k-half (lane/8)%2
   //  V (B operand, .trans):    key row lane%8 + 8*((lane/8)%2), column half lane/16

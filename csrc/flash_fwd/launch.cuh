@@ -5,8 +5,8 @@
 
 #include <cuda_runtime.h>
 
+#include "../common/params.h"
 #include "kernel.cuh"
-#include "params.h"
 #include "traits.h"
 
 namespace flashattn {

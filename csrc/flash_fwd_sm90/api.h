@@ -5,7 +5,7 @@
 
 #include <cuda_runtime.h>
 
-#include "../flash_fwd/params.h"
+#include "../common/params.h"
 
 namespace flashattn {
 

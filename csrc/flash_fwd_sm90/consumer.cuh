@@ -26,15 +26,15 @@
 #include <cmath>
 #include <cstdint>
 
+#include "../common/sm90/ptx.cuh"
+#include "../common/sm90/wgmma_ops.cuh"
 #include "epilogue.cuh"
 #include "kernel_params.h"
-#include "ptx.cuh"
 #include "schedule.cuh"
 #include "smem.cuh"
 #include "softmax.cuh"
 #include "tile_scheduler.h"
 #include "traits.h"
-#include "wgmma_ops.cuh"
 
 namespace flashattn {
 namespace sm90 {

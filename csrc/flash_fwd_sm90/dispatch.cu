@@ -1,5 +1,5 @@
 // Entry points of the Hopper forward path: support check and instantiation choice (the host-side
-// TMA descriptor encoding is tma_host.cu). Compiles no kernel (the instantiations are in instantiations/), and is
+// TMA descriptor encoding is ../common/sm90/tma_host.cu). Compiles no kernel (the instantiations are in instantiations/), and is
 // arch-independent host code.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -11,7 +11,7 @@
 #include "api.h"
 #include "launch_decl.h"
 #include "tile_scheduler.h"
-#include "tma_host.h"
+#include "tma_tensors.h"
 #include "traits.h"
 
 namespace flashattn {

@@ -14,8 +14,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../common/sm90/ptx.cuh"
 #include "kernel_params.h"
-#include "ptx.cuh"
 #include "traits.h"
 
 namespace flashattn {

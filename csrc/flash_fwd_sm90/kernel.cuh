@@ -6,15 +6,15 @@
 // pass (sm_80, sm_89, plain sm_90) gets a stub that traps. The stub declares a little static
 // shared memory, which the real kernel never does: the host checks
 // cudaFuncAttributes::sharedSizeBytes == 0 to know that this build holds the real sm_90a code for
-// the device (ptx.cuh: sm90_stub_body, sm90_kernel_is_real).
+// the device (../common/sm90/ptx.cuh: sm90_stub_body, sm90_kernel_is_real).
 #pragma once
 
 #include <cstdint>
 
+#include "../common/sm90/ptx.cuh"
 #include "consumer.cuh"
 #include "kernel_params.h"
 #include "mainloop.cuh"
-#include "ptx.cuh"
 #include "smem.cuh"
 #include "traits.h"
 

@@ -8,12 +8,12 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "../flash_fwd/params.h"
+#include "../common/params.h"
 #include "kernel.cuh"
 #include "kernel_params.h"
 #include "launch_decl.h"
 #include "tile_scheduler.h"
-#include "tma_host.h"
+#include "tma_tensors.h"
 #include "traits.h"
 
 namespace flashattn {

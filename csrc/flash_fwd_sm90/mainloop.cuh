@@ -9,8 +9,8 @@
 // as soon as its K block lands.
 #pragma once
 
+#include "../common/sm90/ptx.cuh"
 #include "kernel_params.h"
-#include "ptx.cuh"
 #include "schedule.cuh"
 #include "smem.cuh"
 #include "tile_scheduler.h"

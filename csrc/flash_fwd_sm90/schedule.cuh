@@ -17,8 +17,8 @@
 
 #include <cstdint>
 
+#include "../common/sm90/ptx.cuh"
 #include "kernel_params.h"
-#include "ptx.cuh"
 #include "smem.cuh"
 
 namespace flashattn {

@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "ptx.cuh"
+#include "../common/sm90/ptx.cuh"
 
 namespace flashattn {
 namespace sm90 {

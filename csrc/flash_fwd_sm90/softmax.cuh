@@ -10,8 +10,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "../common/sm90/ptx.cuh"
 #include "../common/softmax_math.cuh"
-#include "ptx.cuh"
 
 namespace flashattn {
 namespace sm90 {

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "../common/mask.cuh"
-#include "ptx.cuh"  // FLASHATTN_HD
+#include "../common/sm90/ptx.cuh"  // FLASHATTN_HD
 
 namespace flashattn {
 namespace sm90 {

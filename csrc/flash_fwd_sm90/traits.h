@@ -15,11 +15,11 @@
 // the canonical wgmma SWIZZLE_128B layout (K-major for Q and K, MN-major for V).
 #pragma once
 
+#include "../common/sm90/layout.h"
+
 namespace flashattn {
 namespace sm90 {
 
-constexpr int kWarpgroupThreads = 128;
-constexpr int kRowsPerConsumer = 64;  // query rows per consumer warpgroup (wgmma M)
 // Consumer warpgroups unless a config says otherwise (Sm90FwdTraits::kConsumerWGs).
 constexpr int kConsumerWarpgroups = 2;
 // setmaxnreg budgets per warpgroup, by tile schedule (schedule.cuh) and consumer count. The
@@ -41,11 +41,6 @@ struct RegisterSplit {
 constexpr int kPingPongBarrierBase = 1;
 // A ping-pong barrier joins two warpgroups: the one waiting for its turn and the one handing it on.
 constexpr int kPingPongBarrierThreads = 2 * kWarpgroupThreads;
-
-constexpr int kChunkCols = 64;         // columns per 128-byte swizzle chunk (16-bit elements)
-constexpr int kChunkRowBytes = 128;    // one row of a chunk plane
-constexpr int kSwizzleAtomBytes = 1024;  // 8 rows x 128 B: the swizzle repeats every 8 rows
-constexpr int kMaxSmemSm90 = 232448;   // 227 KB opt-in per block on H100/H200
 
 template <int kHeadDim_, int kBlockN_, int kStages_, bool kPingPong_, int kQStages_ = 1, bool kOTma_ = false,
           int kSoftmaxChains_ = 1, int kConsumerWGs_ = kConsumerWarpgroups>

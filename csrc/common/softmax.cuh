@@ -5,8 +5,8 @@
 
 #include <cmath>
 
-#include "../common/softmax_math.cuh"
 #include "ptx.cuh"
+#include "softmax_math.cuh"
 
 namespace flashattn {
 

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "../flash_fwd/params.h"
+#include "params.h"
 
 namespace flashattn {
 

@@ -5,8 +5,8 @@
 
 #include <cstdint>
 
+#include "layout.h"
 #include "tma_host.h"
-#include "traits.h"
 
 namespace flashattn {
 namespace sm90 {

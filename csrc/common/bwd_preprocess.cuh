@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "params.h"
+#include "bwd_params.h"
 
 namespace flashattn {
 

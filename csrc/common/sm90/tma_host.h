@@ -7,8 +7,6 @@
 
 #include <cstdint>
 
-#include "../flash_fwd/params.h"
-
 namespace flashattn {
 namespace sm90 {
 
@@ -18,18 +16,6 @@ struct TmaTensor {
   int64_t batch, seqlen, heads, head_dim;
   int64_t batch_stride, row_stride, head_stride;
 };
-
-// q, k, v and o of a forward call as TMA tensors (the support check and the launcher describe the
-// same four).
-struct FwdTmaTensors {
-  TmaTensor q, k, v, o;
-};
-inline FwdTmaTensors fwd_tma_tensors(const FwdParams& p) {
-  return {{p.q, p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.q_batch_stride, p.q_row_stride, p.q_head_stride},
-          {p.k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.k_batch_stride, p.k_row_stride, p.k_head_stride},
-          {p.v, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.v_batch_stride, p.v_row_stride, p.v_head_stride},
-          {p.o, p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.o_batch_stride, p.o_row_stride, p.o_head_stride}};
-}
 
 // True when TMA can describe `t` (16-byte aligned base; strides of dimensions with more than one
 // entry positive, multiples of 8 elements, under 2^40 bytes; every extent >= 1).

@@ -1,4 +1,4 @@
-// PTX wrappers for the Hopper forward path: mbarriers, TMA loads, wgmma fences and shared-memory
+// PTX wrappers for both Hopper paths: mbarriers, TMA loads, wgmma fences and shared-memory
 // matrix descriptors, register reallocation, named barriers.
 //
 // Everything that emits sm_90a-only instructions is inside FLASHATTN_SM90A_ENABLED, defined only in

@@ -1,0 +1,23 @@
+// The forward's four tensors as TMA tensors (the TMA encoding itself: csrc/common/sm90/tma_host.h).
+#pragma once
+
+#include "../common/params.h"
+#include "../common/sm90/tma_host.h"
+
+namespace flashattn {
+namespace sm90 {
+
+// q, k, v and o of a forward call as TMA tensors (the support check and the launcher describe the
+// same four).
+struct FwdTmaTensors {
+  TmaTensor q, k, v, o;
+};
+inline FwdTmaTensors fwd_tma_tensors(const FwdParams& p) {
+  return {{p.q, p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.q_batch_stride, p.q_row_stride, p.q_head_stride},
+          {p.k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.k_batch_stride, p.k_row_stride, p.k_head_stride},
+          {p.v, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.v_batch_stride, p.v_row_stride, p.v_head_stride},
+          {p.o, p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.o_batch_stride, p.o_row_stride, p.o_head_stride}};
+}
+
+}  // namespace sm90
+}  // namespace flashattn
