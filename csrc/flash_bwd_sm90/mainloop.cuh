@@ -118,7 +118,6 @@ __device__ __forceinline__ BwdBlock bwd_block(const BwdParams& p, int num_n_bloc
 template <typename Traits>
 __device__ __forceinline__ void bwd_sm90_load(const Sm90BwdParams& kp, const BwdSmem<Traits>& sm, const BwdBlock& blk,
                                               int lane) {
-  const BwdParams& p = kp.p;
   constexpr int kBlockM = Traits::kBlockM;
   if (blk.steps == 0) return;
   if (lane == 0) {
