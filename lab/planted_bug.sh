@@ -12,8 +12,12 @@
 #     bwd_causal  backward: key i + offset + 1 counts as visible to query i in P  (flash_bwd/mainloop.cuh)
 #     bwd_gqa     backward: every query head of a GQA group reads the group's first head's Q/dO
 #                                                                                (flash_bwd/mainloop.cuh)
+#     bwd90_mask  Hopper backward: key i + offset + 1 counts as visible to query i
+#                                                                           (flash_bwd_sm90/mainloop.cuh)
+#     bwd90_gqa   Hopper backward: every step of a GQA group walks the group's first query head
+#                                                                           (flash_bwd_sm90/mainloop.cuh)
 #     list        print the bugs and exit
-# Forward bugs run the whole GPU suite; bwd_* bugs run the backward tests (tests/test_backward_gpu.py,
+# Forward bugs run the whole GPU suite; bwd* bugs run the backward tests (tests/test_backward_gpu.py,
 # tests/test_public_gradients.py).
 # env: TORCH_CUDA_ARCH_LIST (default 9.0a), MAX_JOBS (default 16), KEEP_SCRATCH=1 to keep the copy.
 # exit status: 0 the suite caught the bug (tests failed), 1 it did not (tests passed),
@@ -43,8 +47,14 @@ case "$BUG" in
   bwd_gqa)
     FILE=csrc/flash_bwd/mainloop.cuh
     SED='s/const int hq = head_kv \* group + t \/ m_steps;/const int hq = head_kv * group;/' ;;
+  bwd90_mask)
+    FILE=csrc/flash_bwd_sm90/mainloop.cuh
+    SED='s/window\.has_hi ? key - window\.hi_shift + 1 : INT_MIN;/window.has_hi ? key - window.hi_shift : INT_MIN;/' ;;
+  bwd90_gqa)
+    FILE=csrc/flash_bwd_sm90/mainloop.cuh
+    SED='s/return head_kv \* group + t \/ m_steps;/return head_kv * group;/' ;;
   list)
-    sed -n '5,14p' "$0"; exit 0 ;;
+    sed -n '5,18p' "$0"; exit 0 ;;
   *)
     echo "planted_bug: unknown bug '$BUG' (try: $0 list)" >&2; exit 2 ;;
 esac
@@ -85,7 +95,7 @@ assert flashattn.extension_available(), flashattn.extension_error()
 PY
 
 case "$BUG" in
-  bwd_*) TESTS=(tests/test_backward_gpu.py tests/test_public_gradients.py) ;;
+  bwd*) TESTS=(tests/test_backward_gpu.py tests/test_public_gradients.py) ;;
   *)     TESTS=(tests) ;;
 esac
 echo "== running the GPU tests of ${TESTS[*]} (stops at the first failure)"
