@@ -94,12 +94,15 @@ assert flashattn.__file__.startswith(sys.argv[1]), flashattn.__file__
 assert flashattn.extension_available(), flashattn.extension_error()
 PY
 
+# The suite's backend parameter: the portable kernels, or the Hopper backward for its own bugs.
+BACKEND=portable
 case "$BUG" in
+  bwd90*) TESTS=(tests/test_backward_gpu.py tests/test_public_gradients.py); BACKEND=hopper ;;
   bwd*) TESTS=(tests/test_backward_gpu.py tests/test_public_gradients.py) ;;
   *)     TESTS=(tests) ;;
 esac
 echo "== running the GPU tests of ${TESTS[*]} (stops at the first failure)"
-python3 -m pytest -x -q -m gpu -p no:cacheprovider --flashattn-backend=portable "${TESTS[@]}" "$@"
+python3 -m pytest -x -q -m gpu -p no:cacheprovider --flashattn-backend="$BACKEND" "${TESTS[@]}" "$@"
 rc=$?
 case $rc in
   1) echo "PLANTED BUG '$BUG': CAUGHT (the GPU tests failed, see above)"; exit 0 ;;
