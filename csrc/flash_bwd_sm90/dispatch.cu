@@ -10,6 +10,7 @@
 #include "../common/dtype_of.h"
 #include "../common/sm90/tma_host.h"
 #include "api.h"
+#include "tma_tensors.h"
 #include "traits.h"
 
 namespace flashattn {
@@ -73,11 +74,8 @@ int supported_launcher(const BwdParams& p, const DeviceLimits& dev) {
       !aligned16(p.dout, p.do_batch_stride, p.do_row_stride, p.do_head_stride))
     return -1;
   // q, dout, k and v are read by TMA (positive strides: a broadcast dout is copied by the binding).
-  const TmaTensor tq{p.q, p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.q_batch_stride, p.q_row_stride, p.q_head_stride};
-  const TmaTensor tdo{p.dout, p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.do_batch_stride, p.do_row_stride, p.do_head_stride};
-  const TmaTensor tk{p.k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.k_batch_stride, p.k_row_stride, p.k_head_stride};
-  const TmaTensor tv{p.v, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.v_batch_stride, p.v_row_stride, p.v_head_stride};
-  if (!tma_tensor_ok(tq) || !tma_tensor_ok(tdo) || !tma_tensor_ok(tk) || !tma_tensor_ok(tv)) return -1;
+  const BwdTmaTensors t = bwd_tma_tensors(p);
+  if (!tma_tensor_ok(t.q) || !tma_tensor_ok(t.dout) || !tma_tensor_ok(t.k) || !tma_tensor_ok(t.v)) return -1;
   // Boxes of 64 columns x 64 rows larger than a tensor need a driver that encodes them.
   if ((p.head_dim < kChunkCols || p.seqlen_q < 64 || p.seqlen_k < 64) && !small_tensor_boxes_ok(p.q)) return -1;
   // dK/dV leave as 4-byte pairs.
