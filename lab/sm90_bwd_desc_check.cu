@@ -80,7 +80,7 @@ void check_traits(const char* name) {
   {
     auto sK = kmajor_tile<Element, BN, D>();
     auto sQ = kmajor_tile<Element, BM, D>();
-    for (int wg = 0; wg < 2; ++wg)
+    for (int wg = 0; wg < (Traits::kRoles ? 1 : 2); ++wg)  // the D = 256 form: all 64 keys, both roles
       for (int kk = 0; kk < D / 16; ++kk) {
         auto sub = local_tile(sK, Shape<_64, _16>{}, make_coord(wg, kk));
         std::snprintf(what, sizeof what, "%s score A wg=%d kk=%d", name, wg, kk);
@@ -98,9 +98,28 @@ void check_traits(const char* name) {
   {
     auto sQt = transposed_tile<Element, BM, D>();
     for (int kk = 0; kk < BM / 16; ++kk) {
-      auto sub = local_tile(sQt, Shape<Int<D>, _16>{}, make_coord(0, kk));
-      std::snprintf(what, sizeof what, "%s acc B kk=%d", name, kk);
-      check_desc(desc_advance(Descs::acc_b(0u), Descs::acc_b_step(kk)), GMMA::make_gmma_desc<GMMA::Major::MN>(sub),
+      if constexpr (Traits::kRoles) {  // warpgroup wg's N = D/2 columns
+        for (int wg = 0; wg < 2; ++wg) {
+          auto sub = local_tile(sQt, Shape<Int<D / 2>, _16>{}, make_coord(wg, kk));
+          std::snprintf(what, sizeof what, "%s acc B half wg=%d kk=%d", name, wg, kk);
+          check_desc(desc_advance(Descs::acc_b_half(0u, wg), Descs::acc_b_step(kk)),
+                     GMMA::make_gmma_desc<GMMA::Major::MN>(sub), data_offset(sub), what);
+        }
+      } else {
+        auto sub = local_tile(sQt, Shape<Int<D>, _16>{}, make_coord(0, kk));
+        std::snprintf(what, sizeof what, "%s acc B kk=%d", name, kk);
+        check_desc(desc_advance(Descs::acc_b(0u), Descs::acc_b_step(kk)), GMMA::make_gmma_desc<GMMA::Major::MN>(sub),
+                   data_offset(sub), what);
+      }
+    }
+  }
+  // The D = 256 form's A of dV / dK: P^T or dS^T [64 keys][64 queries], K-major.
+  if constexpr (Traits::kRoles) {
+    auto sP = kmajor_tile<Element, BN, BM>();
+    for (int kk = 0; kk < BM / 16; ++kk) {
+      auto sub = local_tile(sP, Shape<_64, _16>{}, make_coord(0, kk));
+      std::snprintf(what, sizeof what, "%s P^T/dS^T A kk=%d", name, kk);
+      check_desc(desc_advance(Descs::pds_a(0u), Descs::pds_a_step(kk)), GMMA::make_gmma_desc<GMMA::Major::K>(sub),
                  data_offset(sub), what);
     }
   }
@@ -139,6 +158,7 @@ void check_traits(const char* name) {
 int main() {
   using namespace flashattn::sm90;
   check_traits<cute::bfloat16_t, Sm90BwdTraits<128, Sm90BwdDqSplit::kSplitD>>("D=128 split-D");
+  check_traits<cute::bfloat16_t, Sm90BwdTraits<256>>("D=256 roles");
   check_traits<cute::bfloat16_t, Sm90BwdTraits<128, Sm90BwdDqSplit::kSplitKeys, 64>>("D=128 split-keys");
   check_traits<cute::bfloat16_t, Sm90BwdTraits<64, Sm90BwdDqSplit::kSplitKeys, 64>>("D=64 split-keys");
   check_traits<cute::half_t, Sm90BwdTraits<64, Sm90BwdDqSplit::kSplitD, 64>>("D=64 split-D");

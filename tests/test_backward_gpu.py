@@ -7,7 +7,7 @@ against SDPA; torch.compile and CUDA graphs of a training step; O(S) memory.
 
 Backends: a test that takes `backend` runs forward and backward with it: "portable" runs the
 portable kernels both ways; "hopper" (forced, on an H100) the Hopper forward and the Hopper
-backward wherever it exists (head dim <= 128, no softcap), the portable backward
+backward wherever it exists (head dim <= 256, no softcap), the portable backward
 otherwise (test_backward_path_follows_the_backend checks which kernels ran).
 
 Modes and poisoning: in deterministic mode (torch's deterministic algorithms, which the suite's
@@ -314,12 +314,12 @@ def backward_kernels(x: AttentionInputs, backend: str, **kwargs) -> set[str]:
 
 @pytest.mark.parametrize("d", [32, 64, 96, 128, 256])
 def test_backward_path_follows_the_backend(d: int, backend: str, device: torch.device) -> None:
-    """Which backward main kernel runs: the Hopper one for "hopper" on an H100 up to head dim 128
+    """Which backward main kernel runs: the Hopper one for "hopper" on an H100 up to head dim 256
     (local windows included, softcap not), the portable one otherwise; never a silent fallback
     where the Hopper backward should run."""
     x = AttentionSpec(1, 300, 300, 2, 1, d, torch.bfloat16, NONE, None, Layout("contiguous"), Layout("contiguous"), 1.0, 0).make(device)
     on_hopper = torch.cuda.get_device_capability(device) == (9, 0)
-    want = "sm90" if backend == "hopper" and on_hopper and d <= 128 else "portable"
+    want = "sm90" if backend == "hopper" and on_hopper and d <= 256 else "portable"
     assert backward_kernels(x, backend) == {want}
     assert backward_kernels(x, backend, window_size=(64, 0)) == {want}
     assert backward_kernels(x, backend, softcap=30.0) == {"portable"}
@@ -327,7 +327,7 @@ def test_backward_path_follows_the_backend(d: int, backend: str, device: torch.d
 
 def test_forced_hopper_forward_trains(backend: str, device: torch.device) -> None:
     """A forward with "hopper" forced trains, to the same gradients as the portable path's within
-    the criterion (backward on the Hopper path at D=64, on the portable one at D=256)."""
+    the criterion (the Hopper backward's two forms: D=64 and D=256)."""
     if backend != "hopper":
         pytest.skip("needs the Hopper forward path (the `hopper` backend parameter)")
     for d in (64, 256):
@@ -344,7 +344,7 @@ def test_forced_hopper_forward_trains(backend: str, device: torch.device) -> Non
 
 
 @pytest.mark.parametrize("mode", [NONE, BOTTOM_RIGHT], ids=["full", "causal"])
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 128, 256])
 def test_deterministic_backward_is_bitwise_reproducible(d: int, mode: int, backend: str, device: torch.device, measure) -> None:
     """Sq = Sk = 2048: many key blocks add into each dQ row (and, GQA 2:1, two query heads into
     each dK/dV). Three runs with flashattn.set_deterministic(True) are bitwise equal and right;
@@ -376,13 +376,15 @@ def test_deterministic_backward_is_bitwise_reproducible(d: int, mode: int, backe
 
 
 @pytest.mark.parametrize("mode", [NONE, TOP_LEFT, BOTTOM_RIGHT], ids=["full", "causal-top-left", "causal-bottom-right"])
-def test_deterministic_backward_with_more_key_blocks_than_sms_finishes(mode: int, backend: str, device: torch.device) -> None:
+@pytest.mark.parametrize("d", [64, 256])
+def test_deterministic_backward_with_more_key_blocks_than_sms_finishes(d: int, mode: int, backend: str, device: torch.device) -> None:
     """A key block's dQ ticket waits for other CTAs of its head: with more key blocks than the GPU
     holds CTAs at once, an order the launch order does not follow never finishes. Sk spans
-    2 x (SMs + 8) blocks of 128 keys; the result is right and equal to a second run bitwise."""
+    2 x (SMs + 8) blocks of 128 keys (4 x of the 64 keys the Hopper backward takes at D=256); the
+    result is right and equal to a second run bitwise."""
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     sk = 2 * (sms + 8) * 128 + 37
-    spec = AttentionSpec(1, 200, sk, 1, 1, 64, torch.bfloat16, mode, None, Layout("contiguous"), Layout("contiguous"), 1.0, 11)
+    spec = AttentionSpec(1, 200, sk, 1, 1, d, torch.bfloat16, mode, None, Layout("contiguous"), Layout("contiguous"), 1.0, 11)
     x = spec.make(device)
     dout = make_dout(x, "contiguous", 3)
     runs = []

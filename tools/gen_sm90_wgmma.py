@@ -12,6 +12,11 @@ the Hopper forward path uses (m64nNk16, f32 accumulators, f16/bf16 operands).
                                                          (the backward's dQ = dS K: dS stored as
                                                          dS^T [keys, queries], K [keys, D]: imm-trans-a
                                                          = imm-trans-b = 1)
+  WgmmaSSTransB<Element, N>::mma(d, desc_a, desc_b, scale_d)
+                                                         A and B from shared memory, A K-major, B
+                                                         MN-major (the D = 256 backward's dV += P^T dO:
+                                                         P^T [keys, queries], dO [queries, D]:
+                                                         imm-trans-b = 1)
 
 d is the warpgroup's m64nN accumulator fragment, N/2 floats per thread; scale_d = 0 overwrites d
 (D = A B), 1 accumulates (D += A B). Run after editing the shape lists: python3 tools/gen_sm90_wgmma.py
@@ -23,7 +28,8 @@ import pathlib
 
 SS_N = (64, 80, 96, 112, 128, 144, 160, 176, 192)
 RS_N = (64, 128, 256)
-SST_N = (32, 64)
+SST_N = (32, 64, 128)
+SSTB_N = (128,)
 TYPES = (("__half", "f16"), ("__nv_bfloat16", "bf16"))
 
 
@@ -58,6 +64,21 @@ struct WgmmaSSTrans<{ctype}, {n}> {{
     asm volatile(
         "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nd + 2}, 0;\\n"
         "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{regs(0, nd)}}}, %{nd}, %{nd + 1}, p, 1, 1, 1, 1;\\n}}\\n"
+        : {d_operands(n)}
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }}
+}};
+"""
+
+
+def sstb(ctype: str, ptx: str, n: int) -> str:
+    nd = n // 2
+    return f"""template <>
+struct WgmmaSSTransB<{ctype}, {n}> {{
+  static __device__ __forceinline__ void mma(float (&d)[{nd}], uint64_t desc_a, uint64_t desc_b, int scale_d) {{
+    asm volatile(
+        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nd + 2}, 0;\\n"
+        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{regs(0, nd)}}}, %{nd}, %{nd + 1}, p, 1, 1, 0, 1;\\n}}\\n"
         : {d_operands(n)}
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
   }}
@@ -100,6 +121,8 @@ def main() -> None:
         "struct WgmmaRS;",
         "template <typename Element, int N>",
         "struct WgmmaSSTrans;",
+        "template <typename Element, int N>",
+        "struct WgmmaSSTransB;",
         "",
     ]
     for ctype, ptx in TYPES:
@@ -109,6 +132,8 @@ def main() -> None:
             out.append(rs(ctype, ptx, n))
         for n in SST_N:
             out.append(sst(ctype, ptx, n))
+        for n in SSTB_N:
+            out.append(sstb(ctype, ptx, n))
     out += ["}  // namespace sm90", "}  // namespace flashattn", ""]
     path = pathlib.Path(__file__).resolve().parents[1] / "csrc" / "common" / "sm90" / "wgmma_ops.cuh"
     path.write_text("\n".join(out))

@@ -1,5 +1,6 @@
 // The Hopper (sm_90a) backward path: TMA loads by a producer warp, wgmma in two consumer
-// warpgroups, dQ added by bulk reduce from shared memory (see mainloop.cuh). Plain
+// warpgroups, dQ added by bulk reduce from shared memory (see mainloop.cuh) or, at D = 256, by
+// vector reductions from registers (mainloop_roles.cuh). Plain
 // host C++ entry points, no torch; csrc/binding_bwd.cpp picks this path for backends "auto" and
 // "hopper" when flash_bwd_sm90_supported() says yes, the portable backward otherwise.
 #pragma once
@@ -17,12 +18,12 @@ namespace flashattn {
 int flash_bwd_sm90_block_m(const BwdParams& p);
 
 // Floats of this path's zeroed dq_accum for `p`: every query block is one tile of
-// flash_bwd_sm90_block_m(p) x (64 or 128) floats in the kernel's accumulator order (traits.h).
+// flash_bwd_sm90_block_m(p) x (64, 128 or 256) floats in the kernel's accumulator order (traits.h).
 int64_t flash_bwd_sm90_dq_accum_floats(const BwdParams& p);
 
 // True when this build and device can run `p` on the Hopper backward: compute capability 9.0, the
 // kernel compiled for sm_90a in this build, float16 or bfloat16, head dim a multiple of 8 up to
-// 128 (64 and 128 instantiated; smaller dims run on the next one up), causal masks and local
+// 256 (64, 128 and 256 instantiated; smaller dims run on the next one up), causal masks and local
 // windows, no softcap (that runs on the portable backward), both sequence lengths >= 1, and q, k, v, dO
 // describable by TMA (16-byte aligned, positive strides in multiples of 8 elements: the binding's
 // aligned_or_copy and its copy of a broadcast dO guarantee it).

@@ -22,32 +22,44 @@ __global__ void __launch_bounds__(kBwdSm90ConvertThreads)
     flash_bwd_sm90_convert_dq_kernel(const __grid_constant__ BwdParams p, const int num_m_blocks) {
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kTileFloats = Traits::kDqTileFloats;
-  __shared__ float4 tile[kTileFloats / 4];
+  // A tile over 32 KB (D = 256: 64 KB) goes through shared memory in parts: with dQ split by
+  // columns, warpgroup wg's columns [wg kDqN, (wg + 1) kDqN) are the tile's wg-th contiguous half.
+  constexpr int kParts = kTileFloats * 4 > 32768 ? 2 : 1;
+  static_assert(kParts == 1 || Traits::kDqSplit == Sm90BwdDqSplit::kSplitD, "parts are column halves");
+  constexpr int kPartFloats = kTileFloats / kParts;
+  constexpr int kPartCols = Traits::kHeadDim / kParts;
+  __shared__ float4 tile[kPartFloats / 4];
   const int m_block = static_cast<int>(blockIdx.x % num_m_blocks);
   const int bh = static_cast<int>(blockIdx.x / num_m_blocks);
   const int h = bh % p.heads_q;
   const int b = bh / p.heads_q;
   const float4* src = reinterpret_cast<const float4*>(p.dq_accum) + static_cast<int64_t>(blockIdx.x) * (kTileFloats / 4);
-  for (int i = threadIdx.x; i < kTileFloats / 4; i += kBwdSm90ConvertThreads) tile[i] = src[i];
-  __syncthreads();
   const float* t = reinterpret_cast<const float*>(tile);
   const int m0 = m_block * kBlockM;
-  const int chunks = p.head_dim / 8;
   const int rows = min(kBlockM, p.seqlen_q - m0);
   const float s = p.softmax_scale;
-  for (int idx = threadIdx.x; idx < rows * chunks; idx += kBwdSm90ConvertThreads) {
-    const int r = idx / chunks;
-    const int c = idx % chunks;
-    uint32_t packed[4];
+#pragma unroll 1
+  for (int part = 0; part < kParts; ++part) {
+    const int col0 = part * kPartCols;
+    const int chunks = max(0, min(p.head_dim - col0, kPartCols)) / 8;
+    if (part > 0) __syncthreads();  // the previous part is read
+    for (int i = threadIdx.x; i < kPartFloats / 4; i += kBwdSm90ConvertThreads) tile[i] = src[part * (kPartFloats / 4) + i];
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < rows * chunks; idx += kBwdSm90ConvertThreads) {
+      const int r = idx / chunks;
+      const int c = idx % chunks;
+      uint32_t packed[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      // Columns 8c + 2k and 8c + 2k + 1 are adjacent floats of the tile (same thread, e = 0, 1).
-      const float2 v = *reinterpret_cast<const float2*>(t + Traits::dq_tile_offset_rc(r, 8 * c + 2 * k));
-      packed[k] = pack2<Element>(v.x * s, v.y * s);
+      for (int k = 0; k < 4; ++k) {
+        // Columns 8c + 2k and 8c + 2k + 1 are adjacent floats of the tile (same thread, e = 0, 1).
+        const float2 v =
+            *reinterpret_cast<const float2*>(t + Traits::dq_tile_offset_rc(r, col0 + 8 * c + 2 * k) - part * kPartFloats);
+        packed[k] = pack2<Element>(v.x * s, v.y * s);
+      }
+      Element* dst = static_cast<Element*>(p.dq) + b * p.dq_batch_stride + static_cast<int64_t>(m0 + r) * p.dq_row_stride +
+                     h * p.dq_head_stride + col0 + 8 * c;
+      *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
     }
-    Element* dst = static_cast<Element*>(p.dq) + b * p.dq_batch_stride + static_cast<int64_t>(m0 + r) * p.dq_row_stride +
-                   h * p.dq_head_stride + 8 * c;
-    *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
   }
 }
 

@@ -47,6 +47,15 @@ struct Sm90BwdDescs {
     return make_smem_desc_sw128(q_tile, Traits::kChunks > 1 ? Traits::kQPlaneBytes : 0u, 1024u);
   }
   static FLASHATTN_HD uint32_t acc_b_step(int kk) { return static_cast<uint32_t>(kk) * 16u * kChunkRowBytes; }
+  // The D = 256 form: warpgroup wg's N = 128 columns [128 wg, 128 wg + 128) are planes 2 wg and
+  // 2 wg + 1 (LBO = the plane stride); k-steps as acc_b_step.
+  static FLASHATTN_HD uint64_t acc_b_half(uint32_t q_tile, int wg) {
+    return make_smem_desc_sw128(q_tile + static_cast<uint32_t>(2 * wg) * Traits::kQPlaneBytes, Traits::kQPlaneBytes, 1024u);
+  }
+  // The D = 256 form's A of dV += P^T dO and dK += dS^T Q: P^T or dS^T [64 keys][64 queries]
+  // (one plane) as K-major A (M = keys, K = queries): k-step kk is 32 bytes into the rows.
+  static FLASHATTN_HD uint64_t pds_a(uint32_t tile) { return make_smem_desc_sw128(tile, 16u, 1024u); }
+  static FLASHATTN_HD uint32_t pds_a_step(int kk) { return static_cast<uint32_t>(kk) * 32u; }
 
   // dQ = dS K. A = dS^T [128 keys][kBlockM queries] (planes of 64 queries) as MN-major A: M = 64
   // queries (plane wg with kSplitQueries), K = keys (all 128, or warpgroup wg's 64 with kSplitKeys).
@@ -58,7 +67,7 @@ struct Sm90BwdDescs {
   }
   // B = K [128 keys][D] as MN-major B. kSplitD: warpgroup wg's N = D/2 columns start at plane wg
   // (D = 128) or 64 bytes into the 128-byte rows (D = 64). kSplitQueries: all D columns, all keys.
-  // kSplitKeys: keys 64 wg .., N = D.
+  // kSplitKeys: keys 64 wg .., N = D. (The D = 256 form is kSplitD with N = 128: planes 2 wg, 2 wg + 1.)
   static FLASHATTN_HD uint64_t dq_b(uint32_t k_tile, int wg) {
     if (Traits::kDqSplit == Sm90BwdDqSplit::kSplitQueries)
       return make_smem_desc_sw128(k_tile, Traits::kChunks > 1 ? Traits::kKVPlaneBytes : 0u, 1024u);
@@ -66,7 +75,8 @@ struct Sm90BwdDescs {
       const int col0 = wg * (Traits::kHeadDim / 2);
       const uint32_t off = static_cast<uint32_t>(col0 / kChunkCols) * Traits::kKVPlaneBytes +
                            static_cast<uint32_t>(col0 % kChunkCols) * 2u;
-      return make_smem_desc_sw128(k_tile + off, 0u, 1024u);
+      // N = D/2 spans two planes at D = 256 (LBO = the plane stride), part of one below.
+      return make_smem_desc_sw128(k_tile + off, Traits::kDqN > kChunkCols ? Traits::kKVPlaneBytes : 0u, 1024u);
     }
     return make_smem_desc_sw128(k_tile + static_cast<uint32_t>(wg) * 64u * kChunkRowBytes,
                                 Traits::kChunks > 1 ? Traits::kKVPlaneBytes : 0u, 1024u);

@@ -43,8 +43,14 @@ const Sm90BwdLauncher kLaunchers[] = {
 #undef FLASHATTN_BWD_SM90_INSTANCE
 constexpr int kNumLaunchers = sizeof(kLaunchers) / sizeof(kLaunchers[0]);
 
-static_assert(Sm90BwdTraits<64>::kBlockM == sm90_bwd_block_m(64) && Sm90BwdTraits<128>::kBlockM == sm90_bwd_block_m(128),
+static_assert(Sm90BwdTraits<64>::kBlockM == sm90_bwd_block_m(64) && Sm90BwdTraits<128>::kBlockM == sm90_bwd_block_m(128) &&
+                  Sm90BwdTraits<256>::kBlockM == sm90_bwd_block_m(256),
               "flash_bwd_sm90_block_m() is the instantiations' query block");
+
+// The instantiated head dim that runs a call's head dim (smaller dims run zero-padded on the next
+// one up: TMA reads columns past head_dim as zeros, the epilogues drop them).
+int instantiated_head_dim(int head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
+int block_n(int d) { return d == 256 ? Sm90BwdTraits<256>::kBlockN : Sm90BwdTraits<128>::kBlockN; }
 
 // Whether instantiation i holds real sm_90a code for the device, asked once per process.
 bool launcher_available(int i) {
@@ -64,7 +70,7 @@ bool aligned16(const void* ptr, int64_t batch_stride, int64_t row_stride, int64_
 
 int supported_launcher(const BwdParams& p, const DeviceLimits& dev) {
   if (dev.cc_major != 9 || dev.cc_minor != 0) return -1;
-  if (p.head_dim < 8 || p.head_dim > 128 || p.head_dim % 8 != 0) return -1;
+  if (p.head_dim < 8 || p.head_dim > 256 || p.head_dim % 8 != 0) return -1;
   if (p.softcap != 0.f) return -1;
   if (p.batch < 1 || p.seqlen_q < 1 || p.seqlen_k < 1 || p.heads_q < 1 || p.heads_kv < 1) return -1;
   if (p.heads_q % p.heads_kv != 0) return -1;
@@ -80,13 +86,12 @@ int supported_launcher(const BwdParams& p, const DeviceLimits& dev) {
   if ((p.head_dim < kChunkCols || p.seqlen_q < 64 || p.seqlen_k < 64) && !small_tensor_boxes_ok(p.q)) return -1;
   // dK/dV leave as 4-byte pairs.
   if (reinterpret_cast<uintptr_t>(p.dk) % 4 != 0 || reinterpret_cast<uintptr_t>(p.dv) % 4 != 0) return -1;
-  const int d = p.head_dim <= 64 ? 64 : 128;
+  const int d = instantiated_head_dim(p.head_dim);
   for (int i = 0; i < kNumLaunchers; ++i) {
     const Sm90BwdLauncher& l = kLaunchers[i];
     if (l.dtype != p.dtype || l.head_dim != d) continue;
     if (l.smem_bytes > dev.max_smem_per_block) return -1;
-    const int64_t n_blocks = (static_cast<int64_t>(p.seqlen_k) + Sm90BwdTraits<64>::kBlockN - 1) /
-                             Sm90BwdTraits<64>::kBlockN;
+    const int64_t n_blocks = (static_cast<int64_t>(p.seqlen_k) + block_n(d) - 1) / block_n(d);
     if (n_blocks * p.batch * p.heads_kv > 0x7fffffffLL) return -1;
     return launcher_available(i) ? i : -1;
   }
@@ -96,12 +101,15 @@ int supported_launcher(const BwdParams& p, const DeviceLimits& dev) {
 }  // namespace
 }  // namespace sm90
 
-int flash_bwd_sm90_block_m(const BwdParams& p) { return sm90::sm90_bwd_block_m(p.head_dim <= 64 ? 64 : 128); }
+int flash_bwd_sm90_block_m(const BwdParams& p) { return sm90::sm90_bwd_block_m(sm90::instantiated_head_dim(p.head_dim)); }
 
 int64_t flash_bwd_sm90_dq_accum_floats(const BwdParams& p) {
   const int block_m = flash_bwd_sm90_block_m(p);
   const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + block_m - 1) / block_m;
-  const int64_t tile = p.head_dim <= 64 ? sm90::Sm90BwdTraits<64>::kDqTileFloats : sm90::Sm90BwdTraits<128>::kDqTileFloats;
+  const int d = sm90::instantiated_head_dim(p.head_dim);
+  const int64_t tile = d == 64    ? sm90::Sm90BwdTraits<64>::kDqTileFloats
+                       : d == 128 ? sm90::Sm90BwdTraits<128>::kDqTileFloats
+                                  : sm90::Sm90BwdTraits<256>::kDqTileFloats;
   return static_cast<int64_t>(p.batch) * p.heads_q * m_blocks * tile;
 }
 

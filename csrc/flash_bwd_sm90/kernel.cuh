@@ -1,5 +1,6 @@
 // The Hopper backward kernel: a producer warpgroup (TMA loads, the dQ writer) and two consumer
-// warpgroups (wgmma). See traits.h (tiles, shared memory) and mainloop.cuh (the roles).
+// warpgroups (wgmma). See traits.h (tiles, shared memory), mainloop.cuh (the roles) and
+// mainloop_roles.cuh (the consumers at D = 256).
 //
 // Only the compute_90a device pass compiles the real body (FLASHATTN_SM90A_ENABLED); every other
 // pass gets a stub that traps, as the Hopper forward does (../flash_fwd_sm90/kernel.cuh).
@@ -10,6 +11,7 @@
 #include "../common/sm90/ptx.cuh"
 #include "kernel_params.h"
 #include "mainloop.cuh"
+#include "mainloop_roles.cuh"
 #include "traits.h"
 
 namespace flashattn {
@@ -44,13 +46,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     const int warp = threadIdx.x / 32;
     if (warp == 0)
       bwd_sm90_load<Traits>(params, sm, blk, threadIdx.x % 32);
-    else if (warp == 1)
-      bwd_sm90_dq_writer<Traits>(params, sm, blk, threadIdx.x % 32);
+    else if (warp == 1) {
+      if constexpr (!Traits::kRoles) bwd_sm90_dq_writer<Traits>(params, sm, blk, threadIdx.x % 32);
+    }
     else
       bwd_sm90_load_row_stats<Traits>(params, sm, blk, threadIdx.x % 32, warp == 3);
   } else {
     setmaxnreg_inc<Traits::kConsumerRegs>();
-    bwd_sm90_consumer<Traits, Element>(params.p, sm, blk, warpgroup - 1, threadIdx.x % kWarpgroupThreads);
+    if constexpr (Traits::kRoles)
+      bwd_sm90_consumer_roles<Traits, Element>(params, sm, blk, warpgroup - 1, threadIdx.x % kWarpgroupThreads);
+    else
+      bwd_sm90_consumer<Traits, Element>(params.p, sm, blk, warpgroup - 1, threadIdx.x % kWarpgroupThreads);
   }
 #else
   sm90_stub_body();  // not sm_90a: never launched (flash_bwd_sm90_supported() says no)

@@ -71,6 +71,7 @@ struct BwdSmem {
   __device__ uint32_t q(int stage) const { return base + Traits::kOffQ + stage * Traits::kQBytes; }
   __device__ uint32_t dout(int stage) const { return base + Traits::kOffDO + stage * Traits::kQBytes; }
   __device__ uint32_t ds(int buf) const { return base + Traits::kOffDS + buf * Traits::kDSBytes; }
+  __device__ uint32_t pt(int buf) const { return base + Traits::kOffP + buf * Traits::kPBytes; }
   __device__ uint32_t dq() const { return base + Traits::kOffDq; }
   __device__ uint32_t lse(int stage) const { return base + Traits::kOffLse + stage * Traits::kBlockM * 4; }
   __device__ uint32_t dpsum(int stage) const { return base + Traits::kOffDpsum + stage * Traits::kBlockM * 4; }

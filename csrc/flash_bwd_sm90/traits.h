@@ -1,15 +1,24 @@
 // Tile configuration of the Hopper (sm_90a) backward kernel (api.h says which calls run it).
 // Plain C++ (no CUDA), so the shared-memory budget can be checked anywhere.
 //
-// One CTA = 3 warpgroups (384 threads) for one (batch, K/V head, block of kBlockN = 128 keys):
+// One CTA = 3 warpgroups (384 threads) for one (batch, K/V head, block of kBlockN keys):
 //   warpgroup 0, the producer (24 registers a thread after setmaxnreg):
 //     warp 0  TMA loads: K and V once, then Q and dO per step into a kStages-deep ring;
-//     warp 1  the dQ writer: per step, one bulk reduce-add (cp.reduce.async.bulk .add.f32) of the
-//             two consumers' float32 dQ tiles from shared memory into dq_accum;
+//     warp 1  the dQ writer (D <= 128): per step, one bulk reduce-add (cp.reduce.async.bulk
+//             .add.f32) of the two consumers' float32 dQ tiles from shared memory into dq_accum;
 //     warps 2, 3  lse and dpsum of each step's query rows into the same ring (plain loads).
-//   warpgroups 1 and 2, the consumers (240 registers): consumer wg = warpgroup - 1 owns keys
+//   warpgroups 1 and 2, the consumers (240 registers), in one of two forms:
+//   - D <= 128 (mainloop.cuh), kBlockN = 128: consumer wg = warpgroup - 1 owns keys
 //     [64 wg, 64 wg + 64) of the block (the wgmma M = 64 of the key-side GEMMs) and walks the
 //     query blocks (kBlockM = 64 rows, 128 at D = 64) of every query head of the GQA group.
+//   - D = 256 (mainloop_roles.cuh), kBlockN = 64: dK and dV of m64 x 256 would take 256 registers
+//     a thread, so the warpgroups split D for the key-side GEMMs (dK, dV and dQ of columns
+//     [128 wg, 128 wg + 128)) and split the score GEMMs by role: warpgroup 0 computes S^T and P,
+//     warpgroup 1 dP^T and dS (each m64 n64 k256, the widest N the 64-query step allows: two
+//     warpgroups that each computed half the queries would run m64 n32 GEMMs, bound by the
+//     shared-memory reads of the common A operand). P^T and dS^T meet in shared memory, and dQ
+//     leaves from registers by vector reductions (red.global.add.v4.f32), because the 64 KB
+//     float32 tile of the D <= 128 form does not fit beside two stages of Q and dO.
 //
 // Shared memory holds every 16-bit tile as 64-column (128-byte) chunk planes with the 128-byte
 // swizzle (../common/sm90/layout.h), exactly as the forward and as TMA's SWIZZLE_128B writes a
@@ -20,8 +29,10 @@
 //   Q  [queries][D]  K-major B of S^T = K Q^T          MN-major B of dK += dS^T Q
 //   dO [queries][D]  K-major B of dP^T = V dO^T        MN-major B of dV += P^T dO
 //   dS^T [keys][queries] (one plane: kBlockM = 64 queries = one 128-byte row), two buffers
-//                    MN-major A of dQ = dS K (M = queries contiguous, K = keys)
-// and one float32 dQ tile [kBlockM x kHeadDim] in the accumulator order (dq_tile_offset below),
+//                    MN-major A of dQ = dS K (M = queries contiguous, K = keys);
+//                    K-major A of dK += dS^T Q in the D = 256 form
+//   P^T  [keys][queries] (D = 256 form only), two buffers: K-major A of dV += P^T dO
+// and (D <= 128) one float32 dQ tile [kBlockM x kHeadDim] in the accumulator order (dq_tile_offset below),
 // which is also the order of a query block in dq_accum on this path.
 #pragma once
 
@@ -52,6 +63,9 @@ template <int kHeadDim_, Sm90BwdDqSplit kDqSplit_ = sm90_bwd_dq_split(kHeadDim_)
 struct Sm90BwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr Sm90BwdDqSplit kDqSplit = kDqSplit_;
+  // The D = 256 form (traits.h's header): score GEMMs split by role, P^T through shared memory,
+  // dQ reduced from registers (no shared dQ tile, no dQ writer).
+  static constexpr bool kRoles = kHeadDim > 128;
   static constexpr int kConsumerWGs = 2;
   static constexpr int kConsumerThreads = kWarpgroupThreads * kConsumerWGs;
   static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWGs);
@@ -61,13 +75,16 @@ struct Sm90BwdTraits {
   // in steps of 8): a consumer's .inc that asks for more than the producer's .dec freed waits forever.
   static_assert(kProducerRegs + kConsumerWGs * kConsumerRegs <= (1 + kConsumerWGs) * (65536 / kThreads / 8 * 8),
                 "setmaxnreg: the consumers' increase must come from the producer's decrease");
-  static constexpr int kBlockN = kRowsPerConsumer * kConsumerWGs;  // keys per CTA (64 per warpgroup)
+  // Keys per CTA: 64 per warpgroup, or one 64-key block shared by both in the D = 256 form.
+  static constexpr int kBlockN = kRoles ? kRowsPerConsumer : kRowsPerConsumer * kConsumerWGs;
   static constexpr int kBlockM = kBlockM_;  // queries per step (the N of S^T, the K of dV/dK)
   static constexpr int kStages = 2;   // Q, dO, lse, dpsum ring: the next step loads during this one
   static constexpr int kDsStages = 2;  // dS^T buffers: a consumer writes step t+1's while the other may still read step t's
   static constexpr int kChunks = kHeadDim / kChunkCols;
 
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims 64 and 128 (smaller dims run on the next one up)");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
+                "head dims 64, 128 and 256 (smaller dims run on the next one up)");
+  static_assert(!kRoles || (kDqSplit == Sm90BwdDqSplit::kSplitD && kBlockM == 64), "the D = 256 form splits D");
   static_assert(kBlockM == 64 || kBlockM == 128, "dS^T rows are one or two 128-byte swizzle rows of queries");
   static_assert(kDqSplit != Sm90BwdDqSplit::kSplitQueries || kBlockM == 2 * kRowsPerConsumer, "a query half per warpgroup");
   static_assert(kDqSplit == Sm90BwdDqSplit::kSplitQueries || kBlockM == 64, "64-query steps split D or keys");
@@ -75,16 +92,19 @@ struct Sm90BwdTraits {
   // wgmma N of the dQ GEMM and its k-steps.
   static constexpr int kDqN = kDqSplit == Sm90BwdDqSplit::kSplitD ? kHeadDim / 2 : kHeadDim;
   static constexpr int kDqKSteps = (kDqSplit == Sm90BwdDqSplit::kSplitKeys ? kRowsPerConsumer : kBlockN) / 16;
+  // wgmma N of dV += P^T dO and dK += dS^T Q: all of D, or a warpgroup's half in the D = 256 form.
+  static constexpr int kAccN = kRoles ? kHeadDim / 2 : kHeadDim;
 
   // Bytes of one chunk plane and of whole tiles.
-  static constexpr int kKVPlaneBytes = kBlockN * kChunkRowBytes;  // 16 KB
+  static constexpr int kKVPlaneBytes = kBlockN * kChunkRowBytes;  // 16 KB (8 KB in the D = 256 form)
   static constexpr int kQPlaneBytes = kBlockM * kChunkRowBytes;   // 8 or 16 KB
   static constexpr int kKVBytes = kKVPlaneBytes * kChunks;
   static constexpr int kQBytes = kQPlaneBytes * kChunks;
-  static constexpr int kDSPlaneBytes = kBlockN * kChunkRowBytes;       // dS^T [128 keys][64 queries]
+  static constexpr int kDSPlaneBytes = kBlockN * kChunkRowBytes;       // dS^T [kBlockN keys][64 queries]
   static constexpr int kDSBytes = kDSPlaneBytes * (kBlockM / kChunkCols);
+  static constexpr int kPBytes = kRoles ? kDSBytes : 0;             // P^T, as dS^T
   static constexpr int kDqTileFloats = kBlockM * kHeadDim;    // one query block of dq_accum
-  static constexpr int kDqBytes = kDqTileFloats * 4;
+  static constexpr int kDqBytes = kRoles ? 0 : kDqTileFloats * 4;  // the shared dQ tile
 
   // Barriers (8 bytes each): full/empty per stage, K/V loaded, dQ tile written / read.
   static constexpr int kNumBarriers = 2 * kStages + 3;
@@ -95,7 +115,8 @@ struct Sm90BwdTraits {
   static constexpr int kOffQ = kOffV + kKVBytes;
   static constexpr int kOffDO = kOffQ + kStages * kQBytes;
   static constexpr int kOffDS = kOffDO + kStages * kQBytes;
-  static constexpr int kOffDq = kOffDS + kDsStages * kDSBytes;
+  static constexpr int kOffP = kOffDS + kDsStages * kDSBytes;
+  static constexpr int kOffDq = kOffP + kDsStages * kPBytes;
   static constexpr int kOffLse = kOffDq + kDqBytes;                  // float [kStages][kBlockM]
   static constexpr int kOffDpsum = kOffLse + kStages * kBlockM * 4;  // float [kStages][kBlockM]
   static constexpr int kOffBar = kOffDpsum + kStages * kBlockM * 4;
@@ -111,7 +132,7 @@ struct Sm90BwdTraits {
 
   // Per-thread accumulator registers (m64nN over 128 threads: N/2 floats).
   static constexpr int kSRegs = kBlockM / 2;    // S^T, dP^T: m64 (keys) x n = kBlockM (queries)
-  static constexpr int kAccRegs = kHeadDim / 2;  // dK, dV: m64 (keys) x n = D
+  static constexpr int kAccRegs = kAccN / 2;     // dK, dV: m64 (keys) x n = kAccN
   static constexpr int kDqRegs = kDqN / 2;       // dQ: m64 (queries) x n = kDqN
   static constexpr int kPVSteps = kBlockM / 16;  // k-steps of dV += P^T dO and dK += dS^T Q
 

@@ -1,0 +1,299 @@
+// The consumers of the Hopper backward at D = 256 (traits.h: the kRoles form). The producer
+// warpgroup is mainloop.cuh's (TMA of K/V once and Q/dO per step, lse/dpsum by two warps); its
+// dQ writer has nothing to do here, since dQ leaves from the consumers' registers.
+//
+// One CTA per (batch, K/V head, block of 64 keys). dK and dV of 64 keys x 256 columns take 256
+// registers a thread in one warpgroup, so each warpgroup keeps the columns [128 wg, 128 wg + 128)
+// of both (128 registers). The score GEMMs are split by role instead of by queries, which keeps
+// their N at 64 (at N = 32 both warpgroups would read the common A operand, K or V, from shared
+// memory for half the work each, and those reads would bound the GEMMs):
+//
+//   warpgroup 0 (scores)                          warpgroup 1 (gradients of the scores)
+//   wait full[stage]                               wait full[stage]
+//   S^T = K Q^T       m64 n64 k256 SS              dP^T = V dO^T    m64 n64 k256 SS
+//   P^T = exp2(S^T scale_log2 - lse log2e),        (dpsum read while the GEMM runs)
+//     masked; P^T (16-bit) -> shared pt[t % 2];
+//   fence.proxy.async; arrive P_READY              sync P_READY
+//   sync SCORES (its own 128 threads)              dS^T = P^T (dP^T - dpsum), P^T read back
+//   dV_wg += P^T dO_wg   (SS, A K-major,             from shared memory (the 16-bit values the
+//                        B MN-major, N = 128)        dV GEMM uses); -> shared ds[t % 2];
+//                                                  fence.proxy.async
+//   sync DS_READY                                  sync DS_READY
+//                                                  dV_wg += P^T dO_wg
+//   then both: dK_wg += dS^T Q_wg (SS, N = 128); dQ_wg = dS K_wg (SS, both MN-major, N = 128,
+//   k = the 64 keys); wait for dV, dK: arrive empty[stage]; wait for dQ: add it to dq_accum with
+//   16 red.global.add.v4.f32 a thread (dq_accum's tile order, traits.h: a warp's 32 vectors are
+//   512 contiguous bytes).
+//
+// Warpgroup 0 issues its dV GEMM before it waits for dS^T, so the tensor cores work while
+// warpgroup 1 computes dS. Buffer reuse: warpgroup 0 writes pt[t % 2] at step t after passing
+// DS_READY of step t - 1, which warpgroup 1 reaches only after its GEMMs of step t - 2 (the last
+// readers of that buffer) completed; warpgroup 1 writes ds[t % 2] after P_READY of step t, which
+// warpgroup 0 reaches after its GEMMs of step t - 1 completed. P_READY is arrived at by warpgroup
+// 0 only after DS_READY of the previous step, so its arrivals never run a step ahead.
+//
+// Deterministic mode (dq_semaphore set): the two warpgroups' halves of a query block's tile are
+// added in the order of mainloop.cuh's dQ writer (key blocks in descending order); the ticket
+// counts warpgroup additions, two per key block.
+#pragma once
+
+#include <cmath>
+#include <climits>
+#include <cstdint>
+#include <type_traits>
+
+#include "../common/bwd_params.h"
+#include "../common/mask.cuh"
+#include "../common/ptx.cuh"
+#include "../common/sm90/ptx.cuh"
+#include "../common/sm90/wgmma_ops.cuh"
+#include "descriptors.h"
+#include "kernel_params.h"
+#include "mainloop.cuh"
+#include "traits.h"
+
+namespace flashattn {
+namespace sm90 {
+
+#if defined(FLASHATTN_SM90A_ENABLED)
+
+// Named barriers of the roles form (0 is __syncthreads; mainloop.cuh's form uses 1).
+constexpr int kBwdPReadyBarrier = 2;   // both warpgroups: P^T of this step is in shared memory
+constexpr int kBwdDsReadyBarrier = 3;  // both warpgroups: dS^T of this step is in shared memory
+constexpr int kBwdScoresBarrier = 4;   // warpgroup 0 alone: its P^T rows, before its dV GEMM
+constexpr int kBwdDqOrderBarrier = 5;  // + wg, one warpgroup: deterministic dQ order
+
+__device__ __forceinline__ void red_add_v4(float* dst, float a, float b, float c, float d) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+
+template <typename Traits, typename Element>
+__device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp, const BwdSmem<Traits>& sm,
+                                                        const BwdBlock& blk, const int wg, const int wtid) {
+  static_assert(Traits::kRoles && Traits::kBlockN == 64 && Traits::kBlockM == 64, "the D = 256 form");
+  const BwdParams& p = kp.p;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kSRegs = Traits::kSRegs;      // 32: m64 (keys) x n64 (queries)
+  constexpr int kAccRegs = Traits::kAccRegs;  // 64: m64 (keys) x n128 (this warpgroup's columns)
+  constexpr int kDqRegs = Traits::kDqRegs;    // 64: m64 (queries) x n128
+  constexpr int kPVSteps = Traits::kPVSteps;  // 4: k = 64 queries
+  using MmaScore = WgmmaSS<Element, kBlockM>;
+  using MmaAcc = WgmmaSSTransB<Element, Traits::kAccN>;
+  using MmaDq = WgmmaSSTrans<Element, Traits::kDqN>;
+  using Descs = Sm90BwdDescs<Traits>;
+
+  const int warp = wtid / 32;
+  const int lane = wtid % 32;
+  const int n0 = blk.n0;
+  const bool scores = wg == 0;  // warp-uniform role
+
+  float dv[kAccRegs];
+  float dk[kAccRegs];
+#pragma unroll
+  for (int i = 0; i < kAccRegs; ++i) dv[i] = dk[i] = 0.f;
+
+  // Accumulator layout (m64nN): value 4 j + 2 h + e of this thread is row 16 warp + lane/4 + 8 h,
+  // column 8 j + 2 (lane % 4) + e.
+  const int acc_row = 16 * warp + lane / 4;
+  const int acc_col = 2 * (lane % 4);
+
+  // Descriptor bases (lower words; stages and k-steps are byte offsets on top).
+  const uint32_t desc_sa = desc_lo(Descs::score_a(scores ? sm.k() : sm.v(), 0));
+  const uint32_t desc_sb = desc_lo(Descs::score_b(scores ? sm.q(0) : sm.dout(0)));
+  const uint32_t desc_pt = desc_lo(Descs::pds_a(sm.pt(0)));
+  const uint32_t desc_dst = desc_lo(Descs::pds_a(sm.ds(0)));
+  const uint32_t desc_do_mn = desc_lo(Descs::acc_b_half(sm.dout(0), wg));
+  const uint32_t desc_q_mn = desc_lo(Descs::acc_b_half(sm.q(0), wg));
+  const uint32_t desc_ds_mn = desc_lo(Descs::dq_a(sm.ds(0), wg));
+  const uint32_t desc_k_mn = desc_lo(Descs::dq_b(sm.k(), wg));
+
+  const float scale_log2 = p.scale_log2;
+  constexpr float kLog2e = 1.4426950408889634f;
+  const bool keys_partial = n0 + Traits::kBlockN > p.seqlen_k;
+  const KeyWindow window = make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right);
+  const bool has_mask = window.has_lo || window.has_hi;
+  // Key row 8 h of this thread sees queries [qmin[h], qmax[h]] (none past Sk): mask.cuh's
+  // lo(i) <= key < hi(i) solved for the query i.
+  int qmin[2], qmax[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int key = n0 + acc_row + 8 * h;
+    qmin[h] = key >= p.seqlen_k ? INT_MAX : window.has_hi ? key - window.hi_shift + 1 : INT_MIN;
+    qmax[h] = window.has_lo ? key - window.lo_shift : INT_MAX;
+  }
+
+  if (blk.steps > 0) mbar_wait(sm.kv_full(), 0);
+
+  auto step = [&](const int t, auto masked) {
+    constexpr bool kMasked = decltype(masked)::value;
+    const int m0 = blk.m0(t, kBlockM);
+    const int stage = t % Traits::kStages;
+    const uint32_t q_off = stage * Traits::kQBytes;
+    const uint32_t buf_off = (t % Traits::kDsStages) * Traits::kDSBytes;
+    const uint32_t pt_tile = sm.pt(0) + buf_off;
+    const uint32_t ds_tile = sm.ds(0) + buf_off;
+    const uint32_t sa_lo = opaque(desc_sa), sb_lo = opaque(desc_sb);
+
+    mbar_wait(sm.full(stage), (t / Traits::kStages) & 1);
+
+    // ---- S^T = K Q^T (warpgroup 0) or dP^T = V dO^T (warpgroup 1).
+    float acc[kSRegs];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk)
+      MmaScore::mma(acc, desc_from_lo(sa_lo, Descs::score_a_step(kk)), desc_from_lo(sb_lo, q_off + Descs::score_b_step(kk)),
+                    kk > 0 ? 1 : 0);
+    wgmma_commit();
+
+    // This thread's row statistics (columns 8 j + acc_col + e), read while the GEMM runs: lse for
+    // the scores, dpsum for their gradients.
+    float stat[kSRegs / 4][2];
+    const uint32_t stat_s = (scores ? sm.lse(stage) : sm.dpsum(stage)) + acc_col * 4;
+#pragma unroll
+    for (int j = 0; j < kSRegs / 4; ++j)
+      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(stat[j][0]), "=f"(stat[j][1]) : "r"(stat_s + j * 32));
+    wgmma_wait<0>();
+    reg_fence(acc);
+
+    if (scores) {
+      // ---- P^T = exp2(S^T scale_log2 - lse log2e); a row that sees no key has lse = -inf and
+      // gets P = 0 (its lse taken as +inf).
+      const int q_end = p.seqlen_q - m0;
+#pragma unroll
+      for (int j = 0; j < kSRegs / 4; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) stat[j][e] = stat[j][e] == -INFINITY ? INFINITY : stat[j][e] * kLog2e;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float pv[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            pv[e] = ex2(acc[4 * j + 2 * h + e] * scale_log2 - stat[j][e]);
+            if constexpr (kMasked) {
+              const int col = 8 * j + acc_col + e;
+              if (col >= q_end || m0 + col < qmin[h] || m0 + col > qmax[h]) pv[e] = 0.f;
+            }
+          }
+          st_shared_b32(pt_tile + Descs::ds_offset(acc_row + 8 * h, 8 * j + acc_col), pack2<Element>(pv[0], pv[1]));
+        }
+      }
+      fence_proxy_async();
+      named_barrier_arrive(kBwdPReadyBarrier, Traits::kConsumerThreads);
+      named_barrier_sync(kBwdScoresBarrier, kWarpgroupThreads);
+    } else {
+      // ---- dS^T = P^T (dP^T - dpsum), with P^T as stored (the values the dV GEMM multiplies).
+      // Masked and out-of-range entries have P = 0, and dP = 0 there too (zero-filled rows).
+      named_barrier_sync(kBwdPReadyBarrier, Traits::kConsumerThreads);
+#pragma unroll
+      for (int j = 0; j < kSRegs / 4; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t off = Descs::ds_offset(acc_row + 8 * h, 8 * j + acc_col);
+          uint32_t pr;
+          asm volatile("ld.shared.b32 %0, [%1];" : "=r"(pr) : "r"(pt_tile + off));
+          const float2 pf = unpack2<Element>(pr);
+          st_shared_b32(ds_tile + off, pack2<Element>(pf.x * (acc[4 * j + 2 * h] - stat[j][0]),
+                                                      pf.y * (acc[4 * j + 2 * h + 1] - stat[j][1])));
+        }
+      fence_proxy_async();
+    }
+
+    // ---- dV_wg += P^T dO_wg (warpgroup 0 before it waits for dS^T).
+    const uint32_t pt_lo = opaque(desc_pt), do_lo = opaque(desc_do_mn);
+    auto mma_dv = [&] {
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kPVSteps; ++kk)
+        MmaAcc::mma(dv, desc_from_lo(pt_lo, buf_off + Descs::pds_a_step(kk)),
+                    desc_from_lo(do_lo, q_off + Descs::acc_b_step(kk)), 1);
+    };
+    if (scores) mma_dv();
+    named_barrier_sync(kBwdDsReadyBarrier, Traits::kConsumerThreads);
+    if (!scores) mma_dv();
+
+    // ---- dK_wg += dS^T Q_wg (same commit group as dV), then dQ_wg = dS K_wg.
+    const uint32_t dst_lo = opaque(desc_dst), q_lo = opaque(desc_q_mn);
+#pragma unroll
+    for (int kk = 0; kk < kPVSteps; ++kk)
+      MmaAcc::mma(dk, desc_from_lo(dst_lo, buf_off + Descs::pds_a_step(kk)),
+                  desc_from_lo(q_lo, q_off + Descs::acc_b_step(kk)), 1);
+    wgmma_commit();
+    float dq[kDqRegs];
+    const uint32_t dsmn_lo = opaque(desc_ds_mn), kmn_lo = opaque(desc_k_mn);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Traits::kDqKSteps; ++kk)
+      MmaDq::mma(dq, desc_from_lo(dsmn_lo, buf_off + Descs::dq_step(kk)), desc_from_lo(kmn_lo, Descs::dq_step(kk)),
+                 kk > 0 ? 1 : 0);
+    wgmma_commit();
+    wgmma_wait<1>();
+    reg_fence(dv);
+    reg_fence(dk);
+    // Q, dO, lse and dpsum of this stage are read.
+    mbar_arrive(sm.empty(stage));
+    wgmma_wait<0>();
+    reg_fence(dq);
+
+    // ---- dQ_wg -> dq_accum, this warpgroup's half of the query block's tile.
+    const int hq = blk.head_q(t);
+    const int m_block = blk.m_begin + t % blk.m_steps;
+    const int64_t tile = (static_cast<int64_t>(blk.batch) * p.heads_q + hq) * kp.num_m_blocks + m_block;
+    float* dst = p.dq_accum + tile * Traits::kDqTileFloats;
+    int* ticket = nullptr;
+    if (p.dq_semaphore != nullptr) {
+      const KeyBlocks kb = key_blocks(window, m0, min(m0 + kBlockM, p.seqlen_q), Traits::kBlockN);
+      ticket = p.dq_semaphore + tile;
+      if (wtid == 0) {
+        while (*reinterpret_cast<volatile int*>(ticket) < 2 * (kb.n_end - 1 - blk.n_block)) {
+        }
+        __threadfence();
+      }
+      named_barrier_sync(kBwdDqOrderBarrier + wg, kWarpgroupThreads);
+    }
+#pragma unroll
+    for (int j = 0; j < kDqRegs / 4; ++j)
+      red_add_v4(dst + Traits::dq_tile_offset(wg, j, wtid, 0), dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+    if (ticket != nullptr) {
+      __threadfence();  // this thread's additions are performed before the ticket moves
+      named_barrier_sync(kBwdDqOrderBarrier + wg, kWarpgroupThreads);
+      if (wtid == 0) atomicAdd(ticket, 1);
+    }
+  };
+
+  for (int t = 0; t < blk.steps; ++t) {
+    const int m0 = blk.m0(t, kBlockM);
+    const bool masked = keys_partial || m0 + kBlockM > p.seqlen_q ||
+                        (has_mask && key_blocks(window, m0, m0 + kBlockM, Traits::kBlockN).masked(blk.n_block));
+    if (masked)
+      step(t, std::true_type{});
+    else
+      step(t, std::false_type{});
+  }
+
+  // ---- Epilogue: this warpgroup's columns of dK (times softmax_scale) and dV, rows past Sk and
+  // columns past head_dim dropped. (A CTA with no step writes zeros.)
+  Element* dk_gmem = static_cast<Element*>(p.dk) + blk.batch * p.dk_batch_stride + blk.head_kv * p.dk_head_stride;
+  Element* dv_gmem = static_cast<Element*>(p.dv) + blk.batch * p.dv_batch_stride + blk.head_kv * p.dv_head_stride;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = n0 + acc_row + 8 * h;
+    if (row < p.seqlen_k) {
+#pragma unroll
+      for (int j = 0; j < kAccRegs / 4; ++j) {
+        const int col = Traits::kAccN * wg + 8 * j + acc_col;
+        if (col < p.head_dim) {
+          *reinterpret_cast<uint32_t*>(dk_gmem + row * p.dk_row_stride + col) =
+              pack2<Element>(dk[4 * j + 2 * h] * p.softmax_scale, dk[4 * j + 2 * h + 1] * p.softmax_scale);
+          *reinterpret_cast<uint32_t*>(dv_gmem + row * p.dv_row_stride + col) =
+              pack2<Element>(dv[4 * j + 2 * h], dv[4 * j + 2 * h + 1]);
+        }
+      }
+    }
+  }
+}
+
+#endif  // FLASHATTN_SM90A_ENABLED
+
+}  // namespace sm90
+}  // namespace flashattn
