@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import zlib
 
 import torch
 import torch.nn.functional as F
@@ -55,9 +56,15 @@ def reference(q, k, v, dout, scale, causal_mode, dtype_math):
 BACKEND = "auto"
 
 
+SEED = 0
+
+
 def check_case(b, sq, sk, hq, hk, d, dtype, causal_mode, scale=None, deterministic=False, layout="bshd"):
     dev = "cuda"
-    g = torch.Generator(device=dev).manual_seed(hash((b, sq, sk, hq, hk, d, str(dtype), causal_mode)) % 2**31)
+    # A stable seed per case (Python's hash of a str changes per process, which made the draws, and
+    # a borderline ratio, differ run to run); --seed shifts every case to a new draw.
+    key = repr((b, sq, sk, hq, hk, d, str(dtype), causal_mode, scale, deterministic, layout)).encode()
+    g = torch.Generator(device=dev).manual_seed((zlib.crc32(key) + SEED) % 2**31)
     def rnd(*shape):
         return torch.randn(*shape, device=dev, dtype=dtype, generator=g)
     if layout == "bhsd":  # [B, S, H, D] views of [B, H, S, D] buffers
@@ -178,9 +185,11 @@ def main():
     ap.add_argument("--time", action="store_true")
     ap.add_argument("--backend", default="auto", choices=("auto", "portable", "hopper"))
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
+    ap.add_argument("--seed", type=int, default=0, help="shifts every case's random draw")
     args = ap.parse_args()
-    global BACKEND
+    global BACKEND, SEED
     BACKEND = args.backend
+    SEED = args.seed
     failed = 0
     n = 0
     for c in cases(args.quick):

@@ -1,7 +1,11 @@
 // dQ = softmax_scale * dq_accum for the Hopper backward, whose dq_accum holds each query block as
 // one contiguous tile in the consumers' accumulator order (traits.h: dq_tile_offset), so the
-// kernel adds it with a single bulk reduce. One CTA per (batch, query head, query block): the
-// tile is read coalesced into shared memory, then written as 16-byte pieces of dq's rows.
+// kernel adds it with a single bulk reduce (or, at D = 256, with vector reductions). One CTA per
+// (batch, query head, query block). Each thread reads the tile's float4s in order (coalesced, no
+// shared memory: a transposing pass through shared memory hit 16-way bank conflicts and ran at
+// half the memory bandwidth) and writes each as two 4-byte pairs of dq, rows r and r + 8: a warp's
+// store covers 16 contiguous bytes of 8 rows, whose other halves the same warp writes next, so L2
+// merges them before they reach memory.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,45 +24,34 @@ constexpr int kBwdSm90ConvertThreads = 256;
 template <typename Traits, typename Element>
 __global__ void __launch_bounds__(kBwdSm90ConvertThreads)
     flash_bwd_sm90_convert_dq_kernel(const __grid_constant__ BwdParams p, const int num_m_blocks) {
-  constexpr int kBlockM = Traits::kBlockM;
-  constexpr int kTileFloats = Traits::kDqTileFloats;
-  // A tile over 32 KB (D = 256: 64 KB) goes through shared memory in parts: with dQ split by
-  // columns, warpgroup wg's columns [wg kDqN, (wg + 1) kDqN) are the tile's wg-th contiguous half.
-  constexpr int kParts = kTileFloats * 4 > 32768 ? 2 : 1;
-  static_assert(kParts == 1 || Traits::kDqSplit == Sm90BwdDqSplit::kSplitD, "parts are column halves");
-  constexpr int kPartFloats = kTileFloats / kParts;
-  constexpr int kPartCols = Traits::kHeadDim / kParts;
-  __shared__ float4 tile[kPartFloats / 4];
+  static_assert(Traits::kDqSplit != Sm90BwdDqSplit::kSplitKeys, "the kernel's tile orders");
+  constexpr int kVecs = Traits::kDqTileFloats / 4;
+  constexpr int kVecsPerPart = Traits::kDqRegs / 4 * kWarpgroupThreads;  // one warpgroup's part
+  constexpr bool kSplitD = Traits::kDqSplit == Sm90BwdDqSplit::kSplitD;
   const int m_block = static_cast<int>(blockIdx.x % num_m_blocks);
   const int bh = static_cast<int>(blockIdx.x / num_m_blocks);
   const int h = bh % p.heads_q;
   const int b = bh / p.heads_q;
-  const float4* src = reinterpret_cast<const float4*>(p.dq_accum) + static_cast<int64_t>(blockIdx.x) * (kTileFloats / 4);
-  const float* t = reinterpret_cast<const float*>(tile);
-  const int m0 = m_block * kBlockM;
-  const int rows = min(kBlockM, p.seqlen_q - m0);
+  const float4* src = reinterpret_cast<const float4*>(p.dq_accum) + static_cast<int64_t>(blockIdx.x) * kVecs;
+  const int m0 = m_block * Traits::kBlockM;
+  const int rows = min(Traits::kBlockM, p.seqlen_q - m0);
   const float s = p.softmax_scale;
-#pragma unroll 1
-  for (int part = 0; part < kParts; ++part) {
-    const int col0 = part * kPartCols;
-    const int chunks = max(0, min(p.head_dim - col0, kPartCols)) / 8;
-    if (part > 0) __syncthreads();  // the previous part is read
-    for (int i = threadIdx.x; i < kPartFloats / 4; i += kBwdSm90ConvertThreads) tile[i] = src[part * (kPartFloats / 4) + i];
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < rows * chunks; idx += kBwdSm90ConvertThreads) {
-      const int r = idx / chunks;
-      const int c = idx % chunks;
-      uint32_t packed[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        // Columns 8c + 2k and 8c + 2k + 1 are adjacent floats of the tile (same thread, e = 0, 1).
-        const float2 v =
-            *reinterpret_cast<const float2*>(t + Traits::dq_tile_offset_rc(r, col0 + 8 * c + 2 * k) - part * kPartFloats);
-        packed[k] = pack2<Element>(v.x * s, v.y * s);
-      }
-      Element* dst = static_cast<Element*>(p.dq) + b * p.dq_batch_stride + static_cast<int64_t>(m0 + r) * p.dq_row_stride +
-                     h * p.dq_head_stride + col0 + 8 * c;
-      *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  Element* dq = static_cast<Element*>(p.dq) + b * p.dq_batch_stride + static_cast<int64_t>(m0) * p.dq_row_stride +
+                h * p.dq_head_stride;
+#pragma unroll 4
+  for (int i = threadIdx.x; i < kVecs; i += kBwdSm90ConvertThreads) {
+    const float4 v = src[i];
+    // Float4 i = dq_tile_offset(wg, j, wtid, 0) / 4: values (row, col), (row, col + 1),
+    // (row + 8, col), (row + 8, col + 1) of warpgroup wg's part.
+    const int wg = i / kVecsPerPart;
+    const int j = (i % kVecsPerPart) / kWarpgroupThreads;
+    const int wtid = i % kWarpgroupThreads;
+    const int row = (kSplitD ? 0 : wg * kRowsPerConsumer) + 16 * (wtid / 32) + (wtid % 32) / 4;
+    const int col = (kSplitD ? wg * Traits::kDqN : 0) + 8 * j + 2 * (wtid % 4);
+    if (col < p.head_dim) {
+      if (row < rows) *reinterpret_cast<uint32_t*>(dq + row * p.dq_row_stride + col) = pack2<Element>(v.x * s, v.y * s);
+      if (row + 8 < rows)
+        *reinterpret_cast<uint32_t*>(dq + (row + 8) * p.dq_row_stride + col) = pack2<Element>(v.z * s, v.w * s);
     }
   }
 }

@@ -79,13 +79,14 @@ int supported_launcher(const BwdParams& p, const DeviceLimits& dev) {
       !aligned16(p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride) ||
       !aligned16(p.dout, p.do_batch_stride, p.do_row_stride, p.do_head_stride))
     return -1;
-  // q, dout, k and v are read by TMA (positive strides: a broadcast dout is copied by the binding).
+  // q, dout, k and v are read by TMA (positive strides: a broadcast dout is copied by the binding),
+  // dk and dv written by it.
   const BwdTmaTensors t = bwd_tma_tensors(p);
-  if (!tma_tensor_ok(t.q) || !tma_tensor_ok(t.dout) || !tma_tensor_ok(t.k) || !tma_tensor_ok(t.v)) return -1;
+  if (!tma_tensor_ok(t.q) || !tma_tensor_ok(t.dout) || !tma_tensor_ok(t.k) || !tma_tensor_ok(t.v) ||
+      !tma_tensor_ok(t.dk) || !tma_tensor_ok(t.dv))
+    return -1;
   // Boxes of 64 columns x 64 rows larger than a tensor need a driver that encodes them.
   if ((p.head_dim < kChunkCols || p.seqlen_q < 64 || p.seqlen_k < 64) && !small_tensor_boxes_ok(p.q)) return -1;
-  // dK/dV leave as 4-byte pairs.
-  if (reinterpret_cast<uintptr_t>(p.dk) % 4 != 0 || reinterpret_cast<uintptr_t>(p.dv) % 4 != 0) return -1;
   const int d = instantiated_head_dim(p.head_dim);
   for (int i = 0; i < kNumLaunchers; ++i) {
     const Sm90BwdLauncher& l = kLaunchers[i];

@@ -24,7 +24,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   BwdSmem<Traits> sm;
   sm.base = (smem_u32(smem_raw) + (kSwizzleAtomBytes - 1)) & ~static_cast<uint32_t>(kSwizzleAtomBytes - 1);
-  const BwdBlock blk = bwd_block<Traits>(params.p, params.num_n_blocks);
 
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -39,10 +38,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   }
   __syncthreads();
 
-  // Warp-uniform role index (the shuffle tells the compiler it is uniform).
+  // Warp-uniform role index (the shuffle tells the compiler it is uniform). Each role derives the
+  // block's coordinates after its setmaxnreg: values computed before the split keep the registers
+  // the consumers' allocation gave them, which the producer's 24 cannot hold (they spilled).
   const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
   if (warpgroup == 0) {
     setmaxnreg_dec<Traits::kProducerRegs>();
+    const BwdBlock blk = bwd_block<Traits>(params.p, params.num_n_blocks);
     const int warp = threadIdx.x / 32;
     if (warp == 0)
       bwd_sm90_load<Traits>(params, sm, blk, threadIdx.x % 32);
@@ -53,10 +55,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       bwd_sm90_load_row_stats<Traits>(params, sm, blk, threadIdx.x % 32, warp == 3);
   } else {
     setmaxnreg_inc<Traits::kConsumerRegs>();
+    const BwdBlock blk = bwd_block<Traits>(params.p, params.num_n_blocks);
     if constexpr (Traits::kRoles)
       bwd_sm90_consumer_roles<Traits, Element>(params, sm, blk, warpgroup - 1, threadIdx.x % kWarpgroupThreads);
     else
-      bwd_sm90_consumer<Traits, Element>(params.p, sm, blk, warpgroup - 1, threadIdx.x % kWarpgroupThreads);
+      bwd_sm90_consumer<Traits, Element>(params, sm, blk, warpgroup - 1, threadIdx.x % kWarpgroupThreads);
   }
 #else
   sm90_stub_body();  // not sm_90a: never launched (flash_bwd_sm90_supported() says no)

@@ -16,6 +16,10 @@ struct Sm90BwdParams {
   CUtensorMap tma_do;
   CUtensorMap tma_k;
   CUtensorMap tma_v;
+  // dk and dv [B, Sk, Hk, D]: the same form, written by TMA stores (rows past Sk and columns past
+  // head_dim are not written).
+  CUtensorMap tma_dk;
+  CUtensorMap tma_dv;
   BwdParams p;
   int num_n_blocks;  // key blocks of kBlockN per (batch, K/V head)
   int num_m_blocks;  // query blocks of kBlockM per (batch, query head): dq_accum is

@@ -28,7 +28,8 @@ cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
   const bool bf16 = p.dtype == DType::kBFloat16;
   const BwdTmaTensors t = bwd_tma_tensors(p);
   if (!encode_tma_4d(&kp.tma_q, t.q, bf16, Traits::kBlockM) || !encode_tma_4d(&kp.tma_do, t.dout, bf16, Traits::kBlockM) ||
-      !encode_tma_4d(&kp.tma_k, t.k, bf16, 64) || !encode_tma_4d(&kp.tma_v, t.v, bf16, 64))
+      !encode_tma_4d(&kp.tma_k, t.k, bf16, 64) || !encode_tma_4d(&kp.tma_v, t.v, bf16, 64) ||
+      !encode_tma_4d(&kp.tma_dk, t.dk, bf16, 64) || !encode_tma_4d(&kp.tma_dv, t.dv, bf16, 64))
     return cudaErrorInvalidValue;
 
   cudaError_t err = launch_bwd_preprocess<Element>(p, stream);

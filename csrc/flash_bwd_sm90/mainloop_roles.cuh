@@ -271,26 +271,8 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
       step(t, std::false_type{});
   }
 
-  // ---- Epilogue: this warpgroup's columns of dK (times softmax_scale) and dV, rows past Sk and
-  // columns past head_dim dropped. (A CTA with no step writes zeros.)
-  Element* dk_gmem = static_cast<Element*>(p.dk) + blk.batch * p.dk_batch_stride + blk.head_kv * p.dk_head_stride;
-  Element* dv_gmem = static_cast<Element*>(p.dv) + blk.batch * p.dv_batch_stride + blk.head_kv * p.dv_head_stride;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = n0 + acc_row + 8 * h;
-    if (row < p.seqlen_k) {
-#pragma unroll
-      for (int j = 0; j < kAccRegs / 4; ++j) {
-        const int col = Traits::kAccN * wg + 8 * j + acc_col;
-        if (col < p.head_dim) {
-          *reinterpret_cast<uint32_t*>(dk_gmem + row * p.dk_row_stride + col) =
-              pack2<Element>(dk[4 * j + 2 * h] * p.softmax_scale, dk[4 * j + 2 * h + 1] * p.softmax_scale);
-          *reinterpret_cast<uint32_t*>(dv_gmem + row * p.dv_row_stride + col) =
-              pack2<Element>(dv[4 * j + 2 * h], dv[4 * j + 2 * h + 1]);
-        }
-      }
-    }
-  }
+  // ---- Epilogue: all 64 key rows, this warpgroup's 128 columns. (A CTA with no step writes zeros.)
+  bwd_sm90_store_dkv<Traits, Element>(kp, sm, blk, wg, wtid, dk, dv, 0, Traits::kAccN * wg);
 }
 
 #endif  // FLASHATTN_SM90A_ENABLED
