@@ -7,7 +7,7 @@ against SDPA; torch.compile and CUDA graphs of a training step; O(S) memory.
 
 Backends: a test that takes `backend` runs forward and backward with it: "portable" runs the
 portable kernels both ways; "hopper" (forced, on an H100) the Hopper forward and the Hopper
-backward wherever it exists (head dim <= 256, no softcap), the portable backward
+backward wherever it exists (head dim <= 256, windows and softcap included), the portable backward
 otherwise (test_backward_path_follows_the_backend checks which kernels ran).
 
 Modes and poisoning: in deterministic mode (torch's deterministic algorithms, which the suite's
@@ -315,14 +315,14 @@ def backward_kernels(x: AttentionInputs, backend: str, **kwargs) -> set[str]:
 @pytest.mark.parametrize("d", [32, 64, 96, 128, 256])
 def test_backward_path_follows_the_backend(d: int, backend: str, device: torch.device) -> None:
     """Which backward main kernel runs: the Hopper one for "hopper" on an H100 up to head dim 256
-    (local windows included, softcap not), the portable one otherwise; never a silent fallback
+    (local windows and the softcap included), the portable one otherwise; never a silent fallback
     where the Hopper backward should run."""
     x = AttentionSpec(1, 300, 300, 2, 1, d, torch.bfloat16, NONE, None, Layout("contiguous"), Layout("contiguous"), 1.0, 0).make(device)
     on_hopper = torch.cuda.get_device_capability(device) == (9, 0)
     want = "sm90" if backend == "hopper" and on_hopper and d <= 256 else "portable"
     assert backward_kernels(x, backend) == {want}
     assert backward_kernels(x, backend, window_size=(64, 0)) == {want}
-    assert backward_kernels(x, backend, softcap=30.0) == {"portable"}
+    assert backward_kernels(x, backend, softcap=30.0) == {want}
 
 
 def test_forced_hopper_forward_trains(backend: str, device: torch.device) -> None:

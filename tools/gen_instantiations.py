@@ -5,7 +5,7 @@ compiles them in parallel and a change to one config recompiles one file:
                                        config dense (fwd_*) and for packed batches (fwd_varlen_*)
   csrc/flash_fwd_sm90/instantiations/  the Hopper forward: (dtype, head dim, static | dynamic schedule)
   csrc/flash_bwd/instantiations/       the portable backward: (dtype, head dim, tile variant), dense and packed
-  csrc/flash_bwd_sm90/instantiations/  the Hopper backward: (dtype, head dim)
+  csrc/flash_bwd_sm90/instantiations/  the Hopper backward: (dtype, head dim, softcap)
 
 The tile configs themselves live in the traits.h of each path's folder;
 these tables only say which combinations exist. Run it after changing a table; a CPU test
@@ -155,20 +155,22 @@ def render_bwd() -> dict[str, str]:
 
 def render_bwd_sm90() -> dict[str, str]:
     files: dict[str, str] = {}
-    registry = [HEADER, "// FLASHATTN_BWD_SM90_INSTANCE(element type, head dim)\n"]
+    registry = [HEADER, "// FLASHATTN_BWD_SM90_INSTANCE(element type, head dim, softcap)\n"]
     for dname, ctype in DTYPES.items():
         for d in BWD_SM90_HEAD_DIMS:
-            files[f"bwd_sm90_{dname}_hdim{d}.cu"] = (
-                HEADER
-                + '#include "../launch.cuh"\n\n'
-                + "namespace flashattn {\n"
-                + "namespace sm90 {\n"
-                + f"template cudaError_t run_bwd_sm90<Sm90BwdTraits<{d}>, {ctype}>(const BwdParams&, cudaStream_t);\n"
-                + f"template bool bwd_kernel_is_real<Sm90BwdTraits<{d}>, {ctype}>();\n"
-                + "}  // namespace sm90\n"
-                + "}  // namespace flashattn\n"
-            )
-            registry.append(f"FLASHATTN_BWD_SM90_INSTANCE({ctype}, {d})\n")
+            for softcap in ("false", "true"):
+                suffix = "_softcap" if softcap == "true" else ""
+                files[f"bwd_sm90_{dname}_hdim{d}{suffix}.cu"] = (
+                    HEADER
+                    + '#include "../launch.cuh"\n\n'
+                    + "namespace flashattn {\n"
+                    + "namespace sm90 {\n"
+                    + f"template cudaError_t run_bwd_sm90<Sm90BwdConfig<{d}, {softcap}>::Traits, {ctype}, {softcap}>(const BwdParams&, cudaStream_t);\n"
+                    + f"template bool bwd_kernel_is_real<Sm90BwdConfig<{d}, {softcap}>::Traits, {ctype}, {softcap}>();\n"
+                    + "}  // namespace sm90\n"
+                    + "}  // namespace flashattn\n"
+                )
+                registry.append(f"FLASHATTN_BWD_SM90_INSTANCE({ctype}, {d}, {softcap})\n")
     files["registry.inc"] = "".join(registry)
     return files
 

@@ -23,8 +23,8 @@ int64_t flash_bwd_sm90_dq_accum_floats(const BwdParams& p);
 
 // True when this build and device can run `p` on the Hopper backward: compute capability 9.0, the
 // kernel compiled for sm_90a in this build, float16 or bfloat16, head dim a multiple of 8 up to
-// 256 (64, 128 and 256 instantiated; smaller dims run on the next one up), causal masks and local
-// windows, no softcap (that runs on the portable backward), both sequence lengths >= 1, and q, k, v, dO
+// 256 (64, 128 and 256 instantiated; smaller dims run on the next one up), causal masks, local
+// windows and the softcap, both sequence lengths >= 1, and q, k, v, dO
 // describable by TMA (16-byte aligned, positive strides in multiples of 8 elements: the binding's
 // aligned_or_copy and its copy of a broadcast dO guarantee it).
 bool flash_bwd_sm90_supported(const BwdParams& p, const DeviceLimits& dev);

@@ -16,9 +16,9 @@
 namespace flashattn {
 namespace sm90 {
 
-template <typename Traits, typename Element>
+template <typename Traits, typename Element, bool kSoftcap>
 cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream);
-template <typename Traits, typename Element>
+template <typename Traits, typename Element, bool kSoftcap>
 bool bwd_kernel_is_real();
 
 namespace {
@@ -29,14 +29,19 @@ using RealFn = bool (*)();
 struct Sm90BwdLauncher {
   DType dtype;
   int head_dim;
+  bool softcap;
   int smem_bytes;
   LaunchFn launch;
   RealFn real;
 };
 
-#define FLASHATTN_BWD_SM90_INSTANCE(T, D)                                                                       \
-  Sm90BwdLauncher{dtype_of<T>(), D, Sm90BwdTraits<D>::kSmemBytes, &run_bwd_sm90<Sm90BwdTraits<D>, T>, \
-                  &bwd_kernel_is_real<Sm90BwdTraits<D>, T>},
+#define FLASHATTN_BWD_SM90_INSTANCE(T, D, SOFTCAP)                                                          \
+  Sm90BwdLauncher{dtype_of<T>(),                                                                              \
+                  D,                                                                                          \
+                  SOFTCAP,                                                                                    \
+                  Sm90BwdConfig<D, SOFTCAP>::Traits::kSmemBytes,                                              \
+                  &run_bwd_sm90<Sm90BwdConfig<D, SOFTCAP>::Traits, T, SOFTCAP>,                               \
+                  &bwd_kernel_is_real<Sm90BwdConfig<D, SOFTCAP>::Traits, T, SOFTCAP>},
 const Sm90BwdLauncher kLaunchers[] = {
 #include "instantiations/registry.inc"
 };
@@ -46,6 +51,15 @@ constexpr int kNumLaunchers = sizeof(kLaunchers) / sizeof(kLaunchers[0]);
 static_assert(Sm90BwdTraits<64>::kBlockM == sm90_bwd_block_m(64) && Sm90BwdTraits<128>::kBlockM == sm90_bwd_block_m(128) &&
                   Sm90BwdTraits<256>::kBlockM == sm90_bwd_block_m(256),
               "flash_bwd_sm90_block_m() is the instantiations' query block");
+
+// Query rows per step and floats per dq_accum tile of the instantiation for (d, softcap).
+template <int D>
+int config_block_m(bool softcap) {
+  return softcap ? Sm90BwdConfig<D, true>::Traits::kBlockM : Sm90BwdConfig<D, false>::Traits::kBlockM;
+}
+int block_m_of(int d, bool softcap) {
+  return d == 64 ? config_block_m<64>(softcap) : d == 128 ? config_block_m<128>(softcap) : config_block_m<256>(softcap);
+}
 
 // The instantiated head dim that runs a call's head dim (smaller dims run zero-padded on the next
 // one up: TMA reads columns past head_dim as zeros, the epilogues drop them).
@@ -71,7 +85,6 @@ bool aligned16(const void* ptr, int64_t batch_stride, int64_t row_stride, int64_
 int supported_launcher(const BwdParams& p, const DeviceLimits& dev) {
   if (dev.cc_major != 9 || dev.cc_minor != 0) return -1;
   if (p.head_dim < 8 || p.head_dim > 256 || p.head_dim % 8 != 0) return -1;
-  if (p.softcap != 0.f) return -1;
   if (p.batch < 1 || p.seqlen_q < 1 || p.seqlen_k < 1 || p.heads_q < 1 || p.heads_kv < 1) return -1;
   if (p.heads_q % p.heads_kv != 0) return -1;
   if (!aligned16(p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride) ||
@@ -90,7 +103,7 @@ int supported_launcher(const BwdParams& p, const DeviceLimits& dev) {
   const int d = instantiated_head_dim(p.head_dim);
   for (int i = 0; i < kNumLaunchers; ++i) {
     const Sm90BwdLauncher& l = kLaunchers[i];
-    if (l.dtype != p.dtype || l.head_dim != d) continue;
+    if (l.dtype != p.dtype || l.head_dim != d || l.softcap != (p.softcap != 0.f)) continue;
     if (l.smem_bytes > dev.max_smem_per_block) return -1;
     const int64_t n_blocks = (static_cast<int64_t>(p.seqlen_k) + block_n(d) - 1) / block_n(d);
     if (n_blocks * p.batch * p.heads_kv > 0x7fffffffLL) return -1;
@@ -102,15 +115,15 @@ int supported_launcher(const BwdParams& p, const DeviceLimits& dev) {
 }  // namespace
 }  // namespace sm90
 
-int flash_bwd_sm90_block_m(const BwdParams& p) { return sm90::sm90_bwd_block_m(sm90::instantiated_head_dim(p.head_dim)); }
+int flash_bwd_sm90_block_m(const BwdParams& p) {
+  return sm90::block_m_of(sm90::instantiated_head_dim(p.head_dim), p.softcap != 0.f);
+}
 
 int64_t flash_bwd_sm90_dq_accum_floats(const BwdParams& p) {
   const int block_m = flash_bwd_sm90_block_m(p);
   const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + block_m - 1) / block_m;
   const int d = sm90::instantiated_head_dim(p.head_dim);
-  const int64_t tile = d == 64    ? sm90::Sm90BwdTraits<64>::kDqTileFloats
-                       : d == 128 ? sm90::Sm90BwdTraits<128>::kDqTileFloats
-                                  : sm90::Sm90BwdTraits<256>::kDqTileFloats;
+  const int64_t tile = static_cast<int64_t>(block_m) * d;  // kDqTileFloats
   return static_cast<int64_t>(p.batch) * p.heads_q * m_blocks * tile;
 }
 

@@ -17,7 +17,9 @@
 namespace flashattn {
 namespace sm90 {
 
-template <typename Traits, typename Element>
+// kSoftcap: the logit softcap's kernels (capped scores and tanh's derivative), apart so that the
+// others compile as without it.
+template <typename Traits, typename Element, bool kSoftcap>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     flash_bwd_sm90_kernel(const __grid_constant__ Sm90BwdParams params) {
 #if defined(FLASHATTN_SM90A_ENABLED)
@@ -57,9 +59,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     setmaxnreg_inc<Traits::kConsumerRegs>();
     const BwdBlock blk = bwd_block<Traits>(params.p, params.num_n_blocks);
     if constexpr (Traits::kRoles)
-      bwd_sm90_consumer_roles<Traits, Element>(params, sm, blk, warpgroup - 1, threadIdx.x % kWarpgroupThreads);
+      bwd_sm90_consumer_roles<Traits, Element, kSoftcap>(params, sm, blk, warpgroup - 1, threadIdx.x % kWarpgroupThreads);
     else
-      bwd_sm90_consumer<Traits, Element>(params, sm, blk, warpgroup - 1, threadIdx.x % kWarpgroupThreads);
+      bwd_sm90_consumer<Traits, Element, kSoftcap>(params, sm, blk, warpgroup - 1, threadIdx.x % kWarpgroupThreads);
   }
 #else
   sm90_stub_body();  // not sm_90a: never launched (flash_bwd_sm90_supported() says no)

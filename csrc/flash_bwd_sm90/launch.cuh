@@ -18,8 +18,9 @@
 namespace flashattn {
 namespace sm90 {
 
-template <typename Traits, typename Element>
+template <typename Traits, typename Element, bool kSoftcap>
 cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
+  if ((p.softcap != 0.f) != kSoftcap) return cudaErrorInvalidValue;
   if (p.head_dim > Traits::kHeadDim || p.head_dim % 8 != 0) return cudaErrorInvalidValue;
   Sm90BwdParams kp;
   kp.p = p;
@@ -35,7 +36,7 @@ cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
   cudaError_t err = launch_bwd_preprocess<Element>(p, stream);
   if (err != cudaSuccess) return err;
 
-  auto kernel = flash_bwd_sm90_kernel<Traits, Element>;
+  auto kernel = flash_bwd_sm90_kernel<Traits, Element, kSoftcap>;
   constexpr int kSmem = Traits::kSmemBytes;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) return err;
@@ -51,9 +52,9 @@ cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
 
 // Whether this build holds the real sm_90a main kernel (the other device passes compile a stub
 // that traps, kernel.cuh).
-template <typename Traits, typename Element>
+template <typename Traits, typename Element, bool kSoftcap>
 bool bwd_kernel_is_real() {
-  return sm90_kernel_is_real(flash_bwd_sm90_kernel<Traits, Element>);
+  return sm90_kernel_is_real(flash_bwd_sm90_kernel<Traits, Element, kSoftcap>);
 }
 
 }  // namespace sm90

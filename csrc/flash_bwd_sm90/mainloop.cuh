@@ -293,7 +293,7 @@ __device__ __forceinline__ void bwd_sm90_store_dkv(const Sm90BwdParams& kp, cons
 }
 
 // ---- Consumers.
-template <typename Traits, typename Element>
+template <typename Traits, typename Element, bool kSoftcap>
 __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const BwdSmem<Traits>& sm, const BwdBlock& blk,
                                                   const int wg, const int wtid) {
   const BwdParams& p = kp.p;
@@ -341,6 +341,7 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
 
   const float scale_log2 = p.scale_log2;
   constexpr float kLog2e = 1.4426950408889634f;
+  const float inv_softcap_log2 = kSoftcap ? 1.f / p.softcap_log2 : 0.f;
   const bool keys_partial = n0 + Traits::kBlockN > p.seqlen_k;
   const KeyWindow window = make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right);
   const bool has_mask = window.has_lo || window.has_hi;
@@ -412,7 +413,10 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          float pv = ex2(s[4 * j + 2 * h + e] * scale_log2 - lse2[j][e]);
+          // Softcap c: the forward's score in log2 units is tanh(s softcap_scale) softcap_log2,
+          // with the same tanh_approx, so that P matches the saved lse.
+          float pv = kSoftcap ? ex2(tanh_approx(s[4 * j + 2 * h + e] * p.softcap_scale) * p.softcap_log2 - lse2[j][e])
+                              : ex2(s[4 * j + 2 * h + e] * scale_log2 - lse2[j][e]);
           if constexpr (kMasked) {
             const int col = 8 * j + acc_col + e;
             if (col >= q_end || m0 + col < qmin[h] || m0 + col > qmax[h]) pv = 0.f;
@@ -426,10 +430,26 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
 #pragma unroll
     for (int j = 0; j < kSlices; ++j) {
       if (j + kAhead < kSlices) load2(dps[j + kAhead], dpsum_s + (j + kAhead) * 32);
+      if constexpr (kSoftcap) {
+        // dL/ds = P (dP - dpsum) (1 - t^2) softmax_scale (softmax_scale at the end, as without a
+        // softcap); 1 - t^2 from P and lse (softmax_math.cuh), so no t is kept per score.
+        float l[2];
+        load2(l, lse_s + j * 32);
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+        for (int e = 0; e < 2; ++e) l[e] = l[e] == -INFINITY ? INFINITY : l[e] * kLog2e;
 #pragma unroll
-        for (int e = 0; e < 2; ++e) dp[4 * j + 2 * h + e] = s[4 * j + 2 * h + e] * (dp[4 * j + 2 * h + e] - dps[j][e]);
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pv = s[4 * j + 2 * h + e];
+            dp[4 * j + 2 * h + e] = pv * (dp[4 * j + 2 * h + e] - dps[j][e]) * softcap_grad_from_p(pv, l[e], inv_softcap_log2);
+          }
+      } else {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) dp[4 * j + 2 * h + e] = s[4 * j + 2 * h + e] * (dp[4 * j + 2 * h + e] - dps[j][e]);
+      }
     }
 
     // ---- dV += P^T dO, dK += dS^T Q (one commit group).

@@ -47,6 +47,7 @@
 #include "../common/ptx.cuh"
 #include "../common/sm90/ptx.cuh"
 #include "../common/sm90/wgmma_ops.cuh"
+#include "../common/softmax_math.cuh"
 #include "descriptors.h"
 #include "kernel_params.h"
 #include "mainloop.cuh"
@@ -67,7 +68,7 @@ __device__ __forceinline__ void red_add_v4(float* dst, float a, float b, float c
   asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
 }
 
-template <typename Traits, typename Element>
+template <typename Traits, typename Element, bool kSoftcap>
 __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp, const BwdSmem<Traits>& sm,
                                                         const BwdBlock& blk, const int wg, const int wtid) {
   static_assert(Traits::kRoles && Traits::kBlockN == 64 && Traits::kBlockM == 64, "the D = 256 form");
@@ -110,6 +111,7 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
 
   const float scale_log2 = p.scale_log2;
   constexpr float kLog2e = 1.4426950408889634f;
+  const float inv_softcap_log2 = kSoftcap ? 1.f / p.softcap_log2 : 0.f;
   const bool keys_partial = n0 + Traits::kBlockN > p.seqlen_k;
   const KeyWindow window = make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right);
   const bool has_mask = window.has_lo || window.has_hi;
@@ -169,7 +171,9 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
           float pv[2];
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            pv[e] = ex2(acc[4 * j + 2 * h + e] * scale_log2 - stat[j][e]);
+            // Softcap: the forward's capped score, with the same tanh_approx (mainloop.cuh).
+            pv[e] = kSoftcap ? ex2(tanh_approx(acc[4 * j + 2 * h + e] * p.softcap_scale) * p.softcap_log2 - stat[j][e])
+                             : ex2(acc[4 * j + 2 * h + e] * scale_log2 - stat[j][e]);
             if constexpr (kMasked) {
               const int col = 8 * j + acc_col + e;
               if (col >= q_end || m0 + col < qmin[h] || m0 + col > qmax[h]) pv[e] = 0.f;
@@ -184,6 +188,19 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
     } else {
       // ---- dS^T = P^T (dP^T - dpsum), with P^T as stored (the values the dV GEMM multiplies).
       // Masked and out-of-range entries have P = 0, and dP = 0 there too (zero-filled rows).
+      // Softcap: times 1 - t^2, recovered from P and lse (softmax_math.cuh; P as stored, 16-bit:
+      // t to ~1e-4 at c = 30, below the 16-bit rounding of dS itself).
+      float lse2[kSoftcap ? kSRegs / 4 : 1][2];
+      if constexpr (kSoftcap) {
+#pragma unroll
+        for (int j = 0; j < kSRegs / 4; ++j) {
+          asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
+                       : "=f"(lse2[j][0]), "=f"(lse2[j][1])
+                       : "r"(sm.lse(stage) + acc_col * 4 + j * 32));
+#pragma unroll
+          for (int e = 0; e < 2; ++e) lse2[j][e] = lse2[j][e] == -INFINITY ? INFINITY : lse2[j][e] * kLog2e;
+        }
+      }
       named_barrier_sync(kBwdPReadyBarrier, Traits::kConsumerThreads);
 #pragma unroll
       for (int j = 0; j < kSRegs / 4; ++j)
@@ -193,8 +210,13 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
           uint32_t pr;
           asm volatile("ld.shared.b32 %0, [%1];" : "=r"(pr) : "r"(pt_tile + off));
           const float2 pf = unpack2<Element>(pr);
-          st_shared_b32(ds_tile + off, pack2<Element>(pf.x * (acc[4 * j + 2 * h] - stat[j][0]),
-                                                      pf.y * (acc[4 * j + 2 * h + 1] - stat[j][1])));
+          float g0 = 1.f, g1 = 1.f;
+          if constexpr (kSoftcap) {
+            g0 = softcap_grad_from_p(pf.x, lse2[j][0], inv_softcap_log2);
+            g1 = softcap_grad_from_p(pf.y, lse2[j][1], inv_softcap_log2);
+          }
+          st_shared_b32(ds_tile + off, pack2<Element>(pf.x * (acc[4 * j + 2 * h] - stat[j][0]) * g0,
+                                                      pf.y * (acc[4 * j + 2 * h + 1] - stat[j][1]) * g1));
         }
       fence_proxy_async();
     }

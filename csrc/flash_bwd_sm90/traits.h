@@ -156,5 +156,17 @@ struct Sm90BwdTraits {
   }
 };
 
+// The tile configuration of each instantiation: (head dim, softcap). With a softcap, D = 64 takes
+// 64-query steps split by columns: the 128-query steps keep 128 score registers a thread, and the
+// softcap's extra work per score spilled them (136 B).
+template <int kHeadDim, bool kSoftcap>
+struct Sm90BwdConfig {
+  using Traits = Sm90BwdTraits<kHeadDim>;
+};
+template <>
+struct Sm90BwdConfig<64, true> {
+  using Traits = Sm90BwdTraits<64, Sm90BwdDqSplit::kSplitD, 64>;
+};
+
 }  // namespace sm90
 }  // namespace flashattn

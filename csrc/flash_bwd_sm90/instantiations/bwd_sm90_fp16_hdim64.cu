@@ -3,7 +3,7 @@
 
 namespace flashattn {
 namespace sm90 {
-template cudaError_t run_bwd_sm90<Sm90BwdTraits<64>, __half>(const BwdParams&, cudaStream_t);
-template bool bwd_kernel_is_real<Sm90BwdTraits<64>, __half>();
+template cudaError_t run_bwd_sm90<Sm90BwdConfig<64, false>::Traits, __half, false>(const BwdParams&, cudaStream_t);
+template bool bwd_kernel_is_real<Sm90BwdConfig<64, false>::Traits, __half, false>();
 }  // namespace sm90
 }  // namespace flashattn
