@@ -18,11 +18,12 @@
 //   dV += P^T dO, dK += dS^T Q RS wgmma, A = P^T / dS^T from registers (the accumulator layout
 //                              packed to 16 bits is the A-fragment layout, as the forward's P),
 //                              B = dO / Q as MN-major B (same smem tile, other descriptor)  (group 3)
-//   dS^T (16-bit) -> shared buffer t % 2; fence.proxy.async; wait group 3; arrive empty[stage]
+//   dS^T (16-bit) -> shared buffer t % 2; fence.proxy.async
 //   consumer barrier (both warpgroups' dS^T rows written)
 //   dQ = dS K                  SS wgmma, A = dS^T as MN-major A, B = K as MN-major B; warpgroup wg
-//                              computes columns [wg D/2, wg D/2 + D/2) over all 128 keys
-//   wait; wait dq_empty (the writer has read the previous tile); dQ -> shared float32 tile;
+//                              computes columns [wg D/2, wg D/2 + D/2) over all 128 keys  (group 4)
+//   wait group 3: arrive empty[stage]; wait group 4
+//   wait dq_empty (the writer has read the previous tile); dQ -> shared float32 tile;
 //   fence.proxy.async; arrive dq_full
 // Producer warp 1 (dQ writer), per step: wait dq_full, one bulk reduce-add of the 32 KB tile into
 //   the query block's slot of dq_accum, wait until it has been read, arrive dq_empty.
@@ -474,16 +475,8 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
         st_shared_b32(sm.ds(0) + ds_off + Descs::ds_offset(ds_row0 + 8 * h, 8 * j + acc_col), dsa[j / 2][2 * (j % 2) + h]);
       }
     fence_proxy_async();
-    wgmma_wait<0>();
-    reg_fence(dv);
-    reg_fence(dk);
-#pragma unroll
-    for (int kk = 0; kk < kPVSteps; ++kk) {
-      reg_fence(pa[kk]);
-      reg_fence(dsa[kk]);
-    }
-    // Q, dO, lse and dpsum of this stage are read (wgmma complete, lse/dpsum in registers).
-    mbar_arrive(sm.empty(stage));
+    // The dQ GEMM is issued behind dV/dK before waiting for them, so the tensor cores go from one
+    // to the other without draining (waiting first left them idle through the barrier).
     named_barrier_sync(kBwdDsBarrier, Traits::kConsumerThreads);
 
     float dq[kDqRegs];
@@ -494,6 +487,16 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
       MmaDq::mma(dq, desc_from_lo(dds_lo, ds_off + Descs::dq_step(kk)), desc_from_lo(dkmn_lo, Descs::dq_step(kk)),
                  kk > 0 ? 1 : 0);
     wgmma_commit();
+    wgmma_wait<1>();
+    reg_fence(dv);
+    reg_fence(dk);
+#pragma unroll
+    for (int kk = 0; kk < kPVSteps; ++kk) {
+      reg_fence(pa[kk]);
+      reg_fence(dsa[kk]);
+    }
+    // Q, dO, lse and dpsum of this stage are read (dV/dK complete, lse/dpsum in registers).
+    mbar_arrive(sm.empty(stage));
     wgmma_wait<0>();
     reg_fence(dq);
 
