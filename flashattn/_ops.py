@@ -347,6 +347,13 @@ _bwd_varlen = torch.ops.flashattn.bwd_varlen.default
 _fwd_kvcache = torch.ops.flashattn.fwd_kvcache.default
 
 
+def eager_callable(overload):
+    """What OpOverload.__call__ forwards to (its underlying builtin): the public entry points' direct
+    path calls it, a Python frame less per call (~0.6 us on a slow CPU). Eager only: torch.compile
+    traces the checked path, which calls the overloads."""
+    return getattr(overload, "_op", overload)
+
+
 def fwd(q, k, v, softmax_scale: float | None, causal_mode: int, backend: str, window_left: int = -1,
         window_right: int = -1, softcap: float = 0.0):
     """q [B, Sq, Hq, D], k/v [B, Sk, Hk, D] (any strides, unit last stride) -> (out [B, Sq, Hq, D], lse [B, Hq, Sq]).

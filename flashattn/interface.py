@@ -31,9 +31,9 @@ _backend = os.environ.get("FLASHATTN_BACKEND", "auto")
 _DIRECT = _ext._EXT is not None
 _Tensor = torch.Tensor
 _tracing = torch.compiler.is_compiling
-_FWD = _ops._fwd
-_FWD_BHSD = _ops._fwd_bhsd
-_FWD_VARLEN = _ops._fwd_varlen
+_FWD = _ops.eager_callable(_ops._fwd)
+_FWD_BHSD = _ops.eager_callable(_ops._fwd_bhsd)
+_FWD_VARLEN = _ops.eager_callable(_ops._fwd_varlen)
 _NONE, _TOP_LEFT, _BOTTOM_RIGHT = _ops.CAUSAL_NONE, _ops.CAUSAL_TOP_LEFT, _ops.CAUSAL_BOTTOM_RIGHT
 
 

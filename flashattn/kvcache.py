@@ -18,6 +18,7 @@ from ._validate import PAGE_SIZE_MULTIPLE
 __all__ = ["PAGE_SIZE_MULTIPLE", "flash_attn_with_kvcache"]
 
 _FWD_KVCACHE = _ops._fwd_kvcache
+_FWD_KVCACHE_DIRECT = _ops.eager_callable(_ops._fwd_kvcache)
 _DIRECT = _ext._EXT is not None
 _Tensor = torch.Tensor
 _tracing = torch.compiler.is_compiling
@@ -123,11 +124,11 @@ def flash_attn_with_kvcache(
             else:
                 seqlens, seqlen = cache_seqlens, 0
             if block_table is None and seqused_k is None:
-                out, lse = _FWD_KVCACHE(q, k_cache, v_cache, k, v, seqlens, seqlen, softmax_scale, bool(causal),
-                                        num_splits)
+                out, lse = _FWD_KVCACHE_DIRECT(q, k_cache, v_cache, k, v, seqlens, seqlen, softmax_scale,
+                                               bool(causal), num_splits)
             else:
-                out, lse = _FWD_KVCACHE(q, k_cache, v_cache, k, v, seqlens, seqlen, softmax_scale, bool(causal),
-                                        num_splits, -1, -1, 0.0, block_table, seqused_k)
+                out, lse = _FWD_KVCACHE_DIRECT(q, k_cache, v_cache, k, v, seqlens, seqlen, softmax_scale,
+                                               bool(causal), num_splits, -1, -1, 0.0, block_table, seqused_k)
             return (out, lse) if return_lse else out
         except Exception:
             pass  # the checked call below says what was refused, or raises the op's own error again
