@@ -110,6 +110,7 @@ def main() -> int:
         ("flash_attn_func forward + backward (requires grad)", train_step),
         ("flash_attn_varlen_func, one sequence", lambda: flashattn.flash_attn_varlen_func(qp, kp, vp, cu, cu, s, s)),
         ("flash_attn_with_kvcache B=1 32:8 D=128 Sk=4k", lambda: flashattn.flash_attn_with_kvcache(dq, kc, vc)),
+        ("qg.mul(2).backward() (one aten op, forward + backward)", lambda: qg.mul(2).backward(grad)),
         ("torch.empty_like(q) (one allocation)", lambda: torch.empty_like(q)),
         ("q.add(q) (one aten op with its output)", lambda: q.add(q)),
     ]
