@@ -21,6 +21,8 @@
 #include <string>
 #include <tuple>
 
+#include "host_args.h"
+
 namespace flashattn {
 namespace {
 std::atomic<bool> deterministic_flag{false};
@@ -40,11 +42,6 @@ using torch::autograd::variable_list;
 constexpr const char* kDoubleBackwardMessage =
     "flashattn's backward is not differentiable: double backward (a gradient of a gradient, e.g. "
     "torch.autograd.grad(..., create_graph=True) followed by another backward) is not supported";
-
-// flashattn/_validate.py's VARLEN_HOPPER_MESSAGE.
-constexpr const char* kVarlenHopperMessage =
-    "backend 'hopper' does not support packed variable-length batches (its TMA path needs dense [B, S, H, D] "
-    "tensors); use set_backend('auto') or 'portable', which run the portable kernels for them on every GPU";
 
 using FwdSig = std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, std::optional<double>, int64_t,
                                           c10::string_view, int64_t, int64_t, double);
@@ -215,7 +212,8 @@ struct PackedAttention : torch::autograd::Function<PackedAttention> {
     const auto& d = ctx->saved_data;
     // As flashattn/_autograd.py's backward (flashattn._ops.bwd_varlen): a forward that ran with
     // 'hopper' (possible only on a kernel that does not refuse it) gets no backward kernel either.
-    TORCH_CHECK_VALUE(d.at("backend").toStringRef() != "hopper", "flashattn::bwd_varlen: ", kVarlenHopperMessage);
+    TORCH_CHECK_VALUE(d.at("backend").toStringRef() != "hopper", "flashattn::bwd_varlen: ",
+                      flashattn::kVarlenHopperMessage);
     auto [dq, dk, dv] = bwd_varlen_op().call(
         dout, s[0], s[1], s[2], s[3], s[4], s[5], s[6], d.at("max_seqlen_q").toInt(), d.at("max_seqlen_k").toInt(),
         d.at("scale").toDouble(), d.at("causal_mode").toInt(), d.at("deterministic").toBool(),

@@ -162,12 +162,14 @@ inline void check_backend(const char* op, c10::string_view backend) {
 
 // Packed batches: the Hopper paths' TMA descriptors describe dense [B, S, H, D] tensors, so the
 // portable kernels run them on every GPU, and a forced 'hopper' says so rather than running
-// another path.
+// another path (the text of flashattn/_validate.py's VARLEN_HOPPER_MESSAGE).
+constexpr const char* kVarlenHopperMessage =
+    "backend 'hopper' does not support packed variable-length batches (its TMA path needs dense [B, S, H, D] "
+    "tensors); use set_backend('auto') or 'portable', which run the portable kernels for them on every GPU";
+
 inline void check_packed_backend(const char* op, c10::string_view backend) {
   check_backend(op, backend);
-  TORCH_CHECK(backend != "hopper", op, ": backend 'hopper' does not support packed variable-length batches (its TMA "
-              "path needs dense [B, S, H, D] tensors); use backend 'auto' or 'portable', which run the portable "
-              "kernels for them on every GPU");
+  TORCH_CHECK(backend != "hopper", op, ": ", kVarlenHopperMessage);
 }
 
 }  // namespace flashattn
