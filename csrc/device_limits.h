@@ -1,5 +1,5 @@
 // What the launchers need to know of a device (flashattn::DeviceLimits), read once per device and
-// shared by both torch bindings (csrc/binding.cpp, csrc/binding_decode.cpp). Through
+// shared by the torch bindings (csrc/binding*.cpp). Through
 // cudaDeviceGetAttribute, so no ATen/cuda/CUDAContext.h is needed, and under std::call_once, so no
 // driver query lands on the per-call path (an inline function: one cache for the whole extension).
 #pragma once

@@ -1,21 +1,40 @@
-"""Public entry points: validate the inputs, pick the layout, call the one registered op."""
+"""Public entry points: hand what the caller passed to the one registered op.
+
+Two paths, one behaviour. Eagerly, with the compiled extension built, a call in its common form
+(plain tensors; no mask, dropout, window or softcap) goes straight to the op: the C++ binding
+checks every argument and the C++ autograd records the backward, so the call costs the dispatcher
+and the launch, not Python. Every other call takes the checked path: flashattn._validate raises the
+error that names the argument, normalizes the scalars and calls the op. That is also the path of a
+call the binding refused (to say why), of torch.compile tracing (the checks run at trace time, and
+the graph guards on the switches) and of a machine without the extension. docs/perf-notes.md
+("Host cost per call") has the measurements behind the split.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 from collections.abc import Iterator
 
 import torch
 
-from . import _ext, _ops
+from . import _ext, _ops, _validate
+from ._validate import MAX_HEAD_DIM, MIN_HEAD_DIM, SUPPORTED_DTYPES
 
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
-MIN_HEAD_DIM = 8
-MAX_HEAD_DIM = 256
+__all__ = ["MAX_HEAD_DIM", "MIN_HEAD_DIM", "SUPPORTED_DTYPES"]
 
 _backend = os.environ.get("FLASHATTN_BACKEND", "auto")
+
+# The direct path: the extension is loaded (so the binding checks and the C++ autograd is
+# registered) and the caller's tensors are plain ones (FakeTensor and other subclasses, whose
+# kernels may not check, take the checked path).
+_DIRECT = _ext._EXT is not None
+_Tensor = torch.Tensor
+_tracing = torch.compiler.is_compiling
+_FWD = _ops.eager_callable(_ops._fwd)
+_FWD_BHSD = _ops.eager_callable(_ops._fwd_bhsd)
+_FWD_VARLEN = _ops.eager_callable(_ops._fwd_varlen)
+_NONE, _TOP_LEFT, _BOTTOM_RIGHT = _ops.CAUSAL_NONE, _ops.CAUSAL_TOP_LEFT, _ops.CAUSAL_BOTTOM_RIGHT
 
 
 def set_backend(name: str) -> None:
@@ -26,8 +45,7 @@ def set_backend(name: str) -> None:
     build for the calls it covers (docs/api.md, Training), every other call the portable one. The
     gradients do not depend on the path the forward took."""
     global _backend
-    if name not in _ops.BACKENDS:
-        raise ValueError(f"backend must be one of {_ops.BACKENDS}, got {name!r}")
+    _validate.backend(name)
     _backend = name
 
 
@@ -99,94 +117,23 @@ def use_backend(name: str) -> Iterator[None]:
         set_backend(previous)
 
 
-def _check_tensor(name: str, t, rank_min: int) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dim() < rank_min:
-        raise ValueError(f"{name} must have at least {rank_min} dimensions, got shape {tuple(t.shape)}")
-    if t.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"{name}.dtype must be torch.float16 or torch.bfloat16, got {t.dtype}")
-    if not t.is_cuda:  # (not t.device.type: that builds a device object, ~0.3 us per tensor per call)
-        raise _ext.not_on_cuda(name, t)
-    if t.shape[-1] > 1 and t.stride(-1) != 1:
-        raise ValueError(
-            f"{name} must have a contiguous last dimension (stride(-1) == 1), got strides {tuple(t.stride())}"
-        )
-
-
-def _check_common(q, k, v) -> None:
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        raise TypeError(f"query, key and value must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    # get_device() is an int (all three are CUDA tensors by now); .device builds an object per call.
-    if k.get_device() != q.get_device() or v.get_device() != q.get_device():
-        raise ValueError(f"query, key and value must be on one device, got {q.device}, {k.device}, {v.device}")
-    d = q.shape[-1]
-    if d < MIN_HEAD_DIM or d > MAX_HEAD_DIM or d % 8 != 0:
-        raise ValueError(
-            f"head dim (query.shape[-1]) must be a multiple of 8 in [{MIN_HEAD_DIM}, {MAX_HEAD_DIM}], got {d}"
-        )
-    k_shape = k.shape
-    if k_shape != v.shape:
-        raise ValueError(f"key and value must have the same shape, got {tuple(k_shape)} and {tuple(v.shape)}")
-    if k_shape[-1] != d:
-        raise ValueError(f"key head dim must equal query head dim {d}, got key shape {tuple(k_shape)}")
-
-
-def _scale(scale: float | None, d: int) -> float:
-    if scale is None:
-        return 1.0 / math.sqrt(d)
-    scale = float(scale)
-    if not math.isfinite(scale):
-        raise ValueError(f"scale must be finite, got {scale}")
-    return scale
-
-
-def _window(window_size) -> tuple[int, int]:
-    """(left, right) from window_size: a pair of ints, each -1 (unbounded on that side) or >= 0."""
-    if isinstance(window_size, (str, bytes)) or not hasattr(window_size, "__len__") or len(window_size) != 2:
-        raise TypeError(f"window_size must be a pair of ints (left, right), -1 meaning unbounded, got {window_size!r}")
-    left, right = window_size
-    for name, w in (("left", left), ("right", right)):
-        if isinstance(w, bool) or not isinstance(w, int):
-            raise TypeError(
-                f"window_size must be a pair of ints (left, right), got {type(w).__name__} {w!r} for {name}"
-            )
-        if w < -1:
-            raise ValueError(f"window_size values must be >= -1 (-1: unbounded), got {tuple(window_size)}")
-    return int(left), int(right)
-
-
-def _softcap(softcap) -> float:
-    """softcap as a float: 0 (off) or a finite value > 0."""
-    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
-        raise TypeError(f"softcap must be a float (0.0: off), got {type(softcap).__name__}")
-    softcap = float(softcap)
-    if not math.isfinite(softcap) or softcap < 0.0:
-        raise ValueError(f"softcap must be finite and >= 0 (0.0: off), got {softcap}")
-    if softcap > 0.0 and not 1.2e-38 < softcap < 3.4e38:
-        raise ValueError(f"softcap must be 0 or a positive value within float32's normal range, got {softcap}")
-    return softcap
-
-
 def _run(q4, k4, v4, scale: float, causal_mode: int, bhsd: bool = False, window: tuple[int, int] = (-1, -1),
          softcap: float = 0.0):
-    """q4 [B, Sq, Hq, D], k4/v4 [B, Sk, Hk, D] -> (out [B, Sq, Hq, D], lse [B, Hq, Sq]); with bhsd, the
-    sequence and head dims swapped in the inputs and in out."""
-    if q4.numel() > 0 and k4.shape[2 if bhsd else 1] == 0:
-        order = "[B, H, S, D]" if bhsd else "[B, S, H, D]"
-        raise ValueError(
-            f"key/value sequence length must be >= 1 when query is not empty, got key shape {tuple(k4.shape)} "
-            f"in {order} order (attention over no keys is undefined)"
-        )
-    if _ext._EXT is None and not torch.compiler.is_compiling():  # (loaded at import: one attribute read)
-        _ext.require_extension()
-    # The backward's mode is read when the forward runs (the op's autograd setup); under
-    # torch.compile that happens once, at trace time. Reading the switch here, in code torch.compile
-    # traces, makes it guard on it, so a compiled graph retraces when set_deterministic changes
-    # (torch.use_deterministic_algorithms is guarded by torch.compile itself).
-    if _ops._deterministic:
-        pass
+    """The checked path's call, after validation: q4 [B, Sq, Hq, D], k4/v4 [B, Sk, Hk, D] -> (out
+    [B, Sq, Hq, D], lse [B, Hq, Sq]); with bhsd, the sequence and head dims swapped in the inputs
+    and in out."""
+    _validate.empty_keys(q4, k4, bhsd)
+    _ready()
     return (_ops.fwd_bhsd if bhsd else _ops.fwd)(q4, k4, v4, scale, causal_mode, _backend, window[0], window[1], softcap)
+
+
+def _ready() -> None:
+    """The checked path's last step before the op: the extension (not needed while torch.compile
+    traces on fake tensors), and the switches a compiled graph must guard on."""
+    if _tracing():
+        _ops.guard_switches_when_traced()
+    elif _ext._EXT is None:
+        _ext.require_extension()
 
 
 def scaled_dot_product_attention(
@@ -215,34 +162,13 @@ def scaled_dot_product_attention(
     Differentiable with respect to query, key and value (flashattn's backward kernels; memory
     O(S), only q, k, v, the output and the log-sum-exp are kept for it). See set_deterministic.
     """
-    if attn_mask is not None:
-        raise ValueError("attn_mask is not supported by flashattn (use is_causal, or torch's SDPA for masks)")
-    if dropout_p != 0.0:
-        raise ValueError(f"dropout_p must be 0.0 (dropout is not supported by flashattn), got {dropout_p}")
-    min_rank = 3 if enable_gqa else 2
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        _check_tensor(name, t, min_rank)
-    if not (query.dim() == key.dim() == value.dim()):
-        raise ValueError(
-            f"query, key and value must have the same rank, got {query.dim()}, {key.dim()}, {value.dim()}"
-        )
-    _check_common(query, key, value)
-    rank = query.dim()
-    if rank >= 3:
-        hq, hk = query.shape[-3], key.shape[-3]
-        if hk == 0:
-            raise ValueError(f"key/value must have at least one head, got key shape {tuple(key.shape)}")
-        if query.shape[:-3] != key.shape[:-3]:
-            raise ValueError(
-                f"query and key batch dims must match, got {tuple(query.shape[:-3])} and {tuple(key.shape[:-3])}"
-            )
-        if enable_gqa:
-            if hq % hk != 0:
-                raise ValueError(f"with enable_gqa, query heads ({hq}) must be a multiple of key/value heads ({hk})")
-        elif hq != hk:
-            raise ValueError(
-                f"query heads ({hq}) and key/value heads ({hk}) differ: pass enable_gqa=True for grouped-query attention"
-            )
+    if _DIRECT and attn_mask is None and dropout_p == 0.0 and type(query) is _Tensor and not _tracing():
+        try:
+            if enable_gqa or query.shape[1] == key.shape[1]:
+                return _FWD_BHSD(query, key, value, scale, _TOP_LEFT if is_causal else _NONE, _backend)[0]
+        except Exception:
+            pass  # the checked call below says what was refused, or raises the op's own error again
+    scale = _validate.sdpa(query, key, value, attn_mask, dropout_p, scale, enable_gqa)
 
     def to_bshd(t: torch.Tensor) -> torch.Tensor:
         if t.dim() == 2:
@@ -253,11 +179,11 @@ def scaled_dot_product_attention(
             t = t.flatten(0, -4)
         return t.transpose(1, 2)
 
-    causal = _ops.CAUSAL_TOP_LEFT if is_causal else _ops.CAUSAL_NONE
-    if rank == 4:  # the common case: no reshapes, and the layout views taken in C++ (host time per call)
-        out, _ = _run(query, key, value, _scale(scale, query.shape[-1]), causal, bhsd=True)
+    causal = _TOP_LEFT if is_causal else _NONE
+    if query.dim() == 4:  # no reshapes, and the layout views taken in C++
+        out, _ = _run(query, key, value, scale, causal, bhsd=True)
         return out
-    out, _ = _run(to_bshd(query), to_bshd(key), to_bshd(value), _scale(scale, query.shape[-1]), causal)
+    out, _ = _run(to_bshd(query), to_bshd(key), to_bshd(value), scale, causal)
     return out.transpose(1, 2).reshape(query.shape)
 
 
@@ -289,44 +215,16 @@ def flash_attn_func(
     The lse is NOT differentiable: it comes back with requires_grad=False, and no gradient flows
     through a loss that uses it (use out for anything you train through). See set_deterministic.
     """
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        _check_tensor(name, t, 4)
-        if t.dim() != 4:
-            raise ValueError(f"{name} must be 4-D [batch, seqlen, heads, head_dim], got shape {tuple(t.shape)}")
-    _check_common(q, k, v)
-    if k.shape[2] == 0:
-        raise ValueError(f"k/v must have at least one head, got k shape {tuple(k.shape)}")
-    if k.shape[0] != q.shape[0]:
-        raise ValueError(f"q and k batch sizes differ: {q.shape[0]} vs {k.shape[0]}")
-    if q.shape[2] % k.shape[2] != 0:
-        raise ValueError(f"q heads ({q.shape[2]}) must be a multiple of k/v heads ({k.shape[2]})")
-    window = _window(window_size) if window_size != (-1, -1) else (-1, -1)
-    softcap = _softcap(softcap) if softcap != 0.0 or isinstance(softcap, bool) else 0.0
-    causal_mode = _ops.CAUSAL_BOTTOM_RIGHT if causal else _ops.CAUSAL_NONE
-    out, lse = _run(q, k, v, _scale(softmax_scale, q.shape[-1]), causal_mode, window=window, softcap=softcap)
+    if (_DIRECT and type(q) is _Tensor and window_size == (-1, -1) and softcap == 0.0 and softcap is not False
+            and not _tracing()):
+        try:
+            out, lse = _FWD(q, k, v, softmax_scale, _BOTTOM_RIGHT if causal else _NONE, _backend)
+            return (out, lse) if return_lse else out
+        except Exception:
+            pass  # the checked call below says what was refused, or raises the op's own error again
+    scale, window, softcap = _validate.flash_attn_func(q, k, v, softmax_scale, window_size, softcap)
+    out, lse = _run(q, k, v, scale, _BOTTOM_RIGHT if causal else _NONE, window=window, softcap=softcap)
     return (out, lse) if return_lse else out
-
-
-def _check_cu_seqlens(name: str, cu, q: torch.Tensor) -> None:
-    if not isinstance(cu, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor (int32 [batch + 1]), got {type(cu).__name__}")
-    if cu.dtype != torch.int32:
-        raise TypeError(f"{name}.dtype must be torch.int32, got {cu.dtype}")
-    if cu.get_device() != q.get_device():
-        raise ValueError(f"{name} must be on q's device {q.device}, got device {cu.device}")
-    if cu.dim() != 1 or cu.shape[0] < 1:
-        raise ValueError(f"{name} must be 1-D [batch + 1] (cumulative sequence lengths), got shape {tuple(cu.shape)}")
-    if not cu.is_contiguous():
-        raise ValueError(f"{name} must be contiguous, got strides {tuple(cu.stride())}")
-
-
-def _max_seqlen(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be a Python int (a bound the caller knows, never read from the device), "
-                        f"got {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return int(value)
 
 
 def flash_attn_varlen_func(
@@ -377,38 +275,19 @@ def flash_attn_varlen_func(
     memory O(total)); rows of k/v and q that no sequence owns get gradient 0. The lse is NOT differentiable, as in flash_attn_func. See
     set_deterministic.
     """
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        _check_tensor(name, t, 3)
-        if t.dim() != 3:
-            raise ValueError(f"{name} must be 3-D [total_tokens, heads, head_dim], got shape {tuple(t.shape)}")
-    _check_common(q, k, v)
-    if k.shape[1] == 0:
-        raise ValueError(f"k/v must have at least one head, got k shape {tuple(k.shape)}")
-    if q.shape[1] % k.shape[1] != 0:
-        raise ValueError(f"q heads ({q.shape[1]}) must be a multiple of k/v heads ({k.shape[1]})")
-    _check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q)
-    _check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, q)
-    if cu_seqlens_q.shape[0] != cu_seqlens_k.shape[0]:
-        raise ValueError(
-            f"cu_seqlens_q and cu_seqlens_k must have the same length (batch + 1), got {cu_seqlens_q.shape[0]} "
-            f"and {cu_seqlens_k.shape[0]}"
-        )
-    max_seqlen_q = _max_seqlen("max_seqlen_q", max_seqlen_q)
-    max_seqlen_k = _max_seqlen("max_seqlen_k", max_seqlen_k)
-    window = _window(window_size) if window_size != (-1, -1) else (-1, -1)
-    softcap = _softcap(softcap) if softcap != 0.0 or isinstance(softcap, bool) else 0.0
-    if _backend == "hopper":
-        raise ValueError(
-            "flash_attn_varlen_func: backend 'hopper' does not support packed variable-length batches (its TMA "
-            "path needs dense [B, S, H, D] tensors); use set_backend('auto') or 'portable', which run the "
-            "portable kernel for them on every GPU"
-        )
-    scale = _scale(softmax_scale, q.shape[-1])
-    if _ext._EXT is None and not torch.compiler.is_compiling():
-        _ext.require_extension()
-    causal_mode = _ops.CAUSAL_BOTTOM_RIGHT if causal else _ops.CAUSAL_NONE
-    if _ops._deterministic:  # read in traced code, so that torch.compile guards on it (see _run)
-        pass
-    out, lse = _ops.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal_mode,
-                               _backend, window[0], window[1], softcap)
+    if (_DIRECT and not _ops._check_indices and type(q) is _Tensor and type(max_seqlen_q) is int
+            and type(max_seqlen_k) is int and window_size == (-1, -1) and softcap == 0.0 and softcap is not False
+            and not _tracing()):
+        try:
+            out, lse = _FWD_VARLEN(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                                   _BOTTOM_RIGHT if causal else _NONE, _backend)
+            return (out, lse) if return_lse else out
+        except Exception:
+            pass  # the checked call below says what was refused, or raises the op's own error again
+    max_seqlen_q, max_seqlen_k, scale, window, softcap = _validate.varlen(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, window_size, softcap, _backend
+    )
+    _ready()
+    out, lse = _ops.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
+                               _BOTTOM_RIGHT if causal else _NONE, _backend, window[0], window[1], softcap)
     return (out, lse) if return_lse else out

@@ -1,125 +1,27 @@
 """Decoding with a KV cache: `flash_attn_with_kvcache` (split-KV "flash-decoding" kernels).
 
-Validation happens here, in Python, before the op is called, with errors that name the argument
-(TypeError for a wrong dtype or type, ValueError for anything else), so bad inputs fail the same
-way on any machine. Nothing here reads tensor values: no host-device synchronization, so the call
-can be captured in a CUDA graph and traced by torch.compile.
+As flashattn.interface: eagerly, with the compiled extension, a call in its common form goes
+straight to the op (the C++ binding checks it, the C++ autograd kernel refuses inputs that require
+grad); every other call, and any the binding refused, takes the checked path, where
+flashattn._validate raises the error that names the argument (TypeError for a wrong dtype or type,
+ValueError for anything else). Nothing here reads tensor values: no host-device synchronization,
+so the call can be captured in a CUDA graph and traced by torch.compile.
 """
 
 from __future__ import annotations
 
 import torch
 
-from . import _ext, _ops
-from .interface import MAX_HEAD_DIM, MIN_HEAD_DIM, SUPPORTED_DTYPES, _scale, _softcap, _window
+from . import _ext, _ops, _validate
+from ._validate import PAGE_SIZE_MULTIPLE
 
-# Every check below reads tensor metadata once (shape, stride(), dtype, is_cuda): on a decode step
-# the GPU work can be a few microseconds, so the Python side is kept to a few attribute reads per
-# tensor (t.device.type alone costs ~1 us, t.stride(i) ~0.5 us each). Messages match
-# flashattn.interface's.
+__all__ = ["PAGE_SIZE_MULTIPLE", "flash_attn_with_kvcache"]
 
-
-def _meta(name: str, t) -> tuple[torch.Size, tuple[int, ...]]:
-    """(shape, strides) of a 4-D fp16/bf16 CUDA tensor with a contiguous last dimension."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    shape = t.shape
-    if len(shape) != 4:
-        if len(shape) < 4:
-            raise ValueError(f"{name} must have at least 4 dimensions, got shape {tuple(shape)}")
-        raise ValueError(f"{name} must be 4-D [batch, seqlen, heads, head_dim], got shape {tuple(shape)}")
-    if t.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"{name}.dtype must be torch.float16 or torch.bfloat16, got {t.dtype}")
-    if not t.is_cuda:
-        raise _ext.not_on_cuda(name, t)
-    stride = t.stride()
-    if shape[3] > 1 and stride[3] != 1:
-        raise ValueError(f"{name} must have a contiguous last dimension (stride(-1) == 1), got strides {stride}")
-    return shape, stride
-
-
-def _check_cache_layout(name: str, t: torch.Tensor, shape, stride) -> None:
-    # The caches are read and appended to in place, so a layout the kernels cannot stream 16 bytes
-    # at a time cannot be fixed by a copy: refuse it. Under torch.compile the storage offset is not
-    # traceable (a graph break); the binding still checks the data pointer's alignment there.
-    offset = 0 if torch.compiler.is_compiling() else t.storage_offset()
-    if (
-        (shape[0] > 1 and stride[0] % 8)
-        or (shape[1] > 1 and stride[1] % 8)
-        or (shape[2] > 1 and stride[2] % 8)
-        or offset % 8
-    ):
-        raise ValueError(
-            f"{name} must have strides of dims 0-2 and a storage offset that are multiples of 8 elements "
-            f"(16-byte aligned rows; the cache is used in place and cannot be copied), got strides "
-            f"{stride} and storage offset {offset}"
-        )
-
-
-def _refuse_grad(q, k_cache, v_cache, k, v) -> None:
-    """The decode op has no backward: an input that requires grad would get none, silently."""
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v)):
-        if isinstance(t, torch.Tensor) and t.requires_grad:
-            raise RuntimeError(
-                f"flash_attn_with_kvcache is inference-only (no backward), but {name} requires grad: "
-                "use flashattn.flash_attn_func (or scaled_dot_product_attention) to train, or call it "
-                "under torch.no_grad() / torch.inference_mode()"
-            )
-
-
-# Paged caches: page sizes the kernels take (csrc/flash_decode/decode_traits.h, kDecodeMinPageSize).
-PAGE_SIZE_MULTIPLE = 16
-_INT32_MAX = 2**31 - 1
-
-
-def _check_block_table(block_table, b: int, device, c_shape) -> int:
-    """Validates a paged cache's block table against q and k_cache; returns Sk_max, the capacity of
-    one sequence (max_blocks_per_seq * page_size). Reads metadata only: page indices are the
-    caller's contract (checking them would synchronize with the GPU)."""
-    if not isinstance(block_table, torch.Tensor):
-        raise TypeError(f"block_table must be an int32 tensor or None, got {type(block_table).__name__}")
-    if block_table.dtype != torch.int32:
-        raise TypeError(f"block_table must be an int32 tensor, got dtype {block_table.dtype}")
-    bt_shape = block_table.shape
-    if len(bt_shape) != 2:
-        raise ValueError(f"block_table must be 2-D [B, max_blocks_per_seq], got shape {list(bt_shape)}")
-    if bt_shape[0] != b:
-        raise ValueError(f"block_table batch size ({bt_shape[0]}) must equal q's ({b})")
-    if bt_shape[1] < 1:
-        raise ValueError("block_table must have at least one column (max_blocks_per_seq >= 1), got shape "
-                         f"{list(bt_shape)}")
-    if block_table.device != device:
-        raise ValueError(f"block_table must be on q's device {device}, got {block_table.device}")
-    num_blocks, page_size = c_shape[0], c_shape[1]
-    if page_size < PAGE_SIZE_MULTIPLE or page_size % PAGE_SIZE_MULTIPLE:
-        raise ValueError(
-            f"with block_table, k_cache/v_cache are [num_blocks, page_size, Hk, D] and page_size (k_cache.shape[1]) "
-            f"must be a positive multiple of {PAGE_SIZE_MULTIPLE}, got {page_size}"
-        )
-    if num_blocks < 1:
-        raise ValueError("with block_table, k_cache/v_cache must hold at least one page (k_cache.shape[0] >= 1), got 0")
-    sk_max = bt_shape[1] * page_size
-    if sk_max > _INT32_MAX or num_blocks > _INT32_MAX:
-        raise ValueError(
-            f"block_table: max_blocks_per_seq * page_size = {bt_shape[1]} * {page_size} and the page count "
-            f"{num_blocks} must fit in int32"
-        )
-    return sk_max
-
-
-def _check_seqused_k(seqused_k, b: int, device) -> None:
-    if not isinstance(seqused_k, torch.Tensor):
-        raise TypeError(f"seqused_k must be an int32 tensor or None, got {type(seqused_k).__name__}")
-    if seqused_k.dtype != torch.int32:
-        raise TypeError(f"seqused_k must be an int32 tensor, got dtype {seqused_k.dtype}")
-    shape = seqused_k.shape
-    if len(shape) != 1 or shape[0] != b:
-        raise ValueError(f"seqused_k must have shape [B] = [{b}], got {list(shape)}")
-    if seqused_k.device != device:
-        raise ValueError(f"seqused_k must be on q's device {device}, got {seqused_k.device}")
-
-
-_FWD_KVCACHE = _ops.fwd_kvcache_overload()  # the OpOverload: no packet lookup per call
+_FWD_KVCACHE = _ops._fwd_kvcache
+_FWD_KVCACHE_DIRECT = _ops.eager_callable(_ops._fwd_kvcache)
+_DIRECT = _ext._EXT is not None
+_Tensor = torch.Tensor
+_tracing = torch.compiler.is_compiling
 
 
 def flash_attn_with_kvcache(
@@ -212,105 +114,38 @@ def flash_attn_with_kvcache(
     seqused_k and the block_table entries the call reads are validated on the device first (one
     synchronization), with a ValueError naming the argument and the first bad entry.
     """
-    if torch.is_grad_enabled():
-        _refuse_grad(q, k_cache, v_cache, k, v)
-    q_shape, _ = _meta("q", q)
-    c_shape, c_stride = _meta("k_cache", k_cache)
-    v_shape, v_stride = _meta("v_cache", v_cache)
-    dtype, device = q.dtype, q.device
-    if k_cache.dtype != dtype or v_cache.dtype != dtype:
-        raise TypeError(f"q, k_cache and v_cache must share one dtype, got {dtype}, {k_cache.dtype}, {v_cache.dtype}")
-    if k_cache.device != device or v_cache.device != device:
-        raise ValueError(f"q, k_cache and v_cache must be on one device, got {device}, {k_cache.device}, {v_cache.device}")
-    b, sq, hq, d = q_shape
-    if d < MIN_HEAD_DIM or d > MAX_HEAD_DIM or d % 8 != 0:
-        raise ValueError(f"head dim (q.shape[-1]) must be a multiple of 8 in [{MIN_HEAD_DIM}, {MAX_HEAD_DIM}], got {d}")
-    if c_shape != v_shape:
-        raise ValueError(f"k_cache and v_cache must have the same shape, got {tuple(c_shape)} and {tuple(v_shape)}")
-    cache_b, sk_max, hk, cache_d = c_shape
-    if block_table is None:
-        if cache_b != b:
-            raise ValueError(f"k_cache batch size ({cache_b}) must equal q's ({b})")
-    else:
-        sk_max = _check_block_table(block_table, b, device, c_shape)
-    if cache_d != d:
-        raise ValueError(f"k_cache head dim ({cache_d}) must equal q's ({d})")
-    if hk == 0 or hq % hk != 0:
-        raise ValueError(f"q heads ({hq}) must be a multiple of k_cache/v_cache heads ({hk})")
-    _check_cache_layout("k_cache", k_cache, c_shape, c_stride)
-    _check_cache_layout("v_cache", v_cache, v_shape, v_stride)
-
-    if (k is None) != (v is None):
-        raise ValueError(f"k and v must be given together (got k {'None' if k is None else 'a tensor'}, "
-                         f"v {'None' if v is None else 'a tensor'})")
-    sq_new = 0
-    if k is not None:
-        k_shape, _ = _meta("k", k)
-        vn_shape, _ = _meta("v", v)
-        if k.dtype != dtype or v.dtype != dtype:
-            raise TypeError(f"k and v must have q's dtype {dtype}, got {k.dtype} and {v.dtype}")
-        if k.device != device or v.device != device:
-            raise ValueError(f"k and v must be on q's device {device}, got {k.device} and {v.device}")
-        if k_shape[0] != b or k_shape[2] != hk or k_shape[3] != d:
-            raise ValueError(f"k must be [B={b}, Sq_new, Hk={hk}, D={d}] to match the cache, got shape {tuple(k_shape)}")
-        if vn_shape != k_shape:
-            raise ValueError(f"v must have k's shape {tuple(k_shape)}, got {tuple(vn_shape)}")
-        sq_new = k_shape[1]
-        if sq_new > sk_max:
-            raise ValueError(f"k/v have {sq_new} new rows but the cache holds only Sk_max = {sk_max}")
-
-    seqlens_tensor = None
-    seqlen_fixed = 0
-    if cache_seqlens is None:
-        if sq_new > 0:
-            raise ValueError(
-                "cache_seqlens is required when appending k/v: its default (the whole cache, "
-                f"Sk_max = {sk_max}) leaves no room for {sq_new} new rows"
-            )
-        seqlen_fixed = sk_max
-    elif isinstance(cache_seqlens, torch.Tensor):
-        if cache_seqlens.dtype != torch.int32:
-            raise TypeError(f"cache_seqlens must be an int32 tensor, got dtype {cache_seqlens.dtype}")
-        cs_shape = cache_seqlens.shape
-        if len(cs_shape) != 1 or cs_shape[0] != b:
-            raise ValueError(f"cache_seqlens must have shape [B] = [{b}], got {list(cs_shape)}")
-        if cache_seqlens.device != device:
-            raise ValueError(f"cache_seqlens must be on q's device {device}, got {cache_seqlens.device}")
-        seqlens_tensor = cache_seqlens
-    elif isinstance(cache_seqlens, bool) or not isinstance(cache_seqlens, int):
-        raise TypeError(f"cache_seqlens must be an int32 tensor, an int or None, got {type(cache_seqlens).__name__}")
-    else:
-        if not 0 <= cache_seqlens <= sk_max - sq_new:
-            what = f"Sk_max - Sq_new = {sk_max} - {sq_new}" if sq_new else f"Sk_max = {sk_max}"
-            raise ValueError(f"cache_seqlens must be in [0, {what}], got {cache_seqlens}")
-        seqlen_fixed = cache_seqlens
-
-    scale = _scale(softmax_scale, d)
-    window = _window(window_size) if window_size != (-1, -1) else (-1, -1)
-    softcap = _softcap(softcap) if softcap != 0.0 or isinstance(softcap, bool) else 0.0
-    if isinstance(num_splits, bool) or not isinstance(num_splits, int):
-        raise TypeError(f"num_splits must be an int, got {type(num_splits).__name__}")
-    if num_splits < 0:
-        raise ValueError(f"num_splits must be >= 0 (0: heuristic, 1: no split), got {num_splits}")
-
-    if seqused_k is not None:
-        _check_seqused_k(seqused_k, b, device)
-
+    if (_DIRECT and not _ops._check_indices and type(q) is _Tensor and window_size == (-1, -1) and softcap == 0.0
+            and softcap is not False and type(num_splits) is int and not _tracing()):
+        try:
+            if cache_seqlens is None:  # the whole cache (a paged one: the table's pages)
+                seqlens, seqlen = None, k_cache.shape[1] * (1 if block_table is None else block_table.shape[1])
+            elif type(cache_seqlens) is int:
+                seqlens, seqlen = None, cache_seqlens
+            else:
+                seqlens, seqlen = cache_seqlens, 0
+            if block_table is None and seqused_k is None:
+                out, lse = _FWD_KVCACHE_DIRECT(q, k_cache, v_cache, k, v, seqlens, seqlen, softmax_scale,
+                                               bool(causal), num_splits)
+            else:
+                out, lse = _FWD_KVCACHE_DIRECT(q, k_cache, v_cache, k, v, seqlens, seqlen, softmax_scale,
+                                               bool(causal), num_splits, -1, -1, 0.0, block_table, seqused_k)
+            return (out, lse) if return_lse else out
+        except Exception:
+            pass  # the checked call below says what was refused, or raises the op's own error again
+    c = _validate.kvcache(q, k_cache, v_cache, k, v, cache_seqlens, softmax_scale, window_size, softcap, num_splits,
+                          block_table, seqused_k)
     if _ops._check_indices:  # the debug mode of flashattn.set_check_indices (one synchronization)
-        _ops.check_kvcache_indices(seqlens_tensor, seqlen_fixed, sq_new, sk_max, block_table, c_shape[1],
-                                   c_shape[0], seqused_k)
-    if not torch.compiler.is_compiling():
+        _ops.check_kvcache_indices(c.seqlens, c.seqlen, c.sq_new, c.sk_max, block_table, c.page_size, c.num_pages,
+                                   seqused_k)
+    if not _tracing():
         _ext.require_extension()
+    window, softcap = c.window, c.softcap
     if block_table is not None or seqused_k is not None:
-        out, lse = _FWD_KVCACHE(
-            q, k_cache, v_cache, k, v, seqlens_tensor, seqlen_fixed, scale, bool(causal), num_splits, window[0], window[1],
-            softcap, block_table, seqused_k,
-        )
+        out, lse = _FWD_KVCACHE(q, k_cache, v_cache, k, v, c.seqlens, c.seqlen, c.scale, bool(causal), num_splits,
+                                window[0], window[1], softcap, block_table, seqused_k)
     elif window == (-1, -1) and softcap == 0.0:
-        out, lse = _FWD_KVCACHE(q, k_cache, v_cache, k, v, seqlens_tensor, seqlen_fixed, scale, bool(causal), num_splits)
+        out, lse = _FWD_KVCACHE(q, k_cache, v_cache, k, v, c.seqlens, c.seqlen, c.scale, bool(causal), num_splits)
     else:
-        out, lse = _FWD_KVCACHE(
-            q, k_cache, v_cache, k, v, seqlens_tensor, seqlen_fixed, scale, bool(causal), num_splits, window[0], window[1],
-            softcap,
-        )
+        out, lse = _FWD_KVCACHE(q, k_cache, v_cache, k, v, c.seqlens, c.seqlen, c.scale, bool(causal), num_splits,
+                                window[0], window[1], softcap)
     return (out, lse) if return_lse else out

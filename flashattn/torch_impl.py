@@ -63,7 +63,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _ext, _ops, interface
+from . import _ext, _ops, _validate, interface
 
 IMPL_NAME = "flashattn"
 
@@ -159,86 +159,16 @@ def _check_forward_options(op: str, dropout_p: float, return_debug_mask: bool, *
             raise _unsupported(op, f"{what} are not supported: {name} must be None")
 
 
-def _check_dense(query, key, value) -> None:
-    """The forward's tensors, FlashAttention's layout: query [B, Sq, Hq, D], key/value [B, Sk, Hk, D]."""
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        interface._check_tensor(name, t, 4)
-        if t.dim() != 4:
-            raise ValueError(
-                f"{name} must be 4-D [B, S, H, D] (dense; a packed [total, H, D] batch comes with cum_seq_q and "
-                f"cum_seq_k), got shape {tuple(t.shape)}"
-            )
-    interface._check_common(query, key, value)
-    b, sq, hq, _ = query.shape
-    _, sk, hk, _ = key.shape
-    if key.shape[0] != b:
-        raise ValueError(f"query and key batch sizes differ: {b} vs {key.shape[0]}")
-    if hk == 0 or hq % hk != 0:
-        raise ValueError(f"query heads ({hq}) must be a multiple of key/value heads ({hk})")
-    if sk == 0 and query.numel() > 0:
-        raise ValueError(
-            f"key/value sequence length must be >= 1 when query is not empty, got key shape {tuple(key.shape)}"
-        )
-
-
-def _check_packed(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k) -> tuple[int, int]:
-    """A packed batch's tensors: query [total_q, Hq, D], key/value [total_k, Hk, D], cum_seq_q /
-    cum_seq_k int32 [B + 1] on query's device, max_q / max_k ints. Returns (max_q, max_k)."""
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        interface._check_tensor(name, t, 3)
-        if t.dim() != 3:
-            raise ValueError(
-                f"{name} must be 3-D [total, H, D] with cum_seq_q and cum_seq_k (a packed batch), got shape "
-                f"{tuple(t.shape)}"
-            )
-    interface._check_common(query, key, value)
-    hq, hk = query.shape[1], key.shape[1]
-    if hk == 0 or hq % hk != 0:
-        raise ValueError(f"query heads ({hq}) must be a multiple of key/value heads ({hk})")
-    interface._check_cu_seqlens("cum_seq_q", cum_seq_q, query)
-    interface._check_cu_seqlens("cum_seq_k", cum_seq_k, query)
-    if cum_seq_q.shape[0] != cum_seq_k.shape[0]:
-        raise ValueError(
-            f"cum_seq_q and cum_seq_k must have the same length (batch + 1), got {cum_seq_q.shape[0]} and "
-            f"{cum_seq_k.shape[0]}"
-        )
-    return interface._max_seqlen("max_q", max_q), interface._max_seqlen("max_k", max_k)
-
-
-def _check_like_query(query, **tensors) -> None:
-    """The backward's grad_out and out: query's shape, dtype and device (any strides)."""
-    for name, t in tensors.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.shape != query.shape:
-            raise ValueError(f"{name} must have query's shape {tuple(query.shape)}, got {tuple(t.shape)}")
-        if t.dtype != query.dtype:
-            raise TypeError(f"{name}.dtype must be query's dtype {query.dtype}, got {t.dtype}")
-        if t.device != query.device:
-            raise ValueError(f"{name} must be on query's device {query.device}, got {t.device}")
-
-
-def _check_logsumexp(logsumexp, query, layout: str, shape: tuple[int, ...]) -> None:
-    if not isinstance(logsumexp, torch.Tensor):
-        raise TypeError(f"logsumexp must be a torch.Tensor, got {type(logsumexp).__name__}")
-    if logsumexp.dtype != torch.float32 or tuple(logsumexp.shape) != shape:
-        got = f"{logsumexp.dtype} {list(logsumexp.shape)}"
-        raise ValueError(f"logsumexp must be the forward's float32 {layout} = {list(shape)}, got {got}")
-    if logsumexp.device != query.device:
-        raise ValueError(f"logsumexp must be on query's device {query.device}, got {logsumexp.device}")
-
-
 def _check_backward(grad_out, query, key, value, out, logsumexp) -> None:
     """The backward's tensors (FlashAttention's layout); grad_out may have any strides (a loss like
     out.sum() hands a stride-0 one: the binding copies what it cannot load)."""
-    _check_dense(query, key, value)
-    _check_like_query(query, grad_out=grad_out, out=out)
+    _validate.aten_dense(query, key, value)
+    _validate.like_query(query, grad_out=grad_out, out=out)
     b, sq, hq, _ = query.shape
-    _check_logsumexp(logsumexp, query, "[B, Hq, Sq]", (b, hq, sq))
+    _validate.logsumexp(logsumexp, query, "[B, Hq, Sq]", (b, hq, sq))
 
 
-def _scale(scale: float | None, head_dim: int) -> float:
-    return interface._scale(scale, head_dim)
+_scale = _validate.softmax_scale
 
 
 # ==== the shared cores ============================================================================
@@ -258,7 +188,7 @@ def _laid_out_like(result: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 def _forward_dense(op: str, query, key, value, is_causal: bool, scale, window_size_left=None, window_size_right=None):
     """query [B, Sq, Hq, D], key/value [B, Sk, Hk, D] -> (out like empty_like(query), lse [B, Hq, Sq])."""
-    _check_dense(query, key, value)
+    _validate.aten_dense(query, key, value)
     causal_mode, left, right = _mask(is_causal, window_size_left, window_size_right, key.shape[1])
     out, lse = _ops.fwd(query, key, value, _scale(scale, query.shape[-1]), causal_mode, interface.get_backend(),
                         left, right)
@@ -288,8 +218,7 @@ def _backward_dense(op: str, grad_out, query, key, value, out, logsumexp, is_cau
 
 def _packed_backend(op: str) -> str:
     backend = interface.get_backend()
-    if backend == "hopper":
-        raise ValueError(f"flashattn ({op}): {_ops.VARLEN_HOPPER_MESSAGE}")
+    _validate.varlen_backend(f"flashattn ({op})", backend)
     return backend
 
 
@@ -297,7 +226,7 @@ def _forward_packed(op: str, query, key, value, cum_seq_q, cum_seq_k, max_q, max
                     window_size_left=None, window_size_right=None):
     """query [total_q, Hq, D], key/value [total_k, Hk, D], cum_seq int32 [B + 1] -> (out like
     empty_like(query), lse float32 [Hq, total_q]); masks aligned per sequence."""
-    max_q, max_k = _check_packed(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k)
+    max_q, max_k = _validate.aten_packed(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k)
     causal_mode, left, right = _mask(is_causal, window_size_left, window_size_right, max_k)
     out, lse = _ops.fwd_varlen(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k,
                                _scale(scale, query.shape[-1]), causal_mode, _packed_backend(op), left, right)
@@ -307,9 +236,9 @@ def _forward_packed(op: str, query, key, value, cum_seq_q, cum_seq_k, max_q, max
 def _backward_packed(op: str, grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k,
                      is_causal: bool, scale, window_size_left=None, window_size_right=None):
     """The packed batch's gradients (see _forward_packed), each laid out like empty_like of its input."""
-    max_q, max_k = _check_packed(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k)
-    _check_like_query(query, grad_out=grad_out, out=out)
-    _check_logsumexp(logsumexp, query, "[Hq, total_q]", (query.shape[1], query.shape[0]))
+    max_q, max_k = _validate.aten_packed(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k)
+    _validate.like_query(query, grad_out=grad_out, out=out)
+    _validate.logsumexp(logsumexp, query, "[Hq, total_q]", (query.shape[1], query.shape[0]))
     if grad_out.stride(-1) != 1:  # e.g. the expanded (stride-0) gradient of out.sum(): rows are loaded whole
         grad_out = grad_out.contiguous()
     causal_mode, left, right = _mask(is_causal, window_size_left, window_size_right, max_k)

@@ -23,7 +23,9 @@
 #   bash lab/gpu_run.sh bwd90    build, backward numerics and tests on both paths, the backward timing grid (~5 min)
 #   bash lab/gpu_run.sh integrate build, the whole GPU suite, the window/varlen/paged benchmarks, the
 #                                     D=256 backward config lab, the backward timing grid  (~7 min)
-#   bash lab/gpu_run.sh host     build, then where a small call's host time goes      (~1.5 min)
+#   bash lab/gpu_run.sh host     build, the GPU suite, then where a small call's host time goes, side by
+#                                     side with SDPA (lab/host_profile_gpu.py)             (~6 min)
+#   bash lab/gpu_run.sh hostprofile  the host profile alone on a built tree                (~2 min)
 #   bash lab/gpu_run.sh l2decode build, the decode check and the suite's decode tests, then the Hopper
 #                                     lab's L2 group budget A/B                           (~5 min)
 #   bash lab/gpu_run.sh reliability build, the bad-index and NaN/inf GPU tests, then compute-sanitizer
@@ -168,10 +170,17 @@ case "${1:-verify}" in
     step bwd_lab_d256 240 env LAB_ONLY=d256 bash lab/bwd_lab.sh
     step bwd_time_bf16 200 python3 lab/bwd_check.py --quick --time --dtype bf16
     ;;
-  host)  # where a small call's host time goes (the latency grid)
+  host)  # issue 28, the host path: build, the whole GPU suite (the C++ checks and autograd behind every
+         # entry point), then where a small call's host time goes, side by side with SDPA
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash lab/gpu_build.sh
+    step pytest_gpu 300 "${pytest_ci[@]}" --ignore=tests/test_build_checks.py -ra --durations=10
+    step host_profile 180 python3 lab/host_profile_gpu.py
+    ;;
+  hostprofile)  # the host profile alone, on a built tree (a second look at the numbers)
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
-    step host_profile 120 python3 lab/host_profile_gpu.py
+    step host_profile 180 python3 lab/host_profile_gpu.py
     ;;
   l2decode)
     env_info > "$OUT/env.txt" 2>&1
@@ -187,7 +196,7 @@ case "${1:-verify}" in
     step sanitize 330 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-45}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|bwdlab|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|hostprofile|bwdlab|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -1,10 +1,20 @@
 #!/usr/bin/env python3
-"""Where a small call's host time goes, on a GPU machine (the latency grid is host-bound: the
-kernels take a few microseconds, the calls tens). Times back-to-back calls with no sync inside the
-loop (so the CPU side is what is measured; the GPU drains the queue at the end), each layer of a
-call alone: the public entry points, the op through the dispatcher, the op with each backend, and
-for comparison SDPA's backends and bare torch calls (an allocation, an elementwise launch).
-Median of 7 x N calls. usage: python3 lab/host_profile_gpu.py [--calls 3000]
+"""Where a small call's host time goes, on a GPU machine, flashattn side by side with SDPA (the
+latency grid and small decode steps are host-bound: the kernels take a few microseconds, a call's
+host work tens).
+
+1. Back to back, no sync inside the loop (so the CPU side is what is measured; the GPU drains the
+   queue at the end), per layer of a call: the public entry points (their direct path, and the
+   checked path forced), the op through the dispatcher, the op's builtin, each backend; SDPA and
+   bare torch calls (an allocation, an elementwise launch) for scale.
+2. The issue-28 grids, each call timed as a user makes it (synchronized before and after, wall
+   time) and back to back: the seed shapes (B=1 H=1 D=64 fp16, S 32..2048) through
+   flashattn.scaled_dot_product_attention vs F.scaled_dot_product_attention; decode at B=1 (GQA
+   32:8, D=128, bf16) through flash_attn_with_kvcache vs SDPA; one training step's attention
+   (forward + backward, B=1 S=256) through flash_attn_func vs SDPA.
+3. torch.profiler over a few hundred calls of the smallest seed shape: host time per op and per
+   CUDA runtime call (allocation, launch).
+Medians of 7 rounds. usage: python3 lab/host_profile_gpu.py [--calls 2000] [--no-profiler]
 """
 
 from __future__ import annotations
@@ -13,6 +23,7 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -20,15 +31,17 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import flashattn  # noqa: E402
-from flashattn import _ops  # noqa: E402
+from flashattn import _ops, interface, kvcache  # noqa: E402
+
+ROUNDS = 7
 
 
-def per_call_us(fn, calls: int) -> float:
-    for _ in range(200):
+def back_to_back_us(fn: Callable[[], object], calls: int) -> float:
+    for _ in range(100):
         fn()
     torch.cuda.synchronize()
     runs = []
-    for _ in range(7):
+    for _ in range(ROUNDS):
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
@@ -38,32 +51,135 @@ def per_call_us(fn, calls: int) -> float:
     return statistics.median(runs)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--calls", type=int, default=3000)
-    args = ap.parse_args()
+def single_call_us(fn: Callable[[], object], calls: int) -> float:
+    """A call as a user times one: synchronized before and after, wall time (host + launch + kernel)."""
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    runs = []
+    for _ in range(ROUNDS):
+        total = 0.0
+        for _ in range(calls):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            total += time.perf_counter() - t0
+        runs.append(total / calls * 1e6)
+    return statistics.median(runs)
+
+
+def checked_path(fn: Callable[[], object]) -> Callable[[], object]:
+    """fn with the entry points' direct path off: the Python checks on every call."""
+    def run():
+        interface._DIRECT = kvcache._DIRECT = False
+        try:
+            return fn()
+        finally:
+            interface._DIRECT = kvcache._DIRECT = _DIRECT
+
+    return run
+
+
+_DIRECT = interface._DIRECT
+
+
+def layers(calls: int) -> None:
     dev = torch.device("cuda")
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; host time per call, no sync in the loop")
-    for (b, h, s, d, causal) in [(1, 1, 128, 64, False), (1, 1, 128, 64, True), (8, 16, 512, 64, True)]:
+    print("\n## 1. Layers of a call, back to back (us per call)")
+    for b, h, s, d, causal in [(1, 1, 128, 64, False), (1, 1, 128, 64, True), (8, 16, 512, 64, True)]:
         q, k, v = (torch.randn(b, h, s, d, device=dev, dtype=torch.float16) for _ in range(3))
         qb, kb, vb = (t.transpose(1, 2) for t in (q, k, v))
-        qc, kc, vc = (t.contiguous() for t in (qb, kb, vb))
-        op = torch.ops.flashattn.fwd.default
+        op = torch.ops.flashattn.fwd_bhsd.default
+        builtin = _ops.eager_callable(op)
         mode = _ops.CAUSAL_TOP_LEFT if causal else _ops.CAUSAL_NONE
-        scale = d**-0.5
+        sdpa = lambda: flashattn.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
         rows = [
-            ("flashattn.scaled_dot_product_attention", lambda: flashattn.scaled_dot_product_attention(q, k, v, is_causal=causal)),
+            ("flashattn.scaled_dot_product_attention", sdpa),
+            ("  the same, checked path forced", checked_path(sdpa)),
             ("flashattn.flash_attn_func (BSHD views)", lambda: flashattn.flash_attn_func(qb, kb, vb, causal=causal)),
-            ("torch.ops.flashattn.fwd.default auto", lambda: op(qc, kc, vc, scale, mode, "auto")),
-            ("torch.ops.flashattn.fwd.default hopper", lambda: op(qc, kc, vc, scale, mode, "hopper")),
-            ("torch.ops.flashattn.fwd.default portable", lambda: op(qc, kc, vc, scale, mode, "portable")),
+            ("torch.ops.flashattn.fwd_bhsd.default auto", lambda: op(q, k, v, None, mode, "auto")),
+            ("  its builtin (OpOverload._op) auto", lambda: builtin(q, k, v, None, mode, "auto")),
+            ("  its builtin, hopper", lambda: builtin(q, k, v, None, mode, "hopper")),
+            ("  its builtin, portable", lambda: builtin(q, k, v, None, mode, "portable")),
             ("F.scaled_dot_product_attention (default)", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)),
-            ("torch.empty x2 (the op's outputs)", lambda: (torch.empty_like(qc), torch.empty(b, h, s, device=dev))),
+            ("torch.empty x2 (the op's outputs)", lambda: (torch.empty(b, s, h, d, device=dev, dtype=torch.float16),
+                                                          torch.empty(b, h, s, device=dev))),
             ("q.add(1) (one dispatcher op + launch)", lambda: q.add(1)),
         ]
         print(f"\nB={b} H={h} S={s} D={d} fp16 causal={causal}")
         for name, fn in rows:
-            print(f"  {name:44} {per_call_us(fn, args.calls):7.2f} us")
+            print(f"  {name:44} {back_to_back_us(fn, calls):7.2f}")
+
+
+def grids(calls: int) -> None:
+    dev = torch.device("cuda")
+    print("\n## 2. Issue-28 grids: ours vs SDPA (us per call; ratio = SDPA / ours, > 1 ours faster)")
+    print(f"\n{'seed shapes B=1 H=1 D=64 fp16':34} {'single call':>24} {'back to back':>24}")
+    print(f"{'S':>6} {'causal':>6} {'':21} {'ours':>7} {'sdpa':>7} {'ratio':>6}   {'ours':>7} {'sdpa':>7} {'ratio':>6}")
+    ratios = []
+    for causal in (False, True):
+        for s in (32, 64, 128, 256, 512, 1024, 2048):
+            q, k, v = (torch.randn(1, 1, s, 64, device=dev, dtype=torch.float16) for _ in range(3))
+            ours = lambda: flashattn.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+            ref = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+            o1, r1 = single_call_us(ours, calls // 10), single_call_us(ref, calls // 10)
+            o2, r2 = back_to_back_us(ours, calls), back_to_back_us(ref, calls)
+            ratios.append(r1 / o1)
+            print(f"{s:>6} {causal!s:>6} {'':21} {o1:7.2f} {r1:7.2f} {r1 / o1:6.2f}   {o2:7.2f} {r2:7.2f} {r2 / o2:6.2f}")
+    print(f"  single-call geomean ratio: {statistics.geometric_mean(ratios):.3f}")
+
+    print(f"\n{'decode B=1 Sq=1 GQA 32:8 D=128 bf16':34} {'single call':>24} {'back to back':>24}")
+    for sk in (1024, 4096, 16384):
+        q = torch.randn(1, 1, 32, 128, device=dev, dtype=torch.bfloat16)
+        kc, vc = (torch.randn(1, sk, 8, 128, device=dev, dtype=torch.bfloat16) for _ in range(2))
+        qt, kt, vt = (t.transpose(1, 2) for t in (q, kc, vc))
+        ours = lambda: flashattn.flash_attn_with_kvcache(q, kc, vc)  # noqa: E731
+        ref = lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)  # noqa: E731
+        o1, r1 = single_call_us(ours, calls // 10), single_call_us(ref, calls // 10)
+        o2, r2 = back_to_back_us(ours, calls), back_to_back_us(ref, calls)
+        print(f"{'Sk=' + str(sk):>13} {'':21} {o1:7.2f} {r1:7.2f} {r1 / o1:6.2f}   {o2:7.2f} {r2:7.2f} {r2 / o2:6.2f}")
+
+    print(f"\n{'training step: attention fwd+bwd':34} {'single call':>24} {'back to back':>24}")
+    for h, d in ((1, 64), (8, 64), (16, 128)):
+        leaves = [torch.randn(1, h, 256, d, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(3)]
+        grad = torch.ones(1, h, 256, d, device=dev, dtype=torch.bfloat16)
+        ours = lambda: flashattn.scaled_dot_product_attention(*leaves, is_causal=True).backward(grad)  # noqa: E731
+        ref = lambda: F.scaled_dot_product_attention(*leaves, is_causal=True).backward(grad)  # noqa: E731
+        o1, r1 = single_call_us(ours, calls // 10), single_call_us(ref, calls // 10)
+        o2, r2 = back_to_back_us(ours, calls // 4), back_to_back_us(ref, calls // 4)
+        print(f"{f'B=1 S=256 H={h} D={d} causal':>34} {o1:7.2f} {r1:7.2f} {r1 / o1:6.2f}   {o2:7.2f} {r2:7.2f} {r2 / o2:6.2f}")
+
+
+def profile() -> None:
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    dev = torch.device("cuda")
+    q, k, v = (torch.randn(1, 1, 128, 64, device=dev, dtype=torch.float16) for _ in range(3))
+    for _ in range(100):
+        flashattn.scaled_dot_product_attention(q, k, v)
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(300):
+            flashattn.scaled_dot_product_attention(q, k, v)
+        torch.cuda.synchronize()
+    print("\n## 3. torch.profiler, 300 calls of flashattn.scaled_dot_product_attention B=1 H=1 S=128 D=64 "
+          "(per-call host time: CPU total / 300)")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--no-profiler", action="store_true")
+    args = ap.parse_args()
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, direct path "
+          f"{'on' if interface._DIRECT else 'OFF (extension not loaded)'}; build {flashattn.build_info()}")
+    layers(args.calls)
+    grids(args.calls)
+    if not args.no_profiler:
+        profile()
     return 0
 
 

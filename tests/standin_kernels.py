@@ -102,7 +102,7 @@ def cpu_standin_kernels(saved_out_lse: bool = False) -> Iterator[list[BwdCall]]:
 
 
 def _check_tensor_any_device(name: str, t, rank_min: int) -> None:
-    """interface._check_tensor without its CUDA-device and fp16/bf16 requirements."""
+    """flashattn._validate.tensor without its CUDA-device and fp16/bf16 requirements."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dim() < rank_min:
@@ -114,7 +114,7 @@ def allow_cpu_entry_points(monkeypatch) -> None:
     floating dtype (their device and dtype checks relaxed, the extension not required), so that,
     with cpu_standin_kernels(), the entry points' autograd runs on CPU. Validation itself is
     tested on its own (tests/test_validation.py)."""
-    from flashattn import _ext, interface
+    from flashattn import _ext, _validate
 
-    monkeypatch.setattr(interface, "_check_tensor", _check_tensor_any_device)
+    monkeypatch.setattr(_validate, "tensor", _check_tensor_any_device)
     monkeypatch.setattr(_ext, "require_extension", lambda: None)

@@ -158,7 +158,7 @@ def _worker(rank: int, store: str, result: str) -> None:
         cp = importlib.import_module(CP_MODULE)
         mesh = init_device_mesh("cpu", (WORLD_SIZE,))
         # the CPU stand-ins take float64 CPU tensors (what allow_cpu_entry_points relaxes in the suite)
-        flashattn.interface._check_tensor = _check_tensor_any_device
+        flashattn._validate.tensor = _check_tensor_any_device
         calls = {"forward": [], "backward": []}
         for op, kind in (("_scaled_dot_product_flash_attention", "forward"),
                          ("_scaled_dot_product_flash_attention_backward", "backward")):

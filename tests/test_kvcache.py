@@ -1,7 +1,8 @@
 """flash_attn_with_kvcache: split-KV decoding against a KV cache, with in-place append.
 
 CPU (run everywhere, CI included):
-  * the bad-inputs table, on fake CUDA tensors (FakeTensorMode), like tests/test_validation.py;
+  * the bad-inputs table, on fake CUDA tensors (FakeTensorMode), like tests/test_validation.py
+    (on a GPU also with real tensors: the binding's refusal, explained by the checked path);
   * valid calls reach the op (its fake kernel) with the right output metadata, and without the
     extension they fail with the build message;
   * the op's schema marks exactly k_cache and v_cache as mutated, and torch.compile(fullgraph=True)
@@ -46,7 +47,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import flashattn
 from repo_modules import run_cpp_probe
 from numerics import assert_attention_matches
-from tensor_makers import Maker, fake_maker
+from tensor_makers import Maker, fake_maker, real_maker
 
 F16, BF16, F32, I32 = torch.float16, torch.bfloat16, torch.float32, torch.int32
 NONE, BOTTOM_RIGHT = flashattn.CAUSAL_NONE, flashattn.CAUSAL_BOTTOM_RIGHT
@@ -182,6 +183,17 @@ BAD_INPUT_PARAMS = [pytest.param(row, id=row.id) for row in BAD_INPUTS]
 def test_bad_input_is_refused(row: BadInput) -> None:
     with FakeTensorMode(), pytest.raises(row.error) as info:
         row.call(fake_maker)
+    assert row.match in str(info.value)
+
+
+@gpu_test
+@pytest.mark.parametrize("row", BAD_INPUT_PARAMS)
+def test_bad_input_on_real_tensors_is_refused_alike(row: BadInput) -> None:
+    """The same rows with real tensors: the call takes the direct path, where the binding must
+    refuse it (a bad input it let through would reach the kernels), and the checked path names the
+    argument as on fake tensors."""
+    with pytest.raises(row.error) as info:
+        row.call(real_maker)
     assert row.match in str(info.value)
 
 

@@ -1,9 +1,11 @@
 """Bad inputs are refused with the documented exception and a message naming the problem.
 
 Every row of the table runs on CPU in CI: the inputs are fake CUDA tensors (torch's
-FakeTensorMode carries device, dtype, shape and strides without memory or a GPU), and all of
-flashattn's validation is Python in flashattn/interface.py that runs before any kernel. On a GPU
-the same rows run with real tensors, each followed by a valid call that must still be right.
+FakeTensorMode carries device, dtype, shape and strides without memory or a GPU), which take the
+entry points' checked path, flashattn/_validate.py, before any kernel. On a GPU the same rows run
+with real tensors, each followed by a valid call that must still be right: there a call takes the
+direct path, the C++ binding refuses it, and the checked path names the argument, so the table
+also proves the binding refuses every row.
 """
 
 from __future__ import annotations

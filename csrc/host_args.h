@@ -1,0 +1,175 @@
+// What every torch binding checks of its arguments and how it hands a tensor to a kernel: the one
+// host helper of csrc/binding*.cpp. Each check names the op and the argument; the public entry
+// points (flashattn/_validate.py) check the same conditions first on their checked path, so these
+// messages reach only direct callers of the ops. Torch-only (no CUDA header): what a check needs
+// of a tensor is its metadata.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <c10/util/string_view.h>
+
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <optional>
+
+#include "common/params.h"
+
+namespace flashattn {
+
+// ---- the 16-byte access rule ---------------------------------------------------------------------
+
+// 16-byte vector access (cp.async, TMA, the decode kernels' loads): base 16-byte aligned, unit last
+// stride, every other stride of a dimension longer than 1 a multiple of 8 elements (a dimension of
+// extent 1 is never stepped, so its stride does not matter).
+inline bool aligned16(const at::Tensor& t) {
+  if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) return false;
+  if (t.dim() > 0 && t.size(-1) > 1 && t.stride(-1) != 1) return false;
+  for (int64_t dim = 0; dim < t.dim() - 1; ++dim)
+    if (t.size(dim) > 1 && t.stride(dim) % 8 != 0) return false;
+  return true;
+}
+
+// True when some dimension longer than 1 has stride 0 (a broadcast view, e.g. the gradient of
+// out.sum()).
+inline bool has_broadcast_dim(const at::Tensor& t) {
+  for (int64_t dim = 0; dim < t.dim(); ++dim)
+    if (t.size(dim) > 1 && t.stride(dim) == 0) return true;
+  return false;
+}
+
+// A view the kernels cannot read 16 bytes at a time is copied once (the API promises any strides,
+// not speed for every one of them). Tensors used in place (the KV caches) are checked instead.
+inline at::Tensor aligned_or_copy(const at::Tensor& t) { return aligned16(t) ? t : t.contiguous(); }
+
+// ---- filling a parameter block -------------------------------------------------------------------
+
+inline DType dtype_of(const at::Tensor& t) {
+  return t.scalar_type() == at::kBFloat16 ? DType::kBFloat16 : DType::kFloat16;
+}
+
+// A [B, S, H, D] tensor: its pointer and the batch, row and head strides, in elements.
+template <class Ptr>
+inline void set_bshd(const at::Tensor& t, Ptr& ptr, int64_t& batch_stride, int64_t& row_stride,
+                     int64_t& head_stride) {
+  ptr = t.data_ptr();
+  batch_stride = t.stride(0);
+  row_stride = t.stride(1);
+  head_stride = t.stride(2);
+}
+
+// A packed [total, H, D] tensor: its pointer and the row and head strides (no batch stride: the
+// sequences' offsets come from cu_seqlens).
+template <class Ptr>
+inline void set_packed(const at::Tensor& t, Ptr& ptr, int64_t& row_stride, int64_t& head_stride) {
+  ptr = t.data_ptr();
+  row_stride = t.stride(0);
+  head_stride = t.stride(1);
+}
+
+// ---- checks ---------------------------------------------------------------------------------------
+
+inline bool is_half_type(at::ScalarType s) { return s == at::kHalf || s == at::kBFloat16; }
+
+// q, k, v of one attention call, each `rank`-D with the head dim last and the heads at rank - 2:
+// one fp16/bf16 dtype, one CUDA device, k and v alike, q's head dim, Hq a multiple of Hk, a head
+// dim the kernels take. `layout` names the expected shape in messages. Strides: unit_last_stride.
+inline void check_qkv(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t rank,
+                      const char* layout) {
+  TORCH_CHECK(q.dim() == rank && k.dim() == rank && v.dim() == rank, op, ": q, k, v must be ", rank, "-D ", layout,
+              ", got shapes ", q.sizes(), ", ", k.sizes(), ", ", v.sizes());
+  const at::ScalarType dtype = q.scalar_type();
+  TORCH_CHECK(is_half_type(dtype), op, ": dtype must be float16 or bfloat16, got ", dtype);
+  TORCH_CHECK(k.scalar_type() == dtype && v.scalar_type() == dtype, op, ": q, k, v must share one dtype, got ", dtype,
+              ", ", k.scalar_type(), ", ", v.scalar_type());
+  TORCH_CHECK(q.is_cuda() && k.device() == q.device() && v.device() == q.device(), op,
+              ": q, k, v must be on one CUDA device, got ", q.device(), ", ", k.device(), ", ", v.device());
+  TORCH_CHECK(k.sizes() == v.sizes(), op, ": k and v shapes differ: ", k.sizes(), " and ", v.sizes());
+  const int64_t D = q.size(-1), Hq = q.size(-2), Hk = k.size(-2);
+  TORCH_CHECK(k.size(-1) == D, op, ": k/v head dim differs from q's ", D);
+  TORCH_CHECK(Hk > 0 && Hq % Hk == 0, op, ": q heads (", Hq, ") must be a multiple of k/v heads (", Hk, ")");
+  TORCH_CHECK(D >= 8 && D <= 256 && D % 8 == 0, op, ": head dim must be a multiple of 8 in [8, 256], got ", D);
+}
+
+// The layout the forward ops promise to take as it is: a contiguous last dimension (other strides
+// are free; aligned_or_copy copies what the kernels cannot load).
+inline void check_unit_last_stride(const char* op, std::initializer_list<const at::Tensor*> tensors) {
+  for (const at::Tensor* t : tensors)
+    TORCH_CHECK(t->size(-1) <= 1 || t->stride(-1) == 1, op, ": last dimension must be contiguous, got strides ",
+                t->strides());
+}
+
+// A tensor that must match q's dtype and device (dout, out, the new keys of a decode step).
+inline void check_like(const char* op, const char* name, const at::Tensor& t, const at::Tensor& q) {
+  TORCH_CHECK(t.scalar_type() == q.scalar_type(), op, ": ", name, " dtype must be q's ", q.scalar_type(), ", got ",
+              t.scalar_type());
+  TORCH_CHECK(t.device() == q.device(), op, ": ", name, " must be on q's device ", q.device(), ", got ", t.device());
+}
+
+// The forward's lse as the backward takes it back: float32 of the given shape, on q's device.
+inline void check_lse(const char* op, const at::Tensor& lse, const at::Tensor& q, at::IntArrayRef shape,
+                      const char* layout) {
+  TORCH_CHECK(lse.scalar_type() == at::kFloat && lse.sizes() == shape, op, ": lse must be float32 ", layout, " = ",
+              shape, " as the forward returns it, got ", lse.scalar_type(), " ", lse.sizes());
+  TORCH_CHECK(lse.device() == q.device(), op, ": lse must be on q's device ", q.device(), ", got ", lse.device());
+}
+
+// int32 [batch + 1] cumulative lengths, contiguous, on q's device (never read on the host).
+inline void check_cu_seqlens(const char* op, const char* name, const at::Tensor& cu, const at::Tensor& q) {
+  TORCH_CHECK(cu.scalar_type() == at::kInt, op, ": ", name, " must be int32, got ", cu.scalar_type());
+  TORCH_CHECK(cu.device() == q.device(), op, ": ", name, " must be on q's device ", q.device(), ", got ", cu.device());
+  TORCH_CHECK(cu.dim() == 1 && cu.size(0) >= 1, op, ": ", name, " must be 1-D [batch + 1], got shape ", cu.sizes());
+  TORCH_CHECK(cu.is_contiguous(), op, ": ", name, " must be contiguous");
+}
+
+// Both packings of a packed batch; returns the batch size.
+inline int64_t check_packing(const char* op, const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k,
+                             int64_t max_seqlen_q, int64_t max_seqlen_k, const at::Tensor& q) {
+  check_cu_seqlens(op, "cu_seqlens_q", cu_seqlens_q, q);
+  check_cu_seqlens(op, "cu_seqlens_k", cu_seqlens_k, q);
+  TORCH_CHECK(cu_seqlens_q.size(0) == cu_seqlens_k.size(0), op,
+              ": cu_seqlens_q and cu_seqlens_k must have the same length (batch + 1), got ", cu_seqlens_q.size(0),
+              " and ", cu_seqlens_k.size(0));
+  TORCH_CHECK(max_seqlen_q >= 0 && max_seqlen_k >= 0, op, ": max_seqlen_q and max_seqlen_k must be >= 0, got ",
+              max_seqlen_q, " and ", max_seqlen_k);
+  return cu_seqlens_q.size(0) - 1;
+}
+
+// The scale a kernel runs with: 1/sqrt(head dim) for none, else the caller's, which must be finite.
+inline float softmax_scale_of(const char* op, std::optional<double> scale, int64_t head_dim) {
+  const double s = scale.has_value() ? *scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+  TORCH_CHECK(std::isfinite(s), op, ": softmax_scale must be finite, got ", s);
+  return static_cast<float>(s);
+}
+
+// The causal mode (0, 1 or 2: CausalMode), the window edges (-1 unbounded) and the softcap (0 off,
+// else a positive value within float32's normal range).
+inline void check_mask(const char* op, int64_t causal_mode, int64_t window_left, int64_t window_right, double softcap) {
+  TORCH_CHECK(causal_mode >= 0 && causal_mode <= 2, op, ": causal_mode must be 0, 1 or 2, got ", causal_mode);
+  TORCH_CHECK(window_left >= -1 && window_right >= -1, op, ": window_left and window_right must be >= -1 "
+              "(-1: unbounded), got ", window_left, " and ", window_right);
+  TORCH_CHECK(softcap == 0.0 || (softcap > 0.0 && std::isfinite(static_cast<float>(softcap)) &&
+                                 static_cast<float>(softcap) >= std::numeric_limits<float>::min()),
+              op, ": softcap must be 0 (off) or a positive value within float32's normal range, got ", softcap);
+}
+
+inline void check_backend(const char* op, c10::string_view backend) {
+  TORCH_CHECK(backend == "auto" || backend == "portable" || backend == "hopper", op,
+              ": backend must be 'auto', 'portable' or 'hopper', got '", std::string(backend), "'");
+}
+
+// Packed batches: the Hopper paths' TMA descriptors describe dense [B, S, H, D] tensors, so the
+// portable kernels run them on every GPU, and a forced 'hopper' says so rather than running
+// another path (the text of flashattn/_validate.py's VARLEN_HOPPER_MESSAGE).
+constexpr const char* kVarlenHopperMessage =
+    "backend 'hopper' does not support packed variable-length batches (its TMA path needs dense [B, S, H, D] "
+    "tensors); use set_backend('auto') or 'portable', which run the portable kernels for them on every GPU";
+
+inline void check_packed_backend(const char* op, c10::string_view backend) {
+  check_backend(op, backend);
+  TORCH_CHECK(backend != "hopper", op, ": ", kVarlenHopperMessage);
+}
+
+}  // namespace flashattn
