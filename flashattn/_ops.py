@@ -61,8 +61,8 @@ def _fwd_bhsd_fake(q, k, v, softmax_scale, causal_mode, backend, window_left=-1,
 # contiguous tensors in q's dtype shaped like q, k, v (dk/dv summed over each query-head group in
 # the kernel). deterministic=True: bitwise reproducible run to run (a fixed order of the dQ
 # accumulation); False may accumulate dQ with atomics. backend: the forward's; "auto" and "hopper"
-# run the Hopper (wgmma) backward on an H100 where it exists (head dim <= 128, no window /
-# softcap), the portable (mma.sync) backward on any sm80+ GPU otherwise, "portable" always the
+# run the Hopper (wgmma) backward on an H100 where it exists (head dim <= 256, windows and the
+# softcap included; not packed batches), the portable (mma.sync) backward on any sm80+ GPU otherwise, "portable" always the
 # portable one (the gradients do not depend on the forward path). window_left, window_right and
 # softcap: those of the forward (the backward recomputes the forward's masked, capped scores).
 _lib.define(
