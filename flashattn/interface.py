@@ -28,7 +28,7 @@ _backend = os.environ.get("FLASHATTN_BACKEND", "auto")
 # The direct path: the extension is loaded (so the binding checks and the C++ autograd is
 # registered) and the caller's tensors are plain ones (FakeTensor and other subclasses, whose
 # kernels may not check, take the checked path).
-_DIRECT = _ext._EXT is not None
+_DIRECT = _ext._EXT is not None and _ops.DIRECT_PATH
 _Tensor = torch.Tensor
 _tracing = torch.compiler.is_compiling
 _FWD = _ops.eager_callable(_ops._fwd)

@@ -19,7 +19,7 @@ __all__ = ["PAGE_SIZE_MULTIPLE", "flash_attn_with_kvcache"]
 
 _FWD_KVCACHE = _ops._fwd_kvcache
 _FWD_KVCACHE_DIRECT = _ops.eager_callable(_ops._fwd_kvcache)
-_DIRECT = _ext._EXT is not None
+_DIRECT = _ext._EXT is not None and _ops.DIRECT_PATH
 _Tensor = torch.Tensor
 _tracing = torch.compiler.is_compiling
 
