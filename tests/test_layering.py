@@ -131,22 +131,23 @@ def test_rule_catches_sibling_includes(src, name, ok):
 #   flashattn/   the package users install: only itself;
 #   tools/       build and CI, run where torch may be absent: only itself;
 #   docker/      runs inside and around the image: only itself;
-#   benchmarks/  the benchmark: the package and itself;
+#   benchmarks/  the benchmark: the package, itself and the suite's helper modules in tests/ (the
+#                numerics criterion, the input makers), never a test module (tests/test_*.py,
+#                conftest.py): a benchmark may check its outputs as the suite does;
 #   lab/         GPU experiments: the package, itself, benchmarks/ (the timing engine, the shape
-#                grids) and the suite's helper modules in tests/ (the numerics criterion, NaN
-#                poisoning), never a test module (tests/test_*.py, conftest.py);
+#                grids) and the suite's helper modules in tests/, never a test module;
 #   tests/       the suite checks all of the above: anything.
 PY_FOLDERS = ("flashattn", "tools", "docker", "benchmarks", "lab", "tests")
 PY_ALLOWED = {
     "flashattn": {"flashattn"},
     "tools": {"tools"},
     "docker": {"docker"},
-    "benchmarks": {"benchmarks", "flashattn"},
+    "benchmarks": {"benchmarks", "flashattn", "tests"},
     "lab": {"lab", "flashattn", "benchmarks", "tests"},
     "tests": set(PY_FOLDERS),
 }
 # (from, to) pairs allowed for helper modules only.
-PY_HELPERS_ONLY = {("lab", "tests")}
+PY_HELPERS_ONLY = {("lab", "tests"), ("benchmarks", "tests")}
 
 
 def _py_modules() -> dict[str, list[pathlib.Path]]:
@@ -246,7 +247,9 @@ def test_python_folders_depend_only_as_documented():
         ("flashattn/x.py", "import numerics\n", False),
         ("benchmarks/x.py", "import sys, pathlib\nsys.path.insert(0, str(pathlib.Path(__file__).parent / '..' / 'lab'))\n",
          False),
-        ("benchmarks/x.py", "from gpu_helpers import nan_filled_allocations\n", False),
+        ("benchmarks/x.py", "from numerics import assert_attention_matches\n", True),
+        ("benchmarks/x.py", "from test_kvcache import CASES\n", False),  # a test module, not a helper
+        ("benchmarks/x.py", "from quick_check import sdpa_same_dtype\n", False),  # lab/
         ("lab/x.py", "import flashattn\nfrom gpu_helpers import nan_filled_allocations\n", True),
         ("lab/x.py", "p = ROOT / 'benchmarks' / 'bench_common.py'\n", True),
         ("lab/x.py", "p = ROOT / 'tests' / 'test_kvcache.py'\n", False),  # a test module, not a helper
