@@ -186,14 +186,18 @@ def py_deps(src: pathlib.Path, text: str, mods: dict[str, list[pathlib.Path]]) -
     tree = ast.parse(text)
     deps: list[tuple[str, str, str | None]] = []
     for node in ast.walk(tree):
-        names = []
+        names = []  # (top-level name, the module under it where one is named)
         if isinstance(node, ast.Import):
-            names = [a.name.split(".")[0] for a in node.names]
+            names = [(a.name.split(".")[0], (a.name.split(".") + [""])[1]) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module.split(".")[0]]
-        for name in names:
+            top, *rest = node.module.split(".")
+            names = [(top, rest[0])] if rest else [(top, a.name) for a in node.names]
+        for name, sub in names:
             if name == "flashattn":
                 deps.append((f"import {name}", "flashattn", "__init__.py"))
+                continue
+            if name in PY_FOLDERS:  # a folder imported as a namespace package (from benchmarks import x)
+                deps.append((f"import {name}.{sub}", name, f"{sub}.py" if sub else None))
                 continue
             found = mods.get(name, [])
             own = [p for p in found if p.parent == home]
@@ -251,6 +255,9 @@ def test_python_folders_depend_only_as_documented():
         ("benchmarks/x.py", "from test_kvcache import CASES\n", False),  # a test module, not a helper
         ("benchmarks/x.py", "from quick_check import sdpa_same_dtype\n", False),  # lab/
         ("lab/x.py", "import flashattn\nfrom gpu_helpers import nan_filled_allocations\n", True),
+        ("lab/x.py", "from benchmarks import bench_common as bc\n", True),
+        ("lab/x.py", "from tests import test_kvcache\n", False),
+        ("tools/x.py", "import benchmarks.bench_common\n", False),
         ("lab/x.py", "p = ROOT / 'benchmarks' / 'bench_common.py'\n", True),
         ("lab/x.py", "p = ROOT / 'tests' / 'test_kvcache.py'\n", False),  # a test module, not a helper
         ("lab/x.py", "import os\np = os.path.join(HERE, '..', 'tools')\n", False),
