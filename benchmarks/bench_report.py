@@ -8,8 +8,11 @@ Prints, per shape, each implementation's time and TFLOP/s and flashattn's speedu
 (time_other / time_ours, so > 1 means flashattn is faster), then the geometric mean of those
 speedups per category (grid x dtype x D x causal x pass), per grid and pass and overall, and a
 training table (fwd, bwd, fwd+bwd side by side against SDPA's default and FlashAttention-2
-backends). --markdown writes the same as tables for the README; --png plots TFLOP/s against S
-(one line per implementation, one panel per dtype x D x causal x pass). Needs only the standard library, plus matplotlib for --png.
+backends). --markdown writes the same as tables for the README; --png draws the figure: first a
+summary panel, ours' geometric-mean speedup over each peer per suite (forward, backward, fwd+bwd,
+decode, latency; 1.0 marked), then TFLOP/s (µs, GB/s) against S, one line per implementation, one
+panel per dtype x D x causal x pass where there are two or more S to draw, each with its legend.
+Needs only the standard library, plus matplotlib for --png.
 """
 
 from __future__ import annotations
@@ -268,10 +271,21 @@ def geomean(xs) -> float | None:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
+def _geomeans(report: Report, label: str, shapes: list, latency: bool = False) -> tuple:
+    """(label, n_shapes, {baseline: (geomean speedup or None, n_pairs)}) over `shapes`: n_shapes
+    counts the shapes ours ran on, n_pairs those where the baseline ran too."""
+    n = sum(1 for sh in shapes if report.ours in sh.rows)
+    res = {}
+    for bl in report.baselines():
+        xs = [x for x in (speedup(sh, report.ours, bl, latency) for sh in shapes) if x is not None]
+        res[bl] = (geomean(xs), len(xs))
+    return (label, n, res)
+
+
 def summary(report: Report, latency: bool = False) -> list:
     """[(label, n_shapes, {baseline: (geomean speedup or None, n_pairs)})] per category, then per
     grid and pass (where it has several categories), then overall (where there are several grids
-    or passes). n_shapes counts the shapes ours ran on; n_pairs those where the baseline ran too."""
+    or passes)."""
     out = []
     by_cat, by_grid = defaultdict(list), defaultdict(list)
     for sh in report.shapes:
@@ -280,22 +294,40 @@ def summary(report: Report, latency: bool = False) -> list:
         by_cat[sh.category].append(sh)
         by_grid[sh.section].append(sh)
 
-    def line(label, shapes):
-        n = sum(1 for sh in shapes if report.ours in sh.rows)
-        res = {}
-        for bl in report.baselines():
-            xs = [x for x in (speedup(sh, report.ours, bl, latency) for sh in shapes) if x is not None]
-            res[bl] = (geomean(xs), len(xs))
-        return (label, n, res)
-
     for (grid, pass_), shapes in by_grid.items():  # shapes are sorted, so grids and categories come in order
         cats = list(dict.fromkeys(sh.category for sh in shapes))
         for cat in cats:
-            out.append(line(cat, by_cat[cat]))
+            out.append(_geomeans(report, cat, by_cat[cat], latency))
         if len(cats) > 1:
-            out.append(line(f"{grid}{_pass_suffix(pass_)} (all)", shapes))
+            out.append(_geomeans(report, f"{grid}{_pass_suffix(pass_)} (all)", shapes, latency))
     if len(by_grid) > 1:
-        out.append(line("all", [sh for shapes in by_grid.values() for sh in shapes]))
+        out.append(_geomeans(report, "all", [sh for shapes in by_grid.values() for sh in shapes], latency))
+    return out
+
+
+# The suites of the figure's summary panel, in its order: the forward, backward and fwd+bwd passes
+# of the throughput grids, the shared decode grid (its variants, decode-step, decode-kv, ..., are
+# categories of their own in the tables, so the headline stays the grid's) and the latency grid
+# (time per call back to back, as in the tables' summary).
+SUITES = (
+    ("forward", lambda sh: sh.pass_ == "fwd" and sh.grid != "latency" and not sh.grid.startswith("decode")),
+    ("backward", lambda sh: sh.pass_ == "bwd"),
+    ("fwd+bwd", lambda sh: sh.pass_ == "fwd+bwd"),
+    ("decode", lambda sh: sh.grid == "decode"),
+    ("latency", lambda sh: sh.grid == "latency"),
+)
+
+
+def suite_summary(report: Report) -> list:
+    """[(suite, n_shapes, {peer: (geomean speedup, n_pairs)})] for each suite ours ran in: the
+    geometric mean of ours' speedup over each peer (and the best peer per shape, where two or more
+    ran), over the suite's shapes where both ran; peers that ran on none of them are left out."""
+    peers = [b for b in report.baselines() if b == BEST_PEER or is_peer(b, report.ours)]
+    out = []
+    for suite, member in SUITES:
+        label, n, res = _geomeans(report, suite, [sh for sh in report.shapes if member(sh)])
+        if n:
+            out.append((label, n, {b: res[b] for b in peers if res[b][1]}))
     return out
 
 
@@ -576,17 +608,62 @@ def panels(report: Report) -> list:
     return out
 
 
-def plot(report: Report, path: str) -> None:
+def curve_panels(report: Report) -> list:
+    """The panels of panels() that have an axis to draw: two or more values of S (or Sk). A grid
+    with one shape per panel (decode-step, decode-graph, ...) is in the tables and the summary."""
+    return [p for p in panels(report) if len({x for pts in p[3].values() for x, _ in pts}) >= 2]
+
+
+def _ratio_ticks(lo: float, hi: float) -> list:
+    return [t for t in (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0) if lo <= t <= hi]
+
+
+def _draw_summary(ax, report: Report, rows: list, color_of: dict) -> None:
+    """Grouped bars: one group per suite, one bar per peer, rising from 1.0 (parity) to ours'
+    geometric-mean speedup over it, on a log axis so that 2x faster and 2x slower look alike."""
+    peers = [b for b in report.baselines() if any(b in res for _, _, res in rows)]
+    width = 0.8 / max(1, len(peers))
+    values = [g for _, _, res in rows for g, _ in res.values()]
+    lo, hi = min(values + [1.0]) / 1.25, max(values + [1.0]) * 1.25
+    for j, peer in enumerate(peers):
+        xs, ys = [], []
+        for i, (_, _, res) in enumerate(rows):
+            if peer in res:
+                xs.append(i - 0.4 + width * (j + 0.5))
+                ys.append(res[peer][0])
+        bars = ax.bar(xs, [y - 1.0 for y in ys], width * 0.9, bottom=1.0, color=color_of.get(peer, "0.2"),
+                      label=f"vs {peer}", zorder=2)
+        ax.bar_label(bars, labels=[f"{y:.2f}x" for y in ys], fontsize=7, padding=1)
+    ax.axhline(1.0, color="black", linewidth=1.0, zorder=3)
+    ax.set_yscale("log", base=2)
+    ax.set_ylim(lo, hi)
+    ticks = _ratio_ticks(lo, hi)
+    ax.set_yticks(ticks)
+    ax.set_yticklabels([f"{t:g}x" for t in ticks])
+    ax.minorticks_off()
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([f"{suite}\n{n} shape{'s' if n != 1 else ''}" for suite, n, _ in rows])
+    ax.set_xlim(-0.6, len(rows) - 0.4)
+    ax.set_ylabel(f"speedup of {report.ours}")
+    ax.set_title(f"{report.ours} against each peer: geometric mean of time(peer) / time({report.ours}) per suite "
+                 f"(above 1.0: {report.ours} faster)", fontsize=10)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+
+
+def draw(report: Report):
+    """The report's figure: the summary panel (suite_summary) across the top, then the curves
+    (curve_panels), three a row, each grid starting a row, each panel with its own legend."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ps = panels(report)
-    if not ps:
+    rows = [r for r in suite_summary(report) if r[2]]  # suites where some peer ran
+    ps = curve_panels(report)
+    if not rows and not ps:
         raise ReportError("nothing to plot")
-    # Three panels a row (the standard grid's three head dims side by side); each grid starts a row.
-    ncols = min(3, len(ps))
+    ncols = 3
     slots, row, col, last_grid = [], 0, 0, None
     for title, *_ in ps:
         grid = title.split()[0]
@@ -594,28 +671,29 @@ def plot(report: Report, path: str) -> None:
             row, col = row + 1, 0
         slots.append((row, col))
         col, last_grid = col + 1, grid
-    nrows = row + 1
-    fig, grid_axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.8 * nrows), squeeze=False)
-    axes = [grid_axes[r][c] for r, c in slots]
-    used = set(slots)
-    for r in range(nrows):
-        for c in range(ncols):
-            if (r, c) not in used:
-                grid_axes[r][c].set_visible(False)
+    nrows = (row + 1 if ps else 0) + (1 if rows else 0)
+    top = 1 if rows else 0
+    fig = plt.figure(figsize=(5.2 * ncols, 3.8 * nrows + (0.6 if rows else 0)))
+    gs = fig.add_gridspec(nrows, ncols, height_ratios=([1.25] if rows else []) + [1.0] * (nrows - top))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     style = {impl: (colors[n % len(colors)], "os^vD<>ph*"[n % 10]) for n, impl in enumerate(report.impls)}
-    for ax, (title, xl, yl, lines) in zip(axes, ps):
+    if rows:
+        # The summary spans two thirds of the row; its legend takes the rest.
+        _draw_summary(fig.add_subplot(gs[0, : ncols - 1]), report, rows,
+                      {**{i: c for i, (c, _) in style.items()}, BEST_PEER: "0.15"})
+    for (r, c), (title, xl, yl, lines) in zip(slots, ps):
+        ax = fig.add_subplot(gs[top + r, c])
         for impl in report.impls:
             pts = lines.get(impl)
             if not pts:
                 continue
-            c, m = style[impl]
+            c_, m = style[impl]
             ours = impl == report.ours
             ax.plot(
                 [p[0] for p in pts],
                 [p[1] for p in pts],
                 marker=m,
-                color=c,
+                color=c_,
                 label=impl,
                 linewidth=2.4 if ours else 1.3,
                 markersize=5 if ours else 4,
@@ -631,18 +709,19 @@ def plot(report: Report, path: str) -> None:
         ax.set_ylabel(yl)
         ax.grid(True, alpha=0.3)
         ax.set_ylim(bottom=0)
-    handles, labels = [], []
-    for ax in axes:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in labels:
-                handles.append(h)
-                labels.append(lab)
+        ax.legend(fontsize=7, loc="best", framealpha=0.8)
     m = report.meta
     fig.suptitle(
         f"{_title(report)} on {m['gpu']} (torch {m['torch']}, CUDA {m['cuda']}, {str(m['date'])[:10]})", fontsize=12
     )
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), frameon=False)
-    fig.tight_layout(rect=(0, 0.06 if nrows > 1 else 0.1, 1, 0.96))
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    return fig
+
+
+def plot(report: Report, path: str) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = draw(report)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

@@ -81,7 +81,26 @@ def resource_report(tmp_path_factory, pytestconfig) -> dict:
 
 def test_generated_instantiations_are_current() -> None:
     r = subprocess.run([sys.executable, str(TOOLS / "gen_instantiations.py"), "--check"], capture_output=True, text=True)
-    assert r.returncode == 0, f"csrc/flash_fwd/instantiations/ is stale; run tools/gen_instantiations.py\n{r.stdout}{r.stderr}"
+    assert r.returncode == 0, f"csrc/*/instantiations/ is stale; run tools/gen_instantiations.py\n{r.stdout}{r.stderr}"
+
+
+# An explicit instantiation: `template` followed by a declaration, not by a parameter list.
+_EXPLICIT_INSTANTIATION = re.compile(r"^[ \t]*(?:extern[ \t]+)?template[ \t]+(?!<)\S", re.MULTILINE)
+
+
+def test_every_instantiation_is_generated() -> None:
+    """Kernels are instantiated only in the generator's files, so each dispatcher's table
+    (registry.inc) and the compiled set cannot drift apart by a hand edit elsewhere."""
+    gen = load_repo_module("tools/gen_instantiations.py")
+    generated = {ROOT / "csrc" / kp.folder / "instantiations" / name
+                 for kp in gen.kernel_paths() for name in kp.render()}
+    found = [p for p in sorted((ROOT / "csrc").rglob("*")) if p.suffix in {".cu", ".cuh", ".h", ".cpp"}
+             and _EXPLICIT_INSTANTIATION.search(p.read_text())]
+    assert len(found) > 50, "found too few explicit instantiations: the pattern is broken"
+    hand = [str(p.relative_to(ROOT)) for p in found if p not in generated]
+    assert not hand, f"explicit instantiations outside tools/gen_instantiations.py's files: {hand}"
+    assert _EXPLICIT_INSTANTIATION.search("FOO\ntemplate cudaError_t run<T>(int);\n")
+    assert not _EXPLICIT_INSTANTIATION.search("template <typename T>\nvoid f();\n")
 
 
 @needs_nvcc

@@ -1,4 +1,5 @@
-"""The include graph of csrc/ points only down (CPU only, no compiler).
+"""The include graph of csrc/ points only down, and the Python folders depend only as documented
+(CPU only, no compiler).
 
 Layers, top to bottom:
   csrc/*.cpp, csrc/*.h   the torch bindings and their host helpers: may include anything;
@@ -9,10 +10,14 @@ Layers, top to bottom:
   common/                what several paths share: only itself.
 So a change inside one path cannot reach another path's kernels, and what two paths share is found
 in common/, not in whichever path happened to need it first.
+
+The second half holds the Python folders (flashattn/, tools/, docker/, benchmarks/, lab/, tests/)
+to the rule docs/build.md states: which folder's code may import or load another's.
 """
 
 from __future__ import annotations
 
+import ast
 import pathlib
 import re
 
@@ -117,3 +122,162 @@ def test_rule_catches_sibling_includes(src, name, ok):
     dst = resolve(s, name)
     assert dst is not None, f"{name} from {src} should resolve"
     assert (not violations([(s, name, dst)])) == ok
+
+
+# --- Python: which folder's code may load which ------------------------------------------------
+# A file depends on a folder when it imports a module from it or loads one of its files by path
+# (importlib, sys.path, Path arithmetic). Running another folder's script as a command is not a
+# dependency: lab/gpu_run.sh runs the suite and the benchmarks, which is what it is for.
+#   flashattn/   the package users install: only itself;
+#   tools/       build and CI, run where torch may be absent: only itself;
+#   docker/      runs inside and around the image: only itself;
+#   benchmarks/  the benchmark: the package, itself and the suite's helper modules in tests/ (the
+#                numerics criterion, the input makers), never a test module (tests/test_*.py,
+#                conftest.py): a benchmark may check its outputs as the suite does;
+#   lab/         GPU experiments: the package, itself, benchmarks/ (the timing engine, the shape
+#                grids) and the suite's helper modules in tests/, never a test module;
+#   tests/       the suite checks all of the above: anything.
+PY_FOLDERS = ("flashattn", "tools", "docker", "benchmarks", "lab", "tests")
+PY_ALLOWED = {
+    "flashattn": {"flashattn"},
+    "tools": {"tools"},
+    "docker": {"docker"},
+    "benchmarks": {"benchmarks", "flashattn", "tests"},
+    "lab": {"lab", "flashattn", "benchmarks", "tests"},
+    "tests": set(PY_FOLDERS),
+}
+# (from, to) pairs allowed for helper modules only.
+PY_HELPERS_ONLY = {("lab", "tests"), ("benchmarks", "tests")}
+
+
+def _py_modules() -> dict[str, list[pathlib.Path]]:
+    mods: dict[str, list[pathlib.Path]] = {}
+    for folder in PY_FOLDERS:
+        for p in sorted((ROOT / folder).rglob("*.py")):
+            mods.setdefault(p.stem, []).append(p)
+    return mods
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                ids.add(id(first.value))
+    return ids
+
+
+def _path_parts(node: ast.AST) -> list[str]:
+    """The string constants of a path expression (a / "b" / "c", os.path.join(a, "b", "c"))."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        return _path_parts(node.left) + _path_parts(node.right)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "join":
+        return [s for a in node.args for s in _path_parts(a)]
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    return []
+
+
+def py_deps(src: pathlib.Path, text: str, mods: dict[str, list[pathlib.Path]]) -> list[tuple[str, str, str | None]]:
+    """(what, folder, file name or None) for each repository folder `text` (the code of src)
+    imports from or loads by path."""
+    home = src.parent
+    tree = ast.parse(text)
+    deps: list[tuple[str, str, str | None]] = []
+    for node in ast.walk(tree):
+        names = []  # (top-level name, the module under it where one is named)
+        if isinstance(node, ast.Import):
+            names = [(a.name.split(".")[0], (a.name.split(".") + [""])[1]) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            top, *rest = node.module.split(".")
+            names = [(top, rest[0])] if rest else [(top, a.name) for a in node.names]
+        for name, sub in names:
+            if name == "flashattn":
+                deps.append((f"import {name}", "flashattn", "__init__.py"))
+                continue
+            if name in PY_FOLDERS:  # a folder imported as a namespace package (from benchmarks import x)
+                deps.append((f"import {name}.{sub}", name, f"{sub}.py" if sub else None))
+                continue
+            found = mods.get(name, [])
+            own = [p for p in found if p.parent == home]
+            for p in own or found:  # as Python finds it: its own folder first
+                deps.append((f"import {name}", p.relative_to(ROOT).parts[0], p.name))
+                break
+        parts = _path_parts(node) if isinstance(node, (ast.BinOp, ast.Call)) else []
+        for i, part in enumerate(parts):
+            if part in PY_FOLDERS and part != "flashattn":  # "flashattn" in a path is the op namespace's
+                nxt = parts[i + 1] if i + 1 < len(parts) and parts[i + 1].endswith(".py") else None
+                deps.append((f"path {'/'.join(parts)}", part, nxt))
+    doc = _docstrings(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in doc:
+            m = re.fullmatch(r"(\w+)/(?:[\w.-]+/)*([\w.-]+\.py)", node.value)
+            if m and m.group(1) in PY_FOLDERS:
+                deps.append((f"path {node.value}", m.group(1), m.group(2)))
+    return deps
+
+
+def py_violations(src: pathlib.Path, text: str, mods: dict[str, list[pathlib.Path]]) -> list[str]:
+    frm = src.relative_to(ROOT).parts[0]
+    bad = []
+    for what, to, name in py_deps(src, text, mods):
+        if to not in PY_ALLOWED[frm]:
+            bad.append(f"{src.relative_to(ROOT)}: {what} reaches {to}/ (allowed: {', '.join(sorted(PY_ALLOWED[frm]))})")
+        elif (frm, to) in PY_HELPERS_ONLY and name is not None and (name.startswith("test_") or name == "conftest.py"):
+            bad.append(f"{src.relative_to(ROOT)}: {what} loads the test module {to}/{name} (helpers only)")
+    return bad
+
+
+def test_python_folders_depend_only_as_documented():
+    mods = _py_modules()
+    files = [p for f in PY_FOLDERS if f != "tests" for p in sorted((ROOT / f).rglob("*.py"))]
+    assert len(files) > 30, "found too few Python files: the scan is broken"
+    deps = [d for p in files for d in py_deps(p, p.read_text(), mods)]
+    # The scan sees the dependencies the rule admits (so it would see others): lab's timers on
+    # benchmarks/bench_common.py, the suite's helpers from lab/.
+    assert ("benchmarks", "bench_common.py") in {(to, n) for _, to, n in deps}
+    assert ("tests", "gpu_helpers.py") in {(to, n) for _, to, n in deps}
+    bad = [v for p in files for v in py_violations(p, p.read_text(), mods)]
+    assert not bad, "folder dependency rule broken (tests/test_layering.py, docs/build.md):\n  " + "\n  ".join(bad)
+
+
+@pytest.mark.parametrize(
+    "src,text,ok",
+    [
+        ("tools/x.py", "import flashattn\n", False),  # tools run where the package may not import
+        ("tools/x.py", "from check_resources import ARCH_GENCODE\n", True),
+        ("tools/x.py", "from bench_common import time_calls_ms\n", False),
+        ("flashattn/x.py", "import numerics\n", False),
+        ("benchmarks/x.py", "import sys, pathlib\nsys.path.insert(0, str(pathlib.Path(__file__).parent / '..' / 'lab'))\n",
+         False),
+        ("benchmarks/x.py", "from numerics import assert_attention_matches\n", True),
+        ("benchmarks/x.py", "from test_kvcache import CASES\n", False),  # a test module, not a helper
+        ("benchmarks/x.py", "from quick_check import sdpa_same_dtype\n", False),  # lab/
+        ("lab/x.py", "import flashattn\nfrom gpu_helpers import nan_filled_allocations\n", True),
+        ("lab/x.py", "from benchmarks import bench_common as bc\n", True),
+        ("lab/x.py", "from tests import test_kvcache\n", False),
+        ("tools/x.py", "import benchmarks.bench_common\n", False),
+        ("lab/x.py", "p = ROOT / 'benchmarks' / 'bench_common.py'\n", True),
+        ("lab/x.py", "p = ROOT / 'tests' / 'test_kvcache.py'\n", False),  # a test module, not a helper
+        ("lab/x.py", "import os\np = os.path.join(HERE, '..', 'tools')\n", False),
+        ("docker/x.py", "m = load('benchmarks/bench_common.py')\n", False),
+        ("docker/x.py", "'''Reads benchmarks/bench_common.py's JSON.'''\nkey = 'benchmarks'\n", True),  # words, not loads
+    ],
+)
+def test_python_rule_catches_cross_folder_loads(src, text, ok):
+    """The checker itself, on hand-made sources."""
+    assert (not py_violations(ROOT / src, text, _py_modules())) == ok
+
+
+@pytest.mark.skipif(not (ROOT / "docs").is_dir(), reason="docs/ absent (the image keeps only what the suite runs)")
+def test_documented_python_rule_is_the_checked_one():
+    """docs/build.md's table of folder dependencies names, for each folder, the folders this test
+    allows it (besides itself): the rule a reader sees is the rule CI holds."""
+    text = (ROOT / "docs" / "build.md").read_text()
+    rows = dict(re.findall(r"^\| `(\w+)/` \| (.+) \|$", text, re.MULTILINE))
+    assert set(rows) == set(PY_ALLOWED), f"docs/build.md's table has rows for {sorted(rows)}"
+    for folder, cell in rows.items():
+        named = {m for m in re.findall(r"`([^`]+)`", cell) for m in [m.rstrip("/")] if m in PY_FOLDERS}
+        expected = set() if folder == "tests" else PY_ALLOWED[folder] - {folder}
+        assert named == expected, f"docs/build.md says {folder}/ may load {sorted(named)}; the test allows {sorted(expected)}"

@@ -110,3 +110,57 @@ def test_readme_layout_lists_the_top_level_folders() -> None:
     folders = {f.split("/", 1)[0] + "/" for f in files if "/" in f}
     listed = {n for n in named if n.endswith("/")}
     assert listed == folders, f"README's layout lists {sorted(listed)}, the tree has {sorted(folders)}"
+
+
+def _readme_names(folder: str) -> set[str]:
+    """The names a folder's README.md gives in backticks, first word only (`gpu_run.sh STAGE`)."""
+    text = "\n".join(_outside_fences((ROOT / folder / "README.md").read_text()))
+    return {m.split()[0] for m in re.findall(r"`([^`]+)`", text) if m.split()}
+
+
+@needs_checkout
+@pytest.mark.parametrize("folder", ["lab", "tools", "benchmarks"])
+def test_folder_readme_names_every_file(folder: str) -> None:
+    """lab/, tools/ and benchmarks/ each describe their files in a README table; a file added
+    without its row (or a row left behind by a removed file) is a README out of step with the tree."""
+    files = subprocess.run(["git", "ls-files", folder], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    here = {pathlib.Path(f).name for f in files if pathlib.Path(f).parent == pathlib.Path(folder)} - {"README.md"}
+    assert here, f"git ls-files lists nothing in {folder}/"
+    text = "\n".join(_outside_fences((ROOT / folder / "README.md").read_text()))
+    table = {m.split()[0] for row in re.findall(r"^\| (.+?) \|", text, re.MULTILINE)
+             for m in re.findall(r"`([^`]+)`", row)}
+    assert not here - _readme_names(folder), f"{folder}/README.md does not name {sorted(here - _readme_names(folder))}"
+    stale = {n for n in table if re.fullmatch(r"[\w.-]+\.(py|sh|cu|cuh|cpp)", n)} - here
+    assert not stale, f"{folder}/README.md's table names {sorted(stale)}, which {folder}/ does not hold"
+
+
+def _gpu_run_stages() -> list[str]:
+    text = (ROOT / "lab" / "gpu_run.sh").read_text()
+    body = text.split('case "${1:-verify}" in', 1)[1].split("\nesac", 1)[0]
+    return re.findall(r"^  ([a-z0-9]+)\)", body, re.MULTILINE)
+
+
+def test_every_gpu_run_stage_is_documented() -> None:
+    """lab/gpu_run.sh's stages: the ones its case statement runs are the ones its usage line, its
+    header and lab/README.md name."""
+    stages = _gpu_run_stages()
+    assert len(stages) >= 10 and "verify" in stages and "final" in stages, stages
+    text = (ROOT / "lab" / "gpu_run.sh").read_text()
+    usage = re.search(r"usage: \$0 ([\w|]+)", text).group(1).split("|")
+    assert sorted(usage) == sorted(stages), f"gpu_run.sh's usage line names {usage}"
+    header = re.findall(r"^#   bash lab/gpu_run.sh (\w+)", text, re.MULTILINE)
+    assert sorted(header) == sorted(stages), f"gpu_run.sh's header names {header}"
+    row = next(line for line in (ROOT / "lab" / "README.md").read_text().splitlines() if line.startswith("| `gpu_run.sh"))
+    named = set(re.findall(r"`(\w+)`", row.split("|")[2]))
+    assert set(stages) <= named, f"lab/README.md's gpu_run.sh row lacks {sorted(set(stages) - named)}"
+
+
+def test_every_planted_bug_is_documented() -> None:
+    text = (ROOT / "lab" / "planted_bug.sh").read_text()
+    body = text.split('case "$BUG" in', 1)[1].split("\nesac", 1)[0]  # the first case: one branch per bug
+    bugs = set(re.findall(r"^  ([a-z0-9_]+)\)", body, re.MULTILINE)) - {"list"}
+    assert {"causal", "bwd90_mask"} <= bugs, bugs
+    row = next(line for line in (ROOT / "lab" / "README.md").read_text().splitlines()
+               if line.startswith("| `planted_bug.sh"))
+    named = set(re.findall(r"`(\w+)`", row.split("|")[2])) - {"list"}
+    assert named == bugs, f"lab/README.md names the planted bugs {sorted(named)}; planted_bug.sh has {sorted(bugs)}"

@@ -494,6 +494,88 @@ def test_cli_png_with_backward(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+# ---------------------------------------------------------------------------------- the figure
+
+
+def test_suite_summary_is_ours_against_each_peer_per_suite(report, training_report):
+    rows = {suite: (n, res) for suite, n, res in br.suite_summary(report)}
+    assert list(rows) == ["forward", "decode", "latency"]  # no backward passes in the fixture
+    n, res = rows["forward"]
+    assert n == 3
+    assert res == {
+        "sdpa-flash": (pytest.approx(3.75 ** (1 / 3)), 3),  # 1.25 * 2 * 1.5
+        "sdpa-cudnn": (pytest.approx(1.0), 2),  # 0.8 * 1.25; not run on the causal shape
+        br.BEST_PEER: (pytest.approx(1.5 ** (1 / 3)), 3),  # cuDNN 0.8 and 1.25, then sdpa-flash 1.5
+    }
+    # the suite's geomeans are the summary table's for the same shapes
+    table = {label: g for label, _, g in br.summary(report)}
+    assert res["sdpa-flash"] == table["standard (all)"]["sdpa-flash"]
+    assert rows["decode"] == (1, {"sdpa-flash": (pytest.approx(2.0), 1), br.BEST_PEER: (pytest.approx(2.0), 1)})
+    # latency: time per call back to back (10 us against 15 and 20), as in the table; best peer sdpa-flash
+    assert rows["latency"][1] == {"sdpa-flash": (pytest.approx(1.5), 1), "sdpa-cudnn": (pytest.approx(2.0), 1),
+                                  br.BEST_PEER: (pytest.approx(1.5), 1)}
+
+    rows = {suite: res for suite, _, res in br.suite_summary(training_report)}
+    assert list(rows) == ["forward", "backward", "fwd+bwd", "decode", "latency"]
+    assert rows["backward"] == {"sdpa-default": (pytest.approx(0.8), 3), "sdpa-flash": (pytest.approx(1.5), 3),
+                                br.BEST_PEER: (pytest.approx(0.8), 3)}
+    assert rows["fwd+bwd"][br.BEST_PEER] == (pytest.approx(1.0), 3)
+
+
+def test_suite_summary_leaves_out_our_variants_and_non_peers():
+    data = json.loads(FIXTURE.read_text())
+    for b in list(data["benchmarks"]):
+        if b["extra_info"]["impl"] == "sdpa-cudnn":
+            for impl, ms in (("flashattn-hopper", 0.1), ("sdpa-math", 0.1)):
+                nb = json.loads(json.dumps(b))
+                nb["extra_info"].update(impl=impl, median_ms=ms)
+                data["benchmarks"].append(nb)
+    rep = br.build(data)
+    assert "flashattn-hopper" in rep.baselines() and "sdpa-math" in rep.baselines()  # the tables keep them
+    for _, _, res in br.suite_summary(rep):
+        assert set(res) <= {"sdpa-flash", "sdpa-cudnn", br.BEST_PEER}
+
+
+def test_curve_panels_only_where_there_is_an_axis(report):
+    # one S per panel everywhere but the non-causal standard panel (S 1k and 2k)
+    assert [t for t, *_ in br.panels(report)] == [
+        "latency fp16 D=64 B=1 H=1 noncausal", "standard bf16 D=64 noncausal", "standard bf16 D=64 causal",
+        "decode bf16 D=128 B=8 H=32/8"]
+    assert [t for t, *_ in br.curve_panels(report)] == ["standard bf16 D=64 noncausal"]
+
+
+def test_figure_is_the_summary_then_curves_each_with_its_legend(training_report):
+    pytest.importorskip("matplotlib", reason="matplotlib not installed: the PNG part of the report is untested")
+    import matplotlib.pyplot as plt
+
+    fig = br.draw(training_report)
+    try:
+        summary, *curves = fig.axes
+        assert "against each peer" in summary.get_title()
+        assert [t.get_text() for t in summary.get_legend().get_texts()] == [
+            "vs sdpa-default", "vs sdpa-flash", "vs sdpa-cudnn", f"vs {br.BEST_PEER}"]
+        # each bar rises (or falls) from parity to its geomean, which its label prints
+        tops = {}
+        for bars in summary.containers:
+            for bar in bars:
+                tops.setdefault(bars.get_label(), []).append(bar.get_y() + bar.get_height())
+        expected = {f"vs {peer}": [] for peer in ("sdpa-default", "sdpa-flash", "sdpa-cudnn", br.BEST_PEER)}
+        for _, _, res in br.suite_summary(training_report):
+            for peer, (g, _) in res.items():
+                expected[f"vs {peer}"].append(g)
+        assert tops == {k: pytest.approx(v) for k, v in expected.items()}
+        assert all(bar.get_y() == 1.0 for bars in summary.containers for bar in bars)
+        assert any(list(line.get_ydata()) == [1.0, 1.0] for line in summary.get_lines())  # parity marked
+        labels = [t.get_text() for t in summary.get_xticklabels()]
+        assert [lab.split("\n")[0] for lab in labels] == ["forward", "backward", "fwd+bwd", "decode", "latency"]
+        assert [ax.get_title() for ax in curves] == [t for t, *_ in br.curve_panels(training_report)]
+        for ax in curves:  # a legend per panel, naming only what the panel draws
+            assert [t.get_text() for t in ax.get_legend().get_texts()] == [ln.get_label() for ln in ax.get_lines()]
+        assert not fig.legends
+    finally:
+        plt.close(fig)
+
+
 def test_unknown_pass_is_an_error():
     data = json.loads(FIXTURE.read_text())
     data["benchmarks"][0]["extra_info"]["pass"] = "bwd2"

@@ -1,5 +1,5 @@
 // The DType tag of a CUDA element type, for the dispatch tables that map (dtype, head dim, variant)
-// to an instantiated launcher (csrc/flash_fwd/dispatch.cu, csrc/flash_bwd/dispatch.cu).
+// to an instantiated launcher: every path's registry.inc names its element types, not DType tags.
 #pragma once
 
 #include <cuda_bf16.h>

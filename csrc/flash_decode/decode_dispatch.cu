@@ -4,6 +4,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <initializer_list>
+
+#include "../common/dtype_of.h"
 #include "decode_api.h"
 #include "decode_combine.cuh"
 #include "decode_traits.h"
@@ -26,25 +29,34 @@ struct DecodeLauncher {
   cudaError_t (*ctas_per_sm)(int*, bool);
 };
 
-#define FLASHATTN_DECODE_LAUNCHER(T, DT, D, V)                                                      \
-  DecodeLauncher{DT,                                                                             \
-                 D,                                                                              \
-                 DecodeVariant::V,                                                               \
-                 DecodeTileConfig<D, DecodeVariant::V>::Traits::kBlockN,                         \
-                 &run_decode_split<DecodeTileConfig<D, DecodeVariant::V>::Traits, T>,            \
-                 &decode_ctas_per_sm<DecodeTileConfig<D, DecodeVariant::V>::Traits, T>}
-// Must match instantiations/decode_{fp16,bf16}_hdim{64,128,256}.cu and *_hdim128_hopper.cu.
-const DecodeLauncher kDecodeLaunchers[] = {
-    FLASHATTN_DECODE_LAUNCHER(__half, DType::kFloat16, 64, kPortable),
-    FLASHATTN_DECODE_LAUNCHER(__half, DType::kFloat16, 128, kPortable),
-    FLASHATTN_DECODE_LAUNCHER(__half, DType::kFloat16, 256, kPortable),
-    FLASHATTN_DECODE_LAUNCHER(__half, DType::kFloat16, 128, kHopper),
-    FLASHATTN_DECODE_LAUNCHER(__nv_bfloat16, DType::kBFloat16, 64, kPortable),
-    FLASHATTN_DECODE_LAUNCHER(__nv_bfloat16, DType::kBFloat16, 128, kPortable),
-    FLASHATTN_DECODE_LAUNCHER(__nv_bfloat16, DType::kBFloat16, 256, kPortable),
-    FLASHATTN_DECODE_LAUNCHER(__nv_bfloat16, DType::kBFloat16, 128, kHopper),
+#define FLASHATTN_DECODE_INSTANCE(T, D, V)                                               \
+  DecodeLauncher{dtype_of<T>(),                                                          \
+                 D,                                                                      \
+                 DecodeVariant::V,                                                       \
+                 DecodeTileConfig<D, DecodeVariant::V>::Traits::kBlockN,                 \
+                 &run_decode_split<DecodeTileConfig<D, DecodeVariant::V>::Traits, T>,    \
+                 &decode_ctas_per_sm<DecodeTileConfig<D, DecodeVariant::V>::Traits, T>},
+constexpr DecodeLauncher kDecodeLaunchers[] = {
+#include "instantiations/registry.inc"
 };
-#undef FLASHATTN_DECODE_LAUNCHER
+#undef FLASHATTN_DECODE_INSTANCE
+
+constexpr bool has_launcher(DType dtype, int head_dim, DecodeVariant variant) {
+  for (const DecodeLauncher& l : kDecodeLaunchers)
+    if (l.dtype == dtype && l.head_dim == head_dim && l.variant == variant) return true;
+  return false;
+}
+// Every config the planner can pick (decode_pick_variant: kPortable, and kHopper where the head dim
+// has one) is instantiated in each dtype (tools/gen_instantiations.py, DECODE_HEAD_DIMS).
+constexpr bool launchers_cover() {
+  for (int d : kDecodeHeadDims)
+    for (DType t : {DType::kFloat16, DType::kBFloat16})
+      if (!has_launcher(t, d, DecodeVariant::kPortable) ||
+          (decode_hopper_smem(d) > 0 && !has_launcher(t, d, DecodeVariant::kHopper)))
+        return false;
+  return true;
+}
+static_assert(launchers_cover(), "a config the planner picks has no instantiation: add it to tools/gen_instantiations.py");
 
 const DecodeLauncher* find_launcher(DType dtype, int head_dim, DecodeVariant variant) {
   const int d = decode_round_head_dim(head_dim);

@@ -89,11 +89,3 @@ cudaError_t run_decode_split(const DecodeParams& p, cudaStream_t stream) {
 }
 
 }  // namespace flashattn
-
-// Explicit instantiation of one config's launcher and occupancy query (one .cu per config).
-#define FLASHATTN_DECODE_INSTANTIATE(D, V, T)                                                                      \
-  namespace flashattn {                                                                                             \
-  template cudaError_t run_decode_split<DecodeTileConfig<D, DecodeVariant::V>::Traits, T>(const DecodeParams&,        \
-                                                                                          cudaStream_t);             \
-  template cudaError_t decode_ctas_per_sm<DecodeTileConfig<D, DecodeVariant::V>::Traits, T>(int*, bool);            \
-  }

@@ -7,7 +7,9 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 
+#include "../common/dtype_of.h"
 #include "api.h"
 #include "launch_decl.h"
 #include "tile_scheduler.h"
@@ -36,36 +38,45 @@ struct Sm90Launcher {
   RealFn real_dynamic;
 };
 
-#define FLASHATTN_SM90_INSTANCE(CONFIG, KIND, T, DTYPE, D)                                                        \
-  Sm90Launcher{DTYPE,                                                                                            \
-               D,                                                                                                \
-               Sm90ConfigKind::KIND,                                                                             \
-               CONFIG<D>::Traits::kBlockM,                                                                       \
-               CONFIG<D>::Traits::kSmemBytes,                                                                    \
-               CONFIG<D>::Traits::kOTma,                                                                         \
-               CONFIG<D>::Traits::kLocal,                                                                        \
-               &run_fwd_sm90<CONFIG<D>::Traits, T, false>,                                                       \
-               &run_fwd_sm90<CONFIG<D>::Traits, T, true>,                                                        \
-               &kernel_is_real<CONFIG<D>::Traits, T, false>,                                                     \
-               &kernel_is_real<CONFIG<D>::Traits, T, true>}
-static_assert(!Sm90LongKeysConfig<128>::kDistinct && !Sm90LongKeysConfig<256>::kDistinct &&
-                  !Sm90NonCausalConfig<128>::kDistinct && !Sm90NonCausalConfig<256>::kDistinct,
-              "a distinct config needs its rows below and its instantiations (gen_instantiations.py)");
-// Rows for the non-default kinds exist only for head dims where that config is distinct.
-const Sm90Launcher kLaunchers[] = {
-    FLASHATTN_SM90_INSTANCE(Sm90DefaultConfig, kDefault, __nv_bfloat16, DType::kBFloat16, 64),
-    FLASHATTN_SM90_INSTANCE(Sm90DefaultConfig, kDefault, __nv_bfloat16, DType::kBFloat16, 128),
-    FLASHATTN_SM90_INSTANCE(Sm90DefaultConfig, kDefault, __nv_bfloat16, DType::kBFloat16, 256),
-    FLASHATTN_SM90_INSTANCE(Sm90DefaultConfig, kDefault, __half, DType::kFloat16, 64),
-    FLASHATTN_SM90_INSTANCE(Sm90DefaultConfig, kDefault, __half, DType::kFloat16, 128),
-    FLASHATTN_SM90_INSTANCE(Sm90DefaultConfig, kDefault, __half, DType::kFloat16, 256),
-    FLASHATTN_SM90_INSTANCE(Sm90LongKeysConfig, kLongKeys, __nv_bfloat16, DType::kBFloat16, 64),
-    FLASHATTN_SM90_INSTANCE(Sm90LongKeysConfig, kLongKeys, __half, DType::kFloat16, 64),
-    FLASHATTN_SM90_INSTANCE(Sm90NonCausalConfig, kNonCausal, __nv_bfloat16, DType::kBFloat16, 64),
-    FLASHATTN_SM90_INSTANCE(Sm90NonCausalConfig, kNonCausal, __half, DType::kFloat16, 64),
+// registry.inc (tools/gen_instantiations.py) holds one call per config, whose two schedules it
+// writes as two files.
+#define FLASHATTN_FWD_SM90_INSTANCE(CONFIG, KIND, T, D)                                \
+  Sm90Launcher{dtype_of<T>(),                                                           \
+               D,                                                                       \
+               Sm90ConfigKind::KIND,                                                    \
+               CONFIG<D>::Traits::kBlockM,                                              \
+               CONFIG<D>::Traits::kSmemBytes,                                           \
+               CONFIG<D>::Traits::kOTma,                                                \
+               CONFIG<D>::Traits::kLocal,                                               \
+               &run_fwd_sm90<CONFIG<D>::Traits, T, false>,                              \
+               &run_fwd_sm90<CONFIG<D>::Traits, T, true>,                               \
+               &kernel_is_real<CONFIG<D>::Traits, T, false>,                            \
+               &kernel_is_real<CONFIG<D>::Traits, T, true>},
+constexpr Sm90Launcher kLaunchers[] = {
+#include "instantiations/registry.inc"
 };
-#undef FLASHATTN_SM90_INSTANCE
+#undef FLASHATTN_FWD_SM90_INSTANCE
 constexpr int kNumLaunchers = sizeof(kLaunchers) / sizeof(kLaunchers[0]);
+
+constexpr bool has_launcher(DType dtype, int head_dim, Sm90ConfigKind kind) {
+  for (const Sm90Launcher& l : kLaunchers)
+    if (l.dtype == dtype && l.head_dim == head_dim && l.kind == kind) return true;
+  return false;
+}
+// Every kind sm90_config_kind() can pick for head dim D has its row in each dtype: the generator
+// lists the long-keys and non-causal configs only for the head dims where traits.h makes them
+// distinct, and a config made distinct later must not fall back to no launcher at all.
+template <int D>
+constexpr bool launchers_cover() {
+  for (DType t : {DType::kFloat16, DType::kBFloat16}) {
+    if (!has_launcher(t, D, Sm90ConfigKind::kDefault)) return false;
+    if (Sm90LongKeysConfig<D>::kDistinct && !has_launcher(t, D, Sm90ConfigKind::kLongKeys)) return false;
+    if (Sm90NonCausalConfig<D>::kDistinct && !has_launcher(t, D, Sm90ConfigKind::kNonCausal)) return false;
+  }
+  return true;
+}
+static_assert(launchers_cover<64>() && launchers_cover<128>() && launchers_cover<256>(),
+              "a config sm90_config_kind() picks has no instantiation: add it to tools/gen_instantiations.py");
 
 int find_launcher(const FwdParams& p) {
   const int d = sm90_round_head_dim(p.head_dim);
