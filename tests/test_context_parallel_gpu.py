@@ -23,7 +23,8 @@ process, which checks, per case:
 Cases: causal with the head-tail load balancing (context_parallel's default for causal) and
 without it, non-causal; MHA and GQA; head dims 64, 128, 256, each in bfloat16 and float16; both
 rotate methods torch offers (`set_rotate_method`: allgather, alltoall). The sequence is
-2 * world * chunk tokens, so each rank holds two chunks of the load balancer's 2 * world.
+2 * world * 256 tokens (each rank holds two chunks of the load balancer's 2 * world), and 8192
+for one case, whatever the number of GPUs (the float64 reference of a longer one would not fit).
 
 The workers are this file run as a script (`--worker`), started with subprocess, bounded by
 WORKER_TIMEOUT_S in all (NCCL's own timeout below it); the first worker to fail stops the others.
@@ -56,7 +57,6 @@ CP_MODULE = "torch.distributed.tensor.experimental._context_parallel._attention"
 DONE = "context-parallel worker done:"  # a worker's last line, after its group is destroyed
 WORKER_TIMEOUT_S = 300
 COLLECTIVE_TIMEOUT_S = 120
-B = 2  # two sequences: the load balancer's unshard restores each batch row on its own
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64}
 # NVLink multicast is never needed by the ring; kept off, also where the machine does not set it.
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -72,10 +72,14 @@ class Case:
     d: int
     dtype: str
     rotate: str  # set_rotate_method: "allgather" or "alltoall"
-    chunk: int = 256  # tokens per load-balancer chunk: the sequence is 2 * world * chunk
+    chunk: int = 256  # tokens per load-balancer chunk: the sequence is 2 * world * chunk ...
+    seq: int = 0  # ... unless this is set: the sequence, whatever the world (its reference must fit)
+    b: int = 2  # two sequences: the load balancer's unshard restores each batch row on its own
 
     def seqlen(self, world: int) -> int:
-        return 2 * world * self.chunk
+        """Whole chunks of the load balancer (which torch turns off, silently, otherwise)."""
+        step = 2 * world * (64 if self.seq else self.chunk)
+        return (self.seq or step) // step * step
 
 
 CASES = (
@@ -89,8 +93,8 @@ CASES = (
     Case("full-d128-fp16-allgather", False, False, 8, 8, 128, "fp16", "allgather"),
     Case("full-gqa-d64-bf16-alltoall", False, False, 8, 4, 64, "bf16", "alltoall"),
     Case("full-gqa-d256-bf16-allgather", False, False, 4, 2, 256, "bf16", "allgather"),
-    # longer chunks: several of the kernels' tiles per chunk and per half chunk
-    Case("causal-balanced-gqa-d128-bf16-long", True, True, 4, 1, 128, "bf16", "allgather", chunk=1024),
+    # longer chunks (1024 tokens on 4 GPUs): many of the kernels' tiles per chunk and per half chunk
+    Case("causal-balanced-gqa-d128-bf16-long", True, True, 4, 1, 128, "bf16", "allgather", seq=8192, b=1),
 )
 CPU_CHUNK = 8
 
@@ -100,7 +104,7 @@ def cases_for(mode: str) -> tuple[Case, ...]:
     are the float64 reference, and on a few keys the ring's rounding of each chunk's result to
     bf16/fp16 can exceed the criterion (a 32-token GQA dv summed from two rounded halves did),
     which the GPU sizes leave far behind (see the module docstring)."""
-    return CASES if mode == "cuda" else tuple(replace(c, chunk=CPU_CHUNK, dtype="fp64") for c in CASES)
+    return CASES if mode == "cuda" else tuple(replace(c, chunk=CPU_CHUNK, seq=0, dtype="fp64") for c in CASES)
 
 
 def expected_calls(case: Case, rank: int, world: int) -> list[list]:
@@ -131,7 +135,8 @@ def make_inputs(case: Case, world: int) -> tuple[torch.Tensor, ...]:
     and in this one (drawn in float32 on the CPU, then rounded to the case's dtype)."""
     s = case.seqlen(world)
     gen = torch.Generator().manual_seed(4321 + [c.name for c in CASES].index(case.name))
-    shapes = ((B, case.hq, s, case.d), (B, case.hk, s, case.d), (B, case.hk, s, case.d), (B, case.hq, s, case.d))
+    b = case.b
+    shapes = ((b, case.hq, s, case.d), (b, case.hk, s, case.d), (b, case.hk, s, case.d), (b, case.hq, s, case.d))
     return tuple(torch.randn(*shape, generator=gen).to(DTYPES[case.dtype]) for shape in shapes)
 
 

@@ -62,7 +62,7 @@ def test_the_harness_meets_the_criterion_on_cpu(cpu_ring: dict, case: cpg.Case) 
     assert cpu_ring["mode"] == "cpu"
     got = cpu_ring["results"][case.name]["tensors"]
     s = case.seqlen(world)
-    assert got["out"].shape == (cpg.B, case.hq, s, case.d) and got["dk"].shape == (cpg.B, case.hk, s, case.d)
+    assert got["out"].shape == (case.b, case.hq, s, case.d) and got["dk"].shape == (case.b, case.hk, s, case.d)
     assert got["out"].dtype == torch.float64
     cpg.assert_meets_criterion(got, case, world, "cpu", f"{world}-rank CPU ring")
 
