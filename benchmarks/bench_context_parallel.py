@@ -607,7 +607,7 @@ def run_world(ns, world: int, deadline: float, raw: Path) -> WorldRun:
     for r, log in enumerate(logs):
         with open(log, "w") as f:
             procs.append(subprocess.Popen(worker_command(ns, r, world, store, out_path, deadline), env=env, stdout=f,
-                                          stderr=subprocess.STDOUT, start_new_session=True))
+                                          stderr=subprocess.STDOUT))
     problem = None
     try:
         while True:

@@ -271,7 +271,7 @@ def run_ring(world: int, mode: str, tmp: Path, timeout_s: float = WORKER_TIMEOUT
     for rank, log in enumerate(logs):
         with open(log, "w") as f:
             procs.append(subprocess.Popen(worker_command(rank, world, mode, store, result), env=worker_env(),
-                                          stdout=f, stderr=subprocess.STDOUT, start_new_session=True))
+                                          stdout=f, stderr=subprocess.STDOUT))
     deadline = time.monotonic() + timeout_s
     problem = None
     try:
