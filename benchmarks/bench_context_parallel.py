@@ -387,7 +387,7 @@ class Ring:
         # length and with it the head-tail load balancer that the ring's causal steps assume.
         marker = self.dev.torch.zeros(s, dtype=self.dev.torch.int8, device=self.dev.device)
         self.cp._cp_options.enable_load_balance = True
-        return self.cp.context_parallel(self.dev.mesh, buffers=[marker], buffer_seq_dims=[0], no_restore_buffers={marker})
+        return self.cp.context_parallel(self.dev.mesh, buffers=[marker], buffer_seq_dims=[0])
 
 
 def _inputs(dev: Device, ns, s: int):

@@ -175,12 +175,20 @@ def _attend(q, k, v, case: Case, mesh, mode: str) -> torch.Tensor:
     return torch.ops.aten._scaled_dot_product_flash_attention(dq, dk, dv, 0.0, case.causal, scale=None)[0].to_local()
 
 
+def no_restore(cp, buffers: list) -> dict:
+    """context_parallel's argument that spares it a copy of the buffers to restore on exit, where
+    the installed torch has it."""
+    if "no_restore_buffers" in inspect.signature(cp.context_parallel).parameters:
+        return {"no_restore_buffers": set(buffers)}
+    return {}
+
+
 def _run_case(case: Case, world: int, mesh, cp, device: torch.device, mode: str, calls: dict) -> dict:
     cp.set_rotate_method(case.rotate)
     q, k, v, dout = (t.to(device) for t in make_inputs(case, world))
     cp._cp_options.enable_load_balance = case.load_balance  # context_parallel restores it on exit
     buffers = [q, k, v, dout]
-    with cp.context_parallel(mesh, buffers=buffers, buffer_seq_dims=[2] * 4, no_restore_buffers=set(buffers)):
+    with cp.context_parallel(mesh, buffers=buffers, buffer_seq_dims=[2] * 4, **no_restore(cp, buffers)):
         leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]  # this rank's chunks
         out = _attend(*leaves, case, mesh, mode)
         out.backward(dout)
