@@ -89,7 +89,8 @@ def parse_seqlen(text: str) -> int:
     mult = {"k": 1024, "K": 1024, "m": MILLION, "M": MILLION}.get(t[-1:], 1)
     digits = t[:-1] if mult != 1 else t
     if not digits.isdigit() or int(digits) <= 0:
-        raise argparse.ArgumentTypeError(f"sequence length {text!r}: expected a positive integer, optionally with k or M")
+        raise argparse.ArgumentTypeError(
+            f"sequence length {text!r}: expected a positive integer, optionally with k or M")
     return int(digits) * mult
 
 
@@ -115,7 +116,8 @@ def default_gpus(visible: int) -> list[int]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--gpus", type=lambda t: parse_list(t, int), default=None,
                    help="numbers of GPUs to run on (default: 1, 2, 4, 8 up to the visible ones)")
     p.add_argument("--seqlens", type=lambda t: parse_list(t, parse_seqlen), default=DEFAULT_SEQLENS,
@@ -630,7 +632,8 @@ def run_world(ns, world: int, deadline: float, raw: Path) -> WorldRun:
     run.seconds = time.time() - t0
     run.status = "ok" if problem is None else problem
     if problem is not None:
-        run.log_tail = "\n".join(f"--- rank {r} ---\n{log.read_text(errors='replace')[-3000:]}" for r, log in enumerate(logs))
+        run.log_tail = "\n".join(f"--- rank {r} ---\n{log.read_text(errors='replace')[-3000:]}"
+                                 for r, log in enumerate(logs))
     run.records = read_records(out_path)
     return run
 
@@ -723,21 +726,19 @@ def acceptance(idx: dict, settings: dict, runs: dict) -> list[str]:
     out = []
     multi = [n for n in settings["gpus"] if n > 1]
     for n in (2, 4):
+        head = f"- scaling efficiency >= {EFFICIENCY_TARGET:.0%} at S >= {seqlen_label(EFFICIENCY_FROM_S)} on {n} GPUs"
         if n not in multi:
-            out.append(f"- scaling efficiency >= {EFFICIENCY_TARGET:.0%} at S >= {seqlen_label(EFFICIENCY_FROM_S)} on {n} GPUs: "
-                       f"not measured ({n} GPUs not in this run)")
+            out.append(f"{head}: not measured ({n} GPUs not in this run)")
             continue
         effs = [(s, efficiency(ok_ms(idx, 1, OURS, s, "fwd+bwd"), ok_ms(idx, n, OURS, s, "fwd+bwd"), n))
                 for s in settings["seqlens"] if s >= EFFICIENCY_FROM_S]
         effs = [(s, e) for s, e in effs if e is not None]
         if not effs:
-            out.append(f"- scaling efficiency >= {EFFICIENCY_TARGET:.0%} at S >= {seqlen_label(EFFICIENCY_FROM_S)} on {n} GPUs: "
-                       f"not measured (no S >= {seqlen_label(EFFICIENCY_FROM_S)} timed on both 1 and {n} GPUs)")
+            out.append(f"{head}: not measured (no S >= {seqlen_label(EFFICIENCY_FROM_S)} timed on both 1 and {n} GPUs)")
             continue
         worst = min(e for _, e in effs)
         listed = ", ".join(f"{_fmt_pct(e)} at {seqlen_label(s)}" for s, e in effs)
-        out.append(f"- scaling efficiency >= {EFFICIENCY_TARGET:.0%} at S >= {seqlen_label(EFFICIENCY_FROM_S)} on {n} GPUs "
-                   f"(flashattn, fwd+bwd): {listed}: {'met' if worst >= EFFICIENCY_TARGET else 'NOT met'}")
+        out.append(f"{head} (flashattn, fwd+bwd): {listed}: {'met' if worst >= EFFICIENCY_TARGET else 'NOT met'}")
     rec = idx.get((4, OURS, MILLION))
     if 4 not in multi:
         out.append("- S = 1M causal forward+backward on 4 GPUs: not measured (4 GPUs not in this run)")
@@ -753,7 +754,8 @@ def acceptance(idx: dict, settings: dict, runs: dict) -> list[str]:
                    + ("NOT met" if rec["status"] == "oom" else "not measured"))
     for other, target in (("sdpa-flash", FA2_TARGET), ("sdpa-cudnn", CUDNN_TARGET)):
         if other not in settings["impls"]:
-            out.append(f"- flashattn >= {target:.1f}x {IMPL_TITLES[other]} under the ring: not measured (not in --impls)")
+            out.append(f"- flashattn >= {target:.1f}x {IMPL_TITLES[other]} under the ring: not measured "
+                       "(not in --impls)")
             continue
         pairs = []
         for n in multi:
@@ -790,8 +792,9 @@ def markdown(settings: dict, records: list[dict], runs: list[WorldRun]) -> str:
     out = ["## Context parallelism: a causal attention step under torch's ring attention", ""]
     if env.get("capability"):
         out.append(f"- {env.get('visible_gpus', '?')} x {env.get('gpu', '?')} ({env.get('memory_gib', '?')} GiB), "
-                   f"driver {env.get('driver')}, torch {env.get('torch')}, CUDA {env.get('cuda')}, cuDNN {env.get('cudnn')}, "
-                   f"NCCL {env.get('nccl')}; flashattn {env.get('flashattn')}, backend {env.get('flashattn_backend')}")
+                   f"driver {env.get('driver')}, torch {env.get('torch')}, CUDA {env.get('cuda')}, "
+                   f"cuDNN {env.get('cudnn')}, NCCL {env.get('nccl')}; flashattn {env.get('flashattn')}, "
+                   f"backend {env.get('flashattn_backend')}")
     elif env:
         out.append(f"- {env.get('gpu')}: the benchmark's machinery checked without a GPU (host timers), torch "
                    f"{env.get('torch')}: no GPU numbers")
@@ -815,7 +818,8 @@ def markdown(settings: dict, records: list[dict], runs: list[WorldRun]) -> str:
     if missing:
         out += ["", "### Not measured", ""]
         for r in sorted(missing, key=lambda r: (r["world"], r["s"], IMPLS.index(r["impl"]))):
-            out.append(f"- {r['world']} GPU(s), S={seqlen_label(r['s'])}, {r['impl']}: {r['status']}: {r.get('reason', '')}")
+            where = f"{r['world']} GPU(s), S={seqlen_label(r['s'])}, {r['impl']}"
+            out.append(f"- {where}: {r['status']}: {r.get('reason', '')}")
     return "\n".join(out) + "\n"
 
 

@@ -127,7 +127,8 @@ def skip_reason(markers: Iterable[str], device: DeviceInfo) -> str | None:
     if MULTI_GPU in markers:
         n = device.visible_gpus
         if n < 2:
-            return f"needs 2 or more GPUs (multigpu); found {device.describe() if n == 0 else '1: ' + device.describe()}"
+            found = device.describe() if n == 0 else f"1: {device.describe()}"
+            return f"needs 2 or more GPUs (multigpu); found {found}"
         if device.nccl is None:
             return f"needs NCCL (multigpu: one process per GPU); torch {device.torch_version} has no NCCL"
     if device.capability is None:

@@ -26,7 +26,8 @@ K, M, GiB = 1024, 1 << 20, 1 << 30
 # ---- arguments ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("text", "value"), [("32k", 32 * K), ("1M", M), ("4096", 4096), ("256K", 256 * K), ("2m", 2 * M)])
+@pytest.mark.parametrize(("text", "value"),
+                         [("32k", 32 * K), ("1M", M), ("4096", 4096), ("256K", 256 * K), ("2m", 2 * M)])
 def test_seqlen_parsing(text: str, value: int) -> None:
     assert cpb.parse_seqlen(text) == value
     assert cpb.parse_seqlen(cpb.seqlen_label(value)) == value
@@ -47,7 +48,8 @@ def test_default_arguments_are_issue_30s() -> None:
     assert (ns.batch, ns.heads, ns.kv_heads, ns.dim, ns.dtype, ns.rotate) == (1, 32, 8, 128, "bf16", "allgather")
 
 
-@pytest.mark.parametrize(("visible", "gpus"), [(1, [1]), (2, [1, 2]), (3, [1, 2, 3]), (4, [1, 2, 4]), (8, [1, 2, 4, 8])])
+@pytest.mark.parametrize(("visible", "gpus"),
+                         [(1, [1]), (2, [1, 2]), (3, [1, 2, 3]), (4, [1, 2, 4]), (8, [1, 2, 4, 8])])
 def test_default_gpus(visible: int, gpus: list[int]) -> None:
     assert cpb.default_gpus(visible) == gpus
 
@@ -104,7 +106,8 @@ def test_memory_is_predicted_linear_in_the_length() -> None:
     assert not d.run and d.reason.startswith("predicted peak memory 80.0 GiB > 90% of 80.0 GiB (from 512k)")
     history = {"flashattn": cpb.Measured(512 * K, 1.0, 35 * GiB)}
     assert cpb.decide("flashattn", M, [], history, remaining_s=1e6, memory_bytes=80 * GiB).run
-    assert cpb.decide("flashattn", M, [], {"flashattn": cpb.Measured(512 * K, 1.0, None)}, 1e6, None).run  # CPU: no limit
+    no_peak = {"flashattn": cpb.Measured(512 * K, 1.0, None)}
+    assert cpb.decide("flashattn", M, [], no_peak, 1e6, None).run  # the CPU: no memory figure, no limit
 
 
 def test_torchs_kernels_leave_time_for_flashattns_longer_lengths() -> None:
@@ -112,7 +115,8 @@ def test_torchs_kernels_leave_time_for_flashattns_longer_lengths() -> None:
     # sdpa-flash at 512k: 5.2 s steps, 1 + 2 * 5.2 = 11.4 s; flashattn at 1M, the length after it:
     # 16 s steps, 1 + 2 * 16 = 33 s kept
     d = cpb.decide("sdpa-flash", 512 * K, [M], history, remaining_s=40, memory_bytes=80 * GiB)
-    assert not d.run and d.reason == "time budget: predicted 11 s and 33 s kept for flashattn at longer sequences, 40 s left"
+    assert not d.run
+    assert d.reason == "time budget: predicted 11 s and 33 s kept for flashattn at longer sequences, 40 s left"
     assert cpb.decide("sdpa-flash", 512 * K, [M], history, remaining_s=45, memory_bytes=80 * GiB).run
     assert cpb.decide("flashattn", 512 * K, [M], history, remaining_s=40, memory_bytes=80 * GiB).run
 
@@ -187,8 +191,8 @@ def test_acceptance_lines_say_met_not_met_or_not_measured() -> None:
     assert lines[0] == "- scaling efficiency >= 90% at S >= 256k on 2 GPUs (flashattn, fwd+bwd): 95% at 256k: met"
     assert lines[1] == "- scaling efficiency >= 90% at S >= 256k on 4 GPUs (flashattn, fwd+bwd): 89% at 256k: NOT met"
     assert lines[2] == "- S = 1M causal forward+backward on 4 GPUs: ran, 16.00 s per step (peak 30.5 GiB per GPU): met"
-    assert lines[3].startswith("- flashattn >= 1.2x FA2 (sdpa-flash) under the ring (fwd+bwd, 1 multi-GPU configurations): "
-                               "lowest 1.20x") and lines[3].endswith(": met")
+    assert lines[3].startswith("- flashattn >= 1.2x FA2 (sdpa-flash) under the ring (fwd+bwd, 1 multi-GPU "
+                               "configurations): lowest 1.20x") and lines[3].endswith(": met")
     assert lines[4].endswith("lowest 0.95x: NOT met")
     two_only = dict(SETTINGS, gpus=[1, 2])
     lines = cpb.acceptance(cpb.index(RECORDS[:6]), two_only, {1: "ok", 2: "ok"})
@@ -272,7 +276,8 @@ def test_a_failing_rank_ends_its_set_and_keeps_what_it_measured(tmp_path: Path, 
         if rank == 1:
             return [sys.executable, "-c", "import sys; print('rank 1 broke'); sys.exit(5)"]
         line = json.dumps(_ok(world, "flashattn", 64, 1.0, 2.0))
-        return [sys.executable, "-c", f"open({str(out_path)!r}, 'a').write({line!r} + '\\n'); import time; time.sleep(120)"]
+        script = f"open({str(out_path)!r}, 'a').write({line!r} + '\\n'); import time; time.sleep(120)"
+        return [sys.executable, "-c", script]
 
     monkeypatch.setattr(cpb, "worker_command", command)
     ns = cpb.parser().parse_args(["--cpu-standin", "--gpus", "2", "--seqlens", "64", "--out", str(tmp_path)])

@@ -249,7 +249,8 @@ H100_X2 = DeviceInfo("2.11.0+cu130", "13.0", "NVIDIA H100 80GB HBM3", (9, 0), No
     ("device", "expected"),
     [
         (NO_GPU, "needs 2 or more GPUs (multigpu); found no CUDA GPU: torch 2.13.0+cpu"),
-        (NO_DEVICE, "needs 2 or more GPUs (multigpu); found no CUDA GPU: torch 2.13.0+cu128 (CUDA 12.8) sees no device"),
+        (NO_DEVICE,
+         "needs 2 or more GPUs (multigpu); found no CUDA GPU: torch 2.13.0+cu128 (CUDA 12.8) sees no device"),
         (H100, "needs 2 or more GPUs (multigpu); found 1: NVIDIA H100 80GB HBM3 sm90"),
         (DeviceInfo("2.11.0+cu130", "13.0", "NVIDIA H100 80GB HBM3", (9, 0), None, "9.0a", gpu_count=1, nccl="2.27.7"),
          "needs 2 or more GPUs (multigpu); found 1: NVIDIA H100 80GB HBM3 sm90"),
