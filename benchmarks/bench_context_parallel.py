@@ -480,7 +480,7 @@ def _cpu_standins(stack: contextlib.ExitStack) -> None:
     from flashattn import torch_impl
     from standin_kernels import _check_tensor_any_device, cpu_standin_kernels
 
-    flashattn.interface._check_tensor = _check_tensor_any_device  # the stand-ins take CPU float64 tensors
+    flashattn._validate.tensor = _check_tensor_any_device  # the stand-ins take CPU float64 tensors
     stack.enter_context(cpu_standin_kernels(saved_out_lse=True))
     stack.callback(torch_impl.register_kernels("CPU").remove)
 
