@@ -234,6 +234,7 @@ def build(data: dict, ours: str = OURS) -> Report:
         "python": mi.get("python_version"),
         "commit": (ci.get("id") or "")[:12] + (" (dirty)" if ci.get("dirty") else ""),
         "pytest_benchmark": data.get("version"),
+        "timing": mi.get("timing"),  # a JSON written by another timer says how it timed
     }
     return Report(meta, sorted(shapes.values(), key=Shape.sort_key), impls, ours)
 
@@ -372,8 +373,8 @@ def meta_lines(report: Report) -> list:
         f"torch {m['torch']}, CUDA {m['cuda']}, cuDNN {m['cudnn']}, flashattn {m['flashattn']}"
         + (f" [{build_s}]" if build_s else ""),
         f"commit: {m['commit'] or '?'}; pytest-benchmark {m['pytest_benchmark']}",
-        "timing: CUDA events; median over rounds of (round time / N back-to-back calls), "
-        "the implementations of a shape in interleaved rounds; "
+        "timing: " + (m.get("timing") or "CUDA events; median over rounds of (round time / N back-to-back calls), "
+                      "the implementations of a shape in interleaved rounds") + "; "
         "speedup = time(other) / time(" + report.ours + "), > 1 means " + report.ours + " is faster",
     ]
 

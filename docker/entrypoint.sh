@@ -12,15 +12,19 @@
 #
 # The default job:
 #   1. finds the GPU (docker/detect_gpu.sh);
-#   2. runs the test suite for it: `python -m pytest -m "not gpu or smXY"`, i.e. every CPU test and
-#      every test this architecture runs (tests/hardware.py gives each GPU test the arch markers of
-#      the GPUs it runs on), so tests for other GPUs are deselected rather than reported as skips.
-#      On a GPU with no marker of its own (not sm80/sm89/sm90) the whole suite runs and skips what
-#      it cannot run, with a reason;
-#   3. if the tests pass, runs the benchmarks and the report: benchmarks/run_benchmarks.sh RESULTS_DIR
+#   2. runs the test suite for it: `python -m pytest -m "(not gpu or smXY) and not multigpu"`, i.e.
+#      every CPU test and every single-GPU test this architecture runs (tests/hardware.py gives each
+#      GPU test the arch markers of the GPUs it runs on), so tests for other GPUs are deselected
+#      rather than reported as skips. On a GPU with no marker of its own (not sm80/sm89/sm90) the
+#      whole suite but the multi-GPU tests runs and skips what it cannot run, with a reason;
+#   3. with 2 or more GPUs, if those pass, the multi-GPU tests in a run of their own (`-m multigpu`:
+#      context parallelism over NCCL, one process per GPU; docs/context-parallel.md), after the
+#      suite's process has let go of its GPU memory; with one GPU it says they are not run;
+#   4. if the tests pass, runs the benchmarks and the report: benchmarks/run_benchmarks.sh RESULTS_DIR
 #      (bench.json, pytest.log, report.md, report.txt, bench.png);
 #   writing to RESULTS_DIR (default /results; mount a host folder there): env.txt, tests.log,
-#   tests-junit.xml and the benchmark files.
+#   tests-junit.xml, with 2+ GPUs tests-multigpu.log and tests-multigpu-junit.xml, and the
+#   benchmark files.
 #   Without a GPU it says so, runs the CPU tests only and skips the benchmark.
 #
 # Environment:
@@ -157,10 +161,10 @@ fi
 status=0
 if [ "${FLASHATTN_SKIP_TESTS:-0}" != 1 ]; then
   case "$GPU_MARKER" in
-    sm80 | sm89 | sm90) select=(-m "not gpu or $GPU_MARKER") ;;
+    sm80 | sm89 | sm90) select=(-m "(not gpu or $GPU_MARKER) and not multigpu") ;;
     *)
       say "no test marker for $GPU_MARKER (the suite knows sm80, sm89, sm90): running the whole suite; tests for other GPUs skip with a reason"
-      select=()
+      select=(-m "not multigpu")
       ;;
   esac
   rule "TESTS ($GPU_MARKER)"
@@ -173,6 +177,21 @@ if [ "${FLASHATTN_SKIP_TESTS:-0}" != 1 ]; then
   if [ "$status" -ne 0 ]; then
     say "tests failed (pytest exit status $status): not running the benchmark. Log: $RESULTS_DIR/tests.log"
     exit "$status"
+  fi
+  if [ "$GPU_COUNT" -ge 2 ] 2>/dev/null; then
+    rule "MULTI-GPU TESTS ($GPU_COUNT GPUs)"
+    say "$PY -m pytest -m multigpu"
+    set +e
+    "$PY" -m pytest -m multigpu --junitxml "$RESULTS_DIR/tests-multigpu-junit.xml" ${extra_args[@]+"${extra_args[@]}"} 2>&1 \
+      | tee "$RESULTS_DIR/tests-multigpu.log"
+    status=${PIPESTATUS[0]}
+    set -e
+    if [ "$status" -ne 0 ]; then
+      say "multi-GPU tests failed (pytest exit status $status): not running the benchmark. Log: $RESULTS_DIR/tests-multigpu.log"
+      exit "$status"
+    fi
+  else
+    say "one GPU: the multi-GPU tests (pytest -m multigpu, context parallelism over NCCL) need 2 or more; not run"
   fi
 fi
 

@@ -5,11 +5,13 @@ device descriptions (tests/test_hardware_markers.py); `detect_device()` fills on
 
 Marker semantics (see also pyproject.toml):
   gpu               needs a CUDA GPU and the built extension, any supported architecture
+  multigpu          needs 2 or more CUDA GPUs and NCCL (one process per GPU), and what `gpu` needs
   sm80, sm89, sm90  needs exactly that architecture (several arch markers: any of them)
   l4, h100          aliases of sm89 and sm90
-An arch marker implies `gpu` and its alias. A `gpu` test without an arch marker runs on every
-architecture, so it also carries every arch marker and alias: `pytest -m h100` selects all the
-tests an H100 runs, `pytest -m "sm90 and not sm89"` only the Hopper-specific ones.
+An arch marker implies `gpu` and its alias. A `gpu` (or `multigpu`) test without an arch marker
+runs on every architecture, so it also carries every arch marker and alias: `pytest -m h100`
+selects all the tests an H100 runs, `pytest -m "sm90 and not sm89"` only the Hopper-specific ones,
+`pytest -m multigpu` the multi-GPU ones (which a 1-GPU machine skips with the reason).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ ARCH_MARKERS: dict[str, tuple[tuple[int, int], str]] = {
     "sm90": ((9, 0), "H100"),
 }
 ALIASES: dict[str, str] = {"l4": "sm89", "h100": "sm90"}
-GPU_MARKERS: frozenset[str] = frozenset({"gpu", *ARCH_MARKERS, *ALIASES})
+MULTI_GPU = "multigpu"
+GPU_MARKERS: frozenset[str] = frozenset({"gpu", MULTI_GPU, *ARCH_MARKERS, *ALIASES})
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,14 @@ class DeviceInfo:
     extension_error: str | None = None  # None when flashattn._C loaded
     built_archs: str | None = None  # build_info()["cuda_archs"], e.g. "8.0_8.9_9.0a"
     driver: str | None = None
+    gpu_count: int | None = None  # CUDA devices visible; None: one where a GPU was found, else none
+    nccl: str | None = None  # the NCCL version torch was built with ("2.27.3"); None without NCCL
+
+    @property
+    def visible_gpus(self) -> int:
+        if self.gpu_count is not None:
+            return self.gpu_count
+        return 0 if self.capability is None else 1
 
     @property
     def sm(self) -> str | None:
@@ -67,7 +78,7 @@ def implied_markers(names: Iterable[str]) -> set[str]:
     names = set(names)
     arch = canonical_arch_markers(names)
     if not arch:
-        if "gpu" not in names:
+        if "gpu" not in names and MULTI_GPU not in names:
             return set()
         arch = set(ARCH_MARKERS)
     out = {"gpu", *arch}
@@ -113,6 +124,13 @@ def skip_reason(markers: Iterable[str], device: DeviceInfo) -> str | None:
     if wanted and device.sm not in wanted:
         need = " or ".join(f"{m} ({ARCH_MARKERS[m][1]})" for m in wanted)
         return f"needs {need}; found {device.describe()}"
+    if MULTI_GPU in markers:
+        n = device.visible_gpus
+        if n < 2:
+            found = device.describe() if n == 0 else f"1: {device.describe()}"
+            return f"needs 2 or more GPUs (multigpu); found {found}"
+        if device.nccl is None:
+            return f"needs NCCL (multigpu: one process per GPU); torch {device.torch_version} has no NCCL"
     if device.capability is None:
         return device.describe()
     if device.extension_error is not None:
@@ -144,18 +162,36 @@ def _nvidia_smi_driver() -> str | None:
     return lines[0].strip() if out.returncode == 0 and lines else None
 
 
+def _nccl_version() -> str | None:
+    """The NCCL version torch was built with, or None when torch.distributed has no NCCL."""
+    import torch
+
+    try:
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_nccl_available()):
+            return None
+        version = torch.cuda.nccl.version()
+    except (ImportError, RuntimeError, AttributeError):
+        return None
+    return ".".join(str(part) for part in version) if isinstance(version, tuple) else str(version)
+
+
 def detect_device() -> DeviceInfo:
-    """The current machine: torch build, the current CUDA device, the flashattn extension."""
+    """The current machine: torch build, the current CUDA device and how many there are, NCCL,
+    the flashattn extension."""
     import torch
 
     import flashattn
 
     name = capability = driver = None
+    count = 0
     if torch.cuda.is_available():
         index = torch.cuda.current_device()
         name = torch.cuda.get_device_name(index)
         capability = tuple(torch.cuda.get_device_capability(index))
         driver = _nvidia_smi_driver()
+        count = torch.cuda.device_count()
     return DeviceInfo(
         torch_version=torch.__version__,
         torch_cuda=torch.version.cuda,
@@ -164,6 +200,8 @@ def detect_device() -> DeviceInfo:
         extension_error=flashattn.extension_error(),
         built_archs=flashattn.build_info().get("cuda_archs"),
         driver=driver,
+        gpu_count=count,
+        nccl=_nccl_version(),
     )
 
 
@@ -181,6 +219,8 @@ def header_lines(device: DeviceInfo, build_info: dict[str, str], backend: str, t
         f"flashattn: {gpu}",
         f"flashattn: torch {device.torch_version}, CUDA {device.torch_cuda or 'none (CPU build)'}",
     ]
+    if device.visible_gpus >= 2:
+        lines.append(f"flashattn: {device.visible_gpus} GPUs visible (multigpu tests), NCCL {device.nccl or 'none'}")
     if device.extension_error is None:
         info = ", ".join(f"{k}={v}" for k, v in sorted(build_info.items()))
         lines.append(f"flashattn: extension built ({info})")

@@ -43,6 +43,7 @@ _DEVICE_KEY = pytest.StashKey[DeviceInfo]()
 _MEASURE_PREFIX = "measure:"
 _MARKER_LINES = {
     "gpu": "needs a CUDA GPU and the built extension",
+    "multigpu": "needs 2 or more CUDA GPUs, NCCL and the built extension (one process per GPU)",
     **{m: f"needs compute capability {cc[0]}.{cc[1]} ({gpu})" for m, (cc, gpu) in ARCH_MARKERS.items()},
     **{a: f"alias of {c}" for a, c in ALIASES.items()},
     "slow": "long-running",

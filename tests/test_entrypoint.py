@@ -61,6 +61,7 @@ def sandbox(tmp_path):
         echo "python $*" >> "{log}"
         if [ "$1" = "-m" ] && [ "$2" = "pytest" ]; then
           echo "3 passed in 0.01s"
+          [ "$3 $4" = "-m multigpu" ] && exit "${{STUB_MULTIGPU_RC:-0}}"
           exit "${{STUB_PYTEST_RC:-0}}"
         fi
         exit 0
@@ -254,7 +255,9 @@ def test_default_job_on_a_known_gpu(sandbox, line, marker):
     r = sandbox.run(ENTRYPOINT)
     assert r.returncode == 0, r.stderr
     (call,) = _pytest_calls(sandbox)
-    assert call.startswith(f"python -m pytest -m not gpu or {marker} --junitxml {sandbox.results}/tests-junit.xml")
+    assert call.startswith(f"python -m pytest -m (not gpu or {marker}) and not multigpu --junitxml "
+                           f"{sandbox.results}/tests-junit.xml")
+    assert "multi-GPU tests (pytest -m multigpu, context parallelism over NCCL) need 2 or more; not run" in r.stderr
     assert sandbox.calls()[-1] == f"run_benchmarks {sandbox.results}"
     assert (sandbox.results / "bench.json").exists()
     assert "3 passed" in (sandbox.results / "tests.log").read_text()
@@ -267,7 +270,7 @@ def test_default_job_on_an_unmarked_gpu_runs_the_whole_suite(sandbox):
     r = sandbox.run(ENTRYPOINT)
     assert r.returncode == 0, r.stderr
     (call,) = _pytest_calls(sandbox)
-    assert call.startswith("python -m pytest --junitxml ") and " -m not gpu" not in call
+    assert call.startswith("python -m pytest -m not multigpu --junitxml ") and " -m not gpu" not in call
     assert "no test marker for sm86" in r.stderr
     assert sandbox.calls()[-1].startswith("run_benchmarks")
 
@@ -291,6 +294,34 @@ def test_extra_pytest_args_and_skips(sandbox):
     r = sandbox.run(ENTRYPOINT, FLASHATTN_SKIP_TESTS=1)
     assert r.returncode == 0, r.stderr
     assert _pytest_calls(sandbox) == [] and sandbox.calls()[-1].startswith("run_benchmarks")
+
+
+def test_several_gpus_run_the_multi_gpu_tests_on_their_own(sandbox):
+    sandbox.fake_smi("\n".join([H100] * 4))
+    r = sandbox.run(ENTRYPOINT, FLASHATTN_PYTEST_ARGS="-x")
+    assert r.returncode == 0, r.stderr
+    main, multi = _pytest_calls(sandbox)
+    assert main.startswith("python -m pytest -m (not gpu or sm90) and not multigpu ")
+    assert multi == f"python -m pytest -m multigpu --junitxml {sandbox.results}/tests-multigpu-junit.xml -x"
+    assert "MULTI-GPU TESTS (4 GPUs)" in r.stderr
+    assert "3 passed" in (sandbox.results / "tests-multigpu.log").read_text()
+    assert sandbox.calls()[-1] == f"run_benchmarks {sandbox.results}"
+
+
+def test_failed_multi_gpu_tests_skip_the_benchmark(sandbox):
+    sandbox.fake_smi(f"{H100}\n{H100}")
+    r = sandbox.run(ENTRYPOINT, STUB_MULTIGPU_RC=1)
+    assert r.returncode == 1
+    assert "multi-GPU tests failed (pytest exit status 1)" in r.stderr
+    assert len(_pytest_calls(sandbox)) == 2
+    assert not any(c.startswith("run_benchmarks") for c in sandbox.calls())
+
+
+def test_failed_suite_runs_no_multi_gpu_tests(sandbox):
+    sandbox.fake_smi(f"{H100}\n{H100}")
+    r = sandbox.run(ENTRYPOINT, STUB_PYTEST_RC=2)
+    assert r.returncode == 2
+    assert len(_pytest_calls(sandbox)) == 1 and "MULTI-GPU" not in r.stderr
 
 
 def test_warns_when_the_image_was_not_built_for_the_gpu(sandbox):
@@ -365,7 +396,7 @@ def test_runs_outside_the_image_from_the_source_tree(sandbox):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     (call,) = _pytest_calls(sandbox)
-    assert call.startswith("python -m pytest -m not gpu or sm90 ") and call.endswith(f" in {ROOT}")
+    assert call.startswith("python -m pytest -m (not gpu or sm90) and not multigpu ") and call.endswith(f" in {ROOT}")
     assert "image_built_archs: unknown (not run from the image)" in (sandbox.results / "env.txt").read_text()
     assert (sandbox.results / "tests.log").exists()
 

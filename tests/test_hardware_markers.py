@@ -238,3 +238,69 @@ def test_measurements_are_summarized_at_the_end(pytester: pytest.Pytester, prete
     result = pytester.runpytest_inprocess(*PLUGIN_ARGS)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*flashattn measurements*", "test_measured.py::test_ratio: SDPA math / ours peak memory = 123.5 x"])
+
+
+# ---- multigpu ------------------------------------------------------------------------------------
+
+H100_X2 = DeviceInfo("2.11.0+cu130", "13.0", "NVIDIA H100 80GB HBM3", (9, 0), None, "9.0a", gpu_count=2, nccl="2.27.7")
+
+
+@pytest.mark.parametrize(
+    ("device", "expected"),
+    [
+        (NO_GPU, "needs 2 or more GPUs (multigpu); found no CUDA GPU: torch 2.13.0+cpu"),
+        (NO_DEVICE,
+         "needs 2 or more GPUs (multigpu); found no CUDA GPU: torch 2.13.0+cu128 (CUDA 12.8) sees no device"),
+        (H100, "needs 2 or more GPUs (multigpu); found 1: NVIDIA H100 80GB HBM3 sm90"),
+        (DeviceInfo("2.11.0+cu130", "13.0", "NVIDIA H100 80GB HBM3", (9, 0), None, "9.0a", gpu_count=1, nccl="2.27.7"),
+         "needs 2 or more GPUs (multigpu); found 1: NVIDIA H100 80GB HBM3 sm90"),
+        (DeviceInfo("2.11.0+cu130", "13.0", "NVIDIA H100 80GB HBM3", (9, 0), None, "9.0a", gpu_count=4),
+         "needs NCCL (multigpu: one process per GPU); torch 2.11.0+cu130 has no NCCL"),
+        (H100_X2, None),
+        (DeviceInfo("2.11.0+cu130", "13.0", "NVIDIA H100 80GB HBM3", (9, 0), "not built", "9.0a", gpu_count=2,
+                    nccl="2.27.7"), "extension not built: not built"),
+    ],
+)
+def test_multigpu_skip_reason(device: DeviceInfo, expected: str | None) -> None:
+    assert skip_reason({"multigpu"}, device) == expected
+
+
+def test_multigpu_implies_gpu_and_every_arch() -> None:
+    assert implied_markers({"multigpu"}) == {"gpu", "sm80", "sm89", "l4", "sm90", "h100"}
+    assert implied_markers({"multigpu", "sm90"}) == {"gpu", "h100"}
+    assert skip_reason({"multigpu", "sm89"}, H100_X2) == "needs sm89 (L4); found NVIDIA H100 80GB HBM3 sm90"
+
+
+def test_header_counts_the_gpus_when_several() -> None:
+    text = "\n".join(hardware.header_lines(H100_X2, {}, "auto", ["portable"]))
+    assert "flashattn: 2 GPUs visible (multigpu tests), NCCL 2.27.7" in text
+    assert "GPUs visible" not in "\n".join(hardware.header_lines(H100, {}, "auto", ["portable"]))
+
+
+MULTI_TESTS = """
+import pytest
+
+@pytest.mark.multigpu
+def test_ring():
+    pass
+
+@pytest.mark.gpu
+def test_one():
+    pass
+
+def test_cpu():
+    pass
+"""
+
+
+def test_marker_multigpu_selects_and_skips_with_the_reason(pytester: pytest.Pytester, pretend) -> None:
+    pytester.makepyfile(test_multi=MULTI_TESTS)
+    pretend(H100)
+    result = pytester.runpytest_inprocess(*PLUGIN_ARGS, "-m", "multigpu", "-rs")
+    result.assert_outcomes(skipped=1, deselected=2)
+    result.stdout.fnmatch_lines(["*needs 2 or more GPUs (multigpu); found 1: NVIDIA H100 80GB HBM3 sm90*"])
+    pretend(H100_X2)
+    result = pytester.runpytest_inprocess(*PLUGIN_ARGS, "-m", "h100 and not multigpu")
+    result.assert_outcomes(passed=1, deselected=2)
+    result = pytester.runpytest_inprocess(*PLUGIN_ARGS, "-m", "multigpu")
+    result.assert_outcomes(passed=1, deselected=2)
