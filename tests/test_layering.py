@@ -148,9 +148,6 @@ PY_ALLOWED = {
 }
 # (from, to) pairs allowed for helper modules only.
 PY_HELPERS_ONLY = {("lab", "tests"), ("benchmarks", "tests")}
-# Lab scripts that run part of the suite (test files named as pytest's arguments, in a subprocess):
-# they name test modules without loading them.
-PY_RUNS_SUITE = {"lab/host_cpu_build.py"}
 
 
 def _py_modules() -> dict[str, list[pathlib.Path]]:
@@ -161,14 +158,13 @@ def _py_modules() -> dict[str, list[pathlib.Path]]:
     return mods
 
 
-def _docstrings(tree: ast.AST) -> set[int]:
-    ids = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                ids.add(id(first.value))
-    return ids
+# Calls that execute a file named by path (a string or a path expression as an argument).
+LOADERS = {"spec_from_file_location", "load_repo_module", "run_path", "SourceFileLoader"}
+
+
+def _call_name(node: ast.Call) -> str:
+    f = node.func
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
 
 
 def _path_parts(node: ast.AST) -> list[str]:
@@ -184,7 +180,8 @@ def _path_parts(node: ast.AST) -> list[str]:
 
 def py_deps(src: pathlib.Path, text: str, mods: dict[str, list[pathlib.Path]]) -> list[tuple[str, str, str | None]]:
     """(what, folder, file name or None) for each repository folder `text` (the code of src)
-    imports from or loads by path."""
+    imports from, loads by path or names in a path expression. A path as a plain string (a pytest
+    argument, a message) is not a dependency unless a loader call takes it."""
     home = src.parent
     tree = ast.parse(text)
     deps: list[tuple[str, str, str | None]] = []
@@ -207,17 +204,19 @@ def py_deps(src: pathlib.Path, text: str, mods: dict[str, list[pathlib.Path]]) -
             for p in own or found:  # as Python finds it: its own folder first
                 deps.append((f"import {name}", p.relative_to(ROOT).parts[0], p.name))
                 break
-        parts = _path_parts(node) if isinstance(node, (ast.BinOp, ast.Call)) else []
-        for i, part in enumerate(parts):
-            if part in PY_FOLDERS and part != "flashattn":  # "flashattn" in a path is the op namespace's
-                nxt = parts[i + 1] if i + 1 < len(parts) and parts[i + 1].endswith(".py") else None
-                deps.append((f"path {'/'.join(parts)}", part, nxt))
-    doc = _docstrings(tree)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in doc:
-            m = re.fullmatch(r"(\w+)/(?:[\w.-]+/)*([\w.-]+\.py)", node.value)
-            if m and m.group(1) in PY_FOLDERS:
-                deps.append((f"path {node.value}", m.group(1), m.group(2)))
+        if isinstance(node, ast.Call) and _call_name(node) in LOADERS:
+            # a file loaded by path: the folder and the file, so that a test module is told apart
+            for arg in node.args:
+                parts = [q for part in _path_parts(arg) for q in part.split("/")]
+                for i, part in enumerate(parts):
+                    if part in PY_FOLDERS:
+                        py = [q for q in parts[i + 1:] if q.endswith(".py")]
+                        deps.append((f"load {'/'.join(parts)}", part, py[-1] if py else None))
+        elif isinstance(node, (ast.BinOp, ast.Call)):
+            # a path into another folder (sys.path, a file to load or to run): the folder only
+            for part in _path_parts(node):
+                if part in PY_FOLDERS and part != "flashattn":  # "flashattn" in a path is the op namespace's
+                    deps.append((f"path {'/'.join(_path_parts(node))}", part, None))
     return deps
 
 
@@ -227,8 +226,7 @@ def py_violations(src: pathlib.Path, text: str, mods: dict[str, list[pathlib.Pat
     for what, to, name in py_deps(src, text, mods):
         if to not in PY_ALLOWED[frm]:
             bad.append(f"{src.relative_to(ROOT)}: {what} reaches {to}/ (allowed: {', '.join(sorted(PY_ALLOWED[frm]))})")
-        elif (frm, to) in PY_HELPERS_ONLY and name is not None and (name.startswith("test_") or name == "conftest.py") \
-                and not (what.startswith("path ") and str(src.relative_to(ROOT)) in PY_RUNS_SUITE):
+        elif (frm, to) in PY_HELPERS_ONLY and name is not None and (name.startswith("test_") or name == "conftest.py"):
             bad.append(f"{src.relative_to(ROOT)}: {what} loads the test module {to}/{name} (helpers only)")
     return bad
 
@@ -263,9 +261,11 @@ def test_python_folders_depend_only_as_documented():
         ("lab/x.py", "from tests import test_kvcache\n", False),
         ("tools/x.py", "import benchmarks.bench_common\n", False),
         ("lab/x.py", "p = ROOT / 'benchmarks' / 'bench_common.py'\n", True),
-        ("lab/x.py", "p = ROOT / 'tests' / 'test_kvcache.py'\n", False),  # a test module, not a helper
+        ("lab/x.py", "s = spec_from_file_location('m', ROOT / 'tests' / 'test_kvcache.py')\n", False),  # a test module
+        ("lab/x.py", "m = load_repo_module('tests/numerics.py')\n", True),
+        ("lab/x.py", "subprocess.run(['pytest', 'tests/test_kvcache.py'])\n", True),  # running the suite is no load
         ("lab/x.py", "import os\np = os.path.join(HERE, '..', 'tools')\n", False),
-        ("docker/x.py", "m = load('benchmarks/bench_common.py')\n", False),
+        ("docker/x.py", "m = load_repo_module('benchmarks/bench_common.py')\n", False),
         ("docker/x.py", "'''Reads benchmarks/bench_common.py's JSON.'''\nkey = 'benchmarks'\n", True),  # words, not loads
     ],
 )
