@@ -41,44 +41,15 @@ def d_operands(n: int) -> str:
     return ", ".join(f'"+f"(d[{i}])' for i in range(n // 2))
 
 
-def ss(ctype: str, ptx: str, n: int) -> str:
+def ss(ctype: str, ptx: str, n: int, name: str = "WgmmaSS", trans_a: int = 0, trans_b: int = 0) -> str:
+    """A and B from shared memory; trans_a / trans_b: the operand is MN-major (imm-trans = 1)."""
     nd = n // 2
     return f"""template <>
-struct WgmmaSS<{ctype}, {n}> {{
+struct {name}<{ctype}, {n}> {{
   static __device__ __forceinline__ void mma(float (&d)[{nd}], uint64_t desc_a, uint64_t desc_b, int scale_d) {{
     asm volatile(
         "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nd + 2}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{regs(0, nd)}}}, %{nd}, %{nd + 1}, p, 1, 1, 0, 0;\\n}}\\n"
-        : {d_operands(n)}
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-  }}
-}};
-"""
-
-
-def sst(ctype: str, ptx: str, n: int) -> str:
-    nd = n // 2
-    return f"""template <>
-struct WgmmaSSTrans<{ctype}, {n}> {{
-  static __device__ __forceinline__ void mma(float (&d)[{nd}], uint64_t desc_a, uint64_t desc_b, int scale_d) {{
-    asm volatile(
-        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nd + 2}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{regs(0, nd)}}}, %{nd}, %{nd + 1}, p, 1, 1, 1, 1;\\n}}\\n"
-        : {d_operands(n)}
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-  }}
-}};
-"""
-
-
-def sstb(ctype: str, ptx: str, n: int) -> str:
-    nd = n // 2
-    return f"""template <>
-struct WgmmaSSTransB<{ctype}, {n}> {{
-  static __device__ __forceinline__ void mma(float (&d)[{nd}], uint64_t desc_a, uint64_t desc_b, int scale_d) {{
-    asm volatile(
-        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{nd + 2}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{regs(0, nd)}}}, %{nd}, %{nd + 1}, p, 1, 1, 0, 1;\\n}}\\n"
+        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{regs(0, nd)}}}, %{nd}, %{nd + 1}, p, 1, 1, {trans_a}, {trans_b};\\n}}\\n"
         : {d_operands(n)}
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
   }}
@@ -131,9 +102,9 @@ def main() -> None:
         for n in RS_N:
             out.append(rs(ctype, ptx, n))
         for n in SST_N:
-            out.append(sst(ctype, ptx, n))
+            out.append(ss(ctype, ptx, n, "WgmmaSSTrans", 1, 1))
         for n in SSTB_N:
-            out.append(sstb(ctype, ptx, n))
+            out.append(ss(ctype, ptx, n, "WgmmaSSTransB", 0, 1))
     out += ["}  // namespace sm90", "}  // namespace flashattn", ""]
     path = pathlib.Path(__file__).resolve().parents[1] / "csrc" / "common" / "sm90" / "wgmma_ops.cuh"
     path.write_text("\n".join(out))
