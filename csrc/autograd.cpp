@@ -212,7 +212,7 @@ struct PackedAttention : torch::autograd::Function<PackedAttention> {
     const auto& d = ctx->saved_data;
     // As flashattn/_autograd.py's backward (flashattn._ops.bwd_varlen): a forward that ran with
     // 'hopper' (possible only on a kernel that does not refuse it) gets no backward kernel either.
-    TORCH_CHECK_VALUE(d.at("backend").toStringRef() != "hopper", "flashattn::bwd_varlen: ",
+    FLASHATTN_CHECK_VALUE(d.at("backend").toStringRef() != "hopper", "flashattn::bwd_varlen: ",
                       flashattn::kVarlenHopperMessage);
     auto [dq, dk, dv] = bwd_varlen_op().call(
         dout, s[0], s[1], s[2], s[3], s[4], s[5], s[6], d.at("max_seqlen_q").toInt(), d.at("max_seqlen_k").toInt(),
@@ -253,7 +253,7 @@ struct NotDifferentiable : torch::autograd::Function<NotDifferentiable> {
     return {dq, dk, dv};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    TORCH_CHECK(false, kDoubleBackwardMessage);
+    FLASHATTN_CHECK(false, kDoubleBackwardMessage);
     return {};
   }
 };
@@ -305,7 +305,7 @@ std::tuple<Tensor, Tensor> fwd_kvcache_autograd(const Tensor& q, const Tensor& k
     const Tensor none;
     for (auto [name, t] : {std::pair{"q", &q}, std::pair{"k_cache", &k_cache}, std::pair{"v_cache", &v_cache},
                            std::pair{"k", k.has_value() ? &*k : &none}, std::pair{"v", v.has_value() ? &*v : &none}})
-      TORCH_CHECK(!(t->defined() && t->requires_grad()), "flash_attn_with_kvcache is inference-only (no backward), but ",
+      FLASHATTN_CHECK(!(t->defined() && t->requires_grad()), "flash_attn_with_kvcache is inference-only (no backward), but ",
                   name, " requires grad: use flashattn.flash_attn_func (or scaled_dot_product_attention) to train, "
                   "or call it under torch.no_grad() / torch.inference_mode()");
   }

@@ -30,12 +30,12 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
   flashattn::check_unit_last_stride(op, {&q_in, &k_in, &v_in});
   const int64_t B = q_in.size(0), Sq = q_in.size(1), Hq = q_in.size(2), D = q_in.size(3);
   const int64_t Sk = k_in.size(1), Hk = k_in.size(2);
-  TORCH_CHECK(k_in.size(0) == B, op, ": k/v batch size differs from q's");
-  TORCH_CHECK(Sk >= 1 || B * Sq * Hq == 0, op, ": key sequence length must be >= 1");
+  FLASHATTN_CHECK(k_in.size(0) == B, op, ": k/v batch size differs from q's");
+  FLASHATTN_CHECK(Sk >= 1 || B * Sq * Hq == 0, op, ": key sequence length must be >= 1");
   flashattn::check_mask(op, causal_mode, window_left, window_right, softcap);
   flashattn::check_backend(op, backend);
   const float scale = flashattn::softmax_scale_of(op, softmax_scale, D);
-  TORCH_CHECK(B <= INT32_MAX && Sq <= INT32_MAX && Sk <= INT32_MAX && Hq <= INT32_MAX, op, ": sizes too large");
+  FLASHATTN_CHECK(B <= INT32_MAX && Sq <= INT32_MAX && Sk <= INT32_MAX && Hq <= INT32_MAX, op, ": sizes too large");
 
   const c10::cuda::CUDAGuard guard(q_in.device());
   at::Tensor out = at::empty({B, Sq, Hq, D}, q_in.options());
@@ -80,7 +80,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
     // run the portable path instead, and the check is made once per call.
     err = flashattn::flash_fwd_sm90(p, dev, stream);
     if (err == cudaErrorNotSupported) {
-      TORCH_CHECK(backend == "auto", op, ": backend 'hopper' needs a compute capability 9.0 GPU (found ",
+      FLASHATTN_CHECK(backend == "auto", op, ": backend 'hopper' needs a compute capability 9.0 GPU (found ",
                   dev.cc_major, ".", dev.cc_minor,
                   "), an extension built with TORCH_CUDA_ARCH_LIST containing 9.0a (this build: ",
                   FLASHATTN_STR(FLASHATTN_ARCHS), "), and 16-byte aligned q/k/v with row/head/batch strides that "
@@ -88,7 +88,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
       err = flashattn::flash_fwd(p, dev, stream);
     }
   }
-  TORCH_CHECK(err == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(err));
+  FLASHATTN_CHECK(err == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(err));
   return {out, lse};
 }
 
@@ -99,7 +99,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_bhsd_cuda(const at::Tensor& q, const at::
                                                  std::optional<double> softmax_scale, int64_t causal_mode,
                                                  c10::string_view backend, int64_t window_left, int64_t window_right,
                                                  double softcap) {
-  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "flashattn::fwd_bhsd: q, k, v must be 4-D [B, H, S, D]");
+  FLASHATTN_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "flashattn::fwd_bhsd: q, k, v must be 4-D [B, H, S, D]");
   auto [out, lse] = fwd_cuda(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), softmax_scale, causal_mode,
                              backend, window_left, window_right, softcap);
   return {out.transpose(1, 2), lse};

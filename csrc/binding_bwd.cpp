@@ -32,16 +32,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(const at::Tensor& dout_i
   flashattn::check_qkv(op, q_in, k_in, v_in, 4, "[B, S, H, D]");
   const int64_t B = q_in.size(0), Sq = q_in.size(1), Hq = q_in.size(2), D = q_in.size(3);
   const int64_t Sk = k_in.size(1), Hk = k_in.size(2);
-  TORCH_CHECK(k_in.size(0) == B, op, ": k/v batch size differs from q's");
-  TORCH_CHECK(dout_in.sizes() == q_in.sizes() && out_in.sizes() == q_in.sizes(), op,
+  FLASHATTN_CHECK(k_in.size(0) == B, op, ": k/v batch size differs from q's");
+  FLASHATTN_CHECK(dout_in.sizes() == q_in.sizes() && out_in.sizes() == q_in.sizes(), op,
               ": dout and out must have q's shape [B, Sq, Hq, D]");
   flashattn::check_like(op, "dout", dout_in, q_in);
   flashattn::check_like(op, "out", out_in, q_in);
   flashattn::check_lse(op, lse_in, q_in, {B, Hq, Sq}, "[B, Hq, Sq]");
-  TORCH_CHECK(Sk >= 1 || B * Sq * Hq == 0, op, ": key sequence length must be >= 1");
+  FLASHATTN_CHECK(Sk >= 1 || B * Sq * Hq == 0, op, ": key sequence length must be >= 1");
   flashattn::check_mask(op, causal_mode, window_left, window_right, softcap);
   const float scale = flashattn::softmax_scale_of(op, softmax_scale, D);
-  TORCH_CHECK(B <= INT32_MAX && Sq <= INT32_MAX && Sk <= INT32_MAX && Hq <= INT32_MAX, op, ": sizes too large");
+  FLASHATTN_CHECK(B <= INT32_MAX && Sq <= INT32_MAX && Sk <= INT32_MAX && Hq <= INT32_MAX, op, ": sizes too large");
 
   const c10::cuda::CUDAGuard guard(q_in.device());
   at::Tensor dq = at::empty({B, Sq, Hq, D}, q_in.options());
@@ -90,7 +90,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(const at::Tensor& dout_i
   // the head dim, the mask and the softcap.
   const bool hopper = backend != "portable" && flashattn::flash_bwd_sm90_supported(p, dev);
   const int block_m = hopper ? flashattn::flash_bwd_sm90_block_m(p) : flashattn::flash_bwd_block_m(p, dev);
-  TORCH_CHECK(block_m > 0, op, ": no backward tile config fits this device's ", dev.max_smem_per_block,
+  FLASHATTN_CHECK(block_m > 0, op, ": no backward tile config fits this device's ", dev.max_smem_per_block,
               " bytes of shared memory per block");
   const at::TensorOptions f32 = q.options().dtype(at::kFloat);
   at::Tensor dpsum = at::empty({B, Hq, Sq}, f32);
@@ -105,7 +105,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(const at::Tensor& dout_i
 
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
   const cudaError_t err = hopper ? flashattn::flash_bwd_sm90(p, dev, stream) : flashattn::flash_bwd(p, dev, stream);
-  TORCH_CHECK(err == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(err));
+  FLASHATTN_CHECK(err == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(err));
   return {dq, dk, dv};
 }
 

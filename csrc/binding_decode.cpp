@@ -24,7 +24,7 @@ using flashattn::DecodeParams;
 
 // int32 [B] on q's device: cache_seqlens, seqused_k.
 void check_lengths(const char* op, const char* name, const at::Tensor& t, int64_t B, const at::Tensor& q) {
-  TORCH_CHECK(t.scalar_type() == at::kInt && t.dim() == 1 && t.size(0) == B && t.device() == q.device(), op, ": ",
+  FLASHATTN_CHECK(t.scalar_type() == at::kInt && t.dim() == 1 && t.size(0) == B && t.device() == q.device(), op, ": ",
               name, " must be an int32 tensor [B] on q's device");
 }
 
@@ -37,10 +37,10 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(const at::Tensor& q_in, cons
                                                      const std::optional<at::Tensor>& block_table,
                                                      const std::optional<at::Tensor>& seqused_k) {
   constexpr const char* op = "flashattn::fwd_kvcache";
-  TORCH_CHECK(q_in.dim() == 4 && k_cache.dim() == 4 && v_cache.dim() == 4, op,
+  FLASHATTN_CHECK(q_in.dim() == 4 && k_cache.dim() == 4 && v_cache.dim() == 4, op,
               ": q, k_cache, v_cache must be 4-D [B, S, H, D]");
-  TORCH_CHECK(flashattn::is_half_type(q_in.scalar_type()), op, ": dtype must be float16 or bfloat16");
-  TORCH_CHECK(q_in.is_cuda(), op, ": q must be on a CUDA device");
+  FLASHATTN_CHECK(flashattn::is_half_type(q_in.scalar_type()), op, ": dtype must be float16 or bfloat16");
+  FLASHATTN_CHECK(q_in.is_cuda(), op, ": q must be on a CUDA device");
   flashattn::check_like(op, "k_cache", k_cache, q_in);
   flashattn::check_like(op, "v_cache", v_cache, q_in);
   const int64_t B = q_in.size(0), Sq = q_in.size(1), Hq = q_in.size(2), D = q_in.size(3);
@@ -49,49 +49,49 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(const at::Tensor& q_in, cons
   const int64_t page_size = paged ? k_cache.size(1) : 0;
   if (paged) {
     const at::Tensor& bt = *block_table;
-    TORCH_CHECK(bt.scalar_type() == at::kInt && bt.dim() == 2 && bt.size(0) == B && bt.size(1) >= 1 &&
+    FLASHATTN_CHECK(bt.scalar_type() == at::kInt && bt.dim() == 2 && bt.size(0) == B && bt.size(1) >= 1 &&
                     bt.device() == q_in.device(), op,
                 ": block_table must be an int32 tensor [B, max_blocks_per_seq >= 1] on q's device");
-    TORCH_CHECK(page_size > 0 && page_size % flashattn::kDecodeMinPageSize == 0 && k_cache.size(0) >= 1, op,
+    FLASHATTN_CHECK(page_size > 0 && page_size % flashattn::kDecodeMinPageSize == 0 && k_cache.size(0) >= 1, op,
                 ": with block_table, k_cache must be [num_blocks >= 1, page_size, Hk, D] with page_size a positive "
                 "multiple of ", flashattn::kDecodeMinPageSize, ", got shape ", k_cache.sizes());
-    TORCH_CHECK(bt.size(1) <= INT32_MAX / page_size && k_cache.size(0) <= INT32_MAX, op,
+    FLASHATTN_CHECK(bt.size(1) <= INT32_MAX / page_size && k_cache.size(0) <= INT32_MAX, op,
                 ": block_table width x page_size or the page count exceeds int32");
   }
   const int64_t Sk = paged ? block_table->size(1) * page_size : k_cache.size(1), Hk = k_cache.size(2);
-  TORCH_CHECK(k_cache.sizes() == v_cache.sizes(), op, ": k_cache and v_cache shapes differ");
-  TORCH_CHECK((paged || k_cache.size(0) == B) && k_cache.size(3) == D, op, ": k_cache batch or head dim differ from q");
-  TORCH_CHECK(Hk > 0 && Hq % Hk == 0, op, ": q heads must be a multiple of cache heads");
-  TORCH_CHECK(D >= 8 && D <= 256 && D % 8 == 0, op, ": head dim must be a multiple of 8 in [8, 256]");
+  FLASHATTN_CHECK(k_cache.sizes() == v_cache.sizes(), op, ": k_cache and v_cache shapes differ");
+  FLASHATTN_CHECK((paged || k_cache.size(0) == B) && k_cache.size(3) == D, op, ": k_cache batch or head dim differ from q");
+  FLASHATTN_CHECK(Hk > 0 && Hq % Hk == 0, op, ": q heads must be a multiple of cache heads");
+  FLASHATTN_CHECK(D >= 8 && D <= 256 && D % 8 == 0, op, ": head dim must be a multiple of 8 in [8, 256]");
   flashattn::check_unit_last_stride(op, {&q_in, &k_cache, &v_cache});
   // The caches are read (and appended to) in place, so they cannot be copied to fix a layout.
-  TORCH_CHECK(flashattn::aligned16(k_cache) && flashattn::aligned16(v_cache), op,
+  FLASHATTN_CHECK(flashattn::aligned16(k_cache) && flashattn::aligned16(v_cache), op,
               ": k_cache and v_cache need 16-byte aligned data pointers and strides that are multiples of 8 "
               "elements (they are used in place and cannot be copied)");
-  TORCH_CHECK(B <= INT32_MAX && Sq <= INT32_MAX && Sk <= INT32_MAX && Hq <= INT32_MAX, op, ": sizes too large");
-  TORCH_CHECK(num_splits >= 0, op, ": num_splits must be >= 0");
+  FLASHATTN_CHECK(B <= INT32_MAX && Sq <= INT32_MAX && Sk <= INT32_MAX && Hq <= INT32_MAX, op, ": sizes too large");
+  FLASHATTN_CHECK(num_splits >= 0, op, ": num_splits must be >= 0");
   flashattn::check_mask(op, causal ? 2 : 0, window_left, window_right, softcap);
   const float scale = flashattn::softmax_scale_of(op, softmax_scale, D);
-  TORCH_CHECK(k_new_in.has_value() == v_new_in.has_value(), op, ": k and v must be given together");
+  FLASHATTN_CHECK(k_new_in.has_value() == v_new_in.has_value(), op, ": k and v must be given together");
 
   int64_t Sq_new = 0;
   at::Tensor k_new, v_new;
   if (k_new_in.has_value()) {
     k_new = *k_new_in;
     v_new = *v_new_in;
-    TORCH_CHECK(k_new.dim() == 4 && k_new.sizes() == v_new.sizes(), op, ": k and v must be 4-D, same shape");
-    TORCH_CHECK(k_new.size(0) == B && k_new.size(2) == Hk && k_new.size(3) == D, op,
+    FLASHATTN_CHECK(k_new.dim() == 4 && k_new.sizes() == v_new.sizes(), op, ": k and v must be 4-D, same shape");
+    FLASHATTN_CHECK(k_new.size(0) == B && k_new.size(2) == Hk && k_new.size(3) == D, op,
                 ": k/v must be [B, Sq_new, Hk, D] matching the cache");
     flashattn::check_like(op, "k", k_new, q_in);
     flashattn::check_like(op, "v", v_new, q_in);
     flashattn::check_unit_last_stride(op, {&k_new, &v_new});
     Sq_new = k_new.size(1);
-    TORCH_CHECK(Sq_new <= Sk, op, ": k/v have more rows than the cache holds");
+    FLASHATTN_CHECK(Sq_new <= Sk, op, ": k/v have more rows than the cache holds");
   }
   if (cache_seqlens.has_value()) {
     check_lengths(op, "cache_seqlens", *cache_seqlens, B, q_in);
   } else {
-    TORCH_CHECK(cache_seqlen >= 0 && cache_seqlen + Sq_new <= Sk, op,
+    FLASHATTN_CHECK(cache_seqlen >= 0 && cache_seqlen + Sq_new <= Sk, op,
                 ": cache_seqlen + new rows must lie in [0, Sk_max]");
   }
   if (seqused_k.has_value()) check_lengths(op, "seqused_k", *seqused_k, B, q_in);
@@ -144,12 +144,12 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(const at::Tensor& q_in, cons
   p.set_mask(causal, window_left, window_right);
 
   cudaError_t err = flashattn::kvcache_append(p, stream);
-  TORCH_CHECK(err == cudaSuccess, op, ": append launch failed: ", cudaGetErrorString(err));
+  FLASHATTN_CHECK(err == cudaSuccess, op, ": append launch failed: ", cudaGetErrorString(err));
   if (out.numel() == 0) return {out, lse};
 
   const int requested = static_cast<int>(std::min<int64_t>(num_splits, flashattn::kDecodeMaxSplits));
   err = flashattn::flash_decode_plan(p, flashattn::device_limits(q.get_device()), requested, &p);
-  TORCH_CHECK(err == cudaSuccess, op, ": planning failed: ", cudaGetErrorString(err));
+  FLASHATTN_CHECK(err == cudaSuccess, op, ": planning failed: ", cudaGetErrorString(err));
   at::Tensor o_accum, lse_accum;  // alive until the kernels are enqueued; the caching allocator is stream-ordered
   if (p.num_splits > 1) {
     o_accum = at::empty({flashattn::flash_decode_oaccum_numel(p)}, q.options().dtype(at::kFloat));
@@ -158,7 +158,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(const at::Tensor& q_in, cons
     p.lse_accum = lse_accum.data_ptr<float>();
   }
   err = flashattn::flash_decode(p, stream);
-  TORCH_CHECK(err == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(err));
+  FLASHATTN_CHECK(err == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(err));
   return {out, lse};
 }
 

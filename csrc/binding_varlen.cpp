@@ -38,7 +38,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_varlen_cuda(const at::Tensor& q_in, const
   flashattn::check_packed_backend(op, backend);
   const float scale = flashattn::softmax_scale_of(op, softmax_scale, D);
   // Per-sequence offsets and window bounds are int in the kernel: 2^30 rows leave room for their sums.
-  TORCH_CHECK(total_q < (int64_t{1} << 30) && total_k < (int64_t{1} << 30) && B < (int64_t{1} << 30) && Hq <= INT32_MAX,
+  FLASHATTN_CHECK(total_q < (int64_t{1} << 30) && total_k < (int64_t{1} << 30) && B < (int64_t{1} << 30) && Hq <= INT32_MAX,
               op, ": sizes too large (total rows must be below 2^30)");
   // Lengths a sequence cannot exceed; a larger max_seqlen would only launch blocks that exit at once.
   max_seqlen_q = std::min(max_seqlen_q, total_q);
@@ -76,7 +76,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_varlen_cuda(const at::Tensor& q_in, const
   const flashattn::DeviceLimits dev = flashattn::device_limits(q.get_device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
   cudaError_t err = flashattn::flash_fwd_varlen(p, dev, stream);
-  TORCH_CHECK(err == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(err));
+  FLASHATTN_CHECK(err == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(err));
   // Rows no sequence owns (padding at the end of a packed buffer): out 0 and lse -inf, as for a
   // row that sees no key, rather than whatever memory the allocator handed out.
   err = flashattn::fill_unowned_rows(out.data_ptr(), 1, total_q, Hq * D / 2, cu_seqlens_q.data_ptr<int>(),
@@ -84,7 +84,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_varlen_cuda(const at::Tensor& q_in, const
   if (err == cudaSuccess)
     err = flashattn::fill_unowned_rows(lse.data_ptr(), Hq, total_q, 1, cu_seqlens_q.data_ptr<int>(), static_cast<int>(B),
                                        0xff800000u, stream);
-  TORCH_CHECK(err == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(err));
+  FLASHATTN_CHECK(err == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(err));
   return {out, lse};
 }
 

@@ -29,7 +29,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
   // As the forward: packed batches run the portable backward on every GPU.
   flashattn::check_packed_backend(op, backend);
   flashattn::check_qkv(op, q_in, k_in, v_in, 3, "[total, H, D]");
-  TORCH_CHECK(dout_in.sizes() == q_in.sizes() && out_in.sizes() == q_in.sizes(), op,
+  FLASHATTN_CHECK(dout_in.sizes() == q_in.sizes() && out_in.sizes() == q_in.sizes(), op,
               ": dout and out must have q's shape [total_q, Hq, D]");
   flashattn::check_like(op, "dout", dout_in, q_in);
   flashattn::check_like(op, "out", out_in, q_in);
@@ -43,7 +43,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
   flashattn::check_mask(op, causal_mode, window_left, window_right, softcap);
   const float scale = flashattn::softmax_scale_of(op, softmax_scale, D);
   // Per-sequence offsets and window bounds are int in the kernel: 2^30 rows leave room for their sums.
-  TORCH_CHECK(total_q < (int64_t{1} << 30) && total_k < (int64_t{1} << 30) && B < (int64_t{1} << 30) && Hq <= INT32_MAX,
+  FLASHATTN_CHECK(total_q < (int64_t{1} << 30) && total_k < (int64_t{1} << 30) && B < (int64_t{1} << 30) && Hq <= INT32_MAX,
               op, ": sizes too large (total rows must be below 2^30)");
   // As the forward's: lengths no sequence can exceed (a larger bound only adds blocks that exit).
   max_seqlen_q = std::min(max_seqlen_q, total_q);
@@ -95,7 +95,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
   // The tile config (and with it the ticket array's block M) depends on the device, the head dim,
   // the mask and the softcap.
   const int block_m = flashattn::flash_bwd_block_m(p, dev);
-  TORCH_CHECK(block_m > 0, op, ": no backward tile config fits this device's ", dev.max_smem_per_block,
+  FLASHATTN_CHECK(block_m > 0, op, ": no backward tile config fits this device's ", dev.max_smem_per_block,
               " bytes of shared memory per block");
   const at::TensorOptions f32 = q.options().dtype(at::kFloat);
   // The packed layouts of csrc/flash_bwd/varlen.cuh: head-major over the packed rows, as lse.
@@ -109,7 +109,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
   p.dq_semaphore = deterministic ? semaphore.data_ptr<int>() : nullptr;
 
   const cudaError_t err = flashattn::flash_bwd(p, dev, c10::cuda::getCurrentCUDAStream(q.get_device()).stream());
-  TORCH_CHECK(err == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(err));
+  FLASHATTN_CHECK(err == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(err));
   return {dq, dk, dv};
 }
 

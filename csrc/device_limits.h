@@ -10,6 +10,7 @@
 #include <mutex>
 #include <utility>
 
+#include "check.h"
 #include "common/params.h"
 
 namespace flashattn {
@@ -21,7 +22,7 @@ inline DeviceLimits read_device_limits(int device) {
                              std::pair{cudaDevAttrComputeCapabilityMajor, &d.cc_major},
                              std::pair{cudaDevAttrComputeCapabilityMinor, &d.cc_minor}}) {
     const cudaError_t err = cudaDeviceGetAttribute(field, attr, device);
-    TORCH_CHECK(err == cudaSuccess, "flashattn: cannot read device ", device, "'s attributes: ", cudaGetErrorString(err));
+    FLASHATTN_CHECK(err == cudaSuccess, "flashattn: cannot read device ", device, "'s attributes: ", cudaGetErrorString(err));
   }
   return d;
 }

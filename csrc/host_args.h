@@ -15,6 +15,7 @@
 #include <limits>
 #include <optional>
 
+#include "check.h"
 #include "common/params.h"
 
 namespace flashattn {
@@ -78,50 +79,50 @@ inline bool is_half_type(at::ScalarType s) { return s == at::kHalf || s == at::k
 // dim the kernels take. `layout` names the expected shape in messages. Strides: unit_last_stride.
 inline void check_qkv(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t rank,
                       const char* layout) {
-  TORCH_CHECK(q.dim() == rank && k.dim() == rank && v.dim() == rank, op, ": q, k, v must be ", rank, "-D ", layout,
+  FLASHATTN_CHECK(q.dim() == rank && k.dim() == rank && v.dim() == rank, op, ": q, k, v must be ", rank, "-D ", layout,
               ", got shapes ", q.sizes(), ", ", k.sizes(), ", ", v.sizes());
   const at::ScalarType dtype = q.scalar_type();
-  TORCH_CHECK(is_half_type(dtype), op, ": dtype must be float16 or bfloat16, got ", dtype);
-  TORCH_CHECK(k.scalar_type() == dtype && v.scalar_type() == dtype, op, ": q, k, v must share one dtype, got ", dtype,
+  FLASHATTN_CHECK(is_half_type(dtype), op, ": dtype must be float16 or bfloat16, got ", dtype);
+  FLASHATTN_CHECK(k.scalar_type() == dtype && v.scalar_type() == dtype, op, ": q, k, v must share one dtype, got ", dtype,
               ", ", k.scalar_type(), ", ", v.scalar_type());
-  TORCH_CHECK(q.is_cuda() && k.device() == q.device() && v.device() == q.device(), op,
+  FLASHATTN_CHECK(q.is_cuda() && k.device() == q.device() && v.device() == q.device(), op,
               ": q, k, v must be on one CUDA device, got ", q.device(), ", ", k.device(), ", ", v.device());
-  TORCH_CHECK(k.sizes() == v.sizes(), op, ": k and v shapes differ: ", k.sizes(), " and ", v.sizes());
+  FLASHATTN_CHECK(k.sizes() == v.sizes(), op, ": k and v shapes differ: ", k.sizes(), " and ", v.sizes());
   const int64_t D = q.size(-1), Hq = q.size(-2), Hk = k.size(-2);
-  TORCH_CHECK(k.size(-1) == D, op, ": k/v head dim differs from q's ", D);
-  TORCH_CHECK(Hk > 0 && Hq % Hk == 0, op, ": q heads (", Hq, ") must be a multiple of k/v heads (", Hk, ")");
-  TORCH_CHECK(D >= 8 && D <= 256 && D % 8 == 0, op, ": head dim must be a multiple of 8 in [8, 256], got ", D);
+  FLASHATTN_CHECK(k.size(-1) == D, op, ": k/v head dim differs from q's ", D);
+  FLASHATTN_CHECK(Hk > 0 && Hq % Hk == 0, op, ": q heads (", Hq, ") must be a multiple of k/v heads (", Hk, ")");
+  FLASHATTN_CHECK(D >= 8 && D <= 256 && D % 8 == 0, op, ": head dim must be a multiple of 8 in [8, 256], got ", D);
 }
 
 // The layout the forward ops promise to take as it is: a contiguous last dimension (other strides
 // are free; aligned_or_copy copies what the kernels cannot load).
 inline void check_unit_last_stride(const char* op, std::initializer_list<const at::Tensor*> tensors) {
   for (const at::Tensor* t : tensors)
-    TORCH_CHECK(t->size(-1) <= 1 || t->stride(-1) == 1, op, ": last dimension must be contiguous, got strides ",
+    FLASHATTN_CHECK(t->size(-1) <= 1 || t->stride(-1) == 1, op, ": last dimension must be contiguous, got strides ",
                 t->strides());
 }
 
 // A tensor that must match q's dtype and device (dout, out, the new keys of a decode step).
 inline void check_like(const char* op, const char* name, const at::Tensor& t, const at::Tensor& q) {
-  TORCH_CHECK(t.scalar_type() == q.scalar_type(), op, ": ", name, " dtype must be q's ", q.scalar_type(), ", got ",
+  FLASHATTN_CHECK(t.scalar_type() == q.scalar_type(), op, ": ", name, " dtype must be q's ", q.scalar_type(), ", got ",
               t.scalar_type());
-  TORCH_CHECK(t.device() == q.device(), op, ": ", name, " must be on q's device ", q.device(), ", got ", t.device());
+  FLASHATTN_CHECK(t.device() == q.device(), op, ": ", name, " must be on q's device ", q.device(), ", got ", t.device());
 }
 
 // The forward's lse as the backward takes it back: float32 of the given shape, on q's device.
 inline void check_lse(const char* op, const at::Tensor& lse, const at::Tensor& q, at::IntArrayRef shape,
                       const char* layout) {
-  TORCH_CHECK(lse.scalar_type() == at::kFloat && lse.sizes() == shape, op, ": lse must be float32 ", layout, " = ",
+  FLASHATTN_CHECK(lse.scalar_type() == at::kFloat && lse.sizes() == shape, op, ": lse must be float32 ", layout, " = ",
               shape, " as the forward returns it, got ", lse.scalar_type(), " ", lse.sizes());
-  TORCH_CHECK(lse.device() == q.device(), op, ": lse must be on q's device ", q.device(), ", got ", lse.device());
+  FLASHATTN_CHECK(lse.device() == q.device(), op, ": lse must be on q's device ", q.device(), ", got ", lse.device());
 }
 
 // int32 [batch + 1] cumulative lengths, contiguous, on q's device (never read on the host).
 inline void check_cu_seqlens(const char* op, const char* name, const at::Tensor& cu, const at::Tensor& q) {
-  TORCH_CHECK(cu.scalar_type() == at::kInt, op, ": ", name, " must be int32, got ", cu.scalar_type());
-  TORCH_CHECK(cu.device() == q.device(), op, ": ", name, " must be on q's device ", q.device(), ", got ", cu.device());
-  TORCH_CHECK(cu.dim() == 1 && cu.size(0) >= 1, op, ": ", name, " must be 1-D [batch + 1], got shape ", cu.sizes());
-  TORCH_CHECK(cu.is_contiguous(), op, ": ", name, " must be contiguous");
+  FLASHATTN_CHECK(cu.scalar_type() == at::kInt, op, ": ", name, " must be int32, got ", cu.scalar_type());
+  FLASHATTN_CHECK(cu.device() == q.device(), op, ": ", name, " must be on q's device ", q.device(), ", got ", cu.device());
+  FLASHATTN_CHECK(cu.dim() == 1 && cu.size(0) >= 1, op, ": ", name, " must be 1-D [batch + 1], got shape ", cu.sizes());
+  FLASHATTN_CHECK(cu.is_contiguous(), op, ": ", name, " must be contiguous");
 }
 
 // Both packings of a packed batch; returns the batch size.
@@ -129,10 +130,10 @@ inline int64_t check_packing(const char* op, const at::Tensor& cu_seqlens_q, con
                              int64_t max_seqlen_q, int64_t max_seqlen_k, const at::Tensor& q) {
   check_cu_seqlens(op, "cu_seqlens_q", cu_seqlens_q, q);
   check_cu_seqlens(op, "cu_seqlens_k", cu_seqlens_k, q);
-  TORCH_CHECK(cu_seqlens_q.size(0) == cu_seqlens_k.size(0), op,
+  FLASHATTN_CHECK(cu_seqlens_q.size(0) == cu_seqlens_k.size(0), op,
               ": cu_seqlens_q and cu_seqlens_k must have the same length (batch + 1), got ", cu_seqlens_q.size(0),
               " and ", cu_seqlens_k.size(0));
-  TORCH_CHECK(max_seqlen_q >= 0 && max_seqlen_k >= 0, op, ": max_seqlen_q and max_seqlen_k must be >= 0, got ",
+  FLASHATTN_CHECK(max_seqlen_q >= 0 && max_seqlen_k >= 0, op, ": max_seqlen_q and max_seqlen_k must be >= 0, got ",
               max_seqlen_q, " and ", max_seqlen_k);
   return cu_seqlens_q.size(0) - 1;
 }
@@ -140,23 +141,23 @@ inline int64_t check_packing(const char* op, const at::Tensor& cu_seqlens_q, con
 // The scale a kernel runs with: 1/sqrt(head dim) for none, else the caller's, which must be finite.
 inline float softmax_scale_of(const char* op, std::optional<double> scale, int64_t head_dim) {
   const double s = scale.has_value() ? *scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
-  TORCH_CHECK(std::isfinite(s), op, ": softmax_scale must be finite, got ", s);
+  FLASHATTN_CHECK(std::isfinite(s), op, ": softmax_scale must be finite, got ", s);
   return static_cast<float>(s);
 }
 
 // The causal mode (0, 1 or 2: CausalMode), the window edges (-1 unbounded) and the softcap (0 off,
 // else a positive value within float32's normal range).
 inline void check_mask(const char* op, int64_t causal_mode, int64_t window_left, int64_t window_right, double softcap) {
-  TORCH_CHECK(causal_mode >= 0 && causal_mode <= 2, op, ": causal_mode must be 0, 1 or 2, got ", causal_mode);
-  TORCH_CHECK(window_left >= -1 && window_right >= -1, op, ": window_left and window_right must be >= -1 "
+  FLASHATTN_CHECK(causal_mode >= 0 && causal_mode <= 2, op, ": causal_mode must be 0, 1 or 2, got ", causal_mode);
+  FLASHATTN_CHECK(window_left >= -1 && window_right >= -1, op, ": window_left and window_right must be >= -1 "
               "(-1: unbounded), got ", window_left, " and ", window_right);
-  TORCH_CHECK(softcap == 0.0 || (softcap > 0.0 && std::isfinite(static_cast<float>(softcap)) &&
+  FLASHATTN_CHECK(softcap == 0.0 || (softcap > 0.0 && std::isfinite(static_cast<float>(softcap)) &&
                                  static_cast<float>(softcap) >= std::numeric_limits<float>::min()),
               op, ": softcap must be 0 (off) or a positive value within float32's normal range, got ", softcap);
 }
 
 inline void check_backend(const char* op, c10::string_view backend) {
-  TORCH_CHECK(backend == "auto" || backend == "portable" || backend == "hopper", op,
+  FLASHATTN_CHECK(backend == "auto" || backend == "portable" || backend == "hopper", op,
               ": backend must be 'auto', 'portable' or 'hopper', got '", std::string(backend), "'");
 }
 
@@ -169,7 +170,7 @@ constexpr const char* kVarlenHopperMessage =
 
 inline void check_packed_backend(const char* op, c10::string_view backend) {
   check_backend(op, backend);
-  TORCH_CHECK(backend != "hopper", op, ": ", kVarlenHopperMessage);
+  FLASHATTN_CHECK(backend != "hopper", op, ": ", kVarlenHopperMessage);
 }
 
 }  // namespace flashattn

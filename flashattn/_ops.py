@@ -347,14 +347,12 @@ _bwd_varlen = torch.ops.flashattn.bwd_varlen.default
 _fwd_kvcache = torch.ops.flashattn.fwd_kvcache.default
 
 
-# The direct call path of the public entry points (the op first, the C++ binding's checks refusing
-# bad input, the Python validation only to name what was refused) is off by default: on the H200
-# machine of 2026-11-26 a C++ check whose message formats an integer crashed the process
-# (SIGSEGV in std::ostream::_M_insert<long> inside the extension: a libstdc++ mismatch of that
-# build), so bad input must not reach the binding until the build is fixed. FLASHATTN_DIRECT_PATH=1
-# turns it on. With it off every call is validated in Python first (~6 us) and then runs the op,
-# the C++ autograd included.
-DIRECT_PATH = os.environ.get("FLASHATTN_DIRECT_PATH", "0").strip() not in ("", "0")
+# The direct call path of the public entry points: the op first, the C++ binding's checks refusing
+# bad input, the Python validation only to name what was refused. FLASHATTN_DIRECT_PATH=0 turns it
+# off (every call validated in Python first, ~6 us, then the op). The binding's messages are built
+# without a C++ stream (csrc/check.h): on a build whose libstdc++ disagreed with its compiler, a
+# TORCH_CHECK message with a number in it crashed the process (the H200 build of 2026-11-26).
+DIRECT_PATH = os.environ.get("FLASHATTN_DIRECT_PATH", "1").strip() not in ("", "0")
 
 
 def eager_callable(overload):
