@@ -25,6 +25,7 @@
 #                                     D=256 backward config lab, the backward timing grid  (~7 min)
 #   bash lab/gpu_run.sh host     build, the GPU suite, then where a small call's host time goes, side by
 #                                     side with SDPA (lab/host_profile_gpu.py)             (~6 min)
+#   bash lab/gpu_run.sh pytest   a part of the GPU suite on a built tree: PYTEST_ARGS="tests/test_x.py ..."
 #   bash lab/gpu_run.sh hostprofile  the host profile alone on a built tree                (~2 min)
 #   bash lab/gpu_run.sh l2decode build, the decode check and the suite's decode tests, then the Hopper
 #                                     lab's L2 group budget A/B                           (~5 min)
@@ -56,6 +57,10 @@ env_info() {
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv
   python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
   nvcc --version | tail -2
+  # The host compiler and the libstdc++ a torch process maps: the extension is built by the one and
+  # run against the other (csrc/check.h says why that matters).
+  "${CXX:-g++}" --version | head -1
+  python3 -c "import torch; print(sorted({l.split()[-1] for l in open('/proc/self/maps') if 'libstdc++' in l}))"
 }
 
 # Wheels carried in .whl/ (pytest-benchmark, FlashAttention-3's tokenspeed-fa3 for the fa3 comparator:
@@ -177,6 +182,13 @@ case "${1:-verify}" in
     step pytest_gpu 300 "${pytest_ci[@]}" --ignore=tests/test_build_checks.py -ra --durations=10
     step host_profile 180 python3 lab/host_profile_gpu.py
     ;;
+  pytest)  # a part of the suite on a built tree (built first if not): PYTEST_ARGS, PYTEST_TIMEOUT_S
+           # (default 540). The whole GPU suite takes longer than one call: run it in parts.
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    # shellcheck disable=SC2086
+    step pytest_part "${PYTEST_TIMEOUT_S:-540}" "${pytest_ci[@]}" ${PYTEST_ARGS:-} -ra --durations=10
+    ;;
   hostprofile)  # the host profile alone, on a built tree (a second look at the numbers)
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
@@ -196,7 +208,7 @@ case "${1:-verify}" in
     step sanitize 330 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-45}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|hostprofile|bwdlab|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|hostprofile|bwdlab|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
