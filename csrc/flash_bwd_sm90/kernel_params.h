@@ -24,6 +24,8 @@ struct Sm90BwdParams {
   int num_n_blocks;  // key blocks of kBlockN per (batch, K/V head)
   int num_m_blocks;  // query blocks of kBlockM per (batch, query head): dq_accum is
                      // [B, Hq, num_m_blocks, kBlockM * kHeadDim] in the tile order of traits.h
+  int lpt_heads;     // the CTA order (mainloop.cuh, bwd_block): 0 = a (batch, K/V head)'s key blocks
+                     // one after another; n > 0 = groups of n of them, key block slowest in a group
 };
 
 }  // namespace sm90

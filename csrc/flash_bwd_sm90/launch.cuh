@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+
 #include "../common/bwd_params.h"
 #include "../common/bwd_preprocess.cuh"
 #include "../common/sm90/tma_host.h"
@@ -18,6 +20,29 @@
 namespace flashattn {
 namespace sm90 {
 
+// The CTA order under a causal mask (bwd_block): groups of (batch, K/V head) pairs whose Q and dO
+// (2 bytes an element) take at most kBwdLptL2Bytes together, at least one pair a group. 0 (key
+// blocks one head after another) without a causal mask, where every key block has the same
+// query blocks, and in deterministic mode, whose tickets need that order.
+constexpr long long kBwdLptL2Bytes = 16ll << 20;
+
+// FLASHATTN_BWD_LPT=0 keeps the plain order under a causal mask too: a lab switch for measuring the
+// two orders side by side in one process (lab/bwd_order_time.py), read at every causal call (a
+// getenv, well under a microsecond).
+inline bool bwd_lpt_order_on() {
+  const char* v = std::getenv("FLASHATTN_BWD_LPT");
+  return v == nullptr || v[0] != '0';
+}
+
+template <typename Traits>
+int bwd_lpt_heads(const BwdParams& p) {
+  if (!p.causal || p.dq_semaphore != nullptr || !bwd_lpt_order_on()) return 0;
+  const long long pair_bytes = 2ll * 2 * (p.heads_q / p.heads_kv) * static_cast<long long>(p.seqlen_q) * Traits::kHeadDim;
+  const long long pairs = static_cast<long long>(p.batch) * p.heads_kv;
+  const long long fit = pair_bytes > 0 ? kBwdLptL2Bytes / pair_bytes : pairs;
+  return static_cast<int>(fit < 1 ? 1 : (fit > pairs ? pairs : fit));
+}
+
 template <typename Traits, typename Element, bool kSoftcap>
 cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
   if ((p.softcap != 0.f) != kSoftcap) return cudaErrorInvalidValue;
@@ -26,6 +51,7 @@ cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
   kp.p = p;
   kp.num_n_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   kp.num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
+  kp.lpt_heads = bwd_lpt_heads<Traits>(p);
   const bool bf16 = p.dtype == DType::kBFloat16;
   const BwdTmaTensors t = bwd_tma_tensors(p);
   if (!encode_tma_4d(&kp.tma_q, t.q, bf16, Traits::kBlockM) || !encode_tma_4d(&kp.tma_do, t.dout, bf16, Traits::kBlockM) ||

@@ -93,15 +93,29 @@ struct BwdBlock {
 };
 
 template <typename Traits>
-__device__ __forceinline__ BwdBlock bwd_block(const BwdParams& p, int num_n_blocks) {
+__device__ __forceinline__ BwdBlock bwd_block(const BwdParams& p, int num_n_blocks, int lpt_heads) {
   BwdBlock b;
   // Key blocks vary fastest (neighbouring CTAs share their Q/dO reads in L2), as in the portable
   // kernel: the first key block first (under a causal mask the one with the most query blocks),
   // but the last one first in deterministic mode, whose tickets count down from the last key block
   // (bwd_sm90_dq_writer): a CTA only ever waits for CTAs launched before it, which therefore run.
-  const int idx = static_cast<int>(blockIdx.x % num_n_blocks);
+  // Under a causal mask (lpt_heads > 0, never in deterministic mode) the (batch, K/V head) pairs go
+  // in groups of lpt_heads whose Q and dO fit in L2 together, key block slowest inside a group: the
+  // longest CTAs of a group start first, so the grid's last wave is not a head's longest CTAs
+  // starting late (longest-first over the whole grid lost the L2 sharing: perf-notes v11b).
+  int idx, bh;
+  if (lpt_heads > 0) {
+    const int per_group = lpt_heads * num_n_blocks;
+    const int group = static_cast<int>(blockIdx.x) / per_group;
+    const int j = static_cast<int>(blockIdx.x) - group * per_group;
+    const int heads_here = min(lpt_heads, p.batch * p.heads_kv - group * lpt_heads);
+    idx = j / heads_here;
+    bh = group * lpt_heads + (j - idx * heads_here);
+  } else {
+    idx = static_cast<int>(blockIdx.x % num_n_blocks);
+    bh = static_cast<int>(blockIdx.x / num_n_blocks);
+  }
   b.n_block = p.dq_semaphore != nullptr ? num_n_blocks - 1 - idx : idx;
-  const int bh = static_cast<int>(blockIdx.x / num_n_blocks);
   b.head_kv = bh % p.heads_kv;
   b.batch = bh / p.heads_kv;
   b.group = p.heads_q / p.heads_kv;

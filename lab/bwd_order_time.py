@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""The Hopper backward's CTA order under a causal mask, side by side in one process: the grouped
+longest-first order (csrc/flash_bwd_sm90/launch.cuh, bwd_lpt_heads) against the plain order
+(FLASHATTN_BWD_LPT=0), in alternating rounds, with cuDNN's backward on the same tensors for the
+ratio. bf16 and fp16, B*S = 16k tokens, H*D = 2048, D 64/128/256, S 1k..16k, causal (bottom-right
+= top-left here, Sq = Sk); ms per call, the op alone, medians of rounds.
+usage: python lab/bwd_order_time.py [--rounds N]"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+
+import torch
+import torch.nn.functional as F
+import triton.testing
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import flashattn  # noqa: F401  (registers torch.ops.flashattn)
+
+BWD = torch.ops.flashattn.bwd.default
+FWD = torch.ops.flashattn.fwd.default
+
+
+def timed(fn) -> float:
+    return triton.testing.do_bench(fn, warmup=5, rep=40, return_mode="median")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    gains = []
+    for dtype in (torch.bfloat16, torch.float16):
+        print(f"{dtype}: ms; x cudnn = cuDNN's time / ours")
+        print(f"{'D':>4} {'S':>6} {'plain':>8} {'grouped':>8} {'cudnn':>8} {'gain':>6} {'x cudnn plain':>14} {'x cudnn grouped':>16}")
+        for d in (64, 128, 256):
+            for s in (1024, 2048, 4096, 8192, 16384):
+                b, h = 16384 // s, 2048 // d
+                q, k, v, dout = (torch.randn(b, s, h, d, device="cuda", dtype=dtype) for _ in range(4))
+                scale = d**-0.5
+                out, lse = FWD(q, k, v, scale, 1, "auto")
+                t = {"plain": [], "grouped": []}
+                for _ in range(args.rounds):
+                    for name, env in (("plain", "0"), ("grouped", "1")):
+                        os.environ["FLASHATTN_BWD_LPT"] = env
+                        t[name].append(timed(lambda: BWD(dout, q, k, v, out, lse, scale, 1, False, "auto")))
+                os.environ.pop("FLASHATTN_BWD_LPT")
+                qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
+                t_cudnn = timed(lambda: torch.autograd.grad(o, (qt, kt, vt), dout.transpose(1, 2), retain_graph=True))
+                plain, grouped = sorted(t["plain"])[len(t["plain"]) // 2], sorted(t["grouped"])[len(t["grouped"]) // 2]
+                gains.append(plain / grouped)
+                print(f"{d:>4} {s:>6} {plain:8.3f} {grouped:8.3f} {t_cudnn:8.3f} {plain / grouped:6.3f} "
+                      f"{t_cudnn / plain:14.3f} {t_cudnn / grouped:16.3f}")
+    print(f"geomean gain of the grouped order: {math.exp(sum(map(math.log, gains)) / len(gains)):.3f} ({len(gains)} shapes)")
+
+
+if __name__ == "__main__":
+    main()
