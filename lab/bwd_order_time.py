@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """The Hopper backward's CTA order under a causal mask, side by side in one process: the grouped
-longest-first order (csrc/flash_bwd_sm90/launch.cuh, bwd_lpt_heads) against the plain order
-(FLASHATTN_BWD_LPT=0), in alternating rounds, with cuDNN's backward on the same tensors for the
-ratio. bf16 and fp16, B*S = 16k tokens, H*D = 2048, D 64/128/256, S 1k..16k, causal (bottom-right
+longest-first order (csrc/flash_bwd_sm90/launch.cuh, bwd_lpt_heads) for each L2 budget given
+(FLASHATTN_BWD_LPT=<MiB>) against the plain order (0), in alternating rounds, with cuDNN's backward
+on the same tensors for the ratio. bf16 and fp16, B*S = 16k tokens, H*D = 2048, D 64/128/256, S 1k..16k, causal (bottom-right
 = top-left here, Sq = Sk); ms per call, the op alone, medians of rounds.
-usage: python lab/bwd_order_time.py [--rounds N]"""
+usage: python lab/bwd_order_time.py [--rounds N] [--budgets 16,32,...]"""
 
 from __future__ import annotations
 
@@ -30,20 +30,22 @@ def timed(fn) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--budgets", default="16", help="L2 budgets in MiB, comma-separated")
     args = ap.parse_args()
-    gains = []
+    modes = [("plain", "0")] + [(f"{m}MiB", m) for m in args.budgets.split(",")]
+    gains = {name: [] for name, _ in modes[1:]}
     for dtype in (torch.bfloat16, torch.float16):
         print(f"{dtype}: ms; x cudnn = cuDNN's time / ours")
-        print(f"{'D':>4} {'S':>6} {'plain':>8} {'grouped':>8} {'cudnn':>8} {'gain':>6} {'x cudnn plain':>14} {'x cudnn grouped':>16}")
+        print(f"{'D':>4} {'S':>6} {'cudnn':>8} " + " ".join(f"{name:>8} {'x cudnn':>7}" for name, _ in modes))
         for d in (64, 128, 256):
             for s in (1024, 2048, 4096, 8192, 16384):
                 b, h = 16384 // s, 2048 // d
                 q, k, v, dout = (torch.randn(b, s, h, d, device="cuda", dtype=dtype) for _ in range(4))
                 scale = d**-0.5
                 out, lse = FWD(q, k, v, scale, 1, "auto")
-                t = {"plain": [], "grouped": []}
+                t = {name: [] for name, _ in modes}
                 for _ in range(args.rounds):
-                    for name, env in (("plain", "0"), ("grouped", "1")):
+                    for name, env in modes:
                         os.environ["FLASHATTN_BWD_LPT"] = env
                         t[name].append(timed(lambda: BWD(dout, q, k, v, out, lse, scale, 1, False, "auto")))
                 os.environ.pop("FLASHATTN_BWD_LPT")
@@ -51,11 +53,12 @@ def main() -> None:
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
                 t_cudnn = timed(lambda: torch.autograd.grad(o, (qt, kt, vt), dout.transpose(1, 2), retain_graph=True))
-                plain, grouped = sorted(t["plain"])[len(t["plain"]) // 2], sorted(t["grouped"])[len(t["grouped"]) // 2]
-                gains.append(plain / grouped)
-                print(f"{d:>4} {s:>6} {plain:8.3f} {grouped:8.3f} {t_cudnn:8.3f} {plain / grouped:6.3f} "
-                      f"{t_cudnn / plain:14.3f} {t_cudnn / grouped:16.3f}")
-    print(f"geomean gain of the grouped order: {math.exp(sum(map(math.log, gains)) / len(gains)):.3f} ({len(gains)} shapes)")
+                med = {name: sorted(ts)[len(ts) // 2] for name, ts in t.items()}
+                for name in gains:
+                    gains[name].append(med["plain"] / med[name])
+                print(f"{d:>4} {s:>6} {t_cudnn:8.3f} " + " ".join(f"{med[name]:8.3f} {t_cudnn / med[name]:7.3f}" for name, _ in modes))
+    for name, g in gains.items():
+        print(f"geomean gain of the grouped order, {name}: {math.exp(sum(map(math.log, g)) / len(g)):.3f} ({len(g)} shapes)")
 
 
 if __name__ == "__main__":

@@ -26,20 +26,22 @@ namespace sm90 {
 // query blocks, and in deterministic mode, whose tickets need that order.
 constexpr long long kBwdLptL2Bytes = 16ll << 20;
 
-// FLASHATTN_BWD_LPT=0 keeps the plain order under a causal mask too: a lab switch for measuring the
-// two orders side by side in one process (lab/bwd_order_time.py), read at every causal call (a
-// getenv, well under a microsecond).
-inline bool bwd_lpt_order_on() {
+// FLASHATTN_BWD_LPT=<MiB> sets the group budget, 0 keeps the plain order under a causal mask too: a
+// lab switch for measuring the orders side by side in one process (lab/bwd_order_time.py), read at
+// every causal call (a getenv, well under a microsecond).
+inline long long bwd_lpt_budget_bytes() {
   const char* v = std::getenv("FLASHATTN_BWD_LPT");
-  return v == nullptr || v[0] != '0';
+  return v == nullptr || *v == '\0' ? kBwdLptL2Bytes : std::atoll(v) << 20;
 }
 
 template <typename Traits>
 int bwd_lpt_heads(const BwdParams& p) {
-  if (!p.causal || p.dq_semaphore != nullptr || !bwd_lpt_order_on()) return 0;
+  if (!p.causal || p.dq_semaphore != nullptr) return 0;
+  const long long budget = bwd_lpt_budget_bytes();
+  if (budget <= 0) return 0;
   const long long pair_bytes = 2ll * 2 * (p.heads_q / p.heads_kv) * static_cast<long long>(p.seqlen_q) * Traits::kHeadDim;
   const long long pairs = static_cast<long long>(p.batch) * p.heads_kv;
-  const long long fit = pair_bytes > 0 ? kBwdLptL2Bytes / pair_bytes : pairs;
+  const long long fit = pair_bytes > 0 ? budget / pair_bytes : pairs;
   return static_cast<int>(fit < 1 ? 1 : (fit > pairs ? pairs : fit));
 }
 
