@@ -30,7 +30,7 @@ def timed(fn) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--budgets", default="16", help="L2 budgets in MiB, comma-separated")
+    ap.add_argument("--budgets", default="8", help="L2 budgets in MiB, comma-separated")
     args = ap.parse_args()
     modes = [("plain", "0")] + [(f"{m}MiB", m) for m in args.budgets.split(",")]
     gains = {name: [] for name, _ in modes[1:]}

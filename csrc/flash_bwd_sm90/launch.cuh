@@ -24,7 +24,7 @@ namespace sm90 {
 // (2 bytes an element) take at most kBwdLptL2Bytes together, at least one pair a group. 0 (key
 // blocks one head after another) without a causal mask, where every key block has the same
 // query blocks, and in deterministic mode, whose tickets need that order.
-constexpr long long kBwdLptL2Bytes = 16ll << 20;
+constexpr long long kBwdLptL2Bytes = 8ll << 20;
 
 // FLASHATTN_BWD_LPT=<MiB> sets the group budget, 0 keeps the plain order under a causal mask too: a
 // lab switch for measuring the orders side by side in one process (lab/bwd_order_time.py), read at
