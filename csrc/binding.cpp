@@ -71,6 +71,20 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
     tile_counter = at::zeros({1}, q.options().dtype(at::kInt));
     p.tile_counter = tile_counter.data_ptr<int>();
   }
+  // Few query tiles for the SMs (short prefills, B=1 H=1): the Hopper path splits each tile's keys
+  // over several CTAs, whose float32 partials (one allocation: o_accum, then lse_accum) a second
+  // kernel merges into out and lse. The portable path ignores the split.
+  at::Tensor split_accum;
+  if (backend != "portable") {
+    const int splits = flashattn::flash_fwd_sm90_num_splits(p, dev);
+    if (splits > 1) {
+      const int64_t rows = splits * B * Hq * Sq;
+      split_accum = at::empty({rows * (D + 1)}, q.options().dtype(at::kFloat));
+      p.num_splits = splits;
+      p.o_accum = split_accum.data_ptr<float>();
+      p.lse_accum = p.o_accum + rows * D;
+    }
+  }
   cudaError_t err;
   if (backend == "portable") {
     err = flashattn::flash_fwd(p, dev, stream);

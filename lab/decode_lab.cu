@@ -68,11 +68,7 @@ struct Config {
   }
   static void run(const DecodeParams& p) {
     CK((run_decode_split<Traits, T>(p, 0)));
-    if (p.num_splits > 1) {
-      const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
-      flash_decode_combine_kernel<T><<<static_cast<unsigned>((rows + kCombineWarps - 1) / kCombineWarps),
-                                       kCombineWarps * 32>>>(p);
-    }
+    if (p.num_splits > 1) CK((launch_split_combine<T>(split_combine_params(p), 0, false)));
   }
 };
 

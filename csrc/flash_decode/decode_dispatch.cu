@@ -143,28 +143,13 @@ cudaError_t flash_decode(const DecodeParams& p_in, cudaStream_t stream) {
   if (rows_all == 0) return cudaSuccess;
   cudaError_t err = l->launch(p, stream);
   if (err != cudaSuccess || p.num_splits == 1) return err;
-  const int64_t blocks = (rows_all + kCombineWarps - 1) / kCombineWarps;
-  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
   // Programmatic dependent launch for the kHopper config (always an sm90+ device): the combine
-  // grid is scheduled while the split grid still runs and waits on it in griddepcontrol.wait
-  // (decode_combine.cuh), which takes the launch gap between the two kernels off the critical
-  // path; it matters at B=1, where the whole call is tens of microseconds.
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-  cfg.blockDim = dim3(kCombineWarps * 32);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = p.kernel_variant == static_cast<int>(DecodeVariant::kHopper) ? 1 : 0;
-  if (p.dtype == DType::kBFloat16)
-    err = cudaLaunchKernelEx(&cfg, flash_decode_combine_kernel<__nv_bfloat16>, p);
-  else
-    err = cudaLaunchKernelEx(&cfg, flash_decode_combine_kernel<__half>, p);
-  if (err != cudaSuccess) return err;
-  return cudaGetLastError();
+  // grid is scheduled while the split grid still runs (../common/split_combine.cuh); it matters at
+  // B=1, where the whole call is tens of microseconds.
+  const bool programmatic = p.kernel_variant == static_cast<int>(DecodeVariant::kHopper);
+  const SplitCombineParams c = split_combine_params(p);
+  return p.dtype == DType::kBFloat16 ? launch_split_combine<__nv_bfloat16>(c, stream, programmatic)
+                                     : launch_split_combine<__half>(c, stream, programmatic);
 }
 
 }  // namespace flashattn

@@ -117,9 +117,13 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
 
   ConsumerSchedule<Traits, kDynamic> sched{params, sm};
   for (int t = sched.first(); t < params.num_tiles; t = sched.next(t)) {
-    const TileCoord tc = decode_tile(t, params.num_m_blocks, params.heads_q, batch_heads, params.group_heads);
-    const KeyBlocks r = block_range(tc.m_block, kBlockM, kBlockN, params.seqlen_q, params.seqlen_k, params.causal_offset,
-                                    Traits::kLocal ? params.window_left : -1, Traits::kLocal ? params.window_right : -1);
+    const SplitTile st = split_tile(t, params.num_splits, params.num_m_blocks, params.heads_q, batch_heads,
+                                    params.group_heads);
+    const TileCoord& tc = st.coord;
+    const KeyBlocks r = split_blocks(
+        block_range(tc.m_block, kBlockM, kBlockN, params.seqlen_q, params.seqlen_k, params.causal_offset,
+                    Traits::kLocal ? params.window_left : -1, Traits::kLocal ? params.window_right : -1),
+        st.split, params.num_splits);
     const int row0 = tc.m_block * kBlockM + row_in_tile;  // sequence index of this thread's first row
 
     float o[kORegs];
@@ -255,7 +259,9 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
     // Tiles with no visible key (no key block) come here directly: O = 0, LSE = -inf.
     float lse[2];
     softmax.finalize(o, lse);
-    if constexpr (Traits::kOTma)
+    if (params.num_splits > 1)
+      store_o_partial(params, o, lse, st.split, tc.batch, tc.head_q, row0, col_in_quad, lane % 4 == 0);
+    else if constexpr (Traits::kOTma)
       store_o_tma<Traits, Element>(params, sm.o(), o, lse, tc.batch, tc.head_q, tc.m_block, wg, row0, lane % 4 == 0);
     else
       store_o_lse<Element>(params, o, lse, tc.batch, tc.head_q, row0, col_in_quad, lane % 4 == 0);

@@ -4,12 +4,15 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
 
 #include "../common/dtype_of.h"
+#include "../common/split_combine.cuh"
 #include "api.h"
 #include "launch_decl.h"
 #include "tile_scheduler.h"
@@ -29,6 +32,7 @@ struct Sm90Launcher {
   int head_dim;
   Sm90ConfigKind kind;  // which calls it serves (traits.h sm90_config_kind)
   int block_m;          // query rows per tile
+  int block_n;          // keys per key block
   int smem_bytes;
   bool o_tma;  // O leaves through a TMA store (traits kOTma): O must be TMA-describable too
   bool local;  // applies causal masking / a local window (traits kLocal)
@@ -45,6 +49,7 @@ struct Sm90Launcher {
                D,                                                                       \
                Sm90ConfigKind::KIND,                                                    \
                CONFIG<D>::Traits::kBlockM,                                              \
+               CONFIG<D>::Traits::kBlockN,                                              \
                CONFIG<D>::Traits::kSmemBytes,                                           \
                CONFIG<D>::Traits::kOTma,                                                \
                CONFIG<D>::Traits::kLocal,                                               \
@@ -137,11 +142,36 @@ bool flash_fwd_sm90_wants_tile_counter(const FwdParams& p, const DeviceLimits& d
                                                sm90::kLaunchers[i].block_m, dev.sm_count);
 }
 
+int flash_fwd_sm90_num_splits(const FwdParams& p, const DeviceLimits& dev) {
+  if (dev.cc_major != 9 || dev.cc_minor != 0 || p.cu_seqlens_q != nullptr || dev.sm_count < 2) return 1;
+  const int i = sm90::find_launcher(p);
+  if (i < 0) return 1;
+  const sm90::Sm90Launcher& l = sm90::kLaunchers[i];
+  const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + l.block_m - 1) / l.block_m;
+  const int64_t tiles = m_blocks * p.batch * p.heads_q;
+  if (tiles < 1 || 2 * tiles > dev.sm_count) return 1;  // the tiles fill half the SMs or more: no split
+  // The longest tile's key blocks (the last query block under a causal mask, the band of a window).
+  const KeyBlocks r = sm90::block_range(static_cast<int>(m_blocks - 1), l.block_m, l.block_n, p.seqlen_q, p.seqlen_k,
+                                        p.causal_offset, l.local ? p.window_left : -1, l.local ? p.window_right : -1);
+  const int64_t cap = std::min<int64_t>(kMaxKeySplits, r.count());
+  // FLASHATTN_FWD_SPLITS=<n> (lab, lab/fwd_split_time.py): n splits where a split is allowed at all
+  // (1: never), in place of the rule below. Read only for these small grids.
+  if (const char* forced = std::getenv("FLASHATTN_FWD_SPLITS"); forced != nullptr && *forced != '\0')
+    return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(cap, std::atoll(forced))));
+  // As many splits as fill the SMs once, each with at least kMinSplitBlocks key blocks (a split's
+  // fixed costs, its Q load and its partial's write, and the combine's launch need that much work
+  // to pay back).
+  constexpr int64_t kMinSplitBlocks = 2;
+  const int64_t s = std::min<int64_t>(dev.sm_count / tiles, r.count() / kMinSplitBlocks);
+  return static_cast<int>(std::max<int64_t>(1, std::min(s, cap)));
+}
+
 cudaError_t flash_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream_t stream) {
   const int i = sm90::supported_launcher(p, dev);
   if (i < 0) return cudaErrorNotSupported;
   const sm90::Sm90Launcher& l = sm90::kLaunchers[i];
-  return p.tile_counter != nullptr ? l.launch_dynamic(p, dev, stream) : l.launch_static(p, dev, stream);
+  // A split call runs the static schedule: its tiles fit in one wave.
+  return p.tile_counter != nullptr && p.num_splits <= 1 ? l.launch_dynamic(p, dev, stream) : l.launch_static(p, dev, stream);
 }
 
 }  // namespace flashattn

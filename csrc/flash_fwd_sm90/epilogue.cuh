@@ -5,7 +5,8 @@
 //     instantiated one work. No shared memory, hence no synchronization with the producer.
 //   store_o_tma: O into the warpgroup's half of the O tile in shared memory, then one thread
 //     TMA-stores it (the tensor map clips rows and columns out of bounds).
-// LSE from one lane per quad either way.
+// LSE from one lane per quad either way. A tile of a split over the keys (num_splits > 1) writes
+// float32 partials instead (store_o_partial), for the combine of ../common/split_combine.cuh.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -55,6 +56,31 @@ __device__ __forceinline__ void store_o_lse(const Sm90Params& params, const floa
           *reinterpret_cast<uint32_t*>(o_row + col) = pack2<Element>(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]);
       }
       if (write_lse) lse_head[row] = lse[h];
+    }
+  }
+}
+
+// o: this thread's m64 x kHeadDim fragment, normalized over the split's keys, and the split's LSE:
+// float2 stores into o_accum / lse_accum (Sm90Params), rows past seqlen_q and columns past head_dim
+// skipped (the combine reads neither).
+template <int kORegs>
+__device__ __forceinline__ void store_o_partial(const Sm90Params& params, const float (&o)[kORegs], const float (&lse)[2],
+                                                int split, int batch, int head_q, int row0, int col0, bool write_lse) {
+  const int64_t rows_all = static_cast<int64_t>(params.batch) * params.heads_q * params.seqlen_q;
+  const int64_t head_rows =
+      split * rows_all + (static_cast<int64_t>(batch) * params.heads_q + head_q) * params.seqlen_q;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + 8 * h;
+    if (row < params.seqlen_q) {
+      float* o_row = params.o_accum + (head_rows + row) * params.head_dim;
+#pragma unroll
+      for (int j = 0; j < kORegs / 4; ++j) {
+        const int col = 8 * j + col0;
+        if (col < params.head_dim)
+          *reinterpret_cast<float2*>(o_row + col) = make_float2(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]);
+      }
+      if (write_lse) params.lse_accum[head_rows + row] = lse[h];
     }
   }
 }

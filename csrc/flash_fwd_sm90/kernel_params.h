@@ -34,7 +34,7 @@ struct Sm90Params {
   // Logit softcap (0: off): scores x -> tanh(x * softcap_scale) * softcap_log2, in log2 units.
   float softcap_scale, softcap_log2;
 
-  // Schedule: tile t in [0, num_tiles) -> (query block, batch, head), see tile_scheduler.h.
+  // Schedule: tile t in [0, num_tiles) -> (query block, batch, head, key split), see tile_scheduler.h.
   int num_m_blocks;
   int num_tiles;
   int group_heads;  // (batch, head) pairs per L2 group
@@ -43,6 +43,13 @@ struct Sm90Params {
   int* tile_counter;
 
   int* hang_report;  // host-mapped diagnostics of a stuck wait (lab builds); null otherwise
+
+  // Split over the keys (FwdParams::num_splits): tile t is split t % num_splits of query tile
+  // t / num_splits (tile_scheduler.h, split_tile); with num_splits > 1 the consumers write float32
+  // partials here instead of o and lse (epilogue.cuh, store_o_partial).
+  int num_splits;
+  float* o_accum;    // [num_splits, B, Hq, Sq, head_dim]
+  float* lse_accum;  // [num_splits, B, Hq, Sq]
 };
 
 }  // namespace sm90

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "../common/params.h"
+#include "../common/split_combine.cuh"
 #include "kernel.cuh"
 #include "kernel_params.h"
 #include "launch_decl.h"
@@ -76,7 +77,11 @@ bool make_sm90_params(const FwdParams& p, Sm90Params& k) {
   k.softcap_scale = p.softcap > 0.f ? p.softcap_scale : 0.f;
   k.softcap_log2 = p.softcap > 0.f ? p.softcap_log2 : 0.f;
   k.num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
-  k.num_tiles = k.num_m_blocks * p.batch * p.heads_q;
+  k.num_splits = p.num_splits > 1 ? p.num_splits : 1;
+  k.o_accum = p.o_accum;
+  k.lse_accum = p.lse_accum;
+  if (k.num_splits > 1 && (k.o_accum == nullptr || k.lse_accum == nullptr || k.num_splits > kMaxKeySplits)) return false;
+  k.num_tiles = k.num_m_blocks * p.batch * p.heads_q * k.num_splits;
   k.group_heads = l2_group_heads(p);
   k.tile_counter = p.tile_counter;
   k.hang_report = sm90_hang_report_slot();
@@ -97,7 +102,22 @@ cudaError_t run_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream
   if (err != cudaSuccess) return err;
   const int grid = std::min(k.num_tiles, std::max(1, dev.sm_count));
   kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(k);
-  return cudaGetLastError();
+  err = cudaGetLastError();
+  if (err != cudaSuccess || k.num_splits == 1) return err;
+  SplitCombineParams c;
+  c.o_accum = k.o_accum;
+  c.lse_accum = k.lse_accum;
+  c.o = p.o;
+  c.lse = p.lse;
+  c.o_batch_stride = p.o_batch_stride;
+  c.o_row_stride = p.o_row_stride;
+  c.o_head_stride = p.o_head_stride;
+  c.batch = p.batch;
+  c.heads_q = p.heads_q;
+  c.seqlen_q = p.seqlen_q;
+  c.head_dim = p.head_dim;
+  c.num_splits = k.num_splits;
+  return launch_split_combine<Element>(c, stream, /*programmatic=*/true);
 }
 
 }  // namespace sm90

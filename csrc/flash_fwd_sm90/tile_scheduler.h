@@ -36,6 +36,35 @@ FLASHATTN_HD TileCoord decode_tile(int t, int num_m_blocks, int heads_q, int bat
   return c;
 }
 
+// A tile of the kernel with the key split (Sm90Params::num_splits): split t % num_splits of query
+// tile t / num_splits, so the splits of one query tile run side by side (one wave: splits are used
+// only when the query tiles fill few SMs) and share its Q in L2.
+struct SplitTile {
+  TileCoord coord;
+  int split;
+};
+
+FLASHATTN_HD SplitTile split_tile(int t, int num_splits, int num_m_blocks, int heads_q, int batch_heads,
+                                  int group_heads) {
+  const int base = t / num_splits;
+  SplitTile s;
+  s.split = t - base * num_splits;
+  s.coord = decode_tile(base, num_m_blocks, heads_q, batch_heads, group_heads);
+  return s;
+}
+
+// The key blocks of split `split` of a query tile whose blocks are `r`: consecutive runs of
+// ceil(count / num_splits) blocks, the last ones possibly short or empty (an empty split writes
+// O = 0, LSE = -inf, which the combine weighs 0). The mask's full range stays absolute.
+FLASHATTN_HD KeyBlocks split_blocks(KeyBlocks r, int split, int num_splits) {
+  if (num_splits <= 1) return r;
+  const int per = (r.count() + num_splits - 1) / num_splits;
+  const int begin = r.n_begin + split * per;
+  r.n_begin = begin < r.n_end ? begin : r.n_end;
+  r.n_end = r.n_begin + per < r.n_end ? r.n_begin + per : r.n_end;
+  return r;
+}
+
 // (batch, head) pairs per L2 group (decode_tile): as many as keep their K and V (16-bit) within
 // kL2GroupBudgetBytes, a multiple of the query heads sharing one K/V head, at least one K/V head.
 // A group's query blocks of one head then run at most `group` tiles apart, so its K/V, fetched

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""The Hopper forward's split over the keys on small grids: kernel time (each call replayed from a
+CUDA graph, triton's do_bench_cudagraph) without a split (FLASHATTN_FWD_SPLITS=1), with the rule's
+split count, and SDPA's default and FlashAttention-2 on the same tensors; then the eager single
+call (host included) of the rule against SDPA's. Shapes: the seed's (B=1 H=1 D=64 fp16, S 256..8k,
+causal off/on) and short prefills (B=1, H 8/16, D 128, bf16).
+usage: python lab/fwd_split_time.py"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+import triton.testing
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import flashattn
+
+FWD = torch.ops.flashattn.fwd.default
+
+
+def graph_ms(fn) -> float:
+    return triton.testing.do_bench_cudagraph(fn, rep=50, return_mode="median")
+
+
+def single_call_us(fn, samples: int = 40) -> float:
+    ts = []
+    for _ in range(samples):
+        torch.cuda.synchronize()
+        time.sleep(2e-4)
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        ts.append((time.perf_counter() - t0) * 1e6)
+    return statistics.median(ts)
+
+
+def main() -> None:
+    shapes = [(1, 1, s, 64, torch.float16, c) for s in (256, 512, 1024, 2048, 4096, 8192) for c in (False, True)]
+    shapes += [(1, h, s, 128, torch.bfloat16, c) for h in (8, 16) for s in (1024, 4096) for c in (False, True)]
+    print(f"{'B':>2} {'H':>3} {'S':>5} {'D':>4} {'dtype':>8} {'causal':>6} | kernel us: {'nosplit':>8} {'rule':>8} "
+          f"{'sdpa':>8} {'fa2':>8} {'gain':>6} {'x sdpa':>7} | single call us: {'ours':>7} {'sdpa':>7} {'x sdpa':>7}")
+    ratios_kernel, ratios_call = [], []
+    for b, h, s, d, dtype, causal in shapes:
+        q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dtype) for _ in range(3))
+        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+        cm = flashattn.CAUSAL_TOP_LEFT if causal else flashattn.CAUSAL_NONE
+        ours = lambda: FWD(q, k, v, None, cm, "auto")  # noqa: E731
+        os.environ["FLASHATTN_FWD_SPLITS"] = "1"
+        t_nosplit = graph_ms(ours)
+        os.environ.pop("FLASHATTN_FWD_SPLITS")
+        t_rule = graph_ms(ours)
+        sdpa = lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)  # noqa: E731
+        t_sdpa = graph_ms(sdpa)
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            t_fa2 = graph_ms(sdpa)
+        call_ours = single_call_us(lambda: flashattn.scaled_dot_product_attention(qt, kt, vt, is_causal=causal))
+        call_sdpa = single_call_us(sdpa)
+        ratios_kernel.append(t_sdpa / t_rule)
+        ratios_call.append(call_sdpa / call_ours)
+        print(f"{b:>2} {h:>3} {s:>5} {d:>4} {str(dtype)[6:]:>8} {str(causal):>6} | {'':>10} {t_nosplit * 1e3:8.2f} "
+              f"{t_rule * 1e3:8.2f} {t_sdpa * 1e3:8.2f} {t_fa2 * 1e3:8.2f} {t_nosplit / t_rule:6.2f} "
+              f"{t_sdpa / t_rule:7.2f} | {'':>15} {call_ours:7.1f} {call_sdpa:7.1f} {call_sdpa / call_ours:7.2f}")
+    gm = lambda r: math.exp(sum(map(math.log, r)) / len(r))  # noqa: E731
+    print(f"geomean x sdpa: kernel {gm(ratios_kernel):.3f}, single call {gm(ratios_call):.3f} ({len(shapes)} shapes)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""The Hopper forward's split over the keys (csrc/flash_fwd_sm90: flash_fwd_sm90_num_splits, the
+split tiles of tile_scheduler.h, the float32 partials of epilogue.cuh and the combine of
+csrc/common/split_combine.cuh) on an H100: where the query tiles fill less than half the SMs, each
+tile's key blocks are shared out among several CTAs. Every split count (the rule's own, and forced
+ones through FLASHATTN_FWD_SPLITS, including more splits than blocks and splits that see no key)
+meets the suite's criterion against the float64 reference, for odd lengths, both causal
+alignments, Sq > Sk (rows that see no key), GQA, head dims 64/128/256, a local window and the
+softcap; outputs allocated from NaN-poisoned memory. The rule splits the seed shapes (B=1 H=1)
+and leaves a full grid alone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import flashattn
+from gpu_helpers import backend_unavailable_reason, poison_cuda_allocator
+from numerics import assert_attention_matches
+from strategies import AttentionSpec, Layout
+
+pytestmark = pytest.mark.sm90
+
+NONE, TOP_LEFT, BOTTOM_RIGHT = flashattn.CAUSAL_NONE, flashattn.CAUSAL_TOP_LEFT, flashattn.CAUSAL_BOTTOM_RIGHT
+
+# batch, Sq, Sk, Hq, Hk, D, causal mode, window, softcap
+CASES = [
+    (1, 2048, 2048, 1, 1, 64, NONE, (-1, -1), 0.0),
+    (1, 2048, 2048, 1, 1, 64, BOTTOM_RIGHT, (-1, -1), 0.0),
+    (1, 1000, 1537, 2, 1, 128, TOP_LEFT, (-1, -1), 0.0),
+    (1, 777, 3001, 4, 2, 256, BOTTOM_RIGHT, (-1, -1), 0.0),
+    (2, 300, 4099, 2, 2, 128, NONE, (700, 100), 30.0),
+    (1, 1500, 700, 1, 1, 64, BOTTOM_RIGHT, (-1, -1), 0.0),
+    (1, 129, 9000, 3, 1, 64, NONE, (-1, -1), 0.0),
+]
+CASE_IDS = [f"b{b}-sq{sq}-sk{sk}-h{hq}:{hk}-d{d}-c{c}-w{w[0]}:{w[1]}-cap{cap:g}" for b, sq, sk, hq, hk, d, c, w, cap in CASES]
+
+
+@pytest.fixture(autouse=True)
+def _hopper(device: torch.device) -> None:
+    reason = backend_unavailable_reason("hopper")
+    if reason:
+        pytest.skip(reason)
+
+
+def run(case, dtype: torch.dtype, device: torch.device):
+    b, sq, sk, hq, hk, d, causal, window, softcap = case
+    x = AttentionSpec(b, sq, sk, hq, hk, d, dtype, causal, None, Layout("contiguous"), Layout("contiguous"), 1.0,
+                      sq * 7 + sk).make(device)
+    poison_cuda_allocator()
+    out, lse = torch.ops.flashattn.fwd(x.q, x.k, x.v, None, causal, "hopper", window[0], window[1], softcap)
+    return x, out, lse
+
+
+def forward_kernels(fn) -> set[str]:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return {e.name for e in prof.events() if "flash_fwd_sm90" in e.name or "split_combine" in e.name}
+
+
+@pytest.mark.parametrize("splits", ["rule", "1", "2", "3", "7", "128"])
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_split_forward_matches_reference(case, splits: str, monkeypatch, device: torch.device) -> None:
+    if splits != "rule":
+        monkeypatch.setenv("FLASHATTN_FWD_SPLITS", splits)
+    else:
+        monkeypatch.delenv("FLASHATTN_FWD_SPLITS", raising=False)
+    for dtype in (torch.bfloat16, torch.float16):
+        x, out, lse = run(case, dtype, device)
+        assert_attention_matches(out, lse, x.q, x.k, x.v, x.scale, x.causal_mode, window=case[7], softcap=case[8],
+                                 context=f"splits {splits}, {dtype}")
+
+
+def test_the_rule_splits_small_grids_only(monkeypatch, device: torch.device) -> None:
+    """B=1 H=1 S=2048 (16 query tiles for 132 SMs) runs the split kernel and the combine; a grid
+    that fills the SMs (B=8 H=16 S=2048) runs the kernel alone; FLASHATTN_FWD_SPLITS=1 turns it off."""
+    monkeypatch.delenv("FLASHATTN_FWD_SPLITS", raising=False)
+    small = torch.randn(1, 2048, 1, 64, device=device, dtype=torch.bfloat16)
+    big = torch.randn(8, 2048, 16, 64, device=device, dtype=torch.bfloat16)
+    names = forward_kernels(lambda: torch.ops.flashattn.fwd(small, small, small, None, NONE, "hopper"))
+    assert any("split_combine" in n for n in names) and any("flash_fwd_sm90" in n for n in names), names
+    names = forward_kernels(lambda: torch.ops.flashattn.fwd(big, big, big, None, NONE, "hopper"))
+    assert not any("split_combine" in n for n in names), names
+    monkeypatch.setenv("FLASHATTN_FWD_SPLITS", "1")
+    names = forward_kernels(lambda: torch.ops.flashattn.fwd(small, small, small, None, NONE, "hopper"))
+    assert not any("split_combine" in n for n in names), names
