@@ -149,7 +149,11 @@ int flash_fwd_sm90_num_splits(const FwdParams& p, const DeviceLimits& dev) {
   const sm90::Sm90Launcher& l = sm90::kLaunchers[i];
   const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + l.block_m - 1) / l.block_m;
   const int64_t tiles = m_blocks * p.batch * p.heads_q;
-  if (tiles < 1 || 2 * tiles > dev.sm_count) return 1;  // the tiles fill half the SMs or more: no split
+  // Measured (lab/fwd_split_time.py, H200): 2 splits of 64 tiles lost 14% (B=1 H=8 S=1k D=128: the
+  // float32 partials and the combine cost more than half a tile's 8 key blocks saves), 4-8 splits
+  // of the seed shapes' tiles gained 1.3-2.7x.
+  constexpr int64_t kMinSplits = 3;
+  if (tiles < 1 || kMinSplits * tiles > dev.sm_count) return 1;
   // The longest tile's key blocks (the last query block under a causal mask, the band of a window).
   const KeyBlocks r = sm90::block_range(static_cast<int>(m_blocks - 1), l.block_m, l.block_n, p.seqlen_q, p.seqlen_k,
                                         p.causal_offset, l.local ? p.window_left : -1, l.local ? p.window_right : -1);
@@ -160,10 +164,10 @@ int flash_fwd_sm90_num_splits(const FwdParams& p, const DeviceLimits& dev) {
     return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(cap, std::atoll(forced))));
   // As many splits as fill the SMs once, each with at least kMinSplitBlocks key blocks (a split's
   // fixed costs, its Q load and its partial's write, and the combine's launch need that much work
-  // to pay back).
+  // to pay back), and at least kMinSplits of them, or none.
   constexpr int64_t kMinSplitBlocks = 2;
-  const int64_t s = std::min<int64_t>(dev.sm_count / tiles, r.count() / kMinSplitBlocks);
-  return static_cast<int>(std::max<int64_t>(1, std::min(s, cap)));
+  const int64_t s = std::min(std::min<int64_t>(dev.sm_count / tiles, r.count() / kMinSplitBlocks), cap);
+  return s >= kMinSplits ? static_cast<int>(s) : 1;
 }
 
 cudaError_t flash_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream_t stream) {
