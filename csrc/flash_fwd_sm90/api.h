@@ -23,9 +23,10 @@ bool flash_fwd_sm90_supported(const FwdParams& p, const DeviceLimits& dev);
 // the tiles out through an atomic counter, longest first, brings that to <= 1.15x.
 bool flash_fwd_sm90_wants_tile_counter(const FwdParams& p, const DeviceLimits& dev);
 
-// How many CTAs should share each query tile's keys (FwdParams::num_splits): 3 or more when the
-// query tiles fill at most a third of the SMs (short prefills, the B=1 H=1 latency shapes) and each
-// split keeps at least two key blocks, else 1; the caller then provides FwdParams::o_accum / lse_accum.
+// How many CTAs should share each query tile's keys (FwdParams::num_splits): more than 1 when the
+// query tiles fill at most half the SMs (short prefills, the B=1 H=1 latency shapes), each split
+// keeps at least two key blocks, and there are 3 or more splits (2 for tiles of 16+ key blocks),
+// else 1; the caller then provides FwdParams::o_accum / lse_accum.
 int flash_fwd_sm90_num_splits(const FwdParams& p, const DeviceLimits& dev);
 
 // Runs the forward pass asynchronously on `stream`. Returns cudaErrorNotSupported when

@@ -149,11 +149,12 @@ int flash_fwd_sm90_num_splits(const FwdParams& p, const DeviceLimits& dev) {
   const sm90::Sm90Launcher& l = sm90::kLaunchers[i];
   const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + l.block_m - 1) / l.block_m;
   const int64_t tiles = m_blocks * p.batch * p.heads_q;
-  // Measured (lab/fwd_split_time.py, H200): 2 splits of 64 tiles lost 14% (B=1 H=8 S=1k D=128: the
-  // float32 partials and the combine cost more than half a tile's 8 key blocks saves), 4-8 splits
-  // of the seed shapes' tiles gained 1.3-2.7x.
-  constexpr int64_t kMinSplits = 3;
-  if (tiles < 1 || kMinSplits * tiles > dev.sm_count) return 1;
+  // Measured (lab/fwd_split_time.py, H200): 4-8 splits of the seed shapes' tiles gained 1.3-2.7x;
+  // 2 splits gained 1.58x where the longest tile had 64 key blocks (B=1 H=1 S=8k D=64 causal) but
+  // lost 14% where every tile had 8 (B=1 H=8 S=1k D=128: the float32 partials and the combine cost
+  // more than half a tile's blocks saves). So 2 splits only for tiles of kMinBlocksForTwo blocks.
+  constexpr int64_t kMinSplits = 3, kMinBlocksForTwo = 16;
+  if (tiles < 1 || 2 * tiles > dev.sm_count) return 1;
   // The longest tile's key blocks (the last query block under a causal mask, the band of a window).
   const KeyBlocks r = sm90::block_range(static_cast<int>(m_blocks - 1), l.block_m, l.block_n, p.seqlen_q, p.seqlen_k,
                                         p.causal_offset, l.local ? p.window_left : -1, l.local ? p.window_right : -1);
@@ -164,10 +165,10 @@ int flash_fwd_sm90_num_splits(const FwdParams& p, const DeviceLimits& dev) {
     return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(cap, std::atoll(forced))));
   // As many splits as fill the SMs once, each with at least kMinSplitBlocks key blocks (a split's
   // fixed costs, its Q load and its partial's write, and the combine's launch need that much work
-  // to pay back), and at least kMinSplits of them, or none.
+  // to pay back), and at least kMinSplits of them (two for long tiles), or none.
   constexpr int64_t kMinSplitBlocks = 2;
   const int64_t s = std::min(std::min<int64_t>(dev.sm_count / tiles, r.count() / kMinSplitBlocks), cap);
-  return s >= kMinSplits ? static_cast<int>(s) : 1;
+  return s >= kMinSplits || (s == 2 && r.count() >= kMinBlocksForTwo) ? static_cast<int>(s) : 1;
 }
 
 cudaError_t flash_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream_t stream) {
