@@ -68,7 +68,7 @@ struct Config {
   }
   static void run(const DecodeParams& p) {
     CK((run_decode_split<Traits, T>(p, 0)));
-    if (p.num_splits > 1) CK((launch_split_combine<T>(split_combine_params(p), 0, false)));
+    if (p.num_splits > 1) CK((launch_split_combine<T>(split_combine_params(p, p.o_accum, p.lse_accum, p.num_splits), 0, false)));
   }
 };
 

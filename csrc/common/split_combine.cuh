@@ -30,6 +30,26 @@ struct SplitCombineParams {
   int num_splits = 1;
 };
 
+// The combine's parameters from any parameter block with the output's fields (o, lse, their
+// strides, batch, heads_q, seqlen_q, head_dim: FwdParams, DecodeParams) and the partials.
+template <typename Params>
+SplitCombineParams split_combine_params(const Params& p, const float* o_accum, const float* lse_accum, int num_splits) {
+  SplitCombineParams c;
+  c.o_accum = o_accum;
+  c.lse_accum = lse_accum;
+  c.o = p.o;
+  c.lse = p.lse;
+  c.o_batch_stride = p.o_batch_stride;
+  c.o_row_stride = p.o_row_stride;
+  c.o_head_stride = p.o_head_stride;
+  c.batch = p.batch;
+  c.heads_q = p.heads_q;
+  c.seqlen_q = p.seqlen_q;
+  c.head_dim = p.head_dim;
+  c.num_splits = num_splits;
+  return c;
+}
+
 constexpr int kCombineWarps = 4;
 
 __device__ __forceinline__ float warp_max(float x) {

@@ -64,24 +64,7 @@ __global__ void __launch_bounds__(256) kvcache_append_kernel(const __grid_consta
   }
 }
 
-// The combine itself is ../common/split_combine.cuh (shared with the Hopper forward's key splits):
-// the decode launcher fills its parameters from the decode's.
-inline SplitCombineParams split_combine_params(const DecodeParams& p) {
-  SplitCombineParams c;
-  c.o_accum = p.o_accum;
-  c.lse_accum = p.lse_accum;
-  c.o = p.o;
-  c.lse = p.lse;
-  c.o_batch_stride = p.o_batch_stride;
-  c.o_row_stride = p.o_row_stride;
-  c.o_head_stride = p.o_head_stride;
-  c.batch = p.batch;
-  c.heads_q = p.heads_q;
-  c.seqlen_q = p.seqlen_q;
-  c.head_dim = p.head_dim;
-  c.num_splits = p.num_splits;
-  return c;
-}
+// The combine itself is ../common/split_combine.cuh (shared with the Hopper forward's key splits).
 static_assert(kDecodeMaxSplits <= kMaxKeySplits, "the combine's weight buffer holds every split");
 
 }  // namespace flashattn

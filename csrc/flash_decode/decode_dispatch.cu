@@ -147,7 +147,7 @@ cudaError_t flash_decode(const DecodeParams& p_in, cudaStream_t stream) {
   // grid is scheduled while the split grid still runs (../common/split_combine.cuh); it matters at
   // B=1, where the whole call is tens of microseconds.
   const bool programmatic = p.kernel_variant == static_cast<int>(DecodeVariant::kHopper);
-  const SplitCombineParams c = split_combine_params(p);
+  const SplitCombineParams c = split_combine_params(p, p.o_accum, p.lse_accum, p.num_splits);
   return p.dtype == DType::kBFloat16 ? launch_split_combine<__nv_bfloat16>(c, stream, programmatic)
                                      : launch_split_combine<__half>(c, stream, programmatic);
 }

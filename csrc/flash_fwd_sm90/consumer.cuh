@@ -117,13 +117,9 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
 
   ConsumerSchedule<Traits, kDynamic> sched{params, sm};
   for (int t = sched.first(); t < params.num_tiles; t = sched.next(t)) {
-    const SplitTile st = split_tile(t, params.num_splits, params.num_m_blocks, params.heads_q, batch_heads,
-                                    params.group_heads);
+    const TileWork st = tile_work<Traits>(params, t, batch_heads);
     const TileCoord& tc = st.coord;
-    const KeyBlocks r = split_blocks(
-        block_range(tc.m_block, kBlockM, kBlockN, params.seqlen_q, params.seqlen_k, params.causal_offset,
-                    Traits::kLocal ? params.window_left : -1, Traits::kLocal ? params.window_right : -1),
-        st.split, params.num_splits);
+    const KeyBlocks& r = st.blocks;
     const int row0 = tc.m_block * kBlockM + row_in_tile;  // sequence index of this thread's first row
 
     float o[kORegs];

@@ -104,19 +104,7 @@ cudaError_t run_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream
   kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(k);
   err = cudaGetLastError();
   if (err != cudaSuccess || k.num_splits == 1) return err;
-  SplitCombineParams c;
-  c.o_accum = k.o_accum;
-  c.lse_accum = k.lse_accum;
-  c.o = p.o;
-  c.lse = p.lse;
-  c.o_batch_stride = p.o_batch_stride;
-  c.o_row_stride = p.o_row_stride;
-  c.o_head_stride = p.o_head_stride;
-  c.batch = p.batch;
-  c.heads_q = p.heads_q;
-  c.seqlen_q = p.seqlen_q;
-  c.head_dim = p.head_dim;
-  c.num_splits = k.num_splits;
+  const SplitCombineParams c = split_combine_params(p, k.o_accum, k.lse_accum, k.num_splits);
   return launch_split_combine<Element>(c, stream, /*programmatic=*/true);
 }
 

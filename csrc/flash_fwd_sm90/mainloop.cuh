@@ -35,13 +35,9 @@ __device__ __forceinline__ void producer_loop(const Sm90Params& params, const Sm
   ProducerSchedule<Traits, kDynamic> sched{params, sm};
 
   auto load_tile = [&](int t) {
-    const SplitTile st = split_tile(t, params.num_splits, params.num_m_blocks, params.heads_q, batch_heads,
-                                    params.group_heads);
+    const TileWork st = tile_work<Traits>(params, t, batch_heads);
     const TileCoord& tc = st.coord;
-    const KeyBlocks r = split_blocks(
-        block_range(tc.m_block, kBlockM, kBlockN, params.seqlen_q, params.seqlen_k, params.causal_offset,
-                    Traits::kLocal ? params.window_left : -1, Traits::kLocal ? params.window_right : -1),
-        st.split, params.num_splits);
+    const KeyBlocks& r = st.blocks;
     if (r.count() <= 0) return;  // the consumers write O = 0, LSE = -inf without any load
     const int head_kv = tc.head_q / params.q_per_kv;
 

@@ -20,6 +20,7 @@
 #include "../common/sm90/ptx.cuh"
 #include "kernel_params.h"
 #include "smem.cuh"
+#include "tile_scheduler.h"
 
 namespace flashattn {
 namespace sm90 {
@@ -36,6 +37,25 @@ __device__ __forceinline__ int tile_ring_slot(uint32_t n) {
 template <typename Traits>
 __device__ __forceinline__ uint32_t tile_ring_parity(uint32_t n) {
   return (n / Traits::kTileRing) & 1u;
+}
+
+// What tile index t means, the same for the producer (which loads its key blocks) and the
+// consumers (which walk them): its query tile, its key split and the key blocks of that split
+// (the causal mask / local window's range, then the split's share of it).
+struct TileWork {
+  TileCoord coord;
+  int split;
+  KeyBlocks blocks;
+};
+
+template <typename Traits>
+__device__ __forceinline__ TileWork tile_work(const Sm90Params& params, int t, int batch_heads) {
+  const SplitTile st = split_tile(t, params.num_splits, params.num_m_blocks, params.heads_q, batch_heads,
+                                  params.group_heads);
+  const KeyBlocks r = block_range(st.coord.m_block, Traits::kBlockM, Traits::kBlockN, params.seqlen_q, params.seqlen_k,
+                                  params.causal_offset, Traits::kLocal ? params.window_left : -1,
+                                  Traits::kLocal ? params.window_right : -1);
+  return TileWork{st.coord, st.split, split_blocks(r, st.split, params.num_splits)};
 }
 
 // The static schedule's next tile of this CTA.
