@@ -6,7 +6,7 @@ ones through FLASHATTN_FWD_SPLITS, including more splits than blocks and splits 
 meets the suite's criterion against the float64 reference, for odd lengths, both causal
 alignments, Sq > Sk (rows that see no key), GQA, head dims 64/128/256, a local window and the
 softcap; outputs allocated from NaN-poisoned memory. The rule splits the seed shapes (B=1 H=1)
-and leaves a full grid alone."""
+and leaves a full grid alone; a full causal grid takes the dynamic schedule's counter, zeroed by every call."""
 
 from __future__ import annotations
 
@@ -84,3 +84,19 @@ def test_the_rule_splits_small_grids_only(monkeypatch, device: torch.device) -> 
     monkeypatch.setenv("FLASHATTN_FWD_SPLITS", "1")
     names = forward_kernels(lambda: torch.ops.flashattn.fwd(small, small, small, None, NONE, "hopper"))
     assert not any("split_combine" in n for n in names), names
+
+
+@pytest.mark.parametrize("causal", [BOTTOM_RIGHT, TOP_LEFT])
+def test_dynamic_schedule_counter_is_zeroed_every_call(causal: int, device: torch.device) -> None:
+    """The other end of the grid-size rule: causal calls with more query tiles than SMs hand their
+    tiles out through a counter, one int32 word behind the lse in its allocation, zeroed in stream
+    order by each call. Three calls in a row (a stale counter would skip tiles and leave poisoned
+    rows), each checked against the reference; the lse stays a contiguous [B, Hq, Sq] tensor."""
+    spec = AttentionSpec(2, 1100, 1300, 16, 4, 64, torch.bfloat16, causal, None, Layout("contiguous"),
+                         Layout("contiguous"), 1.0, 11)
+    x = spec.make(device)
+    for call in range(3):
+        poison_cuda_allocator()
+        out, lse = torch.ops.flashattn.fwd(x.q, x.k, x.v, None, causal, "hopper")
+        assert lse.shape == (2, 16, 1100) and lse.is_contiguous() and lse.dtype == torch.float32
+        assert_attention_matches(out, lse, x.q, x.k, x.v, x.scale, causal, context=f"call {call}")
