@@ -17,4 +17,4 @@ _TESTS = str(Path(__file__).resolve().parent / "tests")
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)  # the suite's helper modules: hardware, numerics, strategies, ...
 
-pytest_plugins = ["pytest_flashattn", "pytester"]  # pytester: tests/test_hardware_markers.py
+pytest_plugins = ["pytest_flashattn", "pytester"]  # pytester: tests/infra/test_hardware_markers.py

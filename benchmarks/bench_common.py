@@ -2,7 +2,7 @@
 benchmark suite (benchmarks/test_attention.py). See docs/benchmarks.md.
 
 Everything above the "GPU side" line is plain Python (no torch at import), so the CPU tests
-(tests/test_report.py) can check the grids and the FLOP counting on any machine.
+(tests/infra/test_report.py) can check the grids and the FLOP counting on any machine.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Context parallelism (issue 30) on a machine with 2 or more GPUs, in one call: build the
-# extension, the multi-GPU test on every visible GPU (tests/test_context_parallel_gpu.py), then the
+# extension, the multi-GPU test on every visible GPU (tests/kernels/test_context_parallel_gpu.py), then the
 # benchmark on 1, 2, 4 ... GPUs (benchmarks/bench_context_parallel.py) within what is left of
 # CP_TOTAL_S, and its report. About 8 minutes on 2 or 4 H100s; docs/context-parallel.md.
 #
@@ -67,7 +67,7 @@ if [ "${CP_SKIP_BUILD:-0}" != 1 ]; then
 fi
 
 step test 300 python3 -m pytest -q -p no:cacheprovider -ra --durations=5 -m multigpu \
-  tests/test_context_parallel_gpu.py || true
+  tests/kernels/test_context_parallel_gpu.py || true
 
 # What is left of the total, less the benchmark's grace for its last set of processes and the report.
 budget=$((TOTAL_S - (SECONDS - START) - 75))

@@ -25,7 +25,7 @@
 #                                     D=256 backward config lab, the backward timing grid  (~7 min)
 #   bash lab/gpu_run.sh host     build, the GPU suite, then where a small call's host time goes, side by
 #                                     side with SDPA (lab/host_profile_gpu.py)             (~6 min)
-#   bash lab/gpu_run.sh pytest   a part of the GPU suite on a built tree: PYTEST_ARGS="tests/test_x.py ..."
+#   bash lab/gpu_run.sh pytest   a part of the GPU suite on a built tree: PYTEST_ARGS="tests/kernels/test_x.py ..."
 #   bash lab/gpu_run.sh hostprofile  the host profile alone on a built tree                (~2 min)
 #   bash lab/gpu_run.sh l2decode build, the decode check and the suite's decode tests, then the Hopper
 #                                     lab's L2 group budget A/B                           (~5 min)
@@ -153,7 +153,7 @@ case "${1:-verify}" in
     env_info > "$OUT/env.txt" 2>&1
     step build 420 bash lab/gpu_build.sh
     step bwd_check_quick 200 python3 lab/bwd_check.py --quick
-    step pytest_backward 300 "${pytest_ci[@]}" tests/test_backward_gpu.py tests/test_public_gradients.py
+    step pytest_backward 300 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py
     step bwd_lab 300 bash lab/bwd_lab.sh
     step ncu_bwd 420 bash lab/ncu_bwd.sh ${NCU_BWD_SHAPES:-64:4096:0 128:4096:0}
     step bwd_time 300 python3 lab/bwd_check.py --quick --time
@@ -163,14 +163,14 @@ case "${1:-verify}" in
     env_info > "$OUT/env.txt" 2>&1
     step build 420 bash lab/gpu_build.sh
     step bwd_check_quick 200 python3 lab/bwd_check.py --quick
-    step pytest_backward 400 "${pytest_ci[@]}" tests/test_backward_gpu.py tests/test_public_gradients.py tests/test_torch_impl_gpu.py ${EXTRA_TESTS:-} -ra
+    step pytest_backward 400 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py tests/kernels/test_torch_impl_gpu.py ${EXTRA_TESTS:-} -ra
     step bwd_time_bf16 300 python3 lab/bwd_check.py --quick --time --dtype bf16
     step bwd_time_fp16 300 python3 lab/bwd_check.py --quick --time --dtype fp16
     ;;
   integrate)  # after merging features: build, the whole GPU suite, the features' benchmarks, the D=256 backward lab, backward timing
     env_info > "$OUT/env.txt" 2>&1
     step build 420 bash lab/gpu_build.sh
-    step pytest_gpu 300 "${pytest_ci[@]}" --ignore=tests/test_build_checks.py -ra --durations=15
+    step pytest_gpu 300 "${pytest_ci[@]}" --ignore=tests/infra/test_build_checks.py -ra --durations=15
     step bench_features 200 python3 -m pytest -q -p no:cacheprovider benchmarks -m "bench and (window or varlen)" -ra -s
     step bwd_lab_d256 240 env LAB_ONLY=d256 bash lab/bwd_lab.sh
     step bwd_time_bf16 200 python3 lab/bwd_check.py --quick --time --dtype bf16
@@ -179,7 +179,7 @@ case "${1:-verify}" in
          # entry point), then where a small call's host time goes, side by side with SDPA
     env_info > "$OUT/env.txt" 2>&1
     step build 420 bash lab/gpu_build.sh
-    step pytest_gpu 300 "${pytest_ci[@]}" --ignore=tests/test_build_checks.py -ra --durations=10
+    step pytest_gpu 300 "${pytest_ci[@]}" --ignore=tests/infra/test_build_checks.py -ra --durations=10
     step host_profile 180 python3 lab/host_profile_gpu.py
     ;;
   pytest)  # a part of the suite on a built tree (built first if not): PYTEST_ARGS, PYTEST_TIMEOUT_S
@@ -198,13 +198,13 @@ case "${1:-verify}" in
     env_info > "$OUT/env.txt" 2>&1
     step build 420 bash lab/gpu_build.sh
     step decode_check 150 python3 lab/decode_check.py --no-perf-gate
-    step pytest_kvcache 200 "${pytest_ci[@]}" tests/test_kvcache.py
+    step pytest_kvcache 200 "${pytest_ci[@]}" tests/kernels/test_kvcache.py
     step sm90_lab_l2 300 bash lab/sm90_lab.sh l2
     ;;
   reliability)  # issue 25: bad device-side indices, NaN/inf patterns, compute-sanitizer on every path
     env_info > "$OUT/env.txt" 2>&1
     step build 420 bash lab/gpu_build.sh  # always: a build left from before the kernel fix would hide it
-    step pytest_reliability 150 "${pytest_ci[@]}" tests/test_check_indices_gpu.py tests/test_nonfinite_gpu.py -ra
+    step pytest_reliability 150 "${pytest_ci[@]}" tests/kernels/test_check_indices_gpu.py tests/kernels/test_nonfinite_gpu.py -ra
     step sanitize 330 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-45}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)

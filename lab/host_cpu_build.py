@@ -24,9 +24,11 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "build" / "host_cpu"
 HOST_SOURCES = ("csrc/autograd.cpp", "csrc/module.cpp")
 STUB_SOURCES = ("lab/host_stub_kernels.cpp",)
-DEFAULT_TESTS = ("tests/test_backward_cpu.py", "tests/test_varlen_cpu.py", "tests/test_window_cpu.py",
-                 "tests/test_validation.py", "tests/test_api_cpu.py", "tests/test_kvcache.py",
-                 "tests/test_torch_impl_cpu.py", "tests/test_torch_varlen_cpu.py", "tests/test_check_indices_cpu.py")
+DEFAULT_TESTS = ("tests/kernels/test_backward_cpu.py", "tests/kernels/test_varlen_cpu.py",
+                 "tests/kernels/test_window_cpu.py", "tests/kernels/test_validation.py",
+                 "tests/kernels/test_api_cpu.py", "tests/kernels/test_kvcache.py",
+                 "tests/kernels/test_torch_impl_cpu.py", "tests/kernels/test_torch_varlen_cpu.py",
+                 "tests/kernels/test_check_indices_cpu.py")
 
 
 def _cuda_include() -> list[str]:

@@ -17,8 +17,8 @@
 #     bwd90_gqa   Hopper backward: every step of a GQA group walks the group's first query head
 #                                                                           (flash_bwd_sm90/mainloop.cuh)
 #     list        print the bugs and exit
-# Forward bugs run the whole GPU suite; bwd* bugs run the backward tests (tests/test_backward_gpu.py,
-# tests/test_public_gradients.py).
+# Forward bugs run the whole GPU suite; bwd* bugs run the backward tests (tests/kernels/test_backward_gpu.py,
+# tests/kernels/test_public_gradients.py).
 # env: TORCH_CUDA_ARCH_LIST (default 9.0a), MAX_JOBS (default 16), KEEP_SCRATCH=1 to keep the copy.
 # exit status: 0 the suite caught the bug (tests failed), 1 it did not (tests passed),
 #              2 the experiment itself went wrong (bug not applied, build failed, pytest error).
@@ -97,8 +97,8 @@ PY
 # The suite's backend parameter: the portable kernels, or the Hopper backward for its own bugs.
 BACKEND=portable
 case "$BUG" in
-  bwd90*) TESTS=(tests/test_backward_gpu.py tests/test_public_gradients.py); BACKEND=hopper ;;
-  bwd*) TESTS=(tests/test_backward_gpu.py tests/test_public_gradients.py) ;;
+  bwd90*) TESTS=(tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py); BACKEND=hopper ;;
+  bwd*) TESTS=(tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py) ;;
   *)     TESTS=(tests) ;;
 esac
 echo "== running the GPU tests of ${TESTS[*]} (stops at the first failure)"

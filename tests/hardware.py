@@ -1,7 +1,7 @@
 """What machine the suite runs on, and which tests it can run there.
 
 Pure functions over a `DeviceInfo` so that the skip decisions are unit-tested on CPU with fake
-device descriptions (tests/test_hardware_markers.py); `detect_device()` fills one in for real.
+device descriptions (tests/infra/test_hardware_markers.py); `detect_device()` fills one in for real.
 
 Marker semantics (see also pyproject.toml):
   gpu               needs a CUDA GPU and the built extension, any supported architecture

@@ -17,7 +17,7 @@ its error is only the final rounding of the output, not that of an attention com
 input dtype. A correct flash kernel rounds the probabilities P to the input dtype before the P V
 product (so do SDPA's own flash and cuDNN backends); simulated on CPU over 5000 random small
 cases, such a kernel exceeds 2x the upcast baseline's error in ~0.1% of them (worst ratio 1.24)
-and stays within 2x the same-dtype baseline in all (worst 0.75). tests/test_criterion_cpu.py
+and stays within 2x the same-dtype baseline in all (worst 0.75). tests/kernels/test_criterion_cpu.py
 keeps that simulation as a property test.
 
 Why ATOL = 1e-5: where the reference is exactly representable in the input dtype (a row that sees
@@ -75,7 +75,7 @@ so GRAD_ATOL = 1e-5 (~170 units, for the two dot products and the accumulations 
 of that is the honest allowance. It is not an allowance relative to the result: where terms do
 not cancel it is ~1e-5 of the gradient itself, 40x below one bfloat16 ulp (3.9e-3 relative) and
 50x below one float16 ulp (4.9e-4); a wrong mask, scale, GQA mapping or a dropped block moves
-gradients by far more. Simulated on CPU (tests/test_gradients_cpu.py keeps the simulation as a
+gradients by far more. Simulated on CPU (tests/kernels/test_gradient_criterion_cpu.py keeps the simulation as a
 property test), a FlashAttention-2-style backward (float32 accumulation, P and dS rounded to the
 input dtype before their matmuls) passes this criterion, and fails it without the atol.
 

@@ -1,7 +1,7 @@
 """The suite's pytest plugin (loaded by the root conftest.py): hardware markers and skips, the
 report header, the `backend` fixture, Hypothesis profiles and a measurements summary.
 
-Kept as an importable module, not inline in conftest.py, so that tests/test_hardware_markers.py
+Kept as an importable module, not inline in conftest.py, so that tests/infra/test_hardware_markers.py
 can load it into an inner pytest run (`pytester`) and check marker selection end to end.
 """
 

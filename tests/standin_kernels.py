@@ -113,7 +113,7 @@ def allow_cpu_entry_points(monkeypatch) -> None:
     """Let flashattn.scaled_dot_product_attention and flash_attn_func take CPU tensors of any
     floating dtype (their device and dtype checks relaxed, the extension not required), so that,
     with cpu_standin_kernels(), the entry points' autograd runs on CPU. Validation itself is
-    tested on its own (tests/test_validation.py)."""
+    tested on its own (tests/kernels/test_validation.py)."""
     from flashattn import _ext, _validate
 
     monkeypatch.setattr(_validate, "tensor", _check_tensor_any_device)

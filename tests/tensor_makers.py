@@ -1,4 +1,4 @@
-"""Tensor makers for the bad-input tables (tests/test_validation.py, tests/test_kvcache.py).
+"""Tensor makers for the bad-input tables (tests/kernels/test_validation.py, tests/kernels/test_kvcache.py).
 
 A table row is `call(mk)`: mk(*shape, dtype=float16, device="cuda", strides=None) makes each
 tensor, fake ones on a CPU machine (where views of fake CUDA tensors other than transposes are

@@ -13,7 +13,7 @@
 # declared version and fails on any that 8.7 lacks ("Feature 'X' requires PTX ISA .version 9.0 or
 # later"); the canary below shows this ptxas doing so. What it does not cover: 12.8's front end
 # (cicc) may emit different PTX than 13.0's, so register counts can differ from a real 12.8 build.
-# The image build (Dockerfile, real nvcc 12.8) and the suite run inside it (tests/test_build_checks.py
+# The image build (Dockerfile, real nvcc 12.8) and the suite run inside it (tests/infra/test_build_checks.py
 # with 12.8's nvcc) are the full check; this one catches 12.8-assembler trouble before a GPU run.
 #
 # usage: tools/check_cuda128.sh [--ptxas PATH] [--archs sm_89,sm_90a] [--jobs N]

@@ -7,7 +7,7 @@
 #   ShellCheck  docker/*.sh, tools/ci_static.sh, tools/check_cuda128.sh
 #   CUDA 12.8   tools/check_cuda128.sh: every kernel's PTX assembled by CUDA 12.8's ptxas for
 #               sm_89 and sm_90a, no spills, within the launch bounds (the default toolkit's
-#               check for sm_80/sm_89/sm_90a is tests/test_build_checks.py, in the pytest run)
+#               check for sm_80/sm_89/sm_90a is tests/infra/test_build_checks.py, in the pytest run)
 #
 # The tools come from PyPI, pinned in requirements-ci.txt, into a virtual environment of their
 # own under ${XDG_CACHE_HOME:-~/.cache}/flashattn-ci/ (FLASHATTN_CI_TOOLS overrides), made once

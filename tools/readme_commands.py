@@ -2,7 +2,7 @@
 """Prints the README's two commands (install, test), one per line, as a user would paste them:
 the command lines of the first fenced block under the heading "## The two commands". .ci/run
 runs exactly these lines in a fresh virtual environment, so the README cannot drift from what CI
-proves; tests/test_readme.py checks that there are two.
+proves; tests/infra/test_readme.py checks that there are two.
 
 usage: tools/readme_commands.py [README]
 """

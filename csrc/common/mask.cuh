@@ -1,7 +1,7 @@
 // The one visibility rule of every forward path (portable csrc/flash_fwd, Hopper csrc/flash_fwd_sm90,
 // decode csrc/flash_decode): causal masking and local (sliding-window) attention, FlashAttention's
 // semantics. Plain C++ (host and device), so the CPU tests check it against a brute-force mask with
-// the host compiler (tests/test_window_cpu.py).
+// the host compiler (tests/kernels/test_window_cpu.py).
 //
 // Key j is visible to query row i iff lo(i) <= j < hi(i), with
 //   lo(i) = clamp(i + offset - window_left, 0, seqlen_k)        (0 when window_left < 0)
@@ -90,7 +90,7 @@ FLASHATTN_MASK_HD KeyBlocks key_blocks(const KeyWindow& w, int row_begin, int ro
 // see one of its keys. Because lo() and hi() are nondecreasing in the row, the rows that see a key
 // of [col_begin, col_end) are those with hi(i) > col_begin (a suffix) and lo(i) < col_end (a
 // prefix): one contiguous range, found from the two shifts without walking rows. m-block m is in
-// [m_begin, m_end) iff n-block n is in key_blocks(rows of m).[n_begin, n_end) (tests/test_window_cpu.py
+// [m_begin, m_end) iff n-block n is in key_blocks(rows of m).[n_begin, n_end) (tests/kernels/test_window_cpu.py
 // checks both directions), which the deterministic backward's dQ tickets rely on.
 struct QueryBlocks {
   int m_begin, m_end;  // m_end == m_begin: no row sees any key of the block

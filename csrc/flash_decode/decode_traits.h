@@ -1,6 +1,6 @@
 // Tile configurations of the split-KV decoding kernel, and the host-side choice of the number of
 // splits. Plain C++ (constexpr, no CUDA), so the heuristic is checked on CPU
-// (tests/test_kvcache.py compiles a tiny program against this header).
+// (tests/kernels/test_kvcache.py compiles a tiny program against this header).
 //
 // Layout of one thread block (CTA) of the split kernel, csrc/flash_decode/decode_kernel.cuh:
 //   * rows: the Sq * (Hq/Hk) query rows that share one KV head are packed into one 16-row tile

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from repo_modules import load_repo_module
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 cpb = load_repo_module("benchmarks/bench_context_parallel.py")
 br = load_repo_module("benchmarks/bench_report.py")
 K, M, GiB = 1024, 1 << 20, 1 << 30

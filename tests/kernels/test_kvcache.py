@@ -1,7 +1,7 @@
 """flash_attn_with_kvcache: split-KV decoding against a KV cache, with in-place append.
 
 CPU (run everywhere, CI included):
-  * the bad-inputs table, on fake CUDA tensors (FakeTensorMode), like tests/test_validation.py
+  * the bad-inputs table, on fake CUDA tensors (FakeTensorMode), like tests/kernels/test_validation.py
     (on a GPU also with real tensors: the binding's refusal, explained by the checked path);
   * valid calls reach the op (its fake kernel) with the right output metadata, and without the
     extension they fail with the build message;

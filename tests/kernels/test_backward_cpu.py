@@ -7,7 +7,7 @@
     (fullgraph=True, aot_eager) of a forward + backward;
   * set_deterministic / get_deterministic, and flash_attn_with_kvcache refusing inputs that
     require grad.
-The same layer on the GPU with the real kernels: tests/test_backward_gpu.py.
+The same layer on the GPU with the real kernels: tests/kernels/test_backward_gpu.py.
 """
 
 from __future__ import annotations

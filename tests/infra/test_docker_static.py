@@ -20,7 +20,7 @@ import sys
 import pytest
 from repo_modules import load_repo_module
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 WORKFLOWS = ROOT / ".github" / "workflows"
 

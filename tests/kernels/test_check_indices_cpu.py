@@ -7,7 +7,7 @@ naming the argument. The validation functions are plain torch code, so they run 
 tensors: every bad index gives its message, every good one passes. The wiring (which entry point
 calls which check, and only when the mode is on) is checked with the op replaced by a stub.
 The GPU side (the message from a real call; without the mode, no write outside the tensors) is in
-tests/test_check_indices_gpu.py.
+tests/kernels/test_check_indices_gpu.py.
 """
 
 from __future__ import annotations

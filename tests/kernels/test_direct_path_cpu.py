@@ -6,8 +6,8 @@ then the op). Here recording CPU kernels stand in for the CUDA ones and the dire
 on by hand (without the extension it is off): for every valid call form both paths hand the op the
 same tensors and scalars (a None scale being 1/sqrt(D)), the common forms skip the Python checks,
 and an op that refuses a call leaves the error to the checked path. That the binding refuses every
-bad input the checked path refuses is checked on a GPU (tests/test_validation.py and
-tests/test_kvcache.py with real tensors).
+bad input the checked path refuses is checked on a GPU (tests/kernels/test_validation.py and
+tests/kernels/test_kvcache.py with real tensors).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ issue 16): the portable kernel on every GPU (the Hopper path needs dense tensors
     changes nothing; deterministic mode bitwise repeatable (no hang); the portable kernels run on
     every GPU; CUDA-graph capture of forward + backward replayed with new cu_seqlens;
     torch.compile of a training step; the Hopper backend refused by the backward op.
-Validation and the autograd glue are also checked on CPU: tests/test_varlen_cpu.py.
+Validation and the autograd glue are also checked on CPU: tests/kernels/test_varlen_cpu.py.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import re
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 CSRC = ROOT / "csrc"
 
 PATHS = ("flash_fwd", "flash_fwd_sm90", "flash_bwd", "flash_bwd_sm90", "flash_decode")
@@ -83,7 +83,7 @@ def violations(edges) -> list[str]:
             continue
         allowed = ALLOWED.get(src_layer)
         if allowed is None:
-            bad.append(f"{rel}: folder {src_layer}/ has no layer in tests/test_layering.py (add it)")
+            bad.append(f"{rel}: folder {src_layer}/ has no layer in tests/infra/test_layering.py (add it)")
         elif dst_layer not in allowed:
             bad.append(f"{rel}: #include \"{name}\" reaches {dst_layer}/ (allowed: {', '.join(sorted(allowed))})")
     return bad
@@ -132,8 +132,9 @@ def test_rule_catches_sibling_includes(src, name, ok):
 #   tools/       build and CI, run where torch may be absent: only itself;
 #   docker/      runs inside and around the image: only itself;
 #   benchmarks/  the benchmark: the package, itself and the suite's helper modules in tests/ (the
-#                numerics criterion, the input makers), never a test module (tests/test_*.py,
-#                conftest.py): a benchmark may check its outputs as the suite does;
+#                numerics criterion, the input makers: tests/*.py), never a test module
+#                (tests/kernels/test_*.py, tests/infra/test_*.py, conftest.py): a benchmark may
+#                check its outputs as the suite does;
 #   lab/         GPU experiments: the package, itself, benchmarks/ (the timing engine, the shape
 #                grids) and the suite's helper modules in tests/, never a test module;
 #   tests/       the suite checks all of the above: anything.
@@ -241,7 +242,7 @@ def test_python_folders_depend_only_as_documented():
     assert ("benchmarks", "bench_common.py") in {(to, n) for _, to, n in deps}
     assert ("tests", "gpu_helpers.py") in {(to, n) for _, to, n in deps}
     bad = [v for p in files for v in py_violations(p, p.read_text(), mods)]
-    assert not bad, "folder dependency rule broken (tests/test_layering.py, docs/build.md):\n  " + "\n  ".join(bad)
+    assert not bad, "folder dependency rule broken (tests/infra/test_layering.py, docs/build.md):\n  " + "\n  ".join(bad)
 
 
 @pytest.mark.parametrize(
@@ -261,9 +262,9 @@ def test_python_folders_depend_only_as_documented():
         ("lab/x.py", "from tests import test_kvcache\n", False),
         ("tools/x.py", "import benchmarks.bench_common\n", False),
         ("lab/x.py", "p = ROOT / 'benchmarks' / 'bench_common.py'\n", True),
-        ("lab/x.py", "s = spec_from_file_location('m', ROOT / 'tests' / 'test_kvcache.py')\n", False),  # a test module
+        ("lab/x.py", "s = spec_from_file_location('m', ROOT / 'tests' / 'kernels' / 'test_kvcache.py')\n", False),  # a test module
         ("lab/x.py", "m = load_repo_module('tests/numerics.py')\n", True),
-        ("lab/x.py", "subprocess.run(['pytest', 'tests/test_kvcache.py'])\n", True),  # running the suite is no load
+        ("lab/x.py", "subprocess.run(['pytest', 'tests/kernels/test_kvcache.py'])\n", True),  # running the suite is no load
         ("lab/x.py", "import os\np = os.path.join(HERE, '..', 'tools')\n", False),
         ("docker/x.py", "m = load_repo_module('benchmarks/bench_common.py')\n", False),
         ("docker/x.py", "'''Reads benchmarks/bench_common.py's JSON.'''\nkey = 'benchmarks'\n", True),  # words, not loads

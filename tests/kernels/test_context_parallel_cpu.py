@@ -207,7 +207,7 @@ def ring(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """Runs every case once on two worker processes; rank 0's unsharded results and both ranks' calls."""
     tmp = tmp_path_factory.mktemp("context_parallel")
     store, result = tmp / "store", tmp / "result.pt"
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     path = os.pathsep.join([str(root), str(root / "tests"), os.environ.get("PYTHONPATH", "")])
     env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1")
     procs = [

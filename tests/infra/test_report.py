@@ -1,6 +1,6 @@
 """CPU tests of the benchmark report (benchmarks/bench_report.py) and of the benchmark suite's pure
 parts (benchmarks/bench_common.py: grids, FLOP counting), on a hand-made pytest-benchmark JSON
-(tests/data/bench_small.json) whose numbers give exact speedups."""
+(tests/infra/data/bench_small.json) whose numbers give exact speedups."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from repo_modules import load_repo_module
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = ROOT / "tests" / "data" / "bench_small.json"
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = ROOT / "tests" / "infra" / "data" / "bench_small.json"
 
 
 br = load_repo_module("benchmarks/bench_report.py")

@@ -1,4 +1,4 @@
-"""The multi-GPU context-parallel test's harness (tests/test_context_parallel_gpu.py), on the CPU.
+"""The multi-GPU context-parallel test's harness (tests/kernels/test_context_parallel_gpu.py), on the CPU.
 
 Its workers run here with `--mode cpu`: gloo instead of NCCL, flashattn's aten implementations
 registered as the CPU kernels around the CPU stand-in kernels (tests/standin_kernels.py: the
@@ -7,7 +7,7 @@ inputs, and the aten op SDPA's flash backend calls instead of SDPA itself (CPU S
 it). On 2 and on 4 processes, every case of the GPU test then goes through the same launcher, case
 loop, unsharding and result passing, and this process checks what the GPU test checks: the
 suite's criterion against the float64 reference, and each rank's per-chunk calls against
-`expected_calls` (its generalization from the two ranks of tests/test_context_parallel_cpu.py to
+`expected_calls` (its generalization from the two ranks of tests/kernels/test_context_parallel_cpu.py to
 any number, checked here against torch's ring on four). Also: the launcher stops the workers at
 its deadline and as soon as one of them fails; the GPU test skips here with the marker's reason;
 and a model of the kernels' rounding under the ring meets the criterion at the GPU test's sizes
@@ -31,7 +31,7 @@ import test_context_parallel_gpu as cpg
 from hardware import detect_device, skip_reason
 from numerics import assert_attention_matches, assert_gradients_match
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _missing() -> str | None:
@@ -133,7 +133,7 @@ def test_the_gpu_test_skips_here_with_the_reason() -> None:
     if reason is None:
         pytest.skip(f"this machine runs the multi-GPU tests ({device.visible_gpus} GPUs, NCCL {device.nccl})")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-                        str(ROOT / "tests" / "test_context_parallel_gpu.py")],
+                        str(ROOT / "tests" / "kernels" / "test_context_parallel_gpu.py")],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert f"{3 * len(cpg.CASES)} skipped" in r.stdout, r.stdout[-3000:]

@@ -15,7 +15,7 @@ import subprocess
 import pytest
 from repo_modules import load_repo_module
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 MAX_README_LINES = 150
 
@@ -119,12 +119,18 @@ def _readme_names(folder: str) -> set[str]:
 
 
 @needs_checkout
-@pytest.mark.parametrize("folder", ["lab", "tools", "benchmarks"])
+@pytest.mark.parametrize("folder", ["lab", "tools", "benchmarks", "tests"])
 def test_folder_readme_names_every_file(folder: str) -> None:
-    """lab/, tools/ and benchmarks/ each describe their files in a README table; a file added
-    without its row (or a row left behind by a removed file) is a README out of step with the tree."""
+    """lab/, tools/, benchmarks/ and tests/ each describe their files in a README table; a file added
+    without its row (or a row left behind by a removed file) is a README out of step with the tree.
+    tests/README.md also names every file and folder under its subfolders (kernels/, infra/)."""
     files = subprocess.run(["git", "ls-files", folder], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
-    here = {pathlib.Path(f).name for f in files if pathlib.Path(f).parent == pathlib.Path(folder)} - {"README.md"}
+    rel = [pathlib.Path(f).relative_to(folder) for f in files]
+    if folder == "tests":  # kernels/ and infra/ have no README of their own
+        here = {r.name for r in rel} | {f"{d.name}/" for r in rel for d in r.parents if d.name}
+    else:
+        here = {r.name for r in rel if len(r.parts) == 1}
+    here -= {"README.md"}
     assert here, f"git ls-files lists nothing in {folder}/"
     text = "\n".join(_outside_fences((ROOT / folder / "README.md").read_text()))
     table = {m.split()[0] for row in re.findall(r"^\| (.+?) \|", text, re.MULTILINE)

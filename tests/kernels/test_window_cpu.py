@@ -9,7 +9,7 @@
     softcap's gradient);
   * the op schemas, the fake kernels and the autograd glue carry window_left / window_right /
     softcap through to the backward op (CPU stand-in kernels).
-Validation of the public arguments is in tests/test_validation.py and tests/test_kvcache.py.
+Validation of the public arguments is in tests/kernels/test_validation.py and tests/kernels/test_kvcache.py.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ for one case, whatever the number of GPUs (the float64 reference of a longer one
 The workers are this file run as a script (`--worker`), started with subprocess, bounded by
 WORKER_TIMEOUT_S in all (NCCL's own timeout below it); the first worker to fail stops the others.
 The same workers run on the CPU with gloo and the CPU stand-in kernels (`--mode cpu`:
-tests/test_context_parallel_harness_cpu.py), which proves this harness without a GPU.
+tests/kernels/test_context_parallel_harness_cpu.py), which proves this harness without a GPU.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ import torch.distributed as dist
 import flashattn
 from numerics import assert_attention_matches, assert_gradients_match
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CP_MODULE = "torch.distributed.tensor.experimental._context_parallel._attention"
 DONE = "context-parallel worker done:"  # a worker's last line, after its group is destroyed
 WORKER_TIMEOUT_S = 300

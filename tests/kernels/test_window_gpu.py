@@ -4,9 +4,9 @@ reference by the suite's one criterion (tests/numerics.py, with its documented s
 and tanh allowance), over Hypothesis-drawn problems and explicit edge cases; outputs allocated
 from NaN-poisoned memory. Also: windows that reach no row change nothing (bitwise), and the
 backward through a window or softcap, after a forward on either path, meets the gradient
-criterion (the backward's own coverage is in tests/test_backward_gpu.py).
+criterion (the backward's own coverage is in tests/kernels/test_backward_gpu.py).
 
-The decode path's window/softcap tests are in tests/test_kvcache.py."""
+The decode path's window/softcap tests are in tests/kernels/test_kvcache.py."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 torch = pytest.importorskip("torch")
 
 EXPECTED = [
@@ -37,7 +37,7 @@ def test_check_messages(tmp_path: Path) -> None:
     abi = int(torch.compiled_with_cxx11_abi())
     subprocess.run(
         [cxx, "-std=c++17", "-O0", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-I", str(ROOT / "csrc"),
-         "-I", str(torch_dir / "include"), str(ROOT / "tests" / "data" / "check_messages.cpp"),
+         "-I", str(torch_dir / "include"), str(ROOT / "tests" / "infra" / "data" / "check_messages.cpp"),
          "-L", str(lib_dir), "-lc10", f"-Wl,-rpath,{lib_dir}", "-o", str(exe)],
         check=True, capture_output=True, text=True)
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout

@@ -19,7 +19,7 @@ import sys
 import pytest
 from repo_modules import load_repo_module
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 TOOLS = ROOT / "tools"
 NVCC = os.environ.get("NVCC") or shutil.which("nvcc") or "/usr/local/bin/nvcc"
 HAVE_NVCC = pathlib.Path(NVCC).exists()

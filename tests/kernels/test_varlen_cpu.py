@@ -1,7 +1,7 @@
 """Packed variable-length batches (flash_attn_varlen_func, issue 16), CPU side:
 
   * validation: every bad argument is refused with an error naming it, on fake CUDA tensors
-    (FakeTensorMode, as tests/test_validation.py), before any kernel; valid calls reach the op's
+    (FakeTensorMode, as tests/kernels/test_validation.py), before any kernel; valid calls reach the op's
     fake kernel with the documented shapes (out [total_q, Hq, D], lse float32 [Hq, total_q]);
   * the float64 varlen reference against an independent computation: one attention over the whole
     packed batch with a block-diagonal mask (sequence b's queries see only sequence b's keys,
@@ -21,7 +21,7 @@
     needs_input_grad, no double backward, opcheck, torch.compile of forward + backward;
   * the backward's config for a packed batch (host compiler): the compact route, on every device
     limit and head dim, and its packed flavour generated for exactly those configs.
-The GPU numerics are in tests/test_varlen_gpu.py.
+The GPU numerics are in tests/kernels/test_varlen_gpu.py.
 """
 
 from __future__ import annotations

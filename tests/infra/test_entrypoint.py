@@ -16,7 +16,7 @@ import textwrap
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 ENTRYPOINT = ROOT / "docker" / "entrypoint.sh"
 DETECT = ROOT / "docker" / "detect_gpu.sh"
 BASH = shutil.which("bash") or "/bin/bash"
