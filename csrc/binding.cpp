@@ -39,7 +39,8 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
 
   const c10::cuda::CUDAGuard guard(q_in.device());
   at::Tensor out = at::empty({B, Sq, Hq, D}, q_in.options());
-  if (out.numel() == 0) return {out, at::empty({B, Hq, Sq}, q_in.options().dtype(at::kFloat))};
+  at::Tensor lse = at::empty({B, Hq, Sq}, q_in.options().dtype(at::kFloat));
+  if (out.numel() == 0) return {out, lse};
 
   const at::Tensor q = flashattn::aligned_or_copy(q_in), k = flashattn::aligned_or_copy(k_in),
                    v = flashattn::aligned_or_copy(v_in);
@@ -48,6 +49,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
   flashattn::set_bshd(k, p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
   flashattn::set_bshd(v, p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
   flashattn::set_bshd(out, p.o, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+  p.lse = lse.data_ptr<float>();
   p.batch = static_cast<int>(B);
   p.heads_q = static_cast<int>(Hq);
   p.heads_kv = static_cast<int>(Hk);
@@ -62,23 +64,13 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
   const flashattn::DeviceLimits dev = flashattn::device_limits(q.get_device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
   // The Hopper path balances causal work over the SMs by handing its tiles out through a zeroed
-  // counter private to this call: one int32 word behind the lse in the same allocation (lse is a
-  // [B, Hq, Sq] view of its front), zeroed by a memset in stream order, so concurrent streams never
-  // share one and CUDA-graph capture records both. (A separate at::zeros cost an allocation and a
-  // fill kernel through the dispatcher on every such call.)
-  const bool tile_counter = backend != "portable" && flashattn::flash_fwd_sm90_wants_tile_counter(p, dev);
-  const int64_t lse_numel = B * Hq * Sq;
-  at::Tensor lse;
-  if (tile_counter) {
-    at::Tensor lse_and_counter = at::empty({lse_numel + 1}, q.options().dtype(at::kFloat));
-    lse = lse_and_counter.as_strided({B, Hq, Sq}, {Hq * Sq, Sq, 1});
-    p.tile_counter = reinterpret_cast<int*>(lse_and_counter.data_ptr<float>() + lse_numel);
-    const cudaError_t zero = cudaMemsetAsync(p.tile_counter, 0, sizeof(int), stream);
-    FLASHATTN_CHECK(zero == cudaSuccess, op, ": zeroing the tile counter failed: ", cudaGetErrorString(zero));
-  } else {
-    lse = at::empty({B, Hq, Sq}, q.options().dtype(at::kFloat));
+  // counter private to this call: a stream-ordered allocation and memset, so concurrent streams
+  // never share one, and CUDA-graph capture records both.
+  at::Tensor tile_counter;
+  if (backend != "portable" && flashattn::flash_fwd_sm90_wants_tile_counter(p, dev)) {
+    tile_counter = at::zeros({1}, q.options().dtype(at::kInt));
+    p.tile_counter = tile_counter.data_ptr<int>();
   }
-  p.lse = lse.data_ptr<float>();
   // Few query tiles for the SMs (short prefills, B=1 H=1): the Hopper path splits each tile's keys
   // over several CTAs, whose float32 partials (one allocation: o_accum, then lse_accum) a second
   // kernel merges into out and lse. The portable path ignores the split.
