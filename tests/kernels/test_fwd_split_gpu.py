@@ -89,9 +89,9 @@ def test_the_rule_splits_small_grids_only(monkeypatch, device: torch.device) -> 
 @pytest.mark.parametrize("causal", [BOTTOM_RIGHT, TOP_LEFT])
 def test_dynamic_schedule_counter_is_zeroed_every_call(causal: int, device: torch.device) -> None:
     """The other end of the grid-size rule: causal calls with more query tiles than SMs hand their
-    tiles out through a counter, one int32 word behind the lse in its allocation, zeroed in stream
-    order by each call. Three calls in a row (a stale counter would skip tiles and leave poisoned
-    rows), each checked against the reference; the lse stays a contiguous [B, Hq, Sq] tensor."""
+    tiles out through a counter private to the call, zeroed in stream order by each call. Three
+    calls in a row (a stale counter would skip tiles and leave poisoned rows), each checked against
+    the reference; the lse is a contiguous [B, Hq, Sq] tensor."""
     spec = AttentionSpec(2, 1100, 1300, 16, 4, 64, torch.bfloat16, causal, None, Layout("contiguous"),
                          Layout("contiguous"), 1.0, 11)
     x = spec.make(device)
