@@ -53,6 +53,28 @@ def _fwd_bhsd_fake(q, k, v, softmax_scale, causal_mode, backend, window_left=-1,
     return out.transpose(1, 2), lse
 
 
+# ==== FP8 forward (issue 29): flashattn::fwd_fp8 ===================================================
+# q, k, v float8_e4m3fn [B, S, H, D] (unit last stride; other strides multiples of 16 elements or the
+# binding copies), q_descale / k_descale / v_descale float32 [B, Hk] (FlashAttention-3's form: the
+# real inputs are q.float() * q_descale[b, h // (Hq / Hk)] and so on), softmax_scale as fwd's,
+# causal_mode as fwd's. Returns out bfloat16 [B, Sq, Hq, D] and lse float32 [B, Hq, Sq] (natural log
+# of the descaled, scaled scores). The Hopper path only (sm_90a build), no backward. Not yet run on
+# a GPU: the binding refuses it unless FLASHATTN_EXPERIMENTAL_FP8=1.
+_lib.define(
+    "fwd_fp8(Tensor q, Tensor k, Tensor v, Tensor q_descale, Tensor k_descale, Tensor v_descale, "
+    "float? softmax_scale, int causal_mode) -> (Tensor out, Tensor lse)"
+)
+
+
+@torch.library.register_fake("flashattn::fwd_fp8")
+def _fwd_fp8_fake(q, k, v, q_descale, k_descale, v_descale, softmax_scale, causal_mode):
+    _validate.fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale)
+    b, sq, hq, d = q.shape
+    out = q.new_empty((b, sq, hq, d), dtype=torch.bfloat16)
+    lse = q.new_empty((b, hq, sq), dtype=torch.float32)
+    return out, lse
+
+
 # ==== backward (issue 14): flashattn::bwd =========================================================
 # dout/q/out [B, Sq, Hq, D], k/v [B, Sk, Hk, D] (any strides with a unit last stride: the binding
 # copies what it cannot load 16 bytes at a time, e.g. a stride-0 dout from `out.sum()`), lse
@@ -345,6 +367,7 @@ _bwd = torch.ops.flashattn.bwd.default
 _fwd_varlen = torch.ops.flashattn.fwd_varlen.default
 _bwd_varlen = torch.ops.flashattn.bwd_varlen.default
 _fwd_kvcache = torch.ops.flashattn.fwd_kvcache.default
+_fwd_fp8 = torch.ops.flashattn.fwd_fp8.default
 
 
 # The direct call path of the public entry points: the op first, the C++ binding's checks refusing
@@ -410,6 +433,12 @@ def bwd_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
                              max_seqlen_k)
     return _bwd_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                        causal_mode, deterministic, backend, window_left, window_right, softcap)
+
+
+def fwd_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale: float | None, causal_mode: int):
+    """q, k, v float8_e4m3fn [B, S, H, D], descales float32 [B, Hk] -> (out bfloat16 [B, Sq, Hq, D],
+    lse float32 [B, Hq, Sq])."""
+    return _fwd_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale, causal_mode)
 
 
 def bwd(dout, q, k, v, out, lse, softmax_scale: float, causal_mode: int, deterministic: bool, backend: str,

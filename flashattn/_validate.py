@@ -212,6 +212,122 @@ def flash_attn_func(q, k, v, scale, window_size, cap) -> tuple[float, tuple[int,
     return scale, left_right, cap
 
 
+# ==== the FP8 forward (issue 29) ===================================================================
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_ENV = "FLASHATTN_EXPERIMENTAL_FP8"
+FP8_NOT_VALIDATED_MESSAGE = (
+    "the FP8 forward (float8_e4m3fn q/k/v) has not been validated on a GPU yet; set "
+    f"{FP8_ENV}=1 to run it anyway (docs/hopper.md, 'FP8 forward')"
+)
+_FP8_DTYPES = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+                    if hasattr(torch, n))
+
+
+def is_fp8_call(q, k, v, q_descale, k_descale, v_descale) -> bool:
+    """Whether flash_attn_func's call asks for the FP8 forward: a descale factor given, or any of q,
+    k, v in an 8-bit float dtype (the checks in fp8() then say what is wrong with the mix)."""
+    if q_descale is not None or k_descale is not None or v_descale is not None:
+        return True
+    return any(isinstance(t, torch.Tensor) and t.dtype in _FP8_DTYPES for t in (q, k, v))
+
+
+def fp8_enabled() -> bool:
+    import os
+
+    return os.environ.get(FP8_ENV, "0").strip() == "1"
+
+
+def fp8(q, k, v, q_descale, k_descale, v_descale, scale, window_size=(-1, -1), cap=0.0) -> float:
+    """The FP8 forward's arguments: q [B, Sq, Hq, D], k/v [B, Sk, Hk, D], all float8_e4m3fn on one
+    CUDA device (last dim contiguous, head dim a multiple of 16 in [16, 256], Hq a multiple of Hk);
+    q_descale, k_descale, v_descale float32 [B, Hk] on q's device, all three required; no window, no
+    softcap; nothing requiring grad (no backward). Returns the softmax scale. Metadata only (no
+    device query: see fp8_device for that)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    dtypes = (q.dtype, k.dtype, v.dtype)
+    if any(d != FP8_DTYPE for d in dtypes):
+        if any(d in _FP8_DTYPES for d in dtypes) and any(d not in _FP8_DTYPES for d in dtypes):
+            raise TypeError(
+                f"q, k and v must all be torch.float8_e4m3fn for the FP8 forward (FP8 mixed with 16-bit inputs "
+                f"is not supported), got {q.dtype}, {k.dtype}, {v.dtype}"
+            )
+        if all(d in SUPPORTED_DTYPES for d in dtypes):
+            raise ValueError(
+                "q_descale, k_descale and v_descale apply to float8_e4m3fn inputs only; q, k, v are "
+                f"{q.dtype}, {k.dtype}, {v.dtype}"
+            )
+        raise TypeError(f"the FP8 forward takes torch.float8_e4m3fn q, k and v, got {q.dtype}, {k.dtype}, {v.dtype}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D [batch, seqlen, heads, head_dim], got shape {tuple(t.shape)}")
+        if not t.is_cuda:
+            raise _ext.not_on_cuda(name, t)
+        if t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError(
+                f"{name} must have a contiguous last dimension (stride(-1) == 1), got strides {tuple(t.stride())}"
+            )
+        if t.requires_grad:
+            raise RuntimeError(f"the FP8 forward has no backward: {name} must not require grad (use .detach())")
+    if k.get_device() != q.get_device() or v.get_device() != q.get_device():
+        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    b, _, hq, d = q.shape
+    hk = k.shape[2]
+    if d < 16 or d > MAX_HEAD_DIM or d % 16 != 0:
+        raise ValueError(f"head dim (q.shape[-1]) must be a multiple of 16 in [16, {MAX_HEAD_DIM}] for FP8, got {d}")
+    if k.shape[3] != d:
+        raise ValueError(f"k head dim must equal q head dim {d}, got k shape {tuple(k.shape)}")
+    if k.shape[0] != b:
+        raise ValueError(f"q and k batch sizes differ: {b} vs {k.shape[0]}")
+    if hk == 0 or hq % hk != 0:
+        raise ValueError(f"q heads ({hq}) must be a multiple of k/v heads ({hk})")
+    for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
+        if t is None:
+            raise ValueError(
+                f"{name} is required for float8_e4m3fn inputs: a float32 tensor [batch, k/v heads] = [{b}, {hk}] "
+                "(FlashAttention-3's form; torch.ones for unscaled inputs)"
+            )
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != torch.float32:
+            raise TypeError(f"{name} must be float32, got {t.dtype}")
+        if tuple(t.shape) != (b, hk):
+            raise ValueError(f"{name} must have shape [batch, k/v heads] = [{b}, {hk}], got {tuple(t.shape)}")
+        if t.device != q.device:
+            raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
+        if t.requires_grad:
+            raise RuntimeError(f"the FP8 forward has no backward: {name} must not require grad")
+    if window(window_size) != (-1, -1):
+        raise ValueError(f"window_size is not supported by the FP8 forward, got {tuple(window_size)}")
+    if softcap(cap) != 0.0:
+        raise ValueError(f"softcap is not supported by the FP8 forward, got {cap}")
+    scale = softmax_scale(scale, d)
+    empty_keys(q, k, bhsd=False)
+    return scale
+
+
+def fp8_device(q) -> None:
+    """What the FP8 forward needs of the machine, for an eager call on a real tensor: the
+    experimental switch, an sm_90 GPU, an extension built with 9.0a. RuntimeError otherwise."""
+    if not fp8_enabled():
+        raise RuntimeError(FP8_NOT_VALIDATED_MESSAGE)
+    major, minor = torch.cuda.get_device_capability(q.device)
+    if (major, minor) != (9, 0):
+        raise RuntimeError(
+            f"the FP8 forward needs a Hopper GPU (compute capability 9.0: H100/H200); q is on "
+            f"{torch.cuda.get_device_name(q.device)} (compute capability {major}.{minor})"
+        )
+    archs = _ext.build_info().get("cuda_archs", "")
+    if archs and "9.0a" not in archs:
+        raise RuntimeError(
+            f"the FP8 forward needs an extension built for 9.0a (TORCH_CUDA_ARCH_LIST containing 9.0a); this build: "
+            f"{archs}"
+        )
+
+
 def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, scale, window_size, cap, backend_name):
     """flash_attn_varlen_func's arguments. Returns (max_seqlen_q, max_seqlen_k, scale,
     (window_left, window_right), softcap)."""

@@ -196,6 +196,9 @@ def flash_attn_func(
     return_lse: bool = False,
     window_size: tuple[int, int] = (-1, -1),
     softcap: float = 0.0,
+    q_descale: torch.Tensor | None = None,
+    k_descale: torch.Tensor | None = None,
+    v_descale: torch.Tensor | None = None,
 ):
     """FlashAttention-style forward: q [B, Sq, Hq, D], k/v [B, Sk, Hk, D] with Hq a multiple of
     Hk (GQA/MQA). `causal=True` is bottom-right aligned (query i attends to keys
@@ -214,14 +217,27 @@ def flash_attn_func(
     out is differentiable with respect to q, k and v (flashattn's backward kernels; memory O(S)).
     The lse is NOT differentiable: it comes back with requires_grad=False, and no gradient flows
     through a loss that uses it (use out for anything you train through). See set_deterministic.
+
+    FP8 (experimental, Hopper only, forward only): q, k, v torch.float8_e4m3fn with q_descale,
+    k_descale, v_descale float32 [B, Hk] (FlashAttention-3's interface: the inputs are
+    q.float() * q_descale[b, kv head] etc.; all three required), head dim a multiple of 16 up to
+    256, causal or not, GQA; no window, no softcap. out is bfloat16, the LSE that of the descaled
+    scores. Not yet run on a GPU: refused unless FLASHATTN_EXPERIMENTAL_FP8=1 (docs/hopper.md).
     """
     if (_DIRECT and type(q) is _Tensor and window_size == (-1, -1) and softcap == 0.0 and softcap is not False
-            and not _tracing()):
+            and q_descale is None and k_descale is None and v_descale is None and not _tracing()):
         try:
             out, lse = _FWD(q, k, v, softmax_scale, _BOTTOM_RIGHT if causal else _NONE, _backend)
             return (out, lse) if return_lse else out
         except Exception:
             pass  # the checked call below says what was refused, or raises the op's own error again
+    if _validate.is_fp8_call(q, k, v, q_descale, k_descale, v_descale):
+        scale = _validate.fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale, window_size, softcap)
+        if not _tracing() and type(q) is _Tensor:
+            _validate.fp8_device(q)
+        _ready()
+        out, lse = _ops.fwd_fp8(q, k, v, q_descale, k_descale, v_descale, scale, _BOTTOM_RIGHT if causal else _NONE)
+        return (out, lse) if return_lse else out
     scale, window, softcap = _validate.flash_attn_func(q, k, v, softmax_scale, window_size, softcap)
     out, lse = _run(q, k, v, scale, _BOTTOM_RIGHT if causal else _NONE, window=window, softcap=softcap)
     return (out, lse) if return_lse else out

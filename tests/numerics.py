@@ -740,3 +740,126 @@ def assert_varlen_gradients_match(
             raise AssertionError(f"{context}: {name} rows past cu_seqlens[-1] = {end} (no sequence's) must be 0, got "
                                  f"{int((g[end:] != 0).sum())} other elements")
     return results
+
+
+# ---- FP8 forward (issue 29) -------------------------------------------------------------------------
+# The FP8 criterion (`assert_fp8_attention_matches`), for out (bfloat16) and lse of the FP8 forward on
+# float8_e4m3fn q8, k8, v8 with float32 [B, Hk] descales: the reference is
+# `flashattn.attention_reference` (float64) on the dequantized inputs q8.double() * q_descale (per
+# batch and KV head; a query head uses its group's KV head's factor), so the quantization of the
+# inputs is not error, and
+#   * shapes, dtypes (out bfloat16, lse float32), no NaN/inf, rows that see no key 0 / -inf;
+#   * elementwise over rows that see a key:
+#         |out_id - ref_id| <= FP8_P_REL * (P |V|)_id + FP8_P_ABS * (sum_j visible |V_jd|) / l_i
+#                              + BF16_REL * |ref_id| + ATOL
+#     with P the reference's normalized probabilities, l_i its row sum of exp(s - max), V the
+#     dequantized values;
+#   * |lse - ref_lse| <= LSE_ATOL + LSE_RTOL * |ref_lse| (the scores are exact products of e4m3
+#     values accumulated in float32, so the 16-bit criterion's LSE budget holds).
+# Why this allowance: the kernel computes S, the row max and the row sums in float32 from the exact
+# e4m3 inputs, then rounds the unnormalized probabilities p = exp(s - max) in [0, 1] to e4m3 for the
+# P V product (the A operand of the FP8 wgmma) while the normalization uses the float32 sums. e4m3
+# has 3 mantissa bits: round-to-nearest of a normal value errs by at most 2^-4 relative; below the
+# smallest normal 2^-6 the subnormal spacing is 2^-9, an absolute error of at most 2^-10. So each
+# output element is off by at most sum_j (2^-4 p_ij + 2^-10) |v_jd| / l_i from the P rounding
+# (FP8_P_REL, FP8_P_ABS), then rounded to bfloat16 (2^-8 relative, BF16_REL); float32 accumulation
+# is far below these. The P rounding dominates, as in FlashAttention-3's FP8 forward. That is a
+# worst case over the rounding of every probability, so it passes any kernel that computes what the
+# FP8 path is specified to compute, while a wrong key permutation, descale or mask moves an element
+# by a sizeable fraction of (P|V|) and fails it. The acceptance bar beyond this criterion is
+# FlashAttention-3's FP8 error on the same inputs (measured on the GPU, lab/fp8_time.py --check).
+FP8_P_REL = 2.0**-4
+FP8_P_ABS = 2.0**-10
+BF16_REL = 2.0**-8
+
+
+def dequantize_fp8(t: torch.Tensor, descale: torch.Tensor) -> torch.Tensor:
+    """t float8 [B, S, H, D] (H = Hk, or Hq for q: heads of a GQA group share their KV head's
+    factor), descale float32 [B, Hk] -> float64 t * descale."""
+    b, _, h, _ = t.shape
+    hk = descale.shape[1]
+    factor = descale.double().repeat_interleave(h // hk, dim=1)  # [B, H]
+    return t.double() * factor[:, None, :, None].to(t.device)
+
+
+@dataclass
+class Fp8Errors:
+    """What `assert_fp8_attention_matches` measured (over rows that see at least one key)."""
+
+    out_err: float
+    worst_ratio: float  # max over elements of |out - ref| / allowance
+    lse_err: float
+    visible_rows: int
+
+
+def fp8_reference(q8, k8, v8, q_descale, k_descale, v_descale, scale: float | None, causal_mode: int):
+    """(ref_out, ref_lse, allowance) of the FP8 criterion: float64, [B, Sq, Hq, D], [B, Hq, Sq] and
+    the elementwise bound on |out - ref| (module section "FP8 forward")."""
+    q, k, v = dequantize_fp8(q8, q_descale), dequantize_fp8(k8, k_descale), dequantize_fp8(v8, v_descale)
+    ref, ref_lse = flashattn.attention_reference(q, k, v, scale, causal_mode)
+    b, sq, hq, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    s = resolve_scale(scale, d)
+    kr, vr = k.repeat_interleave(hq // hk, dim=2), v.repeat_interleave(hq // hk, dim=2)
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, kr) * s
+    vis = visible_keys(sq, sk, causal_mode, device=q.device)  # [Sq, Sk] bool; None: all visible
+    if vis is None:
+        vis = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
+    scores = scores.masked_fill(~vis, -math.inf)
+    m = scores.amax(-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    e = torch.exp(scores - m)  # unnormalized probabilities, 0 where masked
+    l = e.sum(-1, keepdim=True)
+    l_safe = torch.where(l > 0, l, torch.ones_like(l))
+    p = e / l_safe
+    va = vr.abs().permute(0, 2, 1, 3)  # [B, Hq, Sk, D]
+    p_abs_v = p @ va
+    vis_abs_v = vis.to(va.dtype) @ va / l_safe
+    allow = FP8_P_REL * p_abs_v + FP8_P_ABS * vis_abs_v
+    allow = allow.permute(0, 2, 1, 3) + BF16_REL * ref.abs() + ATOL
+    return ref, ref_lse, allow
+
+
+def assert_fp8_attention_matches(out, lse, q8, k8, v8, q_descale, k_descale, v_descale, scale: float | None,
+                                 causal_mode: int, *, context: str = "") -> Fp8Errors:
+    """Assert the FP8 criterion (section above) for out [B, Sq, Hq, D] bfloat16 and lse [B, Hq, Sq]."""
+    problems: list[str] = []
+    b, sq, hq, d = q8.shape
+    sk = k8.shape[1]
+    if out.shape != q8.shape or out.dtype != torch.bfloat16:
+        problems.append(f"out is {out.dtype} {tuple(out.shape)}, expected bfloat16 {tuple(q8.shape)}")
+    if lse is not None and (lse.shape != (b, hq, sq) or lse.dtype != torch.float32):
+        problems.append(f"lse is {lse.dtype} {tuple(lse.shape)}, expected float32 {(b, hq, sq)}")
+    if problems:
+        raise AssertionError(f"{context}: " + "; ".join(problems))
+    ref, ref_lse, allow = fp8_reference(q8, k8, v8, q_descale, k_descale, v_descale, scale, causal_mode)
+    o = out.double().cpu()
+    ref, ref_lse, allow = ref.cpu(), ref_lse.cpu(), allow.cpu()
+    if not torch.isfinite(o).all():
+        problems.append(f"out has {int((~torch.isfinite(o)).sum())} non-finite entries")
+    empty = empty_query_rows(sq, sk, causal_mode)
+    if empty and o[:, :empty].abs().max() != 0:
+        problems.append(f"rows 0..{empty - 1} see no key but out is not 0 there")
+    err = (o - ref).abs()[:, empty:]
+    ratio = (err / allow[:, empty:]) if err.numel() else err
+    worst = float(ratio.max()) if ratio.numel() else 0.0
+    if worst > 1.0:
+        i = _unravel(int(ratio.argmax()), ratio.shape)
+        problems.append(f"out error {float(err.max()):.3g} exceeds the FP8 allowance at [b, q - {empty}, h, d] = {i}: "
+                        f"|out - ref| = {float(err[i]):.3g} > {float(allow[:, empty:][i]):.3g} (ratio {worst:.3g})")
+    lse_err = 0.0
+    if lse is not None:
+        l64 = lse.double().cpu()
+        if empty and not torch.isneginf(l64[:, :, :empty]).all():
+            problems.append("lse is not -inf on rows that see no key")
+        lerr = (l64[:, :, empty:] - ref_lse[:, :, empty:]).abs()
+        lse_err = float(lerr.max()) if lerr.numel() else 0.0
+        lbound = LSE_ATOL + LSE_RTOL * ref_lse[:, :, empty:].abs()
+        if lerr.numel() and not (lerr <= lbound).all():
+            problems.append(f"lse error {lse_err:.3g} exceeds {LSE_ATOL} + {LSE_RTOL} |lse|")
+    if problems:
+        raise AssertionError(
+            f"{context + ': ' if context else ''}FP8 B={b} Sq={sq} Sk={sk} Hq={hq} Hk={k8.shape[2]} D={d} "
+            f"scale={scale} causal={CAUSAL_NAMES[causal_mode]}\n  - " + "\n  - ".join(problems)
+        )
+    return Fp8Errors(float(err.max()) if err.numel() else 0.0, worst, lse_err, (sq - empty) * b * hq)

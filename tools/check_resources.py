@@ -50,6 +50,9 @@ _BWD_TRAITS = re.compile(r"BwdKernelTraitsILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d
 # schedule. Threads = 128 x (1 + consumers), query rows = 64 x consumers.
 SM90_KERNEL = re.compile(
     r"Sm90FwdTraitsILi(\d+)ELi(\d+)ELi(\d+)ELb([01])ELi(\d+)ELb([01])ELi(\d+)ELi(\d+)EEE\d+(\w+?)Lb([01])E")
+# The FP8 Hopper forward (flash_fwd_sm90_fp8_kernel): D, block N, stages, dynamic schedule; two consumer
+# warpgroups (384 threads, 128 query rows).
+SM90_FP8_KERNEL = re.compile(r"flash_fwd_sm90_fp8_kernelINS0_16Sm90Fp8FwdTraitsILi(\d+)ELi(\d+)ELi(\d+)EEELb([01])E")
 _PTX_VERSION = re.compile(r"^\.version\s+(\d+\.\d+)\s*$", re.MULTILINE)
 
 
@@ -81,6 +84,11 @@ def parse_ptxas(text: str) -> list[dict]:
             consumers = int(t.group(8))
             k["block_m"], k["warps"], k["threads"] = 64 * consumers, 4 * (1 + consumers), 128 * (1 + consumers)
             k["schedule"] = "dynamic" if t.group(10) == "1" else "static"
+        elif t := SM90_FP8_KERNEL.search(k["name"]):
+            k["head_dim"], k["block_n"] = int(t.group(1)), int(t.group(2))
+            k["block_m"], k["warps"], k["threads"] = 128, 12, 384
+            k["schedule"] = "dynamic" if t.group(4) == "1" else "static"
+            k["path"] = "fwd_fp8"
     return kernels
 
 

@@ -5,7 +5,8 @@ a hand-written list that can drift from what is compiled:
   csrc/flash_fwd/instantiations/       the portable forward: (dtype, head dim, tile variant), each
                                        config dense (fwd_*) and for packed batches (fwd_varlen_*)
   csrc/flash_fwd_sm90/instantiations/  the Hopper forward: (dtype, config kind, head dim), each in
-                                       both tile schedules (_static, _dynamic)
+                                       both tile schedules (_static, _dynamic); and the FP8
+                                       forward's (head dim; fwd_sm90_fp8_*, registry_fp8.inc)
   csrc/flash_bwd/instantiations/       the portable backward: (dtype, head dim, tile variant), dense
                                        and, where the compact route picks it, packed
   csrc/flash_bwd_sm90/instantiations/  the Hopper backward: (dtype, head dim, softcap)
@@ -56,6 +57,13 @@ SM90_CONFIGS = {
     "_noncausal": ("Sm90NonCausalConfig", "kNonCausal", (64,)),
 }
 
+# FP8 Hopper forward (issue 29): instantiated head dims of Sm90Fp8Config (traits.h; smaller multiples
+# of 16 run on the next one up), each in both tile schedules. Its own registry (registry_fp8.inc) in
+# the same folder, so the 16-bit files stay as they are.
+SM90_FP8_HEAD_DIMS = (128, 256)
+# Schedules per FP8 head dim: D=256 only static (Sm90Fp8FwdTraits::kDynamicSchedule says why).
+SM90_FP8_SCHEDULES = {128: ("static", "dynamic"), 256: ("static",)}
+
 # Backward (portable path): head dim -> variants with a config in csrc/flash_bwd/traits.h.
 BWD_HEAD_DIMS = {
     32: ["kLarge"],
@@ -97,6 +105,7 @@ class KernelPath:
     namespaces: tuple[str, ...]
     macro: str                    # registry.inc's second line: the macro and its arguments
     entries: list[Entry]
+    registry_name: str = "registry.inc"  # two paths may share a folder, each with its own registry
 
     def render(self) -> dict[str, str]:
         opens = "".join(f"namespace {ns} {{\n" for ns in self.namespaces)
@@ -108,7 +117,7 @@ class KernelPath:
                 assert name not in files, name
                 files[name] = HEADER + f'#include "{self.launcher}"\n\n' + opens + "".join(lines) + closes
             registry.append(e.registry + "\n")
-        files["registry.inc"] = "".join(registry)
+        files[self.registry_name] = "".join(registry)
         return files
 
 
@@ -151,6 +160,23 @@ def fwd_sm90() -> KernelPath:
     return KernelPath("flash_fwd_sm90", "../launch.cuh", ("flashattn", "sm90"),
                       "FLASHATTN_FWD_SM90_INSTANCE(config, config kind, element type, head dim): static and dynamic schedules",
                       entries)
+
+
+def fwd_sm90_fp8() -> KernelPath:
+    entries = []
+    for d in SM90_FP8_HEAD_DIMS:
+        entries.append(Entry(f"FLASHATTN_FWD_SM90_FP8_INSTANCE(Sm90Fp8Config, {d})", {
+            f"fwd_sm90_fp8_hdim{d}_{sched}.cu": [
+                f"template cudaError_t run_fwd_sm90_fp8<Sm90Fp8Config<{d}>::Traits, {dynamic}>(\n",
+                "    const FwdParams&, const Fp8FwdArgs&, const DeviceLimits&, cudaStream_t);\n",
+                f"template bool fp8_kernel_is_real<Sm90Fp8Config<{d}>::Traits, {dynamic}>();\n",
+            ]
+            for sched, dynamic in SM90_SCHEDULES.items() if sched in SM90_FP8_SCHEDULES[d]
+        }))
+    return KernelPath("flash_fwd_sm90", "../launch.cuh", ("flashattn", "sm90"),
+                      "FLASHATTN_FWD_SM90_FP8_INSTANCE(config, head dim): static and, where the traits allow, dynamic schedule; "
+                      "e4m3 in, bf16 out",
+                      entries, "registry_fp8.inc")
 
 
 def bwd() -> KernelPath:
@@ -213,7 +239,7 @@ def decode() -> KernelPath:
 
 
 def kernel_paths() -> list[KernelPath]:
-    return [fwd(), fwd_sm90(), bwd(), bwd_sm90(), decode()]
+    return [fwd(), fwd_sm90(), fwd_sm90_fp8(), bwd(), bwd_sm90(), decode()]
 
 
 def sync(out_dir: pathlib.Path, files: dict[str, str], check: bool) -> list[str]:
@@ -238,8 +264,15 @@ def main() -> int:
     args = ap.parse_args()
     paths = kernel_paths()
     bad: list[str] = []
+    # Paths sharing a folder (the 16-bit and FP8 Hopper forwards) are written together.
+    by_folder: dict[str, dict[str, str]] = {}
     for kp in paths:
-        bad += sync(CSRC / kp.folder / "instantiations", kp.render(), args.check)
+        files = by_folder.setdefault(kp.folder, {})
+        for name, text in kp.render().items():
+            assert name not in files, name
+            files[name] = text
+    for folder, files in by_folder.items():
+        bad += sync(CSRC / folder / "instantiations", files, args.check)
     # An instantiations/ folder this script does not write would be a hand-kept list again.
     owned = {CSRC / kp.folder / "instantiations" for kp in paths}
     bad += [f"{p.relative_to(ROOT)}/ (not generated)" for p in sorted(CSRC.rglob("instantiations")) if p not in owned]

@@ -6,7 +6,9 @@
 
 namespace flashattn {
 
-enum class DType : int { kFloat16 = 0, kBFloat16 = 1 };
+// kFloat8E4M3: q, k, v float8_e4m3fn, o bfloat16; only the Hopper FP8 forward takes it
+// (flash_fwd_sm90_fp8); every other path refuses it.
+enum class DType : int { kFloat16 = 0, kBFloat16 = 1, kFloat8E4M3 = 2 };
 
 // Causal alignment. Key j is visible to query i iff j <= i + causal_offset, where
 // causal_offset = 0 (top-left, torch SDPA's is_causal) or Sk - Sq (bottom-right, FlashAttention).

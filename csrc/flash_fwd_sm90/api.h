@@ -33,4 +33,39 @@ int flash_fwd_sm90_num_splits(const FwdParams& p, const DeviceLimits& dev);
 // flash_fwd_sm90_supported() is false, else the launch status.
 cudaError_t flash_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream_t stream);
 
+// ---- FP8 forward (issue 29; docs/hopper.md "FP8 forward") -------------------------------------------
+// q, k, v float8_e4m3fn (FwdParams::dtype kFloat8E4M3), o bfloat16 [B, Sq, Hq, D], lse as the
+// 16-bit path's. What the FP8 kernel needs besides FwdParams:
+struct Fp8FwdArgs {
+  // V^T: uint8 [B, Hk, D, vt_keys] contiguous, vt_keys = flash_fwd_sm90_fp8_vt_keys(seqlen_k); written
+  // by flash_fwd_sm90_fp8_transpose_v (stream-ordered before the forward).
+  void* vt = nullptr;
+  int64_t vt_keys = 0;
+  // Descale factors, float32 [B, Hk] contiguous on the device (FlashAttention-3's form): the inputs
+  // are q8 * q_descale etc. Scores use q_descale * k_descale * softmax_scale, O = v_descale * P V8.
+  const float* q_descale = nullptr;
+  const float* k_descale = nullptr;
+  const float* v_descale = nullptr;
+};
+
+// The key extent of V^T: seqlen_k rounded up to whole 128-key planes (the padding holds zeros).
+int64_t flash_fwd_sm90_fp8_vt_keys(int64_t seqlen_k);
+
+// True when this build and device run `p` on the FP8 path: compute capability 9.0, the FP8 kernel
+// compiled for sm_90a, dtype kFloat8E4M3, head dim a multiple of 16 up to 256 (128 and 256
+// instantiated), 16-byte aligned q/k with strides multiples of 16 elements, o 16-byte aligned
+// bfloat16 with even strides TMA takes, no split, no softcap.
+bool flash_fwd_sm90_fp8_supported(const FwdParams& p, const DeviceLimits& dev);
+
+// As flash_fwd_sm90_wants_tile_counter, for the FP8 configs.
+bool flash_fwd_sm90_fp8_wants_tile_counter(const FwdParams& p, const DeviceLimits& dev);
+
+// Writes V^T (Fp8FwdArgs::vt) from p.v: vt[b, h, d, 32 g + k] = v[b, 32 g + fp8_key_of_position(k),
+// h, d] (flash_fwd_sm90/traits.h), 0 for keys >= seqlen_k. Any arch (plain CUDA), its own launch.
+cudaError_t flash_fwd_sm90_fp8_transpose_v(const FwdParams& p, const Fp8FwdArgs& x, cudaStream_t stream);
+
+// Runs the FP8 forward (after flash_fwd_sm90_fp8_transpose_v, same stream). cudaErrorNotSupported
+// when flash_fwd_sm90_fp8_supported() is false, before any launch.
+cudaError_t flash_fwd_sm90_fp8(const FwdParams& p, const Fp8FwdArgs& x, const DeviceLimits& dev, cudaStream_t stream);
+
 }  // namespace flashattn

@@ -25,8 +25,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "../common/sm90/ptx.cuh"
+#include "../common/sm90/wgmma_fp8_ops.cuh"
 #include "../common/sm90/wgmma_ops.cuh"
 #include "epilogue.cuh"
 #include "kernel_params.h"
@@ -54,15 +56,19 @@ __device__ __forceinline__ void pingpong_leave(int wg) {
   }
 }
 
-template <typename Traits, typename Element, bool kDynamic>
-__device__ __forceinline__ void consumer_loop(const Sm90Params& params, const SmemMap<Traits>& sm, const int wg) {
+// Params: Sm90Params, or Sm90Fp8Params for the FP8 traits (Traits::kFp8: Element __nv_fp8_e4m3,
+// O bfloat16, the descale factors read per tile; see traits.h for the layouts).
+template <typename Traits, typename Element, bool kDynamic, typename Params>
+__device__ __forceinline__ void consumer_loop(const Params& params, const SmemMap<Traits>& sm, const int wg) {
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kSRegs = Traits::kSRegs;
   constexpr int kORegs = Traits::kORegs;
-  constexpr int kPV_K = kBlockN / 16;  // k-steps of O += P V
-  constexpr int kQK_K = kHeadDim / 16;  // k-steps of S = Q K^T
+  constexpr int kPV_K = Traits::kPVSteps;  // k-steps of O += P V (16 keys, FP8: 32)
+  constexpr int kQK_K = Traits::kQKSteps;  // k-steps of S = Q K^T (32 bytes of a chunk row each)
+  constexpr bool kFp8 = Traits::kFp8;
+  using OutElement = typename std::conditional<kFp8, __nv_bfloat16, Element>::type;
   using MmaQK = WgmmaSS<Element, kBlockN>;
   using MmaPV = WgmmaRS<Element, kHeadDim>;
   using Softmax = Sm90Softmax<kSRegs, Traits::kSoftmaxChains>;
@@ -77,7 +83,9 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
   // warpgroup and stage 0 of K and V; k-steps and stages are byte offsets on top.
   const uint64_t desc_q = make_smem_desc_sw128(sm.q(0) + wg * 64 * kChunkRowBytes, 16u, 1024u);
   const uint64_t desc_k = make_smem_desc_sw128(sm.k(0), 16u, 1024u);
-  const uint64_t desc_v = make_smem_desc_sw128(sm.v(0), Traits::kChunks > 1 ? Traits::kKVChunkBytes : 0u, 1024u);
+  // V: MN-major (16-bit, read with imm-trans-b); V^T: K-major like K (FP8).
+  const uint64_t desc_v = kFp8 ? make_smem_desc_sw128(sm.v(0), 16u, 1024u)
+                               : make_smem_desc_sw128(sm.v(0), Traits::kChunks > 1 ? Traits::kKVChunkBytes : 0u, 1024u);
 
   auto gemm_qk = [&](float (&s)[kSRegs], int stage, uint32_t q_stage_off) {
     wgmma_fence();
@@ -93,15 +101,21 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
   auto gemm_pv = [&](float (&o)[kORegs], uint32_t (&p)[kPV_K][4], int stage) {
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kPV_K; ++kk)
-      MmaPV::mma(o, p[kk], desc_advance(desc_v, stage * Traits::kKVBytes + kk * 16 * kChunkRowBytes), 1);
+    for (int kk = 0; kk < kPV_K; ++kk) {
+      uint32_t v_off;
+      if constexpr (kFp8)
+        v_off = (kk / 4) * Traits::kVtPlaneBytes + (kk % 4) * 32;  // 32 keys = 32 bytes of a V^T row
+      else
+        v_off = kk * 16 * kChunkRowBytes;  // 16 keys = 16 rows of V
+      MmaPV::mma(o, p[kk], desc_advance(desc_v, stage * Traits::kKVBytes + v_off), 1);
+    }
     wgmma_commit();
   };
 
   PipeState<Traits::kStages> kst, vst;
   PipeState<Traits::kQStages> qst;
   const int batch_heads = params.batch * params.heads_q;
-  const float scale_log2 = params.scale_log2;
+  float scale_log2 = params.scale_log2;
   // With a positive scale (every real call) the scale is folded into the exponent: max over raw
   // scores, then p = exp2(s * scale_log2 - max) is one FFMA per element instead of an FMUL here
   // and an FADD there. Zero or negative scales (max(scale * s) is then not scale * max(s)) keep
@@ -109,8 +123,9 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
   // capped scores tanh(s * softcap_scale) * softcap_log2 are already in log2 units. Uniform
   // across the CTA.
   const bool softcap = params.softcap_log2 != 0.f;
-  const bool fold_scale = !softcap && scale_log2 > 0.f;
-  const float softmax_scale_log2 = fold_scale ? scale_log2 : 1.f;
+  bool fold_scale = !softcap && scale_log2 > 0.f;
+  float softmax_scale_log2 = fold_scale ? scale_log2 : 1.f;
+  float o_scale = 1.f;  // FP8: v_descale of the tile's KV head
 
   if (Traits::kPingPong && wg == Traits::kConsumerWGs - 1)
     named_barrier_arrive(kPingPongBarrierBase + 0, kPingPongBarrierThreads);
@@ -121,6 +136,15 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
     const TileCoord& tc = st.coord;
     const KeyBlocks& r = st.blocks;
     const int row0 = tc.m_block * kBlockM + row_in_tile;  // sequence index of this thread's first row
+    if constexpr (kFp8) {
+      // Per (batch, KV head): q_descale * k_descale joins the softmax scale (uniform over the CTA,
+      // so the fold decision stays uniform), v_descale scales O with the row-sum normalization.
+      const int d = tc.batch * params.heads_kv + tc.head_q / params.q_per_kv;
+      scale_log2 = params.scale_log2 * (params.q_descale[d] * params.k_descale[d]);
+      fold_scale = !softcap && scale_log2 > 0.f;
+      softmax_scale_log2 = fold_scale ? scale_log2 : 1.f;
+      o_scale = params.v_descale[d];
+    }
 
     float o[kORegs];
 #pragma unroll
@@ -169,13 +193,25 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
       };
       // P in the A-operand register layout of k-step kk (keys 16 kk .. 16 kk + 15): the
       // accumulator values of n8-slices 2 kk and 2 kk + 1, packed to 16 bits.
+      // FP8: the k32 A fragment of keys 32 kk .. 32 kk + 31 holds, per thread, positions 4q..4q+3 and
+      // 16+4q..16+4q+3 (q = lane % 4) of rows r and r + 8, four e4m3 per register, the lowest
+      // position in the lowest byte; the accumulator gives the thread columns 2q, 2q+1 of each
+      // n8-slice. Register j gets the slices' values as they are, and V^T's key positions are
+      // permuted to match (traits.h, fp8_key_of_position): no shuffle, no byte permute.
       auto convert_p = [&](const float (&s)[kSRegs], uint32_t (&p)[kPV_K][4]) {
 #pragma unroll
         for (int kk = 0; kk < kPV_K; ++kk) {
-          p[kk][0] = pack2<Element>(s[8 * kk + 0], s[8 * kk + 1]);
-          p[kk][1] = pack2<Element>(s[8 * kk + 2], s[8 * kk + 3]);
-          p[kk][2] = pack2<Element>(s[8 * kk + 4], s[8 * kk + 5]);
-          p[kk][3] = pack2<Element>(s[8 * kk + 6], s[8 * kk + 7]);
+          if constexpr (kFp8) {
+            p[kk][0] = pack4_e4m3(s[16 * kk + 0], s[16 * kk + 1], s[16 * kk + 4], s[16 * kk + 5]);
+            p[kk][1] = pack4_e4m3(s[16 * kk + 2], s[16 * kk + 3], s[16 * kk + 6], s[16 * kk + 7]);
+            p[kk][2] = pack4_e4m3(s[16 * kk + 8], s[16 * kk + 9], s[16 * kk + 12], s[16 * kk + 13]);
+            p[kk][3] = pack4_e4m3(s[16 * kk + 10], s[16 * kk + 11], s[16 * kk + 14], s[16 * kk + 15]);
+          } else {
+            p[kk][0] = pack2<Element>(s[8 * kk + 0], s[8 * kk + 1]);
+            p[kk][1] = pack2<Element>(s[8 * kk + 2], s[8 * kk + 3]);
+            p[kk][2] = pack2<Element>(s[8 * kk + 4], s[8 * kk + 5]);
+            p[kk][3] = pack2<Element>(s[8 * kk + 6], s[8 * kk + 7]);
+          }
         }
       };
 
@@ -254,13 +290,13 @@ __device__ __forceinline__ void consumer_loop(const Sm90Params& params, const Sm
 
     // Tiles with no visible key (no key block) come here directly: O = 0, LSE = -inf.
     float lse[2];
-    softmax.finalize(o, lse);
-    if (params.num_splits > 1)
+    softmax.finalize(o, lse, o_scale);
+    if (!kFp8 && params.num_splits > 1)  // the FP8 path runs no split (the binding sets none)
       store_o_partial(params, o, lse, st.split, tc.batch, tc.head_q, row0, col_in_quad, lane % 4 == 0);
     else if constexpr (Traits::kOTma)
-      store_o_tma<Traits, Element>(params, sm.o(), o, lse, tc.batch, tc.head_q, tc.m_block, wg, row0, lane % 4 == 0);
+      store_o_tma<Traits, OutElement>(params, sm.o(), o, lse, tc.batch, tc.head_q, tc.m_block, wg, row0, lane % 4 == 0);
     else
-      store_o_lse<Element>(params, o, lse, tc.batch, tc.head_q, row0, col_in_quad, lane % 4 == 0);
+      store_o_lse<OutElement>(params, o, lse, tc.batch, tc.head_q, row0, col_in_quad, lane % 4 == 0);
   }
   // The CTA's shared memory must outlive the last TMA store's reads (and the kernel its writes).
   if constexpr (Traits::kOTma) {

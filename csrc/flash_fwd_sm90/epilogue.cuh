@@ -11,6 +11,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 #include <type_traits>
@@ -35,6 +36,14 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
     r = *reinterpret_cast<uint32_t*>(&h);
   }
   return r;
+}
+
+// Four floats to four e4m3 (round to nearest, saturating to +-448) in one register, a in the lowest
+// byte: the FP8 path's P (values in [0, 1]).
+__device__ __forceinline__ uint32_t pack4_e4m3(float a, float b, float c, float d) {
+  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
+  return lo | (hi << 16);
 }
 
 // o: this thread's m64 x kHeadDim fragment (normalized), rows (row0, row0 + 8) of the query tile
@@ -114,7 +123,7 @@ __device__ __forceinline__ void store_o_tma(const Sm90Params& params, uint32_t o
     tma_store_4d(&params.tma_o, o_tile + slot * Traits::kQChunkBytes + wg * 64 * kChunkRowBytes, c * kChunkCols,
                  m_block * Traits::kBlockM + wg * 64, head_q, batch);
   };
-  if constexpr (Traits::kOBufPlanes == Traits::kChunks) {
+  if constexpr (Traits::kOBufPlanes == Traits::kOChunks) {
     // The whole tile fits: one wait for the previous tile's store to have read the buffer, one
     // write, one store group.
     if (tid == 0) bulk_wait_group_read<0>();
@@ -124,14 +133,14 @@ __device__ __forceinline__ void store_o_tma(const Sm90Params& params, uint32_t o
     named_barrier_sync(Traits::kEpilogueBarrierBase + wg, kWarpgroupThreads);
     if (tid == 0) {
 #pragma unroll
-      for (int c = 0; c < Traits::kChunks; ++c) store_plane(c, c);
+      for (int c = 0; c < Traits::kOChunks; ++c) store_plane(c, c);
       bulk_commit_group();
     }
   } else {
     // Streamed through kOBufPlanes plane buffers, one store group per plane: before a buffer is
     // rewritten, the group that last used it (kOBufPlanes groups ago) must have read it.
 #pragma unroll
-    for (int c = 0; c < Traits::kChunks; ++c) {
+    for (int c = 0; c < Traits::kOChunks; ++c) {
       const int slot = c % Traits::kOBufPlanes;
       if (tid == 0) bulk_wait_group_read<Traits::kOBufPlanes - 1>();
       named_barrier_sync(Traits::kEpilogueBarrierBase + wg, kWarpgroupThreads);

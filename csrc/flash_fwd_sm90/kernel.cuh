@@ -9,6 +9,8 @@
 // the device (../common/sm90/ptx.cuh: sm90_stub_body, sm90_kernel_is_real).
 #pragma once
 
+#include <cuda_fp8.h>
+
 #include <cstdint>
 
 #include "../common/sm90/ptx.cuh"
@@ -66,6 +68,53 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_sm90_kernel(con
   }
 #else
   sm90_stub_body();  // not sm_90a: never launched (flash_fwd_sm90_supported() says no)
+#endif
+}
+
+// The FP8 forward (Sm90Fp8FwdTraits, traits.h): the same roles and pipeline, e4m3 Q, K and V^T tiles,
+// bfloat16 O. Its own kernel so that the 16-bit kernels keep their names and parameter block.
+template <typename Traits, bool kDynamic>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    flash_fwd_sm90_fp8_kernel(const __grid_constant__ Sm90Fp8Params params) {
+#if defined(FLASHATTN_SM90A_ENABLED)
+  static_assert(Traits::kFp8 && (Traits::kDynamicSchedule || !kDynamic), "FP8 traits and a schedule they allow");
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  SmemMap<Traits> sm;
+  sm.hang_report = params.hang_report;
+  sm.base = (smem_u32(smem_raw) + (kSwizzleAtomBytes - 1)) & ~static_cast<uint32_t>(kSwizzleAtomBytes - 1);
+  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < Traits::kQStages; ++s) {
+      mbar_init(sm.q_full(s), 1);
+      mbar_init(sm.q_empty(s), Traits::kConsumerThreads);
+    }
+#pragma unroll
+    for (int s = 0; s < Traits::kStages; ++s) {
+      mbar_init(sm.k_full(s), 1);
+      mbar_init(sm.k_empty(s), Traits::kConsumerThreads);
+      mbar_init(sm.v_full(s), 1);
+      mbar_init(sm.v_empty(s), Traits::kConsumerThreads);
+    }
+    if constexpr (kDynamic) {
+#pragma unroll
+      for (int i = 0; i < Traits::kTileRing; ++i) {
+        mbar_init(sm.tile_full(i), 1);
+        mbar_init(sm.tile_empty(i), Traits::kConsumerThreads);
+      }
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+  if (warpgroup == 0) {
+    setmaxnreg_dec<RegisterSplit<kDynamic, Traits::kConsumerWGs>::kProducer>();
+    if (threadIdx.x == 0) producer_loop<Traits, kDynamic>(params, sm);
+  } else {
+    setmaxnreg_inc<RegisterSplit<kDynamic, Traits::kConsumerWGs>::kConsumer>();
+    consumer_loop<Traits, __nv_fp8_e4m3, kDynamic>(params, sm, warpgroup - 1);
+  }
+#else
+  sm90_stub_body();  // not sm_90a: never launched (flash_fwd_sm90_fp8_supported() says no)
 #endif
 }
 

@@ -47,15 +47,24 @@ bool kernel_is_real() {
 }
 
 // Fills the kernel parameters (tensor maps included). False when TMA cannot describe the tensors.
+// FP8 traits: q and k as one-byte tensors, V^T (`vt`, fp8_vt_tensor) in place of v, o bfloat16.
 template <typename Traits>
-bool make_sm90_params(const FwdParams& p, Sm90Params& k) {
+bool make_sm90_params(const FwdParams& p, Sm90Params& k, const TmaTensor* vt = nullptr) {
   const bool bf16 = p.dtype == DType::kBFloat16;
   const FwdTmaTensors t = fwd_tma_tensors(p);
-  if (!encode_tma_4d(&k.tma_q, t.q, bf16, Traits::kBlockM)) return false;
-  if (!encode_tma_4d(&k.tma_k, t.k, bf16, Traits::kBlockN)) return false;
-  if (!encode_tma_4d(&k.tma_v, t.v, bf16, Traits::kBlockN)) return false;
-  if constexpr (Traits::kOTma) {
-    if (!encode_tma_4d(&k.tma_o, t.o, bf16, kRowsPerConsumer)) return false;
+  if constexpr (Traits::kFp8) {
+    if (vt == nullptr) return false;
+    if (!encode_tma_4d_u8(&k.tma_q, t.q, Traits::kBlockM)) return false;
+    if (!encode_tma_4d_u8(&k.tma_k, t.k, Traits::kBlockN)) return false;
+    if (!encode_tma_4d_u8(&k.tma_v, *vt, Traits::kHeadDim)) return false;
+    if (!encode_tma_4d(&k.tma_o, t.o, /*bf16=*/true, kRowsPerConsumer)) return false;
+  } else {
+    if (!encode_tma_4d(&k.tma_q, t.q, bf16, Traits::kBlockM)) return false;
+    if (!encode_tma_4d(&k.tma_k, t.k, bf16, Traits::kBlockN)) return false;
+    if (!encode_tma_4d(&k.tma_v, t.v, bf16, Traits::kBlockN)) return false;
+    if constexpr (Traits::kOTma) {
+      if (!encode_tma_4d(&k.tma_o, t.o, bf16, kRowsPerConsumer)) return false;
+    }
   }
   k.o = p.o;
   k.lse = p.lse;
@@ -106,6 +115,36 @@ cudaError_t run_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream
   if (err != cudaSuccess || k.num_splits == 1) return err;
   const SplitCombineParams c = split_combine_params(p, k.o_accum, k.lse_accum, k.num_splits);
   return launch_split_combine<Element>(c, stream, /*programmatic=*/true);
+}
+
+// ---- the FP8 forward (Sm90Fp8FwdTraits) -----------------------------------------------------------
+
+template <typename Traits, bool kDynamic>
+bool fp8_kernel_is_real() {
+  return sm90_kernel_is_real(flash_fwd_sm90_fp8_kernel<Traits, kDynamic>);
+}
+
+// p: dtype kFloat8E4M3, o bfloat16, num_splits 1; x: V^T (written by flash_fwd_sm90_fp8_transpose_v
+// before, in stream order) and the descale factors.
+template <typename Traits, bool kDynamic>
+cudaError_t run_fwd_sm90_fp8(const FwdParams& p, const Fp8FwdArgs& x, const DeviceLimits& dev, cudaStream_t stream) {
+  static_assert(Traits::kFp8 && Traits::kSmemBytes <= kMaxSmemSm90, "FP8 traits within shared memory");
+  if (Traits::kSmemBytes > dev.max_smem_per_block || p.num_splits > 1) return cudaErrorNotSupported;
+  if (x.q_descale == nullptr || x.k_descale == nullptr || x.v_descale == nullptr) return cudaErrorInvalidValue;
+  Sm90Fp8Params k;
+  const TmaTensor vt = fp8_vt_tensor(p, x);
+  if (!make_sm90_params<Traits>(p, k, &vt)) return cudaErrorNotSupported;
+  k.q_descale = x.q_descale;
+  k.k_descale = x.k_descale;
+  k.v_descale = x.v_descale;
+  if (k.num_tiles == 0) return cudaSuccess;
+  if (kDynamic && k.tile_counter == nullptr) return cudaErrorInvalidValue;
+  auto kernel = flash_fwd_sm90_fp8_kernel<Traits, kDynamic>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  const int grid = std::min(k.num_tiles, std::max(1, dev.sm_count));
+  kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(k);
+  return cudaGetLastError();
 }
 
 }  // namespace sm90

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "../common/params.h"
+#include "api.h"
 
 namespace flashattn {
 namespace sm90 {
@@ -14,6 +15,13 @@ cudaError_t run_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream
 
 template <typename Traits, typename Element, bool kDynamic>
 bool kernel_is_real();
+
+// The FP8 forward's (instantiations/fwd_sm90_fp8_*.cu).
+template <typename Traits, bool kDynamic>
+cudaError_t run_fwd_sm90_fp8(const FwdParams& p, const Fp8FwdArgs& x, const DeviceLimits& dev, cudaStream_t stream);
+
+template <typename Traits, bool kDynamic>
+bool fp8_kernel_is_real();
 
 }  // namespace sm90
 }  // namespace flashattn

@@ -1,4 +1,5 @@
-// The producer of the Hopper forward kernel: one thread issues every TMA load.
+// The producer of the Hopper forward kernel: one thread issues every TMA load (the FP8 traits load
+// V^T tiles, 128-key planes of all D rows, where the 16-bit ones load V: traits.h).
 //
 // Tiles come from schedule.cuh (static: c, c + grid, ...; dynamic: an atomic counter, each
 // index published to the consumers). Per query tile (order = the consumers' order of use), over
@@ -47,14 +48,26 @@ __device__ __forceinline__ void producer_loop(const Sm90Params& params, const Sm
       mbar_arrive_expect_tx(full, Traits::kKVBytes);
 #pragma unroll
       for (int c = 0; c < Traits::kChunks; ++c)
-        tma_load_4d(tile_base + c * Traits::kKVChunkBytes, tmap, full, c * 64, n * kBlockN, head_kv, tc.batch);
+        tma_load_4d(tile_base + c * Traits::kKVChunkBytes, tmap, full, c * Traits::kChunkElems, n * kBlockN, head_kv,
+                    tc.batch);
       st.advance();
     };
     auto load_k = [&](int n) {
       load_kv(&params.tma_k, kst, sm.k(kst.index), sm.k_full(kst.index), sm.k_empty(kst.index), n, kTagProducerKEmpty);
     };
     auto load_v = [&](int n) {
-      load_kv(&params.tma_v, vst, sm.v(vst.index), sm.v_full(vst.index), sm.v_empty(vst.index), n, kTagProducerVEmpty);
+      if constexpr (Traits::kFp8) {
+        // V^T [B, Hk, D, Sk_pad]: planes of 128 keys x all kHeadDim rows (traits.h).
+        sm.wait(sm.v_empty(vst.index), vst.phase ^ 1u, kTagProducerVEmpty);
+        mbar_arrive_expect_tx(sm.v_full(vst.index), Traits::kKVBytes);
+#pragma unroll
+        for (int c = 0; c < Traits::kVtPlanes; ++c)
+          tma_load_4d(sm.v(vst.index) + c * Traits::kVtPlaneBytes, &params.tma_v, sm.v_full(vst.index),
+                      n * kBlockN + c * Traits::kVtPlaneKeys, 0, head_kv, tc.batch);
+        vst.advance();
+      } else {
+        load_kv(&params.tma_v, vst, sm.v(vst.index), sm.v_full(vst.index), sm.v_empty(vst.index), n, kTagProducerVEmpty);
+      }
     };
 
     load_k(r.n_end - 1);
@@ -63,7 +76,7 @@ __device__ __forceinline__ void producer_loop(const Sm90Params& params, const Sm
     mbar_arrive_expect_tx(sm.q_full(qst.index), Traits::kQBytes);
 #pragma unroll
     for (int c = 0; c < Traits::kChunks; ++c)
-      tma_load_4d(sm.q(qst.index) + c * Traits::kQChunkBytes, &params.tma_q, sm.q_full(qst.index), c * 64,
+      tma_load_4d(sm.q(qst.index) + c * Traits::kQChunkBytes, &params.tma_q, sm.q_full(qst.index), c * Traits::kChunkElems,
                   tc.m_block * kBlockM,
                   tc.head_q, tc.batch);
     qst.advance();

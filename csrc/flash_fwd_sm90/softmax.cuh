@@ -79,14 +79,15 @@ struct Sm90Softmax {
     }
   }
 
-  // Normalizes o by the row sums; returns the natural-log LSE of each of the thread's two rows
-  // (-inf for a row that saw no key: its o is 0 since every P entry was 0).
+  // Normalizes o by the row sums (times o_scale: the FP8 path's v_descale); returns the natural-log
+  // LSE of each of the thread's two rows (-inf for a row that saw no key: its o is 0 since every P
+  // entry was 0).
   template <int kORegs>
-  __device__ __forceinline__ void finalize(float (&o)[kORegs], float (&lse)[2]) {
+  __device__ __forceinline__ void finalize(float (&o)[kORegs], float (&lse)[2], float o_scale = 1.f) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float sum = quad_sum(row_sum[h]);
-      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      const float inv = sum > 0.f ? o_scale / sum : 0.f;
       lse[h] = sum > 0.f ? (row_max[h] + __log2f(sum)) * 0.6931471805599453f : -INFINITY;
 #pragma unroll
       for (int j = 0; j < kORegs / 4; ++j) {

@@ -3,6 +3,7 @@
 
 #include "../common/params.h"
 #include "../common/sm90/tma_host.h"
+#include "api.h"
 
 namespace flashattn {
 namespace sm90 {
@@ -17,6 +18,13 @@ inline FwdTmaTensors fwd_tma_tensors(const FwdParams& p) {
           {p.k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.k_batch_stride, p.k_row_stride, p.k_head_stride},
           {p.v, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, p.v_batch_stride, p.v_row_stride, p.v_head_stride},
           {p.o, p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.o_batch_stride, p.o_row_stride, p.o_head_stride}};
+}
+
+// The FP8 forward's V^T [B, Hk, D, vt_keys] (contiguous, one byte per element) as a TMA tensor: its
+// "rows" are the head dim, its innermost extent the (permuted, zero-padded) keys.
+inline TmaTensor fp8_vt_tensor(const FwdParams& p, const Fp8FwdArgs& x) {
+  const int64_t plane = static_cast<int64_t>(p.head_dim) * x.vt_keys;
+  return {x.vt, p.batch, p.head_dim, p.heads_kv, x.vt_keys, p.heads_kv * plane, x.vt_keys, plane};
 }
 
 }  // namespace sm90

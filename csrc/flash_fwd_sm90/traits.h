@@ -65,6 +65,13 @@ struct Sm90FwdTraits {
   static constexpr int kStages = kStages_;                   // K/V ring depth
   static constexpr bool kPingPong = kPingPong_;              // the consumers take turns at the GEMMs
   static constexpr int kChunks = kHeadDim / kChunkCols;
+  // What the FP8 traits (Sm90Fp8FwdTraits below) set otherwise: 16-bit elements, 64 per 128-byte
+  // chunk row; O planes like Q's; k-steps of 16 (S = Q K^T over D, O += P V over the keys).
+  static constexpr bool kFp8 = false;
+  static constexpr int kChunkElems = kChunkCols;
+  static constexpr int kOChunks = kChunks;
+  static constexpr int kQKSteps = kHeadDim / 16;
+  static constexpr int kPVSteps = kBlockN / 16;
 
   static_assert(kHeadDim % 64 == 0 && kHeadDim >= 64 && kHeadDim <= 256, "head dim 64, 128, 192 or 256");
   static_assert(kBlockN % 16 == 0 && kBlockN >= 16 && kBlockN <= 256, "wgmma N and the P V k-steps");
@@ -131,6 +138,101 @@ struct Sm90FwdTraits {
   static constexpr int kORegs = kHeadDim / 2;
   static constexpr int kPRegs = kBlockN / 4;  // P packed two 16-bit values per register
 };
+
+// The FP8 forward (issue 29): q, k, v float8_e4m3fn, O bfloat16, two consumer warpgroups of 64
+// rows, ping-pong, O through shared memory and TMA stores. The same kernel code as the 16-bit
+// traits above (kFp8 switches the differences), with these layouts:
+//   Q [128 rows, D] and K [kBlockN rows, D]: D/128 chunk planes of [rows][128] e4m3 (one 128-byte
+//     swizzled row = 128 elements), K-major; a k32 step is +32 bytes, as a k16 step of 16-bit data.
+//   V^T [D rows, kBlockN keys]: kBlockN/128 planes of [D][128 keys], K-major (8-bit wgmma has no
+//     transposed B): the binding's transpose kernel (fp8_transpose.cu) writes V^T [B, Hk, D,
+//     Sk_pad] with the keys of every 32-key group permuted (fp8_key_of_position) so that the
+//     accumulator layout of S converts to P's k32 A fragment in registers with no shuffle.
+//   O [128 rows, D] bfloat16: D/64 planes of [128][64], the 16-bit O layout.
+// Head dims: multiples of 16 up to 128 run on kHeadDim 128, up to 256 on 256 (TMA zero-fills the
+// missing columns of Q and K and the missing rows of V^T; the O store clips them).
+template <int kHeadDim_, int kBlockN_, int kStages_>
+struct Sm90Fp8FwdTraits {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kConsumerWGs = 2;
+  static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWGs);
+  static constexpr int kConsumerThreads = kWarpgroupThreads * kConsumerWGs;
+  static constexpr int kEpilogueBarrierBase = kPingPongBarrierBase + kConsumerWGs;
+  static constexpr int kBlockM = kRowsPerConsumer * kConsumerWGs;
+  static constexpr bool kLocal = true;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;
+  static constexpr bool kPingPong = true;
+  static constexpr int kQStages = 1;
+  static constexpr bool kOTma = true;
+  static constexpr int kSoftmaxChains = 1;
+
+  static constexpr bool kFp8 = true;
+  static constexpr int kChunkElems = kChunkRowBytes;  // one byte per element
+  static constexpr int kChunks = kHeadDim / kChunkElems;  // Q and K planes
+  static constexpr int kOChunks = kHeadDim / kChunkCols;  // O planes (bfloat16, 64 columns each)
+  static constexpr int kQKSteps = kHeadDim / 32;          // k32 steps of S = Q K^T
+  static constexpr int kPVSteps = kBlockN / 32;           // k32 steps of O += P V
+  static_assert(kHeadDim == 128 || kHeadDim == 256, "FP8 head dims 128 and 256 (smaller ones run on 128)");
+  static_assert(kBlockN % 128 == 0 && kBlockN <= 256, "V^T planes of 128 keys; wgmma N <= 256");
+
+  static constexpr int kQChunkBytes = kBlockM * kChunkRowBytes;
+  static constexpr int kKVChunkBytes = kBlockN * kChunkRowBytes;
+  static constexpr int kQBytes = kQChunkBytes * kChunks;
+  static constexpr int kKVBytes = kKVChunkBytes * kChunks;  // K tile; the V^T tile is as large
+  static constexpr int kVtPlaneKeys = kChunkRowBytes;       // keys per V^T plane
+  static constexpr int kVtPlanes = kBlockN / kVtPlaneKeys;
+  static constexpr int kVtPlaneBytes = kHeadDim * kChunkRowBytes;
+  static_assert(kVtPlanes * kVtPlaneBytes == kKVBytes, "V^T tile size");
+
+  static constexpr int kOffQ = 0;
+  static constexpr int kOffK = kOffQ + kQStages * kQBytes;
+  static constexpr int kOffV = kOffK + kStages * kKVBytes;
+  static constexpr int kOffO = kOffV + kStages * kKVBytes;
+  static constexpr int kTileRing = 2;
+  static constexpr int kNumBarriers = 2 * kQStages + 4 * kStages + 2 * kTileRing;
+  static constexpr int kTailBytes = 8 * kNumBarriers + 4 * kTileRing + kSwizzleAtomBytes;
+  // O planes are kBlockM rows of 64 bfloat16 columns: kQChunkBytes each (epilogue.cuh).
+  static constexpr bool o_planes_fit(int n) { return kOffO + n * kQChunkBytes + kTailBytes <= kMaxSmemSm90; }
+  static constexpr int kOBufPlanes = o_planes_fit(kOChunks) ? kOChunks : (o_planes_fit(2) && kOChunks % 2 == 0) ? 2 : 1;
+  static constexpr int kOBytes = kOBufPlanes * kQChunkBytes;
+  static constexpr int kOffBarriers = kOffO + kOBytes;
+  static constexpr int kOffTileSlots = kOffBarriers + 8 * kNumBarriers;
+  static constexpr int kSmemUsed = kOffTileSlots + 4 * kTileRing;
+  static constexpr int kSmemBytes = kSmemUsed + kSwizzleAtomBytes;
+  static_assert(o_planes_fit(1), "no shared memory left for even one O plane");
+  static_assert(kOChunks % kOBufPlanes == 0, "O planes a multiple of the plane buffers");
+  static_assert(kSmemBytes <= kMaxSmemSm90, "shared memory over the 227 KB per-block limit");
+
+  static constexpr int kSRegs = kBlockN / 2;
+  static constexpr int kORegs = kHeadDim / 2;
+  static constexpr int kPRegs = kBlockN / 8;  // P packed four e4m3 per register
+
+  // The dynamic tile schedule (schedule.cuh) where it fits the registers. D=256 holds 64 S + 128 O +
+  // 16 P accumulator registers per consumer thread: with the dynamic schedule's split (32 / 232 /
+  // 232) ptxas spilled 32 B and serialized the wgmmas (C7512); with 24 for the dynamic producer it
+  // spilled 8 B there; 32 / 240 / 240 would exceed the 168 x 384 registers the CTA launches with,
+  // which setmaxnreg only redistributes. So D=256 runs the static schedule for every call (no
+  // dynamic instantiation: tools/gen_instantiations.py, SM90_FP8_SCHEDULES).
+  static constexpr bool kDynamicSchedule = kHeadDim != 256;
+};
+
+// The FP8 configs by instantiated head dim: 128 x 128 tiles, two K and V^T stages (D=128: 16 + 32
+// + 32 + 32 KB; D=256: 32 + 64 + 64 + 64 KB = 224 KB + barriers, the whole O tile in shared memory).
+template <int kHeadDim>
+struct Sm90Fp8Config {
+  using Traits = Sm90Fp8FwdTraits<kHeadDim, 128, 2>;
+};
+constexpr int sm90_fp8_round_head_dim(int d) { return d <= 128 ? 128 : d <= 256 ? 256 : 0; }
+
+// The key permutation of the FP8 P V (exact: P V sums over the keys, and P's columns and V^T's key
+// positions are permuted alike). Position k of a 32-key group of the A fragment holds key
+// fp8_key_of_position(k) of the group: the thread owning accumulator columns 2q, 2q+1 (+8, +16,
+// +24) of a row holds fragment positions 4q..4q+3 (and 16+4q..) of that row, so
+//   position 16g + 4q + i  <-  key 16g + 8 (i / 2) + 2q + (i % 2)      (g in 0..1, q, i in 0..3).
+constexpr int fp8_key_of_position(int k) {
+  return (k / 32) * 32 + ((k % 32) / 16) * 16 + 8 * ((k % 4) / 2) + 2 * ((k % 16) / 4) + (k % 2);
+}
 
 // The configs compiled into the extension, by head dim (what the launcher and the check tools use).
 template <int kHeadDim>

@@ -77,6 +77,44 @@ bool encode_tma_4d(CUtensorMap* map, const TmaTensor& t, bool bf16, int box_rows
   return res == CUDA_SUCCESS;
 }
 
+namespace {
+
+bool stride_ok_u8(int64_t extent, int64_t stride) {
+  if (extent <= 1) return true;
+  return stride > 0 && stride % 16 == 0 && stride < kMaxStrideBytes;
+}
+
+}  // namespace
+
+bool tma_tensor_ok_u8(const TmaTensor& t) {
+  if (t.ptr == nullptr || reinterpret_cast<uintptr_t>(t.ptr) % 16 != 0) return false;
+  if (t.batch < 1 || t.seqlen < 1 || t.heads < 1 || t.head_dim < 16 || t.head_dim % 16 != 0) return false;
+  if (t.batch > (int64_t(1) << 31) || t.seqlen > (int64_t(1) << 31) || t.heads > (int64_t(1) << 31)) return false;
+  return stride_ok_u8(t.seqlen, t.row_stride) && stride_ok_u8(t.heads, t.head_stride) &&
+         stride_ok_u8(t.batch, t.batch_stride);
+}
+
+bool encode_tma_4d_u8(CUtensorMap* map, const TmaTensor& t, int box_rows) {
+  if (!tma_tensor_ok_u8(t)) return false;
+  const EncodeTiledFn encode = encode_tiled_fn();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(t.head_dim), static_cast<cuuint64_t>(t.seqlen),
+                              static_cast<cuuint64_t>(t.heads), static_cast<cuuint64_t>(t.batch)};
+  int64_t row = t.seqlen > 1 ? t.row_stride : t.head_dim;
+  row = (row + 15) / 16 * 16;
+  const int64_t head = t.heads > 1 ? t.head_stride : row * t.seqlen;
+  const int64_t batch = t.batch > 1 ? t.batch_stride : head * t.heads;
+  if (row >= kMaxStrideBytes || head >= kMaxStrideBytes || batch >= kMaxStrideBytes) return false;
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(row), static_cast<cuuint64_t>(head),
+                                 static_cast<cuuint64_t>(batch)};
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(kChunkRowBytes), static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  const CUresult res = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, const_cast<void*>(t.ptr), dims, strides, box,
+                              elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return res == CUDA_SUCCESS;
+}
+
 bool small_tensor_boxes_ok(const void* device_ptr) {
   static const bool ok = [device_ptr] {
     alignas(64) CUtensorMap map;
