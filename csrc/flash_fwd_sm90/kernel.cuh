@@ -23,10 +23,11 @@
 namespace flashattn {
 namespace sm90 {
 
-// kDynamic: the tile schedule (schedule.cuh); both variants are instantiated for every config.
-template <typename Traits, typename Element, bool kDynamic>
-__global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_sm90_kernel(const __grid_constant__ Sm90Params params) {
 #if defined(FLASHATTN_SM90A_ENABLED)
+// The kernel's body, shared by the 16-bit kernel and the FP8 one (Params: Sm90Params or
+// Sm90Fp8Params): shared memory and barriers, then the producer warpgroup and the consumers.
+template <typename Traits, typename Element, bool kDynamic, typename Params>
+__device__ __forceinline__ void fwd_sm90_body(const Params& params) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   SmemMap<Traits> sm;
   sm.hang_report = params.hang_report;
@@ -66,6 +67,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_sm90_kernel(con
     setmaxnreg_inc<RegisterSplit<kDynamic, Traits::kConsumerWGs>::kConsumer>();
     consumer_loop<Traits, Element, kDynamic>(params, sm, warpgroup - 1);
   }
+}
+#endif  // FLASHATTN_SM90A_ENABLED
+
+// kDynamic: the tile schedule (schedule.cuh); both variants are instantiated for every config.
+template <typename Traits, typename Element, bool kDynamic>
+__global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_sm90_kernel(const __grid_constant__ Sm90Params params) {
+#if defined(FLASHATTN_SM90A_ENABLED)
+  fwd_sm90_body<Traits, Element, kDynamic>(params);
 #else
   sm90_stub_body();  // not sm_90a: never launched (flash_fwd_sm90_supported() says no)
 #endif
@@ -78,41 +87,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     flash_fwd_sm90_fp8_kernel(const __grid_constant__ Sm90Fp8Params params) {
 #if defined(FLASHATTN_SM90A_ENABLED)
   static_assert(Traits::kFp8 && (Traits::kDynamicSchedule || !kDynamic), "FP8 traits and a schedule they allow");
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  SmemMap<Traits> sm;
-  sm.hang_report = params.hang_report;
-  sm.base = (smem_u32(smem_raw) + (kSwizzleAtomBytes - 1)) & ~static_cast<uint32_t>(kSwizzleAtomBytes - 1);
-  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int s = 0; s < Traits::kQStages; ++s) {
-      mbar_init(sm.q_full(s), 1);
-      mbar_init(sm.q_empty(s), Traits::kConsumerThreads);
-    }
-#pragma unroll
-    for (int s = 0; s < Traits::kStages; ++s) {
-      mbar_init(sm.k_full(s), 1);
-      mbar_init(sm.k_empty(s), Traits::kConsumerThreads);
-      mbar_init(sm.v_full(s), 1);
-      mbar_init(sm.v_empty(s), Traits::kConsumerThreads);
-    }
-    if constexpr (kDynamic) {
-#pragma unroll
-      for (int i = 0; i < Traits::kTileRing; ++i) {
-        mbar_init(sm.tile_full(i), 1);
-        mbar_init(sm.tile_empty(i), Traits::kConsumerThreads);
-      }
-    }
-    fence_barrier_init();
-  }
-  __syncthreads();
-  if (warpgroup == 0) {
-    setmaxnreg_dec<RegisterSplit<kDynamic, Traits::kConsumerWGs>::kProducer>();
-    if (threadIdx.x == 0) producer_loop<Traits, kDynamic>(params, sm);
-  } else {
-    setmaxnreg_inc<RegisterSplit<kDynamic, Traits::kConsumerWGs>::kConsumer>();
-    consumer_loop<Traits, __nv_fp8_e4m3, kDynamic>(params, sm, warpgroup - 1);
-  }
+  fwd_sm90_body<Traits, __nv_fp8_e4m3, kDynamic>(params);
 #else
   sm90_stub_body();  // not sm_90a: never launched (flash_fwd_sm90_fp8_supported() says no)
 #endif
