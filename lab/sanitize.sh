@@ -46,10 +46,10 @@ run_tool() {
 
 : > "$LOGS/summary.txt"
 py=(python3 lab/sanitize_small.py)
-run_tool memcheck --tool memcheck --leak-check no -- "${py[@]}" --only dense,varlen,decode
+run_tool memcheck --tool memcheck --leak-check no -- "${py[@]}" --only dense,varlen,decode,split,fp8
 run_tool memcheck_bad_indices --tool memcheck --leak-check no -- "${py[@]}" --only bad
-run_tool racecheck --tool racecheck --racecheck-report hazard -- "${py[@]}" --only dense,varlen,decode --quick
-run_tool synccheck --tool synccheck -- "${py[@]}" --only dense,varlen,decode --quick
+run_tool racecheck --tool racecheck --racecheck-report hazard -- "${py[@]}" --only dense,varlen,decode,split,fp8 --quick
+run_tool synccheck --tool synccheck -- "${py[@]}" --only dense,varlen,decode,split,fp8 --quick
 # initcheck: gated on the portable paths. The Hopper forward (backend auto on an H100) stores `out`
 # with TMA, and initcheck reports every later read of it (the backward's preprocess) as
 # uninitialized; until lab/initcheck_tma.cu's evidence is recorded (docs/sanitizer.md), that run

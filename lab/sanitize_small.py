@@ -9,6 +9,11 @@ Cases (each selectable with --only, a comma list of group names):
   varlen    packed batches: forward + backward, empty and one-row sequences, causal and window,
             deterministic;
   decode    KV cache: contiguous and paged, appends across pages, forced splits (num_splits);
+  split     the Hopper forward's split over the keys (small grids; FLASHATTN_FWD_SPLITS forces the
+            count: empty splits, more splits than blocks), causal both ways, a window, D 64/128/256;
+            skipped where the Hopper path does not run;
+  fp8       the FP8 forward (Hopper, FLASHATTN_EXPERIMENTAL_FP8 set here): causal or not, GQA, odd
+            lengths, D 64/128/256; skipped where the Hopper path does not run;
   bad       bad device-side indices with the checked mode off (memcheck only: the results are
             meaningless by contract, the point is that nothing is touched outside the tensors):
             decreasing / past-the-end cu_seqlens, out-of-range block_table entries, cache_seqlens
@@ -29,7 +34,7 @@ from flashattn import _ops
 
 # SANITIZE_BACKENDS=portable (or auto) narrows the forward paths, to tell which path a report is from.
 BACKENDS = os.environ.get("SANITIZE_BACKENDS", "portable,auto").split(",")
-GROUPS = ("dense", "varlen", "decode", "bad")
+GROUPS = ("dense", "varlen", "decode", "split", "fp8", "bad")
 # --quick (racecheck, synccheck, initcheck, whose runs are the slow ones): bf16 only, and the
 # window and softcap cases folded into one call; every kernel flavour still runs.
 QUICK = False
@@ -100,6 +105,42 @@ def decode() -> None:
                                                       causal=True, num_splits=splits, window_size=(20, 0))
                 flashattn.flash_attn_with_kvcache(q, pool_k, pool_v, cache_seqlens=plens, block_table=table,
                                                   seqused_k=plens + 1, num_splits=2)
+
+
+def _hopper() -> bool:
+    return torch.cuda.get_device_capability() == (9, 0) and "9.0a" in str(flashattn.build_info().get("cuda_archs", ""))
+
+
+def split() -> None:
+    """Small grids on the Hopper forward: the rule's split count and forced ones."""
+    if not _hopper():
+        print("sanitize_small: split: skipped (no Hopper path here)")
+        return
+    for forced in ("", "3", "7", "64"):
+        os.environ["FLASHATTN_FWD_SPLITS"] = forced
+        for b, sq, sk, hq, hk, d, mode, window in ((1, 1000, 1537, 2, 1, 64, flashattn.CAUSAL_BOTTOM_RIGHT, (-1, -1)),
+                                                  (1, 300, 2049, 1, 1, 128, flashattn.CAUSAL_TOP_LEFT, (-1, -1)),
+                                                  (1, 129, 1100, 2, 2, 256, flashattn.CAUSAL_NONE, (300, 40))):
+            for dtype in dtypes():
+                q, k, v = rand(b, sq, hq, d, dtype=dtype), rand(b, sk, hk, d, dtype=dtype), rand(b, sk, hk, d, dtype=dtype)
+                torch.ops.flashattn.fwd(q, k, v, None, mode, "hopper", window[0], window[1], 0.0)
+    os.environ.pop("FLASHATTN_FWD_SPLITS")
+
+
+def fp8() -> None:
+    """The FP8 forward through flash_attn_func, float32 [B, Hk] descales."""
+    if not _hopper():
+        print("sanitize_small: fp8: skipped (no Hopper path here)")
+        return
+    os.environ["FLASHATTN_EXPERIMENTAL_FP8"] = "1"
+    with torch.no_grad():
+        for b, sq, sk, hq, hk, d, causal in ((3, 65, 130, 4, 2, 128, True), (1, 1, 77, 2, 1, 64, False),
+                                             (2, 200, 129, 2, 2, 256, True), (1, 300, 300, 8, 1, 128, False)):
+            q8, k8, v8 = (torch.randn(b, s, h, d, device=dev).to(torch.float8_e4m3fn)
+                          for s, h in ((sq, hq), (sk, hk), (sk, hk)))
+            scales = [torch.rand(b, hk, device=dev, dtype=torch.float32) + 0.5 for _ in range(3)]
+            flashattn.flash_attn_func(q8, k8, v8, causal=causal, q_descale=scales[0], k_descale=scales[1],
+                                      v_descale=scales[2])
 
 
 def bad() -> None:
