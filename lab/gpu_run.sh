@@ -26,6 +26,7 @@
 #   bash lab/gpu_run.sh host     build, the GPU suite, then where a small call's host time goes, side by
 #                                     side with SDPA (lab/host_profile_gpu.py)             (~6 min)
 #   bash lab/gpu_run.sh pytest   a part of the GPU suite on a built tree: PYTEST_ARGS="tests/kernels/test_x.py ..."
+#   bash lab/gpu_run.sh fp8      the FP8 forward: build, its tests, memcheck, the comparison with FlashAttention-3 (~6 min)
 #   bash lab/gpu_run.sh hostprofile  the host profile alone on a built tree                (~2 min)
 #   bash lab/gpu_run.sh l2decode build, the decode check and the suite's decode tests, then the Hopper
 #                                     lab's L2 group budget A/B                           (~5 min)
@@ -189,6 +190,15 @@ case "${1:-verify}" in
     # shellcheck disable=SC2086
     step pytest_part "${PYTEST_TIMEOUT_S:-540}" "${pytest_ci[@]}" ${PYTEST_ARGS:-} -ra --durations=10
     ;;
+  fp8)  # issue 29's FP8 forward, first run: build, its tests, compute-sanitizer memcheck on it, the
+        # comparison with FlashAttention-3's FP8 forward (tokenspeed-fa3 carried in .whl/)
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash lab/gpu_build.sh
+    step pytest_fp8 200 env FLASHATTN_EXPERIMENTAL_FP8=1 "${pytest_ci[@]}" tests/kernels/test_fp8_gpu.py tests/kernels/test_fp8_cpu.py -ra
+    step memcheck_fp8 200 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 99 \
+      python3 lab/sanitize_small.py --only fp8,split
+    step fp8_time 240 env FLASHATTN_EXPERIMENTAL_FP8=1 python3 lab/fp8_time.py --check
+    ;;
   hostprofile)  # the host profile alone, on a built tree (a second look at the numbers)
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
@@ -208,7 +218,7 @@ case "${1:-verify}" in
     step sanitize 330 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-45}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|hostprofile|bwdlab|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
