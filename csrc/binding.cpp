@@ -29,7 +29,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
   flashattn::check_qkv(op, q_in, k_in, v_in, 4, "[B, S, H, D]");
   flashattn::check_unit_last_stride(op, {&q_in, &k_in, &v_in});
   const int64_t B = q_in.size(0), Sq = q_in.size(1), Hq = q_in.size(2), D = q_in.size(3);
-  const int64_t Sk = k_in.size(1), Hk = k_in.size(2);
+  const int64_t Sk = k_in.size(1);
   FLASHATTN_CHECK(k_in.size(0) == B, op, ": k/v batch size differs from q's");
   FLASHATTN_CHECK(Sk >= 1 || B * Sq * Hq == 0, op, ": key sequence length must be >= 1");
   flashattn::check_mask(op, causal_mode, window_left, window_right, softcap);
@@ -45,17 +45,8 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
   const at::Tensor q = flashattn::aligned_or_copy(q_in), k = flashattn::aligned_or_copy(k_in),
                    v = flashattn::aligned_or_copy(v_in);
   flashattn::FwdParams p;
-  flashattn::set_bshd(q, p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
-  flashattn::set_bshd(k, p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
-  flashattn::set_bshd(v, p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
-  flashattn::set_bshd(out, p.o, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+  flashattn::set_dense(p, q, k, v, out);
   p.lse = lse.data_ptr<float>();
-  p.batch = static_cast<int>(B);
-  p.heads_q = static_cast<int>(Hq);
-  p.heads_kv = static_cast<int>(Hk);
-  p.seqlen_q = static_cast<int>(Sq);
-  p.seqlen_k = static_cast<int>(Sk);
-  p.head_dim = static_cast<int>(D);
   p.dtype = flashattn::dtype_of(q);
   p.set_scale(scale);
   p.set_softcap(static_cast<float>(softcap));

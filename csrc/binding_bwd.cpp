@@ -64,21 +64,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(const at::Tensor& dout_i
   const flashattn::DeviceLimits dev = flashattn::device_limits(q.get_device());
 
   BwdParams p;
-  flashattn::set_bshd(q, p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
-  flashattn::set_bshd(k, p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
-  flashattn::set_bshd(v, p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
-  flashattn::set_bshd(out, p.o, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+  flashattn::set_dense(p, q, k, v, out);
   flashattn::set_bshd(dout, p.dout, p.do_batch_stride, p.do_row_stride, p.do_head_stride);
   flashattn::set_bshd(dq, p.dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
   flashattn::set_bshd(dk, p.dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
   flashattn::set_bshd(dv, p.dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
   p.lse = lse.data_ptr<float>();
-  p.batch = static_cast<int>(B);
-  p.heads_q = static_cast<int>(Hq);
-  p.heads_kv = static_cast<int>(Hk);
-  p.seqlen_q = static_cast<int>(Sq);
-  p.seqlen_k = static_cast<int>(Sk);
-  p.head_dim = static_cast<int>(D);
   p.dtype = flashattn::dtype_of(q);
   p.set_scale(scale);
   // The forward's mask and softcap, set as csrc/binding.cpp sets them, so that the backward

@@ -90,22 +90,14 @@ std::tuple<at::Tensor, at::Tensor> fwd_fp8_cuda(const at::Tensor& q_in, const at
   const at::Tensor q_descale = q_descale_in.contiguous(), k_descale = k_descale_in.contiguous(),
                    v_descale = v_descale_in.contiguous();
   flashattn::FwdParams p;
-  flashattn::set_bshd(q, p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
-  flashattn::set_bshd(k, p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
-  flashattn::set_bshd(v, p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
-  flashattn::set_bshd(out, p.o, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
-  p.batch = static_cast<int>(B);
-  p.heads_q = static_cast<int>(Hq);
-  p.heads_kv = static_cast<int>(Hk);
-  p.seqlen_q = static_cast<int>(Sq);
-  p.seqlen_k = static_cast<int>(Sk);
-  p.head_dim = static_cast<int>(D);
+  flashattn::set_dense(p, q, k, v, out);
   p.dtype = flashattn::DType::kFloat8E4M3;
   p.set_scale(scale);
   p.set_causal(static_cast<CausalMode>(causal_mode));
 
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
-  // The dynamic schedule's counter: one int32 behind the lse, as flashattn::fwd (csrc/binding.cpp).
+  // The dynamic schedule's counter: one int32 word behind the lse in the same allocation (lse a
+  // [B, Hq, Sq] view of its front), zeroed in stream order (no allocation and fill kernel of its own).
   const bool tile_counter = flashattn::flash_fwd_sm90_fp8_wants_tile_counter(p, dev);
   const int64_t lse_numel = B * Hq * Sq;
   at::Tensor lse;

@@ -61,6 +61,21 @@ inline void set_bshd(const at::Tensor& t, Ptr& ptr, int64_t& batch_stride, int64
   head_stride = t.stride(2);
 }
 
+// A dense call: q, k, v [B, S, H, D] and o (q's shape), their pointers and strides, and the sizes
+// read from them (each binding has checked them against int32 first).
+inline void set_dense(FwdParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o) {
+  set_bshd(q, p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
+  set_bshd(k, p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  set_bshd(v, p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+  set_bshd(o, p.o, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+  p.batch = static_cast<int>(q.size(0));
+  p.seqlen_q = static_cast<int>(q.size(1));
+  p.heads_q = static_cast<int>(q.size(2));
+  p.head_dim = static_cast<int>(q.size(3));
+  p.seqlen_k = static_cast<int>(k.size(1));
+  p.heads_kv = static_cast<int>(k.size(2));
+}
+
 // A packed [total, H, D] tensor: its pointer and the row and head strides (no batch stride: the
 // sequences' offsets come from cu_seqlens).
 template <class Ptr>
