@@ -96,20 +96,14 @@ std::tuple<at::Tensor, at::Tensor> fwd_fp8_cuda(const at::Tensor& q_in, const at
   p.set_causal(static_cast<CausalMode>(causal_mode));
 
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
-  // The dynamic schedule's counter: one int32 word behind the lse in the same allocation (lse a
-  // [B, Hq, Sq] view of its front), zeroed in stream order (no allocation and fill kernel of its own).
-  const bool tile_counter = flashattn::flash_fwd_sm90_fp8_wants_tile_counter(p, dev);
-  const int64_t lse_numel = B * Hq * Sq;
-  at::Tensor lse;
-  if (tile_counter) {
-    at::Tensor lse_and_counter = at::empty({lse_numel + 1}, q.options().dtype(at::kFloat));
-    lse = lse_and_counter.as_strided({B, Hq, Sq}, {Hq * Sq, Sq, 1});
-    p.tile_counter = reinterpret_cast<int*>(lse_and_counter.data_ptr<float>() + lse_numel);
-    const cudaError_t zero = cudaMemsetAsync(p.tile_counter, 0, sizeof(int), stream);
-    FLASHATTN_CHECK(zero == cudaSuccess, kOp, ": zeroing the tile counter failed: ", cudaGetErrorString(zero));
-  } else {
-    lse = at::empty({B, Hq, Sq}, q.options().dtype(at::kFloat));
+  // The dynamic schedule's counter, zeroed and private to the call, as flashattn::fwd allocates it
+  // (csrc/binding.cpp).
+  at::Tensor tile_counter;
+  if (flashattn::flash_fwd_sm90_fp8_wants_tile_counter(p, dev)) {
+    tile_counter = at::zeros({1}, q.options().dtype(at::kInt));
+    p.tile_counter = tile_counter.data_ptr<int>();
   }
+  const at::Tensor lse = at::empty({B, Hq, Sq}, q.options().dtype(at::kFloat));
   p.lse = lse.data_ptr<float>();
   FLASHATTN_CHECK(flashattn::flash_fwd_sm90_fp8_supported(p, dev), kOp, ": this build or these tensors cannot run "
                   "the FP8 forward: it needs an extension built with TORCH_CUDA_ARCH_LIST containing 9.0a (this "

@@ -13,6 +13,7 @@ Nothing here reads tensor values: no host-device synchronization.
 from __future__ import annotations
 
 import math
+import os
 from typing import NamedTuple
 
 import torch
@@ -232,8 +233,6 @@ def is_fp8_call(q, k, v, q_descale, k_descale, v_descale) -> bool:
 
 
 def fp8_enabled() -> bool:
-    import os
-
     return os.environ.get(FP8_ENV, "0").strip() == "1"
 
 
