@@ -67,7 +67,7 @@ def check(mod) -> bool:
             q8, k8, v8 = (x.mul(3.0).to(FP8) for x in (q, k, v))
             mode = flashattn.CAUSAL_BOTTOM_RIGHT if causal else flashattn.CAUSAL_NONE
             ours = flashattn.flash_attn_func(q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd)
-            ref, _, _ = fp8_reference(q8, k8, v8, qd, kd, vd, None, mode)
+            ref, _, _, _ = fp8_reference(q8, k8, v8, qd, kd, vd, None, mode)
             err = (ours.double() - ref).abs().max().item()
             line = f"D={d} causal={causal}: ours max|err| {err:.3e}"
             try:

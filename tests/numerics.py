@@ -754,16 +754,24 @@ def assert_varlen_gradients_match(
 #                              + BF16_REL * |ref_id| + ATOL
 #     with P the reference's normalized probabilities, l_i its row sum of exp(s - max), V the
 #     dequantized values;
-#   * |lse - ref_lse| <= LSE_ATOL + LSE_RTOL * |ref_lse| (the scores are exact products of e4m3
-#     values accumulated in float32, so the 16-bit criterion's LSE budget holds).
-# Why this allowance: the kernel computes S, the row max and the row sums in float32 from the exact
-# e4m3 inputs, then rounds the unnormalized probabilities p = exp(s - max) in [0, 1] to e4m3 for the
-# P V product (the A operand of the FP8 wgmma) while the normalization uses the float32 sums. e4m3
-# has 3 mantissa bits: round-to-nearest of a normal value errs by at most 2^-4 relative; below the
-# smallest normal 2^-6 the subnormal spacing is 2^-9, an absolute error of at most 2^-10. So each
-# output element is off by at most sum_j (2^-4 p_ij + 2^-10) |v_jd| / l_i from the P rounding
-# (FP8_P_REL, FP8_P_ABS), then rounded to bfloat16 (2^-8 relative, BF16_REL); float32 accumulation
-# is far below these. The P rounding dominates, as in FlashAttention-3's FP8 forward. That is a
+#   * |lse_i - ref_lse_i| <= LSE_ATOL + LSE_RTOL * |ref_lse_i|
+#                             + FP8_ACC_STEP * (D / 32) * max_j visible scale * sum_d |q_id k_jd|.
+# Why the LSE term: Hopper's FP8 tensor cores do not accumulate in full float32. Products are
+# aligned to the largest exponent of the step and about 14 bits survive (measured on the H100
+# 2026-11-26: LSE off by 2.6e-3 at D=256, by 3e-3 at D=128 S=2048, with the output within the
+# allowance below and FlashAttention-3's FP8 error on the same inputs equal to ours). S = Q K^T takes
+# D / 32 k32 steps, each losing at most ~2^-12 of sum_d |q_d k_d| (FP8_ACC_STEP, a factor 2 over the
+# 2^-13 of 14 kept bits); an error of delta in every score moves the LSE by at most delta.
+# Why the output allowance: the kernel computes S, the row max and the row sums in float32 from the
+# e4m3 inputs, then rounds the unnormalized probabilities to e4m3 for the P V product (the A operand
+# of the FP8 wgmma) while the normalization uses the float32 sums. The probabilities are
+# exp(s - max + 8 ln 2), in [0, 256] (csrc/flash_fwd_sm90/softmax.cuh, kMaxOffset), so they stay
+# normal numbers down to p = 2^-14. e4m3 has 3 mantissa bits: round-to-nearest of a normal value
+# errs by at most 2^-4 relative; the subnormal spacing is 2^-9, an absolute error of at most 2^-10
+# (2^-18 in units of p once scaled: FP8_P_ABS keeps the unscaled bound, an upper bound either way).
+# So each output element is off by at most sum_j (2^-4 p_ij + 2^-10) |v_jd| / l_i from the P rounding
+# (FP8_P_REL, FP8_P_ABS), then rounded to bfloat16 (2^-8 relative, BF16_REL); the score error
+# above moves p by under 2^-7 relative at these head dims, inside the 2^-4. The P rounding dominates, as in FlashAttention-3's FP8 forward. That is a
 # worst case over the rounding of every probability, so it passes any kernel that computes what the
 # FP8 path is specified to compute, while a wrong key permutation, descale or mask moves an element
 # by a sizeable fraction of (P|V|) and fails it. The acceptance bar beyond this criterion is
@@ -771,6 +779,7 @@ def assert_varlen_gradients_match(
 FP8_P_REL = 2.0**-4
 FP8_P_ABS = 2.0**-10
 BF16_REL = 2.0**-8
+FP8_ACC_STEP = 2.0**-12
 
 
 def dequantize_fp8(t: torch.Tensor, descale: torch.Tensor) -> torch.Tensor:
@@ -793,8 +802,9 @@ class Fp8Errors:
 
 
 def fp8_reference(q8, k8, v8, q_descale, k_descale, v_descale, scale: float | None, causal_mode: int):
-    """(ref_out, ref_lse, allowance) of the FP8 criterion: float64, [B, Sq, Hq, D], [B, Hq, Sq] and
-    the elementwise bound on |out - ref| (module section "FP8 forward")."""
+    """(ref_out, ref_lse, allowance, lse_allowance) of the FP8 criterion: float64, [B, Sq, Hq, D],
+    [B, Hq, Sq], the elementwise bound on |out - ref| and the per-row bound on |lse - ref_lse|
+    (module section "FP8 forward")."""
     q, k, v = dequantize_fp8(q8, q_descale), dequantize_fp8(k8, k_descale), dequantize_fp8(v8, v_descale)
     ref, ref_lse = flashattn.attention_reference(q, k, v, scale, causal_mode)
     b, sq, hq, d = q.shape
@@ -817,7 +827,11 @@ def fp8_reference(q8, k8, v8, q_descale, k_descale, v_descale, scale: float | No
     vis_abs_v = vis.to(va.dtype) @ va / l_safe
     allow = FP8_P_REL * p_abs_v + FP8_P_ABS * vis_abs_v
     allow = allow.permute(0, 2, 1, 3) + BF16_REL * ref.abs() + ATOL
-    return ref, ref_lse, allow
+    abs_scores = torch.einsum("bqhd,bkhd->bhqk", q.abs(), kr.abs()) * s
+    abs_scores = abs_scores.masked_fill(~vis, 0.0).amax(-1)  # [B, Hq, Sq]
+    lse_allow = LSE_ATOL + LSE_RTOL * ref_lse.abs().nan_to_num(posinf=0.0, neginf=0.0) \
+        + FP8_ACC_STEP * (d / 32) * abs_scores
+    return ref, ref_lse, allow, lse_allow
 
 
 def assert_fp8_attention_matches(out, lse, q8, k8, v8, q_descale, k_descale, v_descale, scale: float | None,
@@ -832,9 +846,9 @@ def assert_fp8_attention_matches(out, lse, q8, k8, v8, q_descale, k_descale, v_d
         problems.append(f"lse is {lse.dtype} {tuple(lse.shape)}, expected float32 {(b, hq, sq)}")
     if problems:
         raise AssertionError(f"{context}: " + "; ".join(problems))
-    ref, ref_lse, allow = fp8_reference(q8, k8, v8, q_descale, k_descale, v_descale, scale, causal_mode)
+    ref, ref_lse, allow, lse_allow = fp8_reference(q8, k8, v8, q_descale, k_descale, v_descale, scale, causal_mode)
     o = out.double().cpu()
-    ref, ref_lse, allow = ref.cpu(), ref_lse.cpu(), allow.cpu()
+    ref, ref_lse, allow, lse_allow = ref.cpu(), ref_lse.cpu(), allow.cpu(), lse_allow.cpu()
     if not torch.isfinite(o).all():
         problems.append(f"out has {int((~torch.isfinite(o)).sum())} non-finite entries")
     empty = empty_query_rows(sq, sk, causal_mode)
@@ -854,9 +868,11 @@ def assert_fp8_attention_matches(out, lse, q8, k8, v8, q_descale, k_descale, v_d
             problems.append("lse is not -inf on rows that see no key")
         lerr = (l64[:, :, empty:] - ref_lse[:, :, empty:]).abs()
         lse_err = float(lerr.max()) if lerr.numel() else 0.0
-        lbound = LSE_ATOL + LSE_RTOL * ref_lse[:, :, empty:].abs()
+        lbound = lse_allow[:, :, empty:]
         if lerr.numel() and not (lerr <= lbound).all():
-            problems.append(f"lse error {lse_err:.3g} exceeds {LSE_ATOL} + {LSE_RTOL} |lse|")
+            i = _unravel(int((lerr / lbound).argmax()), lerr.shape)
+            problems.append(f"lse error {lse_err:.3g} exceeds the FP8 allowance at [b, h, q - {empty}] = {i}: "
+                            f"{float(lerr[i]):.3g} > {float(lbound[i]):.3g}")
     if problems:
         raise AssertionError(
             f"{context + ': ' if context else ''}FP8 B={b} Sq={sq} Sk={sk} Hq={hq} Hk={k8.shape[2]} D={d} "

@@ -71,7 +71,7 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
   using OutElement = typename std::conditional<kFp8, __nv_bfloat16, Element>::type;
   using MmaQK = WgmmaSS<Element, kBlockN>;
   using MmaPV = WgmmaRS<Element, kHeadDim>;
-  using Softmax = Sm90Softmax<kSRegs, Traits::kSoftmaxChains>;
+  using Softmax = Sm90Softmax<kSRegs, Traits::kSoftmaxChains, Traits::kSoftmaxMaxOffset>;
 
   const int tid = threadIdx.x % 128;
   const int warp = tid / 32;

@@ -22,7 +22,14 @@ namespace sm90 {
 // reduced through one accumulator are a chain of 32 dependent FMNMX and 32 dependent FADD
 // (floating-point adds are not reassociated by the compiler); the max chain sits between the
 // score GEMM and the first exponential, i.e. on the softmax's critical path.
-template <int kSRegs, int kChains = 1>
+//
+// kMaxOffset (log2 units, 0 for 16-bit P): the probabilities are computed as exp2(s - max +
+// kMaxOffset), i.e. in [0, 2^kMaxOffset] instead of [0, 1]. The FP8 path rounds P to e4m3, whose
+// normal range starts at 2^-6: unscaled, every p below 2^-6 is a subnormal with an absolute error
+// up to 2^-10; scaled by 2^8 those stay normal numbers with e4m3's 2^-4 relative error (and 2^8 <
+// 448, e4m3's largest value). The row sums carry the same factor, so o / sum is unchanged; the LSE
+// takes it out again.
+template <int kSRegs, int kChains = 1, int kMaxOffset = 0>
 struct Sm90Softmax {
   static_assert(kChains >= 1 && (kSRegs / 4) % kChains == 0, "pairs per row a multiple of the chains");
   // Running max in log2 units (scores already multiplied by scale * log2(e)); -inf while the row
@@ -66,13 +73,14 @@ struct Sm90Softmax {
       const float max_used = new_max == -INFINITY ? 0.f : new_max;
       rescale[h] = ex2(row_max[h] - max_used);
       row_max[h] = new_max;
+      const float exp_max = max_used - static_cast<float>(kMaxOffset);
       float part_sum[kChains];
 #pragma unroll
       for (int c = 0; c < kChains; ++c) part_sum[c] = 0.f;
 #pragma unroll
       for (int j = 0; j < kSRegs / 4; ++j) {
-        s[4 * j + 2 * h] = ex2(fmaf(s[4 * j + 2 * h], k, -max_used));
-        s[4 * j + 2 * h + 1] = ex2(fmaf(s[4 * j + 2 * h + 1], k, -max_used));
+        s[4 * j + 2 * h] = ex2(fmaf(s[4 * j + 2 * h], k, -exp_max));
+        s[4 * j + 2 * h + 1] = ex2(fmaf(s[4 * j + 2 * h + 1], k, -exp_max));
         part_sum[j % kChains] += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
       }
       row_sum[h] = row_sum[h] * rescale[h] + tree_reduce(part_sum, [](float a, float b) { return a + b; });
@@ -88,7 +96,8 @@ struct Sm90Softmax {
     for (int h = 0; h < 2; ++h) {
       const float sum = quad_sum(row_sum[h]);
       const float inv = sum > 0.f ? o_scale / sum : 0.f;
-      lse[h] = sum > 0.f ? (row_max[h] + __log2f(sum)) * 0.6931471805599453f : -INFINITY;
+      lse[h] = sum > 0.f ? (row_max[h] - static_cast<float>(kMaxOffset) + __log2f(sum)) * 0.6931471805599453f
+                         : -INFINITY;
 #pragma unroll
       for (int j = 0; j < kORegs / 4; ++j) {
         o[4 * j + 2 * h] *= inv;

@@ -68,6 +68,7 @@ struct Sm90FwdTraits {
   // What the FP8 traits (Sm90Fp8FwdTraits below) set otherwise: 16-bit elements, 64 per 128-byte
   // chunk row; O planes like Q's; k-steps of 16 (S = Q K^T over D, O += P V over the keys).
   static constexpr bool kFp8 = false;
+  static constexpr int kSoftmaxMaxOffset = 0;  // P in [0, 1] (Sm90Softmax)
   static constexpr int kChunkElems = kChunkCols;
   static constexpr int kOChunks = kChunks;
   static constexpr int kQKSteps = kHeadDim / 16;
@@ -168,6 +169,7 @@ struct Sm90Fp8FwdTraits {
   static constexpr int kSoftmaxChains = 1;
 
   static constexpr bool kFp8 = true;
+  static constexpr int kSoftmaxMaxOffset = 8;  // P in [0, 256], normal e4m3 numbers (Sm90Softmax says why)
   static constexpr int kChunkElems = kChunkRowBytes;  // one byte per element
   static constexpr int kChunks = kHeadDim / kChunkElems;  // Q and K planes
   static constexpr int kOChunks = kHeadDim / kChunkCols;  // O planes (bfloat16, 64 columns each)

@@ -8,6 +8,7 @@ CUDA tensors here are fake (FakeTensorMode): metadata only, available on a CPU-o
 
 from __future__ import annotations
 
+import math
 import pathlib
 import re
 import subprocess
@@ -92,10 +93,13 @@ def test_p_fragment_and_vt_permutation_give_the_exact_p_v() -> None:
     assert sorted(key(p) for p in range(64)) == list(range(64))
 
 
-def emulated_fp8_forward(q8, k8, v8, qd, kd, vd, scale, causal_mode, permute_keys=lambda k: k):
+def emulated_fp8_forward(q8, k8, v8, qd, kd, vd, scale, causal_mode, permute_keys=lambda k: k,
+                         lse_offset_removed: bool = True):
     """What the FP8 path computes, in float64 on the CPU: exact scores of the e4m3 inputs times the
-    descaled scale, the row max and float sums of exp(s - max), P rounded to e4m3, P V8, times
-    v_descale / rowsum, rounded to bfloat16. permute_keys: a (wrong) mapping of the P V keys."""
+    descaled scale, the row max and float sums of p = 2^8 exp(s - max) (softmax.cuh's kMaxOffset),
+    P rounded to e4m3, P V8, times v_descale / rowsum, rounded to bfloat16; LSE with the 2^8 taken
+    out. permute_keys: a (wrong) mapping of the P V keys; lse_offset_removed=False: a (wrong) LSE
+    that keeps the 2^8."""
     q = dequantize_fp8(q8, qd)
     k = dequantize_fp8(k8, kd)
     b, sq, hq, d = q.shape
@@ -107,7 +111,7 @@ def emulated_fp8_forward(q8, k8, v8, qd, kd, vd, scale, causal_mode, permute_key
         s = s.masked_fill(~vis, float("-inf"))
     m = s.amax(-1, keepdim=True)
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    p = torch.exp(s - m)
+    p = torch.exp(s - m) * 2.0**8
     l = p.sum(-1, keepdim=True)
     p8 = p.to(FP8).double()
     v = v8.double().repeat_interleave(hq // hk, dim=2).permute(0, 2, 1, 3)  # [B, Hq, Sk, D]
@@ -115,7 +119,9 @@ def emulated_fp8_forward(q8, k8, v8, qd, kd, vd, scale, causal_mode, permute_key
     o = p8 @ v
     vfac = vd.double().repeat_interleave(hq // hk, dim=1)[:, :, None, None]
     o = torch.where(l > 0, o * vfac / torch.where(l > 0, l, torch.ones_like(l)), torch.zeros_like(o))
-    lse = torch.where(l[..., 0] > 0, (m[..., 0] + torch.log(l[..., 0])), torch.full_like(l[..., 0], float("-inf")))
+    offset = 8 * math.log(2.0) if lse_offset_removed else 0.0
+    lse = torch.where(l[..., 0] > 0, (m[..., 0] + torch.log(l[..., 0]) - offset),
+                      torch.full_like(l[..., 0], float("-inf")))
     return o.permute(0, 2, 1, 3).to(BF16), lse.float()
 
 
@@ -140,11 +146,13 @@ def test_fp8_criterion_accepts_the_emulated_kernel(seed, b, sq, sk, group, d, ca
     assert errs.worst_ratio <= 1.0
 
 
-@pytest.mark.parametrize("bug", ["swapped keys", "v_descale dropped", "q_descale squared"])
+@pytest.mark.parametrize("bug", ["swapped keys", "v_descale dropped", "q_descale squared", "lse keeps the 2^8"])
 def test_fp8_criterion_rejects_wrong_kernels(bug: str) -> None:
     q8, k8, v8, qd, kd, vd = fp8_inputs(7, 2, 33, 64, 4, 2, 64)
     if bug == "swapped keys":
         out, lse = emulated_fp8_forward(q8, k8, v8, qd, kd, vd, None, 0, permute_keys=lambda j: j ^ 1)
+    elif bug == "lse keeps the 2^8":
+        out, lse = emulated_fp8_forward(q8, k8, v8, qd, kd, vd, None, 0, lse_offset_removed=False)
     elif bug == "v_descale dropped":
         out, lse = emulated_fp8_forward(q8, k8, v8, qd, kd, torch.ones_like(vd), None, 0)
     else:
