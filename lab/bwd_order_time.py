@@ -4,7 +4,7 @@ longest-first order (csrc/flash_bwd_sm90/launch.cuh, bwd_lpt_heads) for each L2 
 (FLASHATTN_BWD_LPT=<MiB>) against the plain order (0), in alternating rounds, with cuDNN's backward
 on the same tensors for the ratio. bf16 and fp16, B*S = 16k tokens, H*D = 2048, D 64/128/256, S 1k..16k, causal (bottom-right
 = top-left here, Sq = Sk); ms per call, the op alone, medians of rounds.
-usage: python lab/bwd_order_time.py [--rounds N] [--budgets 16,32,...]"""
+usage: python lab/bwd_order_time.py [--rounds N] [--budgets 16,32,...] [--dims 128,256]"""
 
 from __future__ import annotations
 
@@ -31,13 +31,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--budgets", default="8", help="L2 budgets in MiB, comma-separated")
+    ap.add_argument("--dims", default="64,128,256", help="head dims, comma-separated")
     args = ap.parse_args()
     modes = [("plain", "0")] + [(f"{m}MiB", m) for m in args.budgets.split(",")]
     gains = {name: [] for name, _ in modes[1:]}
     for dtype in (torch.bfloat16, torch.float16):
         print(f"{dtype}: ms; x cudnn = cuDNN's time / ours")
         print(f"{'D':>4} {'S':>6} {'cudnn':>8} " + " ".join(f"{name:>8} {'x cudnn':>7}" for name, _ in modes))
-        for d in (64, 128, 256):
+        for d in (int(x) for x in args.dims.split(",")):
             for s in (1024, 2048, 4096, 8192, 16384):
                 b, h = 16384 // s, 2048 // d
                 q, k, v, dout = (torch.randn(b, s, h, d, device="cuda", dtype=dtype) for _ in range(4))

@@ -2,9 +2,11 @@
 // which tile index means what) is tile_scheduler.h's decode_tile: within an L2 group, longest
 // causal work first.
 //
-// Static (kDynamic = false): CTA c runs tiles c, c + grid, c + 2 grid, ... The producer and the
-// consumers compute the same sequence, nothing is exchanged. Right when every tile costs the same
-// (no causal mask) or when there is at most one wave of tiles.
+// Static (kDynamic = false): CTA c runs tiles c, c + grid, c + 2 grid, ... (or, with the traits'
+// kStaticSnake, position c and grid - 1 - c of alternate rounds: static_next_tile). The producer and
+// the consumers compute the same sequence, nothing is exchanged. Right when every tile costs the
+// same (no causal mask) or when there is at most one wave of tiles; the snake order is the FP8
+// D=256 forward's answer to causal calls, which have no dynamic schedule (traits.h).
 //
 // Dynamic (kDynamic = true): CTA c runs tile c first; each later tile is the next value of a
 // per-call atomic counter (+ grid), taken by the producer thread once it has issued every load of
@@ -58,8 +60,11 @@ __device__ __forceinline__ TileWork tile_work(const Sm90Params& params, int t, i
   return TileWork{st.coord, st.split, split_blocks(r, st.split, params.num_splits)};
 }
 
-// The static schedule's next tile of this CTA.
-__device__ __forceinline__ int static_next_tile(int tile) { return tile + static_cast<int>(gridDim.x); }
+// The static schedule's next tile of this CTA (tile_scheduler.h's static_next_tile).
+template <bool kSnake>
+__device__ __forceinline__ int static_next_tile(int tile) {
+  return static_next_tile(tile, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), kSnake);
+}
 
 template <typename Traits, bool kDynamic>
 struct ProducerSchedule {
@@ -84,7 +89,7 @@ struct ProducerSchedule {
     if constexpr (kDynamic) {
       return atomicAdd(params.tile_counter, 1) + static_cast<int>(gridDim.x);
     } else {
-      return static_next_tile(tile);
+      return static_next_tile<Traits::kStaticSnake>(tile);
     }
   }
 };
@@ -107,7 +112,7 @@ struct ConsumerSchedule {
     if constexpr (kDynamic) {
       return receive();
     } else {
-      return static_next_tile(tile);
+      return static_next_tile<Traits::kStaticSnake>(tile);
     }
   }
 

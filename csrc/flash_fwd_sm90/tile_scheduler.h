@@ -36,6 +36,19 @@ FLASHATTN_HD TileCoord decode_tile(int t, int num_m_blocks, int heads_q, int bat
   return c;
 }
 
+// The static schedule's tile after `tile` for CTA `cta` of `grid` (schedule.cuh; every CTA starts
+// at tile cta). Plain: tile + grid, so CTA c runs position c of every round of grid tiles, and
+// under a causal mask (rounds from long to short tiles, decode_tile) CTA 0 the longest each time.
+// snake: round r gives CTA c position c when r is even and grid - 1 - c when r is odd, so the CTA
+// that took a round's longest tile takes the next round's shortest. Either way the CTAs' sequences
+// partition the tiles; a CTA stops at its first index >= the tile count (only the last round can
+// be partial, and every later index is larger).
+FLASHATTN_HD int static_next_tile(int tile, int cta, int grid, bool snake) {
+  if (!snake) return tile + grid;
+  const int round = tile / grid + 1;
+  return round * grid + ((round & 1) ? grid - 1 - cta : cta);
+}
+
 // A tile of the kernel with the key split (Sm90Params::num_splits): split t % num_splits of query
 // tile t / num_splits, so the splits of one query tile run side by side (one wave: splits are used
 // only when the query tiles fill few SMs) and share its Q in L2.

@@ -69,6 +69,7 @@ struct Sm90FwdTraits {
   // chunk row; O planes like Q's; k-steps of 16 (S = Q K^T over D, O += P V over the keys).
   static constexpr bool kFp8 = false;
   static constexpr int kSoftmaxMaxOffset = 0;  // P in [0, 1] (Sm90Softmax)
+  static constexpr bool kStaticSnake = false;  // the static schedule's plain round-robin (schedule.cuh)
   static constexpr int kChunkElems = kChunkCols;
   static constexpr int kOChunks = kChunks;
   static constexpr int kQKSteps = kHeadDim / 16;
@@ -217,6 +218,9 @@ struct Sm90Fp8FwdTraits {
   // which setmaxnreg only redistributes. So D=256 runs the static schedule for every call (no
   // dynamic instantiation: tools/gen_instantiations.py, SM90_FP8_SCHEDULES).
   static constexpr bool kDynamicSchedule = kHeadDim != 256;
+  // So causal calls at D=256 run the static schedule: in snake order (schedule.cuh,
+  // static_next_tile), the CTA with a round's longest tile takes the next round's shortest.
+  static constexpr bool kStaticSnake = true;
 };
 
 // The FP8 configs by instantiated head dim: 128 x 128 tiles, two K and V^T stages (D=128: 16 + 32
