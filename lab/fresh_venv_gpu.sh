@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # On a GPU machine: the README's install command, verbatim, in a fresh virtual environment, and
 # whether it gives working kernels. The GPU machines have no package index, so the venv sees the
-# machine's packages (--system-site-packages: torch, nvcc's toolchain, pytest, ...) and pip may not
-# reach an index (PIP_NO_INDEX=1: a requirement the machine lacks fails at once instead of
-# retrying); wheels carried in .whl/ are installed into the venv first. Everything else is what a
+# machine's packages (--system-site-packages and the machine python's own folders: torch, pytest,
+# ...) and pip may not reach an index (PIP_NO_INDEX=1: a requirement the machine lacks fails at
+# once instead of retrying); wheels carried in .whl/ are installed into the venv first. Everything else is what a
 # user gets: the command builds the extension for the local GPU, then `python -m flashattn` reports.
 # Then: extension_available(), the Hopper path, and the GPU tests named in $FRESH_VENV_TESTS
 # (default: the forward's split tests and the attention tests) with the venv's python.
@@ -12,9 +12,15 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 venv=${1:-${TMPDIR:-/tmp}/flashattn-fresh-venv}
 rm -rf "$venv"
+# The machine's python3 may itself be a virtual environment (torch installed there, not in the base
+# interpreter that --system-site-packages exposes): its package folders go into the new venv by a
+# .pth file, so "torch>=2.4" in the README's command is found installed, as on a user's machine.
+machine_sites=$(python3 -c "import sysconfig; p = sysconfig.get_paths(); print(p['purelib']); print(p['platlib'])" | sort -u)
 python3 -m venv --system-site-packages "$venv" || exit 2
 # shellcheck disable=SC1091
 . "$venv/bin/activate"
+venv_site=$(python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+printf '%s\n' "$machine_sites" > "$venv_site/_machine_packages.pth"
 export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 if compgen -G ".whl/*.whl" > /dev/null; then
   python -m pip install -q --no-deps .whl/*.whl || echo "fresh_venv: carried wheels failed to install"
