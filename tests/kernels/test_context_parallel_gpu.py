@@ -349,14 +349,18 @@ def criterion_inputs(case: Case, world: int, device) -> tuple[torch.Tensor, ...]
     return tuple(t.to(device).transpose(1, 2) for t in make_inputs(case, world))
 
 
-def assert_meets_criterion(got: dict, case: Case, world: int, device, what: str) -> None:
-    """got's out, dq, dk, dv ([B, H, S, D]) against the float64 reference with the suite's criterion."""
+def assert_meets_criterion(got: dict, case: Case, world: int, device, what: str, partial_sums: int = 1) -> None:
+    """got's out, dq, dk, dv ([B, H, S, D]) against the float64 reference with the suite's criterion;
+    partial_sums: the ring's ranks (numerics.assert_gradients_match), 1 for one process."""
     q, k, v, dout = criterion_inputs(case, world, device)
     causal_mode = flashattn.CAUSAL_BOTTOM_RIGHT if case.causal else flashattn.CAUSAL_NONE  # Sq = Sk: also top-left
     out, dq, dk, dv = (got[n].to(device).transpose(1, 2) for n in ("out", "dq", "dk", "dv"))
     context = f"{what}, {case.name}, S={case.seqlen(world)}"
     assert_attention_matches(out, None, q, k, v, None, causal_mode, context=context)
-    assert_gradients_match(dq, dk, dv, q, k, v, dout, None, causal_mode, context=context)
+    # Under the ring each rank's partial dK/dV (and dQ) is rounded to the dtype and torch adds them:
+    # world partial sums (measured 2026-11-26 on 4 H200s, fp16 D=64: dv one fp16 ulp from the
+    # reference, 0.0038 at |dv| = 4.1, where SDPA on one GPU rounded the other way).
+    assert_gradients_match(dq, dk, dv, q, k, v, dout, None, causal_mode, context=context, partial_sums=partial_sums)
 
 
 def one_gpu_whole_sequence(case: Case, world: int, device) -> dict:
@@ -381,7 +385,8 @@ IDS = [c.name for c in CASES]
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_ring_meets_the_criterion(ring: dict, case: Case) -> None:
     got = ring["results"][case.name]["tensors"]
-    assert_meets_criterion(got, case, ring["world"], torch.device("cuda", 0), f"{ring['world']}-GPU ring")
+    assert_meets_criterion(got, case, ring["world"], torch.device("cuda", 0), f"{ring['world']}-GPU ring",
+                           partial_sums=ring["world"])
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)

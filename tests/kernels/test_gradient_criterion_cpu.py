@@ -448,3 +448,31 @@ def test_rows_that_see_no_key_anywhere_get_zero_dq() -> None:
     dq[:, -1] = 1e-3
     with pytest.raises(AssertionError, match="query rows that see no key are not 0"):
         assert_gradients_match(dq, *grads[1:], q, k, v, dout, 0.125, TOP_LEFT, window=window)
+
+
+# ---- partial sums (context parallelism's ring) -------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16])
+def test_partial_sums_allow_the_rings_rounding_but_not_a_dropped_partial(dtype: torch.dtype) -> None:
+    """dv as torch's ring forms it: the key range's partial sums over query chunks, each rounded to
+    the dtype, added in the dtype. With partial_sums = chunks the criterion accepts it (each
+    addition rounds once more); a ring that dropped a chunk's partial fails even so."""
+    gen = torch.Generator().manual_seed(3)
+    b, s, h, d, chunks = 1, 64, 2, 32, 4
+    q, k, v = (torch.randn(b, s, h, d, generator=gen).to(dtype) for _ in range(3))
+    dout = torch.randn(b, s, h, d, generator=gen).to(dtype)
+    dq, dk, dv = flashattn.attention_reference_grads(q, k, v, dout, None, NONE)
+    # dv = sum over query chunks c of P_c^T dO_c: the reference's float64 pieces, rounded per chunk.
+    scores = torch.einsum("bqhd,bkhd->bhqk", q.double(), k.double()) * resolve_scale(None, d)
+    p = torch.softmax(scores, dim=-1)
+    parts = [torch.einsum("bhqk,bqhd->bkhd", p[:, :, c::chunks], dout.double()[:, c::chunks]).to(dtype)
+             for c in range(chunks)]
+    ring_dv = parts[0]
+    for part in parts[1:]:
+        ring_dv = ring_dv + part  # in the dtype, as the ring adds
+    dq, dk = dq.to(dtype), dk.to(dtype)
+    assert_gradients_match(dq, dk, ring_dv, q, k, v, dout, None, NONE, partial_sums=chunks)
+    dropped = parts[0] + parts[1] + parts[2]
+    with pytest.raises(AssertionError, match="dv exceeds"):
+        assert_gradients_match(dq, dk, dropped, q, k, v, dout, None, NONE, partial_sums=chunks)
