@@ -26,6 +26,7 @@ struct Sm90BwdParams {
                      // [B, Hq, num_m_blocks, kBlockM * kHeadDim] in the tile order of traits.h
   int lpt_heads;     // the CTA order (mainloop.cuh, bwd_block): 0 = a (batch, K/V head)'s key blocks
                      // one after another; n > 0 = groups of n of them, key block slowest in a group
+  int reverse_m;     // 1: each CTA walks its query blocks from the last down (launch.cuh says when)
 };
 
 }  // namespace sm90

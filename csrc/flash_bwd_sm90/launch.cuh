@@ -45,6 +45,21 @@ int bwd_lpt_heads(const BwdParams& p) {
   return static_cast<int>(fit < 1 ? 1 : (fit > pairs ? pairs : fit));
 }
 
+// The query blocks' walk inside a CTA under a causal mask or a window. Forward (0): key block n
+// starts at its first visible query block, so the CTAs running together are each at a different
+// block and their Q, dO and dQ rows in flight span as many blocks as CTAs. Reverse (1): every CTA
+// starts at the last query block and walks down to its first, so the CTAs of a head that start
+// together read the same Q/dO block and add to the same dQ rows at the same time, as without a
+// mask. Deterministic mode keeps the forward walk (bwd_block). FLASHATTN_BWD_REVERSE=0|1 sets it
+// (a lab switch read at every masked call, for lab/bwd_order_time.py's side-by-side rounds).
+constexpr int kBwdReverseM = 0;
+
+inline int bwd_reverse_m(const BwdParams& p) {
+  if (!p.causal && p.window_left < 0 && p.window_right < 0) return 0;
+  const char* v = std::getenv("FLASHATTN_BWD_REVERSE");
+  return v == nullptr || *v == '\0' ? kBwdReverseM : (std::atoi(v) != 0 ? 1 : 0);
+}
+
 template <typename Traits, typename Element, bool kSoftcap>
 cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
   if ((p.softcap != 0.f) != kSoftcap) return cudaErrorInvalidValue;
@@ -54,6 +69,7 @@ cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
   kp.num_n_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   kp.num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   kp.lpt_heads = bwd_lpt_heads<Traits>(p);
+  kp.reverse_m = bwd_reverse_m(p);
   const bool bf16 = p.dtype == DType::kBFloat16;
   const BwdTmaTensors t = bwd_tma_tensors(p);
   if (!encode_tma_4d(&kp.tma_q, t.q, bf16, Traits::kBlockM) || !encode_tma_4d(&kp.tma_do, t.dout, bf16, Traits::kBlockM) ||

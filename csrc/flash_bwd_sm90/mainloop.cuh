@@ -87,13 +87,19 @@ struct BwdSmem {
 struct BwdBlock {
   int n_block, head_kv, batch, group, n0;
   int m_begin, m_steps, steps;
-  // Step t is query block m_begin + t % m_steps of query head head_kv * group + t / m_steps.
+  bool reverse;  // the query blocks of a head walked from the last down (Sm90BwdParams::reverse_m)
+  // Step t is query block m_block(t) of query head head_kv * group + t / m_steps: the (t %
+  // m_steps)-th of [m_begin, m_begin + m_steps), counted from the first or (reverse) the last.
   __device__ int head_q(int t) const { return head_kv * group + t / m_steps; }
-  __device__ int m0(int t, int block_m) const { return (m_begin + t % m_steps) * block_m; }
+  __device__ int m_block(int t) const {
+    const int i = t % m_steps;
+    return reverse ? m_begin + m_steps - 1 - i : m_begin + i;
+  }
+  __device__ int m0(int t, int block_m) const { return m_block(t) * block_m; }
 };
 
 template <typename Traits>
-__device__ __forceinline__ BwdBlock bwd_block(const BwdParams& p, int num_n_blocks, int lpt_heads) {
+__device__ __forceinline__ BwdBlock bwd_block(const BwdParams& p, int num_n_blocks, int lpt_heads, int reverse_m) {
   BwdBlock b;
   // Key blocks vary fastest (neighbouring CTAs share their Q/dO reads in L2), as in the portable
   // kernel: the first key block first (under a causal mask the one with the most query blocks),
@@ -127,6 +133,9 @@ __device__ __forceinline__ BwdBlock bwd_block(const BwdParams& p, int num_n_bloc
   b.m_begin = qb.m_begin;
   b.m_steps = qb.m_end - qb.m_begin;
   b.steps = b.m_steps * b.group;
+  // Not in deterministic mode: its tickets count on key blocks reaching a query block in the order
+  // of their first visible block (bwd_sm90_dq_writer).
+  b.reverse = reverse_m != 0 && p.dq_semaphore == nullptr;
   return b;
 }
 
@@ -204,7 +213,7 @@ __device__ __forceinline__ void bwd_sm90_dq_writer(const Sm90BwdParams& kp, cons
   if (lane != 0) return;
   for (int t = 0; t < blk.steps; ++t) {
     const int hq = blk.head_q(t);
-    const int m_block = blk.m_begin + t % blk.m_steps;
+    const int m_block = blk.m_block(t);
     const int64_t tile = (static_cast<int64_t>(blk.batch) * p.heads_q + hq) * kp.num_m_blocks + m_block;
     mbar_wait(sm.dq_full(), t & 1);
     int* ticket = nullptr;

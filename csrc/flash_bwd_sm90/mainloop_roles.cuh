@@ -259,7 +259,7 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
 
     // ---- dQ_wg -> dq_accum, this warpgroup's half of the query block's tile.
     const int hq = blk.head_q(t);
-    const int m_block = blk.m_begin + t % blk.m_steps;
+    const int m_block = blk.m_block(t);
     const int64_t tile = (static_cast<int64_t>(blk.batch) * p.heads_q + hq) * kp.num_m_blocks + m_block;
     float* dst = p.dq_accum + tile * Traits::kDqTileFloats;
     int* ticket = nullptr;
