@@ -3,14 +3,11 @@
 // [B, S, H, D]; q_descale, k_descale, v_descale float32 [B, Hk] (FlashAttention-3's form); out
 // bfloat16 [B, Sq, Hq, D] and lse float32 [B, Hq, Sq]. Two launches on the current stream: the V
 // transpose into a scratch V^T (csrc/flash_fwd_sm90/fp8_transpose.cu), then the forward. No
-// backward (inputs that require grad are refused). Not yet run on a GPU: refused unless
-// FLASHATTN_EXPERIMENTAL_FP8=1 (docs/hopper.md, "FP8 forward").
+// backward (inputs that require grad are refused). docs/hopper.md, "FP8 forward".
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <optional>
 #include <tuple>
 
@@ -27,11 +24,6 @@ using flashattn::CausalMode;
 
 constexpr const char* kOp = "flashattn::fwd_fp8";
 
-bool fp8_enabled() {
-  const char* v = std::getenv("FLASHATTN_EXPERIMENTAL_FP8");
-  return v != nullptr && std::strcmp(v, "1") == 0;
-}
-
 void check_descale(const char* name, const at::Tensor& t, const at::Tensor& q, int64_t B, int64_t Hk) {
   FLASHATTN_CHECK(t.scalar_type() == at::kFloat, kOp, ": ", name, " must be float32, got ", t.scalar_type());
   FLASHATTN_CHECK(t.dim() == 2 && t.size(0) == B && t.size(1) == Hk, kOp, ": ", name,
@@ -44,8 +36,6 @@ std::tuple<at::Tensor, at::Tensor> fwd_fp8_cuda(const at::Tensor& q_in, const at
                                                 const at::Tensor& q_descale_in, const at::Tensor& k_descale_in,
                                                 const at::Tensor& v_descale_in, std::optional<double> softmax_scale,
                                                 int64_t causal_mode) {
-  FLASHATTN_CHECK(fp8_enabled(), kOp, ": the FP8 forward has not been validated on a GPU yet; set "
-                  "FLASHATTN_EXPERIMENTAL_FP8=1 to run it anyway");
   FLASHATTN_CHECK(q_in.dim() == 4 && k_in.dim() == 4 && v_in.dim() == 4, kOp, ": q, k, v must be 4-D [B, S, H, D], got ",
                   q_in.sizes(), ", ", k_in.sizes(), ", ", v_in.sizes());
   FLASHATTN_CHECK(q_in.scalar_type() == at::kFloat8_e4m3fn && k_in.scalar_type() == at::kFloat8_e4m3fn &&

@@ -58,8 +58,7 @@ def _fwd_bhsd_fake(q, k, v, softmax_scale, causal_mode, backend, window_left=-1,
 # binding copies), q_descale / k_descale / v_descale float32 [B, Hk] (FlashAttention-3's form: the
 # real inputs are q.float() * q_descale[b, h // (Hq / Hk)] and so on), softmax_scale as fwd's,
 # causal_mode as fwd's. Returns out bfloat16 [B, Sq, Hq, D] and lse float32 [B, Hq, Sq] (natural log
-# of the descaled, scaled scores). The Hopper path only (sm_90a build), no backward. Not yet run on
-# a GPU: the binding refuses it unless FLASHATTN_EXPERIMENTAL_FP8=1.
+# of the descaled, scaled scores). The Hopper path only (sm_90a build), no backward.
 _lib.define(
     "fwd_fp8(Tensor q, Tensor k, Tensor v, Tensor q_descale, Tensor k_descale, Tensor v_descale, "
     "float? softmax_scale, int causal_mode) -> (Tensor out, Tensor lse)"

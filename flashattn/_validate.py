@@ -13,7 +13,6 @@ Nothing here reads tensor values: no host-device synchronization.
 from __future__ import annotations
 
 import math
-import os
 from typing import NamedTuple
 
 import torch
@@ -215,11 +214,6 @@ def flash_attn_func(q, k, v, scale, window_size, cap) -> tuple[float, tuple[int,
 
 # ==== the FP8 forward (issue 29) ===================================================================
 FP8_DTYPE = torch.float8_e4m3fn
-FP8_ENV = "FLASHATTN_EXPERIMENTAL_FP8"
-FP8_NOT_VALIDATED_MESSAGE = (
-    "the FP8 forward (float8_e4m3fn q/k/v) has not been validated on a GPU yet; set "
-    f"{FP8_ENV}=1 to run it anyway (docs/hopper.md, 'FP8 forward')"
-)
 _FP8_DTYPES = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
                     if hasattr(torch, n))
 
@@ -230,10 +224,6 @@ def is_fp8_call(q, k, v, q_descale, k_descale, v_descale) -> bool:
     if q_descale is not None or k_descale is not None or v_descale is not None:
         return True
     return any(isinstance(t, torch.Tensor) and t.dtype in _FP8_DTYPES for t in (q, k, v))
-
-
-def fp8_enabled() -> bool:
-    return os.environ.get(FP8_ENV, "0").strip() == "1"
 
 
 def fp8(q, k, v, q_descale, k_descale, v_descale, scale, window_size=(-1, -1), cap=0.0) -> float:
@@ -309,10 +299,8 @@ def fp8(q, k, v, q_descale, k_descale, v_descale, scale, window_size=(-1, -1), c
 
 
 def fp8_device(q) -> None:
-    """What the FP8 forward needs of the machine, for an eager call on a real tensor: the
-    experimental switch, an sm_90 GPU, an extension built with 9.0a. RuntimeError otherwise."""
-    if not fp8_enabled():
-        raise RuntimeError(FP8_NOT_VALIDATED_MESSAGE)
+    """What the FP8 forward needs of the machine, for an eager call on a real tensor: an sm_90 GPU,
+    an extension built with 9.0a. RuntimeError otherwise."""
     major, minor = torch.cuda.get_device_capability(q.device)
     if (major, minor) != (9, 0):
         raise RuntimeError(

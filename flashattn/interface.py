@@ -222,7 +222,7 @@ def flash_attn_func(
     k_descale, v_descale float32 [B, Hk] (FlashAttention-3's interface: the inputs are
     q.float() * q_descale[b, kv head] etc.; all three required), head dim a multiple of 16 up to
     256, causal or not, GQA; no window, no softcap. out is bfloat16, the LSE that of the descaled
-    scores. Not yet run on a GPU: refused unless FLASHATTN_EXPERIMENTAL_FP8=1 (docs/hopper.md).
+    scores (docs/hopper.md, "FP8 forward").
     """
     if (_DIRECT and type(q) is _Tensor and window_size == (-1, -1) and softcap == 0.0 and softcap is not False
             and q_descale is None and k_descale is None and v_descale is None and not _tracing()):

@@ -8,7 +8,7 @@ inputs (a 1k-token slice of each shape): ours must be within FlashAttention-3's 
 and within the suite's FP8 criterion (tests/numerics.py).
 FlashAttention-3: the tokenspeed-fa3 wheel, module flash_attn_interface
 (`flash_attn_func(q, k, v, causal=..., q_descale=..., k_descale=..., v_descale=...)`).
-usage: FLASHATTN_EXPERIMENTAL_FP8=1 python lab/fp8_time.py [--check]"""
+usage: python lab/fp8_time.py [--check]"""
 
 from __future__ import annotations
 
@@ -89,7 +89,6 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true", help="errors against the reference first")
     args = ap.parse_args()
-    os.environ.setdefault("FLASHATTN_EXPERIMENTAL_FP8", "1")
     mod = fa3()
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, flashattn {flashattn.__version__}")
     if args.check and not check(mod):

@@ -194,10 +194,10 @@ case "${1:-verify}" in
         # comparison with FlashAttention-3's FP8 forward (tokenspeed-fa3 carried in .whl/)
     env_info > "$OUT/env.txt" 2>&1
     step build 420 bash lab/gpu_build.sh
-    step pytest_fp8 200 env FLASHATTN_EXPERIMENTAL_FP8=1 "${pytest_ci[@]}" tests/kernels/test_fp8_gpu.py tests/kernels/test_fp8_cpu.py -ra
+    step pytest_fp8 200 "${pytest_ci[@]}" tests/kernels/test_fp8_gpu.py tests/kernels/test_fp8_cpu.py -ra
     step memcheck_fp8 200 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 99 \
       python3 lab/sanitize_small.py --only fp8,split
-    step fp8_time 240 env FLASHATTN_EXPERIMENTAL_FP8=1 python3 lab/fp8_time.py --check
+    step fp8_time 240 python3 lab/fp8_time.py --check
     ;;
   hostprofile)  # the host profile alone, on a built tree (a second look at the numbers)
     env_info > "$OUT/env.txt" 2>&1

@@ -12,7 +12,7 @@ Cases (each selectable with --only, a comma list of group names):
   split     the Hopper forward's split over the keys (small grids; FLASHATTN_FWD_SPLITS forces the
             count: empty splits, more splits than blocks), causal both ways, a window, D 64/128/256;
             skipped where the Hopper path does not run;
-  fp8       the FP8 forward (Hopper, FLASHATTN_EXPERIMENTAL_FP8 set here): causal or not, GQA, odd
+  fp8       the FP8 forward (Hopper): causal or not, GQA, odd
             lengths, D 64/128/256; skipped where the Hopper path does not run;
   bad       bad device-side indices with the checked mode off (memcheck only: the results are
             meaningless by contract, the point is that nothing is touched outside the tensors):
@@ -132,7 +132,6 @@ def fp8() -> None:
     if not _hopper():
         print("sanitize_small: fp8: skipped (no Hopper path here)")
         return
-    os.environ["FLASHATTN_EXPERIMENTAL_FP8"] = "1"
     with torch.no_grad():
         for b, sq, sk, hq, hk, d, causal in ((3, 65, 130, 4, 2, 128, True), (1, 1, 77, 2, 1, 64, False),
                                              (2, 200, 129, 2, 2, 256, True), (1, 300, 300, 8, 1, 128, False)):

@@ -276,22 +276,15 @@ def test_fp8_flash_attn_func_traces_into_one_fwd_fp8(no_extension_needed: None, 
     assert calls[0].args[7] == (flashattn.CAUSAL_BOTTOM_RIGHT if causal else flashattn.CAUSAL_NONE)
 
 
-# ---- the experimental switch and the device checks --------------------------------------------------
+# ---- the device checks ----------------------------------------------------------------------------------
 
 
 class _Q:
     device = torch.device("cuda", 0)
 
 
-def test_fp8_is_refused_without_the_experimental_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("FLASHATTN_EXPERIMENTAL_FP8", raising=False)
-    with pytest.raises(RuntimeError, match="not been validated on a GPU yet.*FLASHATTN_EXPERIMENTAL_FP8=1"):
-        _validate.fp8_device(_Q())
-
-
 @pytest.mark.parametrize(("cap", "name"), [((8, 0), "NVIDIA A100"), ((8, 9), "NVIDIA L4"), ((10, 0), "NVIDIA B200")])
 def test_fp8_needs_a_hopper_gpu(monkeypatch: pytest.MonkeyPatch, cap, name) -> None:
-    monkeypatch.setenv("FLASHATTN_EXPERIMENTAL_FP8", "1")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: cap)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
     with pytest.raises(RuntimeError, match=f"needs a Hopper GPU.*{name}.*{cap[0]}\\.{cap[1]}"):
@@ -299,7 +292,6 @@ def test_fp8_needs_a_hopper_gpu(monkeypatch: pytest.MonkeyPatch, cap, name) -> N
 
 
 def test_fp8_needs_a_9_0a_build(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FLASHATTN_EXPERIMENTAL_FP8", "1")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     monkeypatch.setattr(flashattn._ext, "build_info", lambda: {"cuda_archs": "8.0_8.9_9.0"})
     with pytest.raises(RuntimeError, match="built for 9.0a.*8.0_8.9_9.0"):

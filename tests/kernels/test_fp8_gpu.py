@@ -3,8 +3,7 @@ H100: float8_e4m3fn q/k/v with float32 [B, Hk] descales through flash_attn_func 
 op, against the float64 reference on the dequantized inputs (tests/numerics.py, the FP8 criterion):
 causal and not (both alignments), GQA/MQA, head dims 64/128/256 and the rounded ones (16, 80, 144),
 odd lengths around the 128-row/128-key tiles, Sq > Sk (rows that see no key), strided inputs,
-outputs from NaN-poisoned memory; bad inputs on the GPU. The FP8 path is experimental: these tests
-set FLASHATTN_EXPERIMENTAL_FP8=1 (and check the refusal without it)."""
+outputs from NaN-poisoned memory; bad inputs on the GPU."""
 
 from __future__ import annotations
 
@@ -39,11 +38,10 @@ CASE_IDS = [f"b{b}-sq{sq}-sk{sk}-h{hq}:{hk}-d{d}-c{c}" for b, sq, sk, hq, hk, d,
 
 
 @pytest.fixture(autouse=True)
-def _hopper_fp8(device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
+def _hopper_fp8(device: torch.device) -> None:
     reason = backend_unavailable_reason("hopper")
     if reason:
         pytest.skip(reason)
-    monkeypatch.setenv("FLASHATTN_EXPERIMENTAL_FP8", "1")
 
 
 def make(case, device: torch.device, magnitude: float = 3.0, seed: int = 0, strided: bool = False):
@@ -89,15 +87,6 @@ def test_fp8_under_torch_compile(device: torch.device) -> None:
                                                             v_descale=a[5]), fullgraph=True)
     out = fn(q8, k8, v8, qd, kd, vd)
     assert_fp8_attention_matches(out, None, q8, k8, v8, qd, kd, vd, None, BOTTOM_RIGHT, context="compiled")
-
-
-def test_fp8_is_refused_without_the_switch(device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("FLASHATTN_EXPERIMENTAL_FP8")
-    q8, k8, v8, qd, kd, vd = make((1, 8, 8, 1, 1, 64, NONE), device)
-    with pytest.raises(RuntimeError, match="not been validated on a GPU yet"):
-        flashattn.flash_attn_func(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd)
-    with pytest.raises(RuntimeError, match="not been validated on a GPU yet"):
-        torch.ops.flashattn.fwd_fp8(q8, k8, v8, qd, kd, vd, None, 0)
 
 
 @pytest.mark.parametrize(
