@@ -46,7 +46,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
   if (warpgroup == 0) {
     setmaxnreg_dec<Traits::kProducerRegs>();
-    const BwdBlock blk = bwd_block<Traits>(params.p, params.num_n_blocks, params.lpt_heads, params.reverse_m);
+    const BwdBlock blk = bwd_block<Traits>(params.p, params.num_n_blocks, params.lpt_heads, params.reverse_m,
+                                            static_cast<int>(blockIdx.x));
     const int warp = threadIdx.x / 32;
     if (warp == 0)
       bwd_sm90_load<Traits>(params, sm, blk, threadIdx.x % 32);
@@ -57,7 +58,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       bwd_sm90_load_row_stats<Traits>(params, sm, blk, threadIdx.x % 32, warp == 3);
   } else {
     setmaxnreg_inc<Traits::kConsumerRegs>();
-    const BwdBlock blk = bwd_block<Traits>(params.p, params.num_n_blocks, params.lpt_heads, params.reverse_m);
+    const BwdBlock blk = bwd_block<Traits>(params.p, params.num_n_blocks, params.lpt_heads, params.reverse_m,
+                                            static_cast<int>(blockIdx.x));
     if constexpr (Traits::kRoles)
       bwd_sm90_consumer_roles<Traits, Element, kSoftcap>(params, sm, blk, warpgroup - 1, threadIdx.x % kWarpgroupThreads);
     else

@@ -51,6 +51,7 @@
 #include "../common/sm90/ptx.cuh"
 #include "../common/sm90/wgmma_ops.cuh"
 #include "../common/softmax_math.cuh"
+#include "block.h"
 #include "descriptors.h"
 #include "kernel_params.h"
 #include "traits.h"
@@ -82,62 +83,6 @@ struct BwdSmem {
   __device__ uint32_t dq_full() const { return base + Traits::kOffBar + 8 * (2 * Traits::kStages + 1); }
   __device__ uint32_t dq_empty() const { return base + Traits::kOffBar + 8 * (2 * Traits::kStages + 2); }
 };
-
-// What every role of a CTA derives alike from its block index.
-struct BwdBlock {
-  int n_block, head_kv, batch, group, n0;
-  int m_begin, m_steps, steps;
-  bool reverse;  // the query blocks of a head walked from the last down (Sm90BwdParams::reverse_m)
-  // Step t is query block m_block(t) of query head head_kv * group + t / m_steps: the (t %
-  // m_steps)-th of [m_begin, m_begin + m_steps), counted from the first or (reverse) the last.
-  __device__ int head_q(int t) const { return head_kv * group + t / m_steps; }
-  __device__ int m_block(int t) const {
-    const int i = t % m_steps;
-    return reverse ? m_begin + m_steps - 1 - i : m_begin + i;
-  }
-  __device__ int m0(int t, int block_m) const { return m_block(t) * block_m; }
-};
-
-template <typename Traits>
-__device__ __forceinline__ BwdBlock bwd_block(const BwdParams& p, int num_n_blocks, int lpt_heads, int reverse_m) {
-  BwdBlock b;
-  // Key blocks vary fastest (neighbouring CTAs share their Q/dO reads in L2), as in the portable
-  // kernel: the first key block first (under a causal mask the one with the most query blocks),
-  // but the last one first in deterministic mode, whose tickets count down from the last key block
-  // (bwd_sm90_dq_writer): a CTA only ever waits for CTAs launched before it, which therefore run.
-  // Under a causal mask (lpt_heads > 0, never in deterministic mode) the (batch, K/V head) pairs go
-  // in groups of lpt_heads whose Q and dO fit in L2 together, key block slowest inside a group: the
-  // longest CTAs of a group start first, so the grid's last wave is not a head's longest CTAs
-  // starting late (longest-first over the whole grid lost the L2 sharing: perf-notes v11b).
-  int idx, bh;
-  if (lpt_heads > 0) {
-    const int per_group = lpt_heads * num_n_blocks;
-    const int group = static_cast<int>(blockIdx.x) / per_group;
-    const int j = static_cast<int>(blockIdx.x) - group * per_group;
-    const int heads_here = min(lpt_heads, p.batch * p.heads_kv - group * lpt_heads);
-    idx = j / heads_here;
-    bh = group * lpt_heads + (j - idx * heads_here);
-  } else {
-    idx = static_cast<int>(blockIdx.x % num_n_blocks);
-    bh = static_cast<int>(blockIdx.x / num_n_blocks);
-  }
-  b.n_block = p.dq_semaphore != nullptr ? num_n_blocks - 1 - idx : idx;
-  b.head_kv = bh % p.heads_kv;
-  b.batch = bh / p.heads_kv;
-  b.group = p.heads_q / p.heads_kv;
-  b.n0 = b.n_block * Traits::kBlockN;
-  // Query blocks that see a key of this block (the causal mask and local window of
-  // ../common/mask.cuh: one contiguous range).
-  const QueryBlocks qb = query_blocks(make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right), b.n0,
-                                      min(b.n0 + Traits::kBlockN, p.seqlen_k), p.seqlen_q, Traits::kBlockM);
-  b.m_begin = qb.m_begin;
-  b.m_steps = qb.m_end - qb.m_begin;
-  b.steps = b.m_steps * b.group;
-  // Not in deterministic mode: its tickets count on key blocks reaching a query block in the order
-  // of their first visible block (bwd_sm90_dq_writer).
-  b.reverse = reverse_m != 0 && p.dq_semaphore == nullptr;
-  return b;
-}
 
 // ---- Producer warp 0: TMA loads of K and V once, then Q and dO per step.
 template <typename Traits>
