@@ -45,8 +45,9 @@ FLASHATTN_HD BwdBlock bwd_block(const BwdParams& p, int num_n_blocks, int lpt_he
     idx = j / heads_here;
     bh = group * lpt_heads + (j - idx * heads_here);
   } else {
-    idx = cta % num_n_blocks;
-    bh = cta / num_n_blocks;
+    // Unsigned, as blockIdx.x % num_n_blocks was before this moved here (identical code).
+    idx = static_cast<int>(static_cast<unsigned>(cta) % static_cast<unsigned>(num_n_blocks));
+    bh = static_cast<int>(static_cast<unsigned>(cta) / static_cast<unsigned>(num_n_blocks));
   }
   b.n_block = p.dq_semaphore != nullptr ? num_n_blocks - 1 - idx : idx;
   b.head_kv = bh % p.heads_kv;
