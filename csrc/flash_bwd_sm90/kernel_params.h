@@ -24,7 +24,7 @@ struct Sm90BwdParams {
   int num_n_blocks;  // key blocks of kBlockN per (batch, K/V head)
   int num_m_blocks;  // query blocks of kBlockM per (batch, query head): dq_accum is
                      // [B, Hq, num_m_blocks, kBlockM * kHeadDim] in the tile order of traits.h
-  int lpt_heads;     // the CTA order (mainloop.cuh, bwd_block): 0 = a (batch, K/V head)'s key blocks
+  int lpt_heads;     // the CTA order (block.h, bwd_block): 0 = a (batch, K/V head)'s key blocks
                      // one after another; n > 0 = groups of n of them, key block slowest in a group
   int reverse_m;     // 1: each CTA walks its query blocks from the last down (launch.cuh says when)
 };

@@ -166,8 +166,7 @@ def test_snake_order_balances_causal_rounds(probe: dict) -> None:
     tiles = probe["tiles"][(256, 4096, 1)]
     work = [n_blocks for _, _, _, _, n_blocks, _ in tiles]
     n, g = len(work), 132
-
-    assert n == 1024
+    assert n == 1024  # the probe printed the hand-outs of 1024 tiles for this
 
     def busiest(snake: int) -> int:
         return max(sum(work[t] for t in seq) for seq in probe["static"][(snake, n, g)].values())
