@@ -14,7 +14,7 @@ shapes=("$@")
 stalls=$(printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' barrier short_scoreboard \
   long_scoreboard mio_throttle math_pipe_throttle lg_throttle wait not_selected dispatch_stall \
   membar sleeping tex_throttle selected no_instruction drain misc branch_resolving imc_miss)
-stalls=${stalls%,}
+stalls="${stalls}sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 timeout 400 ncu --profile-from-start off --nvtx --print-summary none \
   --kernel-name regex:'flash_bwd|bwd_dq_dk_dv|dgrad|backward|bprop' \
@@ -23,5 +23,5 @@ timeout 400 ncu --profile-from-start off --nvtx --print-summary none \
   --metrics "$stalls" \
   python3 lab/ncu_bwd.py "${shapes[@]}" > "$out/ncu_bwd.txt" 2>&1
 rc=$?
-grep -E "^  [a-zA-Z_].*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Hit|L2 Hit|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Registers Per|Shared Memory Configuration|Dynamic Shared|Achieved Occupancy|Stall|Executed Ipc A|issue_stalled" "$out/ncu_bwd.txt" | head -200
+grep -E "^  [a-zA-Z_].*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Hit|L2 Hit|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Registers Per|Shared Memory Configuration|Dynamic Shared|Achieved Occupancy|Stall|Executed Ipc A|issue_stalled|gmma_cycles" "$out/ncu_bwd.txt" | head -200
 exit $rc

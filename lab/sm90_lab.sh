@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 mkdir -p build/sm90_lab_obj build/sm90_lab_hc_obj
 BASE="-std=c++17 -O3 --expt-relaxed-constexpr -Icsrc -gencode=arch=compute_90a,code=sm_90a -lineinfo"
-SRCS="lab/sm90_lab.cu csrc/flash_fwd_sm90/dispatch.cu $(ls csrc/flash_fwd_sm90/instantiations/fwd_sm90_*.cu)"
+SRCS="lab/sm90_lab.cu csrc/flash_fwd_sm90/dispatch.cu csrc/common/sm90/tma_host.cu $(ls csrc/flash_fwd_sm90/instantiations/fwd_sm90_*.cu)"
 start=$(date +%s)
 pids=()
 for src in $SRCS; do
