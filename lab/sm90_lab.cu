@@ -581,34 +581,57 @@ static void variants_table(std::initializer_list<const char*> names) {
 // before v7) and 2 MB, alternating samples, on the binding's schedule choice. ncu at S=512
 // (docs/perf-notes.md, "Before v7") showed the kernel moving ~1.4x the Q+K+V+O bytes from DRAM with
 // 24 MB: a head's query blocks ran up to three waves apart and its K/V was re-read.
-template <int kMB>
+static int g_budget_mb = 0;  // launch_budget's budget (one lab thread)
 cudaError_t launch_budget(const FwdParams& p, const DeviceLimits& dev, cudaStream_t s) {
-  sm90_l2_budget_mb_override() = kMB;
+  sm90_l2_budget_mb_override() = g_budget_mb;
   const cudaError_t e = launch_default(p, dev, s);
   sm90_l2_budget_mb_override() = 0;
   return e;
 }
 
-static void l2_table() {
-  std::printf("\n== L2 group budget A/B: default (%lld MB) vs 24 MB and 2 MB (bf16, binding's schedule), TFLOP/s "
-              "(alternating samples) ==\n", kL2GroupBudgetBytes >> 20);
-  std::printf("%4s %6s %6s %9s %9s %9s %8s %8s\n", "D", "S", "causal", "default", "24 MB", "2 MB", "24/def", "2/def");
-  double lg24 = 0, lg2 = 0;
+// Without budgets: 24 and 2 MB against the default over D x S x causal (the v7 table). With budgets
+// (`l2 16 32`): each against the default on the causal cells only, where the budget also sets how
+// many tiles the last L2 group holds, i.e. how long the dynamic schedule's tail is
+// (lab/sm90_schedule_model.py --budgets).
+static void l2_table(const std::vector<int>& budgets_in) {
+  const bool causal_only = !budgets_in.empty();
+  const std::vector<int> budgets = causal_only ? budgets_in : std::vector<int>{24, 2};
+  std::printf("\n== L2 group budget A/B: default (%lld MB) vs", kL2GroupBudgetBytes >> 20);
+  for (int mb : budgets) std::printf(" %d MB", mb);
+  std::printf(" (bf16, binding's schedule), TFLOP/s (alternating samples) ==\n%4s %6s %6s %9s", "D", "S", "causal",
+              "default");
+  for (int mb : budgets) std::printf(" %6d MB %7s", mb, "ratio");
+  std::printf("\n");
+  std::vector<double> lg(budgets.size(), 0.0);
   int n = 0;
+  const std::vector<int> seqs = causal_only ? std::vector<int>{1024, 2048, 4096, 8192}
+                                            : std::vector<int>{512, 1024, 2048, 4096, 16384};
   for (int d : {64, 128, 256})
-    for (int s : {512, 1024, 2048, 4096, 16384})
+    for (int s : seqs)
       for (bool causal : {false, true}) {
-        double ta, t24, tb, t2;
-        tflops_ab(launch_default, launch_budget<24>, d, s, causal, 3, &ta, &t24);
-        tflops_ab(launch_default, launch_budget<2>, d, s, causal, 3, &tb, &t2);
-        std::printf("%4d %6d %6d %9.1f %9.1f %9.1f %8.3f %8.3f\n", d, s, int(causal), 0.5 * (ta + tb), t24, t2, t24 / ta,
-                    t2 / tb);
+        if (causal_only && !causal) continue;
+        std::vector<double> tdef, tb;
+        for (int mb : budgets) {
+          double ta, t;
+          g_budget_mb = mb;
+          tflops_ab(launch_default, launch_budget, d, s, causal, 3, &ta, &t);
+          tdef.push_back(ta);
+          tb.push_back(t);
+        }
+        double mean_def = 0;
+        for (double t : tdef) mean_def += t / tdef.size();
+        std::printf("%4d %6d %6d %9.1f", d, s, int(causal), mean_def);
+        for (size_t i = 0; i < budgets.size(); ++i) {
+          std::printf(" %9.1f %7.3f", tb[i], tb[i] / tdef[i]);
+          lg[i] += std::log(tb[i] / tdef[i]);
+        }
+        std::printf("\n");
         std::fflush(stdout);
-        lg24 += std::log(t24 / ta);
-        lg2 += std::log(t2 / tb);
         ++n;
       }
-  std::printf("geomean vs default: 24 MB %.3fx, 2 MB %.3fx\n", std::exp(lg24 / n), std::exp(lg2 / n));
+  std::printf("geomean vs default:");
+  for (size_t i = 0; i < budgets.size(); ++i) std::printf(" %d MB %.3fx", budgets[i], std::exp(lg[i] / n));
+  std::printf("\n");
 }
 
 int main(int argc, char** argv) {
@@ -650,7 +673,9 @@ int main(int argc, char** argv) {
   }
 
   if (mode == "l2") {
-    l2_table();
+    std::vector<int> budgets;
+    for (int i = 2; i < argc; ++i) budgets.push_back(std::atoi(argv[i]));
+    l2_table(budgets);
     return 0;
   }
   if (mode == "variants") {  // each variant's correctness cases, then its timing

@@ -6,7 +6,8 @@
 #   bash lab/sm90_lab.sh variants a few lab variants: their correctness cases, then alternating-sample
 #                                   timing vs the default config; no hang-check build (short GPU slots;
 #                                   a variant never run before is safer through "check" first)
-#   bash lab/sm90_lab.sh l2       the L2 group budget A/B (alternating samples), no hang-check build
+#   bash lab/sm90_lab.sh l2 [MB..] the L2 group budget A/B (alternating samples), no hang-check build;
+#                                   with budgets: each vs the default on the causal cells
 # Two builds, compiled in parallel: build/sm90_lab (the kernels exactly as the extension compiles
 # them) runs everything; build/sm90_lab_hangcheck (FLASHATTN_SM90_HANG_CHECK: a wait stuck for
 # 10 s reports its barrier/block/thread and traps) runs only when the first one times out or
@@ -37,7 +38,7 @@ if [ $fail -ne 0 ]; then
 fi
 nvcc -gencode=arch=compute_90a,code=sm_90a build/sm90_lab_obj/*.o -o build/sm90_lab || { echo "LINK FAILED"; exit 3; }
 if [ "${1:-full}" = "variants" ] || [ "${1:-full}" = "l2" ]; then
-  timeout 300 ./build/sm90_lab "$1" 2>&1 | tee build/sm90_lab_speed.log
+  timeout 300 ./build/sm90_lab "$@" 2>&1 | tee build/sm90_lab_speed.log
   rs=${PIPESTATUS[0]}
   [ -n "${OUT:-}" ] && cp build/sm90_lab_speed.log "$OUT/"
   exit "$rs"

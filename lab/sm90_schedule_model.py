@@ -9,7 +9,7 @@ launch.cuh (l2_group_heads). Work per tile = key blocks visited + a fixed per-ti
 Balance = mean work per CTA / the busiest CTA's work (1.0 = perfect; the kernel's time follows the
 busiest CTA). A model, not a measurement: it ignores L2 effects and the ping-pong overlap.
 
-usage: python3 lab/sm90_schedule_model.py [--sms 132] [--overhead 1.5]
+usage: python3 lab/sm90_schedule_model.py [--sms 132] [--overhead 1.5] [--budget-mb 8 16 32]
 """
 
 from __future__ import annotations
@@ -86,7 +86,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sms", type=int, default=132, help="SM count (H100 SXM: 132)")
     ap.add_argument("--overhead", type=float, default=1.5, help="per-tile cost in key blocks (prologue, epilogue)")
+    ap.add_argument("--budget-mb", type=int, nargs="+", default=None,
+                    help="L2 group budgets to compare (dynamic schedule, causal cells only)")
     args = ap.parse_args()
+    if args.budget_mb:
+        global L2_GROUP_BUDGET
+        print(f"dynamic-schedule balance of the causal standard grid by L2 group budget, {args.sms} SMs")
+        print(f"{'D':>4} {'S':>6} " + " ".join(f"{mb:>5} MB" for mb in args.budget_mb))
+        for d in (64, 128, 256):
+            for s in (512, 1024, 2048, 4096, 8192, 16384):
+                row = []
+                for mb in args.budget_mb:
+                    L2_GROUP_BUDGET = mb << 20
+                    w = tile_work(s, d, 16384 // s, 2048 // d, True, args.overhead)
+                    row.append(f"{balance(dynamic_loads(w, args.sms)):>8.3f}")
+                print(f"{d:>4} {s:>6} " + " ".join(row))
+        return
     print(f"standard grid (B*S = 16k, H = 2048/D), {args.sms} SMs; balance = mean/max work per CTA")
     print(f"{'D':>4} {'S':>6} {'causal':>6} {'tiles':>6} {'static':>7} {'dynamic':>8}")
     for d in (64, 128, 256):
