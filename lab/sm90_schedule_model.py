@@ -5,7 +5,7 @@ over the SMs, for the static round-robin schedule the kernel uses (CTA c takes t
 csrc/flash_fwd_sm90/schedule.cuh, which the binding uses for causal calls with more tiles than SMs).
 
 Tile order and L2 grouping mirror csrc/flash_fwd_sm90/tile_scheduler.h (decode_tile) and
-launch.cuh (l2_group_heads). Work per tile = key blocks visited + a fixed per-tile overhead.
+launch.cuh (l2_group_heads; 8 MB groups for the static schedule, 16 MB for the dynamic one). Work per tile = key blocks visited + a fixed per-tile overhead.
 Balance = mean work per CTA / the busiest CTA's work (1.0 = perfect; the kernel's time follows the
 busiest CTA). A model, not a measurement: it ignores L2 effects and the ping-pong overlap.
 
@@ -34,21 +34,33 @@ def tile_shape(head_dim: int, seqlen_k: int, causal: bool) -> tuple[int, int]:
     return TILE_DEFAULT[head_dim]
 
 
-L2_GROUP_BUDGET = 8 << 20  # tile_scheduler.h kL2GroupBudgetBytes
+L2_GROUP_BUDGET = 8 << 20  # tile_scheduler.h kL2GroupBudgetBytes (the static schedule)
+L2_GROUP_BUDGET_DYNAMIC = 16 << 20  # tile_scheduler.h kL2GroupBudgetDynamicBytes
+SMS = 132
 
 
-def l2_group_heads(seqlen_k: int, head_dim: int, batch_heads: int) -> int:
+def l2_group_heads(seqlen_k: int, head_dim: int, batch_heads: int, budget: int | None = None) -> int:
     """tile_scheduler.h's l2_group_heads for Hq = Hk (the standard grid)."""
     kv_bytes_per_head = 2 * seqlen_k * head_dim * 2
-    return min(batch_heads, max(1, L2_GROUP_BUDGET // kv_bytes_per_head))
+    return min(batch_heads, max(1, (L2_GROUP_BUDGET if budget is None else budget) // kv_bytes_per_head))
 
 
-def tile_work(seqlen: int, head_dim: int, batch: int, heads: int, causal: bool, overhead: float) -> list[float]:
+def dynamic_schedule_pays(causal: bool, seqlen_q: int, batch_heads: int, block_m: int, sms: int = SMS) -> bool:
+    """tile_scheduler.h's dynamic_schedule_pays: the binding's schedule choice."""
+    m_blocks = math.ceil(seqlen_q / block_m)
+    return causal and m_blocks > 1 and m_blocks * batch_heads > sms
+
+
+def tile_work(seqlen: int, head_dim: int, batch: int, heads: int, causal: bool, overhead: float,
+              budget: int | None = None) -> list[float]:
     """Work of tile t for t in the kernel's tile order (Sq = Sk = seqlen, top-left causal)."""
     block_m, block_n = tile_shape(head_dim, seqlen, causal)
     m_blocks = math.ceil(seqlen / block_m)
     batch_heads = batch * heads
-    group = l2_group_heads(seqlen, head_dim, batch_heads)
+    if budget is None:  # the budget of the schedule the binding picks (launch.cuh)
+        dynamic = dynamic_schedule_pays(causal, seqlen, batch_heads, block_m)
+        budget = L2_GROUP_BUDGET_DYNAMIC if dynamic else L2_GROUP_BUDGET
+    group = l2_group_heads(seqlen, head_dim, batch_heads, budget)
     work = []
     for t in range(m_blocks * batch_heads):
         per_group = group * m_blocks
@@ -90,15 +102,13 @@ def main() -> None:
                     help="L2 group budgets to compare (dynamic schedule, causal cells only)")
     args = ap.parse_args()
     if args.budget_mb:
-        global L2_GROUP_BUDGET
         print(f"dynamic-schedule balance of the causal standard grid by L2 group budget, {args.sms} SMs")
         print(f"{'D':>4} {'S':>6} " + " ".join(f"{mb:>5} MB" for mb in args.budget_mb))
         for d in (64, 128, 256):
             for s in (512, 1024, 2048, 4096, 8192, 16384):
                 row = []
                 for mb in args.budget_mb:
-                    L2_GROUP_BUDGET = mb << 20
-                    w = tile_work(s, d, 16384 // s, 2048 // d, True, args.overhead)
+                    w = tile_work(s, d, 16384 // s, 2048 // d, True, args.overhead, budget=mb << 20)
                     row.append(f"{balance(dynamic_loads(w, args.sms)):>8.3f}")
                 print(f"{d:>4} {s:>6} " + " ".join(row))
         return

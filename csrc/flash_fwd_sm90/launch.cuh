@@ -21,16 +21,16 @@ namespace flashattn {
 namespace sm90 {
 
 // Lab hook (lab/sm90_lab.cu "l2"): when > 0, the L2 group budget in MB instead of
-// kL2GroupBudgetBytes (tile_scheduler.h). One per process (inline function: shared by every TU).
+// l2_group_budget_bytes (tile_scheduler.h). One per process (inline function: shared by every TU).
 inline int& sm90_l2_budget_mb_override() {
   static int mb = 0;
   return mb;
 }
 
-inline int l2_group_heads(const FwdParams& p) {
+inline int l2_group_heads(const FwdParams& p, bool dynamic_schedule) {
   const int mb = sm90_l2_budget_mb_override();
   return l2_group_heads(p.seqlen_k, p.head_dim, p.heads_q, p.heads_kv, p.batch,
-                        mb > 0 ? static_cast<long long>(mb) << 20 : kL2GroupBudgetBytes);
+                        mb > 0 ? static_cast<long long>(mb) << 20 : l2_group_budget_bytes(dynamic_schedule));
 }
 
 // Where a FLASHATTN_SM90_HANG_CHECK build reports a stuck mbarrier wait (host-mapped int[8],
@@ -49,7 +49,7 @@ bool kernel_is_real() {
 // Fills the kernel parameters (tensor maps included). False when TMA cannot describe the tensors.
 // FP8 traits: q and k as one-byte tensors, V^T (`vt`, fp8_vt_tensor) in place of v, o bfloat16.
 template <typename Traits>
-bool make_sm90_params(const FwdParams& p, Sm90Params& k, const TmaTensor* vt = nullptr) {
+bool make_sm90_params(const FwdParams& p, Sm90Params& k, bool dynamic_schedule, const TmaTensor* vt = nullptr) {
   const bool bf16 = p.dtype == DType::kBFloat16;
   const FwdTmaTensors t = fwd_tma_tensors(p);
   if constexpr (Traits::kFp8) {
@@ -91,7 +91,7 @@ bool make_sm90_params(const FwdParams& p, Sm90Params& k, const TmaTensor* vt = n
   k.lse_accum = p.lse_accum;
   if (k.num_splits > 1 && (k.o_accum == nullptr || k.lse_accum == nullptr || k.num_splits > kMaxKeySplits)) return false;
   k.num_tiles = k.num_m_blocks * p.batch * p.heads_q * k.num_splits;
-  k.group_heads = l2_group_heads(p);
+  k.group_heads = l2_group_heads(p, dynamic_schedule);
   k.tile_counter = p.tile_counter;
   k.hang_report = sm90_hang_report_slot();
   return true;
@@ -103,7 +103,7 @@ cudaError_t run_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream
   static_assert(Traits::kSmemBytes <= kMaxSmemSm90, "shared memory");
   if (Traits::kSmemBytes > dev.max_smem_per_block) return cudaErrorNotSupported;
   Sm90Params k;
-  if (!make_sm90_params<Traits>(p, k)) return cudaErrorNotSupported;
+  if (!make_sm90_params<Traits>(p, k, kDynamic)) return cudaErrorNotSupported;
   if (k.num_tiles == 0) return cudaSuccess;
   if (kDynamic && k.tile_counter == nullptr) return cudaErrorInvalidValue;
   auto kernel = flash_fwd_sm90_kernel<Traits, Element, kDynamic>;
@@ -133,7 +133,7 @@ cudaError_t run_fwd_sm90_fp8(const FwdParams& p, const Fp8FwdArgs& x, const Devi
   if (x.q_descale == nullptr || x.k_descale == nullptr || x.v_descale == nullptr) return cudaErrorInvalidValue;
   Sm90Fp8Params k;
   const TmaTensor vt = fp8_vt_tensor(p, x);
-  if (!make_sm90_params<Traits>(p, k, &vt)) return cudaErrorNotSupported;
+  if (!make_sm90_params<Traits>(p, k, kDynamic, &vt)) return cudaErrorNotSupported;
   k.q_descale = x.q_descale;
   k.k_descale = x.k_descale;
   k.v_descale = x.v_descale;

@@ -87,6 +87,17 @@ FLASHATTN_HD KeyBlocks split_blocks(KeyBlocks r, int split, int num_splits) {
 // (cuDNN: 1.0x). Lab A/B 8 vs 24 MB over D {64,128,256} x S 512..16k x causal: geomean 1.024x,
 // D=128 S=512 +13.5%, worst cell -1.3% (docs/perf-notes.md, "v7").
 constexpr long long kL2GroupBudgetBytes = 8ll << 20;
+// The dynamic schedule's groups (causal or windowed calls with more tiles than SMs) take 16 MB. Its
+// greedy hand-out keeps the CTAs busy until the last group, and that group is the grid's tail: at
+// D=256, S 2k-8k, 8 MB holds 1-4 heads, i.e. 32-128 tiles of very unequal length, fewer than the
+// SMs, so the last group's longest tiles start together with its shortest ones and then run on
+// alone (balance 0.90 in lab/sm90_schedule_model.py --budget-mb 8 16; 1.00 with 16 MB from S=4k).
+// Lab A/B on the causal cells (docs/perf-notes.md "v15"): D=256 +2% (S=1k) to +10% (S=8k), D=64
+// and D=128 within noise; 32 MB no better than 16.
+constexpr long long kL2GroupBudgetDynamicBytes = 16ll << 20;
+FLASHATTN_HD constexpr long long l2_group_budget_bytes(bool dynamic_schedule) {
+  return dynamic_schedule ? kL2GroupBudgetDynamicBytes : kL2GroupBudgetBytes;
+}
 
 FLASHATTN_HD int l2_group_heads(long long seqlen_k, int head_dim, int heads_q, int heads_kv, int batch,
                                 long long budget_bytes = kL2GroupBudgetBytes) {

@@ -57,13 +57,20 @@ int main() {
       for (int causal : {0, 1}) {
         const Sm90TileShape ts = d == 64 ? shape<64>(s, causal) : d == 128 ? shape<128>(s, causal) : shape<256>(s, causal);
         const int b = 16384 / s, h = 2048 / d, bm = ts.block_m, bn = ts.block_n, m_blocks = (s + bm - 1) / bm;
-        const int group = l2_group_heads(s, d, h, h, b);
-        std::printf("group %d %d %d\n", d, s, group);
-        for (int t = 0; t < m_blocks * b * h; ++t) {
-          const TileCoord c = decode_tile(t, m_blocks, h, b * h, group);
-          const flashattn::KeyBlocks r = block_range(c.m_block, bm, bn, s, s, 0, -1, causal ? 0 : -1);
-          std::printf("tile %d %d %d %d %d %d %d %d %d %d\n", d, s, causal, t, c.m_block, c.batch, c.head_q, r.count(),
-                      bm, bn);
+        // The groups of the schedule the binding picks for this call (launch.cuh), and the static
+        // schedule's (the FP8 D=256 kernel's at causal calls).
+        const bool dynamic = dynamic_schedule_pays(causal != 0, s, b * h, bm, 132);
+        const int group = l2_group_heads(s, d, h, h, b, l2_group_budget_bytes(dynamic));
+        const int static_group = l2_group_heads(s, d, h, h, b, l2_group_budget_bytes(false));
+        std::printf("group %d %d %d %d %d %d\n", d, s, causal, int(dynamic), group, static_group);
+        for (int pass = 0; pass < 2; ++pass) {
+          if (pass == 1 && !(d == 256 && s == 4096 && causal)) break;
+          for (int t = 0; t < m_blocks * b * h; ++t) {
+            const TileCoord c = decode_tile(t, m_blocks, h, b * h, pass == 0 ? group : static_group);
+            const flashattn::KeyBlocks r = block_range(c.m_block, bm, bn, s, s, 0, -1, causal ? 0 : -1);
+            std::printf("%s %d %d %d %d %d %d %d %d %d %d\n", pass == 0 ? "tile" : "statictile", d, s, causal, t,
+                        c.m_block, c.batch, c.head_q, r.count(), bm, bn);
+          }
         }
       }
 }
@@ -73,7 +80,7 @@ int main() {
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory) -> dict:
     out = run_cpp_probe(tmp_path_factory, "sm90_schedule", _PROBE)
-    table: dict = {"policy": {}, "tiles": {}, "group": {}, "oplanes": {}, "kind": {}, "static": {}}
+    table: dict = {"policy": {}, "tiles": {}, "statictiles": {}, "group": {}, "oplanes": {}, "kind": {}, "static": {}}
     for line in out:
         kind, *vals = line.split()
         if kind == "oplanes":
@@ -85,13 +92,14 @@ def probe(tmp_path_factory) -> dict:
         elif kind == "policy":
             table["policy"][tuple(vals[:4])] = bool(vals[4])
         elif kind == "group":
-            table["group"][tuple(vals[:2])] = vals[2]
+            table["group"][tuple(vals[:3])] = tuple(vals[3:])  # (dynamic, group, static group)
         elif kind == "static":
             snake, n, g, cta, *seq = vals
             table["static"].setdefault((snake, n, g), {})[cta] = seq
-        else:
+        else:  # tile / statictile
             d_, s, causal, t, m_block, batch, head, n_blocks, bm, bn = vals
-            table["tiles"].setdefault((d_, s, causal), []).append((t, m_block, batch, head, n_blocks, (bm, bn)))
+            table["tiles" if kind == "tile" else "statictiles"].setdefault((d_, s, causal), []).append(
+                (t, m_block, batch, head, n_blocks, (bm, bn)))
     return table
 
 
@@ -162,8 +170,9 @@ def test_static_schedule_partitions_the_tiles_in_both_orders(probe: dict) -> Non
 
 def test_snake_order_balances_causal_rounds(probe: dict) -> None:
     """Under a causal mask (tiles of a round from long to short) the snake order's busiest CTA has
-    less work than the plain order's (D=256 S=4k, the FP8 forward's static causal case)."""
-    tiles = probe["tiles"][(256, 4096, 1)]
+    less work than the plain order's (D=256 S=4k in the static schedule's groups: the FP8 forward's
+    static causal case)."""
+    tiles = probe["statictiles"][(256, 4096, 1)]
     work = [n_blocks for _, _, _, _, n_blocks, _ in tiles]
     n, g = len(work), 132
     assert n == 1024  # the probe printed the hand-outs of 1024 tiles for this
@@ -184,16 +193,23 @@ def test_balance_model_walks_the_kernels_tile_order(probe: dict) -> None:
 
 
 def test_l2_groups_fit_the_budget_and_the_model_uses_the_kernels(probe: dict) -> None:
-    """A group's K/V fits the L2 budget (or is one head), and the balance model groups as the
-    kernel does."""
+    """A group's K/V fits the L2 budget of its schedule (8 MB static, 16 MB dynamic) or is one head,
+    and the balance model groups as the kernel does."""
     model = load_repo_module("lab/sm90_schedule_model.py")
-    for (d, s), group in probe["group"].items():
+    assert model.L2_GROUP_BUDGET == 8 << 20 and model.L2_GROUP_BUDGET_DYNAMIC == 16 << 20
+    seen_dynamic = False
+    for (d, s, causal), (dynamic, group, static_group) in probe["group"].items():
+        assert dynamic == (causal == 1), "every causal cell of the standard grid has more tiles than SMs"
+        seen_dynamic |= bool(dynamic)
         batch_heads = (16384 // s) * (2048 // d)
         kv_per_head = 2 * s * d * 2
-        assert 1 <= group <= batch_heads
-        assert group == 1 or group * kv_per_head <= model.L2_GROUP_BUDGET, (d, s, group)
-        assert group == batch_heads or (group + 1) * kv_per_head > model.L2_GROUP_BUDGET, "as many as fit"
-        assert model.l2_group_heads(s, d, batch_heads) == group, (d, s)
+        for g, budget in ((group, model.L2_GROUP_BUDGET_DYNAMIC if dynamic else model.L2_GROUP_BUDGET),
+                          (static_group, model.L2_GROUP_BUDGET)):
+            assert 1 <= g <= batch_heads
+            assert g == 1 or g * kv_per_head <= budget, (d, s, g)
+            assert g == batch_heads or (g + 1) * kv_per_head > budget, "as many as fit"
+            assert model.l2_group_heads(s, d, batch_heads, budget) == g, (d, s)
+    assert seen_dynamic
 
 
 def test_tma_store_epilogue_buffers_the_whole_tile_where_it_fits(probe: dict) -> None:
