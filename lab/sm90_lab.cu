@@ -546,6 +546,27 @@ static void schedule_table() {
   std::printf("geomean gain of the binding's choice over static-only: %.3fx\n", std::exp((lg_best - lg_static) / n));
 }
 
+// What the dynamic schedule costs per key block, apart from balance: both schedules forced on calls
+// without a mask, whose tiles are all alike (so the static hand-out is already balanced). The
+// dynamic kernels run their consumers on 232 registers instead of 240 and take each tile index
+// through the shared-memory ring (schedule.cuh).
+static void dynamic_cost_table() {
+  std::printf("\n== dynamic vs static schedule without a mask (bf16, both forced), TFLOP/s (alternating samples) ==\n");
+  std::printf("%4s %6s %9s %9s %7s\n", "D", "S", "static", "dynamic", "dyn/st");
+  double lg = 0;
+  int n = 0;
+  for (int d : {64, 128, 256})
+    for (int s : {1024, 4096, 16384}) {
+      double ts, td;
+      tflops_ab(launch_static, launch_dynamic, d, s, false, 5, &ts, &td);
+      std::printf("%4d %6d %9.1f %9.1f %7.3f\n", d, s, ts, td, td / ts);
+      std::fflush(stdout);
+      lg += std::log(td / ts);
+      ++n;
+    }
+  std::printf("geomean dynamic/static without a mask: %.3f\n", std::exp(lg / n));
+}
+
 // The named variants vs the compiled default configs (bf16) with alternating samples (the plain
 // speed table times them one after the other, so differences under ~5% are drift there). Both
 // on the schedule the binding would pick (the dynamic one for causal shapes with more tiles than
@@ -676,6 +697,10 @@ int main(int argc, char** argv) {
     std::vector<int> budgets;
     for (int i = 2; i < argc; ++i) budgets.push_back(std::atoi(argv[i]));
     l2_table(budgets);
+    return 0;
+  }
+  if (mode == "dynamic-cost") {
+    dynamic_cost_table();
     return 0;
   }
   if (mode == "variants") {  // each variant's correctness cases, then its timing

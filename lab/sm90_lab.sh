@@ -8,6 +8,8 @@
 #                                   a variant never run before is safer through "check" first)
 #   bash lab/sm90_lab.sh l2 [MB..] the L2 group budget A/B (alternating samples), no hang-check build;
 #                                   with budgets: each vs the default on the causal cells
+#   bash lab/sm90_lab.sh dynamic-cost  both schedules forced on calls without a mask (what the
+#                                   dynamic one costs apart from balance), no hang-check build
 # Two builds, compiled in parallel: build/sm90_lab (the kernels exactly as the extension compiles
 # them) runs everything; build/sm90_lab_hangcheck (FLASHATTN_SM90_HANG_CHECK: a wait stuck for
 # 10 s reports its barrier/block/thread and traps) runs only when the first one times out or
@@ -24,7 +26,7 @@ for src in $SRCS; do
   name=$(basename "${src%.cu}")
   nvcc $BASE -Xptxas -v -c "$src" -o "build/sm90_lab_obj/$name.o" > "build/sm90_lab_obj/$name.log" 2>&1 &
   pids+=($!)
-  if [ "${1:-full}" != "variants" ] && [ "${1:-full}" != "l2" ]; then
+  if [ "${1:-full}" != "variants" ] && [ "${1:-full}" != "l2" ] && [ "${1:-full}" != "dynamic-cost" ]; then
     nvcc $BASE -DFLASHATTN_SM90_HANG_CHECK -c "$src" -o "build/sm90_lab_hc_obj/$name.o" > "build/sm90_lab_hc_obj/$name.log" 2>&1 &
     pids+=($!)
   fi
@@ -37,7 +39,7 @@ if [ $fail -ne 0 ]; then
   exit 3
 fi
 nvcc -gencode=arch=compute_90a,code=sm_90a build/sm90_lab_obj/*.o -o build/sm90_lab || { echo "LINK FAILED"; exit 3; }
-if [ "${1:-full}" = "variants" ] || [ "${1:-full}" = "l2" ]; then
+if [ "${1:-full}" = "variants" ] || [ "${1:-full}" = "l2" ] || [ "${1:-full}" = "dynamic-cost" ]; then
   timeout 300 ./build/sm90_lab "$@" 2>&1 | tee build/sm90_lab_speed.log
   rs=${PIPESTATUS[0]}
   [ -n "${OUT:-}" ] && cp build/sm90_lab_speed.log "$OUT/"

@@ -32,6 +32,14 @@ struct RegisterSplit {
   static constexpr int kConsumer = kConsumers == 2 ? (kDynamic ? 232 : 240) : 160;  // setmaxnreg.inc
   // 128 threads x (24 + 240 + 240) = 64512, x (32 + 232 + 232) = 63488, x (32 + 3 x 160) = 65536.
   static_assert(kWarpgroupThreads * (kProducer + kConsumers * kConsumer) <= 65536, "register file");
+  // setmaxnreg.inc waits until the registers it asks for are free, and only what the launch
+  // allocated is: 65536 / threads per thread (__launch_bounds__(threads, 1)), in steps of 8, i.e. 168
+  // at 384 threads and 128 at 512. Asking for more hangs the consumers at their first instruction:
+  // 32 + 240 + 240 (the whole register file, 1024 registers above the launch's 64512) did on the
+  // H100 (perf-notes "v16").
+  static constexpr int kLaunchRegs = 65536 / ((1 + kConsumers) * kWarpgroupThreads) / 8 * 8;
+  static_assert(kProducer + kConsumers * kConsumer <= (1 + kConsumers) * kLaunchRegs,
+                "setmaxnreg budgets within the registers the launch allocates");
   static_assert(kConsumer % 8 == 0 && kProducer % 8 == 0, "setmaxnreg takes multiples of 8");
 };
 
