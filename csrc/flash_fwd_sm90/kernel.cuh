@@ -61,10 +61,10 @@ __device__ __forceinline__ void fwd_sm90_body(const Params& params) {
   __syncthreads();
 
   if (warpgroup == 0) {
-    setmaxnreg_dec<RegisterSplit<kDynamic, Traits::kConsumerWGs>::kProducer>();
+    setmaxnreg_dec<RegisterSplit<kDynamic, Traits::kConsumerWGs, Traits::kHeadDim>::kProducer>();
     if (threadIdx.x == 0) producer_loop<Traits, kDynamic>(params, sm);
   } else {
-    setmaxnreg_inc<RegisterSplit<kDynamic, Traits::kConsumerWGs>::kConsumer>();
+    setmaxnreg_inc<RegisterSplit<kDynamic, Traits::kConsumerWGs, Traits::kHeadDim>::kConsumer>();
     consumer_loop<Traits, Element, kDynamic>(params, sm, warpgroup - 1);
   }
 }

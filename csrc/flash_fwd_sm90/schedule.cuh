@@ -87,7 +87,12 @@ struct ProducerSchedule {
 
   __device__ __forceinline__ int next(int tile) const {
     if constexpr (kDynamic) {
-      return atomicAdd(params.tile_counter, 1) + static_cast<int>(gridDim.x);
+      // The grid size read at every tile (a volatile special-register read), not kept live across
+      // the tile's loads in the producer's 24 registers: ptxas hoisted gridDim.x out of the loop
+      // and spilled it (traits.h, RegisterSplit).
+      uint32_t grid;
+      asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(grid));
+      return atomicAdd(params.tile_counter, 1) + static_cast<int>(grid);
     } else {
       return static_next_tile<Traits::kStaticSnake>(tile);
     }
