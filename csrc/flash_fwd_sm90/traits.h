@@ -26,12 +26,13 @@ constexpr int kConsumerWarpgroups = 2;
 // the producer 24, two consumers 240 each, three 160. The dynamic schedule's producer also runs the
 // atomic and the tile ring; it reads the grid size at each tile so that ptxas does not keep it
 // live (it spilled it at 24 registers), and then fits 24 at D=128 and D=256. At D=64 ptxas still
-// spills 8 bytes there at 24, so the D=64 dynamic kernels keep 32 for the producer and 232 for
-// each of two consumers. 232 cost the dynamic kernels 3-5% against the static ones on the same
-// unmasked calls at D=64 and D=128 (perf-notes "v16").
+// spills 8 bytes there at 24 (and so does a three-consumer D=128 one), so the D=64 dynamic kernels
+// keep 32 for the producer and 232 for each of two consumers, and three-consumer dynamic kernels
+// 32 and 160. 232 cost the dynamic kernels 3-5% against the static ones on the same unmasked calls
+// at D=64 and D=128 (perf-notes "v16").
 template <bool kDynamic, int kConsumers = kConsumerWarpgroups, int kHeadDim = 128>
 struct RegisterSplit {
-  static constexpr bool kWideProducer = kDynamic && kHeadDim == 64;
+  static constexpr bool kWideProducer = kDynamic && (kHeadDim == 64 || kConsumers == 3);
   static constexpr int kProducer = kWideProducer ? 32 : 24;                                  // setmaxnreg.dec
   static constexpr int kConsumer = kConsumers == 2 ? (kWideProducer ? 232 : 240) : 160;  // setmaxnreg.inc
   // 128 threads x (24 + 240 + 240) = 64512, x (32 + 232 + 232) = 63488, x (32 + 3 x 160) = 65536.
