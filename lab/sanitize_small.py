@@ -5,7 +5,8 @@ memcheck, racecheck, synccheck and initcheck and counts the errors; docs/sanitiz
 Cases (each selectable with --only, a comma list of group names):
   dense     forward + backward on each backend of SANITIZE_BACKENDS (portable, auto = Hopper where
             it applies), default and deterministic, causal / full / sliding window / softcap, GQA,
-            odd lengths and head dims;
+            odd lengths and head dims; a causal call with more query tiles than SMs (the Hopper
+            forward's dynamic schedule);
   varlen    packed batches: forward + backward, empty and one-row sequences, causal and window,
             deterministic;
   decode    KV cache: contiguous and paged, appends across pages, forced splits (num_splits);
@@ -65,6 +66,18 @@ def dense() -> None:
                             out = flashattn.flash_attn_func(q, k, v, causal=causal, **extra)
                             flashattn.set_deterministic(False)
                         out.float().sum().backward()
+    # More query tiles than SMs under a causal mask: the Hopper forward's dynamic schedule (the tile
+    # counter, the tile ring in shared memory, its own register split), and the backward's grouped
+    # CTA order. 48 heads x 3 query blocks of 128 rows = 144 tiles. Only where the auto backend is
+    # asked for (the gated initcheck run is portable-only: docs/sanitizer.md, TMA stores).
+    if "auto" in BACKENDS:
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        heads = 16 * (sms // 48 + 1)  # 48 on a 132-SM H100: 144 tiles
+        for d in (64, 128):
+            q, k, v = (rand(1, 300, heads, d, dtype=torch.bfloat16, grad=True) for _ in range(3))
+            with flashattn.use_backend("auto"):
+                out = flashattn.flash_attn_func(q, k, v, causal=True)
+            out.float().sum().backward()
 
 
 def varlen() -> None:
