@@ -68,11 +68,11 @@ def dense() -> None:
                         out.float().sum().backward()
     # More query tiles than SMs under a causal mask: the Hopper forward's dynamic schedule (the tile
     # counter, the tile ring in shared memory, its own register split), and the backward's grouped
-    # CTA order. 48 heads x 3 query blocks of 128 rows = 144 tiles. Only where the auto backend is
-    # asked for (the gated initcheck run is portable-only: docs/sanitizer.md, TMA stores).
+    # CTA order: 3 query blocks of 128 rows per head, one head more than a third of the SMs (45
+    # heads, 135 tiles on a 132-SM H100). Only where the auto backend is asked for (the gated
+    # initcheck run is portable-only: docs/sanitizer.md, TMA stores).
     if "auto" in BACKENDS:
-        sms = torch.cuda.get_device_properties(0).multi_processor_count
-        heads = 16 * (sms // 48 + 1)  # 48 on a 132-SM H100: 144 tiles
+        heads = torch.cuda.get_device_properties(0).multi_processor_count // 3 + 1
         for d in (64, 128):
             q, k, v = (rand(1, 300, heads, d, dtype=torch.bfloat16, grad=True) for _ in range(3))
             with flashattn.use_backend("auto"):

@@ -557,8 +557,8 @@ static void schedule_table() {
 
 // What the dynamic schedule costs per key block, apart from balance: both schedules forced on calls
 // without a mask, whose tiles are all alike (so the static hand-out is already balanced). The
-// dynamic kernels run their consumers on 232 registers instead of 240 and take each tile index
-// through the shared-memory ring (schedule.cuh).
+// dynamic kernels take each tile index through the shared-memory ring (schedule.cuh), and at D=64
+// run their consumers on 232 registers instead of 240 (traits.h, RegisterSplit).
 static void dynamic_cost_table() {
   std::printf("\n== dynamic vs static schedule without a mask (bf16, both forced), TFLOP/s (alternating samples) ==\n");
   std::printf("%4s %6s %9s %9s %7s\n", "D", "S", "static", "dynamic", "dyn/st");
@@ -608,10 +608,10 @@ static void variants_table(std::initializer_list<const char*> names) {
   }
 }
 
-// The L2 group budget (tile_scheduler.h, l2_group_heads; default 8 MB) vs 24 MB (the budget
-// before v7) and 2 MB, alternating samples, on the binding's schedule choice. ncu at S=512
-// (docs/perf-notes.md, "Before v7") showed the kernel moving ~1.4x the Q+K+V+O bytes from DRAM with
-// 24 MB: a head's query blocks ran up to three waves apart and its K/V was re-read.
+// The L2 group budget (tile_scheduler.h, l2_group_budget_bytes: 8 MB static, 16 MB dynamic) vs
+// 24 MB (the budget before v7) and 2 MB, alternating samples, on the binding's schedule choice.
+// ncu at S=512 (docs/perf-notes.md, "Before v7") showed the kernel moving ~1.4x the Q+K+V+O bytes
+// from DRAM with 24 MB: a head's query blocks ran up to three waves apart and its K/V was re-read.
 static int g_budget_mb = 0;  // launch_budget's budget (one lab thread)
 cudaError_t launch_budget(const FwdParams& p, const DeviceLimits& dev, cudaStream_t s) {
   sm90_l2_budget_mb_override() = g_budget_mb;
@@ -623,11 +623,12 @@ cudaError_t launch_budget(const FwdParams& p, const DeviceLimits& dev, cudaStrea
 // Without budgets: 24 and 2 MB against the default over D x S x causal (the v7 table). With budgets
 // (`l2 16 32`): each against the default on the causal cells only, where the budget also sets how
 // many tiles the last L2 group holds, i.e. how long the dynamic schedule's tail is
-// (lab/sm90_schedule_model.py --budgets).
+// (lab/sm90_schedule_model.py --budget-mb).
 static void l2_table(const std::vector<int>& budgets_in) {
   const bool causal_only = !budgets_in.empty();
   const std::vector<int> budgets = causal_only ? budgets_in : std::vector<int>{24, 2};
-  std::printf("\n== L2 group budget A/B: default (%lld MB) vs", kL2GroupBudgetBytes >> 20);
+  std::printf("\n== L2 group budget A/B: default (%lld MB static, %lld MB dynamic schedule) vs",
+              kL2GroupBudgetBytes >> 20, kL2GroupBudgetDynamicBytes >> 20);
   for (int mb : budgets) std::printf(" %d MB", mb);
   std::printf(" (bf16, binding's schedule), TFLOP/s (alternating samples) ==\n%4s %6s %6s %9s", "D", "S", "causal",
               "default");

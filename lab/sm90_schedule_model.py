@@ -5,7 +5,8 @@ over the SMs, for the static round-robin schedule the kernel uses (CTA c takes t
 csrc/flash_fwd_sm90/schedule.cuh, which the binding uses for causal calls with more tiles than SMs).
 
 Tile order and L2 grouping mirror csrc/flash_fwd_sm90/tile_scheduler.h (decode_tile) and
-launch.cuh (l2_group_heads; 8 MB groups for the static schedule, 16 MB for the dynamic one). Work per tile = key blocks visited + a fixed per-tile overhead.
+launch.cuh (l2_group_heads; 8 MB groups for the static schedule, 16 MB for the dynamic one). Work
+per tile = key blocks visited + a fixed per-tile overhead.
 Balance = mean work per CTA / the busiest CTA's work (1.0 = perfect; the kernel's time follows the
 busiest CTA). A model, not a measurement: it ignores L2 effects and the ping-pong overlap.
 
@@ -36,7 +37,7 @@ def tile_shape(head_dim: int, seqlen_k: int, causal: bool) -> tuple[int, int]:
 
 L2_GROUP_BUDGET = 8 << 20  # tile_scheduler.h kL2GroupBudgetBytes (the static schedule)
 L2_GROUP_BUDGET_DYNAMIC = 16 << 20  # tile_scheduler.h kL2GroupBudgetDynamicBytes
-SMS = 132
+SMS = 132  # H100 SXM
 
 
 def l2_group_heads(seqlen_k: int, head_dim: int, batch_heads: int, budget: int | None = None) -> int:
@@ -52,13 +53,13 @@ def dynamic_schedule_pays(causal: bool, seqlen_q: int, batch_heads: int, block_m
 
 
 def tile_work(seqlen: int, head_dim: int, batch: int, heads: int, causal: bool, overhead: float,
-              budget: int | None = None) -> list[float]:
+              budget: int | None = None, sms: int = SMS) -> list[float]:
     """Work of tile t for t in the kernel's tile order (Sq = Sk = seqlen, top-left causal)."""
     block_m, block_n = tile_shape(head_dim, seqlen, causal)
     m_blocks = math.ceil(seqlen / block_m)
     batch_heads = batch * heads
     if budget is None:  # the budget of the schedule the binding picks (launch.cuh)
-        dynamic = dynamic_schedule_pays(causal, seqlen, batch_heads, block_m)
+        dynamic = dynamic_schedule_pays(causal, seqlen, batch_heads, block_m, sms)
         budget = L2_GROUP_BUDGET_DYNAMIC if dynamic else L2_GROUP_BUDGET
     group = l2_group_heads(seqlen, head_dim, batch_heads, budget)
     work = []
@@ -96,7 +97,7 @@ def balance(loads: list[float]) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sms", type=int, default=132, help="SM count (H100 SXM: 132)")
+    ap.add_argument("--sms", type=int, default=SMS, help=f"SM count (H100 SXM: {SMS})")
     ap.add_argument("--overhead", type=float, default=1.5, help="per-tile cost in key blocks (prologue, epilogue)")
     ap.add_argument("--budget-mb", type=int, nargs="+", default=None,
                     help="L2 group budgets to compare (dynamic schedule, causal cells only)")
@@ -117,7 +118,7 @@ def main() -> None:
     for d in (64, 128, 256):
         for s in (512, 1024, 2048, 4096, 8192, 16384):
             for causal in (False, True):
-                w = tile_work(s, d, 16384 // s, 2048 // d, causal, args.overhead)
+                w = tile_work(s, d, 16384 // s, 2048 // d, causal, args.overhead, sms=args.sms)
                 print(f"{d:>4} {s:>6} {int(causal):>6} {len(w):>6} "
                       f"{balance(static_loads(w, args.sms)):>7.2f} {balance(dynamic_loads(w, args.sms)):>8.2f}")
 

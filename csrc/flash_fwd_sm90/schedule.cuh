@@ -88,8 +88,8 @@ struct ProducerSchedule {
   __device__ __forceinline__ int next(int tile) const {
     if constexpr (kDynamic) {
       // The grid size read at every tile (a volatile special-register read), not kept live across
-      // the tile's loads in the producer's 24 registers: ptxas hoisted gridDim.x out of the loop
-      // and spilled it (traits.h, RegisterSplit).
+      // the tile's loads in the producer's few registers: ptxas hoisted gridDim.x out of the loop
+      // and spilled it at 24 (traits.h, RegisterSplit).
       uint32_t grid;
       asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(grid));
       return atomicAdd(params.tile_counter, 1) + static_cast<int>(grid);
