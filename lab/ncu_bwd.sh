@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Nsight Compute on the backward's main kernels: flashattn's, SDPA's FlashAttention-2 and cuDNN's,
 # side by side (lab/ncu_bwd.py, one call of each per shape). Only kernels whose name says
-# backward are profiled (the dq/dk/dv main loops; zeroing and converts are skipped by the filter
-# where their names differ). Text report to ${OUT:-build}/ncu_bwd.txt.
+# backward (or cuDNN: its generated kernels are named by tile, not by pass) are profiled; only
+# backward calls run inside the profiled range. Text report to ${OUT:-build}/ncu_bwd.txt.
 #   bash lab/ncu_bwd.sh [D:S:causal ...]      default: D=64 and D=128 at S=4k, non-causal
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -14,14 +14,16 @@ shapes=("$@")
 stalls=$(printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' barrier short_scoreboard \
   long_scoreboard mio_throttle math_pipe_throttle lg_throttle wait not_selected dispatch_stall \
   membar sleeping tex_throttle selected no_instruction drain misc branch_resolving imc_miss)
-stalls="${stalls}sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"
+# The tensor pipe (wgmma included) busy share, and the L2 traffic of reductions (dQ adds).
+stalls="${stalls}sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor.sum"
+stalls="${stalls},lts__t_sectors_op_red.sum,lts__t_sectors_op_atom.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 timeout 400 ncu --profile-from-start off --nvtx --print-summary none \
-  --kernel-name regex:'flash_bwd|bwd_dq_dk_dv|dgrad|backward|bprop' \
+  --kernel-name regex:'flash_bwd|bwd_dq_dk_dv|dgrad|backward|bprop|cudnn' \
   --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
   --section SchedulerStats --section WarpStateStats --section LaunchStats --section Occupancy \
   --metrics "$stalls" \
   python3 lab/ncu_bwd.py "${shapes[@]}" > "$out/ncu_bwd.txt" 2>&1
 rc=$?
-grep -E "^  [a-zA-Z_].*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Hit|L2 Hit|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Registers Per|Shared Memory Configuration|Dynamic Shared|Achieved Occupancy|Stall|Executed Ipc A|issue_stalled|gmma_cycles" "$out/ncu_bwd.txt" | head -200
+grep -E "^  [a-zA-Z_].*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Hit|L2 Hit|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Registers Per|Shared Memory Configuration|Dynamic Shared|Achieved Occupancy|Stall|Executed Ipc A|issue_stalled|pipe_tensor|lts__" "$out/ncu_bwd.txt" | head -200
 exit $rc

@@ -82,6 +82,8 @@ struct BwdSmem {
   __device__ uint32_t kv_full() const { return base + Traits::kOffBar + 8 * (2 * Traits::kStages); }
   __device__ uint32_t dq_full() const { return base + Traits::kOffBar + 8 * (2 * Traits::kStages + 1); }
   __device__ uint32_t dq_empty() const { return base + Traits::kOffBar + 8 * (2 * Traits::kStages + 2); }
+  // D = 256 form: this stage's dQ written over its Q/dO column halves (traits.h).
+  __device__ uint32_t dq_ready(int stage) const { return base + Traits::kOffBar + 8 * (2 * Traits::kStages + 3 + stage); }
 };
 
 // ---- Producer warp 0: TMA loads of K and V once, then Q and dO per step.
@@ -151,44 +153,84 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, ui
                : "memory");
 }
 
+// The dQ writer's order in deterministic mode (dq_semaphore set): waits until the key blocks above
+// this one that see query block m_block have added their tiles, and returns its ticket (nullptr
+// without the mode). The key blocks that see it are [n_begin, n_end) of key_blocks() (exactly
+// those whose query_blocks() range holds it: mask.cuh); they add in descending order, the last
+// first. That is the order in which they reach it: key block n starts at its own first visible
+// query block, so under a causal mask the later key blocks arrive first and the first one last
+// (ascending order made every key block wait for block 0's walk down the whole diagonal: 1.6-2.4x
+// the default's time). It is also the launch order in this mode (bwd_block), so the awaited CTAs
+// are running.
+template <typename Traits>
+__device__ __forceinline__ int* dq_ticket_wait(const BwdParams& p, const BwdBlock& blk, const int m_block,
+                                               const int64_t tile) {
+  if (p.dq_semaphore == nullptr) return nullptr;
+  const int m0 = m_block * Traits::kBlockM;
+  const KeyBlocks kb = key_blocks(make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right), m0,
+                                  min(m0 + Traits::kBlockM, p.seqlen_q), Traits::kBlockN);
+  int* ticket = p.dq_semaphore + tile;
+  while (*reinterpret_cast<volatile int*>(ticket) != kb.n_end - 1 - blk.n_block) {
+  }
+  __threadfence();
+  return ticket;
+}
+
+// After the bulk additions of a tile: in deterministic mode, wait until they are performed (not
+// only read) and move the ticket on; else wait until their shared-memory source has been read.
+__device__ __forceinline__ void dq_ticket_done(int* ticket) {
+  if (ticket != nullptr) {
+    bulk_wait_group_0();  // the additions are done, not only the tile read
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+    __threadfence();
+    atomicAdd(ticket, 1);
+  } else {
+    bulk_wait_group_read<0>();
+  }
+}
+
 template <typename Traits>
 __device__ __forceinline__ void bwd_sm90_dq_writer(const Sm90BwdParams& kp, const BwdSmem<Traits>& sm,
                                                    const BwdBlock& blk, int lane) {
   const BwdParams& p = kp.p;
   if (lane != 0) return;
   for (int t = 0; t < blk.steps; ++t) {
-    const int hq = blk.head_q(t);
     const int m_block = blk.m_block(t);
-    const int64_t tile = (static_cast<int64_t>(blk.batch) * p.heads_q + hq) * kp.num_m_blocks + m_block;
+    const int64_t tile = (static_cast<int64_t>(blk.batch) * p.heads_q + blk.head_q(t)) * kp.num_m_blocks + m_block;
     mbar_wait(sm.dq_full(), t & 1);
-    int* ticket = nullptr;
-    if (p.dq_semaphore != nullptr) {
-      // Deterministic: the key blocks that see this query block are [n_begin, n_end) of
-      // key_blocks() (exactly those whose query_blocks() range holds it: mask.cuh); they add in
-      // descending order, the last first. That is the order in which they reach it: key block n
-      // starts at its own first visible query block, so under a causal mask the later key blocks
-      // arrive first and the first one last (ascending order made every key block wait for block
-      // 0's walk down the whole diagonal: 1.6-2.4x the default's time). It is also the launch
-      // order in this mode (bwd_block), so the awaited CTAs are running.
-      const int m0 = m_block * Traits::kBlockM;
-      const KeyBlocks kb = key_blocks(make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right), m0,
-                                      min(m0 + Traits::kBlockM, p.seqlen_q), Traits::kBlockN);
-      ticket = p.dq_semaphore + tile;
-      while (*reinterpret_cast<volatile int*>(ticket) != kb.n_end - 1 - blk.n_block) {
-      }
-      __threadfence();
-    }
+    int* ticket = dq_ticket_wait<Traits>(p, blk, m_block, tile);
     bulk_reduce_add_f32(p.dq_accum + tile * Traits::kDqTileFloats, sm.dq(), Traits::kDqBytes);
     bulk_commit_group();
-    if (ticket != nullptr) {
-      bulk_wait_group_0();  // the additions are done, not only the tile read
-      asm volatile("fence.proxy.async.global;" ::: "memory");
-      __threadfence();
-      atomicAdd(ticket, 1);
-    } else {
-      bulk_wait_group_read<0>();
-    }
+    dq_ticket_done(ticket);
     mbar_arrive(sm.dq_empty());
+  }
+  bulk_wait_group_0();  // no bulk operation may outlive the CTA's shared memory
+}
+
+// The D = 256 form's writer (traits.h): step t's dQ lies in stage t % kStages, each warpgroup's
+// half as a 16 KB piece over its columns of Q and one over its columns of dO; once they are read,
+// this warp frees the stage for the next loads (the consumers no longer read it by then).
+template <typename Traits>
+__device__ __forceinline__ void bwd_sm90_dq_writer_roles(const Sm90BwdParams& kp, const BwdSmem<Traits>& sm,
+                                                         const BwdBlock& blk, int lane) {
+  const BwdParams& p = kp.p;
+  constexpr int kPiece = Traits::kDqPieceBytes;
+  if (lane != 0) return;
+  for (int t = 0; t < blk.steps; ++t) {
+    const int stage = t % Traits::kStages;
+    const int m_block = blk.m_block(t);
+    const int64_t tile = (static_cast<int64_t>(blk.batch) * p.heads_q + blk.head_q(t)) * kp.num_m_blocks + m_block;
+    mbar_wait(sm.dq_ready(stage), (t / Traits::kStages) & 1);
+    int* ticket = dq_ticket_wait<Traits>(p, blk, m_block, tile);
+    float* dst = p.dq_accum + tile * Traits::kDqTileFloats;
+#pragma unroll
+    for (int wg = 0; wg < 2; ++wg) {
+      bulk_reduce_add_f32(dst + (2 * wg) * (kPiece / 4), sm.q(stage) + wg * kPiece, kPiece);
+      bulk_reduce_add_f32(dst + (2 * wg + 1) * (kPiece / 4), sm.dout(stage) + wg * kPiece, kPiece);
+    }
+    bulk_commit_group();
+    dq_ticket_done(ticket);
+    mbar_arrive(sm.empty(stage));
   }
   bulk_wait_group_0();  // no bulk operation may outlive the CTA's shared memory
 }

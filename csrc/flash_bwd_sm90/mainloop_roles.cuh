@@ -1,6 +1,6 @@
 // The consumers of the Hopper backward at D = 256 (traits.h: the kRoles form). The producer
-// warpgroup is mainloop.cuh's (TMA of K/V once and Q/dO per step, lse/dpsum by two warps); its
-// dQ writer has nothing to do here, since dQ leaves from the consumers' registers.
+// warpgroup is mainloop.cuh's (TMA of K/V once and Q/dO per step, lse/dpsum by two warps), its
+// dQ writer the form's own (bwd_sm90_dq_writer_roles: dQ from the step's stage).
 //
 // One CTA per (batch, K/V head, block of 64 keys). dK and dV of 64 keys x 256 columns take 256
 // registers a thread in one warpgroup, so each warpgroup keeps the columns [128 wg, 128 wg + 128)
@@ -10,8 +10,9 @@
 //
 //   warpgroup 0 (scores)                          warpgroup 1 (gradients of the scores)
 //   wait full[stage]                               wait full[stage]
-//   S^T = K Q^T       m64 n64 k256 SS              dP^T = V dO^T    m64 n64 k256 SS
-//   P^T = exp2(S^T scale_log2 - lse log2e),        (dpsum read while the GEMM runs)
+//   S^T = K Q^T       m64 n64 k256 SS              (dpsum read)
+//   wait for it; arrive S_DONE                     sync S_DONE
+//   P^T = exp2(S^T scale_log2 - lse log2e),        dP^T = V dO^T    m64 n64 k256 SS
 //     masked; P^T (16-bit) -> shared pt[t % 2];
 //   fence.proxy.async; arrive P_READY              sync P_READY
 //   sync SCORES (its own 128 threads)              dS^T = P^T (dP^T - dpsum), P^T read back
@@ -21,20 +22,23 @@
 //   sync DS_READY                                  sync DS_READY
 //                                                  dV_wg += P^T dO_wg
 //   then both: dK_wg += dS^T Q_wg (SS, N = 128); dQ_wg = dS K_wg (SS, both MN-major, N = 128,
-//   k = the 64 keys); wait for dV, dK: arrive empty[stage]; wait for dQ: add it to dq_accum with
-//   16 red.global.add.v4.f32 a thread (dq_accum's tile order, traits.h: a warp's 32 vectors are
-//   512 contiguous bytes).
+//   k = the 64 keys); wait for all three; dQ_wg (float32) over this warpgroup's columns of the
+//   step's Q and dO (traits.h); arrive DQ_READY[stage]. The dQ writer (producer warp 1) adds the
+//   tile to dq_accum with bulk reduce-adds (cp.reduce.async.bulk) and frees the stage.
 //
-// Warpgroup 0 issues its dV GEMM before it waits for dS^T, so the tensor cores work while
-// warpgroup 1 computes dS. Buffer reuse: warpgroup 0 writes pt[t % 2] at step t after passing
+// The score GEMMs run one after the other, S^T first: it heads the step's critical path (S^T, the
+// exponentials, P^T, dS^T); issued together, the two GEMMs shared the tensor cores and both ended
+// after two GEMM times, the exponentials after that. Now they run under the dP^T GEMM. Warpgroup 0 issues its dV GEMM before it waits
+// for dS^T, so the tensor cores work while warpgroup 1 computes dS. S_DONE cannot run a step ahead:
+// warpgroup 0 passes DS_READY of step t, which warpgroup 1 reaches after S_DONE of step t, before
+// it arrives at S_DONE of step t + 1. Buffer reuse: warpgroup 0 writes pt[t % 2] at step t after passing
 // DS_READY of step t - 1, which warpgroup 1 reaches only after its GEMMs of step t - 2 (the last
 // readers of that buffer) completed; warpgroup 1 writes ds[t % 2] after P_READY of step t, which
 // warpgroup 0 reaches after its GEMMs of step t - 1 completed. P_READY is arrived at by warpgroup
 // 0 only after DS_READY of the previous step, so its arrivals never run a step ahead.
 //
-// Deterministic mode (dq_semaphore set): the two warpgroups' halves of a query block's tile are
-// added in the order of mainloop.cuh's dQ writer (key blocks in descending order); the ticket
-// counts warpgroup additions, two per key block.
+// Deterministic mode (dq_semaphore set): the writer adds a query block's tile in mainloop.cuh's
+// order (key blocks in descending order, one ticket a key block).
 #pragma once
 
 #include <cmath>
@@ -62,11 +66,8 @@ namespace sm90 {
 constexpr int kBwdPReadyBarrier = 2;   // both warpgroups: P^T of this step is in shared memory
 constexpr int kBwdDsReadyBarrier = 3;  // both warpgroups: dS^T of this step is in shared memory
 constexpr int kBwdScoresBarrier = 4;   // warpgroup 0 alone: its P^T rows, before its dV GEMM
-constexpr int kBwdDqOrderBarrier = 5;  // + wg, one warpgroup: deterministic dQ order
-
-__device__ __forceinline__ void red_add_v4(float* dst, float a, float b, float c, float d) {
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
-}
+constexpr int kBwdSDoneBarrier = 5;    // both warpgroups: S^T of this step is complete
+// (7, 8 and 9 are mainloop.cuh's epilogue barriers.)
 
 template <typename Traits, typename Element, bool kSoftcap>
 __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp, const BwdSmem<Traits>& sm,
@@ -139,7 +140,21 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
 
     mbar_wait(sm.full(stage), (t / Traits::kStages) & 1);
 
-    // ---- S^T = K Q^T (warpgroup 0) or dP^T = V dO^T (warpgroup 1).
+    // This thread's row statistics (columns 8 j + acc_col + e): lse for the scores, read while
+    // the GEMM runs; dpsum for their gradients, read while S^T's GEMM runs.
+    float stat[kSRegs / 4][2];
+    const uint32_t stat_s = (scores ? sm.lse(stage) : sm.dpsum(stage)) + acc_col * 4;
+    auto load_stats = [&] {
+#pragma unroll
+      for (int j = 0; j < kSRegs / 4; ++j)
+        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(stat[j][0]), "=f"(stat[j][1]) : "r"(stat_s + j * 32));
+    };
+    if (!scores) {
+      load_stats();
+      named_barrier_sync(kBwdSDoneBarrier, Traits::kConsumerThreads);
+    }
+
+    // ---- S^T = K Q^T (warpgroup 0), then dP^T = V dO^T (warpgroup 1).
     float acc[kSRegs];
     wgmma_fence();
 #pragma unroll
@@ -147,16 +162,10 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
       MmaScore::mma(acc, desc_from_lo(sa_lo, Descs::score_a_step(kk)), desc_from_lo(sb_lo, q_off + Descs::score_b_step(kk)),
                     kk > 0 ? 1 : 0);
     wgmma_commit();
-
-    // This thread's row statistics (columns 8 j + acc_col + e), read while the GEMM runs: lse for
-    // the scores, dpsum for their gradients.
-    float stat[kSRegs / 4][2];
-    const uint32_t stat_s = (scores ? sm.lse(stage) : sm.dpsum(stage)) + acc_col * 4;
-#pragma unroll
-    for (int j = 0; j < kSRegs / 4; ++j)
-      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(stat[j][0]), "=f"(stat[j][1]) : "r"(stat_s + j * 32));
+    if (scores) load_stats();
     wgmma_wait<0>();
     reg_fence(acc);
+    if (scores) named_barrier_arrive(kBwdSDoneBarrier, Traits::kConsumerThreads);
 
     if (scores) {
       // ---- P^T = exp2(S^T scale_log2 - lse log2e); a row that sees no key has lse = -inf and
@@ -249,38 +258,26 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
       MmaDq::mma(dq, desc_from_lo(dsmn_lo, buf_off + Descs::dq_step(kk)), desc_from_lo(kmn_lo, Descs::dq_step(kk)),
                  kk > 0 ? 1 : 0);
     wgmma_commit();
-    wgmma_wait<1>();
+    wgmma_wait<0>();
     reg_fence(dv);
     reg_fence(dk);
-    // Q, dO, lse and dpsum of this stage are read.
-    mbar_arrive(sm.empty(stage));
-    wgmma_wait<0>();
     reg_fence(dq);
 
-    // ---- dQ_wg -> dq_accum, this warpgroup's half of the query block's tile.
-    const int hq = blk.head_q(t);
-    const int m_block = blk.m_block(t);
-    const int64_t tile = (static_cast<int64_t>(blk.batch) * p.heads_q + hq) * kp.num_m_blocks + m_block;
-    float* dst = p.dq_accum + tile * Traits::kDqTileFloats;
-    int* ticket = nullptr;
-    if (p.dq_semaphore != nullptr) {
-      const KeyBlocks kb = key_blocks(window, m0, min(m0 + kBlockM, p.seqlen_q), Traits::kBlockN);
-      ticket = p.dq_semaphore + tile;
-      if (wtid == 0) {
-        while (*reinterpret_cast<volatile int*>(ticket) < 2 * (kb.n_end - 1 - blk.n_block)) {
-        }
-        __threadfence();
-      }
-      named_barrier_sync(kBwdDqOrderBarrier + wg, kWarpgroupThreads);
-    }
+    // ---- dQ_wg over this warpgroup's columns of the stage's Q, then dO (traits.h): float4 j of
+    // dq_accum's tile order, 16 a thread, contiguous in thread order (conflict-free). Every GEMM
+    // that reads those columns is complete: this warpgroup's own, and the score GEMMs of both
+    // (warpgroup 1 passed S_DONE, warpgroup 0 DS_READY). The writer adds them and frees the stage.
+    const uint32_t piece_q = sm.q(stage) + wg * Traits::kDqPieceBytes;
+    const uint32_t piece_do = sm.dout(stage) + wg * Traits::kDqPieceBytes;
 #pragma unroll
-    for (int j = 0; j < kDqRegs / 4; ++j)
-      red_add_v4(dst + Traits::dq_tile_offset(wg, j, wtid, 0), dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
-    if (ticket != nullptr) {
-      __threadfence();  // this thread's additions are performed before the ticket moves
-      named_barrier_sync(kBwdDqOrderBarrier + wg, kWarpgroupThreads);
-      if (wtid == 0) atomicAdd(ticket, 1);
+    for (int j = 0; j < kDqRegs / 4; ++j) {
+      const uint32_t addr = (j < kDqRegs / 8 ? piece_q : piece_do) + 16 * ((j % (kDqRegs / 8)) * kWarpgroupThreads + wtid);
+      asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(dq[4 * j]), "f"(dq[4 * j + 1]),
+                   "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3])
+                   : "memory");
     }
+    fence_proxy_async();
+    mbar_arrive(sm.dq_ready(stage));
   };
 
   for (int t = 0; t < blk.steps; ++t) {
@@ -291,6 +288,13 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
       step(t, std::true_type{});
     else
       step(t, std::false_type{});
+  }
+
+  // The epilogue stages dK and dV in the Q/dO ring: wait until the writer has read the last dQ
+  // (it reads in step order, so every earlier one too).
+  if (blk.steps > 0) {
+    const int last = blk.steps - 1;
+    mbar_wait(sm.empty(last % Traits::kStages), (last / Traits::kStages) & 1);
   }
 
   // ---- Epilogue: all 64 key rows, this warpgroup's 128 columns. (A CTA with no step writes zeros.)

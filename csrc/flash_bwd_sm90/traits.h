@@ -7,6 +7,8 @@
 //     warp 1  the dQ writer (D <= 128): per step, one bulk reduce-add (cp.reduce.async.bulk
 //             .add.f32) of the two consumers' float32 dQ tiles from shared memory into dq_accum;
 //     warps 2, 3  lse and dpsum of each step's query rows into the same ring (plain loads).
+//     In the D = 256 form, warp 1 adds each step's dQ from that step's own Q/dO stage instead
+//     (below), and it is this warp that frees the stage.
 //   warpgroups 1 and 2, the consumers (240 registers), in one of two forms:
 //   - D <= 128 (mainloop.cuh), kBlockN = 128: consumer wg = warpgroup - 1 owns keys
 //     [64 wg, 64 wg + 64) of the block (the wgmma M = 64 of the key-side GEMMs) and walks the
@@ -16,9 +18,13 @@
 //     [128 wg, 128 wg + 128)) and split the score GEMMs by role: warpgroup 0 computes S^T and P,
 //     warpgroup 1 dP^T and dS (each m64 n64 k256, the widest N the 64-query step allows: two
 //     warpgroups that each computed half the queries would run m64 n32 GEMMs, bound by the
-//     shared-memory reads of the common A operand). P^T and dS^T meet in shared memory, and dQ
-//     leaves from registers by vector reductions (red.global.add.v4.f32), because the 64 KB
-//     float32 tile of the D <= 128 form does not fit beside two stages of Q and dO.
+//     shared-memory reads of the common A operand). P^T and dS^T meet in shared memory. The
+//     64 KB float32 dQ tile of the D <= 128 form does not fit beside two stages of Q and dO, so
+//     each warpgroup writes its half of dQ (32 KB) over the columns of Q and dO it alone reads
+//     after the score GEMMs, [128 wg, 128 wg + 128) of the step's stage (16 KB of each), and the
+//     dQ writer adds it with bulk reduce-adds. (Vector reductions from registers, the earlier
+//     form, moved 64 KB a step through the load/store unit and held the next GEMMs on their
+//     source registers: ncu put a fifth of the consumers' stall samples there.)
 //
 // Shared memory holds every 16-bit tile as 64-column (128-byte) chunk planes with the 128-byte
 // swizzle (../common/sm90/layout.h), exactly as the forward and as TMA's SWIZZLE_128B writes a
@@ -106,8 +112,13 @@ struct Sm90BwdTraits {
   static constexpr int kDqTileFloats = kBlockM * kHeadDim;    // one query block of dq_accum
   static constexpr int kDqBytes = kRoles ? 0 : kDqTileFloats * 4;  // the shared dQ tile
 
-  // Barriers (8 bytes each): full/empty per stage, K/V loaded, dQ tile written / read.
-  static constexpr int kNumBarriers = 2 * kStages + 3;
+  // Barriers (8 bytes each): full/empty per stage, K/V loaded, dQ tile written / read, and in the
+  // D = 256 form dQ written into a stage, per stage.
+  static constexpr int kNumBarriers = 2 * kStages + 3 + (kRoles ? kStages : 0);
+  // The D = 256 form's dQ in a stage: each warpgroup's half (32 KB, dq_accum's tile order) as two
+  // 16 KB pieces, over its own 128 columns (two planes) of Q, then of dO.
+  static constexpr int kDqPieceBytes = 2 * kQPlaneBytes;
+  static_assert(!kRoles || (kChunks == 4 && 2 * kDqPieceBytes * 2 == kDqTileFloats * 4), "dQ halves fill the column halves");
 
   // Shared-memory map, offsets from a 1024-byte-aligned base (the swizzle needs it).
   static constexpr int kOffK = 0;
