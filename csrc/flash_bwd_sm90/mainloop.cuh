@@ -376,21 +376,26 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
 
     mbar_wait(sm.full(stage), (t / Traits::kStages) & 1);
 
-    // The row statistics are read kAhead slices ahead of their use, the first ones before the
-    // GEMMs are issued: once the GEMMs stream their operands from shared memory, a load waits
-    // behind them (ncu: the first exponentials' short-scoreboard stalls, a tenth of the
-    // consumers' samples at D = 128, when these loads followed the GEMMs). At the 128-query steps
-    // all of them at once would hold kSRegs / 2 more registers across the GEMMs, which spilled.
+    // The row statistics are read kAhead slices ahead of their use. At the 64-query steps all of
+    // them, before the GEMMs are issued: once the GEMMs stream their operands from shared memory,
+    // a load waits behind them (ncu at D = 128: the first exponentials' short-scoreboard stalls, a
+    // tenth of the consumers' samples, when these loads followed the GEMMs). At the 128-query
+    // steps (D = 64) all of them would hold kSRegs / 2 more registers across the GEMMs, which
+    // spilled; there the first 4 slices are read after the GEMMs are issued (read before them,
+    // the D = 64 backward measured 2% slower, lab/ab/run_ab.sh).
     constexpr int kSlices = kSRegs / 4;
-    constexpr int kAhead = kSlices <= 8 ? kSlices : 4;
+    constexpr bool kAllAhead = kSlices <= 8;
+    constexpr int kAhead = kAllAhead ? kSlices : 4;
     const uint32_t lse_s = sm.lse(stage) + acc_col * 4;
     const uint32_t dpsum_s = sm.dpsum(stage) + acc_col * 4;
     float lse2[kSlices][2], dps[kSlices][2];
     auto load2 = [](float (&v)[2], uint32_t addr) {
       asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v[0]), "=f"(v[1]) : "r"(addr));
     };
+    if constexpr (kAllAhead) {
 #pragma unroll
-    for (int j = 0; j < kAhead; ++j) load2(lse2[j], lse_s + j * 32);
+      for (int j = 0; j < kAhead; ++j) load2(lse2[j], lse_s + j * 32);
+    }
 
     // ---- S^T = K_wg Q^T and dP^T = V_wg dO^T (two commit groups).
     float s[kSRegs];
@@ -407,6 +412,10 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
                     desc_from_lo(ddo_lo, q_off + Descs::score_b_step(kk)), kk > 0 ? 1 : 0);
     wgmma_commit();
 
+    if constexpr (!kAllAhead) {
+#pragma unroll
+      for (int j = 0; j < kAhead; ++j) load2(lse2[j], lse_s + j * 32);
+    }
     // ---- P^T = exp2(S^T scale_log2 - lse log2e) (the lse in smem is lse log2e already, +inf for a
     // row that sees no key: bwd_sm90_load_row_stats).
     wgmma_wait<1>();
