@@ -125,8 +125,6 @@ __device__ __forceinline__ void bwd_sm90_load(const Sm90BwdParams& kp, const Bwd
 // ---- Producer warps 2 and 3: lse (warp 2) or dpsum (warp 3) of each step's query rows, 0 past
 // Sq (those rows' P is masked to 0). Each lane's arrive on the stage's full barrier releases its
 // own stores. Apart from the TMA warp, so that the copies are issued without waiting on these loads.
-// The lse goes in as the consumers use it, in log2 units (lse log2e), and a row that sees no key
-// (lse = -inf) as +inf, so that exp2(s - inf) = 0 gives it P = 0 (-inf would give NaN).
 template <typename Traits>
 __device__ __forceinline__ void bwd_sm90_load_row_stats(const Sm90BwdParams& kp, const BwdSmem<Traits>& sm,
                                                         const BwdBlock& blk, const int lane, const bool dpsum) {
@@ -141,10 +139,7 @@ __device__ __forceinline__ void bwd_sm90_load_row_stats(const Sm90BwdParams& kp,
     const uint32_t dst = (dpsum ? sm.dpsum(stage) : sm.lse(stage)) + 4 * lane;
     float v[kBlockM / 32];
 #pragma unroll
-    for (int i = 0; i < kBlockM / 32; ++i) {
-      v[i] = m0 + lane + 32 * i < p.seqlen_q ? rows[lane + 32 * i] : 0.f;
-      if (!dpsum) v[i] = v[i] == -INFINITY ? INFINITY : v[i] * 1.4426950408889634f;
-    }
+    for (int i = 0; i < kBlockM / 32; ++i) v[i] = m0 + lane + 32 * i < p.seqlen_q ? rows[lane + 32 * i] : 0.f;
 #pragma unroll
     for (int i = 0; i < kBlockM / 32; ++i) asm volatile("st.shared.f32 [%0], %1;" ::"r"(dst + 128 * i), "f"(v[i]) : "memory");
     mbar_arrive(sm.full(stage));
@@ -356,6 +351,7 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
   const int ds_row0 = wg * 64 + acc_row;
 
   const float scale_log2 = p.scale_log2;
+  constexpr float kLog2e = 1.4426950408889634f;
   const float inv_softcap_log2 = kSoftcap ? 1.f / p.softcap_log2 : 0.f;
   const bool keys_partial = n0 + Traits::kBlockN > p.seqlen_k;
   const KeyWindow window = make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right);
@@ -376,27 +372,6 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
 
     mbar_wait(sm.full(stage), (t / Traits::kStages) & 1);
 
-    // The row statistics are read kAhead slices ahead of their use. At the 64-query steps all of
-    // them, before the GEMMs are issued: once the GEMMs stream their operands from shared memory,
-    // a load waits behind them (ncu at D = 128: the first exponentials' short-scoreboard stalls, a
-    // tenth of the consumers' samples, when these loads followed the GEMMs). At the 128-query
-    // steps (D = 64) all of them would hold kSRegs / 2 more registers across the GEMMs, which
-    // spilled; there the first 4 slices are read after the GEMMs are issued (read before them,
-    // the D = 64 backward measured 2% slower, lab/ab/run_ab.sh).
-    constexpr int kSlices = kSRegs / 4;
-    constexpr bool kAllAhead = kSlices <= 8;
-    constexpr int kAhead = kAllAhead ? kSlices : 4;
-    const uint32_t lse_s = sm.lse(stage) + acc_col * 4;
-    const uint32_t dpsum_s = sm.dpsum(stage) + acc_col * 4;
-    float lse2[kSlices][2], dps[kSlices][2];
-    auto load2 = [](float (&v)[2], uint32_t addr) {
-      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v[0]), "=f"(v[1]) : "r"(addr));
-    };
-    if constexpr (kAllAhead) {
-#pragma unroll
-      for (int j = 0; j < kAhead; ++j) load2(lse2[j], lse_s + j * 32);
-    }
-
     // ---- S^T = K_wg Q^T and dP^T = V_wg dO^T (two commit groups).
     float s[kSRegs];
     float dp[kSRegs];
@@ -412,12 +387,21 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
                     desc_from_lo(ddo_lo, q_off + Descs::score_b_step(kk)), kk > 0 ? 1 : 0);
     wgmma_commit();
 
-    if constexpr (!kAllAhead) {
+    // ---- P^T = exp2(S^T scale_log2 - lse log2e). A row that sees no key has lse = -inf and must
+    // get P = 0: its lse is taken as +inf (exp2(s - inf) = 0), not -inf (NaN). The row statistics
+    // are read kAhead slices ahead of their use, the first ones while the GEMMs run (waiting on
+    // their shared-memory latency stalled the first exponentials); all of them at once would hold
+    // kSRegs / 2 more registers across the GEMMs, which spilled the 128-query steps.
+    constexpr int kSlices = kSRegs / 4;
+    constexpr int kAhead = 4;
+    const uint32_t lse_s = sm.lse(stage) + acc_col * 4;
+    const uint32_t dpsum_s = sm.dpsum(stage) + acc_col * 4;
+    float lse2[kSlices][2], dps[kSlices][2];
+    auto load2 = [](float (&v)[2], uint32_t addr) {
+      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v[0]), "=f"(v[1]) : "r"(addr));
+    };
 #pragma unroll
-      for (int j = 0; j < kAhead; ++j) load2(lse2[j], lse_s + j * 32);
-    }
-    // ---- P^T = exp2(S^T scale_log2 - lse log2e) (the lse in smem is lse log2e already, +inf for a
-    // row that sees no key: bwd_sm90_load_row_stats).
+    for (int j = 0; j < kAhead; ++j) load2(lse2[j], lse_s + j * 32);
     wgmma_wait<1>();
     reg_fence(s);
     // Key row 8 h of this thread is visible to queries [qmin[h], qmax[h]] (none when past Sk):
@@ -434,6 +418,8 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
     for (int j = 0; j < kSlices; ++j) {
       if (j + kAhead < kSlices) load2(lse2[j + kAhead], lse_s + (j + kAhead) * 32);
       if (j >= kSlices - kAhead) load2(dps[j - (kSlices - kAhead)], dpsum_s + (j - (kSlices - kAhead)) * 32);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) lse2[j][e] = lse2[j][e] == -INFINITY ? INFINITY : lse2[j][e] * kLog2e;
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -460,6 +446,8 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
         // softcap); 1 - t^2 from P and lse (softmax_math.cuh), so no t is kept per score.
         float l[2];
         load2(l, lse_s + j * 32);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) l[e] = l[e] == -INFINITY ? INFINITY : l[e] * kLog2e;
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll

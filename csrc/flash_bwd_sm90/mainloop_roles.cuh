@@ -111,6 +111,7 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
   const uint32_t desc_k_mn = desc_lo(Descs::dq_b(sm.k(), wg));
 
   const float scale_log2 = p.scale_log2;
+  constexpr float kLog2e = 1.4426950408889634f;
   const float inv_softcap_log2 = kSoftcap ? 1.f / p.softcap_log2 : 0.f;
   const bool keys_partial = n0 + Traits::kBlockN > p.seqlen_k;
   const KeyWindow window = make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right);
@@ -139,15 +140,19 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
 
     mbar_wait(sm.full(stage), (t / Traits::kStages) & 1);
 
-    // This thread's row statistics (columns 8 j + acc_col + e): lse (in log2 units, +inf for a row
-    // that sees no key: bwd_sm90_load_row_stats) for the scores, dpsum for their gradients. Read
-    // before the GEMM is issued: behind a GEMM streaming its operands, a load waits (mainloop.cuh).
+    // This thread's row statistics (columns 8 j + acc_col + e): lse for the scores, read while
+    // the GEMM runs; dpsum for their gradients, read while S^T's GEMM runs.
     float stat[kSRegs / 4][2];
     const uint32_t stat_s = (scores ? sm.lse(stage) : sm.dpsum(stage)) + acc_col * 4;
+    auto load_stats = [&] {
 #pragma unroll
-    for (int j = 0; j < kSRegs / 4; ++j)
-      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(stat[j][0]), "=f"(stat[j][1]) : "r"(stat_s + j * 32));
-    if (!scores) named_barrier_sync(kBwdSDoneBarrier, Traits::kConsumerThreads);
+      for (int j = 0; j < kSRegs / 4; ++j)
+        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(stat[j][0]), "=f"(stat[j][1]) : "r"(stat_s + j * 32));
+    };
+    if (!scores) {
+      load_stats();
+      named_barrier_sync(kBwdSDoneBarrier, Traits::kConsumerThreads);
+    }
 
     // ---- S^T = K Q^T (warpgroup 0), then dP^T = V dO^T (warpgroup 1).
     float acc[kSRegs];
@@ -157,16 +162,19 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
       MmaScore::mma(acc, desc_from_lo(sa_lo, Descs::score_a_step(kk)), desc_from_lo(sb_lo, q_off + Descs::score_b_step(kk)),
                     kk > 0 ? 1 : 0);
     wgmma_commit();
+    if (scores) load_stats();
     wgmma_wait<0>();
     reg_fence(acc);
     if (scores) named_barrier_arrive(kBwdSDoneBarrier, Traits::kConsumerThreads);
 
     if (scores) {
-      // ---- P^T = exp2(S^T scale_log2 - lse log2e) (lse log2e as stored: +inf, so P = 0, for a
-      // row that sees no key).
+      // ---- P^T = exp2(S^T scale_log2 - lse log2e); a row that sees no key has lse = -inf and
+      // gets P = 0 (its lse taken as +inf).
       const int q_end = p.seqlen_q - m0;
 #pragma unroll
       for (int j = 0; j < kSRegs / 4; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) stat[j][e] = stat[j][e] == -INFINITY ? INFINITY : stat[j][e] * kLog2e;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           float pv[2];
@@ -198,6 +206,8 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
           asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
                        : "=f"(lse2[j][0]), "=f"(lse2[j][1])
                        : "r"(sm.lse(stage) + acc_col * 4 + j * 32));
+#pragma unroll
+          for (int e = 0; e < 2; ++e) lse2[j][e] = lse2[j][e] == -INFINITY ? INFINITY : lse2[j][e] * kLog2e;
         }
       }
       named_barrier_sync(kBwdPReadyBarrier, Traits::kConsumerThreads);
