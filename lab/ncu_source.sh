@@ -3,7 +3,8 @@
 # (warp-state samples by PC) for one shape, our kernel only (lab/ncu_fwd.py's calls, filtered to
 # flash_fwd_sm90_kernel; NCU_KERNEL=flash_bwd_sm90 NCU_SCRIPT=lab/ncu_bwd.py for the backward). Writes ${OUT:-build}/ncu_source_D_S_causal.{txt,csv}: the
 # WarpStateStats/SourceCounters sections, and the per-instruction table (SASS, samples, stall
-# reasons) when this ncu can print the source page. Then summarizes the top stalled instructions.
+# reasons) when this ncu can print the source page. Then summarizes the top stalled instructions
+# (lab/ncu_source_top.py).
 #   bash lab/ncu_source.sh [D:S:causal]        default 64:512:1 (the weakest standard-grid cell)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -21,4 +22,5 @@ ncu --import "$out/ncu_source_$tag.ncu-rep" --page source --print-source sass --
   echo "this ncu cannot print the source page" >> "$out/ncu_source_$tag.txt"
 grep -E "Warp Cycles|No Eligible|Issue Slots|Stall|stall" "$out/ncu_source_$tag.txt" | head -40
 head -c 600 "$out/ncu_source_$tag.csv"; echo
+python3 lab/ncu_source_top.py "$out/ncu_source_$tag.csv" 25 2>/dev/null || true
 exit $rc

@@ -1,22 +1,33 @@
 #!/usr/bin/env bash
-# A/B of a kernel change on one GPU machine: this tree (B) against this tree with lab/ab/$PATCH
-# reversed (A), both built, then lab/bench_method_check.py alternated A B A B on the same shapes.
-#   PATCH=revert_lse.diff bash lab/ab/run_ab.sh D:S:causal ...
+# A/B of a kernel change on one GPU machine: two builds, this tree and a copy of it with
+# lab/ab/$PATCH applied (REVERSE=0: B is the patched copy) or reversed (REVERSE=1, the default:
+# A is the copy, the tree before the change), then lab/bench_method_check.py alternated A B A B
+# on the given shapes (single calls, ten back to back, do_bench; ours and cuDNN's).
+#   PATCH=lse_log2_early_loads.diff REVERSE=0 bash lab/ab/run_ab.sh D:S:causal ...
+# lse_log2_early_loads.diff: the backward's lse stored in log2 units and the row statistics read
+# before the score GEMMs (measured 2026-11-26: D=128 +1%, D=64 -2%; not adopted).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 out=${OUT:-build}
+mkdir -p "$out"
 root=$PWD
-base=/tmp/flashattn-ab-base
-rm -rf "$base" && mkdir -p "$base"
-tar --exclude=./build --exclude='*.so' --exclude=./.git -cf - . | tar -C "$base" -xf -
-(cd "$base" && patch -R -p1 < "$root/lab/ab/${PATCH:?}") > "$out/ab_patch.log" 2>&1 || { echo "patch failed"; exit 2; }
-(cd "$base" && MAX_JOBS=8 bash lab/gpu_build.sh > "$out/ab_build_a.log" 2>&1) &
-(MAX_JOBS=8 bash lab/gpu_build.sh > "$out/ab_build_b.log" 2>&1) &
+copy=/tmp/flashattn-ab-copy
+rm -rf "$copy" && mkdir -p "$copy"
+tar --exclude=./build --exclude='*.so' --exclude=./.git -cf - . | tar -C "$copy" -xf -
+if [ "${REVERSE:-1}" = 1 ]; then
+  (cd "$copy" && patch -R -p1 < "$root/lab/ab/${PATCH:?}") > "$out/ab_patch.log" 2>&1 || { echo "patch failed"; exit 2; }
+  side_a=$copy side_b=$root
+else
+  (cd "$copy" && patch -p1 < "$root/lab/ab/${PATCH:?}") > "$out/ab_patch.log" 2>&1 || { echo "patch failed"; exit 2; }
+  side_a=$root side_b=$copy
+fi
+(cd "$side_a" && MAX_JOBS=8 bash lab/gpu_build.sh > "$out/ab_build_a.log" 2>&1) &
+(cd "$side_b" && MAX_JOBS=8 bash lab/gpu_build.sh > "$out/ab_build_b.log" 2>&1) &
 wait
 tail -n 1 "$out/ab_build_a.log" "$out/ab_build_b.log"
 for round in 1 2; do
   for side in A B; do
-    dir=$root; [ $side = A ] && dir=$base
+    dir=$side_b; [ $side = A ] && dir=$side_a
     echo "=== round $round side $side"
     (cd "$dir" && PYTHONPATH=$dir timeout 200 python3 lab/bench_method_check.py "$@" 2>&1 | grep -E "flashattn|sdpa|shape")
   done
