@@ -6,6 +6,8 @@
 #   PATCH=lse_log2_early_loads.diff REVERSE=0 bash lab/ab/run_ab.sh D:S:causal ...
 # lse_log2_early_loads.diff: the backward's lse stored in log2 units and the row statistics read
 # before the score GEMMs (measured 2026-11-26: D=128 +1%, D=64 -2%; not adopted).
+# dq_store_after_next_s.diff: D <= 128 stores step t's dQ after step t+1's S^T GEMM is issued
+# (measured 2026-11-26: 0-1% slower; not adopted). Both apply to commit 7a2a2e5's csrc.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 out=${OUT:-build}
