@@ -15,9 +15,9 @@ shapes=("$@")
 stalls=$(printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' barrier short_scoreboard \
   long_scoreboard mio_throttle math_pipe_throttle lg_throttle wait not_selected dispatch_stall \
   membar sleeping selected no_instruction branch_resolving)
-# The tensor pipe (wgmma included) busy share, and the L2 traffic of reductions (dQ adds).
+# The tensor pipe (wgmma included) busy share, and the L2's throughput.
 stalls="${stalls}sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor.sum"
-stalls="${stalls},lts__t_sectors_op_red.sum,lts__t_sectors_op_atom.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed"
+stalls="${stalls},lts__throughput.avg.pct_of_peak_sustained_elapsed"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 timeout 400 ncu --profile-from-start off --nvtx --print-summary none \
   --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \

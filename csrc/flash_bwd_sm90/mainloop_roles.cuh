@@ -28,14 +28,15 @@
 //
 // The score GEMMs run one after the other, S^T first: it heads the step's critical path (S^T, the
 // exponentials, P^T, dS^T); issued together, the two GEMMs shared the tensor cores and both ended
-// after two GEMM times, the exponentials after that. Now they run under the dP^T GEMM. Warpgroup 0 issues its dV GEMM before it waits
-// for dS^T, so the tensor cores work while warpgroup 1 computes dS. S_DONE cannot run a step ahead:
-// warpgroup 0 passes DS_READY of step t, which warpgroup 1 reaches after S_DONE of step t, before
-// it arrives at S_DONE of step t + 1. Buffer reuse: warpgroup 0 writes pt[t % 2] at step t after passing
-// DS_READY of step t - 1, which warpgroup 1 reaches only after its GEMMs of step t - 2 (the last
-// readers of that buffer) completed; warpgroup 1 writes ds[t % 2] after P_READY of step t, which
-// warpgroup 0 reaches after its GEMMs of step t - 1 completed. P_READY is arrived at by warpgroup
-// 0 only after DS_READY of the previous step, so its arrivals never run a step ahead.
+// after two GEMM times, the exponentials after that. Now the exponentials run under the dP^T
+// GEMM. Warpgroup 0 issues its dV GEMM before it waits for dS^T, so the tensor cores work while
+// warpgroup 1 computes dS. S_DONE cannot run a step ahead: warpgroup 0 passes DS_READY of step t,
+// which warpgroup 1 reaches after S_DONE of step t, before it arrives at S_DONE of step t + 1.
+// Buffer reuse: warpgroup 0 writes pt[t % 2] at step t after passing DS_READY of step t - 1,
+// which warpgroup 1 reaches only after its GEMMs of step t - 2 (the last readers of that buffer)
+// completed; warpgroup 1 writes ds[t % 2] after P_READY of step t, which warpgroup 0 reaches
+// after its GEMMs of step t - 1 completed. P_READY is arrived at by warpgroup 0 only after
+// DS_READY of the previous step, so its arrivals never run a step ahead.
 //
 // Deterministic mode (dq_semaphore set): the writer adds a query block's tile in mainloop.cuh's
 // order (key blocks in descending order, one ticket a key block).
