@@ -1,8 +1,9 @@
 // The torch binding of the backward of packed variable-length batches: the CUDA implementation of
 // flashattn::bwd_varlen (schema in flashattn/_ops.py). Thin by design: checks (csrc/host_args.h),
-// allocates the gradients and scratch buffers in the packed layouts (csrc/flash_bwd/varlen.cuh),
-// fills BwdParams, calls the portable backward (csrc/flash_bwd/) on every GPU. Never reads
-// cu_seqlens on the host, so a call is CUDA-graph capturable.
+// allocates the gradients and scratch buffers in the packed layouts (csrc/common/bwd_packed.cuh),
+// fills BwdParams, calls the Hopper backward (csrc/flash_bwd_sm90/) where it runs the call, the
+// portable one (csrc/flash_bwd/) otherwise, as the dense binding chooses. Never reads cu_seqlens
+// on the host, so a call is CUDA-graph capturable.
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
@@ -13,6 +14,7 @@
 
 #include "device_limits.h"
 #include "flash_bwd/api.h"
+#include "flash_bwd_sm90/api.h"
 #include "host_args.h"
 
 namespace {
@@ -26,7 +28,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
     int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, int64_t causal_mode, bool deterministic,
     c10::string_view backend, int64_t window_left, int64_t window_right, double softcap) {
   constexpr const char* op = "flashattn::bwd_varlen";
-  // As the forward: packed batches run the portable backward on every GPU.
+  // `backend` is the forward's, which refuses "hopper" for packed batches (its TMA path needs dense
+  // tensors); "auto" runs the Hopper backward where flash_bwd_sm90_supported() says yes.
   flashattn::check_packed_backend(op, backend);
   flashattn::check_qkv(op, q_in, k_in, v_in, 3, "[total, H, D]");
   FLASHATTN_CHECK(dout_in.sizes() == q_in.sizes() && out_in.sizes() == q_in.sizes(), op,
@@ -50,20 +53,23 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
   max_seqlen_k = std::min(max_seqlen_k, total_k);
 
   const c10::cuda::CUDAGuard guard(q_in.device());
-  // dq: every row written (the dQ conversion covers all of total_q, rows no sequence owns from the
-  // zeroed accumulator). dk/dv: the kernel writes the rows of every sequence; zeroed for the rows
-  // past cu_seqlens_k[B], which no thread block knows of without a host read.
+  // dq: both paths write every row (rows no sequence owns as 0). dk/dv: the kernels write the rows
+  // of every sequence; the Hopper path also zeroes the rows no sequence owns (its launcher), the
+  // portable one needs them zeroed here (past cu_seqlens_k[B], which no thread block knows of
+  // without a host read): below, once the path is known.
   at::Tensor dq = at::empty({total_q, Hq, D}, q_in.options());
-  at::Tensor dk = at::zeros({total_k, Hk, D}, q_in.options());
-  at::Tensor dv = at::zeros({total_k, Hk, D}, q_in.options());
-  if (dq.numel() == 0) return {dq, dk, dv};
-  if (B == 0 || total_k == 0) {  // no sequence, or none with a key: nothing is attended
+  at::Tensor dk = at::empty({total_k, Hk, D}, q_in.options());
+  at::Tensor dv = at::empty({total_k, Hk, D}, q_in.options());
+  if (dq.numel() == 0 || B == 0 || total_k == 0) {  // no query, no sequence, or no key: nothing is attended
     dq.zero_();
+    dk.zero_();
+    dv.zero_();
     return {dq, dk, dv};
   }
 
-  // dout may come from any loss (a broadcast from out.sum() has stride 0 everywhere).
-  const at::Tensor dout = flashattn::aligned_or_copy(dout_in);
+  // dout may come from any loss (a broadcast from out.sum() has stride 0 everywhere): made dense, as
+  // the dense binding does, since the Hopper backward reads it through TMA (positive strides).
+  const at::Tensor dout = flashattn::aligned_or_copy(flashattn::has_broadcast_dim(dout_in) ? dout_in.contiguous() : dout_in);
   const at::Tensor q = flashattn::aligned_or_copy(q_in), k = flashattn::aligned_or_copy(k_in),
                    v = flashattn::aligned_or_copy(v_in), out = flashattn::aligned_or_copy(out_in);
   const at::Tensor lse = lse_in.contiguous();
@@ -92,15 +98,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
   p.set_softcap(static_cast<float>(softcap));
   p.set_mask(static_cast<CausalMode>(causal_mode), window_left, window_right);
 
-  // The tile config (and with it the ticket array's block M) depends on the device, the head dim,
-  // the mask and the softcap.
-  const int block_m = flashattn::flash_bwd_block_m(p, dev);
+  // The path and tile config (and with them the ticket array's block M) depend on the device, the
+  // head dim, the mask and the softcap.
+  const bool hopper = backend != "portable" && flashattn::flash_bwd_sm90_supported(p, dev);
+  const int block_m = hopper ? flashattn::flash_bwd_sm90_block_m(p) : flashattn::flash_bwd_block_m(p, dev);
   FLASHATTN_CHECK(block_m > 0, op, ": no backward tile config fits this device's ", dev.max_smem_per_block,
               " bytes of shared memory per block");
   const at::TensorOptions f32 = q.options().dtype(at::kFloat);
-  // The packed layouts of csrc/flash_bwd/varlen.cuh: head-major over the packed rows, as lse.
+  // The packed layouts (csrc/common/bwd_packed.cuh): head-major over the packed rows, as lse; the
+  // Hopper path's dq_accum in query-block tiles per sequence (csrc/flash_bwd_sm90/block.h).
   at::Tensor dpsum = at::empty({Hq, total_q}, f32);
-  at::Tensor dq_accum = at::zeros({Hq, total_q, D}, f32);
+  at::Tensor dq_accum = hopper ? at::zeros({flashattn::flash_bwd_sm90_dq_accum_floats(p)}, f32)
+                               : at::zeros({Hq, total_q, D}, f32);
+  if (!hopper) {
+    dk.zero_();
+    dv.zero_();
+  }
   at::Tensor semaphore;
   if (deterministic)
     semaphore = at::zeros({B, Hq, (max_seqlen_q + block_m - 1) / block_m}, q.options().dtype(at::kInt));
@@ -108,7 +121,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
   p.dq_accum = dq_accum.data_ptr<float>();
   p.dq_semaphore = deterministic ? semaphore.data_ptr<int>() : nullptr;
 
-  const cudaError_t err = flashattn::flash_bwd(p, dev, c10::cuda::getCurrentCUDAStream(q.get_device()).stream());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
+  const cudaError_t err = hopper ? flashattn::flash_bwd_sm90(p, dev, stream) : flashattn::flash_bwd(p, dev, stream);
   FLASHATTN_CHECK(err == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(err));
   return {dq, dk, dv};
 }

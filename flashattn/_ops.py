@@ -83,7 +83,7 @@ def _fwd_fp8_fake(q, k, v, q_descale, k_descale, v_descale, softmax_scale, causa
 # the kernel). deterministic=True: bitwise reproducible run to run (a fixed order of the dQ
 # accumulation); False may accumulate dQ with atomics. backend: the forward's; "auto" and "hopper"
 # run the Hopper (wgmma) backward on an H100 where it exists (head dim <= 256, windows and the
-# softcap included; not packed batches), the portable (mma.sync) backward on any sm80+ GPU otherwise, "portable" always the
+# softcap included), the portable (mma.sync) backward on any sm80+ GPU otherwise, "portable" always the
 # portable one (the gradients do not depend on the forward path). window_left, window_right and
 # softcap: those of the forward (the backward recomputes the forward's masked, capped scores).
 _lib.define(
@@ -132,8 +132,9 @@ def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 # float32 [Hq, total_q] exactly as fwd_varlen returned it; cu_seqlens, max_seqlen, softmax_scale,
 # causal_mode, window and softcap those of the forward. Returns dq, dk, dv: new contiguous tensors
 # in q's dtype shaped like q, k, v (dk/dv summed over each query-head group in the kernel); rows no
-# sequence owns (past cu_seqlens[B]) get 0. deterministic as bwd's. The portable backward runs on
-# every GPU ('auto' and 'portable'); 'hopper' is refused, as by the forward.
+# sequence owns (past cu_seqlens[B]) get 0. deterministic as bwd's. 'auto' runs the Hopper
+# backward's packed kernels on an H100, the portable backward elsewhere; 'portable' the portable
+# one everywhere; 'hopper' is refused, as by the forward.
 _lib.define(
     "bwd_varlen(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor cu_seqlens_q, "
     "Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, int causal_mode, "

@@ -140,7 +140,9 @@ def backend(name) -> None:
 
 
 def varlen_backend(op: str, name: str) -> None:
-    """Packed batches run the portable kernels on every GPU; 'hopper' (TMA: dense tensors only) is refused."""
+    """Packed batches run the portable forward on every GPU (the backward: the Hopper kernels on an
+    H100 under 'auto'); 'hopper', which would force the Hopper forward (TMA over dense tensors), is
+    refused."""
     if name == "hopper":
         raise ValueError(f"{op}: {VARLEN_HOPPER_MESSAGE}")
 

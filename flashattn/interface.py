@@ -287,8 +287,8 @@ def flash_attn_varlen_func(
     Runs the portable kernel on every GPU (the Hopper path needs dense tensors): under
     set_backend("hopper") it raises a ValueError.
 
-    out is differentiable with respect to q, k and v (the portable backward kernels' packed flavour;
-    memory O(total)); rows of k/v and q that no sequence owns get gradient 0. The lse is NOT differentiable, as in flash_attn_func. See
+    out is differentiable with respect to q, k and v (on an H100 the Hopper backward's packed kernels,
+    elsewhere the portable backward's packed flavour; memory O(total)); rows of k/v and q that no sequence owns get gradient 0. The lse is NOT differentiable, as in flash_attn_func. See
     set_deterministic.
     """
     if (_DIRECT and not _ops._check_indices and type(q) is _Tensor and type(max_seqlen_q) is int

@@ -7,8 +7,9 @@ Cases (each selectable with --only, a comma list of group names):
             it applies), default and deterministic, causal / full / sliding window / softcap, GQA,
             odd lengths and head dims; a causal call with more query tiles than SMs (the Hopper
             forward's dynamic schedule);
-  varlen    packed batches: forward + backward, empty and one-row sequences, causal and window,
-            deterministic;
+  varlen    packed batches: forward + backward on each backend of SANITIZE_BACKENDS (the backward:
+            portable, or the Hopper one's packed kernels), empty and one-row sequences, tiles past a
+            sequence's end, causal and window, softcap, D 64/96/128/256, deterministic;
   decode    KV cache: contiguous and paged, appends across pages, forced splits (num_splits);
   split     the Hopper forward's split over the keys (small grids; FLASHATTN_FWD_SPLITS forces the
             count: empty splits, more splits than blocks), causal both ways, a window, D 64/128/256;
@@ -83,18 +84,21 @@ def dense() -> None:
 def varlen() -> None:
     for dtype in dtypes():
         for q_lens, k_lens, hq, hk, d in (([37, 0, 1, 70], [53, 9, 1, 66], 4, 2, 64), ([129, 5], [3, 200], 2, 2, 128),
-                                          ([17, 40], [17, 41], 3, 1, 96)):
+                                          ([17, 40], [17, 41], 3, 1, 96), ([65, 3], [70, 130], 2, 1, 256)):
             cu_q = torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist(), dtype=I32, device=dev)
             cu_k = torch.tensor([0] + torch.tensor(k_lens).cumsum(0).tolist(), dtype=I32, device=dev)
             q = rand(sum(q_lens) + 3, hq, d, dtype=dtype, grad=True)  # 3 rows owned by no sequence
             k, v = rand(sum(k_lens) + 2, hk, d, dtype=dtype, grad=True), rand(sum(k_lens) + 2, hk, d, dtype=dtype, grad=True)
-            for deterministic in (False, True):
-                for causal, extra in ((False, {}), (True, {}), (True, {"window_size": (7, 0)}), (False, {"softcap": 10.0})):
-                    flashattn.set_deterministic(deterministic)
-                    out = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(q_lens), max(k_lens),
-                                                           causal=causal, **extra)
-                    flashattn.set_deterministic(False)
-                    out.float().sum().backward()
+            for backend in BACKENDS:  # the backward: portable, or (auto) the Hopper one's packed kernels
+                for deterministic in (False, True):
+                    for causal, extra in ((False, {}), (True, {}), (True, {"window_size": (7, 0)}),
+                                          (False, {"softcap": 10.0})):
+                        flashattn.set_deterministic(deterministic)
+                        with flashattn.use_backend(backend):
+                            out = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(q_lens), max(k_lens),
+                                                                   causal=causal, **extra)
+                        flashattn.set_deterministic(False)
+                        out.float().sum().backward()
 
 
 def decode() -> None:

@@ -9,7 +9,8 @@ a hand-written list that can drift from what is compiled:
                                        forward's (head dim; fwd_sm90_fp8_*, registry_fp8.inc)
   csrc/flash_bwd/instantiations/       the portable backward: (dtype, head dim, tile variant), dense
                                        and, where the compact route picks it, packed
-  csrc/flash_bwd_sm90/instantiations/  the Hopper backward: (dtype, head dim, softcap)
+  csrc/flash_bwd_sm90/instantiations/  the Hopper backward: (dtype, head dim, softcap), dense
+                                       (bwd_sm90_*) and for packed batches (bwd_sm90_packed_*)
   csrc/flash_decode/instantiations/    the split-KV decoding kernel: (dtype, head dim, variant)
 
 Every path gets the same two things: its .cu files, each including the path's launcher header and
@@ -205,19 +206,22 @@ def bwd() -> KernelPath:
 
 def bwd_sm90() -> KernelPath:
     entries = []
-    for dname, ctype in DTYPES.items():
-        for d in BWD_SM90_HEAD_DIMS:
-            for softcap in ("false", "true"):
-                suffix = "_softcap" if softcap == "true" else ""
-                traits = f"Sm90BwdConfig<{d}, {softcap}>::Traits"
-                entries.append(Entry(f"FLASHATTN_BWD_SM90_INSTANCE({ctype}, {d}, {softcap})", {
-                    f"bwd_sm90_{dname}_hdim{d}{suffix}.cu": [
-                        f"template cudaError_t run_bwd_sm90<{traits}, {ctype}, {softcap}>(const BwdParams&, cudaStream_t);\n",
-                        f"template bool bwd_kernel_is_real<{traits}, {ctype}, {softcap}>();\n",
-                    ]
-                }))
+    for packed in ("false", "true"):
+        for dname, ctype in DTYPES.items():
+            for d in BWD_SM90_HEAD_DIMS:
+                for softcap in ("false", "true"):
+                    suffix = "_softcap" if softcap == "true" else ""
+                    prefix = "bwd_sm90_packed" if packed == "true" else "bwd_sm90"
+                    traits = f"Sm90BwdConfig<{d}, {softcap}>::Traits"
+                    args = f"{traits}, {ctype}, {softcap}, {packed}"
+                    entries.append(Entry(f"FLASHATTN_BWD_SM90_INSTANCE({ctype}, {d}, {softcap}, {packed})", {
+                        f"{prefix}_{dname}_hdim{d}{suffix}.cu": [
+                            f"template cudaError_t run_bwd_sm90<{args}>(const BwdParams&, cudaStream_t);\n",
+                            f"template bool bwd_kernel_is_real<{args}>();\n",
+                        ]
+                    }))
     return KernelPath("flash_bwd_sm90", "../launch.cuh", ("flashattn", "sm90"),
-                      "FLASHATTN_BWD_SM90_INSTANCE(element type, head dim, softcap)", entries)
+                      "FLASHATTN_BWD_SM90_INSTANCE(element type, head dim, softcap, packed)", entries)
 
 
 def decode() -> KernelPath:

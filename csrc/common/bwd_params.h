@@ -11,11 +11,11 @@
 
 namespace flashattn {
 
-// Packed variable-length batches (FwdParams::set_varlen; csrc/flash_bwd/varlen.cuh): the tensors are
-// [total, H, D] with zero batch strides, lse is [Hq, total_q], and so are the scratch buffers below
-// (dpsum [Hq, total_q], dq_accum [Hq, total_q, head_dim]); seqlen_q / seqlen_k are the bounds and
-// batch the sequence count, which size the grid and the ticket array. The portable backward
-// (flash_bwd) only: the Hopper backward does not read cu_seqlens.
+// Packed variable-length batches (FwdParams::set_varlen; bwd_packed.cuh): the tensors are
+// [total, H, D] with zero batch strides, lse is [Hq, total_q], and so is dpsum; dq_accum is
+// [Hq, total_q, head_dim] for the portable backward and query-block tiles for the Hopper one
+// (flash_bwd_sm90_dq_accum_floats); seqlen_q / seqlen_k are the bounds and batch the sequence
+// count, which size the grid and the ticket array.
 struct BwdParams : FwdParams {
   // dO [B, Sq, Hq, D] like o; dq [B, Sq, Hq, D]; dk, dv [B, Sk, Hk, D]: strides in elements, the
   // last dimension contiguous. lse (inherited) is the forward's float32 [B, Hq, Sq], natural log.
@@ -37,6 +37,16 @@ struct BwdParams : FwdParams {
   // its dQ share of query block m only after blocks 0..n-1 have (a ticket per query block), so the
   // float sums happen in one fixed order. Null: plain atomics, in whatever order blocks finish.
   int* dq_semaphore = nullptr;
+};
+
+// One sequence of a backward call: of a packed batch, read from cu_seqlens on the device
+// (bwd_packed.cuh: bwd_seq); of a dense call, its lengths with first rows 0.
+struct BwdSeq {
+  int seqlen_q;
+  int seqlen_k;
+  int causal_offset;  // alignment of the causal mask / window (csrc/common/mask.cuh)
+  int q_row0;         // first packed row of the sequence in q, dO, lse, dpsum (and the portable dq_accum)
+  int k_row0;         // first packed row of the sequence in k, v, dk, dv
 };
 
 }  // namespace flashattn

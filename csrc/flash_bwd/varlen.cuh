@@ -17,32 +17,9 @@
 // [B, Hq, ceil(max_seqlen_q / kBlockM)]: query block m of sequence b, as dense.
 #pragma once
 
-#include "../common/bwd_params.h"
-#include "../common/packed_span.cuh"
+#include "../common/bwd_packed.cuh"
 
 namespace flashattn {
-
-struct BwdSeq {
-  int seqlen_q;
-  int seqlen_k;
-  int causal_offset;  // alignment of the causal mask / window (csrc/common/mask.cuh)
-  int q_row0;         // first packed row of the sequence in q, dO, dq_accum, lse, dpsum
-  int k_row0;         // first packed row of the sequence in k, v, dk, dv
-};
-
-__device__ __forceinline__ BwdSeq bwd_seq(const BwdParams& p, int batch) {
-  BwdSeq s;
-  // Clamped into the packed tensors as the forward's (packed_span): bad offsets cannot move a
-  // load or a store outside q, k, v, dO, lse, dpsum, dq_accum, dk or dv.
-  packed_span(p.cu_seqlens_q, batch, p.total_q, s.q_row0, s.seqlen_q);
-  packed_span(p.cu_seqlens_k, batch, p.total_k, s.k_row0, s.seqlen_k);
-  s.causal_offset = p.mask_top_left ? 0 : s.seqlen_k - s.seqlen_q;
-  // A sequence longer than max_seqlen_q breaks the caller's contract (the forward's grid, sized by
-  // the bound, left its later rows unwritten); the walk stays inside the bound, where the
-  // deterministic tickets (sized by it) are. A no-op for every call that keeps the contract.
-  s.seqlen_q = min(s.seqlen_q, p.seqlen_q);
-  return s;
-}
 
 // Where the main kernel keeps its sequence's geometry across the loop: in shared memory, re-read
 // where used, as the forward does (held in registers across its loop, the forward's D=128 kernel
@@ -51,18 +28,6 @@ __device__ __forceinline__ BwdSeq bwd_seq(const BwdParams& p, int batch) {
 __device__ __forceinline__ BwdSeq& bwd_seq_smem() {
   __shared__ BwdSeq seq;
   return seq;
-}
-
-// The packed rows as one dense batch of total_q rows: the view the preprocess and the dQ
-// conversion run on (their kernels are the dense ones; every row of q is converted, those no
-// sequence owns to 0).
-inline BwdParams bwd_packed_rows(const BwdParams& p) {
-  BwdParams rows = p;
-  rows.cu_seqlens_q = rows.cu_seqlens_k = nullptr;
-  rows.batch = 1;
-  rows.seqlen_q = p.total_q;
-  rows.q_batch_stride = rows.o_batch_stride = rows.do_batch_stride = rows.dq_batch_stride = 0;
-  return rows;
 }
 
 }  // namespace flashattn

@@ -18,15 +18,17 @@ namespace flashattn {
 int flash_bwd_sm90_block_m(const BwdParams& p);
 
 // Floats of this path's zeroed dq_accum for `p`: every query block is one tile of
-// flash_bwd_sm90_block_m(p) x (64, 128 or 256) floats in the kernel's accumulator order (traits.h).
+// flash_bwd_sm90_block_m(p) x (64, 128 or 256) floats in the kernel's accumulator order (traits.h);
+// a packed batch's per query head ceil(total_q / block_m) + B of them (block.h).
 int64_t flash_bwd_sm90_dq_accum_floats(const BwdParams& p);
 
 // True when this build and device can run `p` on the Hopper backward: compute capability 9.0, the
 // kernel compiled for sm_90a in this build, float16 or bfloat16, head dim a multiple of 8 up to
 // 256 (64, 128 and 256 instantiated; smaller dims run on the next one up), causal masks, local
-// windows and the softcap, both sequence lengths >= 1, and q, k, v, dO
-// describable by TMA (16-byte aligned, positive strides in multiples of 8 elements: the binding's
-// aligned_or_copy and its copy of a broadcast dO guarantee it).
+// windows and the softcap, packed variable-length batches (cu_seqlens_q set: the packed kernels),
+// both sequence lengths (bounds) >= 1, and q, k, v, dO describable by TMA (16-byte aligned,
+// positive strides in multiples of 8 elements: the bindings' aligned_or_copy and the dense one's
+// copy of a broadcast dO guarantee it).
 bool flash_bwd_sm90_supported(const BwdParams& p, const DeviceLimits& dev);
 
 // Runs the backward pass (preprocess, main kernel, dQ conversion) asynchronously on `stream`.

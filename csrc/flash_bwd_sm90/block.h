@@ -1,6 +1,16 @@
 // What every role of a Hopper backward CTA derives alike from its block index: its key block,
-// (batch, K/V head), and the query blocks its steps walk. Plain host/device C++, so that the CTA
-// order and the walk are checked on the CPU (tests/kernels/test_sm90_bwd_block_cpu.py).
+// (batch, K/V head), its sequence (a packed batch's, from cu_seqlens) and the query blocks its
+// steps walk. Plain host/device C++, so that the CTA order and the walk are checked on the CPU
+// (tests/kernels/test_sm90_bwd_block_cpu.py).
+//
+// Packed variable-length batches (kPacked): the grid is the dense one sized by the bounds
+// (max_seqlen_k key blocks x B x Hk); a key block past its sequence's keys has no step and writes
+// nothing. Q, dO, K and V are read through TMA maps over the packed rows, from the sequence's
+// first row; rows of the next sequence inside a partial tile are zeroed in shared memory before
+// any GEMM reads them (mainloop.cuh: bwd_sm90_zero_rows), as TMA zero-fills rows past a dense
+// tensor, so a neighbour's values (NaN/inf included) never reach a sequence's gradients. dq_accum
+// keeps whole query-block tiles: sequence b's block m is tile bwd_packed_dq_block0 + m of its
+// query head, a layout with one spare block per sequence, so tiles of two sequences never overlap.
 #pragma once
 
 #include "../common/bwd_params.h"
@@ -14,6 +24,8 @@ struct BwdBlock {
   int n_block, head_kv, batch, group, n0;
   int m_begin, m_steps, steps;
   bool reverse;  // the query blocks of a head walked from the last down (Sm90BwdParams::reverse_m)
+  BwdSeq seq;     // the sequence: a packed batch's (kPacked), else the call's lengths and rows 0
+  int dq_block0;  // kPacked: the first dq_accum tile of the sequence (bwd_packed_dq_block0)
   // Step t is query block m_block(t) of query head head_kv * group + t / m_steps: the (t %
   // m_steps)-th of [m_begin, m_begin + m_steps), counted from the first or (reverse) the last.
   FLASHATTN_HD int head_q(int t) const { return head_kv * group + t / m_steps; }
@@ -24,8 +36,33 @@ struct BwdBlock {
   FLASHATTN_HD int m0(int t, int block_m) const { return m_block(t) * block_m; }
 };
 
-template <typename Traits>
-FLASHATTN_HD BwdBlock bwd_block(const BwdParams& p, int num_n_blocks, int lpt_heads, int reverse_m, int cta) {
+// Sequence b of a packed batch (first query row q_row0) starts at dq_accum tile
+// (q_row0 + b kBlockM) / kBlockM of each query head: at least one tile past where sequence b - 1's
+// tiles end (its first tile + ceil(len / kBlockM) <= this), and every tile below
+// ceil(total_q / kBlockM) + B (flash_bwd_sm90_dq_accum_floats), offsets clamped or not.
+FLASHATTN_HD int bwd_packed_dq_block0(int q_row0, int batch, int block_m) {
+  return static_cast<int>((static_cast<int64_t>(q_row0) + static_cast<int64_t>(batch) * block_m) / block_m);
+}
+
+// The lengths and mask alignment the roles read: the kernel's parameters in the dense kernels (the
+// code they had before packed batches), the block's sequence in the packed ones.
+template <bool kPacked>
+FLASHATTN_HD int seqlen_q_of(const BwdParams& p, const BwdBlock& b) { return kPacked ? b.seq.seqlen_q : p.seqlen_q; }
+template <bool kPacked>
+FLASHATTN_HD int seqlen_k_of(const BwdParams& p, const BwdBlock& b) { return kPacked ? b.seq.seqlen_k : p.seqlen_k; }
+template <bool kPacked>
+FLASHATTN_HD int causal_offset_of(const BwdParams& p, const BwdBlock& b) {
+  return kPacked ? b.seq.causal_offset : p.causal_offset;
+}
+
+// The dense call's one sequence shape.
+FLASHATTN_HD BwdSeq bwd_dense_seq(const BwdParams& p) { return BwdSeq{p.seqlen_q, p.seqlen_k, p.causal_offset, 0, 0}; }
+
+// seq_of(batch) -> BwdSeq: the sequence of a batch index (bwd_dense_seq for a dense call;
+// bwd_packed.cuh's bwd_seq in the packed kernels).
+template <typename Traits, bool kPacked = false, typename SeqOf>
+FLASHATTN_HD BwdBlock bwd_block(const BwdParams& p, int num_n_blocks, int lpt_heads, int reverse_m, int cta,
+                                SeqOf seq_of) {
   BwdBlock b;
   // Key blocks vary fastest (neighbouring CTAs share their Q/dO reads in L2), as in the portable
   // kernel: the first key block first (under a causal mask the one with the most query blocks),
@@ -54,18 +91,33 @@ FLASHATTN_HD BwdBlock bwd_block(const BwdParams& p, int num_n_blocks, int lpt_he
   b.batch = bh / p.heads_kv;
   b.group = p.heads_q / p.heads_kv;
   b.n0 = b.n_block * Traits::kBlockN;
+  b.seq = seq_of(b.batch);
+  b.dq_block0 = kPacked ? bwd_packed_dq_block0(b.seq.q_row0, b.batch, Traits::kBlockM) : 0;
+  const int seqlen_q = seqlen_q_of<kPacked>(p, b), seqlen_k = seqlen_k_of<kPacked>(p, b);
   // Query blocks that see a key of this block (the causal mask and local window of
-  // ../common/mask.cuh: one contiguous range).
-  const int n1 = b.n0 + Traits::kBlockN < p.seqlen_k ? b.n0 + Traits::kBlockN : p.seqlen_k;
-  const QueryBlocks qb = query_blocks(make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right), b.n0,
-                                      n1, p.seqlen_q, Traits::kBlockM);
-  b.m_begin = qb.m_begin;
-  b.m_steps = qb.m_end - qb.m_begin;
+  // ../common/mask.cuh: one contiguous range). None for a packed sequence's key block past its
+  // keys, or of a sequence with no query.
+  if (kPacked && (b.n0 >= seqlen_k || seqlen_q < 1)) {
+    b.m_begin = b.m_steps = 0;
+  } else {
+    const int n1 = b.n0 + Traits::kBlockN < seqlen_k ? b.n0 + Traits::kBlockN : seqlen_k;
+    const QueryBlocks qb = query_blocks(
+        make_key_window(seqlen_k, causal_offset_of<kPacked>(p, b), p.window_left, p.window_right), b.n0, n1, seqlen_q,
+        Traits::kBlockM);
+    b.m_begin = qb.m_begin;
+    b.m_steps = qb.m_end - qb.m_begin;
+  }
   b.steps = b.m_steps * b.group;
   // Not in deterministic mode: its tickets count on key blocks reaching a query block in the order
   // of their first visible block (bwd_sm90_dq_writer).
   b.reverse = reverse_m != 0 && p.dq_semaphore == nullptr;
   return b;
+}
+
+// A dense call's block.
+template <typename Traits>
+FLASHATTN_HD BwdBlock bwd_block(const BwdParams& p, int num_n_blocks, int lpt_heads, int reverse_m, int cta) {
+  return bwd_block<Traits, false>(p, num_n_blocks, lpt_heads, reverse_m, cta, [&](int) { return bwd_dense_seq(p); });
 }
 
 }  // namespace sm90

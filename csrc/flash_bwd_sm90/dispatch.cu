@@ -16,9 +16,9 @@
 namespace flashattn {
 namespace sm90 {
 
-template <typename Traits, typename Element, bool kSoftcap>
+template <typename Traits, typename Element, bool kSoftcap, bool kPacked>
 cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream);
-template <typename Traits, typename Element, bool kSoftcap>
+template <typename Traits, typename Element, bool kSoftcap, bool kPacked>
 bool bwd_kernel_is_real();
 
 namespace {
@@ -30,18 +30,20 @@ struct Sm90BwdLauncher {
   DType dtype;
   int head_dim;
   bool softcap;
+  bool packed;
   int smem_bytes;
   LaunchFn launch;
   RealFn real;
 };
 
-#define FLASHATTN_BWD_SM90_INSTANCE(T, D, SOFTCAP)                                                          \
+#define FLASHATTN_BWD_SM90_INSTANCE(T, D, SOFTCAP, PACKED)                                                  \
   Sm90BwdLauncher{dtype_of<T>(),                                                                              \
                   D,                                                                                          \
                   SOFTCAP,                                                                                    \
+                  PACKED,                                                                                     \
                   Sm90BwdConfig<D, SOFTCAP>::Traits::kSmemBytes,                                              \
-                  &run_bwd_sm90<Sm90BwdConfig<D, SOFTCAP>::Traits, T, SOFTCAP>,                               \
-                  &bwd_kernel_is_real<Sm90BwdConfig<D, SOFTCAP>::Traits, T, SOFTCAP>},
+                  &run_bwd_sm90<Sm90BwdConfig<D, SOFTCAP>::Traits, T, SOFTCAP, PACKED>,                       \
+                  &bwd_kernel_is_real<Sm90BwdConfig<D, SOFTCAP>::Traits, T, SOFTCAP, PACKED>},
 const Sm90BwdLauncher kLaunchers[] = {
 #include "instantiations/registry.inc"
 };
@@ -99,11 +101,12 @@ int supported_launcher(const BwdParams& p, const DeviceLimits& dev) {
       !tma_tensor_ok(t.dk) || !tma_tensor_ok(t.dv))
     return -1;
   // Boxes of 64 columns x 64 rows larger than a tensor need a driver that encodes them.
-  if ((p.head_dim < kChunkCols || p.seqlen_q < 64 || p.seqlen_k < 64) && !small_tensor_boxes_ok(p.q)) return -1;
+  if ((p.head_dim < kChunkCols || t.q.seqlen < 64 || t.k.seqlen < 64) && !small_tensor_boxes_ok(p.q)) return -1;
   const int d = instantiated_head_dim(p.head_dim);
+  const bool packed = p.cu_seqlens_q != nullptr;
   for (int i = 0; i < kNumLaunchers; ++i) {
     const Sm90BwdLauncher& l = kLaunchers[i];
-    if (l.dtype != p.dtype || l.head_dim != d || l.softcap != (p.softcap != 0.f)) continue;
+    if (l.dtype != p.dtype || l.head_dim != d || l.softcap != (p.softcap != 0.f) || l.packed != packed) continue;
     if (l.smem_bytes > dev.max_smem_per_block) return -1;
     const int64_t n_blocks = (static_cast<int64_t>(p.seqlen_k) + block_n(d) - 1) / block_n(d);
     if (n_blocks * p.batch * p.heads_kv > 0x7fffffffLL) return -1;
@@ -121,9 +124,11 @@ int flash_bwd_sm90_block_m(const BwdParams& p) {
 
 int64_t flash_bwd_sm90_dq_accum_floats(const BwdParams& p) {
   const int block_m = flash_bwd_sm90_block_m(p);
-  const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + block_m - 1) / block_m;
   const int d = sm90::instantiated_head_dim(p.head_dim);
   const int64_t tile = static_cast<int64_t>(block_m) * d;  // kDqTileFloats
+  if (p.cu_seqlens_q != nullptr)  // packed: [Hq, ceil(total_q / block_m) + B tiles] (block.h)
+    return static_cast<int64_t>(p.heads_q) * ((static_cast<int64_t>(p.total_q) + block_m - 1) / block_m + p.batch) * tile;
+  const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + block_m - 1) / block_m;
   return static_cast<int64_t>(p.batch) * p.heads_q * m_blocks * tile;
 }
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "../common/bwd_packed.cuh"
 #include "../common/sm90/ptx.cuh"
 #include "kernel_params.h"
 #include "mainloop.cuh"
@@ -17,9 +18,22 @@
 namespace flashattn {
 namespace sm90 {
 
+// What every role derives from the CTA's index (block.h), the sequence read from cu_seqlens in the
+// packed kernels.
+template <typename Traits, bool kPacked>
+__device__ __forceinline__ BwdBlock bwd_block_of_cta(const Sm90BwdParams& kp) {
+  return bwd_block<Traits, kPacked>(kp.p, kp.num_n_blocks, kp.lpt_heads, kp.reverse_m, static_cast<int>(blockIdx.x),
+                                    [&](int batch) {
+                                      if constexpr (kPacked)
+                                        return bwd_seq(kp.p, batch);
+                                      else
+                                        return bwd_dense_seq(kp.p);
+                                    });
+}
+
 // kSoftcap: the logit softcap's kernels (capped scores and tanh's derivative), apart so that the
-// others compile as without it.
-template <typename Traits, typename Element, bool kSoftcap>
+// others compile as without it. kPacked: packed variable-length batches (block.h), likewise.
+template <typename Traits, typename Element, bool kSoftcap, bool kPacked>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     flash_bwd_sm90_kernel(const __grid_constant__ Sm90BwdParams params) {
 #if defined(FLASHATTN_SM90A_ENABLED)
@@ -49,27 +63,27 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
   if (warpgroup == 0) {
     setmaxnreg_dec<Traits::kProducerRegs>();
-    const BwdBlock blk = bwd_block<Traits>(params.p, params.num_n_blocks, params.lpt_heads, params.reverse_m,
-                                            static_cast<int>(blockIdx.x));
+    const BwdBlock blk = bwd_block_of_cta<Traits, kPacked>(params);
     const int warp = threadIdx.x / 32;
     if (warp == 0)
-      bwd_sm90_load<Traits>(params, sm, blk, threadIdx.x % 32);
+      bwd_sm90_load<Traits, kPacked>(params, sm, blk, threadIdx.x % 32);
     else if (warp == 1) {
       if constexpr (Traits::kRoles)
-        bwd_sm90_dq_writer_roles<Traits>(params, sm, blk, threadIdx.x % 32);
+        bwd_sm90_dq_writer_roles<Traits, kPacked>(params, sm, blk, threadIdx.x % 32);
       else
-        bwd_sm90_dq_writer<Traits>(params, sm, blk, threadIdx.x % 32);
+        bwd_sm90_dq_writer<Traits, kPacked>(params, sm, blk, threadIdx.x % 32);
     }
     else
-      bwd_sm90_load_row_stats<Traits>(params, sm, blk, threadIdx.x % 32, warp == 3);
+      bwd_sm90_load_row_stats<Traits, kPacked>(params, sm, blk, threadIdx.x % 32, warp == 3);
   } else {
     setmaxnreg_inc<Traits::kConsumerRegs>();
-    const BwdBlock blk = bwd_block<Traits>(params.p, params.num_n_blocks, params.lpt_heads, params.reverse_m,
-                                            static_cast<int>(blockIdx.x));
+    const BwdBlock blk = bwd_block_of_cta<Traits, kPacked>(params);
     if constexpr (Traits::kRoles)
-      bwd_sm90_consumer_roles<Traits, Element, kSoftcap>(params, sm, blk, warpgroup - 1, threadIdx.x % kWarpgroupThreads);
+      bwd_sm90_consumer_roles<Traits, Element, kSoftcap, kPacked>(params, sm, blk, warpgroup - 1,
+                                                                  threadIdx.x % kWarpgroupThreads);
     else
-      bwd_sm90_consumer<Traits, Element, kSoftcap>(params, sm, blk, warpgroup - 1, threadIdx.x % kWarpgroupThreads);
+      bwd_sm90_consumer<Traits, Element, kSoftcap, kPacked>(params, sm, blk, warpgroup - 1,
+                                                            threadIdx.x % kWarpgroupThreads);
   }
 #else
   sm90_stub_body();  // not sm_90a: never launched (flash_bwd_sm90_supported() says no)

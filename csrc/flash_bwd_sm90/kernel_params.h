@@ -11,7 +11,8 @@ namespace sm90 {
 struct Sm90BwdParams {
   // TMA descriptors: q and dout [B, Sq, Hq, D], k and v [B, Sk, Hk, D], 4-D maps (D, S, H, B) over
   // the caller's strides with their true extents (rows past the sequence end and columns past
-  // head_dim read as zeros), box = 64 columns x 64 rows, 128-byte swizzle.
+  // head_dim read as zeros), box = 64 columns x 64 rows, 128-byte swizzle. Packed batches: the
+  // packed tensors [total, H, D] as B = 1, S = total (tma_tensors.h).
   CUtensorMap tma_q;
   CUtensorMap tma_do;
   CUtensorMap tma_k;
@@ -27,6 +28,7 @@ struct Sm90BwdParams {
   int lpt_heads;     // the CTA order (block.h, bwd_block): 0 = a (batch, K/V head)'s key blocks
                      // one after another; n > 0 = groups of n of them, key block slowest in a group
   int reverse_m;     // 1: each CTA walks its query blocks from the last down (launch.cuh says when)
+  int dq_blocks_per_head;  // packed batches: dq_accum is [Hq, dq_blocks_per_head, kBlockM * kHeadDim] (block.h)
 };
 
 }  // namespace sm90

@@ -1,13 +1,15 @@
 // Launcher of the Hopper backward: the portable backward's preprocess (dpsum) kernel, the sm_90a
 // main kernel and this path's dQ conversion (convert.cuh), in stream order. The caller zeroes
 // dq_accum, sized by flash_bwd_sm90_dq_accum_floats() (and dq_semaphore, [B, Hq,
-// ceil(Sq / flash_bwd_sm90_block_m())], when set), as for the portable run_bwd.
+// ceil(Sq / flash_bwd_sm90_block_m())], when set), as for the portable run_bwd. kPacked: packed
+// variable-length batches (block.h); the preprocess runs on the packed rows as one batch.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdlib>
 
+#include "../common/bwd_packed.cuh"
 #include "../common/bwd_params.h"
 #include "../common/bwd_preprocess.cuh"
 #include "../common/sm90/tma_host.h"
@@ -62,9 +64,15 @@ inline int bwd_reverse_m(const BwdParams& p) {
   return v == nullptr || *v == '\0' ? kBwdReverseM : (std::atoi(v) != 0 ? 1 : 0);
 }
 
-template <typename Traits, typename Element, bool kSoftcap>
+// dq_accum tiles per query head of a packed batch (block.h: bwd_packed_dq_block0).
+template <typename Traits>
+long long bwd_packed_dq_blocks(const BwdParams& p) {
+  return (static_cast<long long>(p.total_q) + Traits::kBlockM - 1) / Traits::kBlockM + p.batch;
+}
+
+template <typename Traits, typename Element, bool kSoftcap, bool kPacked>
 cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
-  if ((p.softcap != 0.f) != kSoftcap) return cudaErrorInvalidValue;
+  if ((p.softcap != 0.f) != kSoftcap || (p.cu_seqlens_q != nullptr) != kPacked) return cudaErrorInvalidValue;
   if (p.head_dim > Traits::kHeadDim || p.head_dim % 8 != 0) return cudaErrorInvalidValue;
   Sm90BwdParams kp;
   kp.p = p;
@@ -72,6 +80,9 @@ cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
   kp.num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   kp.lpt_heads = bwd_lpt_heads<Traits>(p);
   kp.reverse_m = bwd_reverse_m(p);
+  const long long dq_blocks = kPacked ? bwd_packed_dq_blocks<Traits>(p) : 0;
+  if (dq_blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  kp.dq_blocks_per_head = static_cast<int>(dq_blocks);
   const bool bf16 = p.dtype == DType::kBFloat16;
   const BwdTmaTensors t = bwd_tma_tensors(p);
   if (!encode_tma_4d(&kp.tma_q, t.q, bf16, Traits::kBlockM) || !encode_tma_4d(&kp.tma_do, t.dout, bf16, Traits::kBlockM) ||
@@ -79,10 +90,10 @@ cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
       !encode_tma_4d(&kp.tma_dk, t.dk, bf16, 64) || !encode_tma_4d(&kp.tma_dv, t.dv, bf16, 64))
     return cudaErrorInvalidValue;
 
-  cudaError_t err = launch_bwd_preprocess<Element>(p, stream);
+  cudaError_t err = launch_bwd_preprocess<Element>(kPacked ? bwd_packed_rows(p) : p, stream);
   if (err != cudaSuccess) return err;
 
-  auto kernel = flash_bwd_sm90_kernel<Traits, Element, kSoftcap>;
+  auto kernel = flash_bwd_sm90_kernel<Traits, Element, kSoftcap, kPacked>;
   constexpr int kSmem = Traits::kSmemBytes;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) return err;
@@ -93,14 +104,14 @@ cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
     err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
-  return launch_bwd_sm90_convert_dq<Traits, Element>(p, kp.num_m_blocks, stream);
+  return launch_bwd_sm90_convert_dq<Traits, Element, kPacked>(p, kp.num_m_blocks, kp.dq_blocks_per_head, stream);
 }
 
 // Whether this build holds the real sm_90a main kernel (the other device passes compile a stub
 // that traps, kernel.cuh).
-template <typename Traits, typename Element, bool kSoftcap>
+template <typename Traits, typename Element, bool kSoftcap, bool kPacked>
 bool bwd_kernel_is_real() {
-  return sm90_kernel_is_real(flash_bwd_sm90_kernel<Traits, Element, kSoftcap>);
+  return sm90_kernel_is_real(flash_bwd_sm90_kernel<Traits, Element, kSoftcap, kPacked>);
 }
 
 }  // namespace sm90

@@ -61,8 +61,10 @@ namespace sm90 {
 
 #if defined(FLASHATTN_SM90A_ENABLED)
 
-// Named barrier of the two consumer warpgroups (0 is __syncthreads).
+// Named barriers of the two consumer warpgroups (0 is __syncthreads; 2-5 are
+// mainloop_roles.cuh's, 7-9 the epilogue's below).
 constexpr int kBwdDsBarrier = 1;
+constexpr int kBwdZeroBarrier = 6;  // packed batches: a tile's rows past the sequence zeroed
 
 // Shared-memory addresses of the tiles and barriers (traits.h's map from the aligned base).
 template <typename Traits>
@@ -84,25 +86,57 @@ struct BwdSmem {
   __device__ uint32_t dq_empty() const { return base + Traits::kOffBar + 8 * (2 * Traits::kStages + 2); }
   // D = 256 form: this stage's dQ written over its Q/dO column halves (traits.h).
   __device__ uint32_t dq_ready(int stage) const { return base + Traits::kOffBar + 8 * (2 * Traits::kStages + 3 + stage); }
+  __device__ uint32_t seq() const { return base + Traits::kOffSeq; }
 };
 
-// ---- Producer warp 0: TMA loads of K and V once, then Q and dO per step.
-template <typename Traits>
+// The sequence lengths inside the consumers' step loop. Packed batches: from shared memory, where
+// the load warp put them before releasing K and V (kv_full), re-read at each use: held in registers
+// through the loop, the softcap kernel at D = 128 spilled. Dense: the kernel's parameters.
+template <bool kPacked, typename Traits>
+__device__ __forceinline__ int loop_seqlen_q(const BwdParams& p, const BwdSmem<Traits>& sm) {
+  if constexpr (kPacked) {
+    int v;
+    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(sm.seq()));
+    return v;
+  } else {
+    return p.seqlen_q;
+  }
+}
+template <bool kPacked, typename Traits>
+__device__ __forceinline__ int loop_seqlen_k(const BwdParams& p, const BwdSmem<Traits>& sm) {
+  if constexpr (kPacked) {
+    int v;
+    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(sm.seq() + 4));
+    return v;
+  } else {
+    return p.seqlen_k;
+  }
+}
+
+// ---- Producer warp 0: TMA loads of K and V once, then Q and dO per step. (Packed batches: rows
+// of the packed tensors from the sequence's first row, batch coordinate 0.)
+template <typename Traits, bool kPacked>
 __device__ __forceinline__ void bwd_sm90_load(const Sm90BwdParams& kp, const BwdSmem<Traits>& sm, const BwdBlock& blk,
                                               int lane) {
   constexpr int kBlockM = Traits::kBlockM;
   if (blk.steps == 0) return;
+  const int batch = kPacked ? 0 : blk.batch;
+  const int k_row0 = kPacked ? blk.seq.k_row0 : 0;
+  const int q_row0 = kPacked ? blk.seq.q_row0 : 0;
   if (lane == 0) {
     prefetch_tmap(&kp.tma_q);
     prefetch_tmap(&kp.tma_do);
+    if constexpr (kPacked)  // released to the consumers by the arrive below (loop_seqlen_q)
+      asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(sm.seq()), "r"(blk.seq.seqlen_q), "r"(blk.seq.seqlen_k)
+                   : "memory");
     mbar_arrive_expect_tx(sm.kv_full(), 2 * Traits::kKVBytes);
 #pragma unroll
     for (int c = 0; c < Traits::kChunks; ++c)
 #pragma unroll
       for (int h = 0; h < Traits::kBlockN / 64; ++h) {
         const uint32_t off = c * Traits::kKVPlaneBytes + h * 64 * kChunkRowBytes;
-        tma_load_4d(sm.k() + off, &kp.tma_k, sm.kv_full(), c * kChunkCols, blk.n0 + 64 * h, blk.head_kv, blk.batch);
-        tma_load_4d(sm.v() + off, &kp.tma_v, sm.kv_full(), c * kChunkCols, blk.n0 + 64 * h, blk.head_kv, blk.batch);
+        tma_load_4d(sm.k() + off, &kp.tma_k, sm.kv_full(), c * kChunkCols, k_row0 + blk.n0 + 64 * h, blk.head_kv, batch);
+        tma_load_4d(sm.v() + off, &kp.tma_v, sm.kv_full(), c * kChunkCols, k_row0 + blk.n0 + 64 * h, blk.head_kv, batch);
       }
   }
   for (int t = 0; t < blk.steps; ++t) {
@@ -114,9 +148,10 @@ __device__ __forceinline__ void bwd_sm90_load(const Sm90BwdParams& kp, const Bwd
       mbar_arrive_expect_tx(sm.full(stage), Traits::kStepTxBytes);
 #pragma unroll
       for (int c = 0; c < Traits::kChunks; ++c) {
-        tma_load_4d(sm.q(stage) + c * Traits::kQPlaneBytes, &kp.tma_q, sm.full(stage), c * kChunkCols, m0, hq, blk.batch);
-        tma_load_4d(sm.dout(stage) + c * Traits::kQPlaneBytes, &kp.tma_do, sm.full(stage), c * kChunkCols, m0, hq,
-                    blk.batch);
+        tma_load_4d(sm.q(stage) + c * Traits::kQPlaneBytes, &kp.tma_q, sm.full(stage), c * kChunkCols, q_row0 + m0, hq,
+                    batch);
+        tma_load_4d(sm.dout(stage) + c * Traits::kQPlaneBytes, &kp.tma_do, sm.full(stage), c * kChunkCols, q_row0 + m0,
+                    hq, batch);
       }
     }
   }
@@ -125,7 +160,8 @@ __device__ __forceinline__ void bwd_sm90_load(const Sm90BwdParams& kp, const Bwd
 // ---- Producer warps 2 and 3: lse (warp 2) or dpsum (warp 3) of each step's query rows, 0 past
 // Sq (those rows' P is masked to 0). Each lane's arrive on the stage's full barrier releases its
 // own stores. Apart from the TMA warp, so that the copies are issued without waiting on these loads.
-template <typename Traits>
+// Packed batches: [Hq, total_q], from the sequence's first row.
+template <typename Traits, bool kPacked>
 __device__ __forceinline__ void bwd_sm90_load_row_stats(const Sm90BwdParams& kp, const BwdSmem<Traits>& sm,
                                                         const BwdBlock& blk, const int lane, const bool dpsum) {
   const BwdParams& p = kp.p;
@@ -135,11 +171,13 @@ __device__ __forceinline__ void bwd_sm90_load_row_stats(const Sm90BwdParams& kp,
     const int stage = t % Traits::kStages;
     if (t >= Traits::kStages) mbar_wait(sm.empty(stage), ((t / Traits::kStages) + 1) & 1);
     const int m0 = blk.m0(t, kBlockM);
-    const float* rows = src + (static_cast<int64_t>(blk.batch) * p.heads_q + blk.head_q(t)) * p.seqlen_q + m0;
+    const float* rows = kPacked ? src + static_cast<int64_t>(blk.head_q(t)) * p.total_q + blk.seq.q_row0 + m0
+                                : src + (static_cast<int64_t>(blk.batch) * p.heads_q + blk.head_q(t)) * p.seqlen_q + m0;
+    const int seqlen_q = seqlen_q_of<kPacked>(p, blk);
     const uint32_t dst = (dpsum ? sm.dpsum(stage) : sm.lse(stage)) + 4 * lane;
     float v[kBlockM / 32];
 #pragma unroll
-    for (int i = 0; i < kBlockM / 32; ++i) v[i] = m0 + lane + 32 * i < p.seqlen_q ? rows[lane + 32 * i] : 0.f;
+    for (int i = 0; i < kBlockM / 32; ++i) v[i] = m0 + lane + 32 * i < seqlen_q ? rows[lane + 32 * i] : 0.f;
 #pragma unroll
     for (int i = 0; i < kBlockM / 32; ++i) asm volatile("st.shared.f32 [%0], %1;" ::"r"(dst + 128 * i), "f"(v[i]) : "memory");
     mbar_arrive(sm.full(stage));
@@ -162,14 +200,17 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, ui
 // (ascending order made every key block wait for block 0's walk down the whole diagonal: 1.6-2.4x
 // the default's time). It is also the launch order in this mode (bwd_block), so the awaited CTAs
 // are running.
-template <typename Traits>
+// The tickets are [B, Hq, num_m_blocks] (query block m of sequence b, packed batches too).
+template <typename Traits, bool kPacked>
 __device__ __forceinline__ int* dq_ticket_wait(const BwdParams& p, const BwdBlock& blk, const int m_block,
-                                               const int64_t tile) {
+                                               const int64_t ticket_index) {
   if (p.dq_semaphore == nullptr) return nullptr;
   const int m0 = m_block * Traits::kBlockM;
-  const KeyBlocks kb = key_blocks(make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right), m0,
-                                  min(m0 + Traits::kBlockM, p.seqlen_q), Traits::kBlockN);
-  int* ticket = p.dq_semaphore + tile;
+  const int seqlen_k = seqlen_k_of<kPacked>(p, blk);
+  const KeyBlocks kb = key_blocks(make_key_window(seqlen_k, causal_offset_of<kPacked>(p, blk), p.window_left,
+                                                  p.window_right),
+                                  m0, min(m0 + Traits::kBlockM, seqlen_q_of<kPacked>(p, blk)), Traits::kBlockN);
+  int* ticket = p.dq_semaphore + ticket_index;
   while (*reinterpret_cast<volatile int*>(ticket) != kb.n_end - 1 - blk.n_block) {
   }
   __threadfence();
@@ -189,16 +230,32 @@ __device__ __forceinline__ void dq_ticket_done(int* ticket) {
   }
 }
 
-template <typename Traits>
+// Step t's query block: its deterministic ticket ([B, Hq, num_m_blocks]) and its dq_accum tile
+// (the same index, or in a packed batch the sequence's tiles of its query head: block.h).
+struct DqTileIndex {
+  int64_t ticket, tile;
+};
+template <bool kPacked>
+__device__ __forceinline__ DqTileIndex dq_tile_index(const Sm90BwdParams& kp, const BwdBlock& blk, const int t) {
+  const int m_block = blk.m_block(t);
+  const int64_t ticket = (static_cast<int64_t>(blk.batch) * kp.p.heads_q + blk.head_q(t)) * kp.num_m_blocks + m_block;
+  if constexpr (kPacked)
+    return {ticket, static_cast<int64_t>(blk.head_q(t)) * kp.dq_blocks_per_head + blk.dq_block0 + m_block};
+  else
+    return {ticket, ticket};
+}
+
+template <typename Traits, bool kPacked>
 __device__ __forceinline__ void bwd_sm90_dq_writer(const Sm90BwdParams& kp, const BwdSmem<Traits>& sm,
                                                    const BwdBlock& blk, int lane) {
   const BwdParams& p = kp.p;
   if (lane != 0) return;
   for (int t = 0; t < blk.steps; ++t) {
     const int m_block = blk.m_block(t);
-    const int64_t tile = (static_cast<int64_t>(blk.batch) * p.heads_q + blk.head_q(t)) * kp.num_m_blocks + m_block;
+    const DqTileIndex ix = dq_tile_index<kPacked>(kp, blk, t);
+    const int64_t tile = ix.tile;
     mbar_wait(sm.dq_full(), t & 1);
-    int* ticket = dq_ticket_wait<Traits>(p, blk, m_block, tile);
+    int* ticket = dq_ticket_wait<Traits, kPacked>(p, blk, m_block, ix.ticket);
     bulk_reduce_add_f32(p.dq_accum + tile * Traits::kDqTileFloats, sm.dq(), Traits::kDqBytes);
     bulk_commit_group();
     dq_ticket_done(ticket);
@@ -210,7 +267,7 @@ __device__ __forceinline__ void bwd_sm90_dq_writer(const Sm90BwdParams& kp, cons
 // The D = 256 form's writer (traits.h): step t's dQ lies in stage t % kStages, each warpgroup's
 // half as a 16 KB piece over its columns of Q and one over its columns of dO; once they are read,
 // this warp frees the stage for the next loads (the consumers no longer read it by then).
-template <typename Traits>
+template <typename Traits, bool kPacked>
 __device__ __forceinline__ void bwd_sm90_dq_writer_roles(const Sm90BwdParams& kp, const BwdSmem<Traits>& sm,
                                                          const BwdBlock& blk, int lane) {
   const BwdParams& p = kp.p;
@@ -219,9 +276,10 @@ __device__ __forceinline__ void bwd_sm90_dq_writer_roles(const Sm90BwdParams& kp
   for (int t = 0; t < blk.steps; ++t) {
     const int stage = t % Traits::kStages;
     const int m_block = blk.m_block(t);
-    const int64_t tile = (static_cast<int64_t>(blk.batch) * p.heads_q + blk.head_q(t)) * kp.num_m_blocks + m_block;
+    const DqTileIndex ix = dq_tile_index<kPacked>(kp, blk, t);
+    const int64_t tile = ix.tile;
     mbar_wait(sm.dq_ready(stage), (t / Traits::kStages) & 1);
-    int* ticket = dq_ticket_wait<Traits>(p, blk, m_block, tile);
+    int* ticket = dq_ticket_wait<Traits, kPacked>(p, blk, m_block, ix.ticket);
     float* dst = p.dq_accum + tile * Traits::kDqTileFloats;
 #pragma unroll
     for (int wg = 0; wg < 2; ++wg) {
@@ -254,15 +312,40 @@ __device__ __forceinline__ uint32_t opaque(uint32_t x) {
   return x;
 }
 
+// ---- Packed batches (block.h): rows [valid, rows) of two tiles of `planes` chunk planes
+// (`plane_bytes` apart, 128 bytes a row: a whole row is zeroed without regard to the swizzle) set
+// to zero by the consumers, ctid = their thread index 0..255, before any GEMM reads the tiles.
+// Those rows hold the next sequence's values (TMA reads on through the packed rows); zero, they
+// give P = 0 and dS = 0 there and add exact zeros to every product, as TMA's zero fill past a dense
+// tensor's end does.
+// The consumers' thread index 0..255, from threadIdx (no register held through the loop for it).
+__device__ __forceinline__ int consumer_tid() { return static_cast<int>(threadIdx.x) - kWarpgroupThreads; }
+
+template <typename Traits>
+__device__ __forceinline__ void bwd_sm90_zero_tail(const uint32_t a, const uint32_t b, const int plane_bytes,
+                                                   const int rows, const int valid, const int ctid) {
+  const int per_plane = (rows - valid) * (kChunkRowBytes / 16);
+  for (int i = ctid; i < per_plane * Traits::kChunks; i += Traits::kConsumerThreads) {
+    const int c = i / per_plane;
+    const uint32_t off = static_cast<uint32_t>(c * plane_bytes + valid * kChunkRowBytes + (i - c * per_plane) * 16);
+    asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};" ::"r"(a + off), "r"(0u) : "memory");
+    asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};" ::"r"(b + off), "r"(0u) : "memory");
+  }
+  fence_proxy_async();
+  named_barrier_sync(kBwdZeroBarrier, Traits::kConsumerThreads);
+}
+
 // ---- The consumers' epilogue (both forms): this warpgroup's part of dK (times softmax_scale) and
 // dV, rows [row0, row0 + 64) of the key block and columns [col0, col0 + 2 kRegs), staged in the
 // Q/dO ring (free once both warpgroups are past their last step) in the TMA box layout, then
 // written by TMA stores, which clip rows past Sk and columns past head_dim. Direct 4-byte stores
 // from the accumulators (8 rows x 16 bytes a warp instruction, each with its own 64-bit address)
-// took a quarter of the consumers' time at 8 steps a CTA (S = 512).
+// took a quarter of the consumers' time at 8 steps a CTA (S = 512). Packed batches: TMA stores
+// would run on into the next sequence's rows, so a partial block's rows (none for a key block past
+// its sequence) are copied out of the staged tile by the warpgroup's threads, 16 bytes each.
 constexpr int kBwdEpilogueBarrier = 7;  // both warpgroups; + 1 + wg: one warpgroup
 
-template <typename Traits, typename Element, int kRegs>
+template <typename Traits, typename Element, bool kPacked, int kRegs>
 __device__ __forceinline__ void bwd_sm90_store_dkv(const Sm90BwdParams& kp, const BwdSmem<Traits>& sm, const BwdBlock& blk,
                                                    const int wg, const int wtid, const float (&dk)[kRegs],
                                                    const float (&dv)[kRegs], const int row0, const int col0) {
@@ -291,12 +374,45 @@ __device__ __forceinline__ void bwd_sm90_store_dkv(const Sm90BwdParams& kp, cons
   }
   fence_proxy_async();
   named_barrier_sync(kBwdEpilogueBarrier + 1 + wg, kWarpgroupThreads);
+  // The sequence read again (the batch index made opaque, so the compiler cannot reuse the first
+  // read): kept from the block's start, its rows took a register through the whole loop, which
+  // the softcap kernel at D = 128 spilled.
+  const BwdSeq seq = kPacked ? bwd_seq(kp.p, static_cast<int>(opaque(static_cast<uint32_t>(blk.batch)))) : blk.seq;
+  if constexpr (kPacked) {
+    const BwdParams& p = kp.p;
+    const int valid = seq.seqlen_k - (blk.n0 + row0);  // rows of this warpgroup's part in the sequence
+    if (valid < kRowsPerConsumer) {
+      constexpr int kPieces = 2 * kRegs / 8;  // 16-byte pieces of a row of this part
+      const int64_t row_base = static_cast<int64_t>(seq.k_row0) + blk.n0 + row0;
+      Element* dk = static_cast<Element*>(p.dk) + row_base * p.dk_row_stride + blk.head_kv * p.dk_head_stride;
+      Element* dv = static_cast<Element*>(p.dv) + row_base * p.dv_row_stride + blk.head_kv * p.dv_head_stride;
+      for (int i = wtid; i < (valid > 0 ? valid : 0) * kPieces; i += kWarpgroupThreads) {
+        const int r = i / kPieces;
+        const int col = col0 + 8 * (i % kPieces);
+        if (col >= p.head_dim) continue;
+        const int row = row0 + r;
+        const uint32_t off = static_cast<uint32_t>(col / kChunkCols) * Traits::kKVPlaneBytes + row * kChunkRowBytes +
+                             ((static_cast<uint32_t>((col % kChunkCols) / 8) ^ static_cast<uint32_t>(row % 8)) * 16u);
+        uint4 vk, vv;
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(vk.x), "=r"(vk.y), "=r"(vk.z), "=r"(vk.w) : "r"(dk_s + off));
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(vv.x), "=r"(vv.y), "=r"(vv.z), "=r"(vv.w) : "r"(dv_s + off));
+        *reinterpret_cast<uint4*>(dk + r * p.dk_row_stride + col) = vk;
+        *reinterpret_cast<uint4*>(dv + r * p.dv_row_stride + col) = vv;
+      }
+      return;
+    }
+  }
   if (wtid == 0) {
 #pragma unroll
     for (int c = col0 / kChunkCols; c < (col0 + 2 * kRegs) / kChunkCols; ++c) {
       const uint32_t off = static_cast<uint32_t>(c) * Traits::kKVPlaneBytes + static_cast<uint32_t>(row0) * kChunkRowBytes;
-      tma_store_4d(&kp.tma_dk, dk_s + off, c * kChunkCols, blk.n0 + row0, blk.head_kv, blk.batch);
-      tma_store_4d(&kp.tma_dv, dv_s + off, c * kChunkCols, blk.n0 + row0, blk.head_kv, blk.batch);
+      if constexpr (kPacked) {
+        tma_store_4d(&kp.tma_dk, dk_s + off, c * kChunkCols, seq.k_row0 + blk.n0 + row0, blk.head_kv, 0);
+        tma_store_4d(&kp.tma_dv, dv_s + off, c * kChunkCols, seq.k_row0 + blk.n0 + row0, blk.head_kv, 0);
+      } else {
+        tma_store_4d(&kp.tma_dk, dk_s + off, c * kChunkCols, blk.n0 + row0, blk.head_kv, blk.batch);
+        tma_store_4d(&kp.tma_dv, dv_s + off, c * kChunkCols, blk.n0 + row0, blk.head_kv, blk.batch);
+      }
     }
     bulk_commit_group();
     bulk_wait_group_read<0>();  // the shared source outlives the stores' reads
@@ -304,7 +420,7 @@ __device__ __forceinline__ void bwd_sm90_store_dkv(const Sm90BwdParams& kp, cons
 }
 
 // ---- Consumers.
-template <typename Traits, typename Element, bool kSoftcap>
+template <typename Traits, typename Element, bool kSoftcap, bool kPacked>
 __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const BwdSmem<Traits>& sm, const BwdBlock& blk,
                                                   const int wg, const int wtid) {
   const BwdParams& p = kp.p;
@@ -353,11 +469,17 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
   const float scale_log2 = p.scale_log2;
   constexpr float kLog2e = 1.4426950408889634f;
   const float inv_softcap_log2 = kSoftcap ? 1.f / p.softcap_log2 : 0.f;
-  const bool keys_partial = n0 + Traits::kBlockN > p.seqlen_k;
-  const KeyWindow window = make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right);
+  const bool keys_partial = n0 + Traits::kBlockN > seqlen_k_of<kPacked>(p, blk);
+  const KeyWindow window =
+      make_key_window(seqlen_k_of<kPacked>(p, blk), causal_offset_of<kPacked>(p, blk), p.window_left, p.window_right);
   const bool has_mask = window.has_lo || window.has_hi;
 
   if (blk.steps > 0) mbar_wait(sm.kv_full(), 0);
+  if constexpr (kPacked) {
+    if (blk.steps > 0 && keys_partial)
+      bwd_sm90_zero_tail<Traits>(sm.k(), sm.v(), Traits::kKVPlaneBytes, Traits::kBlockN, blk.seq.seqlen_k - n0,
+                                 consumer_tid());
+  }
 
   auto step = [&](const int t, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
@@ -371,6 +493,12 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
     const uint32_t dk_lo = opaque(desc_k), dv_lo = opaque(desc_v), dq_lo = opaque(desc_q), ddo_lo = opaque(desc_do);
 
     mbar_wait(sm.full(stage), (t / Traits::kStages) & 1);
+    if constexpr (kPacked && kMasked) {
+      const int seqlen_q = loop_seqlen_q<kPacked>(p, sm);
+      if (m0 + kBlockM > seqlen_q)
+        bwd_sm90_zero_tail<Traits>(sm.q(stage), sm.dout(stage), Traits::kQPlaneBytes, kBlockM, seqlen_q - m0,
+                                   consumer_tid());
+    }
 
     // ---- S^T = K_wg Q^T and dP^T = V_wg dO^T (two commit groups).
     float s[kSRegs];
@@ -410,10 +538,10 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int key = n0 + wg * 64 + acc_row + 8 * h;
-      qmin[h] = key >= p.seqlen_k ? INT_MAX : window.has_hi ? key - window.hi_shift + 1 : INT_MIN;
+      qmin[h] = key >= loop_seqlen_k<kPacked>(p, sm) ? INT_MAX : window.has_hi ? key - window.hi_shift + 1 : INT_MIN;
       qmax[h] = window.has_lo ? key - window.lo_shift : INT_MAX;
     }
-    const int q_end = p.seqlen_q - m0;  // in-block query columns < q_end exist
+    const int q_end = loop_seqlen_q<kPacked>(p, sm) - m0;  // in-block query columns < q_end exist
 #pragma unroll
     for (int j = 0; j < kSlices; ++j) {
       if (j + kAhead < kSlices) load2(lse2[j + kAhead], lse_s + (j + kAhead) * 32);
@@ -529,7 +657,7 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
   // tail blocks of Sq and Sk.
   for (int t = 0; t < blk.steps; ++t) {
     const int m0 = blk.m0(t, kBlockM);
-    const bool masked = keys_partial || m0 + kBlockM > p.seqlen_q ||
+    const bool masked = keys_partial || m0 + kBlockM > loop_seqlen_q<kPacked>(p, sm) ||
                         (has_mask && key_blocks(window, m0, m0 + kBlockM, Traits::kBlockN).masked(blk.n_block));
     if (masked)
       step(t, std::true_type{});
@@ -539,7 +667,7 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
 
   // ---- Epilogue: warpgroup wg's 64 key rows, all columns. (A CTA with no step, e.g. keys no
   // query sees under causal masking, writes zeros.)
-  bwd_sm90_store_dkv<Traits, Element>(kp, sm, blk, wg, wtid, dk, dv, 64 * wg, 0);
+  bwd_sm90_store_dkv<Traits, Element, kPacked>(kp, sm, blk, wg, wtid, dk, dv, 64 * wg, 0);
 }
 
 #endif  // FLASHATTN_SM90A_ENABLED

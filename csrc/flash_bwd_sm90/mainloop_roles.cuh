@@ -63,14 +63,15 @@ namespace sm90 {
 
 #if defined(FLASHATTN_SM90A_ENABLED)
 
-// Named barriers of the roles form (0 is __syncthreads; mainloop.cuh's form uses 1).
+// Named barriers of the roles form (0 is __syncthreads; mainloop.cuh's form uses 1, the packed
+// batches' zeroing 6).
 constexpr int kBwdPReadyBarrier = 2;   // both warpgroups: P^T of this step is in shared memory
 constexpr int kBwdDsReadyBarrier = 3;  // both warpgroups: dS^T of this step is in shared memory
 constexpr int kBwdScoresBarrier = 4;   // warpgroup 0 alone: its P^T rows, before its dV GEMM
 constexpr int kBwdSDoneBarrier = 5;    // both warpgroups: S^T of this step is complete
 // (7, 8 and 9 are mainloop.cuh's epilogue barriers.)
 
-template <typename Traits, typename Element, bool kSoftcap>
+template <typename Traits, typename Element, bool kSoftcap, bool kPacked>
 __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp, const BwdSmem<Traits>& sm,
                                                         const BwdBlock& blk, const int wg, const int wtid) {
   static_assert(Traits::kRoles && Traits::kBlockN == 64 && Traits::kBlockM == 64, "the D = 256 form");
@@ -114,8 +115,9 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
   const float scale_log2 = p.scale_log2;
   constexpr float kLog2e = 1.4426950408889634f;
   const float inv_softcap_log2 = kSoftcap ? 1.f / p.softcap_log2 : 0.f;
-  const bool keys_partial = n0 + Traits::kBlockN > p.seqlen_k;
-  const KeyWindow window = make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right);
+  const bool keys_partial = n0 + Traits::kBlockN > seqlen_k_of<kPacked>(p, blk);
+  const KeyWindow window =
+      make_key_window(seqlen_k_of<kPacked>(p, blk), causal_offset_of<kPacked>(p, blk), p.window_left, p.window_right);
   const bool has_mask = window.has_lo || window.has_hi;
   // Key row 8 h of this thread sees queries [qmin[h], qmax[h]] (none past Sk): mask.cuh's
   // lo(i) <= key < hi(i) solved for the query i.
@@ -123,11 +125,16 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int key = n0 + acc_row + 8 * h;
-    qmin[h] = key >= p.seqlen_k ? INT_MAX : window.has_hi ? key - window.hi_shift + 1 : INT_MIN;
+    qmin[h] = key >= seqlen_k_of<kPacked>(p, blk) ? INT_MAX : window.has_hi ? key - window.hi_shift + 1 : INT_MIN;
     qmax[h] = window.has_lo ? key - window.lo_shift : INT_MAX;
   }
 
   if (blk.steps > 0) mbar_wait(sm.kv_full(), 0);
+  if constexpr (kPacked) {
+    if (blk.steps > 0 && keys_partial)
+      bwd_sm90_zero_tail<Traits>(sm.k(), sm.v(), Traits::kKVPlaneBytes, Traits::kBlockN, blk.seq.seqlen_k - n0,
+                                 consumer_tid());
+  }
 
   auto step = [&](const int t, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
@@ -140,6 +147,12 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
     const uint32_t sa_lo = opaque(desc_sa), sb_lo = opaque(desc_sb);
 
     mbar_wait(sm.full(stage), (t / Traits::kStages) & 1);
+    if constexpr (kPacked && kMasked) {
+      const int seqlen_q = loop_seqlen_q<kPacked>(p, sm);
+      if (m0 + kBlockM > seqlen_q)
+        bwd_sm90_zero_tail<Traits>(sm.q(stage), sm.dout(stage), Traits::kQPlaneBytes, kBlockM, seqlen_q - m0,
+                                   consumer_tid());
+    }
 
     // This thread's row statistics (columns 8 j + acc_col + e): lse for the scores, read while
     // the GEMM runs; dpsum for their gradients, read while S^T's GEMM runs.
@@ -171,7 +184,7 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
     if (scores) {
       // ---- P^T = exp2(S^T scale_log2 - lse log2e); a row that sees no key has lse = -inf and
       // gets P = 0 (its lse taken as +inf).
-      const int q_end = p.seqlen_q - m0;
+      const int q_end = loop_seqlen_q<kPacked>(p, sm) - m0;
 #pragma unroll
       for (int j = 0; j < kSRegs / 4; ++j) {
 #pragma unroll
@@ -283,7 +296,7 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
 
   for (int t = 0; t < blk.steps; ++t) {
     const int m0 = blk.m0(t, kBlockM);
-    const bool masked = keys_partial || m0 + kBlockM > p.seqlen_q ||
+    const bool masked = keys_partial || m0 + kBlockM > loop_seqlen_q<kPacked>(p, sm) ||
                         (has_mask && key_blocks(window, m0, m0 + kBlockM, Traits::kBlockN).masked(blk.n_block));
     if (masked)
       step(t, std::true_type{});
@@ -299,7 +312,7 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
   }
 
   // ---- Epilogue: all 64 key rows, this warpgroup's 128 columns. (A CTA with no step writes zeros.)
-  bwd_sm90_store_dkv<Traits, Element>(kp, sm, blk, wg, wtid, dk, dv, 0, Traits::kAccN * wg);
+  bwd_sm90_store_dkv<Traits, Element, kPacked>(kp, sm, blk, wg, wtid, dk, dv, 0, Traits::kAccN * wg);
 }
 
 #endif  // FLASHATTN_SM90A_ENABLED

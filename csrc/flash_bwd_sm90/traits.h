@@ -131,7 +131,8 @@ struct Sm90BwdTraits {
   static constexpr int kOffLse = kOffDq + kDqBytes;                  // float [kStages][kBlockM]
   static constexpr int kOffDpsum = kOffLse + kStages * kBlockM * 4;  // float [kStages][kBlockM]
   static constexpr int kOffBar = kOffDpsum + kStages * kBlockM * 4;
-  static constexpr int kSmemUsed = kOffBar + 8 * kNumBarriers;
+  static constexpr int kOffSeq = kOffBar + 8 * kNumBarriers;  // packed batches: the sequence's Sq, Sk (int)
+  static constexpr int kSmemUsed = kOffSeq + 8;
   // Dynamic shared memory is only 16-byte aligned: ask for 1024 more and align by hand.
   static constexpr int kSmemBytes = kSmemUsed + kSwizzleAtomBytes;
   static_assert(kSmemBytes <= kMaxSmemSm90, "shared memory over the 227 KB per-block limit");

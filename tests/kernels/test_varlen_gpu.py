@@ -1,5 +1,7 @@
 """Packed variable-length batches on the GPU (flash_attn_varlen_func / flashattn::fwd_varlen,
-issue 16): the portable kernel on every GPU (the Hopper path needs dense tensors and is refused).
+issue 16): the portable forward on every GPU (the Hopper forward needs dense tensors and is
+refused); the backward on the Hopper kernels' packed flavour where they run (an H100 under
+"auto"), the portable one's elsewhere and under "portable".
 
   * numerics against the float64 reference by the suite's one criterion, applied to each sequence
     (tests/numerics.py `assert_varlen_attention_matches`), out and LSE ([Hq, total_q]), over
@@ -15,11 +17,12 @@ issue 16): the portable kernel on every GPU (the Hopper path needs dense tensors
   * the backward: dq, dk, dv against the float64 reference by the suite's gradient criterion per
     sequence (`assert_varlen_gradients_match`), Hypothesis-drawn and explicit edge cases, both
     backward modes (deterministic: from NaN-poisoned memory), every causal mode through the op;
-    the padded-equivalence property (bitwise the dense portable backward of each sequence alone);
-    zero gradients for rows no sequence owns and no leak between sequences; larger max_seqlen
-    changes nothing; deterministic mode bitwise repeatable (no hang); the portable kernels run on
-    every GPU; CUDA-graph capture of forward + backward replayed with new cu_seqlens;
-    torch.compile of a training step; the Hopper backend refused by the backward op.
+    the padded-equivalence property (bitwise the dense backward of each sequence alone on the same
+    path: portable, and on an H100 the Hopper kernels); zero gradients for rows no sequence owns
+    and no leak between sequences (NaN/inf neighbours); larger max_seqlen changes nothing;
+    deterministic mode bitwise repeatable (no hang); which kernels run under each backend;
+    CUDA-graph capture of forward + backward replayed with new cu_seqlens; torch.compile of a
+    training step; the Hopper backend refused by the backward op.
 Validation and the autograd glue are also checked on CPU: tests/kernels/test_varlen_cpu.py.
 """
 
@@ -339,24 +342,30 @@ def test_edge_case_gradients(spec: VarlenSpec, deterministic: bool, device: torc
     check_grads(spec, x, dout, grads, f"deterministic={deterministic}")
 
 
-def _dense_grads(spec: VarlenSpec, x, dout: torch.Tensor, b: int):
-    """Sequence b alone through flash_attn_func and its (portable) backward."""
+def _dense_grads(spec: VarlenSpec, x, dout: torch.Tensor, b: int, backend: str, out: torch.Tensor, lse: torch.Tensor,
+                 deterministic: bool):
+    """Sequence b alone through the dense backward op (flashattn::bwd) under `backend`, on the packed
+    forward's rows of out and lse: the two calls then differ only in their backward (a dense forward
+    under "auto" on an H100 runs the Hopper forward, whose bits differ from the portable one's)."""
     q0, q1, k0, k1 = x.cu_q[b], x.cu_q[b + 1], x.cu_k[b], x.cu_k[b + 1]
-    q, k, v = (t[None, r0:r1].detach().requires_grad_(True) for t, r0, r1 in ((x.q, q0, q1), (x.k, k0, k1), (x.v, k0, k1)))
-    with flashattn.use_backend("portable"):
-        out = flashattn.flash_attn_func(q, k, v, softmax_scale=spec.scale, causal=spec.causal_mode == BOTTOM_RIGHT,
-                                        window_size=spec.window, softcap=spec.softcap)
-    return torch.autograd.grad(out, (q, k, v), dout[None, q0:q1])
+    scale = 1 / math.sqrt(spec.head_dim) if spec.scale is None else spec.scale
+    return torch.ops.flashattn.bwd(dout[None, q0:q1], x.q[None, q0:q1], x.k[None, k0:k1], x.v[None, k0:k1],
+                                   out[None, q0:q1], lse[None, :, q0:q1], scale, spec.causal_mode, deterministic,
+                                   backend, spec.window[0], spec.window[1], spec.softcap)
 
 
-def assert_equals_per_sequence_dense_backward(spec: VarlenSpec, x, dout: torch.Tensor, grads, deterministic: bool):
+def assert_equals_per_sequence_dense_backward(spec: VarlenSpec, x, dout: torch.Tensor, grads, deterministic: bool,
+                                              backend: str):
     dq, dk, dv = grads
+    with flashattn.use_backend(backend):
+        out, lse = flashattn.flash_attn_varlen_func(
+            x.q, x.k, x.v, x.cu_seqlens_q, x.cu_seqlens_k, spec.max_seqlen_q, spec.max_seqlen_k, softmax_scale=spec.scale,
+            causal=spec.causal_mode == BOTTOM_RIGHT, window_size=spec.window, softcap=spec.softcap, return_lse=True)
     for b in range(len(x.cu_q) - 1):
         q0, q1, k0, k1 = x.cu_q[b], x.cu_q[b + 1], x.cu_k[b], x.cu_k[b + 1]
         if q1 == q0 or k1 == k0:
             continue
-        with backward_mode(deterministic):
-            want = _dense_grads(spec, x, dout, b)
+        want = _dense_grads(spec, x, dout, b, backend, out, lse, deterministic)
         # dK/dV are summed in registers in a fixed order in both modes; dQ's atomics only in
         # deterministic mode.
         pairs = [("dk", dk[k0:k1], want[1][0]), ("dv", dv[k0:k1], want[2][0])]
@@ -376,21 +385,38 @@ def runs_the_dense_tiles(spec: VarlenSpec) -> bool:
 @given(spec=varlen_specs(max_seqlen=300, with_window=False).filter(runs_the_dense_tiles), deterministic=st.booleans())
 def test_varlen_gradients_equal_per_sequence_dense_backward(spec: VarlenSpec, deterministic: bool,
                                                             device: torch.device) -> None:
-    """Padded equivalence: sequence b's rows of dq, dk, dv are bitwise those of the dense portable
-    backward of flash_attn_func on that sequence alone (the same tile config, the same arithmetic;
-    dq in deterministic mode, whose accumulation order is fixed). Where both calls run one config:
-    packed batches take the compact route, as dense calls with a softcap or a window do, while a
-    dense call without them takes the large tiles where they fit (runs_the_dense_tiles); and
-    without windows here, whose edges the dense call normalizes per sequence and the packed call
-    for the packed totals (test_windowed_... below has a window every sequence reaches). The other
-    calls meet the gradient criterion per sequence (test_varlen_gradients_match_reference)."""
+    """Padded equivalence, portable backward: sequence b's rows of dq, dk, dv are bitwise those of
+    the dense portable backward of flash_attn_func on that sequence alone (the same tile config,
+    the same arithmetic; dq in deterministic mode, whose accumulation order is fixed). Where both
+    calls run one config: packed batches take the compact route, as dense calls with a softcap or
+    a window do, while a dense call without them takes the large tiles where they fit
+    (runs_the_dense_tiles); and without windows here, whose edges the dense call normalizes per
+    sequence and the packed call for the packed totals (test_windowed_... below has a window every
+    sequence reaches). The other calls meet the gradient criterion per sequence
+    (test_varlen_gradients_match_reference)."""
+    x = spec.make(device)
+    dout = make_varlen_dout(x, "contiguous", spec.seed + 1)
+    with backward_mode(deterministic), flashattn.use_backend("portable"):
+        grads = varlen_grads(spec, x, dout)
+    assert_equals_per_sequence_dense_backward(spec, x, dout, grads, deterministic, "portable")
+
+
+@pytest.mark.sm90
+@given(spec=varlen_specs(max_seqlen=300, with_window=False), deterministic=st.booleans())
+def test_hopper_gradients_equal_per_sequence_dense_backward(spec: VarlenSpec, deterministic: bool,
+                                                            device: torch.device) -> None:
+    """Padded equivalence on the Hopper backward: its packed kernels read each sequence from its
+    first row and zero the rows of the next sequence inside a partial tile, so every sequence's
+    dK/dV (and dQ in deterministic mode) are bitwise the dense Hopper backward's on that sequence
+    alone, every head dim and the softcap included (one tile config per head dim and softcap)."""
     x = spec.make(device)
     dout = make_varlen_dout(x, "contiguous", spec.seed + 1)
     with backward_mode(deterministic):
         grads = varlen_grads(spec, x, dout)
-    assert_equals_per_sequence_dense_backward(spec, x, dout, grads, deterministic)
+    assert_equals_per_sequence_dense_backward(spec, x, dout, grads, deterministic, "auto")
 
 
+@pytest.mark.parametrize("path", ["portable", pytest.param("auto", marks=pytest.mark.sm90, id="hopper")])
 @pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "default"])
 @pytest.mark.parametrize(("spec", "why"), [
     pytest.param(_spec([700, 300, 999], [800, 300, 1000], window=(64, 0), d=64), "left edge and causal", id="window+causal"),
@@ -398,14 +424,15 @@ def test_varlen_gradients_equal_per_sequence_dense_backward(spec: VarlenSpec, de
     pytest.param(_spec([257, 64, 300], softcap=15.0, mode=NONE, d=256, hq=2, hk=1, magnitude=30.0), "softcap", id="softcap"),
 ])
 def test_windowed_gradients_equal_per_sequence_dense_backward(spec: VarlenSpec, why: str, deterministic: bool,
-                                                              device: torch.device) -> None:
-    """The same with a window every sequence's rows reach (so the dense and the packed call both
-    take the compact route and run the window kernels), and with a softcap (always that route)."""
+                                                              path: str, device: torch.device) -> None:
+    """The same with a window every sequence's rows reach (so on the portable path the dense and the
+    packed call both take the compact route and run the window kernels), and with a softcap
+    (always that route); on an H100 also both on the Hopper kernels ("auto")."""
     x = spec.make(device)
     dout = make_varlen_dout(x, "contiguous", 3)
-    with backward_mode(deterministic):
+    with backward_mode(deterministic), flashattn.use_backend(path):
         grads = varlen_grads(spec, x, dout)
-    assert_equals_per_sequence_dense_backward(spec, x, dout, grads, deterministic)
+    assert_equals_per_sequence_dense_backward(spec, x, dout, grads, deterministic, path)
     check_grads(spec, x, dout, grads, why)
 
 
@@ -487,22 +514,40 @@ def test_deterministic_backward_is_bitwise_reproducible(spec: VarlenSpec, device
         assert_bitwise_equal(got, want, f"{name}, torch's switch vs flashattn's")
 
 
-def test_backward_runs_the_portable_kernels(device: torch.device) -> None:
-    """On every GPU (an H100 included, where the dense backward of these shapes runs the Hopper
-    kernel under 'auto'), a packed batch's backward runs the portable kernels, its packed flavour,
-    on the compact tiles (D=64: 128 keys x 64 queries)."""
+def _backward_kernels(backend: str, device: torch.device) -> set[str]:
     spec = _spec([300, 200], d=64, mode=NONE)
     x = spec.make(device)
     q = x.q.detach().requires_grad_(True)
-    out = flashattn.flash_attn_varlen_func(q, x.k, x.v, x.cu_seqlens_q, x.cu_seqlens_k, 300, 300)
+    with flashattn.use_backend(backend):
+        out = flashattn.flash_attn_varlen_func(q, x.k, x.v, x.cu_seqlens_q, x.cu_seqlens_k, 300, 300)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         out.backward(torch.randn_like(out))
         torch.cuda.synchronize(device)
-    names = {e.name for e in prof.events() if "flash_bwd" in e.name}
+    return {e.name for e in prof.events() if "flash_bwd" in e.name}
+
+
+def test_backward_runs_the_portable_kernels_under_portable(device: torch.device) -> None:
+    """Under "portable", on every GPU (an H100 included), a packed batch's backward runs the
+    portable kernels, their packed flavour, on the compact tiles (D=64: 128 keys x 64 queries)."""
+    names = _backward_kernels("portable", device)
     main = {n for n in names if "flash_bwd_kernel" in n}
     assert main and not any("sm90" in n for n in names), names
     assert all(", true, false, false>" in n for n in main), main  # <Traits, Element, kVarlen, kWindow, kSoftcap>
     assert all("BwdKernelTraits<64, 128, 64," in n for n in main), main  # <D, block N, block M, ...>
+
+
+def test_backward_under_auto_runs_the_hopper_kernels_on_an_h100(device: torch.device) -> None:
+    """Under "auto" the packed flavour of the Hopper backward's main kernel and dQ conversion on an
+    H100 (flash_bwd_sm90_supported), the portable packed kernels on every other GPU."""
+    names = _backward_kernels("auto", device)
+    if torch.cuda.get_device_capability(device) == (9, 0):
+        main = {n for n in names if "flash_bwd_sm90_kernel" in n}
+        convert = {n for n in names if "flash_bwd_sm90_convert_dq_kernel" in n}
+        assert main and convert and not any("flash_bwd_kernel<" in n for n in names), names
+        assert all(", false, true>(" in n for n in main), main  # <Traits, Element, kSoftcap, kPacked>(params)
+        assert all(", true>(" in n for n in convert), convert  # <Traits, Element, kPacked>(...)
+    else:
+        assert {n for n in names if "flash_bwd_kernel" in n} and not any("sm90" in n for n in names), names
 
 
 def test_cuda_graph_of_a_training_step_follows_new_cu_seqlens(device: torch.device) -> None:
