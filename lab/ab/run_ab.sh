@@ -2,12 +2,16 @@
 # A/B of a kernel change on one GPU machine: two builds, this tree and a copy of it with
 # lab/ab/$PATCH applied (REVERSE=0: B is the patched copy) or reversed (REVERSE=1, the default:
 # A is the copy, the tree before the change), then lab/bench_method_check.py alternated A B A B
-# on the given shapes (single calls, ten back to back, do_bench; ours and cuDNN's).
+# on the given shapes (single calls, ten back to back, do_bench; ours and cuDNN's), or AB_CMD (a
+# command line run in each side's tree, e.g. AB_CMD="python3 lab/bwd_check.py --time-only --time
+# --lean --dims 128,256": deterministic mode's cost) in its place.
 #   PATCH=lse_log2_early_loads.diff REVERSE=0 bash lab/ab/run_ab.sh D:S:causal ...
 # lse_log2_early_loads.diff: the backward's lse stored in log2 units and the row statistics read
 # before the score GEMMs (measured 2026-11-26: D=128 +1%, D=64 -2%; not adopted).
 # dq_store_after_next_s.diff: D <= 128 stores step t's dQ after step t+1's S^T GEMM is issued
 # (measured 2026-11-26: 0-1% slower; not adopted). Both apply to commit 7a2a2e5's csrc.
+# dq_release_before_ticket.diff: deterministic mode frees the dQ tile (or stage) once the bulk
+# additions have read it, before waiting for them to complete (commit 4d0c37a's csrc).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 out=${OUT:-build}
@@ -31,6 +35,11 @@ for round in 1 2; do
   for side in A B; do
     dir=$side_b; [ $side = A ] && dir=$side_a
     echo "=== round $round side $side"
-    (cd "$dir" && PYTHONPATH=$dir timeout 200 python3 lab/bench_method_check.py "$@" 2>&1 | grep -E "flashattn|sdpa|shape")
+    if [ -n "${AB_CMD:-}" ]; then
+      # shellcheck disable=SC2086  # AB_CMD is a command line, split into words on purpose
+      (cd "$dir" && PYTHONPATH=$dir timeout 300 $AB_CMD 2>&1)
+    else
+      (cd "$dir" && PYTHONPATH=$dir timeout 200 python3 lab/bench_method_check.py "$@" 2>&1 | grep -E "flashattn|sdpa|shape")
+    fi
   done
 done
