@@ -3,7 +3,10 @@ plain C++ built with the host compiler): over a grid, every (batch, K/V head, ke
 CTA's, in every order (plain, the grouped longest-first order of launch.cuh's bwd_lpt_heads,
 deterministic mode's descending key blocks); each CTA's steps visit every query block that sees its
 keys once per query head of its group, forward or reversed; deterministic mode keeps the forward
-walk whatever the switch; the grouped order starts a group's longest CTAs first."""
+walk whatever the switch; the grouped order starts a group's longest CTAs first. Packed batches:
+each CTA walks exactly its own sequence's query blocks that see its keys (tile edges, empty
+sequences, both causal alignments, windows, D 64/128/256, clamped bad offsets), and the
+sequences' dq_accum tiles stay inside the buffer and apart."""
 
 from __future__ import annotations
 
@@ -114,3 +117,144 @@ def test_grouped_order_starts_the_longest_ctas_of_a_group_first(probe: dict) -> 
     assert [r["n_block"] for r in first] == [0, 0, 0]
     assert len({(r["batch"], r["head_kv"]) for r in first}) == 3
     assert first[0]["m_steps"] == max(r["m_steps"] for r in rows)
+
+
+# ==== packed variable-length batches (block.h with kPacked) =========================================
+# The kernel's BwdSeq comes from bwd_seq (csrc/common/bwd_packed.cuh, device code); the probe
+# reimplements its clamp (packed_span) on the host and hands it to bwd_block as seq_of.
+
+_PACKED_PROBE = r"""
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+#include "flash_bwd_sm90/block.h"
+#include "flash_bwd_sm90/traits.h"
+using namespace flashattn;
+using namespace flashattn::sm90;
+
+static void span(const std::vector<int>& cu, int b, int total, int& row0, int& len) {
+  row0 = std::min(std::max(cu[b], 0), total);
+  len = std::min(std::max(cu[b + 1], row0), total) - row0;
+}
+
+template <int D>
+void walk(const char* name, std::vector<int> cu_q, std::vector<int> cu_k, int total_q, int total_k, int hq, int hk,
+          int mode, int left, int right) {
+  using T = Sm90BwdTraits<D>;
+  const int batch = static_cast<int>(cu_q.size()) - 1;
+  int max_q = 1, max_k = 1;
+  for (int b = 0; b < batch; ++b) {
+    int r, l;
+    span(cu_q, b, total_q, r, l); max_q = std::max(max_q, l);
+    span(cu_k, b, total_k, r, l); max_k = std::max(max_k, l);
+  }
+  BwdParams p;
+  p.batch = batch; p.heads_q = hq; p.heads_kv = hk; p.head_dim = D;
+  p.set_varlen(cu_q.data(), cu_k.data(), max_q, max_k, total_q, total_k);
+  p.set_mask(static_cast<CausalMode>(mode), left, right);
+  auto seq_of = [&](int b) {
+    BwdSeq s;
+    span(cu_q, b, total_q, s.q_row0, s.seqlen_q);
+    span(cu_k, b, total_k, s.k_row0, s.seqlen_k);
+    s.causal_offset = p.mask_top_left ? 0 : s.seqlen_k - s.seqlen_q;
+    s.seqlen_q = std::min(s.seqlen_q, p.seqlen_q);
+    return s;
+  };
+  const int n_blocks = (max_k + T::kBlockN - 1) / T::kBlockN;
+  std::printf("shape %s %d %d %d %d %d %d %d %d %d %d\n", name, batch, hq, hk, T::kBlockN, T::kBlockM, mode,
+              p.window_left, p.window_right, total_q, total_k);
+  for (int b = 0; b < batch; ++b) {
+    const BwdSeq s = seq_of(b);
+    std::printf("seq %s %d %d %d %d %d %d %d\n", name, b, s.q_row0, s.seqlen_q, s.k_row0, s.seqlen_k, s.causal_offset,
+                bwd_packed_dq_block0(s.q_row0, b, T::kBlockM));
+  }
+  for (int cta = 0; cta < n_blocks * batch * hk; ++cta) {
+    const BwdBlock blk = bwd_block<T, true>(p, n_blocks, 0, 1, cta, seq_of);
+    std::printf("cta %s %d %d %d %d %d", name, cta, blk.batch, blk.head_kv, blk.n0, blk.dq_block0);
+    for (int t = 0; t < blk.steps; ++t) std::printf(" %d:%d", blk.head_q(t), blk.m_block(t));
+    std::printf("\n");
+  }
+}
+
+int main() {
+  // name, cu_seqlens_q, cu_seqlens_k, total_q, total_k, Hq, Hk, causal mode (0 none, 1 top-left,
+  // 2 bottom-right), window left, right
+  walk<128>("edges-br", {0, 127, 255, 256, 385, 385}, {0, 127, 300, 301, 301, 460}, 400, 470, 4, 2, 2, -1, -1);
+  walk<128>("tl-window", {0, 70, 300, 301}, {0, 200, 260, 700}, 301, 700, 2, 1, 1, 40, -1);
+  walk<64>("d64-none", {0, 0, 129, 400}, {0, 5, 300, 420}, 410, 430, 2, 2, 0, -1, -1);
+  walk<256>("d256-br-window", {0, 65, 66, 300}, {0, 200, 201, 300}, 300, 300, 3, 3, 2, 30, 0);
+  walk<128>("bad-offsets", {0, 300, 100, 500, 9999}, {0, 50, 40, 700, 800}, 600, 650, 2, 1, 2, -1, -1);
+}
+"""
+
+
+def _visible(q: int, key: int, sq: int, sk: int, offset: int, left: int, right: int) -> bool:
+    """mask.cuh's rule for one (query row, key) of a sequence: offset - left <= key - q <= offset + right."""
+    if key >= sk or q >= sq:
+        return False
+    if left >= 0 and key < q + offset - left:
+        return False
+    return not (right >= 0 and key > q + offset + right)
+
+
+@pytest.fixture(scope="module")
+def packed_probe(tmp_path_factory) -> dict:
+    table: dict = {"shape": {}, "seq": {}, "cta": {}}
+    for line in run_cpp_probe(tmp_path_factory, "sm90_bwd_block_packed", _PACKED_PROBE):
+        kind, name, *rest = line.split()
+        if kind == "shape":
+            table["shape"][name] = tuple(int(x) for x in rest)
+        elif kind == "seq":
+            b, q0, sq, k0, sk, off, blk0 = (int(x) for x in rest)
+            table["seq"].setdefault(name, []).append(dict(b=b, q0=q0, sq=sq, k0=k0, sk=sk, off=off, blk0=blk0))
+        else:
+            cta, batch, head_kv, n0, blk0 = (int(x) for x in rest[:5])
+            steps = [tuple(int(x) for x in s.split(":")) for s in rest[5:]]
+            table["cta"].setdefault(name, []).append(dict(cta=cta, batch=batch, head_kv=head_kv, n0=n0, blk0=blk0,
+                                                          steps=steps))
+    return table
+
+
+PACKED_NAMES = ["edges-br", "tl-window", "d64-none", "d256-br-window", "bad-offsets"]
+
+
+def test_the_packed_probe_ran_every_case(packed_probe: dict) -> None:
+    assert sorted(packed_probe["shape"]) == sorted(PACKED_NAMES)
+
+
+@pytest.mark.parametrize("name", PACKED_NAMES)
+def test_packed_walk_visits_exactly_the_query_blocks_that_see_the_keys(packed_probe: dict, name: str) -> None:
+    """Each CTA of a packed batch walks, per query head of its group, exactly the query blocks of
+    its own sequence that have a row seeing one of its keys (by mask.cuh's rule with the
+    sequence's lengths and offset); a key block past its sequence's keys has no step."""
+    batch, hq, hk, block_n, block_m, _, left, right, _, _ = packed_probe["shape"][name]
+    seqs = packed_probe["seq"][name]
+    group = hq // hk
+    for r in packed_probe["cta"][name]:
+        s = seqs[r["batch"]]
+        keys = range(r["n0"], min(r["n0"] + block_n, s["sk"]))
+        blocks = sorted({q // block_m for q in range(s["sq"]) for k in keys
+                         if _visible(q, k, s["sq"], s["sk"], s["off"], left, right)})
+        want = sorted((r["head_kv"] * group + g, m) for g in range(group) for m in blocks)
+        assert sorted(r["steps"]) == want, (name, r, s)
+        assert r["blk0"] == s["blk0"]
+
+
+@pytest.mark.parametrize("name", PACKED_NAMES)
+def test_packed_dq_tiles_never_overlap_and_stay_in_the_buffer(packed_probe: dict, name: str) -> None:
+    """Sequence b's dq_accum tiles [block0, block0 + ceil(len / block_m)) lie below
+    ceil(total_q / block_m) + B (flash_bwd_sm90_dq_accum_floats) whatever the offsets (clamped),
+    and are disjoint from every other sequence's when the offsets keep the contract; decreasing
+    offsets make spans, and so tiles, overlap, which docs/varlen.md allows (values unspecified, no
+    access outside the buffers)."""
+    batch, _, _, _, block_m, _, _, _, total_q, _ = packed_probe["shape"][name]
+    seqs = packed_probe["seq"][name]
+    contract = all(a["q0"] + a["sq"] <= b["q0"] for a, b in zip(seqs, seqs[1:]))
+    assert contract == (name != "bad-offsets")
+    limit = -(-total_q // block_m) + batch
+    taken: dict[int, int] = {}
+    for s in seqs:
+        for t in range(s["blk0"], s["blk0"] + -(-s["sq"] // block_m)):
+            assert 0 <= t < limit, (name, s, limit)
+            assert not contract or t not in taken, (name, s, taken.get(t))
+            taken[t] = s["b"]
