@@ -169,14 +169,18 @@ void check_m80_plan() {
   using flashattn::sm90::desc_advance;
   using flashattn::sm90::make_smem_desc_sw128;
   constexpr int BM = 80, BN = 128, D = 128;
-  constexpr uint32_t kQPlane = BM * 128, kKVPlane = BN * 128, kDSPlane = BM * 128;
+  // A 64-column plane of an 80-row tile (Q, dO, dS) and of a 128-row one (K).
+  constexpr uint32_t kPlane80 = BM * 128, kKVPlane = BN * 128;
+  static_assert(D == BN, "Q/dO [80][D] and dS [80][128 keys] are one tile shape");
   char what[200];
-  // S^T = K Q^T: B = Q [80][128] K-major, N = 80 (k-step kk: plane kk / 4, 32 B per kk % 4).
+  // The K-major B operands, N = 80: Q / dO [80 queries][128] of S^T = K Q^T, and dS [80 queries]
+  // [128 keys] of dQ^T = K^T dS^T, the same tile shape and so the same descriptors (k-step kk:
+  // plane kk / 4, 32 B per kk % 4).
   auto sQ = kmajor_tile<Element, BM, D>();
   for (int kk = 0; kk < D / 16; ++kk) {
     auto sub = local_tile(sQ, Shape<Int<BM>, _16>{}, make_coord(0, kk));
-    std::snprintf(what, sizeof what, "m80 score B kk=%d", kk);
-    const uint32_t step = static_cast<uint32_t>(kk / 4) * kQPlane + static_cast<uint32_t>(kk % 4) * 32u;
+    std::snprintf(what, sizeof what, "m80 K-major B (Q, dO, dS) kk=%d", kk);
+    const uint32_t step = static_cast<uint32_t>(kk / 4) * kPlane80 + static_cast<uint32_t>(kk % 4) * 32u;
     check_desc(desc_advance(make_smem_desc_sw128(0u, 16u, 1024u), step), GMMA::make_gmma_desc<GMMA::Major::K>(sub),
                data_offset(sub), what);
   }
@@ -185,11 +189,11 @@ void check_m80_plan() {
   for (int kk = 0; kk < BM / 16; ++kk) {
     auto sub = local_tile(sQt, Shape<Int<D>, _16>{}, make_coord(0, kk));
     std::snprintf(what, sizeof what, "m80 acc B kk=%d", kk);
-    check_desc(desc_advance(make_smem_desc_sw128(0u, kQPlane, 1024u), static_cast<uint32_t>(kk) * 16u * 128u),
+    check_desc(desc_advance(make_smem_desc_sw128(0u, kPlane80, 1024u), static_cast<uint32_t>(kk) * 16u * 128u),
                GMMA::make_gmma_desc<GMMA::Major::MN>(sub), data_offset(sub), what);
   }
   // dQ^T = K^T dS^T: A = K viewed (D, keys) MN-major, warpgroup wg's M = 64 columns of D (plane
-  // wg), k-steps of 16 keys; B = dS [80 queries][128 keys] K-major, N = 80.
+  // wg), k-steps of 16 keys (its B, dS, is checked above).
   auto sKt = transposed_tile<Element, BN, D>();
   auto sDS = kmajor_tile<Element, BM, BN>();
   for (int wg = 0; wg < 2; ++wg)
@@ -200,13 +204,6 @@ void check_m80_plan() {
                               static_cast<uint32_t>(kk) * 16u * 128u),
                  GMMA::make_gmma_desc<GMMA::Major::MN>(a), data_offset(a), what);
     }
-  for (int kk = 0; kk < BN / 16; ++kk) {
-    auto b = local_tile(sDS, Shape<Int<BM>, _16>{}, make_coord(0, kk));
-    std::snprintf(what, sizeof what, "m80 dQ^T B kk=%d", kk);
-    const uint32_t step = static_cast<uint32_t>(kk / 4) * kDSPlane + static_cast<uint32_t>(kk % 4) * 32u;
-    check_desc(desc_advance(make_smem_desc_sw128(0u, 16u, 1024u), step), GMMA::make_gmma_desc<GMMA::Major::K>(b),
-               data_offset(b), what);
-  }
   // dS stored transposed: warpgroup wg (keys 64 wg ..), warp w (its 16 keys), stmatrix x4 number
   // g covers query slices j = 2 g, 2 g + 1 and both 8-key halves h: matrix i = (j = 2 g + i / 2,
   // h = i % 2). Lane l addresses row c = l % 8 of matrix i = l / 8: query q = 8 j + c, keys
@@ -218,7 +215,7 @@ void check_m80_plan() {
         for (int i = 0; i < 4; ++i)
           for (int c = 0; c < 8; ++c) {  // the row of the stored (transposed) matrix: a query
             const int j = 2 * g + i / 2, h = i % 2, q = 8 * j + c;
-            const uint32_t row_addr = static_cast<uint32_t>(wg) * kDSPlane + static_cast<uint32_t>(q) * 128u +
+            const uint32_t row_addr = static_cast<uint32_t>(wg) * kPlane80 + static_cast<uint32_t>(q) * 128u +
                                       (static_cast<uint32_t>((2 * w + h) ^ (q % 8)) * 16u);
             for (int r = 0; r < 8; ++r) {  // element r of that row: key 64 wg + 16 w + 8 h + r
               const int key = 64 * wg + 16 * w + 8 * h + r;

@@ -7,7 +7,7 @@
 // (max_seqlen_k key blocks x B x Hk); a key block past its sequence's keys has no step and writes
 // nothing. Q, dO, K and V are read through TMA maps over the packed rows, from the sequence's
 // first row; rows of the next sequence inside a partial tile are zeroed in shared memory before
-// any GEMM reads them (mainloop.cuh: bwd_sm90_zero_rows), as TMA zero-fills rows past a dense
+// any GEMM reads them (mainloop.cuh: bwd_sm90_zero_tail), as TMA zero-fills rows past a dense
 // tensor, so a neighbour's values (NaN/inf included) never reach a sequence's gradients. dq_accum
 // keeps whole query-block tiles: sequence b's block m is tile bwd_packed_dq_block0 + m of its
 // query head, a layout with one spare block per sequence, so tiles of two sequences never overlap.

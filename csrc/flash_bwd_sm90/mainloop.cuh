@@ -312,7 +312,7 @@ __device__ __forceinline__ uint32_t opaque(uint32_t x) {
   return x;
 }
 
-// ---- Packed batches (block.h): rows [valid, rows) of two tiles of `planes` chunk planes
+// ---- Packed batches (block.h): rows [valid, rows) of two tiles of kChunks chunk planes
 // (`plane_bytes` apart, 128 bytes a row: a whole row is zeroed without regard to the swizzle) set
 // to zero by the consumers, ctid = their thread index 0..255, before any GEMM reads the tiles.
 // Those rows hold the next sequence's values (TMA reads on through the packed rows); zero, they
