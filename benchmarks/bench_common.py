@@ -188,6 +188,10 @@ DECODE_IMPLS = ("flashattn", "flashattn-fwd", "sdpa-default", "sdpa-flash", "sdp
 # "hopper" forced has no backward yet. Every SDPA backend's own backward, on the same tensors.
 TRAINING_IMPLS = ("flashattn", "flashattn-portable", "sdpa-default", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
 OPTIONAL_IMPLS = ("flashattn-portable", "sdpa-math")
+# The decode variants' own implementations (benchmarks/test_bench_decode.py IMPLS): known names for
+# FLASHATTN_BENCH_IMPLS, which every grid reads, so that one list can name them all.
+DECODE_VARIANT_IMPLS = ("flashattn-nosplit", "flashattn-full", "flashattn-paged16", "flashattn-paged64",
+                        "flashattn-paged256", "fa3-paged16", "fa3-paged64", "fa3-paged256", "copy-floor")
 FLASHATTN_BACKEND_OF = {
     "flashattn": "auto",
     "flashattn-fwd": "auto",
@@ -201,7 +205,7 @@ def selected_impls(default: tuple[str, ...]) -> list[str]:
     env = os.environ.get("FLASHATTN_BENCH_IMPLS", "").strip()
     if not env:
         return list(default)
-    known = set(DEFAULT_IMPLS) | set(DECODE_IMPLS) | set(TRAINING_IMPLS) | set(OPTIONAL_IMPLS)
+    known = set(DEFAULT_IMPLS) | set(DECODE_IMPLS) | set(TRAINING_IMPLS) | set(OPTIONAL_IMPLS) | set(DECODE_VARIANT_IMPLS)
     names = [n.strip() for n in env.split(",") if n.strip()]
     bad = [n for n in names if n not in known]
     if bad:

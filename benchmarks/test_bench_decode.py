@@ -164,7 +164,7 @@ def cases() -> list[DecodeCase]:
 
 def _params():
     for case in cases():
-        for impl in IMPLS[case.kind]:
+        for impl in bc.selected_impls(IMPLS[case.kind]):
             marks = [pytest.mark.bench, pytest.mark.decode]
             if case.quick:
                 marks.append(pytest.mark.quick)

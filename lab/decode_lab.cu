@@ -1,14 +1,15 @@
-// The split-KV decode kernel's tile configs side by side, without torch: for the decode grid's
-// shapes (bf16, D=128, GQA 32:8, Sq=1, full caches), every variant below against the compiled
-// default (DecodeTileConfig<128>, the portable config), each with its own split plan (its own block N and CTAs per
-// SM through the shipped heuristic), timed in alternating samples so clock drift hits both
-// alike, and checked against the default's output. Bandwidth = K/V bytes read / time.
+// The split-KV decode kernel's tile configs side by side, without torch: for the decode-kv grid's
+// shapes (bf16, D=128, GQA 32:8, Sq=1, full caches), every variant below against the config the
+// library runs on sm90 (DecodeTileConfig<128, kHopper>), each with its own split plan (its own block
+// N and CTAs per SM through the shipped heuristic) and the library's combine, replayed from CUDA
+// graphs in alternating samples so clock drift hits both alike, and checked against the baseline's
+// output. Bandwidth = K/V bytes read / time (above the DRAM's where the caches sit in L2).
 //
 //   bash lab/decode_lab.sh          (on a GPU machine; ~1 min)
 //
-// What it is for: at large B the default reads K/V at ~2.85 TB/s where SDPA reaches ~3.07 TB/s
-// (docs/perf-notes.md, decode): more stages, more warps per CTA or longer key steps are the
-// candidates, and only a measurement decides.
+// What it is for: the small shapes, whose K/V stay in L2 between replays, are latency-bound (a
+// split holds one to four key blocks), the large ones bandwidth-bound; more blocks in flight
+// (stages), shorter key steps or more CTAs per SM are the candidates, and only a measurement decides.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -66,60 +67,78 @@ struct Config {
                                       g_dev.sm_count, ctas);
     return p;
   }
-  static void run(const DecodeParams& p) {
-    CK((run_decode_split<Traits, T>(p, 0)));
-    if (p.num_splits > 1) CK((launch_split_combine<T>(split_combine_params(p, p.o_accum, p.lse_accum, p.num_splits), 0, false)));
+  // The combine as the library launches it on sm90: programmatically dependent on the split grid.
+  static void run(const DecodeParams& p, cudaStream_t stream) {
+    CK((run_decode_split<Traits, T>(p, stream)));
+    if (p.num_splits > 1)
+      CK((launch_split_combine<T>(split_combine_params(p, p.o_accum, p.lse_accum, p.num_splits), stream, g_dev.cc_major >= 9)));
   }
 };
 
 struct Variant {
   const char* name;
   DecodeParams (*plan)(DecodeParams);
-  void (*run)(const DecodeParams&);
+  void (*run)(const DecodeParams&, cudaStream_t);
   int block_n, smem;
 };
 
-#define VARIANT(NAME, W, ST)                                                                                  \
+#define VARIANT(NAME, W, ST, PF)                                                                                  \
   Variant {                                                                                                 \
-    NAME, &Config<DecodeKernelTraits<128, W, ST>>::plan, &Config<DecodeKernelTraits<128, W, ST>>::run,        \
-        DecodeKernelTraits<128, W, ST>::kBlockN, DecodeKernelTraits<128, W, ST>::kSmemBytes                  \
+    NAME, &Config<DecodeKernelTraits<128, W, ST, PF>>::plan, &Config<DecodeKernelTraits<128, W, ST, PF>>::run,        \
+        DecodeKernelTraits<128, W, ST, PF>::kBlockN, DecodeKernelTraits<128, W, ST, PF>::kSmemBytes                  \
   }
 
-using Default = DecodeTileConfig<128>::Traits;
+// The baseline: the config the library runs on an sm90 GPU (kHopper).
+using Default = DecodeTileConfig<128, DecodeVariant::kHopper>::Traits;
 static const Variant kDefault{"default", &Config<Default>::plan, &Config<Default>::run, Default::kBlockN,
                               Default::kSmemBytes};
 static const Variant kVariants[] = {
-    VARIANT("w4-s3", 4, 3),  // one more stage in flight
-    VARIANT("w2-s4", 2, 4),  // shorter steps, deeper ring
-    VARIANT("w8-s2", 8, 2),  // 128-key steps (over sm89's 99 KB: an sm90-only config)
-    VARIANT("w8-s3", 8, 3),
+    VARIANT("w4-s4", 4, 4, 0),      // 64-key steps, three blocks in flight
+    VARIANT("w8-s2-p128", 8, 2, 128),  // the baseline's tiles, K/V copies with an L2 prefetch hint
+    VARIANT("w8-s2-p256", 8, 2, 256),
+    VARIANT("w4-s4-p256", 4, 4, 256),
+    VARIANT("w4-s3-p256", 4, 3, 256),  // two CTAs per SM
 };
 
-// Median of `samples` calls-per-sample timings, alternating the two configs.
+// `reps` calls of a config captured in one CUDA graph: kernel time without the host's launches,
+// as the decode-kv-graph benchmark measures it (with the partials and K/V as warm in L2 as there).
+static cudaGraphExec_t capture(const Variant& v, const DecodeParams& p, cudaStream_t stream, int reps) {
+  cudaGraph_t g;
+  CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int r = 0; r < reps; ++r) v.run(p, stream);
+  CK(cudaStreamEndCapture(stream, &g));
+  cudaGraphExec_t exec;
+  CK(cudaGraphInstantiate(&exec, g, 0));
+  CK(cudaGraphDestroy(g));
+  return exec;
+}
+
+// Median of 11 samples of `reps` graph-replayed calls each, alternating the two configs.
 static void time_pair(const Variant& a, const DecodeParams& pa, const Variant& b, const DecodeParams& pb, double* ta,
                       double* tb) {
+  cudaStream_t stream;
+  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) {
-    a.run(pa);
-    b.run(pb);
-  }
-  CK(cudaDeviceSynchronize());
-  std::vector<double> sa, sb;
   const int reps = 20;
+  cudaGraphExec_t ga = capture(a, pa, stream, reps), gb = capture(b, pb, stream, reps);
+  for (int i = 0; i < 2; ++i) {
+    CK(cudaGraphLaunch(ga, stream));
+    CK(cudaGraphLaunch(gb, stream));
+  }
+  CK(cudaStreamSynchronize(stream));
+  std::vector<double> sa, sb;
   for (int s = 0; s < 11; ++s) {
     for (int which = 0; which < 2; ++which) {
       const bool first = (which == 0) == (s % 2 == 0);  // alternate who goes first
-      const Variant& v = first ? a : b;
-      const DecodeParams& p = first ? pa : pb;
-      CK(cudaEventRecord(e0));
-      for (int r = 0; r < reps; ++r) v.run(p);
-      CK(cudaEventRecord(e1));
+      CK(cudaEventRecord(e0, stream));
+      CK(cudaGraphLaunch(first ? ga : gb, stream));
+      CK(cudaEventRecord(e1, stream));
       CK(cudaEventSynchronize(e1));
       float ms;
       CK(cudaEventElapsedTime(&ms, e0, e1));
-      (first ? sa : sb).push_back(ms / reps);
+      (first ? sa : sb).push_back(ms * 1e3 / reps);  // us per call
     }
   }
   CK(cudaGetLastError());
@@ -129,6 +148,9 @@ static void time_pair(const Variant& a, const DecodeParams& pa, const Variant& b
   *tb = sb[sb.size() / 2];
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
+  cudaGraphExecDestroy(ga);
+  cudaGraphExecDestroy(gb);
+  cudaStreamDestroy(stream);
 }
 
 static double rel_diff(const T* x, const T* y, int64_t n) {
@@ -156,10 +178,11 @@ int main() {
               prop.sharedMemPerBlockOptin);
 
   const int hq = 32, hk = 8, d = 128;
-  const Shape shapes[] = {{1, 32768}, {1, 131072}, {8, 32768}, {8, 131072}, {64, 32768}, {64, 131072}};
+  // The decode-kv grid's small (L2-resident when replayed) and bandwidth-bound shapes.
+  const Shape shapes[] = {{1, 1024}, {1, 4096}, {8, 1024}, {1, 16384}, {8, 4096}, {64, 1024}, {1, 131072}, {8, 131072}, {64, 32768}};
   int failures = 0;
-  std::printf("%-8s %3s %7s %6s %6s %9s %9s %9s %7s %9s\n", "variant", "B", "Sk", "splits", "dflt", "GB/s", "dflt GB/s",
-              "speedup", "smem KB", "rel diff");
+  std::printf("%-10s %3s %7s %6s %6s %8s %8s %9s %9s %9s %7s %9s\n", "variant", "B", "Sk", "splits", "dflt", "us", "dflt us",
+              "GB/s", "dflt GB/s", "speedup", "smem KB", "rel diff");
   for (const Shape& sh : shapes) {
     const int64_t nq = int64_t(sh.b) * hq * d, nkv = int64_t(sh.b) * sh.sk * hk * d;
     Buffers buf{};
@@ -183,7 +206,13 @@ int main() {
     p.lse = buf.lse;
     p.o_accum = buf.o_accum;
     p.lse_accum = buf.lse_accum;
-    p.cache_seqlen = sh.sk;
+    // Lengths in device memory, as flash_attn_with_kvcache takes them (cache_seqlens): every CTA
+    // reads its batch's length before it can place its first key block, a latency the calls pay.
+    std::vector<int> lens(sh.b, sh.sk);
+    int* d_lens;
+    CK(cudaMalloc(&d_lens, sh.b * sizeof(int)));
+    CK(cudaMemcpy(d_lens, lens.data(), sh.b * sizeof(int), cudaMemcpyHostToDevice));
+    p.cache_seqlens = d_lens;
     p.q_batch_stride = int64_t(hq) * d, p.q_row_stride = int64_t(hq) * d, p.q_head_stride = d;
     p.k_batch_stride = int64_t(sh.sk) * hk * d, p.k_row_stride = int64_t(hk) * d, p.k_head_stride = d;
     p.v_batch_stride = p.k_batch_stride, p.v_row_stride = p.k_row_stride, p.v_head_stride = d;
@@ -195,7 +224,7 @@ int main() {
 
     DecodeParams pd = kDefault.plan(p);
     pd.o = o_ref;
-    kDefault.run(pd);
+    kDefault.run(pd, 0);
     CK(cudaDeviceSynchronize());
     const double bytes = 2.0 * nkv * sizeof(T);
     for (const Variant& v : kVariants) {
@@ -206,19 +235,19 @@ int main() {
       DecodeParams pv = v.plan(p);
       pv.o = buf.o;
       CK(cudaMemset(buf.o, 0xff, nq * sizeof(T)));  // NaN: an unwritten output shows up
-      v.run(pv);
+      v.run(pv, 0);
       CK(cudaDeviceSynchronize());
       const double diff = rel_diff(buf.o, o_ref, nq);
       const bool ok = diff <= 1e-2;
       if (!ok) ++failures;
       double tv, td;
       time_pair(v, pv, kDefault, pd, &tv, &td);
-      std::printf("%-8s %3d %7d %6d %6d %9.0f %9.0f %9.3f %7.1f %9.1e%s\n", v.name, sh.b, sh.sk, pv.num_splits,
-                  pd.num_splits, bytes / (tv * 1e-3) / 1e9, bytes / (td * 1e-3) / 1e9, td / tv, v.smem / 1024.0, diff,
-                  ok ? "" : "  FAIL");
+      std::printf("%-10s %3d %7d %6d %6d %8.2f %8.2f %9.0f %9.0f %9.3f %7.1f %9.1e%s\n", v.name, sh.b, sh.sk,
+                  pv.num_splits, pd.num_splits, tv, td, bytes / (tv * 1e-6) / 1e9, bytes / (td * 1e-6) / 1e9, td / tv,
+                  v.smem / 1024.0, diff, ok ? "" : "  FAIL");
       std::fflush(stdout);
     }
-    cudaFree(buf.q), cudaFree(buf.k), cudaFree(buf.v), cudaFree(buf.o), cudaFree(o_ref), cudaFree(buf.lse);
+    cudaFree(d_lens), cudaFree(buf.q), cudaFree(buf.k), cudaFree(buf.v), cudaFree(buf.o), cudaFree(o_ref), cudaFree(buf.lse);
     cudaFree(buf.o_accum), cudaFree(buf.lse_accum);
   }
   std::printf("speedup = default time / variant time (> 1: the variant is faster). %s\n", failures ? "SOME VARIANTS DISAGREE WITH THE DEFAULT" : "all variants agree with the default");

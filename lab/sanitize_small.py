@@ -122,6 +122,17 @@ def decode() -> None:
                                                       causal=True, num_splits=splits, window_size=(20, 0))
                 flashattn.flash_attn_with_kvcache(q, pool_k, pool_v, cache_seqlens=plens, block_table=table,
                                                   seqused_k=plens + 1, num_splits=2)
+            # Long enough for the heuristic to split into runs of several key blocks (kHopperSplit on
+            # an H100, decode_prefer_split_config), contiguous and paged, a ragged last block.
+            b, hq, hk, d, sk, page = 1, 8, 4, 128, 4500, 64
+            q = rand(b, 1, hq, d, dtype=dtype)
+            kc, vc = rand(b, sk, hk, d, dtype=dtype), rand(b, sk, hk, d, dtype=dtype)
+            lens = torch.tensor([sk - 3], dtype=I32, device=dev)
+            flashattn.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens)
+            per_seq = -(-sk // page)
+            pool_k, pool_v = rand(per_seq + 2, page, hk, d, dtype=dtype), rand(per_seq + 2, page, hk, d, dtype=dtype)
+            table = torch.randperm(per_seq + 2, device=dev)[:per_seq].to(I32).view(1, per_seq)
+            flashattn.flash_attn_with_kvcache(q, pool_k, pool_v, cache_seqlens=lens, block_table=table)
 
 
 def _hopper() -> bool:

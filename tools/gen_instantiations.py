@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import pathlib
+import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -81,11 +82,12 @@ BWD_HEAD_DIMS = {
 BWD_SM90_HEAD_DIMS = (64, 128, 256)
 
 # Decoding: head dim (kDecodeHeadDims) -> variants with a DecodeTileConfig in
-# csrc/flash_decode/decode_traits.h. kHopper exists where decode_hopper_smem() is non-zero;
-# decode_dispatch.cu asserts every config the planner can pick has its entry.
+# csrc/flash_decode/decode_traits.h. kHopper and kHopperSplit exist where decode_hopper_smem()
+# and decode_hopper_split_smem() are non-zero; decode_dispatch.cu asserts every config the planner
+# can pick has its entry.
 DECODE_HEAD_DIMS = {
     64: ["kPortable"],
-    128: ["kPortable", "kHopper"],
+    128: ["kPortable", "kHopper", "kHopperSplit"],
     256: ["kPortable"],
 }
 
@@ -230,7 +232,7 @@ def decode() -> KernelPath:
         for d, variants in DECODE_HEAD_DIMS.items():
             for v in variants:
                 traits = f"DecodeTileConfig<{d}, DecodeVariant::{v}>::Traits"
-                suffix = "" if v == "kPortable" else f"_{v[1:].lower()}"
+                suffix = "" if v == "kPortable" else "_" + re.sub(r"(?<!^)([A-Z])", r"_\1", v[1:]).lower()
                 entries.append(Entry(f"FLASHATTN_DECODE_INSTANCE({ctype}, {d}, {v})", {
                     f"decode_{dname}_hdim{d}{suffix}.cu": [
                         f"template cudaError_t run_decode_split<{traits}, {ctype}>(\n",

@@ -14,7 +14,7 @@
 
 namespace flashattn {
 
-constexpr int kMaxKeySplits = 128;  // splits one combine handles (shared memory for the weights)
+constexpr int kMaxKeySplits = 128;  // splits one combine handles (kMaxKeySplits / 32 weights per lane)
 
 struct SplitCombineParams {
   // o_accum [num_splits, B, Hq, Sq, head_dim], lse_accum [num_splits, B, Hq, Sq]: float32,
@@ -26,7 +26,7 @@ struct SplitCombineParams {
   float* lse = nullptr;
   int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
   int batch = 0, heads_q = 0, seqlen_q = 0;
-  int head_dim = 0;  // a multiple of 4
+  int head_dim = 0;  // a multiple of 4, at most 256
   int num_splits = 1;
 };
 
@@ -64,15 +64,27 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
-// One warp per output row (b, hq, i), rows in [B, Hq, Sq] order like the LSE. The weights go
-// through shared memory once; then each lane owns 4 columns (D/4 <= 64: at most two passes) and
-// walks the splits with independent loads (unrolled), so the partials, still in L2 from the split
-// kernel, stream at full rate. Splits with lse_s = -inf (no key in that split) weigh exactly 0 and
-// their partial is 0, so empty splits need no special case; a row with no key anywhere gets
-// out = 0, lse = -inf.
-template <typename Element>
+// Output rows (b, hq, i) in [B, Hq, Sq] order like the LSE; each lane owns 4 columns (D/4 <= 64:
+// at most two passes). kRowWarps = 1: one warp per row, 4 rows per CTA (many rows, few splits).
+// kRowWarps = kCombineWarps: the CTA's 4 warps share one row, warp w taking splits w, w + 4, ...,
+// and their sums meet in shared memory (few rows, many splits: MQA at B=1 splits one tile 128 ways,
+// and one warp walking 128 partials waited for 16 round trips to L2).
+// Every load of a row is issued before any is used: each lane reads the LSEs of splits lane,
+// lane + 32, ... into registers and the first kCombinePrefetch partials of its warp's columns, so
+// a warp waits for one memory latency before its loop, not for a chain of them (read the LSEs,
+// reduce, read them again, then the partials: ~3 us of the small calls' 8-13 us). Splits with
+// lse_s = -inf (no key in that split) weigh exactly 0 and their partial is 0, so empty splits need
+// no special case; a row with no key anywhere gets out = 0, lse = -inf.
+constexpr int kCombinePrefetch = 8;
+static_assert(kMaxKeySplits % 32 == 0, "whole slots of 32 splits per lane");
+
+template <typename Element, int kRowWarps>
 __global__ void __launch_bounds__(kCombineWarps * 32) split_combine_kernel(const __grid_constant__ SplitCombineParams p) {
-  __shared__ float s_weight[kCombineWarps][kMaxKeySplits];
+  static_assert(kRowWarps == 1 || kRowWarps == kCombineWarps, "a row's warps are all of one CTA or one warp");
+  constexpr int kRowsPerCta = kCombineWarps / kRowWarps;
+  constexpr int kLsePerLane = kMaxKeySplits / 32;
+  __shared__ float s_weight[kCombineWarps][kMaxKeySplits];  // each warp's copy of its row's weights
+  __shared__ float4 s_acc[kRowWarps > 1 ? kCombineWarps : 1][kRowWarps > 1 ? 64 : 1];  // [warp][column / 4]
   // Launched programmatically (launch_split_combine), this CTA may start before the split kernel
   // has finished: wait here until that grid has completed and its partials are visible. Returns at
   // once for an ordinary launch.
@@ -81,23 +93,45 @@ __global__ void __launch_bounds__(kCombineWarps * 32) split_combine_kernel(const
 #endif
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
+  const int first = warp % kRowWarps;  // this warp's first split
   const int64_t rows_all = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kCombineWarps + warp;
-  if (row >= rows_all) return;  // warp-uniform; the kernel has no block-wide barrier
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerCta + warp / kRowWarps;
+  // Uniform per warp, and per CTA where its warps share the row (the barrier below).
+  if (row >= rows_all) return;
   const int splits = p.num_splits;
+  const int cols4 = p.head_dim / 4;
+  const int64_t split_stride = rows_all * p.head_dim;
+  const float* part = p.o_accum + row * p.head_dim;
+
+  float lse_s[kLsePerLane];
+#pragma unroll
+  for (int j = 0; j < kLsePerLane; ++j) {
+    const int s = j * 32 + lane;
+    lse_s[j] = s < splits ? __ldg(p.lse_accum + s * rows_all + row) : -INFINITY;
+  }
+  float4 pre[kCombinePrefetch];
+#pragma unroll
+  for (int k = 0; k < kCombinePrefetch; ++k) {
+    const int s = first + k * kRowWarps;
+    pre[k] = s < splits && lane < cols4 ? __ldg(reinterpret_cast<const float4*>(part + s * split_stride + lane * 4))
+                                        : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
 
   float m = -INFINITY;
-  for (int s = lane; s < splits; s += 32) m = fmaxf(m, p.lse_accum[s * rows_all + row]);
+#pragma unroll
+  for (int j = 0; j < kLsePerLane; ++j) m = fmaxf(m, lse_s[j]);
   m = warp_max(m);
   float lse = -INFINITY;
   if (m != -INFINITY) {
     float l = 0.f;
-    for (int s = lane; s < splits; s += 32) l += expf(p.lse_accum[s * rows_all + row] - m);
+#pragma unroll
+    for (int j = 0; j < kLsePerLane; ++j) l += expf(lse_s[j] - m);
     l = warp_sum(l);
     lse = m + logf(l);
   }
-  for (int s = lane; s < splits; s += 32)
-    s_weight[warp][s] = lse == -INFINITY ? 0.f : expf(p.lse_accum[s * rows_all + row] - lse);
+#pragma unroll
+  for (int j = 0; j < kLsePerLane; ++j)
+    s_weight[warp][j * 32 + lane] = lse == -INFINITY ? 0.f : expf(lse_s[j] - lse);
   __syncwarp();
 
   const int i = static_cast<int>(row % p.seqlen_q);
@@ -105,23 +139,50 @@ __global__ void __launch_bounds__(kCombineWarps * 32) split_combine_kernel(const
   const int head_q = static_cast<int>(bh % p.heads_q);
   const int batch = static_cast<int>(bh / p.heads_q);
   Element* out = static_cast<Element*>(p.o) + batch * p.o_batch_stride + i * p.o_row_stride + head_q * p.o_head_stride;
-  const int64_t split_stride = rows_all * p.head_dim;
-  const float* part = p.o_accum + row * p.head_dim;
-  for (int c4 = lane; c4 < p.head_dim / 4; c4 += 32) {
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    const float* src = part + c4 * 4;
-#pragma unroll 8
-    for (int s = 0; s < splits; ++s) {
-      const float w = s_weight[warp][s];
-      const float4 x = __ldg(reinterpret_cast<const float4*>(src + s * split_stride));
-      acc.x += w * x.x, acc.y += w * x.y, acc.z += w * x.z, acc.w += w * x.w;
-    }
+  auto store = [&](int c4, float4 acc) {
     uint2 packed;
     packed.x = pack2<Element>(acc.x, acc.y);
     packed.y = pack2<Element>(acc.z, acc.w);
     *reinterpret_cast<uint2*>(out + c4 * 4) = packed;
+  };
+  for (int pass = 0; pass * 32 < cols4; ++pass) {
+    const int c4 = pass * 32 + lane;
+    if (c4 >= cols4) break;  // lanes past the head dim: nothing to load or store (no shuffles below)
+    const float* src = part + c4 * 4;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    int s = first;
+    if (pass == 0) {
+#pragma unroll
+      for (int k = 0; k < kCombinePrefetch; ++k) {
+        const float w = s + k * kRowWarps < splits ? s_weight[warp][s + k * kRowWarps] : 0.f;
+        acc.x += w * pre[k].x, acc.y += w * pre[k].y, acc.z += w * pre[k].z, acc.w += w * pre[k].w;
+      }
+      s += kCombinePrefetch * kRowWarps;
+    }
+#pragma unroll 8
+    for (; s < splits; s += kRowWarps) {
+      const float w = s_weight[warp][s];
+      const float4 x = __ldg(reinterpret_cast<const float4*>(src + s * split_stride));
+      acc.x += w * x.x, acc.y += w * x.y, acc.z += w * x.z, acc.w += w * x.w;
+    }
+    if constexpr (kRowWarps == 1)
+      store(c4, acc);
+    else
+      s_acc[warp][c4] = acc;
   }
-  if (lane == 0) p.lse[row] = lse;
+  if constexpr (kRowWarps > 1) {
+    __syncthreads();
+    for (int c4 = threadIdx.x; c4 < cols4; c4 += kCombineWarps * 32) {
+      float4 acc = s_acc[0][c4];
+#pragma unroll
+      for (int w = 1; w < kRowWarps; ++w) {
+        const float4 x = s_acc[w][c4];
+        acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
+      }
+      store(c4, acc);
+    }
+  }
+  if (lane == 0 && first == 0) p.lse[row] = lse;
 }
 
 // Launches the combine on `stream` after the split kernel. programmatic: a programmatic dependent
@@ -130,10 +191,14 @@ __global__ void __launch_bounds__(kCombineWarps * 32) split_combine_kernel(const
 // path (it matters where the whole call is tens of microseconds).
 template <typename Element>
 cudaError_t launch_split_combine(const SplitCombineParams& p, cudaStream_t stream, bool programmatic) {
-  if (p.num_splits < 1 || p.num_splits > kMaxKeySplits || p.head_dim % 4 != 0) return cudaErrorInvalidValue;
+  if (p.num_splits < 1 || p.num_splits > kMaxKeySplits || p.head_dim % 4 != 0 || p.head_dim > 256)
+    return cudaErrorInvalidValue;
   const int64_t rows_all = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
   if (rows_all == 0) return cudaSuccess;
-  const int64_t blocks = (rows_all + kCombineWarps - 1) / kCombineWarps;
+  // More splits than one warp's prefetch: the CTA's warps share a row (see the kernel).
+  const bool wide = p.num_splits > kCombinePrefetch;
+  const int rows_per_cta = wide ? 1 : kCombineWarps;
+  const int64_t blocks = (rows_all + rows_per_cta - 1) / rows_per_cta;
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(blocks));
@@ -145,7 +210,8 @@ cudaError_t launch_split_combine(const SplitCombineParams& p, cudaStream_t strea
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = programmatic ? 1 : 0;
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, split_combine_kernel<Element>, p);
+  const cudaError_t err = wide ? cudaLaunchKernelEx(&cfg, split_combine_kernel<Element, kCombineWarps>, p)
+                               : cudaLaunchKernelEx(&cfg, split_combine_kernel<Element, 1>, p);
   if (err != cudaSuccess) return err;
   return cudaGetLastError();
 }

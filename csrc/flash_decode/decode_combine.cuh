@@ -65,6 +65,6 @@ __global__ void __launch_bounds__(256) kvcache_append_kernel(const __grid_consta
 }
 
 // The combine itself is ../common/split_combine.cuh (shared with the Hopper forward's key splits).
-static_assert(kDecodeMaxSplits <= kMaxKeySplits, "the combine's weight buffer holds every split");
+static_assert(kDecodeMaxSplits <= kMaxKeySplits, "the combine holds a weight for every split");
 
 }  // namespace flashattn

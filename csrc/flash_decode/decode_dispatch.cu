@@ -46,13 +46,14 @@ constexpr bool has_launcher(DType dtype, int head_dim, DecodeVariant variant) {
     if (l.dtype == dtype && l.head_dim == head_dim && l.variant == variant) return true;
   return false;
 }
-// Every config the planner can pick (decode_pick_variant: kPortable, and kHopper where the head dim
-// has one) is instantiated in each dtype (tools/gen_instantiations.py, DECODE_HEAD_DIMS).
+// Every config the planner can pick (kPortable; kHopper and kHopperSplit where the head dim has
+// them) is instantiated in each dtype (tools/gen_instantiations.py, DECODE_HEAD_DIMS).
 constexpr bool launchers_cover() {
   for (int d : kDecodeHeadDims)
     for (DType t : {DType::kFloat16, DType::kBFloat16})
       if (!has_launcher(t, d, DecodeVariant::kPortable) ||
-          (decode_hopper_smem(d) > 0 && !has_launcher(t, d, DecodeVariant::kHopper)))
+          (decode_hopper_smem(d) > 0 && !has_launcher(t, d, DecodeVariant::kHopper)) ||
+          (decode_hopper_split_smem(d) > 0 && !has_launcher(t, d, DecodeVariant::kHopperSplit)))
         return false;
   return true;
 }
@@ -78,22 +79,34 @@ bool params_ok(const DecodeParams& p) {
 }  // namespace
 
 cudaError_t flash_decode_plan(const DecodeParams& p, const DeviceLimits& dev, int requested_splits, DecodeParams* plan) {
-  const DecodeVariant variant = decode_pick_variant(decode_round_head_dim(p.head_dim), dev.cc_major, dev.max_smem_per_block);
+  const int kernel_head_dim = decode_round_head_dim(p.head_dim);
+  DecodeVariant variant = decode_pick_variant(kernel_head_dim, dev.cc_major, dev.max_smem_per_block);
   const DecodeLauncher* l = find_launcher(p.dtype, p.head_dim, variant);
   if (l == nullptr || !params_ok(p) || requested_splits < 0) return cudaErrorInvalidValue;
   const int group = p.heads_q / p.heads_kv;
   const int64_t rows = static_cast<int64_t>(p.seqlen_q) * group;
   const int64_t m_blocks = (rows + kDecodeBlockM - 1) / kDecodeBlockM;
   if (m_blocks > 0x7fffffffLL) return cudaErrorInvalidValue;
+  const bool paged = p.block_table != nullptr;
   int ctas = 1;
-  const cudaError_t err = l->ctas_per_sm(&ctas, p.block_table != nullptr);
+  cudaError_t err = l->ctas_per_sm(&ctas, paged);
   if (err != cudaSuccess) return err;
-  plan->num_m_blocks = static_cast<int>(m_blocks < 1 ? 1 : m_blocks);
-  plan->kernel_variant = static_cast<int>(variant);
   // Planned for the keys a tile can need: under a window, a few splits of the window rather than
   // many mostly-empty splits of the whole cache.
-  plan->num_splits = decode_plan_splits(requested_splits, m_blocks, p.batch, p.heads_kv, p.keys_needed(), l->block_n,
-                                        dev.sm_count, ctas);
+  const int64_t keys = p.keys_needed();
+  int splits = decode_plan_splits(requested_splits, m_blocks, p.batch, p.heads_kv, keys, l->block_n, dev.sm_count, ctas);
+  if (variant == DecodeVariant::kHopper && requested_splits == 0 &&
+      decode_prefer_split_config(kernel_head_dim, dev.max_smem_per_block, splits, (keys + l->block_n - 1) / l->block_n)) {
+    const DecodeLauncher* ls = find_launcher(p.dtype, p.head_dim, DecodeVariant::kHopperSplit);
+    if (ls == nullptr) return cudaErrorInvalidValue;
+    err = ls->ctas_per_sm(&ctas, paged);
+    if (err != cudaSuccess) return err;
+    variant = DecodeVariant::kHopperSplit;
+    splits = decode_plan_splits(0, m_blocks, p.batch, p.heads_kv, keys, ls->block_n, dev.sm_count, ctas);
+  }
+  plan->num_m_blocks = static_cast<int>(m_blocks < 1 ? 1 : m_blocks);
+  plan->kernel_variant = static_cast<int>(variant);
+  plan->num_splits = splits;
   return cudaSuccess;
 }
 
@@ -143,10 +156,10 @@ cudaError_t flash_decode(const DecodeParams& p_in, cudaStream_t stream) {
   if (rows_all == 0) return cudaSuccess;
   cudaError_t err = l->launch(p, stream);
   if (err != cudaSuccess || p.num_splits == 1) return err;
-  // Programmatic dependent launch for the kHopper config (always an sm90+ device): the combine
-  // grid is scheduled while the split grid still runs (../common/split_combine.cuh); it matters at
-  // B=1, where the whole call is tens of microseconds.
-  const bool programmatic = p.kernel_variant == static_cast<int>(DecodeVariant::kHopper);
+  // Programmatic dependent launch for the sm90 configs (kHopper, kHopperSplit: always an sm90+
+  // device): the combine grid is scheduled while the split grid still runs
+  // (../common/split_combine.cuh); it matters at B=1, where the whole call is tens of microseconds.
+  const bool programmatic = p.kernel_variant != static_cast<int>(DecodeVariant::kPortable);
   const SplitCombineParams c = split_combine_params(p, p.o_accum, p.lse_accum, p.num_splits);
   return p.dtype == DType::kBFloat16 ? launch_split_combine<__nv_bfloat16>(c, stream, programmatic)
                                      : launch_split_combine<__half>(c, stream, programmatic);

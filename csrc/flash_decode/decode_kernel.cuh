@@ -173,8 +173,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
           const int i = g * kPassesPerGroup + j;  // the pass: rows row0 + i * kRowsPerPass of the tile
           const bool pred = col_ok && gkey0 + row0 + j * kRowsPerPass < key_end;
           const uint32_t dst_off = off + i * kRowsPerPass * kStride * 2;
-          cp_async_16(k_dst + dst_off, kg + j * kRowsPerPass * p.k_row_stride, pred);
-          cp_async_16(v_dst + dst_off, vg + j * kRowsPerPass * p.v_row_stride, pred);
+          cp_async_16_l2<Traits::kL2Prefetch>(k_dst + dst_off, kg + j * kRowsPerPass * p.k_row_stride, pred);
+          cp_async_16_l2<Traits::kL2Prefetch>(v_dst + dst_off, vg + j * kRowsPerPass * p.v_row_stride, pred);
         }
         cursor.next();
       }
@@ -185,8 +185,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
       for (int i = 0; i < Traits::kPasses; ++i) {
         const bool pred = col_ok && key0 + row0 + i * kRowsPerPass < key_end;
         const uint32_t dst_off = off + i * kRowsPerPass * kStride * 2;
-        cp_async_16(k_dst + dst_off, pred ? kp : k_src, pred);
-        cp_async_16(v_dst + dst_off, pred ? vp : v_src, pred);
+        cp_async_16_l2<Traits::kL2Prefetch>(k_dst + dst_off, pred ? kp : k_src, pred);
+        cp_async_16_l2<Traits::kL2Prefetch>(v_dst + dst_off, pred ? vp : v_src, pred);
         kp += kRowsPerPass * p.k_row_stride;
         vp += kRowsPerPass * p.v_row_stride;
       }

@@ -47,12 +47,14 @@ struct DecodePageCursor {
   }
 };
 
-template <int kHeadDim_, int kNWarps_, int kStages_>
+template <int kHeadDim_, int kNWarps_, int kStages_, int kL2Prefetch_ = 0>
 struct DecodeKernelTraits {
   static constexpr int kHeadDim = kHeadDim_;  // head dim the tile is built for (runtime d <= this)
   static constexpr int kNWarps = kNWarps_;
   static constexpr int kNThreads = kNWarps * 32;
   static constexpr int kStages = kStages_;
+  // L2 prefetch hint of the K/V copies in bytes (0: none; ../common/ptx.cuh cp_async_16_l2).
+  static constexpr int kL2Prefetch = kL2Prefetch_;
 
   static constexpr int kBlockM = kDecodeBlockM;  // packed query rows per CTA: one m16 tile
   static constexpr int kWarpN = 16;   // keys per warp per step: two n8 tiles of S, one k16 slice of P V
@@ -89,43 +91,62 @@ struct DecodeKernelTraits {
   static_assert(kSmemQBytes % 128 == 0 && kSmemRingBytes % 16 == 0, "16-byte aligned regions");
 };
 
-// Two kinds of config. kPortable, one per head dim, every one under the 99 KB per block of
+// Three kinds of config. kPortable, one per head dim, every one under the 99 KB per block of
 // sm86/sm89, so a single instantiation serves sm80, sm89 and sm90: on the H100 (228 KB per SM)
 // they run 3, 3 and 2 CTAs per SM, i.e. 96-110 KB of K/V in flight per SM at steady state, far
-// above the ~25 KB/us * ~1.5 us latency that 3.3 TB/s over 132 SMs needs. kHopper, D = 128 only:
-// 8 warps (128-key steps) at one CTA per SM; on the H100 it reads K/V 1.6-2.3% faster at B >= 8
-// and 4-9% at B = 1 than kPortable, each with its own split plan (lab/decode_lab.cu, alternating
-// samples; docs/perf-notes.md "Decode, kHopper config"). Its 142 KB fit sm80's 163 KB too, but it
-// was measured only on sm90, so the planner picks it there only (decode_pick_variant).
-enum class DecodeVariant : int { kPortable = 0, kHopper = 1 };
+// above the ~25 KB/us * ~1.5 us latency that 3.3 TB/s over 132 SMs needs. Two sm90 configs for
+// D = 128, each at one CTA per SM, their K/V copies with a 256-byte L2 prefetch hint (+1.2-1.7% on
+// the bandwidth-bound shapes, lab/decode_lab.cu, docs/perf-notes.md "Decode under graph replay"):
+//   kHopper       8 warps, 128-key steps, 2 stages: the large grids that need no split (B >= 64 at
+//                 GQA 32:8); read K/V 1.6-2.3% faster at B >= 8 and 4-9% at B = 1 than kPortable;
+//   kHopperSplit  4 warps, 64-key steps, 4 stages: three blocks in flight, where kHopper's plan
+//                 splits the keys and gives each split two or more of its blocks (small batches:
+//                 a split's CTA streams a few blocks, latency-bound, often from L2): +2-7%.
+// Their 142 KB fit sm80's 163 KB too, but they were measured only on sm90, so the planner picks
+// them there only (decode_pick_variant, decode_prefer_split_config).
+enum class DecodeVariant : int { kPortable = 0, kHopper = 1, kHopperSplit = 2 };
 
 template <int kHeadDim, DecodeVariant kVariant = DecodeVariant::kPortable>
 struct DecodeTileConfig;
 
-#define FLASHATTN_DECODE_CONFIG(D, V, NW, ST)                  \
+#define FLASHATTN_DECODE_CONFIG(D, V, NW, ST, PF)              \
   template <>                                                 \
   struct DecodeTileConfig<D, DecodeVariant::V> {              \
-    using Traits = DecodeKernelTraits<D, NW, ST>;             \
+    using Traits = DecodeKernelTraits<D, NW, ST, PF>;         \
   }
 
-//                      head dim variant   warps stages    BlockN   smem (bytes)
-FLASHATTN_DECODE_CONFIG(64,  kPortable, 4, 3);  //          64       58432 (57.1 KB)
-FLASHATTN_DECODE_CONFIG(128, kPortable, 4, 2);  //          64       74816 (73.1 KB)
-FLASHATTN_DECODE_CONFIG(256, kPortable, 2, 2);  //          32       76480 (74.7 KB)
-FLASHATTN_DECODE_CONFIG(128, kHopper,   8, 2);  //         128      145216 (141.8 KB)
+//                      head dim variant      warps stages L2 prefetch  BlockN   smem (bytes)
+FLASHATTN_DECODE_CONFIG(64,  kPortable,    4, 3, 0);    //          64       58432 (57.1 KB)
+FLASHATTN_DECODE_CONFIG(128, kPortable,    4, 2, 0);    //          64       74816 (73.1 KB)
+FLASHATTN_DECODE_CONFIG(256, kPortable,    2, 2, 0);    //          32       76480 (74.7 KB)
+FLASHATTN_DECODE_CONFIG(128, kHopper,      8, 2, 256);  //         128      145216 (141.8 KB)
+FLASHATTN_DECODE_CONFIG(128, kHopperSplit, 4, 4, 256);  //          64      144448 (141.1 KB)
 
 #undef FLASHATTN_DECODE_CONFIG
 
-// Shared memory of the kHopper config for a kernel head dim; 0 where there is none.
+// Shared memory of the kHopper (kHopperSplit) config for a kernel head dim; 0 where there is none.
 constexpr int decode_hopper_smem(int kernel_head_dim) {
   return kernel_head_dim == 128 ? DecodeTileConfig<128, DecodeVariant::kHopper>::Traits::kSmemBytes : 0;
 }
+constexpr int decode_hopper_split_smem(int kernel_head_dim) {
+  return kernel_head_dim == 128 ? DecodeTileConfig<128, DecodeVariant::kHopperSplit>::Traits::kSmemBytes : 0;
+}
 
-// The config the planner runs: kHopper where the head dim has one, the GPU is sm90 or newer and
-// its per-block opt-in shared memory holds it; kPortable everywhere else.
+// The config the planner starts from: kHopper where the head dim has one, the GPU is sm90 or newer
+// and its per-block opt-in shared memory holds it; kPortable everywhere else.
 constexpr DecodeVariant decode_pick_variant(int kernel_head_dim, int cc_major, int max_smem_per_block) {
   const int smem = decode_hopper_smem(kernel_head_dim);
   return smem > 0 && cc_major >= 9 && smem <= max_smem_per_block ? DecodeVariant::kHopper : DecodeVariant::kPortable;
+}
+
+// After planning kHopper's splits itself (the heuristic's, none requested): whether to run
+// kHopperSplit instead (and plan again with its block N). Yes where that plan splits the keys and
+// leaves each split two or more key blocks (n_blocks > splits): the splits' CTAs are short and
+// latency-bound, and three blocks in flight beat one. With one block per split (B=1 Sk=1k) the
+// deeper ring has nothing to overlap (measured 0.98x), so kHopper stays.
+constexpr bool decode_prefer_split_config(int kernel_head_dim, int max_smem_per_block, int splits, int64_t n_blocks) {
+  const int smem = decode_hopper_split_smem(kernel_head_dim);
+  return smem > 0 && smem <= max_smem_per_block && splits > 1 && n_blocks > splits;
 }
 
 constexpr int kDecodeHeadDims[] = {64, 128, 256};

@@ -337,6 +337,11 @@ def test_selected_impls(monkeypatch):
     assert bc.selected_impls(bc.DEFAULT_IMPLS) == list(bc.DEFAULT_IMPLS)
     monkeypatch.setenv("FLASHATTN_BENCH_IMPLS", "flashattn, sdpa-cudnn,flashattn-portable")
     assert bc.selected_impls(bc.DEFAULT_IMPLS) == ["flashattn", "sdpa-cudnn", "flashattn-portable"]
+    # One list for every grid: a decode variant's name is known, and a grid runs only its own.
+    monkeypatch.setenv("FLASHATTN_BENCH_IMPLS", "flashattn,sdpa-default,fa3,copy-floor")
+    assert bc.selected_impls(bc.DEFAULT_IMPLS) == ["flashattn", "sdpa-default", "fa3"]
+    assert bc.selected_impls(("flashattn", "flashattn-paged16", "sdpa-default", "fa3", "copy-floor")) == [
+        "flashattn", "sdpa-default", "fa3", "copy-floor"]
     monkeypatch.setenv("FLASHATTN_BENCH_IMPLS", "flashattn,nope")
     with pytest.raises(ValueError, match="nope"):
         bc.selected_impls(bc.DEFAULT_IMPLS)

@@ -323,6 +323,8 @@ def test_torch_compile_fullgraph_carries_the_paged_append() -> None:
 
 # ==== split heuristic and tile configs (plain C++, host compiler) =================================
 
+VARIANTS = ("portable", "hopper", "hopper_split")  # DecodeVariant's values, in order
+
 _HEURISTIC_PROBE = r"""
 #include <cstdio>
 #include <initializer_list>
@@ -335,7 +337,7 @@ template <int D, DecodeVariant V> void config() {
 }
 int main() {
   config<64, DecodeVariant::kPortable>(); config<128, DecodeVariant::kPortable>(); config<256, DecodeVariant::kPortable>();
-  config<128, DecodeVariant::kHopper>();
+  config<128, DecodeVariant::kHopper>(); config<128, DecodeVariant::kHopperSplit>();
   // pick kernel_head_dim cc_major max_smem_per_block -> variant
   for (int d : {64, 128, 256})
     for (auto cc : {std::pair{8, 101376}, std::pair{8, 166912}, std::pair{9, 232448}, std::pair{9, 101376}, std::pair{10, 232448}})
@@ -347,6 +349,10 @@ int main() {
   const int sms[][2] = {{132, 3}, {132, 2}, {108, 2}, {58, 1}};
   for (long t : tiles) for (long n : blocks) for (auto& s : sms) for (int req : {0, 1, 2, 7, 100, 1000})
     std::printf("split %d %ld %ld %d %d %d\n", req, t, n, s[0], s[1], decode_num_splits(req, t, n, s[0], s[1]));
+  // prefer kernel_head_dim max_smem_per_block splits n_blocks -> kHopperSplit instead of kHopper
+  for (int d : {64, 128, 256}) for (int smem : {101376, 232448}) for (int s : {1, 2, 8, 16})
+    for (long n : {1L, 2L, 8L, 9L, 16L, 32L, 1024L})
+      std::printf("prefer %d %d %d %ld %d\n", d, smem, s, n, int(decode_prefer_split_config(d, smem, s, n)));
 }
 """
 
@@ -354,15 +360,17 @@ int main() {
 @pytest.fixture(scope="module")
 def heuristic_table(tmp_path_factory) -> dict:
     lines = run_cpp_probe(tmp_path_factory, "decode_heuristic", _HEURISTIC_PROBE)
-    table: dict = {"config": {}, "round": {}, "split": {}, "pick": {}}
+    table: dict = {"config": {}, "round": {}, "split": {}, "pick": {}, "prefer": {}}
     for line in lines:
         kind, *vals = line.split()
         vals = [int(x) for x in vals]
         if kind == "config":
-            variant = ("portable", "hopper")[vals[1]]
+            variant = VARIANTS[vals[1]]
             table["config"][(vals[0], variant)] = dict(warps=vals[2], stages=vals[3], block_n=vals[4], smem=vals[5])
         elif kind == "pick":
-            table["pick"][tuple(vals[:3])] = ("portable", "hopper")[vals[3]]
+            table["pick"][tuple(vals[:3])] = VARIANTS[vals[3]]
+        elif kind == "prefer":
+            table["prefer"][tuple(vals[:4])] = bool(vals[4])
         elif kind == "round":
             table["round"][vals[0]] = vals[1]
         else:
@@ -372,13 +380,16 @@ def heuristic_table(tmp_path_factory) -> dict:
 
 def test_every_decode_config_fits_its_targets(heuristic_table: dict) -> None:
     """The portable configs (one per head dim) serve sm80, sm89 and sm90: each is under the L4's
-    99 KB per block. The Hopper config (D=128) is over it and must fit the H100's 227 KB."""
+    99 KB per block. The Hopper configs (D=128) are over it and must fit the H100's 227 KB."""
     configs = heuristic_table["config"]
-    assert set(configs) == {(64, "portable"), (128, "portable"), (256, "portable"), (128, "hopper")}
+    assert set(configs) == {(64, "portable"), (128, "portable"), (256, "portable"), (128, "hopper"),
+                            (128, "hopper_split")}
     for (d, variant), c in configs.items():
         assert c["smem"] <= (99 if variant == "portable" else 227) * 1024, (d, variant, c)
         assert c["block_n"] == 16 * c["warps"] and c["stages"] >= 2, (d, variant, c)
-    assert configs[(128, "hopper")]["smem"] > 99 * 1024, "else it would not need to be sm90-only"
+    for variant in ("hopper", "hopper_split"):
+        assert configs[(128, variant)]["smem"] > 99 * 1024, "else it would not need to be sm90-only"
+    assert configs[(128, "hopper_split")]["stages"] > configs[(128, "hopper")]["stages"], "more blocks in flight"
 
 
 def test_hopper_decode_config_only_where_measured_and_it_fits(heuristic_table: dict) -> None:
@@ -390,6 +401,18 @@ def test_hopper_decode_config_only_where_measured_and_it_fits(heuristic_table: d
         expected = "hopper" if d == 128 and cc >= 9 and smem >= hopper_smem else "portable"
         assert variant == expected, (d, cc, smem, variant)
     assert pick[(128, 9, 232448)] == "hopper" and pick[(128, 8, 166912)] == "portable"
+
+
+def test_split_config_only_where_khopper_splits_into_runs_of_blocks(heuristic_table: dict) -> None:
+    """kHopperSplit replaces kHopper only for D=128 where its shared memory fits and kHopper's own
+    plan splits the keys into runs of two or more blocks; one block per split, no split, another
+    head dim or a GPU without the shared memory keep the plan's config."""
+    prefer = heuristic_table["prefer"]
+    split_smem = heuristic_table["config"][(128, "hopper_split")]["smem"]
+    assert prefer, "the probe printed no rows"
+    for (d, smem, splits, n_blocks), chosen in prefer.items():
+        assert chosen == (d == 128 and smem >= split_smem and splits > 1 and n_blocks > splits), (d, smem, splits, n_blocks)
+    assert prefer[(128, 232448, 16, 32)] and not prefer[(128, 232448, 8, 8)] and not prefer[(128, 232448, 1, 1024)]
 
 
 def test_every_head_dim_maps_to_a_kernel(heuristic_table: dict) -> None:
@@ -461,7 +484,7 @@ template <int D, DecodeVariant V> void check() {
 }
 int main() {
   check<64, DecodeVariant::kPortable>(); check<128, DecodeVariant::kPortable>(); check<256, DecodeVariant::kPortable>();
-  check<128, DecodeVariant::kHopper>();
+  check<128, DecodeVariant::kHopper>(); check<128, DecodeVariant::kHopperSplit>();
 }
 """
 
@@ -473,7 +496,7 @@ def test_paged_row_mapping_of_every_decode_config(tmp_path_factory) -> None:
     lines = run_cpp_probe(tmp_path_factory, "decode_pages", _PAGE_PROBE)
     assert not [line for line in lines if line.startswith("bad")], lines[:10]
     mapped = [line.split() for line in lines if line.startswith("mapping")]
-    assert len(mapped) == 4, lines
+    assert len(mapped) == 5, lines
     for _, d, variant, checked, wrong, rows_per_pass, block_n in mapped:
         assert int(checked) > 0 and int(wrong) == 0, (d, variant, checked, wrong)
         assert 16 % int(rows_per_pass) == 0 and int(block_n) % 16 == 0, (d, variant, rows_per_pass, block_n)
@@ -682,6 +705,11 @@ LONG_CASES = [
     _spec(seqlen_k_max=20000, cache_lens=(19990, 300), seqlen_q=4, seqlen_new=4, causal=True, window=(1000, 0), num_splits=16),
     _spec(seqlen_k_max=9000, cache_lens=(8000, 10), head_dim=256, heads_q=16, heads_kv=2, seqlen_q=8, window=(500, 3), softcap=30.0),
     _spec(seqlen_k_max=5000, cache_lens=(4999, 2000), magnitude=30.0, softcap=50.0, dtype=F16, causal=True),
+    # D=128 small batches whose heuristic plan runs kHopperSplit on sm90 (several key blocks per
+    # split, decode_prefer_split_config): full and ragged caches, an append, fp16, a window
+    _spec(batch=1, seqlen_k_max=4096, cache_lens=4096),
+    _spec(batch=3, seqlen_k_max=1100, cache_lens=(1099, 517, 1), seqlen_new=1, causal=True, dtype=F16),
+    _spec(batch=1, seqlen_k_max=16400, cache_lens=16383, seqlen_q=3, seqlen_new=3, causal=True, window=(2000, 0)),
 ]
 
 
@@ -939,6 +967,9 @@ PAGED_CASES = [
     # pages larger than every key tile, page of one key tile, the heuristic
     (_spec(seqlen_k_max=33000, cache_lens=(32999, 1025), seqlen_new=1, causal=True, num_splits=0), 256),
     (_spec(seqlen_k_max=8192, cache_lens=(8000, 4096), seqlen_new=1, num_splits=0), 128),
+    # the heuristic's kHopperSplit on sm90 (B=1, several 128-key blocks per split) through the table
+    (_spec(batch=1, seqlen_k_max=4096, cache_lens=4095, seqlen_new=1, causal=True, num_splits=0), 16),
+    (_spec(batch=1, seqlen_k_max=4096, cache_lens=4096, num_splits=0), 64),
 ] + [
     # splits 1..many over long caches, every benchmarked page size
     (_spec(batch=3, seqlen_k_max=4096, cache_lens=(4000, 17, 2049), seqlen_new=1, causal=True, num_splits=s), page)
