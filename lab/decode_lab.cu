@@ -1,7 +1,8 @@
 // The split-KV decode kernel's tile configs side by side, without torch: for the decode-kv grid's
-// shapes (bf16, D=128, GQA 32:8, Sq=1, full caches), every variant below against the config the
-// library runs on sm90 (DecodeTileConfig<128, kHopper>), each with its own split plan (its own block
-// N and CTAs per SM through the shipped heuristic) and the library's combine, replayed from CUDA
+// shapes (bf16, D=128, GQA 32:8, Sq=1, full caches), every variant below against what the library
+// runs on sm90 (kHopper, or kHopperSplit wherever kHopper's plan splits the keys), each with
+// its own split plan (its own block N and CTAs per SM through the shipped heuristic, times a factor
+// for the -x2 variants) and the library's combine, replayed from CUDA
 // graphs in alternating samples so clock drift hits both alike, and checked against the baseline's
 // output. Bandwidth = K/V bytes read / time (above the DRAM's where the caches sit in L2).
 //
@@ -58,13 +59,17 @@ struct Buffers {
 static DeviceLimits g_dev;
 
 // One config: plan (its own block N and occupancy), split kernel, combine kernel.
-template <typename Traits>
+template <typename Traits, int kSplitFactor = 1>
 struct Config {
+  // The shipped heuristic's split count for this config (times kSplitFactor, clamped as a request).
   static DecodeParams plan(DecodeParams p) {
     int ctas = 1;
     CK((decode_ctas_per_sm<Traits, T>(&ctas)));
     p.num_splits = decode_plan_splits(0, p.num_m_blocks, p.batch, p.heads_kv, p.seqlen_k_max, Traits::kBlockN,
                                       g_dev.sm_count, ctas);
+    if (kSplitFactor > 1)
+      p.num_splits = decode_plan_splits(p.num_splits * kSplitFactor, p.num_m_blocks, p.batch, p.heads_kv,
+                                        p.seqlen_k_max, Traits::kBlockN, g_dev.sm_count, ctas);
     return p;
   }
   // The combine as the library launches it on sm90: programmatically dependent on the split grid.
@@ -75,6 +80,28 @@ struct Config {
   }
 };
 
+// The baseline: what the library runs on an sm90 GPU, kHopper or, where its plan splits the keys,
+// kHopperSplit with its own plan (flash_decode_plan, decode_prefer_split_config).
+struct Library {
+  using Hopper = DecodeTileConfig<128, DecodeVariant::kHopper>::Traits;
+  using Split = DecodeTileConfig<128, DecodeVariant::kHopperSplit>::Traits;
+  static DecodeParams plan(DecodeParams p) {
+    p = Config<Hopper>::plan(p);
+    p.kernel_variant = static_cast<int>(DecodeVariant::kHopper);
+    if (decode_prefer_split_config(128, g_dev.max_smem_per_block, p.num_splits)) {
+      p = Config<Split>::plan(p);
+      p.kernel_variant = static_cast<int>(DecodeVariant::kHopperSplit);
+    }
+    return p;
+  }
+  static void run(const DecodeParams& p, cudaStream_t stream) {
+    if (p.kernel_variant == static_cast<int>(DecodeVariant::kHopperSplit))
+      Config<Split>::run(p, stream);
+    else
+      Config<Hopper>::run(p, stream);
+  }
+};
+
 struct Variant {
   const char* name;
   DecodeParams (*plan)(DecodeParams);
@@ -82,22 +109,20 @@ struct Variant {
   int block_n, smem;
 };
 
-#define VARIANT(NAME, W, ST, PF)                                                                                  \
-  Variant {                                                                                                 \
-    NAME, &Config<DecodeKernelTraits<128, W, ST, PF>>::plan, &Config<DecodeKernelTraits<128, W, ST, PF>>::run,        \
-        DecodeKernelTraits<128, W, ST, PF>::kBlockN, DecodeKernelTraits<128, W, ST, PF>::kSmemBytes                  \
+#define VARIANT(NAME, W, ST, PF, X)                                                                   \
+  Variant {                                                                                         \
+    NAME, &Config<DecodeKernelTraits<128, W, ST, PF>, X>::plan, &Config<DecodeKernelTraits<128, W, ST, PF>, X>::run, \
+        DecodeKernelTraits<128, W, ST, PF>::kBlockN, DecodeKernelTraits<128, W, ST, PF>::kSmemBytes   \
   }
 
-// The baseline: the config the library runs on an sm90 GPU (kHopper).
-using Default = DecodeTileConfig<128, DecodeVariant::kHopper>::Traits;
-static const Variant kDefault{"default", &Config<Default>::plan, &Config<Default>::run, Default::kBlockN,
-                              Default::kSmemBytes};
+static const Variant kDefault{"library", &Library::plan, &Library::run, 0, Library::Hopper::kSmemBytes};
 static const Variant kVariants[] = {
-    VARIANT("w4-s4", 4, 4, 0),      // 64-key steps, three blocks in flight
-    VARIANT("w8-s2-p128", 8, 2, 128),  // the baseline's tiles, K/V copies with an L2 prefetch hint
-    VARIANT("w8-s2-p256", 8, 2, 256),
-    VARIANT("w4-s4-p256", 4, 4, 256),
-    VARIANT("w4-s3-p256", 4, 3, 256),  // two CTAs per SM
+    VARIANT("w8-s2-p256", 8, 2, 256, 1),     // kHopper everywhere
+    VARIANT("w4-s4-p256", 4, 4, 256, 1),     // kHopperSplit everywhere
+    VARIANT("w4-s4-p256-x2", 4, 4, 256, 2),  // twice the splits: two waves of shorter CTAs
+    VARIANT("w4-s3-p256", 4, 3, 256, 1),     // two CTAs per SM, two blocks in flight each
+    VARIANT("w4-s3-p256-x2", 4, 3, 256, 2),
+    VARIANT("w4-s4", 4, 4, 0, 1),            // kHopperSplit without the L2 prefetch hint
 };
 
 // `reps` calls of a config captured in one CUDA graph: kernel time without the host's launches,

@@ -122,7 +122,7 @@ def decode() -> None:
                                                       causal=True, num_splits=splits, window_size=(20, 0))
                 flashattn.flash_attn_with_kvcache(q, pool_k, pool_v, cache_seqlens=plens, block_table=table,
                                                   seqused_k=plens + 1, num_splits=2)
-            # Long enough for the heuristic to split into runs of several key blocks (kHopperSplit on
+            # Long enough for the heuristic to split the keys into runs of several blocks (kHopperSplit on
             # an H100, decode_prefer_split_config), contiguous and paged, a ragged last block.
             b, hq, hk, d, sk, page = 1, 8, 4, 128, 4500, 64
             q = rand(b, 1, hq, d, dtype=dtype)

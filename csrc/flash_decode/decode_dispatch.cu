@@ -96,7 +96,7 @@ cudaError_t flash_decode_plan(const DecodeParams& p, const DeviceLimits& dev, in
   const int64_t keys = p.keys_needed();
   int splits = decode_plan_splits(requested_splits, m_blocks, p.batch, p.heads_kv, keys, l->block_n, dev.sm_count, ctas);
   if (variant == DecodeVariant::kHopper && requested_splits == 0 &&
-      decode_prefer_split_config(kernel_head_dim, dev.max_smem_per_block, splits, (keys + l->block_n - 1) / l->block_n)) {
+      decode_prefer_split_config(kernel_head_dim, dev.max_smem_per_block, splits)) {
     const DecodeLauncher* ls = find_launcher(p.dtype, p.head_dim, DecodeVariant::kHopperSplit);
     if (ls == nullptr) return cudaErrorInvalidValue;
     err = ls->ctas_per_sm(&ctas, paged);

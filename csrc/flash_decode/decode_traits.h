@@ -99,9 +99,9 @@ struct DecodeKernelTraits {
 // the bandwidth-bound shapes, lab/decode_lab.cu, docs/perf-notes.md "Decode under graph replay"):
 //   kHopper       8 warps, 128-key steps, 2 stages: the large grids that need no split (B >= 64 at
 //                 GQA 32:8); read K/V 1.6-2.3% faster at B >= 8 and 4-9% at B = 1 than kPortable;
-//   kHopperSplit  4 warps, 64-key steps, 4 stages: three blocks in flight, where kHopper's plan
-//                 splits the keys and gives each split two or more of its blocks (small batches:
-//                 a split's CTA streams a few blocks, latency-bound, often from L2): +2-7%.
+//   kHopperSplit  4 warps, 64-key steps, 4 stages: three blocks in flight, wherever kHopper's plan
+//                 splits the keys (small batches: a split's CTA streams a few blocks, latency-bound,
+//                 often from L2): +3-16%.
 // Their 142 KB fit sm80's 163 KB too, but they were measured only on sm90, so the planner picks
 // them there only (decode_pick_variant, decode_prefer_split_config).
 enum class DecodeVariant : int { kPortable = 0, kHopper = 1, kHopperSplit = 2 };
@@ -140,13 +140,12 @@ constexpr DecodeVariant decode_pick_variant(int kernel_head_dim, int cc_major, i
 }
 
 // After planning kHopper's splits itself (the heuristic's, none requested): whether to run
-// kHopperSplit instead (and plan again with its block N). Yes where that plan splits the keys and
-// leaves each split two or more key blocks (n_blocks > splits): the splits' CTAs are short and
-// latency-bound, and three blocks in flight beat one. With one block per split (B=1 Sk=1k) the
-// deeper ring has nothing to overlap (measured 0.98x), so kHopper stays.
-constexpr bool decode_prefer_split_config(int kernel_head_dim, int max_smem_per_block, int splits, int64_t n_blocks) {
+// kHopperSplit instead (and plan again with its block N). Yes wherever that plan splits the keys:
+// the splits' CTAs are short and latency-bound; three blocks in flight beat one, and 64-key blocks
+// allow twice the splits where kHopper's ran out of blocks (B=1 Sk=1k: 16 CTAs per KV head, not 8).
+constexpr bool decode_prefer_split_config(int kernel_head_dim, int max_smem_per_block, int splits) {
   const int smem = decode_hopper_split_smem(kernel_head_dim);
-  return smem > 0 && smem <= max_smem_per_block && splits > 1 && n_blocks > splits;
+  return smem > 0 && smem <= max_smem_per_block && splits > 1;
 }
 
 constexpr int kDecodeHeadDims[] = {64, 128, 256};

@@ -349,10 +349,9 @@ int main() {
   const int sms[][2] = {{132, 3}, {132, 2}, {108, 2}, {58, 1}};
   for (long t : tiles) for (long n : blocks) for (auto& s : sms) for (int req : {0, 1, 2, 7, 100, 1000})
     std::printf("split %d %ld %ld %d %d %d\n", req, t, n, s[0], s[1], decode_num_splits(req, t, n, s[0], s[1]));
-  // prefer kernel_head_dim max_smem_per_block splits n_blocks -> kHopperSplit instead of kHopper
-  for (int d : {64, 128, 256}) for (int smem : {101376, 232448}) for (int s : {1, 2, 8, 16})
-    for (long n : {1L, 2L, 8L, 9L, 16L, 32L, 1024L})
-      std::printf("prefer %d %d %d %ld %d\n", d, smem, s, n, int(decode_prefer_split_config(d, smem, s, n)));
+  // prefer kernel_head_dim max_smem_per_block splits -> kHopperSplit instead of kHopper
+  for (int d : {64, 128, 256}) for (int smem : {101376, 232448}) for (int s : {1, 2, 8, 16, 128})
+    std::printf("prefer %d %d %d %d\n", d, smem, s, int(decode_prefer_split_config(d, smem, s)));
 }
 """
 
@@ -370,7 +369,7 @@ def heuristic_table(tmp_path_factory) -> dict:
         elif kind == "pick":
             table["pick"][tuple(vals[:3])] = VARIANTS[vals[3]]
         elif kind == "prefer":
-            table["prefer"][tuple(vals[:4])] = bool(vals[4])
+            table["prefer"][tuple(vals[:3])] = bool(vals[3])
         elif kind == "round":
             table["round"][vals[0]] = vals[1]
         else:
@@ -403,16 +402,16 @@ def test_hopper_decode_config_only_where_measured_and_it_fits(heuristic_table: d
     assert pick[(128, 9, 232448)] == "hopper" and pick[(128, 8, 166912)] == "portable"
 
 
-def test_split_config_only_where_khopper_splits_into_runs_of_blocks(heuristic_table: dict) -> None:
+def test_split_config_only_where_khopper_splits(heuristic_table: dict) -> None:
     """kHopperSplit replaces kHopper only for D=128 where its shared memory fits and kHopper's own
-    plan splits the keys into runs of two or more blocks; one block per split, no split, another
-    head dim or a GPU without the shared memory keep the plan's config."""
+    plan splits the keys; no split, another head dim or a GPU without the shared memory keep the
+    plan's config."""
     prefer = heuristic_table["prefer"]
     split_smem = heuristic_table["config"][(128, "hopper_split")]["smem"]
     assert prefer, "the probe printed no rows"
-    for (d, smem, splits, n_blocks), chosen in prefer.items():
-        assert chosen == (d == 128 and smem >= split_smem and splits > 1 and n_blocks > splits), (d, smem, splits, n_blocks)
-    assert prefer[(128, 232448, 16, 32)] and not prefer[(128, 232448, 8, 8)] and not prefer[(128, 232448, 1, 1024)]
+    for (d, smem, splits), chosen in prefer.items():
+        assert chosen == (d == 128 and smem >= split_smem and splits > 1), (d, smem, splits)
+    assert prefer[(128, 232448, 2)] and not prefer[(128, 232448, 1)] and not prefer[(128, 101376, 16)]
 
 
 def test_every_head_dim_maps_to_a_kernel(heuristic_table: dict) -> None:
@@ -705,8 +704,8 @@ LONG_CASES = [
     _spec(seqlen_k_max=20000, cache_lens=(19990, 300), seqlen_q=4, seqlen_new=4, causal=True, window=(1000, 0), num_splits=16),
     _spec(seqlen_k_max=9000, cache_lens=(8000, 10), head_dim=256, heads_q=16, heads_kv=2, seqlen_q=8, window=(500, 3), softcap=30.0),
     _spec(seqlen_k_max=5000, cache_lens=(4999, 2000), magnitude=30.0, softcap=50.0, dtype=F16, causal=True),
-    # D=128 small batches whose heuristic plan runs kHopperSplit on sm90 (several key blocks per
-    # split, decode_prefer_split_config): full and ragged caches, an append, fp16, a window
+    # D=128 small batches whose heuristic plan runs kHopperSplit on sm90 (decode_prefer_split_config):
+    # full and ragged caches, an append, fp16, a window
     _spec(batch=1, seqlen_k_max=4096, cache_lens=4096),
     _spec(batch=3, seqlen_k_max=1100, cache_lens=(1099, 517, 1), seqlen_new=1, causal=True, dtype=F16),
     _spec(batch=1, seqlen_k_max=16400, cache_lens=16383, seqlen_q=3, seqlen_new=3, causal=True, window=(2000, 0)),
@@ -967,7 +966,7 @@ PAGED_CASES = [
     # pages larger than every key tile, page of one key tile, the heuristic
     (_spec(seqlen_k_max=33000, cache_lens=(32999, 1025), seqlen_new=1, causal=True, num_splits=0), 256),
     (_spec(seqlen_k_max=8192, cache_lens=(8000, 4096), seqlen_new=1, num_splits=0), 128),
-    # the heuristic's kHopperSplit on sm90 (B=1, several 128-key blocks per split) through the table
+    # the heuristic's kHopperSplit on sm90 (B=1, the keys split) through the table
     (_spec(batch=1, seqlen_k_max=4096, cache_lens=4095, seqlen_new=1, causal=True, num_splits=0), 16),
     (_spec(batch=1, seqlen_k_max=4096, cache_lens=4096, num_splits=0), 64),
 ] + [
