@@ -123,6 +123,8 @@ static const Variant kVariants[] = {
     VARIANT("w4-s3-p256", 4, 3, 256, 1),     // two CTAs per SM, two blocks in flight each
     VARIANT("w4-s3-p256-x2", 4, 3, 256, 2),
     VARIANT("w4-s4", 4, 4, 0, 1),            // kHopperSplit without the L2 prefetch hint
+    VARIANT("w4-s5-p256", 4, 5, 256, 1),     // deeper rings: four and five blocks in flight
+    VARIANT("w4-s6-p256", 4, 6, 256, 1),
 };
 
 // `reps` calls of a config captured in one CUDA graph: kernel time without the host's launches,
@@ -201,6 +203,17 @@ int main() {
   g_dev.cc_minor = prop.minor;
   std::printf("device: %s, %d SMs, %zu B smem opt-in\n", prop.name, prop.multiProcessorCount,
               prop.sharedMemPerBlockOptin);
+  // DECODE_LAB_COMBINE_CARVEOUT=1: the combine kernels prefer the largest shared-memory carveout, as
+  // the split kernels do (decode_launch.cuh), so that an SM switching between the two need not
+  // repartition its L1 (a guess at part of the small calls' fixed cost, to A/B across two runs:
+  // compare the "dflt us" columns).
+  if (const char* e = std::getenv("DECODE_LAB_COMBINE_CARVEOUT"); e != nullptr && e[0] == '1') {
+    CK(cudaFuncSetAttribute(split_combine_kernel<T, 1>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                            cudaSharedmemCarveoutMaxShared));
+    CK(cudaFuncSetAttribute(split_combine_kernel<T, kCombineWarps>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                            cudaSharedmemCarveoutMaxShared));
+    std::printf("combine kernels: largest shared-memory carveout preferred\n");
+  }
 
   const int hq = 32, hk = 8, d = 128;
   // The decode-kv grid's small (L2-resident when replayed) and bandwidth-bound shapes.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# On a GPU machine: builds lab/decode_lab.cu (the decode kernel's tile-config variants against
-# the compiled default, alternating samples, outputs cross-checked) and runs it. ~1 min on an H100.
+# On a GPU machine: builds lab/decode_lab.cu (the decode kernel's tile-config and split-count
+# variants against the library's own plan, CUDA-graph replayed, outputs cross-checked) and runs it.
+# ~30 s on an H100.
 #   bash lab/decode_lab.sh [arch=90a]      log: build/decode_lab.log (also $OUT/ if set)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
