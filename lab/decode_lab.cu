@@ -115,6 +115,14 @@ struct Variant {
         DecodeKernelTraits<128, W, ST, PF>::kBlockN, DecodeKernelTraits<128, W, ST, PF>::kSmemBytes   \
   }
 
+// WN = 32: each warp takes 32 keys of a step (two k16 slices of P V), so 128-key steps need only
+// four warps (cuDNN's decode tile is 16 x 128 keys over four warps, two CTAs per SM).
+#define VARIANT_WN(NAME, W, ST, PF, WN)                                                                       \
+  Variant {                                                                                                 \
+    NAME, &Config<DecodeKernelTraits<128, W, ST, PF, WN>>::plan, &Config<DecodeKernelTraits<128, W, ST, PF, WN>>::run, \
+        DecodeKernelTraits<128, W, ST, PF, WN>::kBlockN, DecodeKernelTraits<128, W, ST, PF, WN>::kSmemBytes   \
+  }
+
 static const Variant kDefault{"library", &Library::plan, &Library::run, 0, Library::Hopper::kSmemBytes};
 static const Variant kVariants[] = {
     VARIANT("w8-s2-p256", 8, 2, 256, 1),     // kHopper everywhere
@@ -125,6 +133,9 @@ static const Variant kVariants[] = {
     VARIANT("w4-s4", 4, 4, 0, 1),            // kHopperSplit without the L2 prefetch hint
     VARIANT("w4-s5-p256", 4, 5, 256, 1),     // deeper rings: four and five blocks in flight
     VARIANT("w4-s6-p256", 4, 6, 256, 1),
+    VARIANT_WN("w4n32-s2-p256", 4, 2, 256, 32),  // kHopper's 128-key steps on four warps
+    VARIANT_WN("w2n32-s3-p256", 2, 3, 256, 32),  // 64-key steps on two warps, 109 KB: two CTAs per SM
+    VARIANT_WN("w4n32-s3-p256", 4, 3, 256, 32),  // 128-key steps, two in flight, 209 KB
 };
 
 // `reps` calls of a config captured in one CUDA graph: kernel time without the host's launches,

@@ -220,8 +220,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
 
   // ldmatrix bases (fragment layouts as in the forward kernel):
   //  Q (A operand):            row lane%16, k-half lane/16
-  //  K (B operand, 2 n-tiles): key warp*16 + lane%8 + 8*(lane/16), k-half (lane/8)%2
-  //  V (B operand, .trans):    key warp*16 + lane%8 + 8*((lane/8)%2), column half lane/16
+  //  K (B operand, 2 n-tiles): key warp*kWarpN + lane%8 + 8*(lane/16), k-half (lane/8)%2
+  //  V (B operand, .trans):    key warp*kWarpN + lane%8 + 8*((lane/8)%2), column half lane/16
+  //  (plus 16 keys per further k16 slice)
   const uint32_t q_base = smem_addr(sQ + (lane % 16) * kStride + (lane / 16) * 8);
   const uint32_t k_base = smem_addr(sK + (warp * kWarpN + lane % 8 + (lane / 16) * 8) * kStride + ((lane / 8) % 2) * 8);
   const uint32_t v_base = smem_addr(sV + (warp * kWarpN + lane % 8 + ((lane / 8) % 2) * 8) * kStride + (lane / 16) * 8);
@@ -247,10 +248,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
     for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
       uint32_t a[4];
       ldmatrix_x4(a, q_base + kk * 32);
-      uint32_t b[4];
-      ldmatrix_x4(b, k_base + stage_off + kk * 32);
-      mma_m16n8k16<Element>(s[0][0], a, b[0], b[1]);
-      mma_m16n8k16<Element>(s[0][1], a, b[2], b[3]);
+#pragma unroll
+      for (int ks = 0; ks < Traits::kKSlices; ++ks) {  // 16 keys each
+        uint32_t b[4];
+        ldmatrix_x4(b, k_base + stage_off + ks * 16 * kStride * 2 + kk * 32);
+        mma_m16n8k16<Element>(s[0][2 * ks], a, b[0], b[1]);
+        mma_m16n8k16<Element>(s[0][2 * ks + 1], a, b[2], b[3]);
+      }
     }
 
     // To log2 units before masking: any scale (0 and negative included) is exact, masked
@@ -267,20 +271,23 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
       }
     softmax.update(s, o);
 
-    // P as the A operand of the k16 slice (accumulator layout of n-tiles 0, 1 == A fragment).
-    uint32_t pa[4];
-    pa[0] = pack2<Element>(s[0][0][0], s[0][0][1]);
-    pa[1] = pack2<Element>(s[0][0][2], s[0][0][3]);
-    pa[2] = pack2<Element>(s[0][1][0], s[0][1][1]);
-    pa[3] = pack2<Element>(s[0][1][2], s[0][1][3]);
-
-    // O += P V
 #pragma unroll
-    for (int np = 0; np < kNTilesO / 2; ++np) {
-      uint32_t b[4];
-      ldmatrix_x4_trans(b, v_base + stage_off + np * 32);
-      mma_m16n8k16<Element>(o[0][2 * np], pa, b[0], b[1]);
-      mma_m16n8k16<Element>(o[0][2 * np + 1], pa, b[2], b[3]);
+    for (int ks = 0; ks < Traits::kKSlices; ++ks) {
+      // P as the A operand of k16 slice ks (accumulator layout of n-tiles 2 ks, 2 ks + 1 == A fragment).
+      uint32_t pa[4];
+      pa[0] = pack2<Element>(s[0][2 * ks][0], s[0][2 * ks][1]);
+      pa[1] = pack2<Element>(s[0][2 * ks][2], s[0][2 * ks][3]);
+      pa[2] = pack2<Element>(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);
+      pa[3] = pack2<Element>(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);
+
+      // O += P V over the slice's 16 keys
+#pragma unroll
+      for (int np = 0; np < kNTilesO / 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, v_base + stage_off + ks * 16 * kStride * 2 + np * 32);
+        mma_m16n8k16<Element>(o[0][2 * np], pa, b[0], b[1]);
+        mma_m16n8k16<Element>(o[0][2 * np + 1], pa, b[2], b[3]);
+      }
     }
 
     stage = stage + 1 == kStages ? 0 : stage + 1;

@@ -6,8 +6,8 @@
 //   * rows: the Sq * (Hq/Hk) query rows that share one KV head are packed into one 16-row tile
 //     (row R <-> query i = R / group, head hk*group + R % group), so each K/V byte a CTA streams
 //     serves every query head of its group: the GQA group is read once per split, not once per head;
-//   * keys: each of the kNWarps warps owns a 16-key slice of every kBlockN-key step
-//     (kBlockN = 16 * kNWarps) with its own online-softmax state; the warps are merged once, at
+//   * keys: each of the kNWarps warps owns a kWarpN-key slice (16 or 32) of every kBlockN-key step
+//     (kBlockN = kWarpN * kNWarps) with its own online-softmax state; the warps are merged once, at
 //     the end, through shared memory. No warp ever waits on another inside the loop except at the
 //     one barrier per step that guards the shared-memory ring;
 //   * K/V stream through a kStages-deep ring of shared-memory stages filled by 16-byte cp.async.
@@ -47,7 +47,7 @@ struct DecodePageCursor {
   }
 };
 
-template <int kHeadDim_, int kNWarps_, int kStages_, int kL2Prefetch_ = 0>
+template <int kHeadDim_, int kNWarps_, int kStages_, int kL2Prefetch_ = 0, int kWarpN_ = 16>
 struct DecodeKernelTraits {
   static constexpr int kHeadDim = kHeadDim_;  // head dim the tile is built for (runtime d <= this)
   static constexpr int kNWarps = kNWarps_;
@@ -57,7 +57,10 @@ struct DecodeKernelTraits {
   static constexpr int kL2Prefetch = kL2Prefetch_;
 
   static constexpr int kBlockM = kDecodeBlockM;  // packed query rows per CTA: one m16 tile
-  static constexpr int kWarpN = 16;   // keys per warp per step: two n8 tiles of S, one k16 slice of P V
+  // Keys per warp per step: 16 (two n8 tiles of S, one k16 slice of P V) or 32 (four tiles, two
+  // slices: 128-key steps from four warps).
+  static constexpr int kWarpN = kWarpN_;
+  static constexpr int kKSlices = kWarpN / 16;  // k16 slices of P V per warp and step
   static constexpr int kBlockN = kWarpN * kNWarps;  // keys per step (one shared-memory stage)
   static constexpr int kNTilesS = kWarpN / 8;
   static constexpr int kNTilesO = kHeadDim / 8;
@@ -83,6 +86,7 @@ struct DecodeKernelTraits {
 
   static_assert(kHeadDim % 32 == 0 && kHeadDim <= 256, "head dims are multiples of 32 up to 256");
   static_assert(kBlockM == 16, "the kernel's fragment code holds exactly one m16 tile per warp");
+  static_assert(kWarpN == 16 || kWarpN == 32, "one or two k16 slices of keys per warp");
   static_assert(kNThreads % kChunksPerRow == 0 && kRowsPerPass >= 1, "a pass covers whole rows");
   static_assert(kBlockN % kRowsPerPass == 0, "a stage is a whole number of passes");
   static_assert(kDecodeMinPageSize % kRowsPerPass == 0 && kBlockN % kDecodeMinPageSize == 0,
