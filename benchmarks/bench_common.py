@@ -188,10 +188,15 @@ DECODE_IMPLS = ("flashattn", "flashattn-fwd", "sdpa-default", "sdpa-flash", "sdp
 # "hopper" forced has no backward yet. Every SDPA backend's own backward, on the same tensors.
 TRAINING_IMPLS = ("flashattn", "flashattn-portable", "sdpa-default", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
 OPTIONAL_IMPLS = ("flashattn-portable", "sdpa-math")
-# The decode variants' own implementations (benchmarks/test_bench_decode.py IMPLS): known names for
-# FLASHATTN_BENCH_IMPLS, which every grid reads, so that one list can name them all.
-DECODE_VARIANT_IMPLS = ("flashattn-nosplit", "flashattn-full", "flashattn-paged16", "flashattn-paged64",
-                        "flashattn-paged256", "fa3-paged16", "fa3-paged64", "fa3-paged256", "copy-floor")
+# The decode variants' own implementations (benchmarks/test_bench_decode.py builds its grids from
+# these): known names for FLASHATTN_BENCH_IMPLS, which every grid reads, so that one list can name
+# them all. The paged ones run the same caches as pools of DECODE_PAGE_SIZES-row pages.
+DECODE_PAGE_SIZES = (16, 64, 256)
+PAGED_PREFIX = "flashattn-paged"
+FA3_PAGED_PREFIX = "fa3-paged"
+DECODE_PAGED_IMPLS = tuple(f"{PAGED_PREFIX}{p}" for p in DECODE_PAGE_SIZES)
+FA3_PAGED_IMPLS = tuple(f"{FA3_PAGED_PREFIX}{p}" for p in DECODE_PAGE_SIZES)
+DECODE_VARIANT_IMPLS = ("flashattn-nosplit", "flashattn-full", *DECODE_PAGED_IMPLS, *FA3_PAGED_IMPLS, "copy-floor")
 FLASHATTN_BACKEND_OF = {
     "flashattn": "auto",
     "flashattn-fwd": "auto",

@@ -117,11 +117,9 @@ IMPLS = {
     "graph": ("flashattn", "sdpa-default"),
     "ragged": ("flashattn", "flashattn-full", "sdpa-default"),
 }
-PAGE_SIZES = (16, 64, 256)
-PAGED_PREFIX = "flashattn-paged"
-FA3_PAGED_PREFIX = "fa3-paged"
-IMPLS["kv"] = IMPLS["kv-small"] = ("flashattn", *(f"{PAGED_PREFIX}{p}" for p in PAGE_SIZES), "sdpa-default", "fa3",
-                                   *(f"{FA3_PAGED_PREFIX}{p}" for p in PAGE_SIZES), "copy-floor")
+PAGED_PREFIX, FA3_PAGED_PREFIX = bc.PAGED_PREFIX, bc.FA3_PAGED_PREFIX
+IMPLS["kv"] = IMPLS["kv-small"] = ("flashattn", *bc.DECODE_PAGED_IMPLS, "sdpa-default", "fa3", *bc.FA3_PAGED_IMPLS,
+                                   "copy-floor")
 KV_SEQLENS = (1024, 4096, 16384, 32768, 65536, 131072)
 KV_HEADS = ((32, 8), (8, 1))
 
