@@ -20,6 +20,8 @@
 #                                     in one call                                         (~6 min)
 #   bash lab/gpu_run.sh bwdlab   build, backward numerics and tests, the backward tile-config lab
 #                                     (lab/bwd_lab.sh), ncu on the backward kernels, timing vs SDPA (~7 min)
+#   bash lab/gpu_run.sh bwdwide  build, the backward's wide-config tests, its A/B timing vs the 64-query
+#                                     config and cuDNN (lab/bwd_wide_time.py), memcheck  (~5 min)
 #   bash lab/gpu_run.sh bwd90    build, backward numerics and tests on both paths, the backward timing grid (~5 min)
 #   bash lab/gpu_run.sh integrate build, the whole GPU suite, the window/varlen/paged benchmarks, the
 #                                     D=256 backward config lab, the backward timing grid  (~7 min)
@@ -167,6 +169,15 @@ case "${1:-verify}" in
     step pytest_backward 400 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py tests/kernels/test_torch_impl_gpu.py ${EXTRA_TESTS:-} -ra
     step bwd_time_bf16 300 python3 lab/bwd_check.py --quick --time --dtype bf16
     step bwd_time_fp16 300 python3 lab/bwd_check.py --quick --time --dtype fp16
+    ;;
+  bwdwide)  # the Hopper backward's wide config (80-query steps): build, its tests, the A/B against the
+            # 64-query config with cuDNN alongside, memcheck on the small dense cases
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash lab/gpu_build.sh
+    step pytest_wide 150 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py -k "wide or GQA-8 or 16k" -ra
+    step bwd_wide_time 300 python3 lab/bwd_wide_time.py ${BWD_WIDE_ARGS:-}
+    step memcheck_dense 150 env SANITIZE_BACKENDS=auto compute-sanitizer --tool memcheck --error-exitcode 99 \
+      python3 lab/sanitize_small.py --only dense
     ;;
   integrate)  # after merging features: build, the whole GPU suite, the features' benchmarks, the D=256 backward lab, backward timing
     env_info > "$OUT/env.txt" 2>&1

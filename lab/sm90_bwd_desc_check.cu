@@ -10,8 +10,8 @@
 //   dS^T as MN-major A of dQ (the transposed view of [128 keys][64 queries]),
 //   K as MN-major B of dQ (per warpgroup: N = D/2 columns, or its 64 keys with N = D);
 // and the dS^T store offsets equal CuTe's K-major SW128 layout of the [128][64] tile. Also the
-// 80-query D=128 plan's operands and its transposed dS store (check_m80_plan), for the kernel
-// change docs/perf-notes.md describes.
+// wide config's operands (80-query steps, dQ^T = K^T dS^T), its transposed dS store and its dQ
+// tile order (check_wide_config).
 #include <cstdio>
 #include <cstdlib>
 
@@ -157,82 +157,95 @@ void check_traits(const char* name) {
   std::printf("checked %s\n", name);
 }
 
-// ---- The 80-query D=128 plan (docs/perf-notes.md, "The D=128 non-causal tile FlashAttention-3
-// uses"), not in the kernel yet: its operands' descriptors, written as the kernel would, against
-// CuTe, and the transposed dS store (stmatrix .m8n8.x4.trans from the S^T accumulators) simulated
-// element by element against CuTe's K-major [80 queries][128 keys] tile. The simulation encodes
+// ---- The wide config (traits.h Sm90BwdConfig<128, false, true>: 80-query steps, dQ transposed):
+// the kernel's descriptors (descriptors.h) against CuTe, its transposed dS store (stmatrix
+// .m8n8.x4.trans from the S^T accumulators, descriptors.h ds_t_addr) simulated element by element
+// against CuTe's K-major [80 queries][128 keys] tile, and its dQ tile order. The simulation encodes
 // the PTX ISA's stmatrix: lanes 8 i .. 8 i + 7 give the row addresses of matrix i; thread t's
 // register i holds row t / 4, columns 2 (t % 4) and + 1 of matrix i; .trans stores element (r, c)
 // at row c, position r.
 template <class Element>
-void check_m80_plan() {
+void check_wide_config() {
   using flashattn::sm90::desc_advance;
-  using flashattn::sm90::make_smem_desc_sw128;
-  constexpr int BM = 80, BN = 128, D = 128;
-  // A 64-column plane of an 80-row tile (Q, dO, dS) and of a 128-row one (K).
-  constexpr uint32_t kPlane80 = BM * 128, kKVPlane = BN * 128;
-  static_assert(D == BN, "Q/dO [80][D] and dS [80][128 keys] are one tile shape");
+  using Traits = flashattn::sm90::Sm90BwdConfig<128, false, true>::Traits;
+  using Descs = flashattn::sm90::Sm90BwdDescs<Traits>;
+  constexpr int BM = Traits::kBlockM, BN = Traits::kBlockN, D = Traits::kHeadDim;
+  static_assert(BM == 80 && BN == 128 && D == 128, "the wide config");
   char what[200];
-  // The K-major B operands, N = 80: Q / dO [80 queries][128] of S^T = K Q^T, and dS [80 queries]
-  // [128 keys] of dQ^T = K^T dS^T, the same tile shape and so the same descriptors (k-step kk:
-  // plane kk / 4, 32 B per kk % 4).
+  // The K-major B operands, N = 80: Q / dO [80 queries][128] of S^T = K Q^T (score_b), and dS
+  // [80 queries][128 keys] of dQ^T = K^T dS^T (dqt_b): the same tile shape.
   auto sQ = kmajor_tile<Element, BM, D>();
   for (int kk = 0; kk < D / 16; ++kk) {
     auto sub = local_tile(sQ, Shape<Int<BM>, _16>{}, make_coord(0, kk));
-    std::snprintf(what, sizeof what, "m80 K-major B (Q, dO, dS) kk=%d", kk);
-    const uint32_t step = static_cast<uint32_t>(kk / 4) * kPlane80 + static_cast<uint32_t>(kk % 4) * 32u;
-    check_desc(desc_advance(make_smem_desc_sw128(0u, 16u, 1024u), step), GMMA::make_gmma_desc<GMMA::Major::K>(sub),
+    std::snprintf(what, sizeof what, "wide score B (Q, dO) kk=%d", kk);
+    check_desc(desc_advance(Descs::score_b(0u), Descs::score_b_step(kk)), GMMA::make_gmma_desc<GMMA::Major::K>(sub),
+               data_offset(sub), what);
+    std::snprintf(what, sizeof what, "wide dQ^T B (dS) kk=%d", kk);
+    check_desc(desc_advance(Descs::dqt_b(0u), Descs::dqt_b_step(kk)), GMMA::make_gmma_desc<GMMA::Major::K>(sub),
                data_offset(sub), what);
   }
   // dV += P^T dO / dK += dS^T Q: B = dO / Q viewed (D, 80) MN-major, five k-steps of 16 queries.
   auto sQt = transposed_tile<Element, BM, D>();
-  for (int kk = 0; kk < BM / 16; ++kk) {
+  for (int kk = 0; kk < Traits::kPVSteps; ++kk) {
     auto sub = local_tile(sQt, Shape<Int<D>, _16>{}, make_coord(0, kk));
-    std::snprintf(what, sizeof what, "m80 acc B kk=%d", kk);
-    check_desc(desc_advance(make_smem_desc_sw128(0u, kPlane80, 1024u), static_cast<uint32_t>(kk) * 16u * 128u),
-               GMMA::make_gmma_desc<GMMA::Major::MN>(sub), data_offset(sub), what);
+    std::snprintf(what, sizeof what, "wide acc B kk=%d", kk);
+    check_desc(desc_advance(Descs::acc_b(0u), Descs::acc_b_step(kk)), GMMA::make_gmma_desc<GMMA::Major::MN>(sub),
+               data_offset(sub), what);
   }
-  // dQ^T = K^T dS^T: A = K viewed (D, keys) MN-major, warpgroup wg's M = 64 columns of D (plane
-  // wg), k-steps of 16 keys (its B, dS, is checked above).
+  // dQ^T = K^T dS^T: A = K viewed (D, keys) MN-major, warpgroup wg's M = 64 columns of D,
+  // k-steps of 16 keys.
   auto sKt = transposed_tile<Element, BN, D>();
-  auto sDS = kmajor_tile<Element, BM, BN>();
   for (int wg = 0; wg < 2; ++wg)
-    for (int kk = 0; kk < BN / 16; ++kk) {
+    for (int kk = 0; kk < Traits::kDqKSteps; ++kk) {
       auto a = local_tile(sKt, Shape<_64, _16>{}, make_coord(wg, kk));
-      std::snprintf(what, sizeof what, "m80 dQ^T A wg=%d kk=%d", wg, kk);
-      check_desc(desc_advance(make_smem_desc_sw128(static_cast<uint32_t>(wg) * kKVPlane, 0u, 1024u),
-                              static_cast<uint32_t>(kk) * 16u * 128u),
-                 GMMA::make_gmma_desc<GMMA::Major::MN>(a), data_offset(a), what);
+      std::snprintf(what, sizeof what, "wide dQ^T A wg=%d kk=%d", wg, kk);
+      check_desc(desc_advance(Descs::dqt_a(0u, wg), Descs::dqt_a_step(kk)), GMMA::make_gmma_desc<GMMA::Major::MN>(a),
+                 data_offset(a), what);
     }
-  // dS stored transposed: warpgroup wg (keys 64 wg ..), warp w (its 16 keys), stmatrix x4 number
-  // g covers query slices j = 2 g, 2 g + 1 and both 8-key halves h: matrix i = (j = 2 g + i / 2,
-  // h = i % 2). Lane l addresses row c = l % 8 of matrix i = l / 8: query q = 8 j + c, keys
-  // 16 w + 8 h .. + 8 of plane wg, at 16-byte chunk (2 w + h) ^ (q % 8) of the 128-byte row q.
+  // dS stored transposed, as the kernel addresses it: warpgroup wg (keys 64 wg ..), warp w (its
+  // 16 keys), stmatrix number g at the lane's address for g = 0 plus 16 rows per g (mainloop.cuh).
+  auto sDS = kmajor_tile<Element, BM, BN>();
   int stored = 0;
   for (int wg = 0; wg < 2; ++wg)
     for (int w = 0; w < 4; ++w)
       for (int g = 0; g < BM / 16; ++g)
-        for (int i = 0; i < 4; ++i)
-          for (int c = 0; c < 8; ++c) {  // the row of the stored (transposed) matrix: a query
-            const int j = 2 * g + i / 2, h = i % 2, q = 8 * j + c;
-            const uint32_t row_addr = static_cast<uint32_t>(wg) * kPlane80 + static_cast<uint32_t>(q) * 128u +
-                                      (static_cast<uint32_t>((2 * w + h) ^ (q % 8)) * 16u);
-            for (int r = 0; r < 8; ++r) {  // element r of that row: key 64 wg + 16 w + 8 h + r
-              const int key = 64 * wg + 16 * w + 8 * h + r;
-              const uint32_t cute_off =
-                  static_cast<uint32_t>(reinterpret_cast<cute::uint8_t const*>(raw_pointer_cast(&sDS(q, key))) - g_smem);
-              std::snprintf(what, sizeof what, "m80 dS stmatrix.trans (query %d, key %d)", q, key);
-              CHECK_EQ(row_addr + 2u * static_cast<uint32_t>(r), cute_off, what);
-              ++stored;
-            }
+        for (int lane = 0; lane < 32; ++lane) {
+          const int i = lane / 8, c = lane % 8;  // the lane addresses row c of matrix i
+          const int j = 2 * g + i / 2, h = i % 2, q = 8 * j + c;
+          const uint32_t row_addr = Descs::ds_t_addr(wg, w, 0, lane) + static_cast<uint32_t>(g) * 16u * 128u;
+          std::snprintf(what, sizeof what, "wide ds_t_addr g=%d lane=%d", g, lane);
+          CHECK_EQ(row_addr, Descs::ds_t_addr(wg, w, g, lane), what);
+          for (int r = 0; r < 8; ++r) {  // element r of that row: key 64 wg + 16 w + 8 h + r
+            const int key = 64 * wg + 16 * w + 8 * h + r;
+            const uint32_t cute_off =
+                static_cast<uint32_t>(reinterpret_cast<cute::uint8_t const*>(raw_pointer_cast(&sDS(q, key))) - g_smem);
+            std::snprintf(what, sizeof what, "wide dS stmatrix.trans (query %d, key %d)", q, key);
+            CHECK_EQ(row_addr + 2u * static_cast<uint32_t>(r), cute_off, what);
+            ++stored;
           }
-  CHECK_EQ(stored, BM * BN, "m80 dS: every (query, key) stored once");
-  std::printf("checked the 80-query D=128 plan\n");
+        }
+  CHECK_EQ(stored, BM * BN, "wide dS: every (query, key) stored once");
+  // The dQ tile: value v of n8 slice j of thread wtid of warpgroup wg (accumulator row = column d
+  // of dQ, accumulator column = query q) sits where the convert kernel's (row, col) says.
+  static int seen[Traits::kDqTileFloats];
+  for (int wg = 0; wg < 2; ++wg)
+    for (int j = 0; j < Traits::kDqRegs / 4; ++j)
+      for (int wtid = 0; wtid < 128; ++wtid)
+        for (int v = 0; v < 4; ++v) {
+          const int d = 64 * wg + 16 * (wtid / 32) + (wtid % 32) / 4 + 8 * (v / 2);
+          const int q = 8 * j + 2 * (wtid % 4) + v % 2;
+          const int off = Traits::dq_tile_offset(wg, j, wtid, v);
+          std::snprintf(what, sizeof what, "wide dq tile (query %d, column %d)", q, d);
+          CHECK_EQ(Traits::dq_tile_offset_rc(q, d), off, what);
+          ++seen[off];
+        }
+  for (int i = 0; i < Traits::kDqTileFloats; ++i) CHECK_EQ(seen[i], 1, "wide dq tile: a bijection");
+  std::printf("checked the wide config (80-query steps, dQ transposed)\n");
 }
 
 int main() {
   using namespace flashattn::sm90;
-  check_m80_plan<cute::bfloat16_t>();
+  check_wide_config<cute::bfloat16_t>();
   check_traits<cute::bfloat16_t, Sm90BwdTraits<128, Sm90BwdDqSplit::kSplitD>>("D=128 split-D");
   check_traits<cute::bfloat16_t, Sm90BwdTraits<256>>("D=256 roles");
   check_traits<cute::bfloat16_t, Sm90BwdTraits<128, Sm90BwdDqSplit::kSplitKeys, 64>>("D=128 split-keys");

@@ -9,7 +9,7 @@ a hand-written list that can drift from what is compiled:
                                        forward's (head dim; fwd_sm90_fp8_*, registry_fp8.inc)
   csrc/flash_bwd/instantiations/       the portable backward: (dtype, head dim, tile variant), dense
                                        and, where the compact route picks it, packed
-  csrc/flash_bwd_sm90/instantiations/  the Hopper backward: (dtype, head dim, softcap), dense
+  csrc/flash_bwd_sm90/instantiations/  the Hopper backward: (dtype, head dim, softcap, wide), dense
                                        (bwd_sm90_*) and for packed batches (bwd_sm90_packed_*)
   csrc/flash_decode/instantiations/    the split-KV decoding kernel: (dtype, head dim, variant)
 
@@ -211,19 +211,23 @@ def bwd_sm90() -> KernelPath:
     for packed in ("false", "true"):
         for dname, ctype in DTYPES.items():
             for d in BWD_SM90_HEAD_DIMS:
-                for softcap in ("false", "true"):
-                    suffix = "_softcap" if softcap == "true" else ""
+                for softcap, wide in (("false", "false"), ("true", "false"), ("false", "true")):
+                    # The wide config (traits.h): D = 128, dense, no softcap.
+                    if wide == "true" and (d != 128 or packed == "true"):
+                        continue
+                    suffix = "_softcap" if softcap == "true" else "_wide" if wide == "true" else ""
                     prefix = "bwd_sm90_packed" if packed == "true" else "bwd_sm90"
-                    traits = f"Sm90BwdConfig<{d}, {softcap}>::Traits"
+                    config = f"{d}, {softcap}, true" if wide == "true" else f"{d}, {softcap}"
+                    traits = f"Sm90BwdConfig<{config}>::Traits"
                     args = f"{traits}, {ctype}, {softcap}, {packed}"
-                    entries.append(Entry(f"FLASHATTN_BWD_SM90_INSTANCE({ctype}, {d}, {softcap}, {packed})", {
+                    entries.append(Entry(f"FLASHATTN_BWD_SM90_INSTANCE({ctype}, {d}, {softcap}, {packed}, {wide})", {
                         f"{prefix}_{dname}_hdim{d}{suffix}.cu": [
                             f"template cudaError_t run_bwd_sm90<{args}>(const BwdParams&, cudaStream_t);\n",
                             f"template bool bwd_kernel_is_real<{args}>();\n",
                         ]
                     }))
     return KernelPath("flash_bwd_sm90", "../launch.cuh", ("flashattn", "sm90"),
-                      "FLASHATTN_BWD_SM90_INSTANCE(element type, head dim, softcap, packed)", entries)
+                      "FLASHATTN_BWD_SM90_INSTANCE(element type, head dim, softcap, packed, wide)", entries)
 
 
 def decode() -> KernelPath:

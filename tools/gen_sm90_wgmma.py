@@ -17,6 +17,11 @@ the Hopper forward path uses (m64nNk16, f32 accumulators, f16/bf16 operands).
                                                          MN-major (the D = 256 backward's dV += P^T dO:
                                                          P^T [keys, queries], dO [queries, D]:
                                                          imm-trans-b = 1)
+  WgmmaSSTransA<Element, N>::mma(d, desc_a, desc_b, scale_d)
+                                                         A and B from shared memory, A MN-major, B
+                                                         K-major (the 80-query D = 128 backward's
+                                                         dQ^T = K^T dS^T: K [keys, D] read as K^T,
+                                                         dS [queries, keys]: imm-trans-a = 1)
 
 d is the warpgroup's m64nN accumulator fragment, N/2 floats per thread; scale_d = 0 overwrites d
 (D = A B), 1 accumulates (D += A B). Run after editing the shape lists: python3 tools/gen_sm90_wgmma.py
@@ -37,6 +42,7 @@ SS_N = (64, 80, 96, 112, 128, 144, 160, 176, 192)
 RS_N = (64, 128, 256)
 SST_N = (32, 64, 128)
 SSTB_N = (128,)
+SSTA_N = (80,)
 TYPES = (("__half", "f16"), ("__nv_bfloat16", "bf16"))
 FP8_SS_N = (128,)
 FP8_RS_N = (128, 256)
@@ -160,6 +166,8 @@ def main() -> None:
         "struct WgmmaSSTrans;",
         "template <typename Element, int N>",
         "struct WgmmaSSTransB;",
+        "template <typename Element, int N>",
+        "struct WgmmaSSTransA;",
         "",
     ]
     for ctype, ptx in TYPES:
@@ -171,6 +179,8 @@ def main() -> None:
             out.append(ss(ctype, ptx, n, "WgmmaSSTrans", 1, 1))
         for n in SSTB_N:
             out.append(ss(ctype, ptx, n, "WgmmaSSTransB", 0, 1))
+        for n in SSTA_N:
+            out.append(ss(ctype, ptx, n, "WgmmaSSTransA", 1, 0))
     out += ["}  // namespace sm90", "}  // namespace flashattn", ""]
     path = pathlib.Path(__file__).resolve().parents[1] / "csrc" / "common" / "sm90" / "wgmma_ops.cuh"
     path.write_text("\n".join(out))

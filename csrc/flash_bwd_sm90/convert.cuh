@@ -65,10 +65,23 @@ __global__ void __launch_bounds__(kBwdSm90ConvertThreads)
     const int wg = i / kVecsPerPart;
     const int j = (i % kVecsPerPart) / kWarpgroupThreads;
     const int wtid = i % kWarpgroupThreads;
-    const int row = (kSplitD ? 0 : wg * kRowsPerConsumer) + 16 * (wtid / 32) + (wtid % 32) / 4;
-    const int col = (kSplitD ? wg * Traits::kDqN : 0) + 8 * j + 2 * (wtid % 4);
-    tile[(row * kPitch + col) / 2] = pack2<Element>(v.x * s, v.y * s);
-    tile[((row + 8) * kPitch + col) / 2] = pack2<Element>(v.z * s, v.w * s);
+    if constexpr (Traits::kDqTransposed) {
+      // The accumulator of dQ^T: its row is column d of dQ, its column the query row q; the four
+      // values are (q, d), (q + 1, d), (q, d + 8), (q + 1, d + 8), stored as 16-bit halves.
+      const int d = wg * kRowsPerConsumer + 16 * (wtid / 32) + (wtid % 32) / 4;
+      const int q = 8 * j + 2 * (wtid % 4);
+      const uint32_t lo = pack2<Element>(v.x * s, v.z * s), hi = pack2<Element>(v.y * s, v.w * s);
+      uint16_t* t16 = reinterpret_cast<uint16_t*>(tile);
+      t16[q * kPitch + d] = static_cast<uint16_t>(lo);
+      t16[q * kPitch + d + 8] = static_cast<uint16_t>(lo >> 16);
+      t16[(q + 1) * kPitch + d] = static_cast<uint16_t>(hi);
+      t16[(q + 1) * kPitch + d + 8] = static_cast<uint16_t>(hi >> 16);
+    } else {
+      const int row = (kSplitD ? 0 : wg * kRowsPerConsumer) + 16 * (wtid / 32) + (wtid % 32) / 4;
+      const int col = (kSplitD ? wg * Traits::kDqN : 0) + 8 * j + 2 * (wtid % 4);
+      tile[(row * kPitch + col) / 2] = pack2<Element>(v.x * s, v.y * s);
+      tile[((row + 8) * kPitch + col) / 2] = pack2<Element>(v.z * s, v.w * s);
+    }
   }
   __syncthreads();
   const int m0 = m_block * kBlockM;

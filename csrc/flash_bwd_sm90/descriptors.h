@@ -83,6 +83,30 @@ struct Sm90BwdDescs {
   }
   static FLASHATTN_HD uint32_t dq_step(int kk) { return static_cast<uint32_t>(kk) * 16u * kChunkRowBytes; }
 
+  // ---- kTransposed (traits.h): dQ^T = K^T dS^T.
+  // A = K [128 keys][D] viewed (D, keys), MN-major: warpgroup wg's M = 64 columns are plane wg
+  // (one swizzle atom wide: LBO unused); k-step kk is 16 key rows.
+  static FLASHATTN_HD uint64_t dqt_a(uint32_t k_tile, int wg) {
+    return make_smem_desc_sw128(k_tile + static_cast<uint32_t>(wg) * Traits::kKVPlaneBytes, 0u, 1024u);
+  }
+  static FLASHATTN_HD uint32_t dqt_a_step(int kk) { return static_cast<uint32_t>(kk) * 16u * kChunkRowBytes; }
+  // B = dS [kBlockM queries][128 keys] (a plane per 64 keys), K-major, N = kBlockM: k-step kk is
+  // plane kk / 4, 32 B per kk % 4 inside the 128-byte rows (as score_b over Q's planes).
+  static FLASHATTN_HD uint64_t dqt_b(uint32_t ds_tile) { return make_smem_desc_sw128(ds_tile, 16u, 1024u); }
+  static FLASHATTN_HD uint32_t dqt_b_step(int kk) {
+    return static_cast<uint32_t>(kk / 4) * Traits::kDSPlaneBytes + static_cast<uint32_t>(kk % 4) * 32u;
+  }
+  // Where lane `lane` of warp `warp` (of warpgroup wg) points its stmatrix .x4 .trans number g,
+  // which stores the dS values of query slices j = 2 g, 2 g + 1 (the A fragment dsa[g] of the
+  // dK GEMM: register i is slice j = 2 g + i / 2, key half h = i % 2). The lane gives row c = lane
+  // % 8 of matrix i = lane / 8: query q = 8 j + c, keys 64 wg + 16 warp + 8 h .. + 8, the 16-byte
+  // chunk 2 warp + h (swizzled by q % 8) of plane wg's row q.
+  static FLASHATTN_HD uint32_t ds_t_addr(int wg, int warp, int g, int lane) {
+    const int i = lane / 8, q = 8 * (2 * g + i / 2) + lane % 8, h = i % 2;
+    return static_cast<uint32_t>(wg) * Traits::kDSPlaneBytes + static_cast<uint32_t>(q) * kChunkRowBytes +
+           (static_cast<uint32_t>((2 * warp + h) ^ (q % 8)) * 16u);
+  }
+
   // Byte offset in the dS^T tile of element (key row, query col), col even: the 128-byte swizzle
   // of the planes of 128 rows x 64 queries (swizzled_offset(kBlockN, row, col)); (col, col + 1)
   // are adjacent.

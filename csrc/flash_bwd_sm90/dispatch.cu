@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 #include "../common/dtype_of.h"
 #include "../common/sm90/tma_host.h"
@@ -31,19 +32,21 @@ struct Sm90BwdLauncher {
   int head_dim;
   bool softcap;
   bool packed;
+  bool wide;  // Sm90BwdConfig's kWide (traits.h), chosen by wide_config()
   int smem_bytes;
   LaunchFn launch;
   RealFn real;
 };
 
-#define FLASHATTN_BWD_SM90_INSTANCE(T, D, SOFTCAP, PACKED)                                                  \
+#define FLASHATTN_BWD_SM90_INSTANCE(T, D, SOFTCAP, PACKED, WIDE)                                            \
   Sm90BwdLauncher{dtype_of<T>(),                                                                              \
                   D,                                                                                          \
                   SOFTCAP,                                                                                    \
                   PACKED,                                                                                     \
-                  Sm90BwdConfig<D, SOFTCAP>::Traits::kSmemBytes,                                              \
-                  &run_bwd_sm90<Sm90BwdConfig<D, SOFTCAP>::Traits, T, SOFTCAP, PACKED>,                       \
-                  &bwd_kernel_is_real<Sm90BwdConfig<D, SOFTCAP>::Traits, T, SOFTCAP, PACKED>},
+                  WIDE,                                                                                       \
+                  Sm90BwdConfig<D, SOFTCAP, WIDE>::Traits::kSmemBytes,                                        \
+                  &run_bwd_sm90<Sm90BwdConfig<D, SOFTCAP, WIDE>::Traits, T, SOFTCAP, PACKED>,                 \
+                  &bwd_kernel_is_real<Sm90BwdConfig<D, SOFTCAP, WIDE>::Traits, T, SOFTCAP, PACKED>},
 const Sm90BwdLauncher kLaunchers[] = {
 #include "instantiations/registry.inc"
 };
@@ -54,18 +57,30 @@ static_assert(Sm90BwdTraits<64>::kBlockM == sm90_bwd_block_m(64) && Sm90BwdTrait
                   Sm90BwdTraits<256>::kBlockM == sm90_bwd_block_m(256),
               "flash_bwd_sm90_block_m() is the instantiations' query block");
 
-// Query rows per step and floats per dq_accum tile of the instantiation for (d, softcap).
+// Query rows per step and floats per dq_accum tile of the instantiation for (d, softcap, wide).
 template <int D>
 int config_block_m(bool softcap) {
   return softcap ? Sm90BwdConfig<D, true>::Traits::kBlockM : Sm90BwdConfig<D, false>::Traits::kBlockM;
 }
-int block_m_of(int d, bool softcap) {
+int block_m_of(int d, bool softcap, bool wide) {
+  if (wide) return Sm90BwdConfig<128, false, true>::Traits::kBlockM;
   return d == 64 ? config_block_m<64>(softcap) : d == 128 ? config_block_m<128>(softcap) : config_block_m<256>(softcap);
 }
 
 // The instantiated head dim that runs a call's head dim (smaller dims run zero-padded on the next
 // one up: TMA reads columns past head_dim as zeros, the epilogues drop them).
 int instantiated_head_dim(int head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
+
+// The wide config (traits.h Sm90BwdConfig<128, false, true>: 80-query steps, dQ transposed) runs
+// dense D = 128 calls with no causal mask, no window and no softcap. FLASHATTN_BWD_WIDE=0 turns it
+// off (a lab switch for side-by-side rounds in one process, read at every such call, like
+// FLASHATTN_BWD_REVERSE; the binding sizes dq_accum and the tickets from the same answer).
+bool wide_config(const BwdParams& p) {
+  if (instantiated_head_dim(p.head_dim) != 128 || p.softcap != 0.f || p.cu_seqlens_q != nullptr) return false;
+  if (p.causal || p.window_left >= 0 || p.window_right >= 0) return false;
+  const char* v = std::getenv("FLASHATTN_BWD_WIDE");
+  return v == nullptr || *v == '\0' || std::atoi(v) != 0;
+}
 int block_n(int d) { return d == 256 ? Sm90BwdTraits<256>::kBlockN : Sm90BwdTraits<128>::kBlockN; }
 
 // Whether instantiation i holds real sm_90a code for the device, asked once per process.
@@ -100,13 +115,19 @@ int supported_launcher(const BwdParams& p, const DeviceLimits& dev) {
   if (!tma_tensor_ok(t.q) || !tma_tensor_ok(t.dout) || !tma_tensor_ok(t.k) || !tma_tensor_ok(t.v) ||
       !tma_tensor_ok(t.dk) || !tma_tensor_ok(t.dv))
     return -1;
-  // Boxes of 64 columns x 64 rows larger than a tensor need a driver that encodes them.
-  if ((p.head_dim < kChunkCols || t.q.seqlen < 64 || t.k.seqlen < 64) && !small_tensor_boxes_ok(p.q)) return -1;
   const int d = instantiated_head_dim(p.head_dim);
   const bool packed = p.cu_seqlens_q != nullptr;
+  const bool wide = wide_config(p);
+  // Boxes of 64 columns x block_m (Q, dO) or 64 (K, V) rows larger than a tensor need a driver
+  // that encodes them.
+  if ((p.head_dim < kChunkCols || t.q.seqlen < block_m_of(d, p.softcap != 0.f, wide) || t.k.seqlen < 64) &&
+      !small_tensor_boxes_ok(p.q))
+    return -1;
   for (int i = 0; i < kNumLaunchers; ++i) {
     const Sm90BwdLauncher& l = kLaunchers[i];
-    if (l.dtype != p.dtype || l.head_dim != d || l.softcap != (p.softcap != 0.f) || l.packed != packed) continue;
+    if (l.dtype != p.dtype || l.head_dim != d || l.softcap != (p.softcap != 0.f) || l.packed != packed ||
+        l.wide != wide)
+      continue;
     if (l.smem_bytes > dev.max_smem_per_block) return -1;
     const int64_t n_blocks = (static_cast<int64_t>(p.seqlen_k) + block_n(d) - 1) / block_n(d);
     if (n_blocks * p.batch * p.heads_kv > 0x7fffffffLL) return -1;
@@ -119,7 +140,7 @@ int supported_launcher(const BwdParams& p, const DeviceLimits& dev) {
 }  // namespace sm90
 
 int flash_bwd_sm90_block_m(const BwdParams& p) {
-  return sm90::block_m_of(sm90::instantiated_head_dim(p.head_dim), p.softcap != 0.f);
+  return sm90::block_m_of(sm90::instantiated_head_dim(p.head_dim), p.softcap != 0.f, sm90::wide_config(p));
 }
 
 int64_t flash_bwd_sm90_dq_accum_floats(const BwdParams& p) {

@@ -25,6 +25,11 @@
 //   wait group 3: arrive empty[stage]; wait group 4
 //   wait dq_empty (the writer has read the previous tile); dQ -> shared float32 tile;
 //   fence.proxy.async; arrive dq_full
+// The wide config (traits.h kTransposed: D = 128, 80-query steps, calls without a mask or softcap)
+//   stores dS [queries][keys] by stmatrix .trans instead of dS^T, and computes
+//   dQ^T = K^T dS^T    SS wgmma, A = K as MN-major A (warpgroup wg: D columns [64 wg, 64 wg + 64)),
+//                      B = dS as K-major B, N = 80 queries, k = all 128 keys              (group 4)
+//   the tile order of its dQ tile following the transposed accumulator (traits.h dq_tile_offset_rc).
 // Producer warp 1 (dQ writer), per step: wait dq_full, one bulk reduce-add of the 32 KB tile into
 //   the query block's slot of dq_accum, wait until it has been read, arrive dq_empty.
 //
@@ -175,11 +180,16 @@ __device__ __forceinline__ void bwd_sm90_load_row_stats(const Sm90BwdParams& kp,
                                 : src + (static_cast<int64_t>(blk.batch) * p.heads_q + blk.head_q(t)) * p.seqlen_q + m0;
     const int seqlen_q = seqlen_q_of<kPacked>(p, blk);
     const uint32_t dst = (dpsum ? sm.dpsum(stage) : sm.lse(stage)) + 4 * lane;
-    float v[kBlockM / 32];
+    // kBlockM = 80: the last of the three rounds has 16 rows (the test folds away for 64 and 128).
+    constexpr int kRounds = (kBlockM + 31) / 32;
+    float v[kRounds];
 #pragma unroll
-    for (int i = 0; i < kBlockM / 32; ++i) v[i] = m0 + lane + 32 * i < seqlen_q ? rows[lane + 32 * i] : 0.f;
+    for (int i = 0; i < kRounds; ++i)
+      v[i] = (kBlockM % 32 == 0 || lane + 32 * i < kBlockM) && m0 + lane + 32 * i < seqlen_q ? rows[lane + 32 * i] : 0.f;
 #pragma unroll
-    for (int i = 0; i < kBlockM / 32; ++i) asm volatile("st.shared.f32 [%0], %1;" ::"r"(dst + 128 * i), "f"(v[i]) : "memory");
+    for (int i = 0; i < kRounds; ++i)
+      if (kBlockM % 32 == 0 || lane + 32 * i < kBlockM)
+        asm volatile("st.shared.f32 [%0], %1;" ::"r"(dst + 128 * i), "f"(v[i]) : "memory");
     mbar_arrive(sm.full(stage));
   }
 }
@@ -433,7 +443,9 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
   static_assert(Traits::kDqSplit != Sm90BwdDqSplit::kSplitKeys, "the kernel splits dQ by columns or query rows");
   using MmaScore = WgmmaSS<Element, kBlockM>;         // S^T, dP^T: n = kBlockM queries
   using MmaAcc = WgmmaRS<Element, kHeadDim>;          // dV, dK: n = D
-  using MmaDq = WgmmaSSTrans<Element, Traits::kDqN>;  // dQ
+  constexpr bool kDqT = Traits::kDqTransposed;
+  // dQ = dS K, or dQ^T = K^T dS^T (kTransposed: A = K MN-major, B = dS K-major).
+  using MmaDq = std::conditional_t<kDqT, WgmmaSSTransA<Element, Traits::kDqN>, WgmmaSSTrans<Element, Traits::kDqN>>;
 
   const int warp = wtid / 32;
   const int lane = wtid % 32;
@@ -458,8 +470,8 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
   const uint32_t desc_do = desc_lo(Descs::score_b(sm.dout(0)));
   const uint32_t desc_q_mn = desc_lo(Descs::acc_b(sm.q(0)));
   const uint32_t desc_do_mn = desc_lo(Descs::acc_b(sm.dout(0)));
-  const uint32_t desc_ds = desc_lo(Descs::dq_a(sm.ds(0), wg));
-  const uint32_t desc_k_mn = desc_lo(Descs::dq_b(sm.k(), wg));
+  const uint32_t desc_ds = desc_lo(kDqT ? Descs::dqt_b(sm.ds(0)) : Descs::dq_a(sm.ds(0), wg));
+  const uint32_t desc_k_mn = desc_lo(kDqT ? Descs::dqt_a(sm.k(), wg) : Descs::dq_b(sm.k(), wg));
 
   // Where this thread writes its dS^T values: row (key) 64 wg + acc_row + 8 h, column (query)
   // 8 j + acc_col, pairs of columns as one 32-bit store (the swizzle keeps the 8 rows of a warp's
@@ -606,12 +618,21 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
     wgmma_commit();
 
     // ---- dS^T to shared memory (the same 16-bit values as the dK fragments), then dQ = dS K.
+    // kTransposed: dS [queries][keys], fragment dsa[g] by one stmatrix .trans (the 16 queries of
+    // fragment g are 16 rows further than g - 1's, the swizzle phase the same).
+    if constexpr (kDqT) {
+      const uint32_t ds_t = sm.ds(0) + ds_off + Descs::ds_t_addr(wg, warp, 0, lane);
 #pragma unroll
-    for (int j = 0; j < kSRegs / 4; ++j)
+      for (int g = 0; g < kPVSteps; ++g)
+        stmatrix_x4_trans(ds_t + g * 16 * kChunkRowBytes, dsa[g][0], dsa[g][1], dsa[g][2], dsa[g][3]);
+    } else {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        st_shared_b32(sm.ds(0) + ds_off + Descs::ds_offset(ds_row0 + 8 * h, 8 * j + acc_col), dsa[j / 2][2 * (j % 2) + h]);
-      }
+      for (int j = 0; j < kSRegs / 4; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          st_shared_b32(sm.ds(0) + ds_off + Descs::ds_offset(ds_row0 + 8 * h, 8 * j + acc_col), dsa[j / 2][2 * (j % 2) + h]);
+        }
+    }
     fence_proxy_async();
     // The dQ GEMM is issued behind dV/dK before waiting for them, so the tensor cores go from one
     // to the other without draining (waiting first left them idle through the barrier).
@@ -621,9 +642,14 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
     const uint32_t dds_lo = opaque(desc_ds), dkmn_lo = opaque(desc_k_mn);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < Traits::kDqKSteps; ++kk)
-      MmaDq::mma(dq, desc_from_lo(dds_lo, ds_off + Descs::dq_step(kk)), desc_from_lo(dkmn_lo, Descs::dq_step(kk)),
-                 kk > 0 ? 1 : 0);
+    for (int kk = 0; kk < Traits::kDqKSteps; ++kk) {
+      if constexpr (kDqT)
+        MmaDq::mma(dq, desc_from_lo(dkmn_lo, Descs::dqt_a_step(kk)), desc_from_lo(dds_lo, ds_off + Descs::dqt_b_step(kk)),
+                   kk > 0 ? 1 : 0);
+      else
+        MmaDq::mma(dq, desc_from_lo(dds_lo, ds_off + Descs::dq_step(kk)), desc_from_lo(dkmn_lo, Descs::dq_step(kk)),
+                   kk > 0 ? 1 : 0);
+    }
     wgmma_commit();
     wgmma_wait<1>();
     reg_fence(dv);

@@ -12,7 +12,8 @@
 //   warpgroups 1 and 2, the consumers (240 registers), in one of two forms:
 //   - D <= 128 (mainloop.cuh), kBlockN = 128: consumer wg = warpgroup - 1 owns keys
 //     [64 wg, 64 wg + 64) of the block (the wgmma M = 64 of the key-side GEMMs) and walks the
-//     query blocks (kBlockM = 64 rows, 128 at D = 64) of every query head of the GQA group.
+//     query blocks (kBlockM = 64 rows, 128 at D = 64, 80 in the wide config at D = 128) of every
+//     query head of the GQA group.
 //   - D = 256 (mainloop_roles.cuh), kBlockN = 64: dK and dV of m64 x 256 would take 256 registers
 //     a thread, so the warpgroups split D for the key-side GEMMs (dK, dV and dQ of columns
 //     [128 wg, 128 wg + 128)) and split the score GEMMs by role: warpgroup 0 computes S^T and P,
@@ -56,7 +57,12 @@ namespace sm90 {
 // 256-thread barrier).
 //   kSplitKeys:    warpgroup wg computes all D columns over its own 64 keys; kept for the
 //                  descriptor checks (lab/sm90_bwd_desc_check.cu), the kernel does not run it.
-enum class Sm90BwdDqSplit : int { kSplitD = 0, kSplitKeys = 1, kSplitQueries = 2 };
+//   kTransposed:   (D = 128, kBlockM = 80) dQ^T = K^T dS^T: warpgroup wg computes D columns
+//                  [64 wg, 64 wg + 64) (wgmma M = 64, A = K read MN-major) for all kBlockM queries
+//                  (N = kBlockM, which need not be a multiple of 64), over all 128 keys; dS is
+//                  stored [queries][keys] (K-major B, a plane per warpgroup's 64 keys, written
+//                  transposed from the S^T accumulators by stmatrix .trans).
+enum class Sm90BwdDqSplit : int { kSplitD = 0, kSplitKeys = 1, kSplitQueries = 2, kTransposed = 3 };
 
 // D = 64 walks 128 queries per step: its GEMMs are half as deep, so twice the rows per step halve
 // the per-step costs (barriers, waits, the dQ tile handoff) per FLOP, in the same registers.
@@ -91,12 +97,17 @@ struct Sm90BwdTraits {
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
                 "head dims 64, 128 and 256 (smaller dims run on the next one up)");
   static_assert(!kRoles || (kDqSplit == Sm90BwdDqSplit::kSplitD && kBlockM == 64), "the D = 256 form splits D");
-  static_assert(kBlockM == 64 || kBlockM == 128, "dS^T rows are one or two 128-byte swizzle rows of queries");
+  static constexpr bool kDqTransposed = kDqSplit == Sm90BwdDqSplit::kTransposed;
+  static_assert(kDqTransposed || kBlockM == 64 || kBlockM == 128,
+                "dS^T rows are one or two 128-byte swizzle rows of queries");
   static_assert(kDqSplit != Sm90BwdDqSplit::kSplitQueries || kBlockM == 2 * kRowsPerConsumer, "a query half per warpgroup");
-  static_assert(kDqSplit == Sm90BwdDqSplit::kSplitQueries || kBlockM == 64, "64-query steps split D or keys");
+  static_assert(kDqSplit == Sm90BwdDqSplit::kSplitQueries || kDqTransposed || kBlockM == 64,
+                "64-query steps split D or keys");
+  static_assert(!kDqTransposed || (kHeadDim == kRowsPerConsumer * kConsumerWGs && kBlockM % 16 == 0 && kBlockM <= 96),
+                "dQ^T: a 64-column M per warpgroup, N = kBlockM in k16 steps of dV/dK");
 
   // wgmma N of the dQ GEMM and its k-steps.
-  static constexpr int kDqN = kDqSplit == Sm90BwdDqSplit::kSplitD ? kHeadDim / 2 : kHeadDim;
+  static constexpr int kDqN = kDqTransposed ? kBlockM : kDqSplit == Sm90BwdDqSplit::kSplitD ? kHeadDim / 2 : kHeadDim;
   static constexpr int kDqKSteps = (kDqSplit == Sm90BwdDqSplit::kSplitKeys ? kRowsPerConsumer : kBlockN) / 16;
   // wgmma N of dV += P^T dO and dK += dS^T Q: all of D, or a warpgroup's half in the D = 256 form.
   static constexpr int kAccN = kRoles ? kHeadDim / 2 : kHeadDim;
@@ -106,8 +117,9 @@ struct Sm90BwdTraits {
   static constexpr int kQPlaneBytes = kBlockM * kChunkRowBytes;   // 8 or 16 KB
   static constexpr int kKVBytes = kKVPlaneBytes * kChunks;
   static constexpr int kQBytes = kQPlaneBytes * kChunks;
-  static constexpr int kDSPlaneBytes = kBlockN * kChunkRowBytes;       // dS^T [kBlockN keys][64 queries]
-  static constexpr int kDSBytes = kDSPlaneBytes * (kBlockM / kChunkCols);
+  // dS^T [kBlockN keys][64 queries] planes, or (kTransposed) dS [kBlockM queries][64 keys] planes.
+  static constexpr int kDSPlaneBytes = (kDqTransposed ? kBlockM : kBlockN) * kChunkRowBytes;
+  static constexpr int kDSBytes = kDSPlaneBytes * ((kDqTransposed ? kBlockN : kBlockM) / kChunkCols);
   static constexpr int kPBytes = kRoles ? kDSBytes : 0;             // P^T, as dS^T
   static constexpr int kDqTileFloats = kBlockM * kHeadDim;    // one query block of dq_accum
   static constexpr int kDqBytes = kRoles ? 0 : kDqTileFloats * 4;  // the shared dQ tile
@@ -159,7 +171,13 @@ struct Sm90BwdTraits {
   }
   // The same position from a (row, column) of the block (row < kBlockM, column < D); the dQ
   // convert kernel reads dq_accum this way.
+  // (kTransposed: the accumulator's rows are D columns, its columns the queries.)
   static constexpr int dq_tile_offset_rc(int row, int col) {
+    if (kDqTransposed) {
+      const int r = col % kRowsPerConsumer, c = row;
+      return dq_tile_offset(col / kRowsPerConsumer, c / 8, 32 * (r / 16) + 4 * (r % 8) + (c % 8) / 2,
+                            2 * ((r % 16) / 8) + c % 2);
+    }
     const bool split_d = kDqSplit == Sm90BwdDqSplit::kSplitD;
     const int wg = split_d ? col / kDqN : row / kRowsPerConsumer;
     const int c = split_d ? col % kDqN : col;
@@ -168,16 +186,26 @@ struct Sm90BwdTraits {
   }
 };
 
-// The tile configuration of each instantiation: (head dim, softcap). With a softcap, D = 64 takes
-// 64-query steps split by columns: the 128-query steps keep 128 score registers a thread, and the
-// softcap's extra work per score spilled them (136 B).
-template <int kHeadDim, bool kSoftcap>
+// The tile configuration of each instantiation: (head dim, softcap, wide). With a softcap, D = 64
+// takes 64-query steps split by columns: the 128-query steps keep 128 score registers a thread, and
+// the softcap's extra work per score spilled them (136 B).
+// kWide (D = 128, dense calls with neither a mask nor a softcap: dispatch.cu's wide_config):
+// 80-query steps with dQ transposed, FlashAttention-3's tile for that case: the per-step fixed
+// costs (barriers, waits, fences) spread over 25% more work (measured: docs/perf-notes.md, "Backward
+// v16"). Masked calls keep 64-query steps (a partial block wastes more of an 80-row step), and so
+// do packed batches and the softcap (not built with 80 rows).
+template <int kHeadDim, bool kSoftcap, bool kWide = false>
 struct Sm90BwdConfig {
+  static_assert(!kWide, "the wide config exists for D = 128 without a softcap");
   using Traits = Sm90BwdTraits<kHeadDim>;
 };
 template <>
 struct Sm90BwdConfig<64, true> {
   using Traits = Sm90BwdTraits<64, Sm90BwdDqSplit::kSplitD, 64>;
+};
+template <>
+struct Sm90BwdConfig<128, false, true> {
+  using Traits = Sm90BwdTraits<128, Sm90BwdDqSplit::kTransposed, 80>;
 };
 
 }  // namespace sm90

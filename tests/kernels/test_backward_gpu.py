@@ -325,6 +325,42 @@ def test_backward_path_follows_the_backend(d: int, backend: str, device: torch.d
     assert backward_kernels(x, backend, softcap=30.0) == {want}
 
 
+# The Hopper backward's wide config (csrc/flash_bwd_sm90/traits.h: 80-query steps, dQ transposed)
+# runs D = 128 (and the dims padded to it) without a mask or softcap; FLASHATTN_BWD_WIDE=0 gives
+# those calls the 64-query config. Query lengths around multiples of 80 and of 64, GQA, both modes.
+WIDE_SHAPES = [
+    pytest.param(1, 1, 300, 2, 1, 128, id="Sq=1"),
+    pytest.param(2, 79, 130, 4, 2, 128, id="Sq=79"),
+    pytest.param(1, 80, 80, 2, 2, 128, id="Sq=80"),
+    pytest.param(2, 81, 257, 8, 1, 128, id="Sq=81,GQA-8:1"),
+    pytest.param(1, 1000, 1300, 8, 2, 96, id="Sq=1000,D=96"),
+    pytest.param(1, 2048, 700, 2, 2, 128, id="Sq=2048"),
+]
+
+
+@pytest.mark.parametrize("wide", [True, False], ids=["wide", "wide-off"])
+@pytest.mark.parametrize("deterministic", [False, True], ids=["default", "deterministic"])
+@pytest.mark.parametrize(("batch", "sq", "sk", "hq", "hk", "d"), WIDE_SHAPES)
+def test_hopper_wide_config_gradients(batch: int, sq: int, sk: int, hq: int, hk: int, d: int, deterministic: bool, wide: bool,
+                                      backend: str, device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
+    if backend != "hopper" or torch.cuda.get_device_capability(device) != (9, 0):
+        pytest.skip("the Hopper backward's configs (the `hopper` backend parameter on an H100)")
+    monkeypatch.setenv("FLASHATTN_BWD_WIDE", "1" if wide else "0")
+    for dtype in (torch.bfloat16, torch.float16):
+        x = AttentionSpec(batch, sq, sk, hq, hk, d, dtype, NONE, None, Layout("contiguous"), Layout("contiguous"), 1.0,
+                          sq + d).make(device)
+        dout = make_dout(x, "contiguous", 5)
+        with backward_mode(deterministic):
+            if deterministic:
+                flashattn.set_deterministic(True)
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                grads = op_grads(x, dout, backend)
+                torch.cuda.synchronize()
+        main = {e.name for e in prof.events() if "flash_bwd_sm90_kernel" in e.name}
+        assert len(main) == 1 and (", 80>" in next(iter(main))) == wide, main
+        check(grads, x, dout, f"wide {wide}, deterministic {deterministic}, {dtype}")
+
+
 def test_forced_hopper_forward_trains(backend: str, device: torch.device) -> None:
     """A forward with "hopper" forced trains, to the same gradients as the portable path's within
     the criterion (the Hopper backward's two forms: D=64 and D=256)."""
