@@ -3,9 +3,11 @@
 against the 64-query config it replaces for D = 128 calls without a mask or softcap, side by side in
 one process (FLASHATTN_BWD_WIDE=1 / 0, alternating rounds), with cuDNN's backward (SDPA's default on
 an H100) on the same tensors. bf16 and fp16, B*S = 16k tokens, H*D = 2048 (and two GQA shapes),
-S 1k..16k, non-causal; also each config's deterministic mode. ms per call of the op alone
-(triton do_bench medians, then the median over rounds); TFLOP/s = 2.5 x the forward's FLOPs / time.
-usage: python lab/bwd_wide_time.py [--rounds N] [--dims 128,96]"""
+S 1k..16k, non-causal; also each config's deterministic mode. --causal: the same under a causal
+mask, where the wide config runs only with FLASHATTN_BWD_WIDE=2 (a lab trial). ms per call of the
+op alone (triton do_bench medians, then the median over rounds); TFLOP/s = 2.5 x the forward's
+FLOPs / time (half under the mask).
+usage: python lab/bwd_wide_time.py [--rounds N] [--dims 128,96] [--causal]"""
 
 from __future__ import annotations
 
@@ -36,12 +38,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dims", default="128", help="head dims, comma-separated (96 and 80 run padded to 128)")
+    ap.add_argument("--causal", action="store_true", help="causal calls (the wide config by FLASHATTN_BWD_WIDE=2)")
     args = ap.parse_args()
+    cm = 1 if args.causal else 0
+    switch = {"wide": "2" if args.causal else "1", "narrow": "0"}
     modes = ("wide", "narrow")
     gains: list[float] = []
     vs_cudnn = {m: [] for m in modes}
     for dtype in (torch.bfloat16, torch.float16):
-        print(f"{dtype}: ms; x cudnn = cuDNN's time / ours; det = the deterministic mode's time / the default's")
+        print(f"{dtype}, {'causal' if cm else 'non-causal'}: ms; x cudnn = cuDNN's time / ours; det = the deterministic mode's time / the default's")
         print(f"{'D':>4} {'S':>6} {'Hq:Hk':>6} {'cudnn':>8} " +
               " ".join(f"{m:>8} {'TFLOP/s':>8} {'x cudnn':>7} {'det':>5}" for m in modes) + f" {'wide gain':>9}")
         for d in (int(x) for x in args.dims.split(",")):
@@ -52,23 +57,23 @@ def main() -> None:
                 q, dout = (torch.randn(b, s, hq, d, device="cuda", dtype=dtype) for _ in range(2))
                 k, v = (torch.randn(b, s, hk, d, device="cuda", dtype=dtype) for _ in range(2))
                 scale = d**-0.5
-                out, lse = FWD(q, k, v, scale, 0, "auto")
+                out, lse = FWD(q, k, v, scale, cm, "auto")
                 t = {(m, det): [] for m in modes for det in (False, True)}
                 for _ in range(args.rounds):
                     for m in modes:
-                        os.environ["FLASHATTN_BWD_WIDE"] = "1" if m == "wide" else "0"
+                        os.environ["FLASHATTN_BWD_WIDE"] = switch[m]
                         for det in (False, True):
-                            t[(m, det)].append(timed(lambda: BWD(dout, q, k, v, out, lse, scale, 0, det, "auto")))
+                            t[(m, det)].append(timed(lambda: BWD(dout, q, k, v, out, lse, scale, cm, det, "auto")))
                 os.environ.pop("FLASHATTN_BWD_WIDE")
                 qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
                 try:
                     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                        o = F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=hq != hk)
+                        o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(cm), enable_gqa=hq != hk)
                     t_cudnn = timed(lambda: torch.autograd.grad(o, (qt, kt, vt), dout.transpose(1, 2), retain_graph=True))
                 except RuntimeError:  # cuDNN refuses the shape
                     t_cudnn = float("nan")
                 med = {key: sorted(ts)[len(ts) // 2] for key, ts in t.items()}
-                flops = 4 * b * hq * s * s * d * 2.5
+                flops = 4 * b * hq * s * s * d * 2.5 / (2 if cm else 1)
                 gains.append(med[("narrow", False)] / med[("wide", False)])
                 cells = []
                 for m in modes:

@@ -22,6 +22,8 @@
 #                                     (lab/bwd_lab.sh), ncu on the backward kernels, timing vs SDPA (~7 min)
 #   bash lab/gpu_run.sh bwdwide  build, the backward's wide-config tests, its A/B timing vs the 64-query
 #                                     config and cuDNN (lab/bwd_wide_time.py), memcheck  (~5 min)
+#   bash lab/gpu_run.sh training build, the backward tests with the wide config on masked calls, its causal
+#                                     A/B, the training benchmark grid against cuDNN       (~9 min)
 #   bash lab/gpu_run.sh bwd90    build, backward numerics and tests on both paths, the backward timing grid (~5 min)
 #   bash lab/gpu_run.sh integrate build, the whole GPU suite, the window/varlen/paged benchmarks, the
 #                                     D=256 backward config lab, the backward timing grid  (~7 min)
@@ -179,6 +181,26 @@ case "${1:-verify}" in
     step memcheck_dense 150 env SANITIZE_BACKENDS=auto compute-sanitizer --tool memcheck --error-exitcode 99 \
       python3 lab/sanitize_small.py --only dense
     ;;
+  training)  # the backward as users train: build, the backward tests with the wide config on masked calls
+             # too, its causal A/B (lab/bwd_wide_time.py --causal), then the training benchmark grid
+             # against cuDNN, with the wide config on masked calls where the A/B gained >= 1% and the
+             # tests passed (FLASHATTN_BWD_WIDE=2; the grid's report says which in bench-wide-mode.txt)
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash lab/gpu_build.sh
+    step pytest_backward_wide_masked 240 env FLASHATTN_BWD_WIDE=2 "${pytest_ci[@]}" -x tests/kernels/test_backward_gpu.py -ra
+    tests_ok=$(grep -q "exit 0 in" <(tail -1 "$OUT/summary.txt") && echo 1 || echo 0)
+    step bwd_wide_causal 240 python3 lab/bwd_wide_time.py --causal
+    wide_mode=$(python3 - "$OUT/step_bwd_wide_causal.log" "$tests_ok" <<'PY'
+import re, sys
+m = re.search(r"over the 64-query one: ([0-9.]+)", open(sys.argv[1]).read())
+print(2 if sys.argv[2] == "1" and m and float(m.group(1)) >= 1.01 else 1)
+PY
+)
+    echo "FLASHATTN_BWD_WIDE=$wide_mode (tests ok: $tests_ok)" > "$OUT/bench-wide-mode.txt"
+    step bench_training 330 env FLASHATTN_BWD_WIDE="$wide_mode" \
+      FLASHATTN_BENCH_IMPLS="${FLASHATTN_BENCH_IMPLS:-flashattn,sdpa-default}" BENCH_MARKERS="bench and training" \
+      bash benchmarks/run_benchmarks.sh "$OUT/bench"
+    ;;
   integrate)  # after merging features: build, the whole GPU suite, the features' benchmarks, the D=256 backward lab, backward timing
     env_info > "$OUT/env.txt" 2>&1
     step build 420 bash lab/gpu_build.sh
@@ -229,7 +251,7 @@ case "${1:-verify}" in
     step sanitize 330 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-45}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|training|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

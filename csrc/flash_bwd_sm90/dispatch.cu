@@ -72,14 +72,18 @@ int block_m_of(int d, bool softcap, bool wide) {
 int instantiated_head_dim(int head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
 
 // The wide config (traits.h Sm90BwdConfig<128, false, true>: 80-query steps, dQ transposed) runs
-// dense D = 128 calls with no causal mask, no window and no softcap. FLASHATTN_BWD_WIDE=0 turns it
-// off (a lab switch for side-by-side rounds in one process, read at every such call, like
-// FLASHATTN_BWD_REVERSE; the binding sizes dq_accum and the tickets from the same answer).
+// dense D = 128 calls without a softcap, with no mask or a causal one (measured: perf-notes
+// "Backward v16", +2.4% without a mask, +3.3% causal); local windows keep 64-query steps (not
+// measured with 80). FLASHATTN_BWD_WIDE (lab switches for side-by-side rounds in one process, read
+// at every such call, like FLASHATTN_BWD_REVERSE; the binding sizes dq_accum and the tickets from
+// the same answer): 0 off, 1 unmasked calls only, 2 (the default) and causal ones, 3 and windows.
 bool wide_config(const BwdParams& p) {
   if (instantiated_head_dim(p.head_dim) != 128 || p.softcap != 0.f || p.cu_seqlens_q != nullptr) return false;
-  if (p.causal || p.window_left >= 0 || p.window_right >= 0) return false;
   const char* v = std::getenv("FLASHATTN_BWD_WIDE");
-  return v == nullptr || *v == '\0' || std::atoi(v) != 0;
+  const int mode = v == nullptr || *v == '\0' ? 2 : std::atoi(v);
+  // (set_mask folds a causal mask in as window_right = 0: a window is anything beyond that.)
+  const bool window = p.window_left >= 0 || (!p.causal && p.window_right >= 0);
+  return mode >= (window ? 3 : p.causal ? 2 : 1);
 }
 int block_n(int d) { return d == 256 ? Sm90BwdTraits<256>::kBlockN : Sm90BwdTraits<128>::kBlockN; }
 

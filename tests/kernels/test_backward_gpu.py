@@ -326,8 +326,9 @@ def test_backward_path_follows_the_backend(d: int, backend: str, device: torch.d
 
 
 # The Hopper backward's wide config (csrc/flash_bwd_sm90/traits.h: 80-query steps, dQ transposed)
-# runs D = 128 (and the dims padded to it) without a mask or softcap; FLASHATTN_BWD_WIDE=0 gives
-# those calls the 64-query config. Query lengths around multiples of 80 and of 64, GQA, both modes.
+# runs D = 128 (and the dims padded to it) with no mask or a causal one, no window, no softcap;
+# FLASHATTN_BWD_WIDE=0 gives those calls the 64-query config. Query lengths around multiples of 80
+# and of 64, GQA, both causal alignments, both modes; the kernel that ran is checked by name.
 WIDE_SHAPES = [
     pytest.param(1, 1, 300, 2, 1, 128, id="Sq=1"),
     pytest.param(2, 79, 130, 4, 2, 128, id="Sq=79"),
@@ -336,29 +337,40 @@ WIDE_SHAPES = [
     pytest.param(1, 1000, 1300, 8, 2, 96, id="Sq=1000,D=96"),
     pytest.param(1, 2048, 700, 2, 2, 128, id="Sq=2048"),
 ]
+WIDE_MASKS = [  # (causal mode, window, runs the wide config by default)
+    pytest.param(NONE, (-1, -1), True, id="full"),
+    pytest.param(BOTTOM_RIGHT, (-1, -1), True, id="causal-bottom-right"),
+    pytest.param(TOP_LEFT, (-1, -1), True, id="causal-top-left"),
+    pytest.param(NONE, (40, 7), False, id="window"),
+]
 
 
-@pytest.mark.parametrize("wide", [True, False], ids=["wide", "wide-off"])
-@pytest.mark.parametrize("deterministic", [False, True], ids=["default", "deterministic"])
+@pytest.mark.parametrize("wide", [True, False], ids=["default", "wide-off"])
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
+@pytest.mark.parametrize(("mode", "window", "wide_by_default"), WIDE_MASKS)
 @pytest.mark.parametrize(("batch", "sq", "sk", "hq", "hk", "d"), WIDE_SHAPES)
-def test_hopper_wide_config_gradients(batch: int, sq: int, sk: int, hq: int, hk: int, d: int, deterministic: bool, wide: bool,
-                                      backend: str, device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hopper_wide_config_gradients(batch: int, sq: int, sk: int, hq: int, hk: int, d: int, mode: int, window,
+                                      wide_by_default: bool, deterministic: bool, wide: bool, backend: str,
+                                      device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
     if backend != "hopper" or torch.cuda.get_device_capability(device) != (9, 0):
         pytest.skip("the Hopper backward's configs (the `hopper` backend parameter on an H100)")
-    monkeypatch.setenv("FLASHATTN_BWD_WIDE", "1" if wide else "0")
+    if wide:
+        monkeypatch.delenv("FLASHATTN_BWD_WIDE", raising=False)
+    else:
+        monkeypatch.setenv("FLASHATTN_BWD_WIDE", "0")
     for dtype in (torch.bfloat16, torch.float16):
-        x = AttentionSpec(batch, sq, sk, hq, hk, d, dtype, NONE, None, Layout("contiguous"), Layout("contiguous"), 1.0,
+        x = AttentionSpec(batch, sq, sk, hq, hk, d, dtype, mode, None, Layout("contiguous"), Layout("contiguous"), 1.0,
                           sq + d).make(device)
         dout = make_dout(x, "contiguous", 5)
         with backward_mode(deterministic):
             if deterministic:
                 flashattn.set_deterministic(True)
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-                grads = op_grads(x, dout, backend)
+                grads = op_grads(x, dout, backend, window=window)
                 torch.cuda.synchronize()
         main = {e.name for e in prof.events() if "flash_bwd_sm90_kernel" in e.name}
-        assert len(main) == 1 and (", 80>" in next(iter(main))) == wide, main
-        check(grads, x, dout, f"wide {wide}, deterministic {deterministic}, {dtype}")
+        assert len(main) == 1 and (", 80>" in next(iter(main))) == (wide and wide_by_default), main
+        check(grads, x, dout, f"wide {wide}, deterministic {deterministic}, {dtype}, window {window}", window)
 
 
 def test_forced_hopper_forward_trains(backend: str, device: torch.device) -> None:
