@@ -93,6 +93,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(const at::Tensor& dout_i
   p.dpsum = dpsum.data_ptr<float>();
   p.dq_accum = dq_accum.data_ptr<float>();
   p.dq_semaphore = deterministic ? semaphore.data_ptr<int>() : nullptr;
+  // A GQA group split over CTAs adds dK/dV in float32 (after the semaphore: not in that mode).
+  const int64_t dkv_floats = hopper ? flashattn::flash_bwd_sm90_dkv_accum_floats(p, dev) : 0;
+  at::Tensor dkv_accum;
+  if (dkv_floats > 0) {
+    dkv_accum = at::zeros({dkv_floats}, f32);
+    p.dkv_accum = dkv_accum.data_ptr<float>();
+  }
 
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
   const cudaError_t err = hopper ? flashattn::flash_bwd_sm90(p, dev, stream) : flashattn::flash_bwd(p, dev, stream);

@@ -12,26 +12,18 @@ usage: python lab/bwd_wide_time.py [--rounds N] [--dims 128,96] [--causal]"""
 from __future__ import annotations
 
 import argparse
-import math
 import os
 
 import torch
 import torch.nn.functional as F
-import triton.testing
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn  # noqa: F401  (registers torch.ops.flashattn)
+from gpu_timing import do_bench_ms as timed
+from gpu_timing import geomean
 
 BWD = torch.ops.flashattn.bwd.default
 FWD = torch.ops.flashattn.fwd.default
-
-
-def timed(fn) -> float:
-    return triton.testing.do_bench(fn, warmup=5, rep=40, return_mode="median")
-
-
-def geomean(xs: list[float]) -> float:
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
 
 def main() -> None:

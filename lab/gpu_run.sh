@@ -22,6 +22,8 @@
 #                                     (lab/bwd_lab.sh), ncu on the backward kernels, timing vs SDPA (~7 min)
 #   bash lab/gpu_run.sh bwdwide  build, the backward's wide-config tests, its A/B timing vs the 64-query
 #                                     config and cuDNN (lab/bwd_wide_time.py), memcheck  (~5 min)
+#   bash lab/gpu_run.sh bwdgqa   build, the backward tests, the GQA group split's A/B against no split and
+#                                     cuDNN, memcheck/racecheck/synccheck on small dense cases (~7 min)
 #   bash lab/gpu_run.sh training build, the backward tests with the wide config on masked calls, its causal
 #                                     A/B, the training benchmark grid against cuDNN       (~9 min)
 #   bash lab/gpu_run.sh bwd90    build, backward numerics and tests on both paths, the backward timing grid (~5 min)
@@ -181,6 +183,19 @@ case "${1:-verify}" in
     step memcheck_dense 150 env SANITIZE_BACKENDS=auto compute-sanitizer --tool memcheck --error-exitcode 99 \
       python3 lab/sanitize_small.py --only dense
     ;;
+  bwdgqa)  # the Hopper backward's GQA group split: build, the backward tests, its A/B against no split
+           # with cuDNN alongside (lab/bwd_group_split_time.py), memcheck/racecheck/synccheck on the small dense cases
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash lab/gpu_build.sh
+    step pytest_backward 300 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py -ra
+    step bwd_group_split_time 240 python3 lab/bwd_group_split_time.py
+    for tool in memcheck racecheck synccheck; do
+      extra=()
+      [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
+      step "${tool}_dense" 150 env SANITIZE_BACKENDS=auto compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 \
+        python3 lab/sanitize_small.py --only dense --quick
+    done
+    ;;
   training)  # the backward as users train: build, the backward tests with the wide config on masked calls
              # too, its causal A/B (lab/bwd_wide_time.py --causal), then the training benchmark grid
              # against cuDNN, with the wide config on masked calls where the A/B gained >= 1% and the
@@ -251,7 +266,7 @@ PY
     step sanitize 330 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-45}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|training|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|training|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

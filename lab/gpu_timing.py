@@ -1,11 +1,12 @@
 """The CUDA-event timers the GPU tools share (lab/ceilings.py, quick_check.py, sm90_check.py,
-decode_check.py), on top of the benchmark suite's primitives (benchmarks/bench_common.py:
+decode_check.py; do_bench_ms and geomean for the backward A/B scripts), on top of the benchmark suite's primitives (benchmarks/bench_common.py:
 time_calls_ms, one event pair around back-to-back calls; measure_interleaved, the round schedule).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import math
 import pathlib
 import statistics
 import sys
@@ -49,3 +50,15 @@ def interleaved_ms(fns: dict[Any, Callable[[], object]], round_ms: float = 2.0, 
                            latency_samples=0)
     timings = bc.measure_interleaved({name: bc.Runnable(fn) for name, fn in fns.items()}, settings)
     return {name: statistics.median(t.samples_ms) for name, t in timings.items()}
+
+
+def do_bench_ms(fn: Callable[[], object]) -> float:
+    """triton's do_bench median (L2 flushed before each call): the backward A/B scripts' timer
+    (lab/bwd_wide_time.py, bwd_group_split_time.py), as lab/bwd_check.py's grid."""
+    import triton.testing
+
+    return triton.testing.do_bench(fn, warmup=5, rep=40, return_mode="median")
+
+
+def geomean(xs: list[float]) -> float:
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")

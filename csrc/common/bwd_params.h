@@ -37,6 +37,15 @@ struct BwdParams : FwdParams {
   // its dQ share of query block m only after blocks 0..n-1 have (a ticket per query block), so the
   // float sums happen in one fixed order. Null: plain atomics, in whatever order blocks finish.
   int* dq_semaphore = nullptr;
+
+  // The Hopper backward's split of a GQA group over CTAs (flash_bwd_sm90_group_split says when):
+  // group_split CTAs per (key block, K/V head), each walking Hq / Hk / group_split query heads,
+  // add their float32 dK (times softmax_scale) and dV into dkv_accum [2][B][Hk][Sk][D'] (D' the
+  // instantiated head dim: flash_bwd_sm90_dkv_accum_floats), zeroed by the caller; a last kernel
+  // converts it into dk and dv. 1 (and null): each CTA walks the whole group and writes dk, dv.
+  // After the other fields, so that the kernels that never read them keep their code.
+  float* dkv_accum = nullptr;
+  int group_split = 1;
 };
 
 // One sequence of a backward call: of a packed batch, read from cu_seqlens on the device

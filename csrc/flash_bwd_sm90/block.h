@@ -22,13 +22,15 @@ namespace sm90 {
 
 struct BwdBlock {
   int n_block, head_kv, batch, group, n0;
+  int head_q0;  // the first query head of the block's walk (its share of the GQA group)
   int m_begin, m_steps, steps;
   bool reverse;  // the query blocks of a head walked from the last down (Sm90BwdParams::reverse_m)
   BwdSeq seq;     // the sequence: a packed batch's (kPacked), else the call's lengths and rows 0
   int dq_block0;  // kPacked: the first dq_accum tile of the sequence (bwd_packed_dq_block0)
-  // Step t is query block m_block(t) of query head head_kv * group + t / m_steps: the (t %
-  // m_steps)-th of [m_begin, m_begin + m_steps), counted from the first or (reverse) the last.
-  FLASHATTN_HD int head_q(int t) const { return head_kv * group + t / m_steps; }
+  // Step t is query block m_block(t) of query head head_q0 + t / m_steps: the (t % m_steps)-th of
+  // [m_begin, m_begin + m_steps), counted from the first or (reverse) the last. group: the query
+  // heads this block walks (the GQA group, or its share with BwdParams::group_split > 1).
+  FLASHATTN_HD int head_q(int t) const { return head_q0 + t / m_steps; }
   FLASHATTN_HD int m_block(int t) const {
     const int i = t % m_steps;
     return reverse ? m_begin + m_steps - 1 - i : m_begin + i;
@@ -72,12 +74,16 @@ FLASHATTN_HD BwdBlock bwd_block(const BwdParams& p, int num_n_blocks, int lpt_he
   // in groups of lpt_heads whose Q and dO fit in L2 together, key block slowest inside a group: the
   // longest CTAs of a group start first, so the grid's last wave is not a head's longest CTAs
   // starting late (longest-first over the whole grid lost the L2 sharing: perf-notes v11b).
+  // With a split GQA group (BwdParams::group_split = s > 1) the unit of this order is a (batch,
+  // K/V head, share) triple: the s shares of a K/V head's group are neighbours, as its key blocks.
+  const int split = p.group_split;
+  const int units = p.heads_kv * split;  // per batch
   int idx, bh;
   if (lpt_heads > 0) {
     const int per_group = lpt_heads * num_n_blocks;
     const int group = cta / per_group;
     const int j = cta - group * per_group;
-    const int rest = p.batch * p.heads_kv - group * lpt_heads;
+    const int rest = p.batch * units - group * lpt_heads;
     const int heads_here = lpt_heads < rest ? lpt_heads : rest;
     idx = j / heads_here;
     bh = group * lpt_heads + (j - idx * heads_here);
@@ -87,9 +93,11 @@ FLASHATTN_HD BwdBlock bwd_block(const BwdParams& p, int num_n_blocks, int lpt_he
     bh = static_cast<int>(static_cast<unsigned>(cta) / static_cast<unsigned>(num_n_blocks));
   }
   b.n_block = p.dq_semaphore != nullptr ? num_n_blocks - 1 - idx : idx;
-  b.head_kv = bh % p.heads_kv;
-  b.batch = bh / p.heads_kv;
-  b.group = p.heads_q / p.heads_kv;
+  const int unit = bh % units;
+  b.head_kv = unit / split;
+  b.batch = bh / units;
+  b.group = p.heads_q / p.heads_kv / split;
+  b.head_q0 = b.head_kv * (p.heads_q / p.heads_kv) + (unit % split) * b.group;
   b.n0 = b.n_block * Traits::kBlockN;
   b.seq = seq_of(b.batch);
   b.dq_block0 = kPacked ? bwd_packed_dq_block0(b.seq.q_row0, b.batch, Traits::kBlockM) : 0;

@@ -97,6 +97,45 @@ __global__ void __launch_bounds__(kBwdSm90ConvertThreads)
   }
 }
 
+// A split GQA group (BwdParams::group_split > 1): dk and dv from the float32 sums in dkv_accum
+// [2][B][Hk][Sk][kHeadDim] (dK already times softmax_scale), 16 bytes of output a thread a step:
+// thread i takes 8 columns of one row of one of the two, the head_dim columns dk and dv hold.
+template <typename Traits, typename Element>
+__global__ void __launch_bounds__(kBwdSm90ConvertThreads)
+    flash_bwd_sm90_convert_dkv_kernel(const __grid_constant__ BwdParams p) {
+  const int pieces = p.head_dim / 8;
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_kv * p.seqlen_k;  // per tensor
+  const int64_t total = 2 * rows * pieces;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kBwdSm90ConvertThreads + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * kBwdSm90ConvertThreads) {
+    const int piece = static_cast<int>(i % pieces);
+    const int64_t r = i / pieces;  // [2][B][Hk][Sk] row
+    const bool is_v = r >= rows;
+    const int64_t rr = is_v ? r - rows : r;
+    const int s = static_cast<int>(rr % p.seqlen_k);
+    const int64_t bh = rr / p.seqlen_k;
+    const int h = static_cast<int>(bh % p.heads_kv);
+    const int b = static_cast<int>(bh / p.heads_kv);
+    const float4* src = reinterpret_cast<const float4*>(p.dkv_accum + r * Traits::kHeadDim + 8 * piece);
+    const float4 lo = src[0], hi = src[1];
+    const uint4 packed = make_uint4(pack2<Element>(lo.x, lo.y), pack2<Element>(lo.z, lo.w), pack2<Element>(hi.x, hi.y),
+                                    pack2<Element>(hi.z, hi.w));
+    Element* dst = is_v ? static_cast<Element*>(p.dv) + b * p.dv_batch_stride + s * p.dv_row_stride + h * p.dv_head_stride
+                        : static_cast<Element*>(p.dk) + b * p.dk_batch_stride + s * p.dk_row_stride + h * p.dk_head_stride;
+    *reinterpret_cast<uint4*>(dst + 8 * piece) = packed;
+  }
+}
+
+template <typename Traits, typename Element>
+cudaError_t launch_bwd_sm90_convert_dkv(const BwdParams& p, cudaStream_t stream) {
+  const long long total = 2ll * p.batch * p.heads_kv * p.seqlen_k * (p.head_dim / 8);
+  if (total <= 0) return cudaSuccess;
+  const long long blocks = (total + kBwdSm90ConvertThreads - 1) / kBwdSm90ConvertThreads;
+  const unsigned grid = static_cast<unsigned>(blocks < 65536 ? blocks : 65536);
+  flash_bwd_sm90_convert_dkv_kernel<Traits, Element><<<grid, kBwdSm90ConvertThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
 // Packed batches: the gradient rows no sequence owns set to 0: dq rows [0, cu_seqlens_q[0]) and
 // [cu_seqlens_q[B], total_q), dk and dv rows likewise by cu_seqlens_k (every head, the head_dim
 // columns), kBwdSm90ZeroRows rows a CTA; a CTA with no such row exits after four reads. The kernels

@@ -98,6 +98,33 @@ bool launcher_available(int i) {
   return v == 1;
 }
 
+// How many CTAs share a GQA group's query heads (BwdParams::group_split): with one CTA per (key
+// block, K/V head) walking the whole group, a grid of few K/V heads has few CTAs, and under a mask
+// their work differs by the key block (key block 0 of a causal call walks every query block, the
+// last one a single block): MQA at B=1 S=16k is 128 CTAs for 132 SMs and takes the longest CTA's
+// time, twice the average. So the group is split, the smallest divisor of it that gives masked
+// calls at least two waves and unmasked ones at least half a wave, when the call is dense and in
+// the default mode (the split's dK/dV sums are float atomics). FLASHATTN_BWD_GROUP_SPLIT=<n> forces
+// n (a divisor of the group; 1 = none), a lab switch read at every GQA call.
+int group_split_of(const BwdParams& p, const DeviceLimits& dev) {
+  const int group = p.heads_q / p.heads_kv;
+  if (group <= 1 || p.cu_seqlens_q != nullptr || p.dq_semaphore != nullptr) return 1;
+  if (const char* v = std::getenv("FLASHATTN_BWD_GROUP_SPLIT"); v != nullptr && *v != '\0') {
+    const int n = std::atoi(v);
+    return n >= 1 && group % n == 0 ? n : 1;
+  }
+  const int bn = block_n(instantiated_head_dim(p.head_dim));
+  const long long ctas = (static_cast<long long>(p.seqlen_k) + bn - 1) / bn * p.batch * p.heads_kv;
+  const bool masked = p.causal || p.window_left >= 0 || p.window_right >= 0;
+  const long long want = masked ? 2ll * dev.sm_count : dev.sm_count / 2;
+  int split = 1;
+  while (ctas * split < want && split < group) {
+    do ++split;
+    while (group % split != 0);
+  }
+  return split;
+}
+
 bool aligned16(const void* ptr, int64_t batch_stride, int64_t row_stride, int64_t head_stride) {
   return ptr != nullptr && reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && batch_stride % 8 == 0 &&
          row_stride % 8 == 0 && head_stride % 8 == 0;
@@ -157,6 +184,13 @@ int64_t flash_bwd_sm90_dq_accum_floats(const BwdParams& p) {
   return static_cast<int64_t>(p.batch) * p.heads_q * m_blocks * tile;
 }
 
+int flash_bwd_sm90_group_split(const BwdParams& p, const DeviceLimits& dev) { return sm90::group_split_of(p, dev); }
+
+int64_t flash_bwd_sm90_dkv_accum_floats(const BwdParams& p, const DeviceLimits& dev) {
+  if (sm90::group_split_of(p, dev) <= 1) return 0;
+  return 2 * static_cast<int64_t>(p.batch) * p.heads_kv * p.seqlen_k * sm90::instantiated_head_dim(p.head_dim);
+}
+
 bool flash_bwd_sm90_supported(const BwdParams& p, const DeviceLimits& dev) {
   return sm90::supported_launcher(p, dev) >= 0;
 }
@@ -164,7 +198,10 @@ bool flash_bwd_sm90_supported(const BwdParams& p, const DeviceLimits& dev) {
 cudaError_t flash_bwd_sm90(const BwdParams& p, const DeviceLimits& dev, cudaStream_t stream) {
   const int i = sm90::supported_launcher(p, dev);
   if (i < 0) return cudaErrorNotSupported;
-  return sm90::kLaunchers[i].launch(p, stream);
+  if (p.dkv_accum == nullptr) return sm90::kLaunchers[i].launch(p, stream);
+  BwdParams split = p;  // the caller sized dkv_accum for the split (flash_bwd_sm90_dkv_accum_floats)
+  split.group_split = sm90::group_split_of(p, dev);
+  return sm90::kLaunchers[i].launch(split, stream);
 }
 
 }  // namespace flashattn

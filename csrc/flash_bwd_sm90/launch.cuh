@@ -41,8 +41,10 @@ int bwd_lpt_heads(const BwdParams& p) {
   if (!p.causal || p.dq_semaphore != nullptr) return 0;
   const long long budget = bwd_lpt_budget_bytes();
   if (budget <= 0) return 0;
-  const long long pair_bytes = 2ll * 2 * (p.heads_q / p.heads_kv) * static_cast<long long>(p.seqlen_q) * Traits::kHeadDim;
-  const long long pairs = static_cast<long long>(p.batch) * p.heads_kv;
+  // A unit is a (batch, K/V head) pair, or its share of the GQA group (BwdParams::group_split).
+  const long long pair_bytes =
+      2ll * 2 * (p.heads_q / p.heads_kv / p.group_split) * static_cast<long long>(p.seqlen_q) * Traits::kHeadDim;
+  const long long pairs = static_cast<long long>(p.batch) * p.heads_kv * p.group_split;
   const long long fit = pair_bytes > 0 ? budget / pair_bytes : pairs;
   return static_cast<int>(fit < 1 ? 1 : (fit > pairs ? pairs : fit));
 }
@@ -74,6 +76,10 @@ template <typename Traits, typename Element, bool kSoftcap, bool kPacked>
 cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
   if ((p.softcap != 0.f) != kSoftcap || (p.cu_seqlens_q != nullptr) != kPacked) return cudaErrorInvalidValue;
   if (p.head_dim > Traits::kHeadDim || p.head_dim % 8 != 0) return cudaErrorInvalidValue;
+  // A split GQA group: dense calls in the default mode only, with the float32 dK/dV sums.
+  if (p.group_split < 1 || (p.heads_q / p.heads_kv) % p.group_split != 0 ||
+      (p.group_split > 1 && (kPacked || p.dq_semaphore != nullptr || p.dkv_accum == nullptr)))
+    return cudaErrorInvalidValue;
   Sm90BwdParams kp;
   kp.p = p;
   kp.num_n_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
@@ -97,11 +103,15 @@ cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
   constexpr int kSmem = Traits::kSmemBytes;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) return err;
-  const long long grid = static_cast<long long>(kp.num_n_blocks) * p.batch * p.heads_kv;
+  const long long grid = static_cast<long long>(kp.num_n_blocks) * p.batch * p.heads_kv * p.group_split;
   if (grid > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
   if (grid > 0) {
     kernel<<<static_cast<unsigned>(grid), Traits::kThreads, kSmem, stream>>>(kp);
     err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
+  if (p.group_split > 1) {
+    err = launch_bwd_sm90_convert_dkv<Traits, Element>(p, stream);
     if (err != cudaSuccess) return err;
   }
   return launch_bwd_sm90_convert_dq<Traits, Element, kPacked>(p, kp.num_m_blocks, kp.dq_blocks_per_head, stream);

@@ -355,12 +355,47 @@ __device__ __forceinline__ void bwd_sm90_zero_tail(const uint32_t a, const uint3
 // its sequence) are copied out of the staged tile by the warpgroup's threads, 16 bytes each.
 constexpr int kBwdEpilogueBarrier = 7;  // both warpgroups; + 1 + wg: one warpgroup
 
+// A split GQA group's epilogue (BwdParams::group_split > 1): this warpgroup's part of dK (times
+// softmax_scale) and dV, rows [row0, row0 + 64) and columns [col0, col0 + 2 kRegs) of the key
+// block, added into dkv_accum [2][B][Hk][Sk][kHeadDim] by two-float reductions (a column pair per
+// value pair of the accumulator); rows past Sk are skipped. Once per CTA: 64 reductions a thread.
+template <typename Traits, int kRegs>
+__device__ __forceinline__ void bwd_sm90_add_dkv(const BwdParams& p, const BwdBlock& blk, const int wtid,
+                                                 const float (&dk)[kRegs], const float (&dv)[kRegs], const int row0,
+                                                 const int col0) {
+  const int warp = wtid / 32;
+  const int lane = wtid % 32;
+  const int64_t plane = static_cast<int64_t>(p.batch) * p.heads_kv * p.seqlen_k * Traits::kHeadDim;
+  float* const base =
+      p.dkv_accum + (static_cast<int64_t>(blk.batch) * p.heads_kv + blk.head_kv) * p.seqlen_k * Traits::kHeadDim;
+  const float scale = p.softmax_scale;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = blk.n0 + row0 + 16 * warp + lane / 4 + 8 * h;
+    if (row >= p.seqlen_k) continue;
+    float* const r = base + static_cast<int64_t>(row) * Traits::kHeadDim + col0 + 2 * (lane % 4);
+#pragma unroll
+    for (int j = 0; j < kRegs / 4; ++j) {
+      asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(r + 8 * j), "f"(dk[4 * j + 2 * h] * scale),
+                   "f"(dk[4 * j + 2 * h + 1] * scale)
+                   : "memory");
+      asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(r + plane + 8 * j), "f"(dv[4 * j + 2 * h]),
+                   "f"(dv[4 * j + 2 * h + 1])
+                   : "memory");
+    }
+  }
+}
+
 template <typename Traits, typename Element, bool kPacked, int kRegs>
 __device__ __forceinline__ void bwd_sm90_store_dkv(const Sm90BwdParams& kp, const BwdSmem<Traits>& sm, const BwdBlock& blk,
                                                    const int wg, const int wtid, const float (&dk)[kRegs],
                                                    const float (&dv)[kRegs], const int row0, const int col0) {
   static_assert(2 * Traits::kKVBytes <= 2 * Traits::kStages * Traits::kQBytes, "dK and dV fit in the Q/dO ring");
   static_assert((2 * kRegs) % kChunkCols == 0, "whole 64-column planes per warpgroup");
+  if (!kPacked && kp.p.group_split > 1) {  // uniform: both warpgroups take this path
+    bwd_sm90_add_dkv<Traits>(kp.p, blk, wtid, dk, dv, row0, col0);
+    return;
+  }
   const int warp = wtid / 32;
   const int lane = wtid % 32;
   const int acc_row = 16 * warp + lane / 4;

@@ -373,6 +373,45 @@ def test_hopper_wide_config_gradients(batch: int, sq: int, sk: int, hq: int, hk:
         check(grads, x, dout, f"wide {wide}, deterministic {deterministic}, {dtype}, window {window}", window)
 
 
+# A GQA group split over CTAs (csrc/flash_bwd_sm90/dispatch.cu group_split_of): each CTA walks a
+# share of the group's query heads and adds its dK/dV into float32 sums, converted at the end. The
+# rule splits grids of few CTAs (the first shapes: MQA and GQA at B=1); FLASHATTN_BWD_GROUP_SPLIT
+# forces a count. Deterministic mode never splits.
+SPLIT_SHAPES = [
+    pytest.param(1, 700, 900, 8, 1, 128, id="MQA-8:1,D=128"),
+    pytest.param(2, 333, 257, 6, 2, 64, id="GQA-3:1,D=64"),
+    pytest.param(1, 300, 200, 4, 2, 256, id="GQA-2:1,D=256"),
+    pytest.param(1, 129, 1000, 4, 1, 96, id="MQA-4:1,D=96"),
+]
+
+
+@pytest.mark.parametrize("force", [None, "1", "2"], ids=["rule", "no-split", "split-2"])
+@pytest.mark.parametrize("mode", [NONE, BOTTOM_RIGHT, TOP_LEFT], ids=["full", "causal-bottom-right", "causal-top-left"])
+@pytest.mark.parametrize(("batch", "sq", "sk", "hq", "hk", "d"), SPLIT_SHAPES)
+def test_hopper_gqa_group_split_gradients(batch: int, sq: int, sk: int, hq: int, hk: int, d: int, mode: int, force,
+                                          backend: str, device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
+    if backend != "hopper" or torch.cuda.get_device_capability(device) != (9, 0):
+        pytest.skip("the Hopper backward's group split (the `hopper` backend parameter on an H100)")
+    if force is None:
+        monkeypatch.delenv("FLASHATTN_BWD_GROUP_SPLIT", raising=False)
+    else:
+        monkeypatch.setenv("FLASHATTN_BWD_GROUP_SPLIT", force)
+    for dtype, deterministic in ((torch.bfloat16, False), (torch.float16, False), (torch.bfloat16, True)):
+        x = AttentionSpec(batch, sq, sk, hq, hk, d, dtype, mode, None, Layout("contiguous"), Layout("contiguous"), 1.0,
+                          sq + hq).make(device)
+        dout = make_dout(x, "contiguous", 2)
+        with backward_mode(deterministic):
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                grads = op_grads(x, dout, backend)
+                torch.cuda.synchronize()
+        split = any("convert_dkv" in e.name for e in prof.events())
+        # The rule splits every shape here (at most a few dozen CTAs), masked or not; a forced count
+        # that does not divide the group means none.
+        forced_ok = force is None or (force != "1" and (hq // hk) % int(force) == 0)
+        assert split == (not deterministic and forced_ok), (force, deterministic)
+        check(grads, x, dout, f"group split {force}, deterministic {deterministic}, {dtype}")
+
+
 def test_forced_hopper_forward_trains(backend: str, device: torch.device) -> None:
     """A forward with "hopper" forced trains, to the same gradients as the portable path's within
     the criterion (the Hopper backward's two forms: D=64 and D=256)."""

@@ -2,8 +2,9 @@
 plain C++ built with the host compiler): over a grid, every (batch, K/V head, key block) is one
 CTA's, in every order (plain, the grouped longest-first order of launch.cuh's bwd_lpt_heads,
 deterministic mode's descending key blocks); each CTA's steps visit every query block that sees its
-keys once per query head of its group, forward or reversed; deterministic mode keeps the forward
-walk whatever the switch; the grouped order starts a group's longest CTAs first. Packed batches:
+keys once per query head of its group, forward or reversed (with a GQA group split over CTAs,
+BwdParams::group_split, the key block's CTAs share the group's heads exactly); deterministic mode
+keeps the forward walk whatever the switch; the grouped order starts a group's longest CTAs first. Packed batches:
 each CTA walks exactly its own sequence's query blocks that see its keys (tile edges, empty
 sequences, both causal alignments, windows, D 64/128/256, clamped bad offsets), and the
 sequences' dq_accum tiles stay inside the buffer and apart."""
@@ -22,16 +23,17 @@ using namespace flashattn;
 using namespace flashattn::sm90;
 
 template <int D>
-void walk(const char* name, int b, int hq, int hk, int sq, int sk, int causal, int lpt, int rev, int det) {
+void walk(const char* name, int b, int hq, int hk, int sq, int sk, int causal, int lpt, int rev, int det, int split = 1) {
   using T = Sm90BwdTraits<D>;
   BwdParams p;
   p.batch = b; p.heads_q = hq; p.heads_kv = hk; p.seqlen_q = sq; p.seqlen_k = sk; p.head_dim = D;
   p.set_causal(causal ? CausalMode::kBottomRight : CausalMode::kNone);
   int dummy = 0;
   p.dq_semaphore = det ? &dummy : nullptr;
+  p.group_split = split;
   const int n_blocks = (sk + T::kBlockN - 1) / T::kBlockN;
-  const int grid = n_blocks * b * hk;
-  std::printf("shape %s %d %d %d %d %d\n", name, b, hq, hk, rev, det);
+  const int grid = n_blocks * b * hk * split;
+  std::printf("shape %s %d %d %d %d %d %d\n", name, b, hq, hk, rev, det, split);
   for (int cta = 0; cta < grid; ++cta) {
     const BwdBlock blk = bwd_block<T>(p, n_blocks, lpt, rev, cta);
     std::printf("cta %s %d %d %d %d %d %d %d", name, cta, blk.batch, blk.head_kv, blk.n_block, blk.m_begin,
@@ -50,19 +52,22 @@ int main() {
   walk<128>("det-rev", 2, 4, 2, 700, 700, 1, 0, 1, 1);
   walk<256>("d256-rev", 1, 3, 3, 333, 200, 1, 2, 1, 0);
   walk<64>("d64-rev-sq-gt-sk", 1, 2, 2, 517, 130, 1, 0, 1, 0);
+  walk<128>("split-mqa", 1, 8, 1, 700, 700, 1, 0, 1, 0, 4);
+  walk<128>("split-lpt", 2, 8, 2, 700, 600, 1, 3, 1, 0, 2);
+  walk<256>("split-d256-noncausal", 1, 6, 2, 300, 333, 0, 0, 0, 0, 3);
 }
 """
 
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory) -> dict:
-    """{"shape": name -> (batch, heads_q, heads_kv, reverse asked, deterministic), "cta": name -> rows}"""
+    """{"shape": name -> (batch, heads_q, heads_kv, reverse asked, deterministic, split), "cta": name -> rows}"""
     table: dict = {"shape": {}, "cta": {}}
     for line in run_cpp_probe(tmp_path_factory, "sm90_bwd_block", _PROBE):
         kind, name, *rest = line.split()
         if kind == "shape":
-            b, hq, hk, rev, det = (int(x) for x in rest)
-            table["shape"][name] = (b, hq, hk, bool(rev), bool(det))
+            b, hq, hk, rev, det, split = (int(x) for x in rest)
+            table["shape"][name] = (b, hq, hk, bool(rev), bool(det), split)
             continue
         cta, batch, head_kv, n_block, m_begin, m_steps, reverse = (int(x) for x in rest[:7])
         steps = [tuple(int(x) for x in s.split(":")) for s in rest[7:]]
@@ -73,7 +78,8 @@ def probe(tmp_path_factory) -> dict:
 
 
 # The probe's cases (its main()), by name.
-NAMES = ["plain", "lpt", "lpt-rev", "rev-noncausal", "det-rev", "d256-rev", "d64-rev-sq-gt-sk"]
+NAMES = ["plain", "lpt", "lpt-rev", "rev-noncausal", "det-rev", "d256-rev", "d64-rev-sq-gt-sk", "split-mqa", "split-lpt",
+         "split-d256-noncausal"]
 
 
 def test_the_probe_ran_every_case(probe: dict) -> None:
@@ -82,21 +88,30 @@ def test_the_probe_ran_every_case(probe: dict) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_key_block_is_one_ctas(probe: dict, name: str) -> None:
-    b, _, hk, _, _ = probe["shape"][name]
+    """(group_split CTAs' with a split group.)"""
+    b, _, hk, _, _, split = probe["shape"][name]
     rows = probe["cta"][name]
     keys = sorted((r["batch"], r["head_kv"], r["n_block"]) for r in rows)
-    n_blocks = len(rows) // (b * hk)
-    assert keys == sorted((bb, h, n) for bb in range(b) for h in range(hk) for n in range(n_blocks))
+    n_blocks = len(rows) // (b * hk * split)
+    assert keys == sorted((bb, h, n) for bb in range(b) for h in range(hk) for n in range(n_blocks) for _ in range(split))
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_the_walk_visits_each_visible_query_block_once_per_head(probe: dict, name: str) -> None:
-    _, hq, hk, rev, det = probe["shape"][name]
+    """Over the CTAs of a key block (one, or group_split sharing the group's heads, each its own
+    heads whole)."""
+    _, hq, hk, rev, det, split = probe["shape"][name]
     group = hq // hk
+    by_key: dict = {}
     for r in probe["cta"][name]:
+        by_key.setdefault((r["batch"], r["head_kv"], r["n_block"]), []).append(r)
+    for ctas in by_key.values():
+        r = ctas[0]
         want = [(r["head_kv"] * group + g, m) for g in range(group)
                 for m in range(r["m_begin"], r["m_begin"] + r["m_steps"])]
-        assert sorted(r["steps"]) == sorted(want), r
+        assert sorted(st for c in ctas for st in c["steps"]) == sorted(want), ctas
+        assert all(len({h for h, _ in c["steps"]}) == group // split for c in ctas if c["steps"]), ctas
+    for r in probe["cta"][name]:
         assert r["reverse"] == (rev and not det), r
         for g in range(group):  # each head's blocks in one direction
             ms = [m for h, m in r["steps"] if h == r["head_kv"] * group + g]

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""The Hopper backward's GQA group split (csrc/flash_bwd_sm90/dispatch.cu group_split_of: a grid of
+few K/V heads shares each group's query heads out over several CTAs, dK/dV summed in float32)
+against no split (FLASHATTN_BWD_GROUP_SPLIT=1), side by side in alternating rounds, with cuDNN's
+backward on the same tensors. bf16, B*S = 16k tokens, H*D = 2048, GQA 4:1 and MQA, S 2k..16k,
+causal and not, D 64/128/256. ms per call of the op alone (triton do_bench medians, then the median
+over rounds); the split column is the rule's count for the shape.
+usage: python lab/bwd_group_split_time.py [--rounds N] [--dims 64,128,256] [--force N]"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import flashattn  # noqa: F401  (registers torch.ops.flashattn)
+from gpu_timing import do_bench_ms as timed
+from gpu_timing import geomean
+
+BWD = torch.ops.flashattn.bwd.default
+FWD = torch.ops.flashattn.fwd.default
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--dims", default="64,128,256")
+    ap.add_argument("--force", default="", help="FLASHATTN_BWD_GROUP_SPLIT for the split column (default: the rule)")
+    args = ap.parse_args()
+    gains: list[float] = []
+    vs_cudnn: dict[str, list[float]] = {"split": [], "none": []}
+    dtype = torch.bfloat16
+    print("bf16: ms; x cudnn = cuDNN's time / ours; gain = no split's time / the split's")
+    print(f"{'D':>4} {'S':>6} {'Hq:Hk':>6} {'causal':>6} {'cudnn':>8} {'split':>8} {'x cudnn':>7} {'none':>8} {'x cudnn':>7} {'gain':>6}")
+    for d in (int(x) for x in args.dims.split(",")):
+        h = 2048 // d
+        for s in (2048, 4096, 16384):
+            for hk in (h // 4, 1):
+                for causal in (True, False):
+                    b = 16384 // s
+                    q, dout = (torch.randn(b, s, h, d, device="cuda", dtype=dtype) for _ in range(2))
+                    k, v = (torch.randn(b, s, hk, d, device="cuda", dtype=dtype) for _ in range(2))
+                    scale, cm = d**-0.5, int(causal)
+                    out, lse = FWD(q, k, v, scale, cm, "auto")
+                    t = {"split": [], "none": []}
+                    for _ in range(args.rounds):
+                        for name, env in (("split", args.force), ("none", "1")):
+                            if env:
+                                os.environ["FLASHATTN_BWD_GROUP_SPLIT"] = env
+                            else:
+                                os.environ.pop("FLASHATTN_BWD_GROUP_SPLIT", None)
+                            t[name].append(timed(lambda: BWD(dout, q, k, v, out, lse, scale, cm, False, "auto")))
+                    os.environ.pop("FLASHATTN_BWD_GROUP_SPLIT", None)
+                    qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
+                    try:
+                        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                            o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=True)
+                        t_cudnn = timed(lambda: torch.autograd.grad(o, (qt, kt, vt), dout.transpose(1, 2), retain_graph=True))
+                    except RuntimeError:
+                        t_cudnn = float("nan")
+                    med = {name: sorted(ts)[len(ts) // 2] for name, ts in t.items()}
+                    gains.append(med["none"] / med["split"])
+                    for name in med:
+                        if t_cudnn == t_cudnn:
+                            vs_cudnn[name].append(t_cudnn / med[name])
+                    print(f"{d:>4} {s:>6} {f'{h}:{hk}':>6} {str(causal):>6} {t_cudnn:8.3f} {med['split']:8.3f} "
+                          f"{t_cudnn / med['split']:7.3f} {med['none']:8.3f} {t_cudnn / med['none']:7.3f} {gains[-1]:6.3f}")
+    print(f"geomean gain of the split over none: {geomean(gains):.3f} ({len(gains)} shapes)")
+    for name, r in vs_cudnn.items():
+        print(f"geomean x cudnn, {name}: {geomean(r):.3f} ({len(r)} shapes)")
+
+
+if __name__ == "__main__":
+    main()
