@@ -39,7 +39,11 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
 
   const c10::cuda::CUDAGuard guard(q_in.device());
   at::Tensor out = at::empty({B, Sq, Hq, D}, q_in.options());
-  at::Tensor lse = at::empty({B, Hq, Sq}, q_in.options().dtype(at::kFloat));
+  // lse, and behind it (where the Hopper path's dynamic schedule wants it, below) one int32 word
+  // for its tile counter: one allocation for both.
+  const int64_t lse_numel = B * Hq * Sq;
+  at::Tensor lse_storage = at::empty({lse_numel + 1}, q_in.options().dtype(at::kFloat));
+  at::Tensor lse = lse_storage.narrow(0, 0, lse_numel).view({B, Hq, Sq});
   if (out.numel() == 0) return {out, lse};
 
   const at::Tensor q = flashattn::aligned_or_copy(q_in), k = flashattn::aligned_or_copy(k_in),
@@ -55,12 +59,13 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
   const flashattn::DeviceLimits dev = flashattn::device_limits(q.get_device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
   // The Hopper path balances causal work over the SMs by handing its tiles out through a zeroed
-  // counter private to this call: a stream-ordered allocation and memset, so concurrent streams
-  // never share one, and CUDA-graph capture records both.
-  at::Tensor tile_counter;
+  // counter private to this call: the word behind lse, zeroed by a stream-ordered memset, so
+  // concurrent streams never share one and CUDA-graph capture records it (at::zeros cost an
+  // allocation and a fill kernel per call).
   if (backend != "portable" && flashattn::flash_fwd_sm90_wants_tile_counter(p, dev)) {
-    tile_counter = at::zeros({1}, q.options().dtype(at::kInt));
-    p.tile_counter = tile_counter.data_ptr<int>();
+    p.tile_counter = reinterpret_cast<int*>(lse_storage.data_ptr<float>() + lse_numel);
+    const cudaError_t zero = cudaMemsetAsync(p.tile_counter, 0, sizeof(int), stream);
+    FLASHATTN_CHECK(zero == cudaSuccess, op, ": zeroing the tile counter failed: ", cudaGetErrorString(zero));
   }
   // Few query tiles for the SMs (short prefills, B=1 H=1): the Hopper path splits each tile's keys
   // over several CTAs, whose float32 partials (one allocation: o_accum, then lse_accum) a second

@@ -5,7 +5,9 @@ against no split (FLASHATTN_BWD_GROUP_SPLIT=1), side by side in alternating roun
 backward on the same tensors. bf16, B*S = 16k tokens, H*D = 2048, GQA 4:1 and MQA, S 2k..16k,
 causal and not, D 64/128/256. ms per call of the op alone (triton do_bench medians, then the median
 over rounds); the split column is the rule's count for the shape.
-usage: python lab/bwd_group_split_time.py [--rounds N] [--dims 64,128,256] [--force N]"""
+--force / --against: FLASHATTN_BWD_GROUP_SPLIT for the two columns (a count, or w<n>: the rule with n
+waves for masked calls), e.g. --force w4 --against w2 compares two wave targets.
+usage: python lab/bwd_group_split_time.py [--rounds N] [--dims 64,128,256] [--force N|wN] [--against N|wN]"""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dims", default="64,128,256")
     ap.add_argument("--force", default="", help="FLASHATTN_BWD_GROUP_SPLIT for the split column (default: the rule)")
+    ap.add_argument("--against", default="1", help="FLASHATTN_BWD_GROUP_SPLIT for the other column (default 1: none)")
     args = ap.parse_args()
     gains: list[float] = []
     vs_cudnn: dict[str, list[float]] = {"split": [], "none": []}
@@ -47,7 +50,7 @@ def main() -> None:
                     out, lse = FWD(q, k, v, scale, cm, "auto")
                     t = {"split": [], "none": []}
                     for _ in range(args.rounds):
-                        for name, env in (("split", args.force), ("none", "1")):
+                        for name, env in (("split", args.force), ("none", args.against)):
                             if env:
                                 os.environ["FLASHATTN_BWD_GROUP_SPLIT"] = env
                             else:

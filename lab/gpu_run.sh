@@ -24,6 +24,8 @@
 #                                     config and cuDNN (lab/bwd_wide_time.py), memcheck  (~5 min)
 #   bash lab/gpu_run.sh bwdgqa   build, the backward tests, the GQA group split's A/B against no split and
 #                                     cuDNN, memcheck/racecheck/synccheck on small dense cases (~7 min)
+#   bash lab/gpu_run.sh hostsplit build, the forward's split/attention tests, the latency grid, the GQA
+#                                     split's wave-target A/B                             (~6 min)
 #   bash lab/gpu_run.sh training build, the backward tests with the wide config on masked calls, its causal
 #                                     A/B, the training benchmark grid against cuDNN       (~9 min)
 #   bash lab/gpu_run.sh bwd90    build, backward numerics and tests on both paths, the backward timing grid (~5 min)
@@ -196,6 +198,15 @@ case "${1:-verify}" in
         python3 lab/sanitize_small.py --only dense --quick
     done
     ;;
+  hostsplit)  # the forward's tile counter behind lse (issue 28) and the GQA split's wave target: build,
+              # the forward's split and attention tests, the latency grid, the wave-target A/B
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash lab/gpu_build.sh
+    step pytest_forward 200 "${pytest_ci[@]}" -x tests/kernels/test_fwd_split_gpu.py tests/kernels/test_attention_gpu.py -ra
+    step bench_latency 150 env FLASHATTN_BENCH_IMPLS="${FLASHATTN_BENCH_IMPLS:-flashattn,sdpa-default}" \
+      BENCH_MARKERS="bench and latency" bash benchmarks/run_benchmarks.sh "$OUT/bench"
+    step bwd_split_waves 150 python3 lab/bwd_group_split_time.py --force w4 --against w2
+    ;;
   training)  # the backward as users train: build, the backward tests with the wide config on masked calls
              # too, its causal A/B (lab/bwd_wide_time.py --causal), then the training benchmark grid
              # against cuDNN, with the wide config on masked calls where the A/B gained >= 1% and the
@@ -266,7 +277,7 @@ PY
     step sanitize 330 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-45}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|training|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

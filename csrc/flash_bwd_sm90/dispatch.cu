@@ -103,20 +103,29 @@ bool launcher_available(int i) {
 // their work differs by the key block (key block 0 of a causal call walks every query block, the
 // last one a single block): MQA at B=1 S=16k is 128 CTAs for 132 SMs and takes the longest CTA's
 // time, twice the average. So the group is split, the smallest divisor of it that gives masked
-// calls at least two waves and unmasked ones at least half a wave, when the call is dense and in
+// calls at least four waves (two left a long tail at GQA 4:1: perf-notes "Backward v17") and
+// unmasked ones at least half a wave, when the call is dense and in
 // the default mode (the split's dK/dV sums are float atomics). FLASHATTN_BWD_GROUP_SPLIT=<n> forces
-// n (a divisor of the group; 1 = none), a lab switch read at every GQA call.
+// n (a divisor of the group; 1 = none), =w<n> sets the waves masked calls want (lab switches read
+// at every GQA call).
+constexpr int kBwdSplitMaskedWaves = 4;
+
 int group_split_of(const BwdParams& p, const DeviceLimits& dev) {
   const int group = p.heads_q / p.heads_kv;
   if (group <= 1 || p.cu_seqlens_q != nullptr || p.dq_semaphore != nullptr) return 1;
+  int waves = kBwdSplitMaskedWaves;
   if (const char* v = std::getenv("FLASHATTN_BWD_GROUP_SPLIT"); v != nullptr && *v != '\0') {
-    const int n = std::atoi(v);
-    return n >= 1 && group % n == 0 ? n : 1;
+    if (*v == 'w') {
+      waves = std::atoi(v + 1);
+    } else {
+      const int n = std::atoi(v);
+      return n >= 1 && group % n == 0 ? n : 1;
+    }
   }
   const int bn = block_n(instantiated_head_dim(p.head_dim));
   const long long ctas = (static_cast<long long>(p.seqlen_k) + bn - 1) / bn * p.batch * p.heads_kv;
   const bool masked = p.causal || p.window_left >= 0 || p.window_right >= 0;
-  const long long want = masked ? 2ll * dev.sm_count : dev.sm_count / 2;
+  const long long want = masked ? static_cast<long long>(waves) * dev.sm_count : dev.sm_count / 2;
   int split = 1;
   while (ctas * split < want && split < group) {
     do ++split;
