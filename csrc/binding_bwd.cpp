@@ -7,6 +7,7 @@
 
 #include <tuple>
 
+#include "bwd_scratch.h"
 #include "device_limits.h"
 #include "flash_bwd/api.h"
 #include "flash_bwd_sm90/api.h"
@@ -83,25 +84,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(const at::Tensor& dout_i
   const int block_m = hopper ? flashattn::flash_bwd_sm90_block_m(p) : flashattn::flash_bwd_block_m(p, dev);
   FLASHATTN_CHECK(block_m > 0, op, ": no backward tile config fits this device's ", dev.max_smem_per_block,
               " bytes of shared memory per block");
-  const at::TensorOptions f32 = q.options().dtype(at::kFloat);
-  at::Tensor dpsum = at::empty({B, Hq, Sq}, f32);
-  // The Hopper path keeps each query block of dq_accum as one tile in its accumulator order.
-  at::Tensor dq_accum = hopper ? at::zeros({flashattn::flash_bwd_sm90_dq_accum_floats(p)}, f32)
-                               : at::zeros({B, Hq, Sq, D}, f32);
-  at::Tensor semaphore;
-  if (deterministic) semaphore = at::zeros({B, Hq, (Sq + block_m - 1) / block_m}, q.options().dtype(at::kInt));
-  p.dpsum = dpsum.data_ptr<float>();
-  p.dq_accum = dq_accum.data_ptr<float>();
-  p.dq_semaphore = deterministic ? semaphore.data_ptr<int>() : nullptr;
-  // A GQA group split over CTAs adds dK/dV in float32 (after the semaphore: not in that mode).
-  const int64_t dkv_floats = hopper ? flashattn::flash_bwd_sm90_dkv_accum_floats(p, dev) : 0;
-  at::Tensor dkv_accum;
-  if (dkv_floats > 0) {
-    dkv_accum = at::zeros({dkv_floats}, f32);
-    p.dkv_accum = dkv_accum.data_ptr<float>();
-  }
-
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
+  // The Hopper path keeps each query block of dq_accum as one tile in its accumulator order.
+  const int64_t dq_floats = hopper ? flashattn::flash_bwd_sm90_dq_accum_floats(p) : B * Hq * Sq * D;
+  const int64_t ticket_words = deterministic ? B * Hq * ((Sq + block_m - 1) / block_m) : 0;
+  // A GQA group split over CTAs adds dK/dV in float32 (never in deterministic mode).
+  const int64_t dkv_floats = hopper ? flashattn::flash_bwd_sm90_dkv_accum_floats(p, dev, deterministic) : 0;
+  const at::Tensor scratch = flashattn::bwd_scratch(p, q, dq_floats, dkv_floats, ticket_words, B * Hq * Sq, stream);
   const cudaError_t err = hopper ? flashattn::flash_bwd_sm90(p, dev, stream) : flashattn::flash_bwd(p, dev, stream);
   FLASHATTN_CHECK(err == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(err));
   return {dq, dk, dv};

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <tuple>
 
+#include "bwd_scratch.h"
 #include "device_limits.h"
 #include "flash_bwd/api.h"
 #include "flash_bwd_sm90/api.h"
@@ -104,24 +105,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
   const int block_m = hopper ? flashattn::flash_bwd_sm90_block_m(p) : flashattn::flash_bwd_block_m(p, dev);
   FLASHATTN_CHECK(block_m > 0, op, ": no backward tile config fits this device's ", dev.max_smem_per_block,
               " bytes of shared memory per block");
-  const at::TensorOptions f32 = q.options().dtype(at::kFloat);
   // The packed layouts (csrc/common/bwd_packed.cuh): head-major over the packed rows, as lse; the
   // Hopper path's dq_accum in query-block tiles per sequence (csrc/flash_bwd_sm90/block.h).
-  at::Tensor dpsum = at::empty({Hq, total_q}, f32);
-  at::Tensor dq_accum = hopper ? at::zeros({flashattn::flash_bwd_sm90_dq_accum_floats(p)}, f32)
-                               : at::zeros({Hq, total_q, D}, f32);
   if (!hopper) {
     dk.zero_();
     dv.zero_();
   }
-  at::Tensor semaphore;
-  if (deterministic)
-    semaphore = at::zeros({B, Hq, (max_seqlen_q + block_m - 1) / block_m}, q.options().dtype(at::kInt));
-  p.dpsum = dpsum.data_ptr<float>();
-  p.dq_accum = dq_accum.data_ptr<float>();
-  p.dq_semaphore = deterministic ? semaphore.data_ptr<int>() : nullptr;
-
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
+  const int64_t dq_floats = hopper ? flashattn::flash_bwd_sm90_dq_accum_floats(p) : Hq * total_q * D;
+  const int64_t ticket_words = deterministic ? B * Hq * ((max_seqlen_q + block_m - 1) / block_m) : 0;
+  const at::Tensor scratch = flashattn::bwd_scratch(p, q, dq_floats, 0, ticket_words, Hq * total_q, stream);
   const cudaError_t err = hopper ? flashattn::flash_bwd_sm90(p, dev, stream) : flashattn::flash_bwd(p, dev, stream);
   FLASHATTN_CHECK(err == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(err));
   return {dq, dk, dv};

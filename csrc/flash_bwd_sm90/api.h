@@ -23,12 +23,11 @@ int flash_bwd_sm90_block_m(const BwdParams& p);
 // a packed batch's per query head ceil(total_q / block_m) + B of them (block.h).
 int64_t flash_bwd_sm90_dq_accum_floats(const BwdParams& p);
 
-// How many CTAs share each GQA group's query heads for `p` on `dev` (BwdParams::group_split; 1 =
-// none): a grid of few K/V heads is split so that it fills the GPU (dense calls in the default
-// mode only). flash_bwd_sm90_dkv_accum_floats: the floats of the zeroed float32 dkv_accum the
-// split needs (0 without one); a caller that sets p.dkv_accum to such a buffer gets the split.
-int flash_bwd_sm90_group_split(const BwdParams& p, const DeviceLimits& dev);
-int64_t flash_bwd_sm90_dkv_accum_floats(const BwdParams& p, const DeviceLimits& dev);
+// The floats of the zeroed float32 dkv_accum that `p` on `dev` needs for a GQA group split over
+// CTAs (BwdParams::group_split: a grid of few K/V heads shares each group's query heads out so
+// that it fills the GPU; dense calls in the default mode only), 0 where it gets none. A caller
+// that sets p.dkv_accum to such a buffer (and p.dq_semaphore as `deterministic` says) gets the split.
+int64_t flash_bwd_sm90_dkv_accum_floats(const BwdParams& p, const DeviceLimits& dev, bool deterministic);
 
 // True when this build and device can run `p` on the Hopper backward: compute capability 9.0, the
 // kernel compiled for sm_90a in this build, float16 or bfloat16, head dim a multiple of 8 up to

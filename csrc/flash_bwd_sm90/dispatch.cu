@@ -110,9 +110,9 @@ bool launcher_available(int i) {
 // at every GQA call).
 constexpr int kBwdSplitMaskedWaves = 4;
 
-int group_split_of(const BwdParams& p, const DeviceLimits& dev) {
+int group_split_of(const BwdParams& p, const DeviceLimits& dev, const bool deterministic) {
   const int group = p.heads_q / p.heads_kv;
-  if (group <= 1 || p.cu_seqlens_q != nullptr || p.dq_semaphore != nullptr) return 1;
+  if (group <= 1 || p.cu_seqlens_q != nullptr || deterministic) return 1;
   int waves = kBwdSplitMaskedWaves;
   if (const char* v = std::getenv("FLASHATTN_BWD_GROUP_SPLIT"); v != nullptr && *v != '\0') {
     if (*v == 'w') {
@@ -193,10 +193,8 @@ int64_t flash_bwd_sm90_dq_accum_floats(const BwdParams& p) {
   return static_cast<int64_t>(p.batch) * p.heads_q * m_blocks * tile;
 }
 
-int flash_bwd_sm90_group_split(const BwdParams& p, const DeviceLimits& dev) { return sm90::group_split_of(p, dev); }
-
-int64_t flash_bwd_sm90_dkv_accum_floats(const BwdParams& p, const DeviceLimits& dev) {
-  if (sm90::group_split_of(p, dev) <= 1) return 0;
+int64_t flash_bwd_sm90_dkv_accum_floats(const BwdParams& p, const DeviceLimits& dev, const bool deterministic) {
+  if (sm90::group_split_of(p, dev, deterministic) <= 1) return 0;
   return 2 * static_cast<int64_t>(p.batch) * p.heads_kv * p.seqlen_k * sm90::instantiated_head_dim(p.head_dim);
 }
 
@@ -209,7 +207,7 @@ cudaError_t flash_bwd_sm90(const BwdParams& p, const DeviceLimits& dev, cudaStre
   if (i < 0) return cudaErrorNotSupported;
   if (p.dkv_accum == nullptr) return sm90::kLaunchers[i].launch(p, stream);
   BwdParams split = p;  // the caller sized dkv_accum for the split (flash_bwd_sm90_dkv_accum_floats)
-  split.group_split = sm90::group_split_of(p, dev);
+  split.group_split = sm90::group_split_of(p, dev, p.dq_semaphore != nullptr);
   return sm90::kLaunchers[i].launch(split, stream);
 }
 

@@ -12,6 +12,7 @@
 #include "../common/bwd_packed.cuh"
 #include "../common/bwd_params.h"
 #include "../common/bwd_preprocess.cuh"
+#include "../common/kernel_attributes.h"
 #include "../common/sm90/tma_host.h"
 #include "convert.cuh"
 #include "kernel.cuh"
@@ -101,7 +102,7 @@ cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
 
   auto kernel = flash_bwd_sm90_kernel<Traits, Element, kSoftcap, kPacked>;
   constexpr int kSmem = Traits::kSmemBytes;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  err = set_max_dynamic_smem_once<flash_bwd_sm90_kernel<Traits, Element, kSoftcap, kPacked>>(kSmem);
   if (err != cudaSuccess) return err;
   const long long grid = static_cast<long long>(kp.num_n_blocks) * p.batch * p.heads_kv * p.group_split;
   if (grid > 0x7fffffffLL) return cudaErrorInvalidConfiguration;

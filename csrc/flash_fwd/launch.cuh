@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include "../common/kernel_attributes.h"
 #include "../common/params.h"
 #include "kernel.cuh"
 #include "traits.h"
@@ -16,7 +17,7 @@ cudaError_t run_fwd(const FwdParams& p, cudaStream_t stream) {
   auto kernel = flash_fwd_kernel<Traits, Element, kVarlen>;
   constexpr int kSmem = Traits::kSmemBytes;
   if constexpr (kSmem > 48 * 1024) {
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    const cudaError_t err = set_max_dynamic_smem_once<flash_fwd_kernel<Traits, Element, kVarlen>>(kSmem);
     if (err != cudaSuccess) return err;
   }
   const int num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "../common/kernel_attributes.h"
 #include "../common/params.h"
 #include "../common/split_combine.cuh"
 #include "kernel.cuh"
@@ -107,7 +108,7 @@ cudaError_t run_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream
   if (k.num_tiles == 0) return cudaSuccess;
   if (kDynamic && k.tile_counter == nullptr) return cudaErrorInvalidValue;
   auto kernel = flash_fwd_sm90_kernel<Traits, Element, kDynamic>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
+  cudaError_t err = set_max_dynamic_smem_once<flash_fwd_sm90_kernel<Traits, Element, kDynamic>>(Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
   const int grid = std::min(k.num_tiles, std::max(1, dev.sm_count));
   kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(k);
@@ -140,7 +141,7 @@ cudaError_t run_fwd_sm90_fp8(const FwdParams& p, const Fp8FwdArgs& x, const Devi
   if (k.num_tiles == 0) return cudaSuccess;
   if (kDynamic && k.tile_counter == nullptr) return cudaErrorInvalidValue;
   auto kernel = flash_fwd_sm90_fp8_kernel<Traits, kDynamic>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
+  cudaError_t err = set_max_dynamic_smem_once<flash_fwd_sm90_fp8_kernel<Traits, kDynamic>>(Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
   const int grid = std::min(k.num_tiles, std::max(1, dev.sm_count));
   kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(k);
