@@ -40,7 +40,7 @@ struct BwdParams : FwdParams {
 
   // The Hopper backward's split of a GQA group over CTAs (flash_bwd_sm90_dkv_accum_floats says when):
   // group_split CTAs per (key block, K/V head), each walking Hq / Hk / group_split query heads,
-  // add their float32 dK (times softmax_scale) and dV into dkv_accum [2][B][Hk][Sk][D'] (D' the
+  // add their float32 dK and dV into dkv_accum [2][B][Hk][Sk][D'] (D' the
   // instantiated head dim: flash_bwd_sm90_dkv_accum_floats), zeroed by the caller; a last kernel
   // converts it into dk and dv. 1 (and null): each CTA walks the whole group and writes dk, dv.
   // After the other fields, so that the kernels that never read them keep their code.

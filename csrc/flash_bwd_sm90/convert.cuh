@@ -97,8 +97,8 @@ __global__ void __launch_bounds__(kBwdSm90ConvertThreads)
   }
 }
 
-// A split GQA group (BwdParams::group_split > 1): dk and dv from the float32 sums in dkv_accum
-// [2][B][Hk][Sk][kHeadDim] (dK already times softmax_scale), 16 bytes of output a thread a step:
+// A split GQA group (BwdParams::group_split > 1): dk (times softmax_scale) and dv from the float32
+// sums in dkv_accum [2][B][Hk][Sk][kHeadDim], 16 bytes of output a thread a step:
 // thread i takes 8 columns of one row of one of the two, the head_dim columns dk and dv hold.
 template <typename Traits, typename Element>
 __global__ void __launch_bounds__(kBwdSm90ConvertThreads)
@@ -112,16 +112,17 @@ __global__ void __launch_bounds__(kBwdSm90ConvertThreads)
     const int64_t r = i / pieces;  // [2][B][Hk][Sk] row
     const bool is_v = r >= rows;
     const int64_t rr = is_v ? r - rows : r;
-    const int s = static_cast<int>(rr % p.seqlen_k);
+    const int row = static_cast<int>(rr % p.seqlen_k);
     const int64_t bh = rr / p.seqlen_k;
     const int h = static_cast<int>(bh % p.heads_kv);
     const int b = static_cast<int>(bh / p.heads_kv);
     const float4* src = reinterpret_cast<const float4*>(p.dkv_accum + r * Traits::kHeadDim + 8 * piece);
+    const float s = is_v ? 1.f : p.softmax_scale;
     const float4 lo = src[0], hi = src[1];
-    const uint4 packed = make_uint4(pack2<Element>(lo.x, lo.y), pack2<Element>(lo.z, lo.w), pack2<Element>(hi.x, hi.y),
-                                    pack2<Element>(hi.z, hi.w));
-    Element* dst = is_v ? static_cast<Element*>(p.dv) + b * p.dv_batch_stride + s * p.dv_row_stride + h * p.dv_head_stride
-                        : static_cast<Element*>(p.dk) + b * p.dk_batch_stride + s * p.dk_row_stride + h * p.dk_head_stride;
+    const uint4 packed = make_uint4(pack2<Element>(lo.x * s, lo.y * s), pack2<Element>(lo.z * s, lo.w * s),
+                                    pack2<Element>(hi.x * s, hi.y * s), pack2<Element>(hi.z * s, hi.w * s));
+    Element* dst = is_v ? static_cast<Element*>(p.dv) + b * p.dv_batch_stride + row * p.dv_row_stride + h * p.dv_head_stride
+                        : static_cast<Element*>(p.dk) + b * p.dk_batch_stride + row * p.dk_row_stride + h * p.dk_head_stride;
     *reinterpret_cast<uint4*>(dst + 8 * piece) = packed;
   }
 }

@@ -355,10 +355,11 @@ __device__ __forceinline__ void bwd_sm90_zero_tail(const uint32_t a, const uint3
 // its sequence) are copied out of the staged tile by the warpgroup's threads, 16 bytes each.
 constexpr int kBwdEpilogueBarrier = 7;  // both warpgroups; + 1 + wg: one warpgroup
 
-// A split GQA group's epilogue (BwdParams::group_split > 1): this warpgroup's part of dK (times
-// softmax_scale) and dV, rows [row0, row0 + 64) and columns [col0, col0 + 2 kRegs) of the key
-// block, added into dkv_accum [2][B][Hk][Sk][kHeadDim] by two-float reductions (a column pair per
-// value pair of the accumulator); rows past Sk are skipped. Once per CTA: 64 reductions a thread.
+// A split GQA group's epilogue (BwdParams::group_split > 1): this warpgroup's part of dK and dV,
+// rows [row0, row0 + 64) and columns [col0, col0 + 2 kRegs) of the key block, added into
+// dkv_accum [2][B][Hk][Sk][kHeadDim] by two-float reductions (a column pair per value pair of the
+// accumulator); rows past Sk are skipped. Once per CTA: 64 reductions a thread. dK's softmax_scale
+// is applied once to the sum, by the convert kernel, as the unsplit epilogue applies it once.
 template <typename Traits, int kRegs>
 __device__ __forceinline__ void bwd_sm90_add_dkv(const BwdParams& p, const BwdBlock& blk, const int wtid,
                                                  const float (&dk)[kRegs], const float (&dv)[kRegs], const int row0,
@@ -368,7 +369,6 @@ __device__ __forceinline__ void bwd_sm90_add_dkv(const BwdParams& p, const BwdBl
   const int64_t plane = static_cast<int64_t>(p.batch) * p.heads_kv * p.seqlen_k * Traits::kHeadDim;
   float* const base =
       p.dkv_accum + (static_cast<int64_t>(blk.batch) * p.heads_kv + blk.head_kv) * p.seqlen_k * Traits::kHeadDim;
-  const float scale = p.softmax_scale;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = blk.n0 + row0 + 16 * warp + lane / 4 + 8 * h;
@@ -376,8 +376,8 @@ __device__ __forceinline__ void bwd_sm90_add_dkv(const BwdParams& p, const BwdBl
     float* const r = base + static_cast<int64_t>(row) * Traits::kHeadDim + col0 + 2 * (lane % 4);
 #pragma unroll
     for (int j = 0; j < kRegs / 4; ++j) {
-      asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(r + 8 * j), "f"(dk[4 * j + 2 * h] * scale),
-                   "f"(dk[4 * j + 2 * h + 1] * scale)
+      asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(r + 8 * j), "f"(dk[4 * j + 2 * h]),
+                   "f"(dk[4 * j + 2 * h + 1])
                    : "memory");
       asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(r + plane + 8 * j), "f"(dv[4 * j + 2 * h]),
                    "f"(dv[4 * j + 2 * h + 1])

@@ -29,6 +29,7 @@ Validation and the autograd glue are also checked on CPU: tests/kernels/test_var
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -342,16 +343,32 @@ def test_edge_case_gradients(spec: VarlenSpec, deterministic: bool, device: torc
     check_grads(spec, x, dout, grads, f"deterministic={deterministic}")
 
 
+# The dense Hopper backward's two dense-only configs, turned off for the comparison with the packed
+# kernels (csrc/flash_bwd_sm90/dispatch.cu): the wide 80-query config at D=128 and the GQA group
+# split over CTAs (float32 dK/dV sums in another order). The packed kernels run neither.
+DENSE_AS_PACKED = {"FLASHATTN_BWD_WIDE": "0", "FLASHATTN_BWD_GROUP_SPLIT": "1"}
+
+
 def _dense_grads(spec: VarlenSpec, x, dout: torch.Tensor, b: int, backend: str, out: torch.Tensor, lse: torch.Tensor,
                  deterministic: bool):
     """Sequence b alone through the dense backward op (flashattn::bwd) under `backend`, on the packed
     forward's rows of out and lse: the two calls then differ only in their backward (a dense forward
-    under "auto" on an H100 runs the Hopper forward, whose bits differ from the portable one's)."""
+    under "auto" on an H100 runs the Hopper forward, whose bits differ from the portable one's), and
+    the dense one in the tile config the packed one runs (DENSE_AS_PACKED)."""
     q0, q1, k0, k1 = x.cu_q[b], x.cu_q[b + 1], x.cu_k[b], x.cu_k[b + 1]
     scale = 1 / math.sqrt(spec.head_dim) if spec.scale is None else spec.scale
-    return torch.ops.flashattn.bwd(dout[None, q0:q1], x.q[None, q0:q1], x.k[None, k0:k1], x.v[None, k0:k1],
-                                   out[None, q0:q1], lse[None, :, q0:q1], scale, spec.causal_mode, deterministic,
-                                   backend, spec.window[0], spec.window[1], spec.softcap)
+    saved = {name: os.environ.get(name) for name in DENSE_AS_PACKED}
+    os.environ.update(DENSE_AS_PACKED)
+    try:
+        return torch.ops.flashattn.bwd(dout[None, q0:q1], x.q[None, q0:q1], x.k[None, k0:k1], x.v[None, k0:k1],
+                                       out[None, q0:q1], lse[None, :, q0:q1], scale, spec.causal_mode, deterministic,
+                                       backend, spec.window[0], spec.window[1], spec.softcap)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def assert_equals_per_sequence_dense_backward(spec: VarlenSpec, x, dout: torch.Tensor, grads, deterministic: bool,
@@ -408,7 +425,8 @@ def test_hopper_gradients_equal_per_sequence_dense_backward(spec: VarlenSpec, de
     """Padded equivalence on the Hopper backward: its packed kernels read each sequence from its
     first row and zero the rows of the next sequence inside a partial tile, so every sequence's
     dK/dV (and dQ in deterministic mode) are bitwise the dense Hopper backward's on that sequence
-    alone, every head dim and the softcap included (one tile config per head dim and softcap)."""
+    alone, every head dim and the softcap included (one tile config per head dim and softcap; the
+    dense call without its dense-only configs, DENSE_AS_PACKED)."""
     x = spec.make(device)
     dout = make_varlen_dout(x, "contiguous", spec.seed + 1)
     with backward_mode(deterministic):
