@@ -11,6 +11,7 @@
 #include "../common/dtype_of.h"
 #include "../common/sm90/tma_host.h"
 #include "api.h"
+#include "group_split.h"
 #include "tma_tensors.h"
 #include "traits.h"
 
@@ -98,18 +99,10 @@ bool launcher_available(int i) {
   return v == 1;
 }
 
-// How many CTAs share a GQA group's query heads (BwdParams::group_split): with one CTA per (key
-// block, K/V head) walking the whole group, a grid of few K/V heads has few CTAs, and under a mask
-// their work differs by the key block (key block 0 of a causal call walks every query block, the
-// last one a single block): MQA at B=1 S=16k is 128 CTAs for 132 SMs and takes the longest CTA's
-// time, twice the average. So the group is split, the smallest divisor of it that gives masked
-// calls at least four waves (two left a long tail at GQA 4:1: perf-notes "Backward v17") and
-// unmasked ones at least half a wave, when the call is dense and in
-// the default mode (the split's dK/dV sums are float atomics). FLASHATTN_BWD_GROUP_SPLIT=<n> forces
-// n (a divisor of the group; 1 = none), =w<n> sets the waves masked calls want (lab switches read
-// at every GQA call).
-constexpr int kBwdSplitMaskedWaves = 4;
-
+// How many CTAs share a GQA group's query heads (BwdParams::group_split): group_split.h's rule,
+// for dense calls in the default mode (the split's dK/dV sums are float atomics).
+// FLASHATTN_BWD_GROUP_SPLIT=<n> forces n (a divisor of the group; 1 = none), =w<n> sets the waves
+// masked calls want (lab switches read at every GQA call).
 int group_split_of(const BwdParams& p, const DeviceLimits& dev, const bool deterministic) {
   const int group = p.heads_q / p.heads_kv;
   if (group <= 1 || p.cu_seqlens_q != nullptr || deterministic) return 1;
@@ -125,13 +118,7 @@ int group_split_of(const BwdParams& p, const DeviceLimits& dev, const bool deter
   const int bn = block_n(instantiated_head_dim(p.head_dim));
   const long long ctas = (static_cast<long long>(p.seqlen_k) + bn - 1) / bn * p.batch * p.heads_kv;
   const bool masked = p.causal || p.window_left >= 0 || p.window_right >= 0;
-  const long long want = masked ? static_cast<long long>(waves) * dev.sm_count : dev.sm_count / 2;
-  int split = 1;
-  while (ctas * split < want && split < group) {
-    do ++split;
-    while (group % split != 0);
-  }
-  return split;
+  return bwd_group_split(group, ctas, masked, dev.sm_count, waves);
 }
 
 bool aligned16(const void* ptr, int64_t batch_stride, int64_t row_stride, int64_t head_stride) {

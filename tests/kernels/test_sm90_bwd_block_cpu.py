@@ -7,7 +7,8 @@ BwdParams::group_split, the key block's CTAs share the group's heads exactly); d
 keeps the forward walk whatever the switch; the grouped order starts a group's longest CTAs first. Packed batches:
 each CTA walks exactly its own sequence's query blocks that see its keys (tile edges, empty
 sequences, both causal alignments, windows, D 64/128/256, clamped bad offsets), and the
-sequences' dq_accum tiles stay inside the buffer and apart."""
+sequences' dq_accum tiles stay inside the buffer and apart. The GQA group split's rule
+(group_split.h): the smallest divisor of the group that fills the GPU."""
 
 from __future__ import annotations
 
@@ -273,3 +274,60 @@ def test_packed_dq_tiles_never_overlap_and_stay_in_the_buffer(packed_probe: dict
             assert 0 <= t < limit, (name, s, limit)
             assert not contract or t not in taken, (name, s, taken.get(t))
             taken[t] = s["b"]
+
+
+# ==== the GQA group split's rule (csrc/flash_bwd_sm90/group_split.h) ==================================
+
+_SPLIT_PROBE = r"""
+#include <cstdio>
+#include "flash_bwd_sm90/group_split.h"
+using namespace flashattn::sm90;
+
+int main() {
+  const int groups[] = {1, 2, 3, 4, 6, 8, 12, 16, 32};
+  const long long ctas[] = {1, 8, 16, 64, 128, 256, 512, 1024, 4096};
+  for (int g : groups)
+    for (long long c : ctas)
+      for (int masked = 0; masked < 2; ++masked)
+        std::printf("%d %lld %d %d\n", g, c, masked, bwd_group_split(g, c, masked != 0, 132));
+  std::printf("waves %d\n", kBwdSplitMaskedWaves);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def split_rule(tmp_path_factory) -> dict:
+    """{(group, ctas, masked): split} on a 132-SM GPU, and the masked calls' wave target."""
+    table: dict = {}
+    waves = 0
+    for line in run_cpp_probe(tmp_path_factory, "sm90_bwd_group_split", _SPLIT_PROBE):
+        parts = line.split()
+        if parts[0] == "waves":
+            waves = int(parts[1])
+            continue
+        g, c, masked, split = (int(x) for x in parts)
+        table[(g, c, bool(masked))] = split
+    return {"table": table, "waves": waves}
+
+
+def test_group_split_is_the_smallest_divisor_that_fills_the_gpu(split_rule: dict) -> None:
+    """Masked calls want waves x SMs CTAs, unmasked ones half the SMs: the split is the smallest
+    divisor of the group that gets there, or the whole group; a grid already there is not split."""
+    sms, waves = 132, split_rule["waves"]
+    assert waves >= 2
+    for (g, c, masked), split in split_rule["table"].items():
+        want = waves * sms if masked else sms // 2
+        assert g % split == 0, (g, c, masked, split)
+        smaller = [d for d in range(1, split) if g % d == 0]
+        assert all(c * d < want for d in smaller), (g, c, masked, split)
+        assert c * split >= want or split == g, (g, c, masked, split)
+
+
+def test_group_split_examples(split_rule: dict) -> None:
+    t = split_rule["table"]
+    assert t[(16, 128, True)] == 8    # MQA 16:1, B=1, S=16k, D=128, causal: 1024 CTAs
+    assert t[(16, 128, False)] == 1   # the same unmasked: 128 CTAs, balanced
+    assert t[(4, 512, True)] == 2     # GQA 4:1 at S=4k, B=4: 3.9 waves -> 7.8
+    assert t[(8, 1024, True)] == 1    # enough CTAs already
+    assert t[(1, 1, True)] == 1       # no group, nothing to split
+    assert t[(3, 8, False)] == 3      # a group that has only itself and 1 as divisors
