@@ -2,9 +2,14 @@
 """The backward of causal sliding-window attention on both paths (the op alone: portable vs the
 Hopper backward), bf16, B=1, H=16, S=16k, D 64/128, window widths 256..8192 keys, against the
 causal call without a window; ms per call and the time per useful FLOP relative to the causal call.
-usage: python lab/bwd_window_time.py"""
+--wide: the Hopper backward's 80-query config on the windowed calls too (FLASHATTN_BWD_WIDE=3, D=128;
+the default runs them on 64-query steps), an extra column with its time over the default's.
+usage: python lab/bwd_window_time.py [--wide]"""
 
 from __future__ import annotations
+
+import argparse
+import os
 
 import torch
 import triton.testing
@@ -22,8 +27,12 @@ def useful_pairs(s: int, window: int) -> float:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--wide", action="store_true", help="also the 80-query config on windowed calls (D=128)")
+    args = ap.parse_args()
     s, h = 16384, 16
-    print(f"{'D':>4} {'window':>7} {'portable ms':>12} {'hopper ms':>10} {'hopper/port':>11} {'cost/FLOP vs causal (hopper)':>29}")
+    print(f"{'D':>4} {'window':>7} {'portable ms':>12} {'hopper ms':>10} {'hopper/port':>11} {'cost/FLOP vs causal (hopper)':>29}"
+          + (f" {'wide ms':>8} {'wide/default':>12}" if args.wide else ""))
     for d in (64, 128):
         scale = d**-0.5
         q, k, v, dout = (torch.randn(1, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
@@ -35,11 +44,19 @@ def main() -> None:
                 t[backend] = triton.testing.do_bench(
                     lambda: BWD(dout, q, k, v, out, lse, scale, CAUSAL_BOTTOM_RIGHT, False, backend, window, 0, 0.0),
                     warmup=30, rep=200, return_mode="median")
+            wide = ""
+            if args.wide and d == 128:
+                os.environ["FLASHATTN_BWD_WIDE"] = "3"
+                t_wide = triton.testing.do_bench(
+                    lambda: BWD(dout, q, k, v, out, lse, scale, CAUSAL_BOTTOM_RIGHT, False, "hopper", window, 0, 0.0),
+                    warmup=30, rep=200, return_mode="median")
+                os.environ.pop("FLASHATTN_BWD_WIDE")
+                wide = f" {t_wide:8.3f} {t_wide / t['hopper']:12.3f}"
             per_pair = t["hopper"] / useful_pairs(s, window)
             if window < 0:
                 base = per_pair
             print(f"{d:>4} {window:>7} {t['portable']:12.3f} {t['hopper']:10.3f} {t['hopper'] / t['portable']:11.2f} "
-                  f"{per_pair / base:29.2f}")
+                  f"{per_pair / base:29.2f}" + wide)
 
 
 if __name__ == "__main__":
