@@ -38,7 +38,7 @@ struct BwdParams : FwdParams {
   // float sums happen in one fixed order. Null: plain atomics, in whatever order blocks finish.
   int* dq_semaphore = nullptr;
 
-  // The Hopper backward's split of a GQA group over CTAs (flash_bwd_sm90_dkv_accum_floats says when):
+  // The Hopper backward's split of a GQA group over CTAs (flash_bwd_sm90_group_split says when):
   // group_split CTAs per (key block, K/V head), each walking Hq / Hk / group_split query heads,
   // add their float32 dK and dV into dkv_accum [2][B][Hk][Sk][D'] (D' the
   // instantiated head dim: flash_bwd_sm90_dkv_accum_floats), zeroed by the caller; a last kernel

@@ -14,7 +14,7 @@
 namespace flashattn {
 
 // Query rows per step of this path for `p` (128 up to D = 64 without a softcap, 80 for dense D = 128
-// calls without a mask or softcap (traits.h's wide config), else 64): dq_semaphore of the
+// calls with no mask or a causal one and no softcap (traits.h's wide config), else 64): dq_semaphore of the
 // deterministic mode is [B, Hq, ceil(Sq / flash_bwd_sm90_block_m(p))].
 int flash_bwd_sm90_block_m(const BwdParams& p);
 
@@ -23,11 +23,12 @@ int flash_bwd_sm90_block_m(const BwdParams& p);
 // a packed batch's per query head ceil(total_q / block_m) + B of them (block.h).
 int64_t flash_bwd_sm90_dq_accum_floats(const BwdParams& p);
 
-// The floats of the zeroed float32 dkv_accum that `p` on `dev` needs for a GQA group split over
-// CTAs (BwdParams::group_split: a grid of few K/V heads shares each group's query heads out so
-// that it fills the GPU; dense calls in the default mode only), 0 where it gets none. A caller
-// that sets p.dkv_accum to such a buffer (and p.dq_semaphore as `deterministic` says) gets the split.
-int64_t flash_bwd_sm90_dkv_accum_floats(const BwdParams& p, const DeviceLimits& dev, bool deterministic);
+// How many CTAs share each GQA group's query heads for `p` on `dev` (BwdParams::group_split: a grid
+// of few K/V heads shares each group's query heads out so that it fills the GPU; dense calls in the
+// default mode only, 1 otherwise). The caller sets p.group_split to it, then p.dkv_accum to a
+// zeroed float32 buffer of flash_bwd_sm90_dkv_accum_floats(p) floats (0, and no buffer, for 1).
+int flash_bwd_sm90_group_split(const BwdParams& p, const DeviceLimits& dev, bool deterministic);
+int64_t flash_bwd_sm90_dkv_accum_floats(const BwdParams& p);
 
 // True when this build and device can run `p` on the Hopper backward: compute capability 9.0, the
 // kernel compiled for sm_90a in this build, float16 or bfloat16, head dim a multiple of 8 up to

@@ -180,8 +180,12 @@ int64_t flash_bwd_sm90_dq_accum_floats(const BwdParams& p) {
   return static_cast<int64_t>(p.batch) * p.heads_q * m_blocks * tile;
 }
 
-int64_t flash_bwd_sm90_dkv_accum_floats(const BwdParams& p, const DeviceLimits& dev, const bool deterministic) {
-  if (sm90::group_split_of(p, dev, deterministic) <= 1) return 0;
+int flash_bwd_sm90_group_split(const BwdParams& p, const DeviceLimits& dev, const bool deterministic) {
+  return sm90::group_split_of(p, dev, deterministic);
+}
+
+int64_t flash_bwd_sm90_dkv_accum_floats(const BwdParams& p) {
+  if (p.group_split <= 1) return 0;
   return 2 * static_cast<int64_t>(p.batch) * p.heads_kv * p.seqlen_k * sm90::instantiated_head_dim(p.head_dim);
 }
 
@@ -192,10 +196,7 @@ bool flash_bwd_sm90_supported(const BwdParams& p, const DeviceLimits& dev) {
 cudaError_t flash_bwd_sm90(const BwdParams& p, const DeviceLimits& dev, cudaStream_t stream) {
   const int i = sm90::supported_launcher(p, dev);
   if (i < 0) return cudaErrorNotSupported;
-  if (p.dkv_accum == nullptr) return sm90::kLaunchers[i].launch(p, stream);
-  BwdParams split = p;  // the caller sized dkv_accum for the split (flash_bwd_sm90_dkv_accum_floats)
-  split.group_split = sm90::group_split_of(p, dev, p.dq_semaphore != nullptr);
-  return sm90::kLaunchers[i].launch(split, stream);
+  return sm90::kLaunchers[i].launch(p, stream);
 }
 
 }  // namespace flashattn

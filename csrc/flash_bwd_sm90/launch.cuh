@@ -100,9 +100,9 @@ cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
   cudaError_t err = launch_bwd_preprocess<Element>(kPacked ? bwd_packed_rows(p) : p, stream);
   if (err != cudaSuccess) return err;
 
-  auto kernel = flash_bwd_sm90_kernel<Traits, Element, kSoftcap, kPacked>;
+  constexpr auto kernel = flash_bwd_sm90_kernel<Traits, Element, kSoftcap, kPacked>;
   constexpr int kSmem = Traits::kSmemBytes;
-  err = set_max_dynamic_smem_once<flash_bwd_sm90_kernel<Traits, Element, kSoftcap, kPacked>>(kSmem);
+  err = set_max_dynamic_smem_once<kernel>(kSmem);
   if (err != cudaSuccess) return err;
   const long long grid = static_cast<long long>(kp.num_n_blocks) * p.batch * p.heads_kv * p.group_split;
   if (grid > 0x7fffffffLL) return cudaErrorInvalidConfiguration;

@@ -25,7 +25,8 @@
 //   wait group 3: arrive empty[stage]; wait group 4
 //   wait dq_empty (the writer has read the previous tile); dQ -> shared float32 tile;
 //   fence.proxy.async; arrive dq_full
-// The wide config (traits.h kTransposed: D = 128, 80-query steps, calls without a mask or softcap)
+// The wide config (traits.h kTransposed: D = 128, 80-query steps, dense calls with no mask or a
+//   causal one and no softcap)
 //   stores dS [queries][keys] by stmatrix .trans instead of dS^T, and computes
 //   dQ^T = K^T dS^T    SS wgmma, A = K as MN-major A (warpgroup wg: D columns [64 wg, 64 wg + 64)),
 //                      B = dS as K-major B, N = 80 queries, k = all 128 keys              (group 4)

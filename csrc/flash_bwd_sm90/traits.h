@@ -189,11 +189,11 @@ struct Sm90BwdTraits {
 // The tile configuration of each instantiation: (head dim, softcap, wide). With a softcap, D = 64
 // takes 64-query steps split by columns: the 128-query steps keep 128 score registers a thread, and
 // the softcap's extra work per score spilled them (136 B).
-// kWide (D = 128, dense calls with neither a mask nor a softcap: dispatch.cu's wide_config):
-// 80-query steps with dQ transposed, FlashAttention-3's tile for that case: the per-step fixed
-// costs (barriers, waits, fences) spread over 25% more work (measured: docs/perf-notes.md, "Backward
-// v16"). Masked calls keep 64-query steps (a partial block wastes more of an 80-row step), and so
-// do packed batches and the softcap (not built with 80 rows).
+// kWide (D = 128, dense calls with no mask or a causal one and no softcap: dispatch.cu's
+// wide_config): 80-query steps with dQ transposed, FlashAttention-3's tile for non-causal calls:
+// the per-step fixed costs (barriers, waits, fences) spread over 25% more work (measured:
+// docs/perf-notes.md, "Backward v16", causal calls included). Local windows keep 64-query steps
+// (not measured with 80), and so do packed batches and the softcap (80 rows spilled 68 B).
 template <int kHeadDim, bool kSoftcap, bool kWide = false>
 struct Sm90BwdConfig {
   static_assert(!kWide, "the wide config exists for D = 128 without a softcap");

@@ -14,10 +14,10 @@ namespace flashattn {
 
 template <typename Traits, typename Element, bool kVarlen>
 cudaError_t run_fwd(const FwdParams& p, cudaStream_t stream) {
-  auto kernel = flash_fwd_kernel<Traits, Element, kVarlen>;
+  constexpr auto kernel = flash_fwd_kernel<Traits, Element, kVarlen>;
   constexpr int kSmem = Traits::kSmemBytes;
   if constexpr (kSmem > 48 * 1024) {
-    const cudaError_t err = set_max_dynamic_smem_once<flash_fwd_kernel<Traits, Element, kVarlen>>(kSmem);
+    const cudaError_t err = set_max_dynamic_smem_once<kernel>(kSmem);
     if (err != cudaSuccess) return err;
   }
   const int num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;

@@ -107,8 +107,8 @@ cudaError_t run_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream
   if (!make_sm90_params<Traits>(p, k, kDynamic)) return cudaErrorNotSupported;
   if (k.num_tiles == 0) return cudaSuccess;
   if (kDynamic && k.tile_counter == nullptr) return cudaErrorInvalidValue;
-  auto kernel = flash_fwd_sm90_kernel<Traits, Element, kDynamic>;
-  cudaError_t err = set_max_dynamic_smem_once<flash_fwd_sm90_kernel<Traits, Element, kDynamic>>(Traits::kSmemBytes);
+  constexpr auto kernel = flash_fwd_sm90_kernel<Traits, Element, kDynamic>;
+  cudaError_t err = set_max_dynamic_smem_once<kernel>(Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
   const int grid = std::min(k.num_tiles, std::max(1, dev.sm_count));
   kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(k);
@@ -140,8 +140,8 @@ cudaError_t run_fwd_sm90_fp8(const FwdParams& p, const Fp8FwdArgs& x, const Devi
   k.v_descale = x.v_descale;
   if (k.num_tiles == 0) return cudaSuccess;
   if (kDynamic && k.tile_counter == nullptr) return cudaErrorInvalidValue;
-  auto kernel = flash_fwd_sm90_fp8_kernel<Traits, kDynamic>;
-  cudaError_t err = set_max_dynamic_smem_once<flash_fwd_sm90_fp8_kernel<Traits, kDynamic>>(Traits::kSmemBytes);
+  constexpr auto kernel = flash_fwd_sm90_fp8_kernel<Traits, kDynamic>;
+  cudaError_t err = set_max_dynamic_smem_once<kernel>(Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
   const int grid = std::min(k.num_tiles, std::max(1, dev.sm_count));
   kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(k);
