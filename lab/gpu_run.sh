@@ -26,6 +26,8 @@
 #                                     cuDNN, memcheck/racecheck/synccheck on small dense cases (~7 min)
 #   bash lab/gpu_run.sh hostsplit build, the forward's split/attention tests, the latency grid, the GQA
 #                                     split's wave-target A/B                             (~6 min)
+#   bash lab/gpu_run.sh shortcalls build, the forward/window/backward tests, the D=64 causal forward grid vs
+#                                     cuDNN and FlashAttention-3, memcheck/racecheck/synccheck on small dense cases (~9 min)
 #   bash lab/gpu_run.sh training build, the backward tests with the wide config on masked calls, its causal
 #                                     A/B, the training benchmark grid against cuDNN       (~9 min)
 #   bash lab/gpu_run.sh bwd90    build, backward numerics and tests on both paths, the backward timing grid (~5 min)
@@ -227,6 +229,23 @@ PY
       FLASHATTN_BENCH_IMPLS="${FLASHATTN_BENCH_IMPLS:-flashattn,sdpa-default}" BENCH_MARKERS="bench and training" \
       bash benchmarks/run_benchmarks.sh "$OUT/bench"
     ;;
+  shortcalls)  # 2026-11-27: the forward's masked three-warpgroup config for causal D=64 from 2k keys and the
+              # backward's 80-query config on wide windows: build, the forward, window and backward tests, the
+              # D=64 causal forward grid against cuDNN and FlashAttention-3, sanitizers on the small dense cases
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash lab/gpu_build.sh
+    step pytest_forward 300 "${pytest_ci[@]}" tests/kernels/test_attention_gpu.py tests/kernels/test_window_gpu.py \
+      tests/kernels/test_fwd_split_gpu.py -ra
+    step pytest_backward 300 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py -ra
+    step bench_fwd_d64_causal 200 env FLASHATTN_BENCH_IMPLS="${FLASHATTN_BENCH_IMPLS:-flashattn,sdpa-default,fa3}" \
+      BENCH_MARKERS="bench and standard" BENCH_K="bf16-D64- and causal" bash benchmarks/run_benchmarks.sh "$OUT/bench"
+    for tool in memcheck racecheck synccheck; do
+      extra=()
+      [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
+      step "${tool}_dense" 200 env SANITIZE_BACKENDS=auto compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 \
+        python3 lab/sanitize_small.py --only dense --quick
+    done
+    ;;
   integrate)  # after merging features: build, the whole GPU suite, the features' benchmarks, the D=256 backward lab, backward timing
     env_info > "$OUT/env.txt" 2>&1
     step build 420 bash lab/gpu_build.sh
@@ -277,7 +296,7 @@ PY
     step sanitize 330 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-45}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -3,7 +3,8 @@
 #   bash lab/sm90_lab.sh          correctness (~1 min), then speed tables (~3 min)
 #   bash lab/sm90_lab.sh check    correctness only
 #   bash lab/sm90_lab.sh schedule correctness, then static vs dynamic tile schedule (causal, ~30 s)
-#   bash lab/sm90_lab.sh variants a few lab variants: their correctness cases, then alternating-sample
+#   bash lab/sm90_lab.sh variants [NAME..]  lab variants (kVariants in sm90_lab.cu; default two D=128
+#                                   ones): their correctness cases, then alternating-sample
 #                                   timing vs the default config; no hang-check build (short GPU slots;
 #                                   a variant never run before is safer through "check" first)
 #   bash lab/sm90_lab.sh l2 [MB..] the L2 group budget A/B (alternating samples), no hang-check build;

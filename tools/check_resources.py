@@ -49,7 +49,7 @@ _BWD_TRAITS = re.compile(r"BwdKernelTraitsILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d
 # Q buffers, O through TMA, softmax reduction chains, consumer warpgroups, element type, dynamic
 # schedule. Threads = 128 x (1 + consumers), query rows = 64 x consumers.
 SM90_KERNEL = re.compile(
-    r"Sm90FwdTraitsILi(\d+)ELi(\d+)ELi(\d+)ELb([01])ELi(\d+)ELb([01])ELi(\d+)ELi(\d+)EEE\d+(\w+?)Lb([01])E")
+    r"Sm90FwdTraitsILi(\d+)ELi(\d+)ELi(\d+)ELb([01])ELi(\d+)ELb([01])ELi(\d+)ELi(\d+)E(?:Lb[01]E)?EE\d+(\w+?)Lb([01])E")
 # The FP8 Hopper forward (flash_fwd_sm90_fp8_kernel): D, block N, stages, dynamic schedule; two consumer
 # warpgroups (384 threads, 128 query rows).
 SM90_FP8_KERNEL = re.compile(r"flash_fwd_sm90_fp8_kernelINS0_16Sm90Fp8FwdTraitsILi(\d+)ELi(\d+)ELi(\d+)EEELb([01])E")

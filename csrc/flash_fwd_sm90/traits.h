@@ -56,7 +56,7 @@ constexpr int kPingPongBarrierBase = 1;
 constexpr int kPingPongBarrierThreads = 2 * kWarpgroupThreads;
 
 template <int kHeadDim_, int kBlockN_, int kStages_, bool kPingPong_, int kQStages_ = 1, bool kOTma_ = false,
-          int kSoftmaxChains_ = 1, int kConsumerWGs_ = kConsumerWarpgroups>
+          int kSoftmaxChains_ = 1, int kConsumerWGs_ = kConsumerWarpgroups, bool kLocal_ = kConsumerWGs_ == 2>
 struct Sm90FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   // Consumer warpgroups (64 query rows each). Three give every SM sub-partition's scheduler three
@@ -70,10 +70,10 @@ struct Sm90FwdTraits {
   static_assert(kEpilogueBarrierBase + kConsumerWGs <= 16, "named barriers");
   static constexpr int kBlockM = kRowsPerConsumer * kConsumerWGs;  // query rows per tile
   // Causal masking and local windows (FwdParams::window_left / window_right, csrc/common/mask.cuh).
-  // The three-consumer config (160 registers per thread) serves only calls with neither
-  // (sm90_config_kind's kNonCausal): its kernels take the window as compile-time -1/-1, so they
-  // keep the plain key range [0, Sk) and its code (dispatch.cu refuses anything else for it).
-  static constexpr bool kLocal = kConsumerWGs == 2;
+  // false: the kernels take the window as compile-time -1/-1 and keep the plain key range [0, Sk)
+  // and its code (dispatch.cu refuses masked calls for them): the three-consumer config that
+  // serves calls without a mask (kNonCausal). The three-consumer long-keys config takes masks.
+  static constexpr bool kLocal = kLocal_;
   static constexpr int kBlockN = kBlockN_;                   // keys per K/V block
   static constexpr int kStages = kStages_;                   // K/V ring depth
   static constexpr bool kPingPong = kPingPong_;              // the consumers take turns at the GEMMs
@@ -280,14 +280,16 @@ struct Sm90DefaultConfig<256> {
 //     +4.9-7.4% at every S from 512 to 16k against the two-warpgroup configs (also against the
 //     long-keys one), but -13% causal at S <= 4k, where the coarser tiles mask more of the
 //     diagonal (lab alternating A/B, perf-notes "v12").
-//   kLongKeys: causal calls with seqlen_k >= kSm90LongKeysMin, where a larger key block pays: fewer
-//     per-block fixed costs (barriers, the reductions' tails, the O rescale) per key. At D=64,
-//     192-key blocks with the softmax reductions in 4 chains: +4.4-6.0% at S = 4k and 16k, but
-//     -4..-13% at S <= 1k (perf-notes "v11").
+//   kLongKeys: causal calls with seqlen_k >= kSm90LongKeysMin. At D=64, three consumer warpgroups
+//     (192 x 128 tiles, FlashAttention-3's D=64 causal tile) with the softmax reductions in 4
+//     chains: against two warpgroups +2.7% at S=2k, and against the 128 x 192 config that served
+//     from 4k before +5.1% at 4k, +8.0% at 16k; -12% at S <= 1k, where the taller tiles mask more
+//     of the diagonal (lab alternating A/B, perf-notes "Kernel by kernel against cuDNN"; the
+//     128 x 192 config: "v11").
 // A head dim whose config of a kind is not distinct (kDistinct false) uses its default there, and
 // has no instantiation of it (tools/gen_instantiations.py).
 enum class Sm90ConfigKind { kDefault, kLongKeys, kNonCausal };
-constexpr int kSm90LongKeysMin = 4096;
+constexpr int kSm90LongKeysMin = 2048;
 
 // A kind's primary template: not distinct, i.e. the head dim's default config.
 template <int kHeadDim>
@@ -301,7 +303,7 @@ struct Sm90LongKeysConfig : Sm90SameAsDefault<kHeadDim> {};
 template <>
 struct Sm90LongKeysConfig<64> {
   static constexpr bool kDistinct = true;
-  using Traits = Sm90FwdTraits<64, 192, 2, true, 1, false, 4>;
+  using Traits = Sm90FwdTraits<64, 128, 2, true, 1, false, 4, 3, true>;
 };
 
 template <int kHeadDim>

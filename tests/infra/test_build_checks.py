@@ -219,10 +219,10 @@ def test_ptxas_report_is_parsed() -> None:
 
 
 SM90_PTXAS_SAMPLE = """\
-ptxas info    : Compiling entry function '_ZN9flashattn4sm9021flash_fwd_sm90_kernelINS0_13Sm90FwdTraitsILi128ELi128ELi2ELb1ELi1ELb1ELi1ELi2EEE13__nv_bfloat16Lb1EEEvNS0_10Sm90ParamsE' for 'sm_90a'
+ptxas info    : Compiling entry function '_ZN9flashattn4sm9021flash_fwd_sm90_kernelINS0_13Sm90FwdTraitsILi128ELi128ELi2ELb1ELi1ELb1ELi1ELi2ELb1EEE13__nv_bfloat16Lb1EEEvNS0_10Sm90ParamsE' for 'sm_90a'
     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 ptxas info    : Used 168 registers, used 16 barriers
-ptxas info    : Compiling entry function '_ZN9flashattn4sm9021flash_fwd_sm90_kernelINS0_13Sm90FwdTraitsILi64ELi128ELi2ELb1ELi1ELb0ELi4ELi3EEE6__halfLb0EEEvNS0_10Sm90ParamsE' for 'sm_90a'
+ptxas info    : Compiling entry function '_ZN9flashattn4sm9021flash_fwd_sm90_kernelINS0_13Sm90FwdTraitsILi64ELi128ELi2ELb1ELi1ELb0ELi4ELi3ELb1EEE6__halfLb0EEEvNS0_10Sm90ParamsE' for 'sm_90a'
     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 ptxas info    : Used 168 registers, used 16 barriers
 """

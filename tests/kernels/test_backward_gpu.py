@@ -326,8 +326,8 @@ def test_backward_path_follows_the_backend(d: int, backend: str, device: torch.d
 
 
 # The Hopper backward's wide config (csrc/flash_bwd_sm90/traits.h: 80-query steps, dQ transposed)
-# runs D = 128 (and the dims padded to it) with no mask or a causal one, no window, no softcap;
-# FLASHATTN_BWD_WIDE=0 gives those calls the 64-query config. Query lengths around multiples of 80
+# runs D = 128 (and the dims padded to it) with no mask, a causal one or a window of >= 2048 keys,
+# no softcap; FLASHATTN_BWD_WIDE=0 gives those calls the 64-query config. Query lengths around multiples of 80
 # and of 64, GQA, both causal alignments, both modes; the kernel that ran is checked by name.
 WIDE_SHAPES = [
     pytest.param(1, 1, 300, 2, 1, 128, id="Sq=1"),
@@ -342,6 +342,7 @@ WIDE_MASKS = [  # (causal mode, window, runs the wide config by default)
     pytest.param(BOTTOM_RIGHT, (-1, -1), True, id="causal-bottom-right"),
     pytest.param(TOP_LEFT, (-1, -1), True, id="causal-top-left"),
     pytest.param(NONE, (40, 7), False, id="window"),
+    pytest.param(BOTTOM_RIGHT, (2047, 0), True, id="causal-window-2048"),
 ]
 
 
