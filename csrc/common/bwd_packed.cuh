@@ -31,7 +31,8 @@ __device__ __forceinline__ BwdSeq bwd_seq(const BwdParams& p, int batch) {
 
 // The packed rows as one dense batch of total_q rows: the view the preprocess and the dQ
 // conversion run on (their kernels are the dense ones; every row of q is converted, those no
-// sequence owns to 0).
+// sequence owns to 0). The scratch's zero region (zero_floats, dq_accum) is the call's own: the
+// preprocess zeroes it on this view as on a dense call.
 inline BwdParams bwd_packed_rows(const BwdParams& p) {
   BwdParams rows = p;
   rows.cu_seqlens_q = rows.cu_seqlens_k = nullptr;

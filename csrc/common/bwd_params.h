@@ -29,11 +29,12 @@ struct BwdParams : FwdParams {
   int64_t dv_batch_stride = 0, dv_row_stride = 0, dv_head_stride = 0;
 
   // Scratch, float32, contiguous: dpsum [B, Hq, Sq] = rowsum(dO * O) (written by the preprocess
-  // kernel); dq_accum [B, Hq, Sq, head_dim], zeroed by the caller, summed into by every key block.
+  // kernel); dq_accum [B, Hq, Sq, head_dim], zeroed before the main kernel (by the caller, or by
+  // the preprocess: zero_floats), summed into by every key block.
   float* dpsum = nullptr;
   float* dq_accum = nullptr;
 
-  // Deterministic mode: int32 [B, Hq, ceil(Sq / kBlockM)] zeroed by the caller. Key block n adds
+  // Deterministic mode: int32 [B, Hq, ceil(Sq / kBlockM)] zeroed as dq_accum. Key block n adds
   // its dQ share of query block m only after blocks 0..n-1 have (a ticket per query block), so the
   // float sums happen in one fixed order. Null: plain atomics, in whatever order blocks finish.
   int* dq_semaphore = nullptr;
@@ -41,11 +42,20 @@ struct BwdParams : FwdParams {
   // The Hopper backward's split of a GQA group over CTAs (flash_bwd_sm90_group_split says when):
   // group_split CTAs per (key block, K/V head), each walking Hq / Hk / group_split query heads,
   // add their float32 dK and dV into dkv_accum [2][B][Hk][Sk][D'] (D' the
-  // instantiated head dim: flash_bwd_sm90_dkv_accum_floats), zeroed by the caller; a last kernel
+  // instantiated head dim: flash_bwd_sm90_dkv_accum_floats), zeroed as dq_accum; a last kernel
   // converts it into dk and dv. 1 (and null): each CTA walks the whole group and writes dk, dv.
   // After the other fields, so that the kernels that never read them keep their code.
   float* dkv_accum = nullptr;
   int group_split = 1;
+
+  // Floats from dq_accum on that the preprocess kernel zeroes before the main kernel runs
+  // (bwd_preprocess.cuh; bwd_scratch lays dq_accum, dkv_accum and the tickets out there back to
+  // back, dpsum past them); 0: the caller zeroed what needs it. dq_accum 16-byte aligned. An int
+  // in what was the padding after group_split, not a base pointer and a 64-bit count: the Hopper
+  // kernel's Sm90BwdParams holds a BwdParams before fields of its own, which a larger block would
+  // move, changing that kernel's code. bwd_scratch zeroes a region of 2^31 floats or more (8 GiB)
+  // by a memset instead.
+  int zero_floats = 0;
 };
 
 // One sequence of a backward call: of a packed batch, read from cu_seqlens on the device

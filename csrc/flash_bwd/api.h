@@ -14,8 +14,9 @@ namespace flashattn {
 int flash_bwd_block_m(const BwdParams& p, const DeviceLimits& dev);
 
 // Runs the portable backward pass (preprocess, main kernel, dQ conversion) with the tile config
-// that fits `dev`. p.dq_accum (and p.dq_semaphore when set) must be zeroed; p.dpsum is written.
-// Asynchronous on `stream`; returns the launch status.
+// that fits `dev`. p.dq_accum (and p.dq_semaphore when set) must be zeroed, by the caller or by
+// the preprocess (p.zero_floats from p.dq_accum on); p.dpsum is written. Asynchronous on
+// `stream`; returns the launch status.
 cudaError_t flash_bwd(const BwdParams& p, const DeviceLimits& dev, cudaStream_t stream);
 
 }  // namespace flashattn

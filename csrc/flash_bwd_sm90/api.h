@@ -26,7 +26,8 @@ int64_t flash_bwd_sm90_dq_accum_floats(const BwdParams& p);
 // How many CTAs share each GQA group's query heads for `p` on `dev` (BwdParams::group_split: a grid
 // of few K/V heads shares each group's query heads out so that it fills the GPU; dense calls in the
 // default mode only, 1 otherwise). The caller sets p.group_split to it, then p.dkv_accum to a
-// zeroed float32 buffer of flash_bwd_sm90_dkv_accum_floats(p) floats (0, and no buffer, for 1).
+// float32 buffer of flash_bwd_sm90_dkv_accum_floats(p) floats (0, and no buffer, for 1), zeroed
+// as dq_accum is (launch.cuh).
 int flash_bwd_sm90_group_split(const BwdParams& p, const DeviceLimits& dev, bool deterministic);
 int64_t flash_bwd_sm90_dkv_accum_floats(const BwdParams& p);
 

@@ -1,8 +1,9 @@
 // Launcher of the Hopper backward: the portable backward's preprocess (dpsum) kernel, the sm_90a
-// main kernel and this path's dQ conversion (convert.cuh), in stream order. The caller zeroes
-// dq_accum, sized by flash_bwd_sm90_dq_accum_floats() (and dq_semaphore, [B, Hq,
-// ceil(Sq / flash_bwd_sm90_block_m())], when set), as for the portable run_bwd. kPacked: packed
-// variable-length batches (block.h); the preprocess runs on the packed rows as one batch.
+// main kernel and this path's dQ conversion (convert.cuh), in stream order. dq_accum, sized by
+// flash_bwd_sm90_dq_accum_floats() (and dq_semaphore, [B, Hq, ceil(Sq / flash_bwd_sm90_block_m())],
+// and dkv_accum, when set) start zeroed, by the caller or by the preprocess (BwdParams::zero_floats),
+// as for the portable run_bwd. kPacked: packed variable-length batches (block.h); the preprocess
+// runs on the packed rows as one batch.
 #pragma once
 
 #include <cuda_runtime.h>
