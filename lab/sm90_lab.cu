@@ -449,14 +449,15 @@ struct Variant {
 // A three-consumer config that also takes causal masks and windows (the non-causal three-consumer
 // config compiles the window out: Sm90FwdTraits::kLocal); "d64-3wg-masked-ch4" is the shipped D=64
 // long-keys config.
-template <int D, int N, int CH>
-using Masked3Traits = Sm90FwdTraits<D, N, 2, true, 1, false, CH, 3, true>;
-#define VARIANT_M3(NAME, D, N, CH)                                                                 \
+template <int D, int N, int CH, bool OT = false>
+using Masked3Traits = Sm90FwdTraits<D, N, 2, true, 1, OT, CH, 3, true>;
+#define VARIANT_M3O(NAME, D, N, CH, OT)                                                            \
   Variant {                                                                                      \
-    NAME, D, &launch_variant<Masked3Traits<D, N, CH>, __nv_bfloat16>,                            \
-        &launch_variant<Masked3Traits<D, N, CH>, __half>,                                        \
-        &launch_variant_scheduled<Masked3Traits<D, N, CH>, __nv_bfloat16>, true                  \
+    NAME, D, &launch_variant<Masked3Traits<D, N, CH, OT>, __nv_bfloat16>,                        \
+        &launch_variant<Masked3Traits<D, N, CH, OT>, __half>,                                    \
+        &launch_variant_scheduled<Masked3Traits<D, N, CH, OT>, __nv_bfloat16>, true              \
   }
+#define VARIANT_M3(NAME, D, N, CH) VARIANT_M3O(NAME, D, N, CH, false)
 #define VARIANT_O(NAME, D, N, ST, PP, QS, OT) VARIANT_X(NAME, D, N, ST, PP, QS, OT, 1, 2)
 #define VARIANT(NAME, D, N, ST, PP, QS) VARIANT_X(NAME, D, N, ST, PP, QS, false, 1, 2)
 // The shipped config of head dim D (2 stages, ping-pong, O-TMA from D=128) with CH softmax chains.
@@ -489,6 +490,10 @@ static const Variant kVariants[] = {
     // (96 spills 32 bytes and serializes its wgmma: ptxas C7512)
     VARIANT_X("d128-3wg-n64", 128, 64, 2, true, 1, true, 1, 3),
     VARIANT_X("d128-3wg-n80", 128, 80, 2, true, 1, true, 1, 3),
+    // ... and with the mask, for causal calls (192 x 64 / 192 x 80 tiles)
+    VARIANT_M3O("d128-3wg-masked-n64", 128, 64, 1, true),
+    VARIANT_M3O("d128-3wg-masked-n80", 128, 80, 1, true),
+    VARIANT_M3O("d128-3wg-masked-n64-ch4", 128, 64, 4, true),
     VARIANT_C("d128-ch4", 128, 128, 4),
     VARIANT_C("d256-ch4", 256, 64, 4),
     VARIANT("d128-n128-s2-nopp", 128, 128, 2, false, 1),
