@@ -27,7 +27,7 @@
 #   bash lab/gpu_run.sh hostsplit build, the forward's split/attention tests, the latency grid, the GQA
 #                                     split's wave-target A/B                             (~6 min)
 #   bash lab/gpu_run.sh shortcalls build, the forward/window/backward tests, the D=64 causal forward grid vs
-#                                     cuDNN and FlashAttention-3, memcheck/racecheck/synccheck on small dense cases (~9 min)
+#                                     cuDNN and FlashAttention-3, memcheck/racecheck/synccheck on small dense cases (~4 min)
 #   bash lab/gpu_run.sh training build, the backward tests with the wide config on masked calls, its causal
 #                                     A/B, the training benchmark grid against cuDNN       (~9 min)
 #   bash lab/gpu_run.sh bwd90    build, backward numerics and tests on both paths, the backward timing grid (~5 min)

@@ -3,7 +3,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -15,6 +14,7 @@
 #include "group_split.h"
 #include "tma_tensors.h"
 #include "traits.h"
+#include "wide_rule.h"
 
 namespace flashattn {
 namespace sm90 {
@@ -73,26 +73,15 @@ int block_m_of(int d, bool softcap, bool wide) {
 // one up: TMA reads columns past head_dim as zeros, the epilogues drop them).
 int instantiated_head_dim(int head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
 
-// The wide config (traits.h Sm90BwdConfig<128, false, true>: 80-query steps, dQ transposed) runs
-// dense D = 128 calls without a softcap, with no mask, a causal one, or a local window of at least
-// kBwdWideWindowKeys keys (measured: perf-notes "Backward v16", +2.4% without a mask, +3.3% causal;
-// windows of 2048-8192 keys +2-4%, 256-1024 keys 3-5% slower: fewer steps per key block, where the
-// longer step only adds to the masked edges). FLASHATTN_BWD_WIDE (lab switches for side-by-side
-// rounds in one process, read at every such call, like FLASHATTN_BWD_REVERSE; the binding sizes
-// dq_accum and the tickets from the same answer): 0 off, 1 unmasked calls only, 2 (the default)
-// and causal ones and wide windows, 3 and every window.
-constexpr long long kBwdWideWindowKeys = 2048;
+// The wide config (traits.h Sm90BwdConfig<128, false, true>): dense D = 128 calls (and D 72..120,
+// padded) without a softcap, the mask as wide_rule.h says. FLASHATTN_BWD_WIDE is read at every such
+// call, like FLASHATTN_BWD_REVERSE (lab switches for side-by-side rounds in one process); the
+// binding sizes dq_accum and the tickets from the same answer.
 bool wide_config(const BwdParams& p) {
   if (instantiated_head_dim(p.head_dim) != 128 || p.softcap != 0.f || p.cu_seqlens_q != nullptr) return false;
   const char* v = std::getenv("FLASHATTN_BWD_WIDE");
   const int mode = v == nullptr || *v == '\0' ? 2 : std::atoi(v);
-  // (set_mask folds a causal mask in as window_right = 0: a window is anything beyond that.)
-  const bool window = p.window_left >= 0 || (!p.causal && p.window_right >= 0);
-  if (!window) return mode >= (p.causal ? 2 : 1);
-  // Keys a query row sees at most (an open side reaches over the whole sequence).
-  const long long sk = p.seqlen_k;
-  const long long keys = std::min(sk, (p.window_left < 0 ? sk : p.window_left) + (p.window_right < 0 ? sk : p.window_right) + 1);
-  return mode >= 3 || (mode == 2 && keys >= kBwdWideWindowKeys);
+  return bwd_wide_rule(mode, p.causal, p.window_left, p.window_right, p.seqlen_k);
 }
 int block_n(int d) { return d == 256 ? Sm90BwdTraits<256>::kBlockN : Sm90BwdTraits<128>::kBlockN; }
 
