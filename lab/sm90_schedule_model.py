@@ -23,7 +23,7 @@ import math
 TILE_DEFAULT = {64: (128, 128), 128: (128, 128), 256: (128, 64)}  # Sm90DefaultConfig<D>
 TILE_LONG_KEYS = {64: (192, 128)}  # Sm90LongKeysConfig<D>: causal, seqlen_k >= LONG_KEYS_MIN
 TILE_NON_CAUSAL = {64: (192, 128)}  # Sm90NonCausalConfig<D>: no causal mask
-LONG_KEYS_MIN = 2048  # traits.h kSm90LongKeysMin
+LONG_KEYS_MIN = 4096  # traits.h kSm90LongKeysMin
 
 
 def tile_shape(head_dim: int, seqlen_k: int, causal: bool) -> tuple[int, int]:

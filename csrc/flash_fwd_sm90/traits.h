@@ -282,14 +282,15 @@ struct Sm90DefaultConfig<256> {
 //     diagonal (lab alternating A/B, perf-notes "v12").
 //   kLongKeys: causal calls with seqlen_k >= kSm90LongKeysMin. At D=64, three consumer warpgroups
 //     (192 x 128 tiles, FlashAttention-3's D=64 causal tile) with the softmax reductions in 4
-//     chains: against two warpgroups +2.7% at S=2k, and against the 128 x 192 config that served
-//     from 4k before +5.1% at 4k, +8.0% at 16k; -12% at S <= 1k, where the taller tiles mask more
-//     of the diagonal (lab alternating A/B, perf-notes "Kernel by kernel against cuDNN"; the
-//     128 x 192 config: "v11").
+//     chains: against the 128 x 192 config that served from 4k before, +5.1% at 4k and +8.0% at
+//     16k on the standard grid, +2.7% and +7.8% on the seed's split grids (B=1 H=1) at 4k and 8k.
+//     At 2k it gained 2.7% on the standard grid but lost 23% on the seed's split grid (fewer,
+//     taller tiles to split), and at S <= 1k 12%: so from 4k, as before (lab A/Bs, perf-notes
+//     "Kernel by kernel against cuDNN"; the 128 x 192 config: "v11").
 // A head dim whose config of a kind is not distinct (kDistinct false) uses its default there, and
 // has no instantiation of it (tools/gen_instantiations.py).
 enum class Sm90ConfigKind { kDefault, kLongKeys, kNonCausal };
-constexpr int kSm90LongKeysMin = 2048;
+constexpr int kSm90LongKeysMin = 4096;
 
 // A kind's primary template: not distinct, i.e. the head dim's default config.
 template <int kHeadDim>

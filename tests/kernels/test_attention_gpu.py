@@ -93,7 +93,7 @@ EDGES = [
     Edge("logits-x30", 2, 129, 129, 2, 2, 64, magnitude=30.0),
     Edge("kv-rows-unaligned", 2, 100, 100, 4, 2, 64, layout_kv=Layout("pad_dim", 5)),
     Edge("causal-2k", 1, 2048, 2048, 2, 1, 128, modes=(TOP_LEFT, BOTTOM_RIGHT)),
-    # Sk >= 4096 at D <= 64: the Hopper path's long-keys config (192-key blocks), ragged last block.
+    # Sk >= 4096 at D <= 64: the Hopper path's long-keys config (three warpgroups, 192-row tiles), ragged last block.
     Edge("long-keys,D=40,GQA", 2, 333, 4100, 6, 2, 40),
     Edge("long-keys,D=64,Sq>Sk", 1, 4500, 4096, 4, 4, 64, modes=(TOP_LEFT, BOTTOM_RIGHT)),
     Edge("causal-8k", 1, 8192, 8192, 1, 1, 64, modes=(BOTTOM_RIGHT,), slow=True),

@@ -27,7 +27,7 @@ int main() {
   // config kind (0 default, 1 long keys, 2 non-causal) and tile shape by instantiated head dim,
   // seqlen_k and causal
   for (int d : {64, 128, 256})
-    for (int sk : {1, 2047, 2048, 65536})
+    for (int sk : {1, 4095, 4096, 65536})
       for (int causal : {0, 1}) {
         const Sm90TileShape ts = d == 64 ? shape<64>(sk, causal) : d == 128 ? shape<128>(sk, causal) : shape<256>(sk, causal);
         std::printf("kind %d %d %d %d %d %d\n", d, sk, causal, int(sm90_config_kind(d, sk, causal != 0)), ts.block_m,
@@ -106,14 +106,14 @@ def probe(tmp_path_factory) -> dict:
 def test_config_kind_per_call(probe: dict) -> None:
     """traits.h sm90_config_kind: D=64 without a mask runs the three-warpgroup config (192-row
     tiles) at every length; causal D=64 the three-warpgroup masked config (192-row tiles) from
-    seqlen_k 2048; everything else,
+    seqlen_k 4096; everything else,
     and every D=128/256 call, the default."""
     default, long_keys, non_causal = 0, 1, 2
     assert len(probe["kind"]) == 3 * 4 * 2
     for (d, sk, causal), (kind, bm, bn) in probe["kind"].items():
         if d == 64 and not causal:
             assert (kind, bm, bn) == (non_causal, 192, 128), (d, sk, causal)
-        elif d == 64 and sk >= 2048:
+        elif d == 64 and sk >= 4096:
             assert (kind, bm, bn) == (long_keys, 192, 128), (d, sk, causal)
         else:
             assert kind == default and bm == 128 and bn == (64 if d == 256 else 128), (d, sk, causal)
