@@ -15,37 +15,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 import sys
 
 import torch
 
-from decode_profile import implementations, make_inputs
-
-
-def graph_us(fns: list, reps: int = 30) -> float:
-    """Median µs per call of the calls `fns` captured in order in one CUDA graph."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for fn in fns[:3]:
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for fn in fns:
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        g.replay()
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1) * 1e3 / len(fns))
-    return statistics.median(times)
+from decode_profile import graph_us, implementations, make_inputs
 
 
 def main(argv: list[str]) -> int:

@@ -49,17 +49,18 @@ def implementations(q, kc, vc, seqlens) -> dict:
     return impls
 
 
-def graph_time_us(fn, calls: int = 20, reps: int = 30) -> float:
-    """Median µs per call of `calls` calls captured in one CUDA graph, replayed `reps` times."""
+def graph_us(fns: list, reps: int = 30) -> float:
+    """Median µs per call of the calls `fns` captured in order in one CUDA graph, replayed `reps`
+    times (lab/decode_layers_time.py captures one call per layer's cache)."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        for _ in range(3):
+        for fn in fns[:3]:
             fn()
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        for _ in range(calls):
+        for fn in fns:
             fn()
     g.replay()
     torch.cuda.synchronize()
@@ -70,8 +71,13 @@ def graph_time_us(fn, calls: int = 20, reps: int = 30) -> float:
         g.replay()
         e1.record()
         e1.synchronize()
-        times.append(e0.elapsed_time(e1) * 1e3 / calls)
+        times.append(e0.elapsed_time(e1) * 1e3 / len(fns))
     return statistics.median(times)
+
+
+def graph_time_us(fn, calls: int = 20, reps: int = 30) -> float:
+    """Median µs per call of `calls` calls captured in one CUDA graph, replayed `reps` times."""
+    return graph_us([fn] * calls, reps)
 
 
 def kernel_table(fn, calls: int = 20) -> list[tuple[str, float, float]]:

@@ -83,6 +83,18 @@ install_carried_wheels() {
 }
 install_carried_wheels
 
+# memcheck, racecheck and synccheck on the small dense cases (lab/sanitize_small.py --only dense
+# --quick, the Hopper paths where the GPU has them), one step each of at most $1 seconds.
+sanitize_dense_steps() {
+  local tool extra
+  for tool in memcheck racecheck synccheck; do
+    extra=()
+    [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
+    step "${tool}_dense" "$1" env SANITIZE_BACKENDS=auto compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 \
+      python3 lab/sanitize_small.py --only dense --quick
+  done
+}
+
 ensure_built() {
   if ! python3 -c "import flashattn, sys; sys.exit(0 if flashattn.extension_available() else 1)" 2>/dev/null; then
     step build 420 bash lab/gpu_build.sh
@@ -193,12 +205,7 @@ case "${1:-verify}" in
     step build 420 bash lab/gpu_build.sh
     step pytest_backward 300 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py -ra
     step bwd_group_split_time 240 python3 lab/bwd_group_split_time.py
-    for tool in memcheck racecheck synccheck; do
-      extra=()
-      [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
-      step "${tool}_dense" 150 env SANITIZE_BACKENDS=auto compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 \
-        python3 lab/sanitize_small.py --only dense --quick
-    done
+    sanitize_dense_steps 150
     ;;
   hostsplit)  # the forward's tile counter behind lse (issue 28) and the GQA split's wave target: build,
               # the forward's split and attention tests, the latency grid, the wave-target A/B
@@ -239,12 +246,7 @@ PY
     step pytest_backward 300 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py -ra
     step bench_fwd_d64_causal 200 env FLASHATTN_BENCH_IMPLS="${FLASHATTN_BENCH_IMPLS:-flashattn,sdpa-default,fa3}" \
       BENCH_MARKERS="bench and standard" BENCH_K="bf16-D64- and causal" bash benchmarks/run_benchmarks.sh "$OUT/bench"
-    for tool in memcheck racecheck synccheck; do
-      extra=()
-      [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
-      step "${tool}_dense" 200 env SANITIZE_BACKENDS=auto compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 \
-        python3 lab/sanitize_small.py --only dense --quick
-    done
+    sanitize_dense_steps 200
     ;;
   integrate)  # after merging features: build, the whole GPU suite, the features' benchmarks, the D=256 backward lab, backward timing
     env_info > "$OUT/env.txt" 2>&1
