@@ -90,6 +90,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(const at::Tensor& dout_i
   const int64_t ticket_words = deterministic ? B * Hq * ((Sq + block_m - 1) / block_m) : 0;
   // A GQA group split over CTAs adds dK/dV in float32 (never in deterministic mode).
   if (hopper) p.group_split = flashattn::flash_bwd_sm90_group_split(p, dev, deterministic);
+  // So does the split of the grid's last wave into pieces that fill the GPU.
+  if (hopper) flashattn::flash_bwd_sm90_plan_tail(p, dev, deterministic);
   const int64_t dkv_floats = hopper ? flashattn::flash_bwd_sm90_dkv_accum_floats(p) : 0;
   const at::Tensor scratch = flashattn::bwd_scratch(p, q, dq_floats, dkv_floats, ticket_words, B * Hq * Sq, stream);
   const cudaError_t err = hopper ? flashattn::flash_bwd_sm90(p, dev, stream) : flashattn::flash_bwd(p, dev, stream);

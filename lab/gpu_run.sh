@@ -28,6 +28,8 @@
 #                                     split's wave-target A/B                             (~6 min)
 #   bash lab/gpu_run.sh shortcalls build, the forward/window/backward tests, the D=64 causal forward grid vs
 #                                     cuDNN and FlashAttention-3, memcheck/racecheck/synccheck on small dense cases (~4 min)
+#   bash lab/gpu_run.sh tailsplit build, the backward tests, the split last wave's A/B vs no split and cuDNN (~5 min)
+#   bash lab/gpu_run.sh sanitizedense memcheck/racecheck/synccheck on small dense cases, on a built tree (~4 min)
 #   bash lab/gpu_run.sh training build, the backward tests with the wide config on masked calls, its causal
 #                                     A/B, the training benchmark grid against cuDNN       (~9 min)
 #   bash lab/gpu_run.sh bwd90    build, backward numerics and tests on both paths, the backward timing grid (~5 min)
@@ -248,6 +250,18 @@ PY
       BENCH_MARKERS="bench and standard" BENCH_K="bf16-D64- and causal" bash benchmarks/run_benchmarks.sh "$OUT/bench"
     sanitize_dense_steps 200
     ;;
+  tailsplit)  # 2026-11-27: the backward's split last wave (tail_split.h): build, the backward tests, its A/B
+              # against no split with cuDNN alongside, sanitizers on the small dense cases
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash lab/gpu_build.sh
+    step pytest_backward 300 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py tests/kernels/test_sm90_bwd_block_cpu.py -ra
+    step bwd_tail_time 420 python3 lab/bwd_tail_time.py
+    ;;
+  sanitizedense)  # memcheck/racecheck/synccheck on lab/sanitize_small.py's dense cases, on a built tree
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    sanitize_dense_steps 200
+    ;;
   integrate)  # after merging features: build, the whole GPU suite, the features' benchmarks, the D=256 backward lab, backward timing
     env_info > "$OUT/env.txt" 2>&1
     step build 420 bash lab/gpu_build.sh
@@ -298,7 +312,7 @@ PY
     step sanitize 330 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-45}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

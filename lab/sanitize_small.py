@@ -59,7 +59,10 @@ def dense() -> None:
                                              (1, 17, 130, 3, 3, 256, False), (1, 65, 65, 2, 2, 64, False),
                                              (2, 83, 150, 4, 2, 128, False),  # the wide backward (80-query steps)
                                              (1, 200, 300, 4, 1, 128, True),  # MQA: the backward's group split
-                                             (1, 333, 4200, 2, 1, 64, True)):  # the forward's masked 3-warpgroup config
+                                             (1, 333, 4200, 2, 1, 64, True),  # the forward's masked 3-warpgroup config
+                                             # the backward's split last wave (pieces of 5-9 steps), D 64/128/256
+                                             (1, 600, 200, 2, 2, 64, False), (1, 700, 300, 2, 2, 128, False),
+                                             (1, 400, 150, 2, 2, 256, False)):
             q, k, v = rand(b, sq, hq, d, dtype=dtype, grad=True), rand(b, sk, hk, d, dtype=dtype, grad=True), \
                 rand(b, sk, hk, d, dtype=dtype, grad=True)
             for backend in BACKENDS:

@@ -56,6 +56,15 @@ struct BwdParams : FwdParams {
   // move, changing that kernel's code. bwd_scratch zeroes a region of 2^31 floats or more (8 GiB)
   // by a memset instead.
   int zero_floats = 0;
+
+  // The Hopper backward's split of the grid's last partial wave (flash_bwd_sm90_plan_tail says
+  // when; tail_split.h the rule): the last tail_units CTAs' worth of work (each a key block of a
+  // (batch, K/V head) or of its GQA share) run as tail_split CTAs each, every one a contiguous run
+  // of the unit's steps, so that the last wave fills the GPU. They add their float32 dK and dV
+  // into dkv_accum ([2][tail_units][kBlockN][D'], or the GQA split's layout when group_split > 1),
+  // converted by a last kernel. 1 (and 0): no split.
+  int tail_split = 1;
+  int tail_units = 0;
 };
 
 // One sequence of a backward call: of a packed batch, read from cu_seqlens on the device

@@ -24,15 +24,19 @@ struct BwdBlock {
   int n_block, head_kv, batch, group, n0;
   int head_q0;  // the first query head of the block's walk (its share of the GQA group)
   int m_begin, m_steps, steps;
+  int t0;    // the block's first step in its unit's walk (a piece of a split last wave, else 0)
+  int tail;  // a piece of the split last wave (BwdParams::tail_split): its unit's place among the
+             // split units, whose dK/dV sums dkv_accum holds; -1 otherwise
   bool reverse;  // the query blocks of a head walked from the last down (Sm90BwdParams::reverse_m)
   BwdSeq seq;     // the sequence: a packed batch's (kPacked), else the call's lengths and rows 0
   int dq_block0;  // kPacked: the first dq_accum tile of the sequence (bwd_packed_dq_block0)
-  // Step t is query block m_block(t) of query head head_q0 + t / m_steps: the (t % m_steps)-th of
-  // [m_begin, m_begin + m_steps), counted from the first or (reverse) the last. group: the query
-  // heads this block walks (the GQA group, or its share with BwdParams::group_split > 1).
-  FLASHATTN_HD int head_q(int t) const { return head_q0 + t / m_steps; }
+  // Step t is step u = t0 + t of the unit's walk: query block m_block(t) of query head
+  // head_q0 + u / m_steps, the (u % m_steps)-th of [m_begin, m_begin + m_steps), counted from the
+  // first or (reverse) the last. group: the query heads the unit walks (the GQA group, or its share
+  // with BwdParams::group_split > 1).
+  FLASHATTN_HD int head_q(int t) const { return head_q0 + (t0 + t) / m_steps; }
   FLASHATTN_HD int m_block(int t) const {
-    const int i = t % m_steps;
+    const int i = (t0 + t) % m_steps;
     return reverse ? m_begin + m_steps - 1 - i : m_begin + i;
   }
   FLASHATTN_HD int m0(int t, int block_m) const { return m_block(t) * block_m; }
@@ -78,6 +82,16 @@ FLASHATTN_HD BwdBlock bwd_block(const BwdParams& p, int num_n_blocks, int lpt_he
   // K/V head, share) triple: the s shares of a K/V head's group are neighbours, as its key blocks.
   const int split = p.group_split;
   const int units = p.heads_kv * split;  // per batch
+  // The split last wave (tail_split.h): CTAs from the first piece on run piece `piece` of unit
+  // `cta` in the order below; the CTAs before it run their unit whole.
+  int piece = -1;
+  if (p.tail_split > 1) {
+    const int first_piece = p.batch * units * num_n_blocks - p.tail_units;
+    if (cta >= first_piece) {
+      piece = (cta - first_piece) % p.tail_split;
+      cta = first_piece + (cta - first_piece) / p.tail_split;
+    }
+  }
   int idx, bh;
   if (lpt_heads > 0) {
     const int per_group = lpt_heads * num_n_blocks;
@@ -116,6 +130,15 @@ FLASHATTN_HD BwdBlock bwd_block(const BwdParams& p, int num_n_blocks, int lpt_he
     b.m_steps = qb.m_end - qb.m_begin;
   }
   b.steps = b.m_steps * b.group;
+  b.t0 = 0;
+  b.tail = -1;
+  if (piece >= 0) {
+    const int first_piece = p.batch * units * num_n_blocks - p.tail_units;
+    const int t1 = static_cast<int>(static_cast<long long>(piece + 1) * b.steps / p.tail_split);
+    b.t0 = static_cast<int>(static_cast<long long>(piece) * b.steps / p.tail_split);
+    b.steps = t1 - b.t0;
+    b.tail = cta - first_piece;
+  }
   // Not in deterministic mode: its tickets count on key blocks reaching a query block in the order
   // of their first visible block (bwd_sm90_dq_writer).
   b.reverse = reverse_m != 0 && p.dq_semaphore == nullptr;

@@ -137,6 +137,52 @@ cudaError_t launch_bwd_sm90_convert_dkv(const BwdParams& p, cudaStream_t stream)
   return cudaGetLastError();
 }
 
+// The split last wave (BwdParams::tail_split > 1, group_split 1): dk (times softmax_scale) and dv
+// of the split units from their float32 sums in dkv_accum [2][tail_units][kBlockN][kHeadDim], as
+// above; a unit's key block and (batch, K/V head) are its first piece's (block.h, in the main
+// kernel's CTA order: lpt_heads), rows past Sk skipped.
+template <typename Traits, typename Element>
+__global__ void __launch_bounds__(kBwdSm90ConvertThreads)
+    flash_bwd_sm90_convert_tail_kernel(const __grid_constant__ BwdParams p, const int num_n_blocks, const int lpt_heads) {
+  const int pieces = p.head_dim / 8;
+  const int64_t rows = static_cast<int64_t>(p.tail_units) * Traits::kBlockN;  // per tensor
+  const int64_t total = 2 * rows * pieces;
+  const int first_piece = p.batch * p.heads_kv * num_n_blocks - p.tail_units;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kBwdSm90ConvertThreads + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * kBwdSm90ConvertThreads) {
+    const int piece = static_cast<int>(i % pieces);
+    const int64_t r = i / pieces;  // [2][tail_units][kBlockN] row
+    const bool is_v = r >= rows;
+    const int64_t rr = is_v ? r - rows : r;
+    const int unit = static_cast<int>(rr / Traits::kBlockN);
+    const BwdBlock blk = bwd_block<Traits>(p, num_n_blocks, lpt_heads, 0, first_piece + unit * p.tail_split);
+    const int row = blk.n0 + static_cast<int>(rr % Traits::kBlockN);
+    if (row >= p.seqlen_k) continue;
+    const float4* src = reinterpret_cast<const float4*>(p.dkv_accum + r * Traits::kHeadDim + 8 * piece);
+    const float s = is_v ? 1.f : p.softmax_scale;
+    const float4 lo = src[0], hi = src[1];
+    const uint4 packed = make_uint4(pack2<Element>(lo.x * s, lo.y * s), pack2<Element>(lo.z * s, lo.w * s),
+                                    pack2<Element>(hi.x * s, hi.y * s), pack2<Element>(hi.z * s, hi.w * s));
+    Element* dst = is_v ? static_cast<Element*>(p.dv) + blk.batch * p.dv_batch_stride + row * p.dv_row_stride +
+                              blk.head_kv * p.dv_head_stride
+                        : static_cast<Element*>(p.dk) + blk.batch * p.dk_batch_stride + row * p.dk_row_stride +
+                              blk.head_kv * p.dk_head_stride;
+    *reinterpret_cast<uint4*>(dst + 8 * piece) = packed;
+  }
+}
+
+template <typename Traits, typename Element>
+cudaError_t launch_bwd_sm90_convert_tail(const BwdParams& p, const int num_n_blocks, const int lpt_heads,
+                                         cudaStream_t stream) {
+  const long long total = 2ll * p.tail_units * Traits::kBlockN * (p.head_dim / 8);
+  if (total <= 0) return cudaSuccess;
+  const long long blocks = (total + kBwdSm90ConvertThreads - 1) / kBwdSm90ConvertThreads;
+  const unsigned grid = static_cast<unsigned>(blocks < 65536 ? blocks : 65536);
+  flash_bwd_sm90_convert_tail_kernel<Traits, Element>
+      <<<grid, kBwdSm90ConvertThreads, 0, stream>>>(p, num_n_blocks, lpt_heads);
+  return cudaGetLastError();
+}
+
 // Packed batches: the gradient rows no sequence owns set to 0: dq rows [0, cu_seqlens_q[0]) and
 // [cu_seqlens_q[B], total_q), dk and dv rows likewise by cu_seqlens_k (every head, the head_dim
 // columns), kBwdSm90ZeroRows rows a CTA; a CTA with no such row exits after four reads. The kernels

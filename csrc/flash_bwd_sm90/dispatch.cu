@@ -12,6 +12,7 @@
 #include "../common/sm90/tma_host.h"
 #include "api.h"
 #include "group_split.h"
+#include "tail_split.h"
 #include "tma_tensors.h"
 #include "traits.h"
 #include "wide_rule.h"
@@ -118,6 +119,33 @@ int group_split_of(const BwdParams& p, const DeviceLimits& dev, const bool deter
   return bwd_group_split(group, ctas, masked, dev.sm_count, waves);
 }
 
+// The split of the grid's last wave (BwdParams::tail_split, tail_units): tail_split.h's rules (one
+// without a mask, one with), for dense calls in the default mode, after the group split is set.
+// FLASHATTN_BWD_TAIL=0 turns it off, =<n> splits the last wave's units (the last full wave when
+// the grid is whole waves) into n pieces (at most their steps): lab and test switches read at
+// every such call.
+BwdTailPlan tail_plan_of(const BwdParams& p, const DeviceLimits& dev, const bool deterministic) {
+  const BwdTailPlan none{0, 1};
+  const bool masked = p.causal || p.window_left >= 0 || p.window_right >= 0;
+  if (deterministic || p.cu_seqlens_q != nullptr || dev.sm_count < 2) return none;
+  const int d = instantiated_head_dim(p.head_dim);
+  const int bn = block_n(d), bm = block_m_of(d, p.softcap != 0.f, wide_config(p));
+  const long long units = (static_cast<long long>(p.seqlen_k) + bn - 1) / bn * p.batch * p.heads_kv * p.group_split;
+  const long long steps =
+      (static_cast<long long>(p.seqlen_q) + bm - 1) / bm * (p.heads_q / p.heads_kv / p.group_split);
+  if (units < 1 || steps < 2 || steps > 0x7fffffffLL || bwd_tail_grid(units, 0, 1) > 0x7fffffffLL) return none;
+  if (const char* v = std::getenv("FLASHATTN_BWD_TAIL"); v != nullptr && *v != '\0') {
+    const int n = std::atoi(v);
+    if (n <= 1) return none;
+    const long long r = units % dev.sm_count == 0 ? dev.sm_count : units % dev.sm_count;
+    return BwdTailPlan{static_cast<int>(r), static_cast<int>(n < steps ? n : steps)};
+  }
+  const BwdTailPlan plan = masked ? bwd_tail_plan_masked(units, static_cast<int>(steps), dev.sm_count)
+                                  : bwd_tail_plan(units, static_cast<int>(steps), dev.sm_count);
+  // The pieces' grid must stay an int.
+  return bwd_tail_grid(units, plan.units, plan.split) > 0x7fffffffLL ? none : plan;
+}
+
 bool aligned16(const void* ptr, int64_t batch_stride, int64_t row_stride, int64_t head_stride) {
   return ptr != nullptr && reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && batch_stride % 8 == 0 &&
          row_stride % 8 == 0 && head_stride % 8 == 0;
@@ -181,9 +209,21 @@ int flash_bwd_sm90_group_split(const BwdParams& p, const DeviceLimits& dev, cons
   return sm90::group_split_of(p, dev, deterministic);
 }
 
+void flash_bwd_sm90_plan_tail(BwdParams& p, const DeviceLimits& dev, const bool deterministic) {
+  p.tail_split = 1;
+  p.tail_units = 0;
+  const sm90::BwdTailPlan plan = sm90::tail_plan_of(p, dev, deterministic);
+  if (plan.split > 1 && plan.units > 0) {
+    p.tail_split = plan.split;
+    p.tail_units = plan.units;
+  }
+}
+
 int64_t flash_bwd_sm90_dkv_accum_floats(const BwdParams& p) {
-  if (p.group_split <= 1) return 0;
-  return 2 * static_cast<int64_t>(p.batch) * p.heads_kv * p.seqlen_k * sm90::instantiated_head_dim(p.head_dim);
+  const int64_t d = sm90::instantiated_head_dim(p.head_dim);
+  if (p.group_split > 1) return 2 * static_cast<int64_t>(p.batch) * p.heads_kv * p.seqlen_k * d;
+  if (p.tail_split > 1) return 2 * static_cast<int64_t>(p.tail_units) * sm90::block_n(static_cast<int>(d)) * d;
+  return 0;
 }
 
 bool flash_bwd_sm90_supported(const BwdParams& p, const DeviceLimits& dev) {

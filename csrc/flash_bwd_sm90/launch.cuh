@@ -18,6 +18,7 @@
 #include "convert.cuh"
 #include "kernel.cuh"
 #include "kernel_params.h"
+#include "tail_split.h"
 #include "tma_tensors.h"
 #include "traits.h"
 
@@ -82,6 +83,12 @@ cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
   if (p.group_split < 1 || (p.heads_q / p.heads_kv) % p.group_split != 0 ||
       (p.group_split > 1 && (kPacked || p.dq_semaphore != nullptr || p.dkv_accum == nullptr)))
     return cudaErrorInvalidValue;
+  // The split last wave likewise (tail_split.h), over at most the grid's units.
+  const long long units = static_cast<long long>((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN) * p.batch *
+                          p.heads_kv * p.group_split;
+  if (p.tail_split < 1 || p.tail_units < 0 || p.tail_units > units ||
+      (p.tail_split > 1 && (kPacked || p.dq_semaphore != nullptr || p.dkv_accum == nullptr || p.tail_units < 1)))
+    return cudaErrorInvalidValue;
   Sm90BwdParams kp;
   kp.p = p;
   kp.num_n_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
@@ -105,15 +112,18 @@ cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
   constexpr int kSmem = Traits::kSmemBytes;
   err = set_max_dynamic_smem_once<kernel>(kSmem);
   if (err != cudaSuccess) return err;
-  const long long grid = static_cast<long long>(kp.num_n_blocks) * p.batch * p.heads_kv * p.group_split;
+  const long long grid = p.tail_split > 1 ? bwd_tail_grid(units, p.tail_units, p.tail_split) : units;
   if (grid > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
   if (grid > 0) {
     kernel<<<static_cast<unsigned>(grid), Traits::kThreads, kSmem, stream>>>(kp);
     err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
-  if (p.group_split > 1) {
+  if (p.group_split > 1) {  // the split last wave's pieces too
     err = launch_bwd_sm90_convert_dkv<Traits, Element>(p, stream);
+    if (err != cudaSuccess) return err;
+  } else if (p.tail_split > 1) {
+    err = launch_bwd_sm90_convert_tail<Traits, Element>(p, kp.num_n_blocks, kp.lpt_heads, stream);
     if (err != cudaSuccess) return err;
   }
   return launch_bwd_sm90_convert_dq<Traits, Element, kPacked>(p, kp.num_m_blocks, kp.dq_blocks_per_head, stream);

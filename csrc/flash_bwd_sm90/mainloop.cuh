@@ -356,24 +356,31 @@ __device__ __forceinline__ void bwd_sm90_zero_tail(const uint32_t a, const uint3
 // its sequence) are copied out of the staged tile by the warpgroup's threads, 16 bytes each.
 constexpr int kBwdEpilogueBarrier = 7;  // both warpgroups; + 1 + wg: one warpgroup
 
-// A split GQA group's epilogue (BwdParams::group_split > 1): this warpgroup's part of dK and dV,
-// rows [row0, row0 + 64) and columns [col0, col0 + 2 kRegs) of the key block, added into
-// dkv_accum [2][B][Hk][Sk][kHeadDim] by two-float reductions (a column pair per value pair of the
-// accumulator); rows past Sk are skipped. Once per CTA: 64 reductions a thread. dK's softmax_scale
-// is applied once to the sum, by the convert kernel, as the unsplit epilogue applies it once.
+// The epilogue of a CTA that shares its key block with others (a split GQA group, BwdParams::
+// group_split > 1, or a piece of the split last wave, BwdBlock::tail >= 0): this warpgroup's part
+// of dK and dV, rows [row0, row0 + 64) and columns [col0, col0 + 2 kRegs) of the key block, added
+// into dkv_accum by two-float reductions (a column pair per value pair of the accumulator); rows
+// past Sk are skipped. dkv_accum is [2][B][Hk][Sk][kHeadDim] with a group split, else
+// [2][tail_units][kBlockN][kHeadDim]. Once per CTA: 64 reductions a thread. dK's softmax_scale is
+// applied once to the sum, by the convert kernel, as the unsplit epilogue applies it once.
 template <typename Traits, int kRegs>
 __device__ __forceinline__ void bwd_sm90_add_dkv(const BwdParams& p, const BwdBlock& blk, const int wtid,
                                                  const float (&dk)[kRegs], const float (&dv)[kRegs], const int row0,
                                                  const int col0) {
   const int warp = wtid / 32;
   const int lane = wtid % 32;
-  const int64_t plane = static_cast<int64_t>(p.batch) * p.heads_kv * p.seqlen_k * Traits::kHeadDim;
+  const bool per_head = p.group_split > 1;
+  const int64_t plane = per_head ? static_cast<int64_t>(p.batch) * p.heads_kv * p.seqlen_k * Traits::kHeadDim
+                                 : static_cast<int64_t>(p.tail_units) * Traits::kBlockN * Traits::kHeadDim;
+  // The key block's first row.
   float* const base =
-      p.dkv_accum + (static_cast<int64_t>(blk.batch) * p.heads_kv + blk.head_kv) * p.seqlen_k * Traits::kHeadDim;
+      per_head ? p.dkv_accum + ((static_cast<int64_t>(blk.batch) * p.heads_kv + blk.head_kv) * p.seqlen_k + blk.n0) *
+                                   Traits::kHeadDim
+               : p.dkv_accum + static_cast<int64_t>(blk.tail) * Traits::kBlockN * Traits::kHeadDim;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int row = blk.n0 + row0 + 16 * warp + lane / 4 + 8 * h;
-    if (row >= p.seqlen_k) continue;
+    const int row = row0 + 16 * warp + lane / 4 + 8 * h;
+    if (blk.n0 + row >= p.seqlen_k) continue;
     float* const r = base + static_cast<int64_t>(row) * Traits::kHeadDim + col0 + 2 * (lane % 4);
 #pragma unroll
     for (int j = 0; j < kRegs / 4; ++j) {
@@ -393,7 +400,7 @@ __device__ __forceinline__ void bwd_sm90_store_dkv(const Sm90BwdParams& kp, cons
                                                    const float (&dv)[kRegs], const int row0, const int col0) {
   static_assert(2 * Traits::kKVBytes <= 2 * Traits::kStages * Traits::kQBytes, "dK and dV fit in the Q/dO ring");
   static_assert((2 * kRegs) % kChunkCols == 0, "whole 64-column planes per warpgroup");
-  if (!kPacked && kp.p.group_split > 1) {  // uniform: both warpgroups take this path
+  if (!kPacked && (kp.p.group_split > 1 || blk.tail >= 0)) {  // uniform: both warpgroups take this path
     bwd_sm90_add_dkv<Traits>(kp.p, blk, wtid, dk, dv, row0, col0);
     return;
   }

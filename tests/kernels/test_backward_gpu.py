@@ -413,6 +413,56 @@ def test_hopper_gqa_group_split_gradients(batch: int, sq: int, sk: int, hq: int,
         check(grads, x, dout, f"group split {force}, deterministic {deterministic}, {dtype}")
 
 
+# The split of the grid's last wave (csrc/flash_bwd_sm90/tail_split.h): the last wave's units
+# (key blocks) run as several CTAs, each a run of the unit's steps, adding dK/dV into float32 sums
+# converted at the end (convert_tail, or the GQA split's convert_dkv when the group is split too).
+# The rules split these small grids where the pieces pay for themselves (rule_splits: not at 2-3
+# steps a unit), masked or not (a masked grid of at most half a wave: every unit, top-left causal
+# key blocks that no query sees included); FLASHATTN_BWD_TAIL=0 turns it off, =<n> forces n pieces
+# (at most a unit's steps). Deterministic mode never splits.
+TAIL_SHAPES = [
+    pytest.param(1, 700, 900, 2, 2, 128, None, True, id="MHA,D=128"),
+    pytest.param(2, 333, 257, 3, 3, 64, None, False, id="MHA,D=64,partial-key-block"),
+    pytest.param(1, 300, 200, 2, 2, 256, None, True, id="MHA,D=256"),
+    pytest.param(1, 129, 1000, 1, 1, 96, None, False, id="D=96,few-steps"),
+    pytest.param(1, 500, 700, 4, 2, 128, "2", True, id="GQA-2:1,group-split,D=128"),
+]
+
+
+@pytest.mark.parametrize("force", [None, "0", "3", "64"], ids=["rule", "off", "split-3", "split-64"])
+@pytest.mark.parametrize("mode", [NONE, BOTTOM_RIGHT, TOP_LEFT], ids=["full", "causal-bottom-right", "causal-top-left"])
+@pytest.mark.parametrize(("batch", "sq", "sk", "hq", "hk", "d", "group_split", "rule_splits"), TAIL_SHAPES)
+def test_hopper_tail_split_gradients(batch: int, sq: int, sk: int, hq: int, hk: int, d: int, group_split,
+                                     rule_splits: bool, mode: int, force, backend: str, device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
+    if backend != "hopper" or torch.cuda.get_device_capability(device) != (9, 0):
+        pytest.skip("the Hopper backward's last-wave split (the `hopper` backend parameter on an H100)")
+    if force is None:
+        monkeypatch.delenv("FLASHATTN_BWD_TAIL", raising=False)
+    else:
+        monkeypatch.setenv("FLASHATTN_BWD_TAIL", force)
+    if group_split is None:
+        monkeypatch.delenv("FLASHATTN_BWD_GROUP_SPLIT", raising=False)
+    else:
+        monkeypatch.setenv("FLASHATTN_BWD_GROUP_SPLIT", group_split)
+    for dtype, deterministic in ((torch.bfloat16, False), (torch.float16, False), (torch.bfloat16, True)):
+        x = AttentionSpec(batch, sq, sk, hq, hk, d, dtype, mode, None, Layout("contiguous"), Layout("contiguous"), 1.0,
+                          sq + 3 * hq).make(device)
+        dout = make_dout(x, "contiguous", 4)
+        with backward_mode(deterministic):
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                grads = op_grads(x, dout, backend)
+                torch.cuda.synchronize()
+        names = {e.name for e in prof.events() if "flash_bwd" in e.name}
+        tail = any("convert_tail" in n for n in names)
+        per_head = any("convert_dkv" in n for n in names)
+        splits = not deterministic and force != "0" and (force is not None or rule_splits)
+        if group_split is None:
+            assert tail == splits and not per_head, (force, deterministic, names)
+        else:  # the pieces add into the group split's sums
+            assert per_head == (not deterministic) and not tail, (force, deterministic, names)
+        check(grads, x, dout, f"tail split {force}, deterministic {deterministic}, {dtype}")
+
+
 def test_forced_hopper_forward_trains(backend: str, device: torch.device) -> None:
     """A forward with "hopper" forced trains, to the same gradients as the portable path's within
     the criterion (the Hopper backward's two forms: D=64 and D=256)."""

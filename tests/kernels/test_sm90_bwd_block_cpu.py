@@ -20,12 +20,14 @@ _PROBE = r"""
 #include <cstdio>
 #include <initializer_list>
 #include "flash_bwd_sm90/block.h"
+#include "flash_bwd_sm90/tail_split.h"
 #include "flash_bwd_sm90/traits.h"
 using namespace flashattn;
 using namespace flashattn::sm90;
 
 template <int D>
-void walk(const char* name, int b, int hq, int hk, int sq, int sk, int causal, int lpt, int rev, int det, int split = 1) {
+void walk(const char* name, int b, int hq, int hk, int sq, int sk, int causal, int lpt, int rev, int det, int split = 1,
+          int tail_units = 0, int tail_split = 1) {
   using T = Sm90BwdTraits<D>;
   BwdParams p;
   p.batch = b; p.heads_q = hq; p.heads_kv = hk; p.seqlen_q = sq; p.seqlen_k = sk; p.head_dim = D;
@@ -33,13 +35,15 @@ void walk(const char* name, int b, int hq, int hk, int sq, int sk, int causal, i
   int dummy = 0;
   p.dq_semaphore = det ? &dummy : nullptr;
   p.group_split = split;
+  p.tail_units = tail_units;
+  p.tail_split = tail_split;
   const int n_blocks = (sk + T::kBlockN - 1) / T::kBlockN;
-  const int grid = n_blocks * b * hk * split;
-  std::printf("shape %s %d %d %d %d %d %d\n", name, b, hq, hk, rev, det, split);
+  const int grid = static_cast<int>(bwd_tail_grid(static_cast<long long>(n_blocks) * b * hk * split, tail_units, tail_split));
+  std::printf("shape %s %d %d %d %d %d %d %d %d\n", name, b, hq, hk, rev, det, split, tail_units, tail_split);
   for (int cta = 0; cta < grid; ++cta) {
     const BwdBlock blk = bwd_block<T>(p, n_blocks, lpt, rev, cta);
-    std::printf("cta %s %d %d %d %d %d %d %d", name, cta, blk.batch, blk.head_kv, blk.n_block, blk.m_begin,
-                blk.m_steps, int(blk.reverse));
+    std::printf("cta %s %d %d %d %d %d %d %d %d", name, cta, blk.batch, blk.head_kv, blk.n_block, blk.m_begin,
+                blk.m_steps, int(blk.reverse), blk.tail);
     for (int t = 0; t < blk.steps; ++t) std::printf(" %d:%d", blk.head_q(t), blk.m_block(t));
     std::printf("\n");
   }
@@ -57,31 +61,63 @@ int main() {
   walk<128>("split-mqa", 1, 8, 1, 700, 700, 1, 0, 1, 0, 4);
   walk<128>("split-lpt", 2, 8, 2, 700, 600, 1, 3, 1, 0, 2);
   walk<256>("split-d256-noncausal", 1, 6, 2, 300, 333, 0, 0, 0, 0, 3);
+  // ..., group split, tail_units, tail_split: the split last wave (tail_split.h)
+  // (each also as "<name>-whole": the same grid unsplit, whose walks the pieces must add up to)
+  walk<128>("tail-mha", 2, 3, 3, 700, 900, 0, 0, 0, 0, 1, 5, 4);
+  walk<128>("tail-mha-whole", 2, 3, 3, 700, 900, 0, 0, 0, 0, 1);
+  walk<128>("tail-all-units-gqa", 1, 4, 2, 333, 300, 0, 0, 0, 0, 1, 6, 7);
+  walk<128>("tail-all-units-gqa-whole", 1, 4, 2, 333, 300, 0, 0, 0, 0, 1);
+  walk<256>("tail-group-split", 1, 6, 2, 300, 333, 0, 0, 0, 0, 3, 4, 3);
+  walk<256>("tail-group-split-whole", 1, 6, 2, 300, 333, 0, 0, 0, 0, 3);
+  walk<64>("tail-more-pieces-than-steps-per-head", 1, 4, 1, 200, 260, 0, 0, 0, 0, 1, 3, 5);
+  walk<64>("tail-more-pieces-than-steps-per-head-whole", 1, 4, 1, 200, 260, 0, 0, 0, 0, 1);
+  // a causal grid below half a wave: every unit split (tail_split.h bwd_tail_plan_masked), the
+  // grouped CTA order, the reversed walk, pieces with no step
+  walk<128>("tail-causal", 1, 2, 2, 700, 900, 1, 2, 1, 0, 1, 16, 8);
+  walk<128>("tail-causal-whole", 1, 2, 2, 700, 900, 1, 2, 1, 0, 1);
+  // The rule: units, steps, SMs
+  for (auto c : {std::initializer_list<long long>{2048, 205, 132}, {2048, 26, 132}, {2048, 7, 132}, {4096, 256, 132},
+                 {4096, 128, 132}, {2112, 205, 132}, {16, 9, 132}, {16, 2, 132}, {8, 72, 132}, {131, 300, 132},
+                 {1, 1000, 132}, {200, 1, 132}}) {
+    const long long* v = c.begin();
+    const BwdTailPlan plan = bwd_tail_plan(v[0], static_cast<int>(v[1]), static_cast<int>(v[2]));
+    const BwdTailPlan masked = bwd_tail_plan_masked(v[0], static_cast<int>(v[1]), static_cast<int>(v[2]));
+    std::printf("plan %lld %lld %lld %d %d %d %d\n", v[0], v[1], v[2], plan.units, plan.split, masked.units, masked.split);
+  }
 }
 """
 
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory) -> dict:
-    """{"shape": name -> (batch, heads_q, heads_kv, reverse asked, deterministic, split), "cta": name -> rows}"""
-    table: dict = {"shape": {}, "cta": {}}
+    """{"shape": name -> (batch, heads_q, heads_kv, reverse asked, deterministic, split, tail_units,
+    tail_split), "cta": name -> rows, "plan": (units, steps, sms) -> (tail units, tail split)}"""
+    table: dict = {"shape": {}, "cta": {}, "plan": {}}
     for line in run_cpp_probe(tmp_path_factory, "sm90_bwd_block", _PROBE):
-        kind, name, *rest = line.split()
-        if kind == "shape":
-            b, hq, hk, rev, det, split = (int(x) for x in rest)
-            table["shape"][name] = (b, hq, hk, bool(rev), bool(det), split)
+        kind, *rest = line.split()
+        if kind == "plan":
+            units, steps, sms, tail_units, tail_split, masked_units, masked_split = (int(x) for x in rest)
+            table["plan"][(units, steps, sms)] = (tail_units, tail_split)
+            table.setdefault("masked_plan", {})[(units, steps, sms)] = (masked_units, masked_split)
             continue
-        cta, batch, head_kv, n_block, m_begin, m_steps, reverse = (int(x) for x in rest[:7])
-        steps = [tuple(int(x) for x in s.split(":")) for s in rest[7:]]
+        name, *rest = rest
+        if kind == "shape":
+            b, hq, hk, rev, det, split, tail_units, tail_split = (int(x) for x in rest)
+            table["shape"][name] = (b, hq, hk, bool(rev), bool(det), split, tail_units, tail_split)
+            continue
+        cta, batch, head_kv, n_block, m_begin, m_steps, reverse, tail = (int(x) for x in rest[:8])
+        steps = [tuple(int(x) for x in s.split(":")) for s in rest[8:]]
         table["cta"].setdefault(name, []).append(dict(cta=cta, batch=batch, head_kv=head_kv, n_block=n_block,
                                                       m_begin=m_begin, m_steps=m_steps, reverse=bool(reverse),
-                                                      steps=steps))
+                                                      tail=tail, steps=steps))
     return table
 
 
 # The probe's cases (its main()), by name.
 NAMES = ["plain", "lpt", "lpt-rev", "rev-noncausal", "det-rev", "d256-rev", "d64-rev-sq-gt-sk", "split-mqa", "split-lpt",
          "split-d256-noncausal"]
+TAIL_NAMES = ["tail-mha", "tail-all-units-gqa", "tail-group-split", "tail-more-pieces-than-steps-per-head", "tail-causal"]
+NAMES += TAIL_NAMES + [n + "-whole" for n in TAIL_NAMES]
 
 
 def test_the_probe_ran_every_case(probe: dict) -> None:
@@ -90,19 +126,27 @@ def test_the_probe_ran_every_case(probe: dict) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_key_block_is_one_ctas(probe: dict, name: str) -> None:
-    """(group_split CTAs' with a split group.)"""
-    b, _, hk, _, _, split = probe["shape"][name]
+    """(group_split CTAs' with a split group; a unit of the split last wave, tail_split CTAs'.)"""
+    b, _, hk, _, _, split, tail_units, tail_split = probe["shape"][name]
     rows = probe["cta"][name]
-    keys = sorted((r["batch"], r["head_kv"], r["n_block"]) for r in rows)
-    n_blocks = len(rows) // (b * hk * split)
-    assert keys == sorted((bb, h, n) for bb in range(b) for h in range(hk) for n in range(n_blocks) for _ in range(split))
+    units = len(rows) - tail_units * (tail_split - 1)
+    n_blocks = units // (b * hk * split)
+    assert n_blocks * b * hk * split == units
+    count: dict = {}
+    for r in rows:
+        count[(r["batch"], r["head_kv"], r["n_block"], r["tail"])] = count.get((r["batch"], r["head_kv"], r["n_block"], r["tail"]), 0) + 1
+    whole = sorted((bb, h, n) for (bb, h, n, t), c in count.items() for _ in range(c) if t < 0)
+    pieces = [c for (_, _, _, t), c in count.items() if t >= 0]
+    assert sorted(whole + [k[:3] for k in count if k[3] >= 0]) == sorted(
+        (bb, h, n) for bb in range(b) for h in range(hk) for n in range(n_blocks) for _ in range(split))
+    assert pieces == [tail_split] * len(pieces)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_the_walk_visits_each_visible_query_block_once_per_head(probe: dict, name: str) -> None:
     """Over the CTAs of a key block (one, or group_split sharing the group's heads, each its own
     heads whole)."""
-    _, hq, hk, rev, det, split = probe["shape"][name]
+    _, hq, hk, rev, det, split, _, _ = probe["shape"][name]
     group = hq // hk
     by_key: dict = {}
     for r in probe["cta"][name]:
@@ -112,12 +156,69 @@ def test_the_walk_visits_each_visible_query_block_once_per_head(probe: dict, nam
         want = [(r["head_kv"] * group + g, m) for g in range(group)
                 for m in range(r["m_begin"], r["m_begin"] + r["m_steps"])]
         assert sorted(st for c in ctas for st in c["steps"]) == sorted(want), ctas
-        assert all(len({h for h, _ in c["steps"]}) == group // split for c in ctas if c["steps"]), ctas
+        assert all(len({h for h, _ in c["steps"]}) == group // split for c in ctas if c["steps"] and c["tail"] < 0), ctas
     for r in probe["cta"][name]:
         assert r["reverse"] == (rev and not det), r
         for g in range(group):  # each head's blocks in one direction
             ms = [m for h, m in r["steps"] if h == r["head_kv"] * group + g]
             assert ms == (sorted(ms, reverse=True) if r["reverse"] else sorted(ms)), r
+
+
+@pytest.mark.parametrize("name", TAIL_NAMES)
+def test_the_split_last_wave_is_the_grids_last_units_in_runs_of_steps(probe: dict, name: str) -> None:
+    """The pieces are the grid's last CTAs, tail_split of them per unit in a row, numbered 0..tail_units-1
+    in order; a unit's pieces walk, one after the other, exactly what its CTA walks in the unsplit
+    grid (same key block, same heads, same order), each a run of about steps / tail_split (none
+    empty without a mask)."""
+    _, _, _, _, _, _, tail_units, tail_split = probe["shape"][name]
+    rows = probe["cta"][name]
+    whole = probe["cta"][name + "-whole"]
+    first = len(rows) - tail_units * tail_split
+    assert first == len(whole) - tail_units
+    assert all(r["tail"] < 0 for r in rows[:first]) and all(r["tail"] < 0 for r in whole)
+    assert [{k: v for k, v in r.items() if k != "cta"} for r in rows[:first]] == \
+        [{k: v for k, v in r.items() if k != "cta"} for r in whole[:first]]
+    pieces = rows[first:]
+    assert [r["tail"] for r in pieces] == [i for i in range(tail_units) for _ in range(tail_split)]
+    for i in range(tail_units):
+        unit, w = pieces[i * tail_split:(i + 1) * tail_split], whole[first + i]
+        assert all((c["batch"], c["head_kv"], c["n_block"]) == (w["batch"], w["head_kv"], w["n_block"]) for c in unit)
+        assert [st for c in unit for st in c["steps"]] == w["steps"], (unit, w)
+        n = len(w["steps"])
+        assert [len(c["steps"]) for c in unit] == [(p + 1) * n // tail_split - p * n // tail_split for p in range(tail_split)]
+        if not name.startswith("tail-causal"):
+            assert all(c["steps"] for c in unit), unit
+
+
+def test_the_tail_rule(probe: dict) -> None:
+    """tail_split.h: the last wave's units (units mod SMs) split into at most min(steps, 64) pieces,
+    only where the pieces' rounds (with their fixed cost) save >= 10% of the last wave's time."""
+    plans = probe["plan"]
+    for (units, steps, sms), (tail_units, tail_split) in plans.items():
+        r = units % sms
+        if tail_split == 1:
+            assert tail_units == 0
+            continue
+        assert tail_units == r > 0 and 2 <= tail_split <= min(steps, 64), (units, steps, sms)
+        rounds = -(-r * tail_split // sms)
+        assert rounds * (-(-steps // tail_split) + 3.0) < 0.9 * (steps + 1), (units, steps, sms)
+    # The standard grids: 2048 units at D=128 (15.5 waves), 4096 at D=64 (31.03 waves).
+    assert plans[(2048, 205, 132)][1] > 1 and plans[(4096, 256, 132)][1] > 1
+    assert plans[(2112, 205, 132)] == (0, 1)  # whole waves
+    assert plans[(2048, 7, 132)] == (0, 1)  # pieces of a 7-step unit do not pay
+    assert plans[(16, 2, 132)] == (0, 1) and plans[(200, 1, 132)] == (0, 1)
+    assert plans[(16, 9, 132)][1] > 1 and plans[(8, 72, 132)][1] > 1  # a grid below one wave spreads out
+    # Masked calls: only grids of at most half a wave, all their units, as many pieces as fit one wave.
+    for (units, steps, sms), (tail_units, tail_split) in probe["masked_plan"].items():
+        if tail_split == 1:
+            assert tail_units == 0
+            assert 2 * units > sms or steps < 2 or -(-steps // min(sms // units, steps, 64)) + 3 >= 0.9 * (steps + 1)
+            continue
+        assert tail_units == units and 2 * units <= sms and tail_split == min(sms // units, steps, 64)
+        assert -(-steps // tail_split) + 3.0 < 0.9 * (steps + 1)
+    masked = probe["masked_plan"]
+    assert masked[(2048, 205, 132)] == (0, 1) and masked[(131, 300, 132)] == (0, 1)
+    assert masked[(16, 9, 132)] == (16, 8) and masked[(8, 72, 132)] == (8, 16) and masked[(1, 1000, 132)] == (1, 64)
 
 
 def test_deterministic_mode_launches_the_last_key_block_first(probe: dict) -> None:

@@ -343,10 +343,11 @@ def test_edge_case_gradients(spec: VarlenSpec, deterministic: bool, device: torc
     check_grads(spec, x, dout, grads, f"deterministic={deterministic}")
 
 
-# The dense Hopper backward's two dense-only configs, turned off for the comparison with the packed
-# kernels (csrc/flash_bwd_sm90/dispatch.cu): the wide 80-query config at D=128 and the GQA group
-# split over CTAs (float32 dK/dV sums in another order). The packed kernels run neither.
-DENSE_AS_PACKED = {"FLASHATTN_BWD_WIDE": "0", "FLASHATTN_BWD_GROUP_SPLIT": "1"}
+# The dense Hopper backward's dense-only configs, turned off for the comparison with the packed
+# kernels (csrc/flash_bwd_sm90/dispatch.cu): the wide 80-query config at D=128, the GQA group
+# split over CTAs and the split last wave (both: float32 dK/dV sums in another order). The packed
+# kernels run none of them.
+DENSE_AS_PACKED = {"FLASHATTN_BWD_WIDE": "0", "FLASHATTN_BWD_GROUP_SPLIT": "1", "FLASHATTN_BWD_TAIL": "0"}
 
 
 def _dense_grads(spec: VarlenSpec, x, dout: torch.Tensor, b: int, backend: str, out: torch.Tensor, lse: torch.Tensor,
