@@ -52,7 +52,7 @@ inline BwdTailPlan bwd_tail_plan(const long long units, const int steps, const i
   for (int s = 2; s <= max_split; ++s) {
     const long long rounds = (r * s + sm_count - 1) / sm_count;
     const double t = static_cast<double>(rounds) * ((steps + s - 1) / s + kBwdTailPieceCost);
-    if (t < best * 0.99) {  // a larger split only for a clear gain (more reductions)
+    if (t < best * 0.99) {  // 1% below the best so far (the threshold first): more pieces, more reductions
       best = t;
       plan = BwdTailPlan{static_cast<int>(r), s};
     }
