@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""CPU model of the Hopper backward's grid: one CTA per unit (a key block of a (batch, K/V head)),
+one CTA per SM, CTAs dispatched in launch order to the first free SM. How much of the SMs' time
+the work fills, for the standard grids (B*S = 16k tokens, H*D = 2048), causal and not, with and
+without v18's split last wave (csrc/flash_bwd_sm90/tail_split.h), and in deterministic mode's order.
+
+The order mirrors csrc/flash_bwd_sm90/block.h (bwd_block) and launch.cuh (bwd_lpt_heads: 8 MiB
+groups of (batch, head) pairs under a causal mask, key block slowest inside a group; deterministic
+mode: each head's key blocks from the last down); tiles are traits.h's (query rows per step, keys
+per unit: D=64 128 x 128, D=128 80 x 128 (the wide config; 64 in deterministic mode's check below
+is not modelled), D=256 64 x 64). A unit's time = its steps + a fixed cost (--fixed, in steps: its
+K/V load and epilogue); a piece of the split wave adds tail_split.h's kBwdTailPieceCost.
+Fill = the steps / (SMs x the last SM's end): 1.0 = no SM ever idle and no fixed cost.
+A model, not a measurement: no L2 effects, no ticket waits, every step the same length.
+
+usage: python3 lab/bwd_schedule_model.py [--sms 132] [--fixed 1.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+
+TILES = {64: (128, 128), 128: (80, 128), 256: (64, 64)}  # (query rows per step, keys per unit)
+LPT_BUDGET = 8 << 20  # launch.cuh kBwdLptL2Bytes
+PIECE_COST = 3.0  # tail_split.h kBwdTailPieceCost
+MAX_SPLIT = 64  # tail_split.h kBwdTailMaxSplit
+MIN_GAIN = 0.10  # tail_split.h kBwdTailMinGain
+
+
+def tail_plan(units: int, steps: int, sms: int) -> tuple[int, int]:
+    """tail_split.h bwd_tail_plan: (units split, pieces each)."""
+    r = units % sms
+    if units < 1 or steps < 2 or r == 0:
+        return 0, 1
+    best, plan = (steps + 1.0) * (1.0 - MIN_GAIN), (0, 1)
+    for s in range(2, min(steps, MAX_SPLIT) + 1):
+        t = -(-r * s // sms) * (-(-steps // s) + PIECE_COST)
+        if t < best * 0.99:
+            best, plan = t, (r, s)
+    return plan
+
+
+def unit_steps(s: int, d: int, causal: bool, deterministic: bool) -> list[int]:
+    """Steps of each unit in launch order."""
+    bm, bn = TILES[d]
+    b, h = 16384 // s, 2048 // d
+    nb, mb = -(-s // bn), -(-s // bm)
+    pairs = b * h
+    lpt = max(1, min(pairs, LPT_BUDGET // (2 * 2 * s * d))) if causal and not deterministic else 0
+    out = []
+    for cta in range(nb * pairs):
+        if lpt:
+            per = lpt * nb
+            g, j = divmod(cta, per)
+            idx = j // min(lpt, pairs - g * lpt)
+        else:
+            idx = cta % nb
+        n = nb - 1 - idx if deterministic else idx
+        out.append(mb - (n * bn) // bm if causal else mb)
+    return out
+
+
+def makespan(units: list[int], sms: int, fixed: float, tail: tuple[int, int] = (0, 1)) -> float:
+    r, s = tail
+    times = [u + fixed for u in units[:len(units) - r]]
+    for u in units[len(units) - r:]:
+        times += [(p + 1) * u // s - p * u // s + fixed + PIECE_COST - 1 for p in range(s)]
+    free = [0.0] * sms
+    for t in times:
+        heapq.heappush(free, heapq.heappop(free) + t)
+    return max(free)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sms", type=int, default=132)
+    ap.add_argument("--fixed", type=float, default=1.0)
+    args = ap.parse_args()
+    print(f"fill = steps / (SMs x end), {args.sms} SMs, a unit's fixed cost {args.fixed} steps")
+    print(f"{'D':>4} {'S':>6} {'causal':>6} {'units':>6} {'steps':>6} {'fill':>6} {'split':>9} {'fill':>6} "
+          f"{'gain':>6} {'det fill':>8}")
+    for d in (64, 128, 256):
+        for s in (512, 1024, 2048, 4096, 8192, 16384):
+            for causal in (False, True):
+                units = unit_steps(s, d, causal, False)
+                work = sum(units)
+                base = makespan(units, args.sms, args.fixed)
+                plan = (0, 1) if causal else tail_plan(len(units), units[0], args.sms)
+                split = makespan(units, args.sms, args.fixed, plan)
+                det = makespan(unit_steps(s, d, causal, True), args.sms, args.fixed)
+                print(f"{d:>4} {s:>6} {str(causal):>6} {len(units):>6} {max(units):>6} {work / (args.sms * base):6.3f} "
+                      f"{f'{plan[0]}x{plan[1]}':>9} {work / (args.sms * split):6.3f} {base / split:6.3f} "
+                      f"{work / (args.sms * det):8.3f}")
+
+
+if __name__ == "__main__":
+    main()
