@@ -30,8 +30,8 @@ int64_t flash_bwd_sm90_dq_accum_floats(const BwdParams& p);
 // as dq_accum is (launch.cuh).
 int flash_bwd_sm90_group_split(const BwdParams& p, const DeviceLimits& dev, bool deterministic);
 // The split of the grid's last wave for `p` on `dev` (BwdParams::tail_split and tail_units: the
-// last wave's units run in pieces that fill the GPU; dense calls without a mask in the default
-// mode only): sets both, after p.group_split. The caller then sets p.dkv_accum to a float32 buffer
+// last wave's units run in pieces that fill the GPU; under a mask only grids of at most half a
+// wave; dense calls in the default mode only): sets both, after p.group_split. The caller then sets p.dkv_accum to a float32 buffer
 // of flash_bwd_sm90_dkv_accum_floats(p) floats (0, and no buffer, when neither split is on), zeroed
 // as dq_accum is (launch.cuh).
 void flash_bwd_sm90_plan_tail(BwdParams& p, const DeviceLimits& dev, bool deterministic);
