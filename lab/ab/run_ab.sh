@@ -12,6 +12,9 @@
 # (measured 2026-11-26: 0-1% slower; not adopted). Both apply to commit 7a2a2e5's csrc.
 # dq_release_before_ticket.diff: deterministic mode frees the dQ tile (or stage) once the bulk
 # additions have read it, before waiting for them to complete (commit 4d0c37a's csrc).
+# bwd_mask_all.diff: every step of the Hopper backward through the masked step's code (the same
+# results without a mask), to price a masked step: REVERSE=0 on unmasked shapes, e.g. 128:16384:0
+# 128:4096:0 256:4096:0 (2026-11-27's csrc; not yet run).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 out=${OUT:-build}
