@@ -15,10 +15,9 @@ import argparse
 import os
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn  # noqa: F401  (registers torch.ops.flashattn)
+from gpu_timing import cudnn_backward_ms
 from gpu_timing import do_bench_ms as timed
 from gpu_timing import geomean
 
@@ -57,13 +56,7 @@ def main() -> None:
                                 os.environ.pop("FLASHATTN_BWD_GROUP_SPLIT", None)
                             t[name].append(timed(lambda: BWD(dout, q, k, v, out, lse, scale, cm, False, "auto")))
                     os.environ.pop("FLASHATTN_BWD_GROUP_SPLIT", None)
-                    qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
-                    try:
-                        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                            o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=True)
-                        t_cudnn = timed(lambda: torch.autograd.grad(o, (qt, kt, vt), dout.transpose(1, 2), retain_graph=True))
-                    except RuntimeError:
-                        t_cudnn = float("nan")
+                    t_cudnn = cudnn_backward_ms(q, k, v, dout, causal)
                     med = {name: sorted(ts)[len(ts) // 2] for name, ts in t.items()}
                     gains.append(med["none"] / med["split"])
                     for name in med:

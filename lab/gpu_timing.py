@@ -1,5 +1,5 @@
 """The CUDA-event timers the GPU tools share (lab/ceilings.py, quick_check.py, sm90_check.py,
-decode_check.py; do_bench_ms and geomean for the backward A/B scripts), on top of the benchmark suite's primitives (benchmarks/bench_common.py:
+decode_check.py; do_bench_ms, cudnn_backward_ms and geomean for the backward A/B scripts), on top of the benchmark suite's primitives (benchmarks/bench_common.py:
 time_calls_ms, one event pair around back-to-back calls; measure_interleaved, the round schedule).
 """
 
@@ -50,6 +50,22 @@ def interleaved_ms(fns: dict[Any, Callable[[], object]], round_ms: float = 2.0, 
                            latency_samples=0)
     timings = bc.measure_interleaved({name: bc.Runnable(fn) for name, fn in fns.items()}, settings)
     return {name: statistics.median(t.samples_ms) for name, t in timings.items()}
+
+
+def cudnn_backward_ms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor, causal: bool) -> float:
+    """cuDNN's backward (SDPA's cuDNN backend, the forward once, then torch.autograd.grad) on the
+    same [B, S, H, D] tensors as ours, timed by do_bench_ms; nan where cuDNN refuses the shape. The
+    backward A/B scripts' reference column."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
+    try:
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=q.shape[2] != k.shape[2])
+        return do_bench_ms(lambda: torch.autograd.grad(o, (qt, kt, vt), dout.transpose(1, 2), retain_graph=True))
+    except RuntimeError:  # cuDNN refuses the shape
+        return float("nan")
 
 
 def do_bench_ms(fn: Callable[[], object]) -> float:

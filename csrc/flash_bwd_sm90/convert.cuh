@@ -97,6 +97,28 @@ __global__ void __launch_bounds__(kBwdSm90ConvertThreads)
   }
 }
 
+// The float32 dK/dV sums' conversion (both kernels below): 8 columns from 8 * piece on of row r of
+// dkv_accum ([2][rows][kHeadDim], dV's rows after dK's), dK's times softmax_scale, as one 16-byte
+// store into row `row` of (batch b, K/V head h) of dv or dk.
+template <typename Traits, typename Element>
+__device__ __forceinline__ void convert_dkv_piece(const BwdParams& p, const int64_t r, const int piece, const bool is_v,
+                                                  const int b, const int row, const int h) {
+  const float4* src = reinterpret_cast<const float4*>(p.dkv_accum + r * Traits::kHeadDim + 8 * piece);
+  const float s = is_v ? 1.f : p.softmax_scale;
+  const float4 lo = src[0], hi = src[1];
+  const uint4 packed = make_uint4(pack2<Element>(lo.x * s, lo.y * s), pack2<Element>(lo.z * s, lo.w * s),
+                                  pack2<Element>(hi.x * s, hi.y * s), pack2<Element>(hi.z * s, hi.w * s));
+  Element* dst = is_v ? static_cast<Element*>(p.dv) + b * p.dv_batch_stride + row * p.dv_row_stride + h * p.dv_head_stride
+                      : static_cast<Element*>(p.dk) + b * p.dk_batch_stride + row * p.dk_row_stride + h * p.dk_head_stride;
+  *reinterpret_cast<uint4*>(dst + 8 * piece) = packed;
+}
+
+// The grid of a grid-stride conversion over `total` 16-byte pieces (at most 65536 CTAs).
+inline unsigned bwd_sm90_convert_grid(const long long total) {
+  const long long blocks = (total + kBwdSm90ConvertThreads - 1) / kBwdSm90ConvertThreads;
+  return static_cast<unsigned>(blocks < 65536 ? blocks : 65536);
+}
+
 // A split GQA group (BwdParams::group_split > 1): dk (times softmax_scale) and dv from the float32
 // sums in dkv_accum [2][B][Hk][Sk][kHeadDim], 16 bytes of output a thread a step:
 // thread i takes 8 columns of one row of one of the two, the head_dim columns dk and dv hold.
@@ -116,14 +138,7 @@ __global__ void __launch_bounds__(kBwdSm90ConvertThreads)
     const int64_t bh = rr / p.seqlen_k;
     const int h = static_cast<int>(bh % p.heads_kv);
     const int b = static_cast<int>(bh / p.heads_kv);
-    const float4* src = reinterpret_cast<const float4*>(p.dkv_accum + r * Traits::kHeadDim + 8 * piece);
-    const float s = is_v ? 1.f : p.softmax_scale;
-    const float4 lo = src[0], hi = src[1];
-    const uint4 packed = make_uint4(pack2<Element>(lo.x * s, lo.y * s), pack2<Element>(lo.z * s, lo.w * s),
-                                    pack2<Element>(hi.x * s, hi.y * s), pack2<Element>(hi.z * s, hi.w * s));
-    Element* dst = is_v ? static_cast<Element*>(p.dv) + b * p.dv_batch_stride + row * p.dv_row_stride + h * p.dv_head_stride
-                        : static_cast<Element*>(p.dk) + b * p.dk_batch_stride + row * p.dk_row_stride + h * p.dk_head_stride;
-    *reinterpret_cast<uint4*>(dst + 8 * piece) = packed;
+    convert_dkv_piece<Traits, Element>(p, r, piece, is_v, b, row, h);
   }
 }
 
@@ -131,9 +146,7 @@ template <typename Traits, typename Element>
 cudaError_t launch_bwd_sm90_convert_dkv(const BwdParams& p, cudaStream_t stream) {
   const long long total = 2ll * p.batch * p.heads_kv * p.seqlen_k * (p.head_dim / 8);
   if (total <= 0) return cudaSuccess;
-  const long long blocks = (total + kBwdSm90ConvertThreads - 1) / kBwdSm90ConvertThreads;
-  const unsigned grid = static_cast<unsigned>(blocks < 65536 ? blocks : 65536);
-  flash_bwd_sm90_convert_dkv_kernel<Traits, Element><<<grid, kBwdSm90ConvertThreads, 0, stream>>>(p);
+  flash_bwd_sm90_convert_dkv_kernel<Traits, Element><<<bwd_sm90_convert_grid(total), kBwdSm90ConvertThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -158,16 +171,7 @@ __global__ void __launch_bounds__(kBwdSm90ConvertThreads)
     const BwdBlock blk = bwd_block<Traits>(p, num_n_blocks, lpt_heads, 0, first_piece + unit * p.tail_split);
     const int row = blk.n0 + static_cast<int>(rr % Traits::kBlockN);
     if (row >= p.seqlen_k) continue;
-    const float4* src = reinterpret_cast<const float4*>(p.dkv_accum + r * Traits::kHeadDim + 8 * piece);
-    const float s = is_v ? 1.f : p.softmax_scale;
-    const float4 lo = src[0], hi = src[1];
-    const uint4 packed = make_uint4(pack2<Element>(lo.x * s, lo.y * s), pack2<Element>(lo.z * s, lo.w * s),
-                                    pack2<Element>(hi.x * s, hi.y * s), pack2<Element>(hi.z * s, hi.w * s));
-    Element* dst = is_v ? static_cast<Element*>(p.dv) + blk.batch * p.dv_batch_stride + row * p.dv_row_stride +
-                              blk.head_kv * p.dv_head_stride
-                        : static_cast<Element*>(p.dk) + blk.batch * p.dk_batch_stride + row * p.dk_row_stride +
-                              blk.head_kv * p.dk_head_stride;
-    *reinterpret_cast<uint4*>(dst + 8 * piece) = packed;
+    convert_dkv_piece<Traits, Element>(p, r, piece, is_v, blk.batch, row, blk.head_kv);
   }
 }
 
@@ -176,10 +180,8 @@ cudaError_t launch_bwd_sm90_convert_tail(const BwdParams& p, const int num_n_blo
                                          cudaStream_t stream) {
   const long long total = 2ll * p.tail_units * Traits::kBlockN * (p.head_dim / 8);
   if (total <= 0) return cudaSuccess;
-  const long long blocks = (total + kBwdSm90ConvertThreads - 1) / kBwdSm90ConvertThreads;
-  const unsigned grid = static_cast<unsigned>(blocks < 65536 ? blocks : 65536);
   flash_bwd_sm90_convert_tail_kernel<Traits, Element>
-      <<<grid, kBwdSm90ConvertThreads, 0, stream>>>(p, num_n_blocks, lpt_heads);
+      <<<bwd_sm90_convert_grid(total), kBwdSm90ConvertThreads, 0, stream>>>(p, num_n_blocks, lpt_heads);
   return cudaGetLastError();
 }
 

@@ -83,15 +83,14 @@ cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
   if (p.group_split < 1 || (p.heads_q / p.heads_kv) % p.group_split != 0 ||
       (p.group_split > 1 && (kPacked || p.dq_semaphore != nullptr || p.dkv_accum == nullptr)))
     return cudaErrorInvalidValue;
-  // The split last wave likewise (tail_split.h), over at most the grid's units.
-  const long long units = static_cast<long long>((p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN) * p.batch *
-                          p.heads_kv * p.group_split;
-  if (p.tail_split < 1 || p.tail_units < 0 || p.tail_units > units ||
-      (p.tail_split > 1 && (kPacked || p.dq_semaphore != nullptr || p.dkv_accum == nullptr || p.tail_units < 1)))
-    return cudaErrorInvalidValue;
   Sm90BwdParams kp;
   kp.p = p;
   kp.num_n_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  // The split last wave likewise (tail_split.h), over at most the grid's units.
+  const long long units = static_cast<long long>(kp.num_n_blocks) * p.batch * p.heads_kv * p.group_split;
+  if (p.tail_split < 1 || p.tail_units < 0 || p.tail_units > units ||
+      (p.tail_split > 1 && (kPacked || p.dq_semaphore != nullptr || p.dkv_accum == nullptr || p.tail_units < 1)))
+    return cudaErrorInvalidValue;
   kp.num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   kp.lpt_heads = bwd_lpt_heads<Traits>(p);
   kp.reverse_m = bwd_reverse_m(p);

@@ -325,6 +325,15 @@ def test_backward_path_follows_the_backend(d: int, backend: str, device: torch.d
     assert backward_kernels(x, backend, softcap=30.0) == {want}
 
 
+def set_switch(monkeypatch: pytest.MonkeyPatch, name: str, value: str | None) -> None:
+    """A lab switch of the Hopper backward's dispatch (read at every call) set for one test, or
+    unset (None: the library's rule)."""
+    if value is None:
+        monkeypatch.delenv(name, raising=False)
+    else:
+        monkeypatch.setenv(name, value)
+
+
 # The Hopper backward's wide config (csrc/flash_bwd_sm90/traits.h: 80-query steps, dQ transposed)
 # runs D = 128 (and the dims padded to it) with no mask, a causal one or a window of >= 2048 keys,
 # no softcap; FLASHATTN_BWD_WIDE=0 gives those calls the 64-query config. Query lengths around multiples of 80
@@ -355,10 +364,7 @@ def test_hopper_wide_config_gradients(batch: int, sq: int, sk: int, hq: int, hk:
                                       device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
     if backend != "hopper" or torch.cuda.get_device_capability(device) != (9, 0):
         pytest.skip("the Hopper backward's configs (the `hopper` backend parameter on an H100)")
-    if wide:
-        monkeypatch.delenv("FLASHATTN_BWD_WIDE", raising=False)
-    else:
-        monkeypatch.setenv("FLASHATTN_BWD_WIDE", "0")
+    set_switch(monkeypatch, "FLASHATTN_BWD_WIDE", None if wide else "0")
     for dtype in (torch.bfloat16, torch.float16):
         x = AttentionSpec(batch, sq, sk, hq, hk, d, dtype, mode, None, Layout("contiguous"), Layout("contiguous"), 1.0,
                           sq + d).make(device)
@@ -393,10 +399,7 @@ def test_hopper_gqa_group_split_gradients(batch: int, sq: int, sk: int, hq: int,
                                           backend: str, device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
     if backend != "hopper" or torch.cuda.get_device_capability(device) != (9, 0):
         pytest.skip("the Hopper backward's group split (the `hopper` backend parameter on an H100)")
-    if force is None:
-        monkeypatch.delenv("FLASHATTN_BWD_GROUP_SPLIT", raising=False)
-    else:
-        monkeypatch.setenv("FLASHATTN_BWD_GROUP_SPLIT", force)
+    set_switch(monkeypatch, "FLASHATTN_BWD_GROUP_SPLIT", force)
     for dtype, deterministic in ((torch.bfloat16, False), (torch.float16, False), (torch.bfloat16, True)):
         x = AttentionSpec(batch, sq, sk, hq, hk, d, dtype, mode, None, Layout("contiguous"), Layout("contiguous"), 1.0,
                           sq + hq).make(device)
@@ -436,14 +439,8 @@ def test_hopper_tail_split_gradients(batch: int, sq: int, sk: int, hq: int, hk: 
                                      rule_splits: bool, mode: int, force, backend: str, device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
     if backend != "hopper" or torch.cuda.get_device_capability(device) != (9, 0):
         pytest.skip("the Hopper backward's last-wave split (the `hopper` backend parameter on an H100)")
-    if force is None:
-        monkeypatch.delenv("FLASHATTN_BWD_TAIL", raising=False)
-    else:
-        monkeypatch.setenv("FLASHATTN_BWD_TAIL", force)
-    if group_split is None:
-        monkeypatch.delenv("FLASHATTN_BWD_GROUP_SPLIT", raising=False)
-    else:
-        monkeypatch.setenv("FLASHATTN_BWD_GROUP_SPLIT", group_split)
+    set_switch(monkeypatch, "FLASHATTN_BWD_TAIL", force)
+    set_switch(monkeypatch, "FLASHATTN_BWD_GROUP_SPLIT", group_split)
     for dtype, deterministic in ((torch.bfloat16, False), (torch.float16, False), (torch.bfloat16, True)):
         x = AttentionSpec(batch, sq, sk, hq, hk, d, dtype, mode, None, Layout("contiguous"), Layout("contiguous"), 1.0,
                           sq + 3 * hq).make(device)

@@ -13,6 +13,8 @@ sequences' dq_accum tiles stay inside the buffer and apart. The GQA group split'
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 from repo_modules import run_cpp_probe
 
@@ -132,9 +134,7 @@ def test_every_key_block_is_one_ctas(probe: dict, name: str) -> None:
     units = len(rows) - tail_units * (tail_split - 1)
     n_blocks = units // (b * hk * split)
     assert n_blocks * b * hk * split == units
-    count: dict = {}
-    for r in rows:
-        count[(r["batch"], r["head_kv"], r["n_block"], r["tail"])] = count.get((r["batch"], r["head_kv"], r["n_block"], r["tail"]), 0) + 1
+    count = collections.Counter((r["batch"], r["head_kv"], r["n_block"], r["tail"]) for r in rows)
     whole = sorted((bb, h, n) for (bb, h, n, t), c in count.items() for _ in range(c) if t < 0)
     pieces = [c for (_, _, _, t), c in count.items() if t >= 0]
     assert sorted(whole + [k[:3] for k in count if k[3] >= 0]) == sorted(
