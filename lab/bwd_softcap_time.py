@@ -3,9 +3,11 @@
 bf16, B*S = 16k tokens, H*D = 2048, D 64/128/256, S 4k and 16k, causal off/on; ms per call (the
 op alone, triton do_bench) and the softcap's cost on the Hopper backward (same FLOPs, so the time
 ratio is the cost per useful FLOP).
-usage: python lab/bwd_softcap_time.py"""
+usage: python lab/bwd_softcap_time.py [--hopper-only]   (--hopper-only: no portable column)"""
 
 from __future__ import annotations
+
+import sys
 
 import torch
 import triton.testing
@@ -17,6 +19,7 @@ FWD = torch.ops.flashattn.fwd.default
 
 
 def main() -> None:
+    hopper_only = "--hopper-only" in sys.argv[1:]
     print(f"{'D':>4} {'S':>6} {'causal':>6} {'hopper ms':>10} {'+softcap':>9} {'portable+softcap':>17} {'softcap cost':>13}")
     for d in (64, 128, 256):
         for s in (4096, 16384):
@@ -26,6 +29,9 @@ def main() -> None:
             for causal in (0, 1):
                 t = {}
                 for name, backend, cap in (("dense", "hopper", 0.0), ("cap", "hopper", 30.0), ("port", "portable", 30.0)):
+                    if hopper_only and name == "port":
+                        t[name] = float("nan")
+                        continue
                     out, lse = FWD(q, k, v, scale, causal, "auto", -1, -1, cap)
                     t[name] = triton.testing.do_bench(
                         lambda: BWD(dout, q, k, v, out, lse, scale, causal, False, backend, -1, -1, cap),

@@ -597,6 +597,12 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
       qmax[h] = window.has_lo ? key - window.lo_shift : INT_MAX;
     }
     const int q_end = loop_seqlen_q<kPacked>(p, sm) - m0;  // in-block query columns < q_end exist
+    // Softcap: tanh's derivative 1 - t^2 of each score, kept from here to dS as two float16 a
+    // register (relative error 2^-11). Recovering it from the 16-bit P and lse instead
+    // (softcap_grad_from_p) costs a third SFU operation a score, lg2, which bound D = 64 on the SFU;
+    // the packed D = 128 kernel still does, as the 16 registers spilled it (48 B).
+    constexpr bool kKeepGrad = kSoftcap && !(kPacked && kHeadDim == 128);
+    [[maybe_unused]] uint32_t grad_t[kKeepGrad ? kSRegs / 2 : 1];
 #pragma unroll
     for (int j = 0; j < kSlices; ++j) {
       if (j + kAhead < kSlices) load2(lse2[j + kAhead], lse_s + (j + kAhead) * 32);
@@ -604,19 +610,28 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
 #pragma unroll
       for (int e = 0; e < 2; ++e) lse2[j][e] = lse2[j][e] == -INFINITY ? INFINITY : lse2[j][e] * kLog2e;
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < 2; ++h) {
+        [[maybe_unused]] float g[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           // Softcap c: the forward's score in log2 units is tanh(s softcap_scale) softcap_log2,
           // with the same tanh_approx, so that P matches the saved lse.
-          float pv = kSoftcap ? ex2(tanh_approx(s[4 * j + 2 * h + e] * p.softcap_scale) * p.softcap_log2 - lse2[j][e])
-                              : ex2(s[4 * j + 2 * h + e] * scale_log2 - lse2[j][e]);
+          float pv;
+          if constexpr (kSoftcap) {
+            const float t = tanh_approx(s[4 * j + 2 * h + e] * p.softcap_scale);
+            pv = ex2(t * p.softcap_log2 - lse2[j][e]);
+            if constexpr (kKeepGrad) g[e] = fmaf(-t, t, 1.f);
+          } else {
+            pv = ex2(s[4 * j + 2 * h + e] * scale_log2 - lse2[j][e]);
+          }
           if constexpr (kMasked) {
             const int col = 8 * j + acc_col + e;
             if (col >= q_end || m0 + col < qmin[h] || m0 + col > qmax[h]) pv = 0.f;
           }
           s[4 * j + 2 * h + e] = pv;
         }
+        if constexpr (kKeepGrad) grad_t[2 * j + h] = pack2<__half>(g[0], g[1]);
+      }
     }
     // ---- dS^T = P^T (dP^T - dpsum).
     wgmma_wait<0>();
@@ -624,9 +639,16 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
 #pragma unroll
     for (int j = 0; j < kSlices; ++j) {
       if (j + kAhead < kSlices) load2(dps[j + kAhead], dpsum_s + (j + kAhead) * 32);
-      if constexpr (kSoftcap) {
-        // dL/ds = P (dP - dpsum) (1 - t^2) softmax_scale (softmax_scale at the end, as without a
-        // softcap); 1 - t^2 from P and lse (softmax_math.cuh), so no t is kept per score.
+      // dL/ds = P (dP - dpsum) (1 - t^2) softmax_scale with a softcap (softmax_scale at the end, as
+      // without one).
+      if constexpr (kKeepGrad) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float2 g = unpack2<__half>(grad_t[2 * j + h]);
+          dp[4 * j + 2 * h] = s[4 * j + 2 * h] * (dp[4 * j + 2 * h] - dps[j][0]) * g.x;
+          dp[4 * j + 2 * h + 1] = s[4 * j + 2 * h + 1] * (dp[4 * j + 2 * h + 1] - dps[j][1]) * g.y;
+        }
+      } else if constexpr (kSoftcap) {
         float l[2];
         load2(l, lse_s + j * 32);
 #pragma unroll

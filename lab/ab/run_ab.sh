@@ -14,7 +14,10 @@
 # additions have read it, before waiting for them to complete (commit 4d0c37a's csrc).
 # bwd_mask_all.diff: every step of the Hopper backward through the masked step's code (the same
 # results without a mask), to price a masked step: REVERSE=0 on unmasked shapes, e.g. 128:16384:0
-# 128:4096:0 256:4096:0 (2026-11-27's csrc; not yet run).
+# 128:4096:0 256:4096:0 (2026-11-27's csrc; measured 2026-11-27: the main kernel +3% at D=128/256,
+# +7% at D=64; docs/perf-notes.md).
+# softcap_keep_grad.diff: the softcap backward keeps 1 - t^2 per score (two float16 a register)
+# instead of recovering it from P with lg2: REVERSE=1 AB_CMD="python3 lab/bwd_softcap_time.py --hopper-only".
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 out=${OUT:-build}
