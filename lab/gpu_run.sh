@@ -29,6 +29,7 @@
 #   bash lab/gpu_run.sh shortcalls build, the forward/window/backward tests, the D=64 causal forward grid vs
 #                                     cuDNN and FlashAttention-3, memcheck/racecheck/synccheck on small dense cases (~4 min)
 #   bash lab/gpu_run.sh tailsplit build, the backward tests, the split last wave's A/B vs no split and cuDNN (~5 min)
+#   bash lab/gpu_run.sh detrotate build, the backward tests, deterministic mode's cost with rotated walks and without (~8 min)
 #   bash lab/gpu_run.sh sanitizedense memcheck/racecheck/synccheck on small dense cases, on a built tree (~4 min)
 #   bash lab/gpu_run.sh training build, the backward tests with the wide config on masked calls, its causal
 #                                     A/B, the training benchmark grid against cuDNN       (~9 min)
@@ -257,6 +258,14 @@ PY
     step pytest_backward 300 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py tests/kernels/test_sm90_bwd_block_cpu.py -ra
     step bwd_tail_time 420 python3 lab/bwd_tail_time.py
     ;;
+  detrotate)  # 2026-11-27: deterministic mode's rotated walks (launch.cuh bwd_rotate_m): build, the backward
+              # tests, deterministic mode's cost with them and without (FLASHATTN_BWD_ROTATE=0)
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash lab/gpu_build.sh
+    step pytest_backward 300 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py tests/kernels/test_sm90_bwd_block_cpu.py -ra
+    step det_cost_rotated 300 python3 lab/bwd_check.py --time-only --time --lean --dtype bf16
+    step det_cost_countdown 300 env FLASHATTN_BWD_ROTATE=0 python3 lab/bwd_check.py --time-only --time --lean --dtype bf16
+    ;;
   sanitizedense)  # memcheck/racecheck/synccheck on lab/sanitize_small.py's dense cases, on a built tree
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
@@ -312,7 +321,7 @@ PY
     step sanitize 330 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-45}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|detrotate|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

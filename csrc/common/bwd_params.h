@@ -34,9 +34,9 @@ struct BwdParams : FwdParams {
   float* dpsum = nullptr;
   float* dq_accum = nullptr;
 
-  // Deterministic mode: int32 [B, Hq, ceil(Sq / kBlockM)] zeroed as dq_accum. Key block n adds
-  // its dQ share of query block m only after blocks 0..n-1 have (a ticket per query block), so the
-  // float sums happen in one fixed order. Null: plain atomics, in whatever order blocks finish.
+  // Deterministic mode: int32 [B, Hq, ceil(Sq / kBlockM)] zeroed as dq_accum. The key blocks add
+  // their dQ shares of query block m one at a time in a fixed order (a ticket per query block), so
+  // the float sums happen in one fixed order. Null: plain atomics, in whatever order blocks finish.
   int* dq_semaphore = nullptr;
 
   // The Hopper backward's split of a GQA group over CTAs (flash_bwd_sm90_group_split says when):

@@ -28,15 +28,20 @@ struct BwdBlock {
   int tail;  // a piece of the split last wave (BwdParams::tail_split): its unit's place among the
              // split units, whose dK/dV sums dkv_accum holds; -1 otherwise
   bool reverse;  // the query blocks of a head walked from the last down (Sm90BwdParams::reverse_m)
+  bool rotated;  // deterministic mode's rotated walk (Sm90BwdParams::rotate_m): key block n starts at
+                 // query block n and wraps around (rot = n), so the key blocks of a head running
+                 // together add to different dQ rows; its tickets: bwd_det_ticket
+  int rot;       // the walk's rotation (0 unless rotated)
   BwdSeq seq;     // the sequence: a packed batch's (kPacked), else the call's lengths and rows 0
   int dq_block0;  // kPacked: the first dq_accum tile of the sequence (bwd_packed_dq_block0)
   // Step t is step u = t0 + t of the unit's walk: query block m_block(t) of query head
   // head_q0 + u / m_steps, the (u % m_steps)-th of [m_begin, m_begin + m_steps), counted from the
-  // first or (reverse) the last. group: the query heads the unit walks (the GQA group, or its share
-  // with BwdParams::group_split > 1).
+  // first or (reverse) the last, or (rotated) the (u % m_steps + rot)-th modulo m_steps. group: the
+  // query heads the unit walks (the GQA group, or its share with BwdParams::group_split > 1).
   FLASHATTN_HD int head_q(int t) const { return head_q0 + (t0 + t) / m_steps; }
   FLASHATTN_HD int m_block(int t) const {
-    const int i = (t0 + t) % m_steps;
+    int i = (t0 + t) % m_steps + rot;
+    if (i >= m_steps) i -= m_steps;
     return reverse ? m_begin + m_steps - 1 - i : m_begin + i;
   }
   FLASHATTN_HD int m0(int t, int block_m) const { return m_block(t) * block_m; }
@@ -48,6 +53,19 @@ struct BwdBlock {
 // ceil(total_q / kBlockM) + B (flash_bwd_sm90_dq_accum_floats), offsets clamped or not.
 FLASHATTN_HD int bwd_packed_dq_block0(int q_row0, int batch, int block_m) {
   return static_cast<int>((static_cast<int64_t>(q_row0) + static_cast<int64_t>(batch) * block_m) / block_m);
+}
+
+// Deterministic mode: how many key blocks add their dQ share of query block m before key block n
+// does (the ticket value n waits for), of the n_end key blocks that see m. Count-down order (the
+// default): from the last key block down, the order in which they reach m under a causal mask and
+// the launch order, so a CTA only waits for CTAs launched before it. Rotated walks (no mask, every
+// key block sees all M >= n_end query blocks: key block n visits m at step (m - n) mod M of a
+// head's walk): in the order of those steps, so that the key blocks of a head that run together
+// rarely wait; a CTA may then wait for one launched after it, which launch.cuh's bwd_rotate_m
+// bounds (a head's key blocks at most half the SMs, so they always come to run).
+FLASHATTN_HD int bwd_det_ticket(bool rotated, int n, int m, int n_end) {
+  if (!rotated) return n_end - 1 - n;
+  return n <= m ? (m < n_end - 1 ? m : n_end - 1) - n : m + n_end - n;
 }
 
 // The lengths and mask alignment the roles read: the kernel's parameters in the dense kernels (the
@@ -68,7 +86,7 @@ FLASHATTN_HD BwdSeq bwd_dense_seq(const BwdParams& p) { return BwdSeq{p.seqlen_q
 // bwd_packed.cuh's bwd_seq in the packed kernels).
 template <typename Traits, bool kPacked = false, typename SeqOf>
 FLASHATTN_HD BwdBlock bwd_block(const BwdParams& p, int num_n_blocks, int lpt_heads, int reverse_m, int cta,
-                                SeqOf seq_of) {
+                                SeqOf seq_of, int rotate_m = 0) {
   BwdBlock b;
   // Key blocks vary fastest (neighbouring CTAs share their Q/dO reads in L2), as in the portable
   // kernel: the first key block first (under a causal mask the one with the most query blocks),
@@ -142,13 +160,17 @@ FLASHATTN_HD BwdBlock bwd_block(const BwdParams& p, int num_n_blocks, int lpt_he
   // Not in deterministic mode: its tickets count on key blocks reaching a query block in the order
   // of their first visible block (bwd_sm90_dq_writer).
   b.reverse = reverse_m != 0 && p.dq_semaphore == nullptr;
+  b.rotated = rotate_m != 0 && p.dq_semaphore != nullptr && b.m_steps > 0;
+  b.rot = b.rotated ? b.n_block % b.m_steps : 0;
   return b;
 }
 
 // A dense call's block.
 template <typename Traits>
-FLASHATTN_HD BwdBlock bwd_block(const BwdParams& p, int num_n_blocks, int lpt_heads, int reverse_m, int cta) {
-  return bwd_block<Traits, false>(p, num_n_blocks, lpt_heads, reverse_m, cta, [&](int) { return bwd_dense_seq(p); });
+FLASHATTN_HD BwdBlock bwd_block(const BwdParams& p, int num_n_blocks, int lpt_heads, int reverse_m, int cta,
+                                int rotate_m = 0) {
+  return bwd_block<Traits, false>(p, num_n_blocks, lpt_heads, reverse_m, cta, [&](int) { return bwd_dense_seq(p); },
+                                  rotate_m);
 }
 
 }  // namespace sm90

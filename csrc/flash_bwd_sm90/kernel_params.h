@@ -29,6 +29,7 @@ struct Sm90BwdParams {
                      // one after another; n > 0 = groups of n of them, key block slowest in a group
   int reverse_m;     // 1: each CTA walks its query blocks from the last down (launch.cuh says when)
   int dq_blocks_per_head;  // packed batches: dq_accum is [Hq, dq_blocks_per_head, kBlockM * kHeadDim] (block.h)
+  int rotate_m;  // 1: deterministic mode's rotated walks (block.h: BwdBlock::rotated; launch.cuh says when)
 };
 
 }  // namespace sm90

@@ -69,6 +69,29 @@ inline int bwd_reverse_m(const BwdParams& p) {
   return v == nullptr || *v == '\0' ? kBwdReverseM : (std::atoi(v) != 0 ? 1 : 0);
 }
 
+// Deterministic mode without a mask: every key block of a head walks the same query blocks, so with
+// the count-down order (block.h: bwd_det_ticket) the head's CTAs, which start together, queue on
+// one ticket after another: key block n's first addition waits for the N - 1 - n blocks above it,
+// each a bulk reduction performed in L2, and the mode cost up to 1.38x the default's time (D=256
+// S=512-2k, perf-notes "Backward v18"). Rotated walks (key block n starts at query block n) have
+// them add to different rows. A CTA may then wait for a CTA launched after it: taken only where a
+// head's key blocks (one CTA per SM) need at most half the SMs, so that they are all resident
+// while other heads' CTAs, which never wait on them, finish, and only where no key block shares a
+// rotation (N <= M). FLASHATTN_BWD_ROTATE=0 keeps the count-down order (a lab switch read at every
+// such call, for side-by-side timing).
+template <bool kPacked>
+int bwd_rotate_m(const BwdParams& p, int num_n_blocks, int num_m_blocks) {
+  if (p.dq_semaphore == nullptr || kPacked || p.causal || p.window_left >= 0 || p.window_right >= 0) return 0;
+  if (num_n_blocks > num_m_blocks || p.group_split != 1 || p.tail_split != 1) return 0;
+  const char* v = std::getenv("FLASHATTN_BWD_ROTATE");
+  if (v != nullptr && *v != '\0' && std::atoi(v) == 0) return 0;
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return 0;
+  return 2 * num_n_blocks <= sms ? 1 : 0;
+}
+
 // dq_accum tiles per query head of a packed batch (block.h: bwd_packed_dq_block0).
 template <typename Traits>
 long long bwd_packed_dq_blocks(const BwdParams& p) {
@@ -94,6 +117,7 @@ cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
   kp.num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   kp.lpt_heads = bwd_lpt_heads<Traits>(p);
   kp.reverse_m = bwd_reverse_m(p);
+  kp.rotate_m = bwd_rotate_m<kPacked>(p, kp.num_n_blocks, kp.num_m_blocks);
   const long long dq_blocks = kPacked ? bwd_packed_dq_blocks<Traits>(p) : 0;
   if (dq_blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
   kp.dq_blocks_per_head = static_cast<int>(dq_blocks);

@@ -210,7 +210,8 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, ui
 // query block, so under a causal mask the later key blocks arrive first and the first one last
 // (ascending order made every key block wait for block 0's walk down the whole diagonal: 1.6-2.4x
 // the default's time). It is also the launch order in this mode (bwd_block), so the awaited CTAs
-// are running.
+// are running. Without a mask the walks may be rotated instead, each key block adding in the order
+// its walk reaches the block (block.h: bwd_det_ticket).
 // The tickets are [B, Hq, num_m_blocks] (query block m of sequence b, packed batches too).
 template <typename Traits, bool kPacked>
 __device__ __forceinline__ int* dq_ticket_wait(const BwdParams& p, const BwdBlock& blk, const int m_block,
@@ -222,7 +223,8 @@ __device__ __forceinline__ int* dq_ticket_wait(const BwdParams& p, const BwdBloc
                                                   p.window_right),
                                   m0, min(m0 + Traits::kBlockM, seqlen_q_of<kPacked>(p, blk)), Traits::kBlockN);
   int* ticket = p.dq_semaphore + ticket_index;
-  while (*reinterpret_cast<volatile int*>(ticket) != kb.n_end - 1 - blk.n_block) {
+  const int expected = bwd_det_ticket(blk.rotated, blk.n_block, m_block, kb.n_end);
+  while (*reinterpret_cast<volatile int*>(ticket) != expected) {
   }
   __threadfence();
   return ticket;

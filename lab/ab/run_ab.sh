@@ -10,8 +10,9 @@
 # before the score GEMMs (measured 2026-11-26: D=128 +1%, D=64 -2%; not adopted).
 # dq_store_after_next_s.diff: D <= 128 stores step t's dQ after step t+1's S^T GEMM is issued
 # (measured 2026-11-26: 0-1% slower; not adopted). Both apply to commit 7a2a2e5's csrc.
-# dq_release_before_ticket.diff: deterministic mode frees the dQ tile (or stage) once the bulk
-# additions have read it, before waiting for them to complete (commit 4d0c37a's csrc).
+# dq_release_early.diff: deterministic mode hands the dQ tile (or stage) back once the bulk additions
+# have read it, before waiting for them to complete (measured 2026-11-26 with the count-down order
+# and 2026-11-27 with the rotated walks: no gain either time; docs/perf-notes.md).
 # bwd_mask_all.diff: every step of the Hopper backward through the masked step's code (the same
 # results without a mask), to price a masked step: REVERSE=0 on unmasked shapes, e.g. 128:16384:0
 # 128:4096:0 256:4096:0 (2026-11-27's csrc; measured 2026-11-27: the main kernel +3% at D=128/256,

@@ -510,6 +510,40 @@ def test_deterministic_backward_is_bitwise_reproducible(d: int, mode: int, backe
     measure(f"dq elements differing bitwise, default vs deterministic mode, D={d} {MODE_IDS[mode]}", differ)
 
 
+# Deterministic mode's rotated walks (csrc/flash_bwd_sm90/launch.cuh bwd_rotate_m: no mask, key
+# blocks <= query blocks and <= half the SMs): fewer key blocks than query blocks (GQA, odd
+# lengths), as many, one, and more (Sk > Sq: the count-down order stays), each with the rule and
+# with FLASHATTN_BWD_ROTATE=0.
+ROTATED_SHAPES = [
+    pytest.param(2, 700, 600, 4, 2, 128, id="N<M-gqa"),
+    pytest.param(1, 333, 333, 3, 3, 256, id="N=M-d256"),
+    pytest.param(1, 517, 517, 2, 1, 64, id="N=M-mqa-d64"),
+    pytest.param(3, 200, 90, 2, 2, 96, id="one-key-block"),
+    pytest.param(1, 200, 700, 2, 2, 128, id="N>M-not-rotated"),
+]
+
+
+@pytest.mark.parametrize("rotate", [None, "0"], ids=["rule", "off"])
+@pytest.mark.parametrize(("batch", "sq", "sk", "hq", "hk", "d"), ROTATED_SHAPES)
+def test_hopper_deterministic_rotated_walks(batch: int, sq: int, sk: int, hq: int, hk: int, d: int, rotate,
+                                            backend: str, device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Right, and equal bitwise to a second run (a wrong ticket order would hang or vary)."""
+    if backend != "hopper" or torch.cuda.get_device_capability(device) != (9, 0):
+        pytest.skip("the Hopper backward's deterministic walks (the `hopper` backend parameter on an H100)")
+    set_switch(monkeypatch, "FLASHATTN_BWD_ROTATE", rotate)
+    for dtype in (torch.bfloat16, torch.float16):
+        x = AttentionSpec(batch, sq, sk, hq, hk, d, dtype, NONE, None, Layout("contiguous"), Layout("contiguous"), 1.0,
+                          sq + sk).make(device)
+        dout = make_dout(x, "contiguous", 5)
+        runs = []
+        for _ in range(2):
+            with backward_mode(True):
+                runs.append(op_grads(x, dout, backend))
+        for name, got, want in zip(("dq", "dk", "dv"), runs[1], runs[0]):
+            assert_bitwise_equal(got, want, f"{name}, run 2 vs run 1, rotate {rotate}, {dtype}")
+        check(runs[0], x, dout, f"deterministic, rotate {rotate}, {dtype}")
+
+
 @pytest.mark.parametrize("mode", [NONE, TOP_LEFT, BOTTOM_RIGHT], ids=["full", "causal-top-left", "causal-bottom-right"])
 @pytest.mark.parametrize("d", [64, 256])
 def test_deterministic_backward_with_more_key_blocks_than_sms_finishes(d: int, mode: int, backend: str, device: torch.device) -> None:

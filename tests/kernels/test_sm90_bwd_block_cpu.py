@@ -237,6 +237,94 @@ def test_grouped_order_starts_the_longest_ctas_of_a_group_first(probe: dict) -> 
     assert first[0]["m_steps"] == max(r["m_steps"] for r in rows)
 
 
+# ==== deterministic mode's rotated walks (block.h: BwdBlock::rotated, bwd_det_ticket) ===========
+
+_ROTATED_PROBE = r"""
+#include <cstdio>
+#include "flash_bwd_sm90/block.h"
+#include "flash_bwd_sm90/traits.h"
+using namespace flashattn;
+using namespace flashattn::sm90;
+
+// Every CTA's walk with rotated walks on, and the ticket each step waits for: "step name cta
+// batch head_kv n_block t head_q m ticket".
+template <int D>
+void walk(const char* name, int b, int hq, int hk, int sq, int sk) {
+  using T = Sm90BwdTraits<D>;
+  BwdParams p;
+  p.batch = b; p.heads_q = hq; p.heads_kv = hk; p.seqlen_q = sq; p.seqlen_k = sk; p.head_dim = D;
+  p.set_causal(CausalMode::kNone);
+  int dummy = 0;
+  p.dq_semaphore = &dummy;
+  const int n_blocks = (sk + T::kBlockN - 1) / T::kBlockN, m_blocks = (sq + T::kBlockM - 1) / T::kBlockM;
+  std::printf("shape %s %d %d %d %d %d\n", name, b, hq, hk, n_blocks, m_blocks);
+  for (int cta = 0; cta < n_blocks * b * hk; ++cta) {
+    const BwdBlock blk = bwd_block<T>(p, n_blocks, 0, 1, cta, 1);
+    for (int t = 0; t < blk.steps; ++t)
+      std::printf("step %s %d %d %d %d %d %d %d %d %d\n", name, cta, blk.batch, blk.head_kv, blk.n_block, t,
+                  blk.head_q(t), blk.m_block(t), int(blk.rotated),
+                  bwd_det_ticket(blk.rotated, blk.n_block, blk.m_block(t), n_blocks));
+  }
+}
+
+int main() {
+  walk<128>("d128-gqa-sq-gt-sk", 2, 4, 2, 700, 600);  // N = 5 key blocks < M = 11 query blocks
+  walk<256>("d256-square", 1, 3, 3, 333, 333);        // N = M = 6
+  walk<64>("d64-square", 1, 2, 1, 700, 700);          // N = M = 6, MQA 2:1
+  walk<128>("d128-one-key-block", 1, 2, 2, 300, 100); // N = 1
+}
+"""
+
+ROTATED_NAMES = ["d128-gqa-sq-gt-sk", "d256-square", "d64-square", "d128-one-key-block"]
+
+
+@pytest.fixture(scope="module")
+def rotated_probe(tmp_path_factory) -> dict:
+    """{"shape": name -> (batch, heads_q, heads_kv, key blocks, query blocks), "step": name -> rows}"""
+    table: dict = {"shape": {}, "step": {}}
+    for line in run_cpp_probe(tmp_path_factory, "sm90_bwd_block_rotated", _ROTATED_PROBE):
+        kind, name, *rest = line.split()
+        values = tuple(int(x) for x in rest)
+        if kind == "shape":
+            table["shape"][name] = values
+        else:
+            cta, batch, head_kv, n, t, head_q, m, rotated, ticket = values
+            table["step"].setdefault(name, []).append(dict(cta=cta, batch=batch, head_kv=head_kv, n=n, t=t,
+                                                           head_q=head_q, m=m, rotated=rotated, ticket=ticket))
+    return table
+
+
+@pytest.mark.parametrize("name", ROTATED_NAMES)
+def test_rotated_walks_visit_every_query_block_once_from_their_own(rotated_probe: dict, name: str) -> None:
+    """Key block n walks each query head's blocks n, n + 1, ..., wrapping around: every block once."""
+    b, hq, hk, n_blocks, m_blocks = rotated_probe["shape"][name]
+    group = hq // hk
+    walks: dict = {}
+    for r in rotated_probe["step"][name]:
+        assert r["rotated"] == 1, r
+        walks.setdefault((r["batch"], r["head_kv"], r["n"]), []).append((r["head_q"], r["m"]))
+    assert sorted(walks) == [(bb, h, n) for bb in range(b) for h in range(hk) for n in range(n_blocks)]
+    for (_, h, n), steps in walks.items():
+        want = [(h * group + g, (n + i) % m_blocks) for g in range(group) for i in range(m_blocks)]
+        assert steps == want, (n, steps)
+
+
+@pytest.mark.parametrize("name", ROTATED_NAMES)
+def test_rotated_tickets_follow_the_order_the_walks_reach_a_query_block(rotated_probe: dict, name: str) -> None:
+    """For each (batch, query head, query block) the visitors' tickets are 0..N-1 once each, in the
+    order of the step at which their walks reach it (no two at the same step): the fixed order of
+    the float additions, and the one in which they arrive, so a CTA rarely waits."""
+    _, _, _, n_blocks, _ = rotated_probe["shape"][name]
+    visitors: dict = {}
+    for r in rotated_probe["step"][name]:
+        visitors.setdefault((r["batch"], r["head_q"], r["m"]), []).append((r["t"], r["ticket"], r["n"]))
+    for key, v in visitors.items():
+        assert sorted(ticket for _, ticket, _ in v) == list(range(n_blocks)), (key, v)
+        by_step = sorted(v)
+        assert [ticket for _, ticket, _ in by_step] == list(range(n_blocks)), (key, v)
+        assert len({t for t, _, _ in v}) == len(v), (key, v)
+
+
 # ==== packed variable-length batches (block.h with kPacked) =========================================
 # The kernel's BwdSeq comes from bwd_seq (csrc/common/bwd_packed.cuh, device code); the probe
 # reimplements its clamp (packed_span) on the host and hands it to bwd_block as seq_of.

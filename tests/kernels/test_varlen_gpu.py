@@ -345,9 +345,11 @@ def test_edge_case_gradients(spec: VarlenSpec, deterministic: bool, device: torc
 
 # The dense Hopper backward's dense-only configs, turned off for the comparison with the packed
 # kernels (csrc/flash_bwd_sm90/dispatch.cu): the wide 80-query config at D=128, the GQA group
-# split over CTAs and the split last wave (both: float32 dK/dV sums in another order). The packed
-# kernels run none of them.
-DENSE_AS_PACKED = {"FLASHATTN_BWD_WIDE": "0", "FLASHATTN_BWD_GROUP_SPLIT": "1", "FLASHATTN_BWD_TAIL": "0"}
+# split over CTAs and the split last wave (both: float32 dK/dV sums in another order), and in
+# deterministic mode the rotated walks without a mask (launch.cuh bwd_rotate_m: the steps, hence
+# the dK/dV and dQ sums, in another order). The packed kernels run none of them.
+DENSE_AS_PACKED = {"FLASHATTN_BWD_WIDE": "0", "FLASHATTN_BWD_GROUP_SPLIT": "1", "FLASHATTN_BWD_TAIL": "0",
+                   "FLASHATTN_BWD_ROTATE": "0"}
 
 
 def _dense_grads(spec: VarlenSpec, x, dout: torch.Tensor, b: int, backend: str, out: torch.Tensor, lse: torch.Tensor,
