@@ -3,10 +3,13 @@
 inside a profiler range, for Nsight Compute to compare side by side (lab/ncu_bwd.sh runs it under
 ncu). Shapes: the standard grid's (bf16, B*S = 16k, H = 2048/D), given as D:S:causal.
 usage: python lab/ncu_bwd.py 128:4096:0 64:4096:0 ...
+NCU_BWD_BACKEND=portable (default auto) picks flashattn's backward path, e.g. the portable one
+against FlashAttention-2 on an H100.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -22,14 +25,15 @@ BWD = torch.ops.flashattn.bwd.default
 def main(argv: list[str]) -> int:
     specs = [tuple(int(x) for x in a.split(":")) for a in argv] or [(128, 4096, 0)]
     calls = []
+    backend = os.environ.get("NCU_BWD_BACKEND", "auto")
     for d, s, causal in specs:
         b, h = 16384 // s, 2048 // d
         q, k, v, dout = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
         scale, cm = d**-0.5, int(bool(causal))
         out, lse = FWD(q, k, v, scale, cm, "auto")
         label = f"D={d} S={s} causal={cm}"
-        calls.append((f"{label} flashattn", lambda q=q, k=k, v=v, o=out, l=lse, g=dout, sc=scale, c=cm:
-                      BWD(g, q, k, v, o, l, sc, c, False, "auto")))
+        calls.append((f"{label} flashattn {backend}", lambda q=q, k=k, v=v, o=out, l=lse, g=dout, sc=scale, c=cm:
+                      BWD(g, q, k, v, o, l, sc, c, False, backend)))
         for name, be in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
             qt, kt, vt = (t.transpose(1, 2).detach().requires_grad_() for t in (q, k, v))
             with sdpa_kernel(be):
