@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""The instruction mix of a kernel's main loop from `cuobjdump -sass` output: the backward branch
+whose body holds the most tensor-core instructions (HMMA/HGMMA), its length and an opcode
+histogram, so that two kernels doing the same MMAs can be compared per step (which non-MMA
+instructions one issues more of). Run where cuobjdump is (the GPU machine's CUDA toolkit):
+
+  nvcc -std=c++17 -O3 --expt-relaxed-constexpr -Icsrc -gencode=arch=compute_90a,code=sm_90a -cubin \\
+      -o ours.cubin csrc/flash_bwd/instantiations/bwd_bf16_hdim128_large.cu
+  cuobjdump -sass ours.cubin > ours.sass
+  # FlashAttention-2 as torch ships it (a few minutes: every sm_90 kernel of the library):
+  cuobjdump -sass -arch sm_90 .../torch/lib/libtorch_cuda.so | awk '/Function : /{p = /flash_bwd_dq_dk_dv/} p' > fa2.sass
+  python3 lab/sass_loop_mix.py ours.sass flash_bwd_kernel fa2.sass 'Li128ELi64ELi128E'
+
+usage: python3 lab/sass_loop_mix.py SASS NAME_REGEX [SASS NAME_REGEX ...]
+(the first function whose mangled name matches NAME_REGEX in each file)
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import sys
+
+
+def functions(path: str) -> dict[str, list[tuple[int, str]]]:
+    """Mangled name -> [(address, instruction)] in file order."""
+    out: dict[str, list[tuple[int, str]]] = {}
+    current = None
+    with open(path) as f:
+        for line in f:
+            m = re.search(r"Function : (\S+)", line)
+            if m:
+                current = m.group(1)
+                out[current] = []
+                continue
+            m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
+            if m and current is not None:
+                out[current].append((int(m.group(1), 16), m.group(2).strip()))
+    return out
+
+
+def opcode(instruction: str) -> str:
+    """The opcode without its predicate guard or modifiers: `@!P0 REDG.E.ADD...` -> REDG."""
+    return re.sub(r"^@!?U?P[T0-9]+\s+", "", instruction).split()[0].split(".")[0]
+
+
+def main_loop(code: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The body [target, branch] of the backward branch holding the most MMA instructions."""
+    index = {a: i for i, (a, _) in enumerate(code)}
+    best: list[tuple[int, str]] = []
+    best_mma = -1
+    for i, (address, instruction) in enumerate(code):
+        if opcode(instruction) != "BRA":
+            continue
+        m = re.search(r"0x([0-9a-f]+)", instruction)
+        target = int(m.group(1), 16) if m else None
+        if target is None or target >= address or target not in index:
+            continue
+        body = code[index[target]:i + 1]
+        mma = sum(1 for _, x in body if opcode(x) in ("HMMA", "HGMMA"))
+        if mma > best_mma:
+            best, best_mma = body, mma
+    return best
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or len(argv) % 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    for path, pattern in zip(argv[::2], argv[1::2]):
+        funcs = functions(path)
+        names = [n for n in funcs if re.search(pattern, n)]
+        if not names:
+            print(f"{path}: no function matches {pattern!r}", file=sys.stderr)
+            return 1
+        code = funcs[names[0]]
+        body = main_loop(code)
+        mix = collections.Counter(opcode(x) for _, x in body)
+        mma = mix["HMMA"] + mix["HGMMA"]
+        print(f"{path}: {names[0][:140]}")
+        print(f"  {len(code)} instructions; main loop {len(body)} instructions, {mma} MMA, "
+              f"{len(body) - mma} other ({(len(body) - mma) / max(mma, 1):.2f} a MMA)")
+        print("  " + " ".join(f"{op}:{n}" for op, n in mix.most_common(40)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
