@@ -137,9 +137,10 @@ def bench(fn, iters=20):
     return ts[len(ts) // 2]
 
 
-def timing(dtype, dims=(64, 128, 256), lean=False):
+def timing(dtype, dims=(64, 128, 256), lean=False, portable=False):
     """The timing grid; lean: flashattn (default and deterministic) and cuDNN only (an A/B of a
-    kernel change in a minute or two)."""
+    kernel change in a minute or two); portable: the portable backward and SDPA's
+    FlashAttention-2 only (its "x port" column: FlashAttention-2's time / the portable one's)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     print(f"{dtype}, B*S = 16k, H = 2048 / D; ms, medians; x = their time / ours (auto)")
     print(f"{'D':>4} {'S':>6} {'causal':>6} {'auto ms':>8} {'TFLOP/s':>8} {'portable':>8} {'flash':>8} {'cudnn':>8} "
@@ -156,12 +157,13 @@ def timing(dtype, dims=(64, 128, 256), lean=False):
                 scale = d**-0.5
                 cm = 1 if causal else 0
                 out, lse = FWD(q, k, v, scale, cm, "auto")
-                t_ours = bench(lambda: BWD(dout, q, k, v, out, lse, scale, cm, False, "auto"))
+                t_ours = nan if portable else bench(lambda: BWD(dout, q, k, v, out, lse, scale, cm, False, "auto"))
                 t_port = nan if lean else bench(lambda: BWD(dout, q, k, v, out, lse, scale, cm, False, "portable"))
-                t_det = bench(lambda: BWD(dout, q, k, v, out, lse, scale, cm, True, "auto"))
-                res = {"flash": nan}
+                t_det = nan if portable else bench(lambda: BWD(dout, q, k, v, out, lse, scale, cm, True, "auto"))
+                res = {"flash": nan, "cudnn": nan}
                 peers = (("cudnn", SDPBackend.CUDNN_ATTENTION),) if lean else (
-                    ("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION))
+                    (("flash", SDPBackend.FLASH_ATTENTION),) if portable else
+                    (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)))
                 for name, be in peers:
                     qt, kt, vt = (t.transpose(1, 2).detach().requires_grad_() for t in (q, k, v))
                     try:
@@ -172,6 +174,8 @@ def timing(dtype, dims=(64, 128, 256), lean=False):
                     except RuntimeError as exc:  # backend not available for this shape
                         res[name] = float("nan")
                 res["portable"] = t_port
+                if portable:  # FlashAttention-2 against the portable backward
+                    t_ours, res["portable"] = t_port, nan
                 for name in ratios:
                     if res[name] == res[name]:
                         ratios[name].append(res[name] / t_ours)
@@ -181,7 +185,8 @@ def timing(dtype, dims=(64, 128, 256), lean=False):
                       f"{t_port / t_ours:7.2f} {t_det / t_ours:8.2f}")
     for name, r in ratios.items():
         if r:
-            print(f"geomean speedup of ours (auto) over {name}: {math.exp(sum(map(math.log, r)) / len(r)):.3f} ({len(r)} shapes)")
+            ours = "portable" if portable else "auto"
+            print(f"geomean speedup of ours ({ours}) over {name}: {math.exp(sum(map(math.log, r)) / len(r)):.3f} ({len(r)} shapes)")
 
 
 def main():
@@ -194,6 +199,8 @@ def main():
     ap.add_argument("--dims", default="64,128,256", help="head dims of the timing grid")
     ap.add_argument("--lean", action="store_true", help="time flashattn (and its deterministic mode) and cuDNN only")
     ap.add_argument("--time-only", action="store_true", help="skip the numerics cases")
+    ap.add_argument("--portable", action="store_true",
+                    help="time the portable backward and SDPA's FlashAttention-2 only (x flash: theirs / the portable's)")
     args = ap.parse_args()
     global BACKEND, SEED
     BACKEND = args.backend
@@ -209,7 +216,7 @@ def main():
     print(f"bwd_check: {n - failed}/{n} cases pass")
     if args.time:
         timing(torch.bfloat16 if args.dtype == "bf16" else torch.float16,
-               tuple(int(x) for x in args.dims.split(",")), args.lean)
+               tuple(int(x) for x in args.dims.split(",")), args.lean, args.portable)
     sys.exit(1 if failed else 0)
 
 

@@ -29,6 +29,8 @@
 #   bash lab/gpu_run.sh shortcalls build, the forward/window/backward tests, the D=64 causal forward grid vs
 #                                     cuDNN and FlashAttention-3, memcheck/racecheck/synccheck on small dense cases (~4 min)
 #   bash lab/gpu_run.sh tailsplit build, the backward tests, the split last wave's A/B vs no split and cuDNN (~5 min)
+#   bash lab/gpu_run.sh portableab the portable backward: lab/ab/portable_bwd_lean_dq.diff's A/B with FA2 alongside (~8 min)
+#   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
 #   bash lab/gpu_run.sh detrotate build, the backward tests, deterministic mode's cost with rotated walks and without (~8 min)
 #   bash lab/gpu_run.sh sanitizedense memcheck/racecheck/synccheck on small dense cases, on a built tree (~4 min)
 #   bash lab/gpu_run.sh training build, the backward tests with the wide config on masked calls, its causal
@@ -185,6 +187,18 @@ case "${1:-verify}" in
     step bwd_time 300 python3 lab/bwd_check.py --quick --time
     [ -n "${EXTRA_TESTS:-}" ] && step extra_tests 300 "${pytest_ci[@]}" $EXTRA_TESTS -ra
     ;;
+  portableab)  # 2026-11-27: the portable backward against FlashAttention-2 (issue 27): the prepared
+               # lab/ab/portable_bwd_lean_dq.diff against this tree (two builds), portable timing with FA2 and cuDNN
+    env_info > "$OUT/env.txt" 2>&1
+    step ab_lean_dq 580 env PATCH=portable_bwd_lean_dq.diff REVERSE=0 OUT="$OUT/ab" \
+      AB_CMD="python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128" bash lab/ab/run_ab.sh
+    ;;
+  portablelab)  # 2026-11-27: the portable backward's tile lab at D=64 (phase B's warp layout) and ncu
+                # against FlashAttention-2 with instruction counts and shared-memory bank conflicts
+    env_info > "$OUT/env.txt" 2>&1
+    step bwd_lab_d64 300 env LAB_ONLY=d64 bash lab/bwd_lab.sh
+    step ncu_bwd_portable 300 env NCU_BWD_BACKEND=portable bash lab/ncu_bwd.sh 64:4096:0 128:4096:0
+    ;;
   bwd90)  # the backward through the op on both paths: numerics, the suite's backward tests, the timing grid
     env_info > "$OUT/env.txt" 2>&1
     step build 420 bash lab/gpu_build.sh
@@ -321,7 +335,7 @@ PY
     step sanitize 330 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-45}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|detrotate|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|detrotate|portableab|portablelab|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -17,6 +17,10 @@ stalls=$(printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' b
 # The tensor pipe (wgmma included) busy share, and the L2 traffic of reductions (dQ adds).
 stalls="${stalls}sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor.sum"
 stalls="${stalls},lts__t_sectors_op_red.sum,lts__t_sectors_op_atom.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed"
+# Instructions issued (two kernels doing the same MMAs compare per step) and shared-memory bank
+# conflicts (the portable D=64 kernel waits on the shared-memory instruction queue).
+stalls="${stalls},smsp__inst_executed.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"
+stalls="${stalls},l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 timeout 400 ncu --profile-from-start off --nvtx --print-summary none \
   --kernel-name regex:'flash_bwd|bwd_dq_dk_dv|dgrad|backward|bprop|cudnn' \
@@ -25,5 +29,5 @@ timeout 400 ncu --profile-from-start off --nvtx --print-summary none \
   --metrics "$stalls" \
   python3 lab/ncu_bwd.py "${shapes[@]}" > "$out/ncu_bwd.txt" 2>&1
 rc=$?
-grep -E "^  [a-zA-Z_].*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Hit|L2 Hit|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Registers Per|Shared Memory Configuration|Dynamic Shared|Achieved Occupancy|Stall|Executed Ipc A|issue_stalled|pipe_tensor|lts__" "$out/ncu_bwd.txt" | head -200
+grep -E "^  [a-zA-Z_].*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Hit|L2 Hit|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Registers Per|Shared Memory Configuration|Dynamic Shared|Achieved Occupancy|Stall|Executed Ipc A|issue_stalled|pipe_tensor|lts__|inst_executed.sum|bank_conflicts" "$out/ncu_bwd.txt" | head -200
 exit $rc
