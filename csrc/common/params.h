@@ -154,6 +154,8 @@ struct FwdParams {
 
   // A sliding window beyond the causal mask (window_right == 0 alone is causal masking).
   bool has_window() const { return window_left >= 0 || (!causal && window_right >= 0); }
+  // A causal mask or a window: the rows see different key ranges.
+  bool has_mask() const { return causal || has_window(); }
 };
 
 // What the launcher needs to know of the device to pick a tile config.

@@ -97,9 +97,6 @@ bool launcher_available(int i) {
   return v == 1;
 }
 
-// A causal mask or a local window: the key blocks' walks differ in length (the splits' rules).
-bool masked_call(const BwdParams& p) { return p.causal || p.window_left >= 0 || p.window_right >= 0; }
-
 // How many CTAs share a GQA group's query heads (BwdParams::group_split): group_split.h's rule,
 // for dense calls in the default mode (the split's dK/dV sums are float atomics).
 // FLASHATTN_BWD_GROUP_SPLIT=<n> forces n (a divisor of the group; 1 = none), =w<n> sets the waves
@@ -118,7 +115,7 @@ int group_split_of(const BwdParams& p, const DeviceLimits& dev, const bool deter
   }
   const int bn = block_n(instantiated_head_dim(p.head_dim));
   const long long ctas = (static_cast<long long>(p.seqlen_k) + bn - 1) / bn * p.batch * p.heads_kv;
-  return bwd_group_split(group, ctas, masked_call(p), dev.sm_count, waves);
+  return bwd_group_split(group, ctas, p.has_mask(), dev.sm_count, waves);
 }
 
 // The split of the grid's last wave (BwdParams::tail_split, tail_units): tail_split.h's rules (one
@@ -141,8 +138,8 @@ BwdTailPlan tail_plan_of(const BwdParams& p, const DeviceLimits& dev, const bool
     const long long r = units % dev.sm_count == 0 ? dev.sm_count : units % dev.sm_count;
     return BwdTailPlan{static_cast<int>(r), static_cast<int>(n < steps ? n : steps)};
   }
-  const BwdTailPlan plan = masked_call(p) ? bwd_tail_plan_masked(units, static_cast<int>(steps), dev.sm_count)
-                                  : bwd_tail_plan(units, static_cast<int>(steps), dev.sm_count);
+  const BwdTailPlan plan = p.has_mask() ? bwd_tail_plan_masked(units, static_cast<int>(steps), dev.sm_count)
+                                        : bwd_tail_plan(units, static_cast<int>(steps), dev.sm_count);
   // The pieces' grid must stay an int.
   return bwd_tail_grid(units, plan.units, plan.split) > 0x7fffffffLL ? none : plan;
 }

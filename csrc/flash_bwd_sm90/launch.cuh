@@ -64,7 +64,7 @@ int bwd_lpt_heads(const BwdParams& p) {
 constexpr int kBwdReverseM = 1;
 
 inline int bwd_reverse_m(const BwdParams& p) {
-  if (!p.causal && p.window_left < 0 && p.window_right < 0) return 0;
+  if (!p.has_mask()) return 0;
   const char* v = std::getenv("FLASHATTN_BWD_REVERSE");
   return v == nullptr || *v == '\0' ? kBwdReverseM : (std::atoi(v) != 0 ? 1 : 0);
 }
@@ -81,8 +81,8 @@ inline int bwd_reverse_m(const BwdParams& p) {
 // such call, for side-by-side timing).
 template <bool kPacked>
 int bwd_rotate_m(const BwdParams& p, int num_n_blocks, int num_m_blocks) {
-  if (p.dq_semaphore == nullptr || kPacked || p.causal || p.window_left >= 0 || p.window_right >= 0) return 0;
-  if (num_n_blocks > num_m_blocks || p.group_split != 1 || p.tail_split != 1) return 0;
+  // (Deterministic mode never splits a GQA group or the last wave: run_bwd_sm90 refuses those.)
+  if (p.dq_semaphore == nullptr || kPacked || p.has_mask() || num_n_blocks > num_m_blocks) return 0;
   const char* v = std::getenv("FLASHATTN_BWD_ROTATE");
   if (v != nullptr && *v != '\0' && std::atoi(v) == 0) return 0;
   int device = 0, sms = 0;

@@ -325,6 +325,12 @@ def test_backward_path_follows_the_backend(d: int, backend: str, device: torch.d
     assert backward_kernels(x, backend, softcap=30.0) == {want}
 
 
+def skip_unless_hopper_backward(backend: str, device: torch.device, what: str) -> None:
+    """Skips a test of the Hopper backward's `what` but under the `hopper` backend parameter on an H100."""
+    if backend != "hopper" or torch.cuda.get_device_capability(device) != (9, 0):
+        pytest.skip(f"the Hopper backward's {what} (the `hopper` backend parameter on an H100)")
+
+
 def set_switch(monkeypatch: pytest.MonkeyPatch, name: str, value: str | None) -> None:
     """A lab switch of the Hopper backward's dispatch (read at every call) set for one test, or
     unset (None: the library's rule)."""
@@ -362,8 +368,7 @@ WIDE_MASKS = [  # (causal mode, window, runs the wide config by default)
 def test_hopper_wide_config_gradients(batch: int, sq: int, sk: int, hq: int, hk: int, d: int, mode: int, window,
                                       wide_by_default: bool, deterministic: bool, wide: bool, backend: str,
                                       device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
-    if backend != "hopper" or torch.cuda.get_device_capability(device) != (9, 0):
-        pytest.skip("the Hopper backward's configs (the `hopper` backend parameter on an H100)")
+    skip_unless_hopper_backward(backend, device, "configs")
     set_switch(monkeypatch, "FLASHATTN_BWD_WIDE", None if wide else "0")
     for dtype in (torch.bfloat16, torch.float16):
         x = AttentionSpec(batch, sq, sk, hq, hk, d, dtype, mode, None, Layout("contiguous"), Layout("contiguous"), 1.0,
@@ -397,8 +402,7 @@ SPLIT_SHAPES = [
 @pytest.mark.parametrize(("batch", "sq", "sk", "hq", "hk", "d"), SPLIT_SHAPES)
 def test_hopper_gqa_group_split_gradients(batch: int, sq: int, sk: int, hq: int, hk: int, d: int, mode: int, force,
                                           backend: str, device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
-    if backend != "hopper" or torch.cuda.get_device_capability(device) != (9, 0):
-        pytest.skip("the Hopper backward's group split (the `hopper` backend parameter on an H100)")
+    skip_unless_hopper_backward(backend, device, "group split")
     set_switch(monkeypatch, "FLASHATTN_BWD_GROUP_SPLIT", force)
     for dtype, deterministic in ((torch.bfloat16, False), (torch.float16, False), (torch.bfloat16, True)):
         x = AttentionSpec(batch, sq, sk, hq, hk, d, dtype, mode, None, Layout("contiguous"), Layout("contiguous"), 1.0,
@@ -437,8 +441,7 @@ TAIL_SHAPES = [
 @pytest.mark.parametrize(("batch", "sq", "sk", "hq", "hk", "d", "group_split", "rule_splits"), TAIL_SHAPES)
 def test_hopper_tail_split_gradients(batch: int, sq: int, sk: int, hq: int, hk: int, d: int, group_split,
                                      rule_splits: bool, mode: int, force, backend: str, device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
-    if backend != "hopper" or torch.cuda.get_device_capability(device) != (9, 0):
-        pytest.skip("the Hopper backward's last-wave split (the `hopper` backend parameter on an H100)")
+    skip_unless_hopper_backward(backend, device, "last-wave split")
     set_switch(monkeypatch, "FLASHATTN_BWD_TAIL", force)
     set_switch(monkeypatch, "FLASHATTN_BWD_GROUP_SPLIT", group_split)
     for dtype, deterministic in ((torch.bfloat16, False), (torch.float16, False), (torch.bfloat16, True)):
@@ -528,8 +531,7 @@ ROTATED_SHAPES = [
 def test_hopper_deterministic_rotated_walks(batch: int, sq: int, sk: int, hq: int, hk: int, d: int, rotate,
                                             backend: str, device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
     """Right, and equal bitwise to a second run (a wrong ticket order would hang or vary)."""
-    if backend != "hopper" or torch.cuda.get_device_capability(device) != (9, 0):
-        pytest.skip("the Hopper backward's deterministic walks (the `hopper` backend parameter on an H100)")
+    skip_unless_hopper_backward(backend, device, "deterministic walks")
     set_switch(monkeypatch, "FLASHATTN_BWD_ROTATE", rotate)
     for dtype in (torch.bfloat16, torch.float16):
         x = AttentionSpec(batch, sq, sk, hq, hk, d, dtype, NONE, None, Layout("contiguous"), Layout("contiguous"), 1.0,
