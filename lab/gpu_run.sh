@@ -31,6 +31,8 @@
 #   bash lab/gpu_run.sh tailsplit build, the backward tests, the split last wave's A/B vs no split and cuDNN (~5 min)
 #   bash lab/gpu_run.sh portableab the portable backward: lab/ab/portable_bwd_lean_dq.diff's A/B with FA2 alongside (~8 min)
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
+#   bash lab/gpu_run.sh portableland build, the backward and packed-batch tests, memcheck/racecheck/synccheck
+#                                     on the portable path's small cases, its timing vs FA2 and cuDNN (~8 min)
 #   bash lab/gpu_run.sh detrotate build, the backward tests, deterministic mode's cost with rotated walks and without (~8 min)
 #   bash lab/gpu_run.sh sanitizedense memcheck/racecheck/synccheck on small dense cases, on a built tree (~4 min)
 #   bash lab/gpu_run.sh training build, the backward tests with the wide config on masked calls, its causal
@@ -199,6 +201,20 @@ case "${1:-verify}" in
     step bwd_lab_d64 300 env LAB_ONLY=d64 bash lab/bwd_lab.sh
     step ncu_bwd_portable 300 env NCU_BWD_BACKEND=portable bash lab/ncu_bwd.sh 64:4096:0 128:4096:0
     ;;
+  portableland)  # 2026-11-27: after a portable-backward change: build, its tests, the sanitizers on the
+                  # portable path alone (dense and packed small cases), the timing against FA2 and cuDNN
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash lab/gpu_build.sh
+    step pytest_backward 300 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py \
+      tests/kernels/test_varlen_gpu.py -ra
+    for tool in memcheck racecheck synccheck; do
+      extra=()
+      [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
+      step "${tool}_portable" 200 env SANITIZE_BACKENDS=portable compute-sanitizer --tool "$tool" "${extra[@]}" \
+        --error-exitcode 99 python3 lab/sanitize_small.py --only dense,varlen --quick
+    done
+    step bwd_time_portable 200 python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128,256
+    ;;
   bwd90)  # the backward through the op on both paths: numerics, the suite's backward tests, the timing grid
     env_info > "$OUT/env.txt" 2>&1
     step build 420 bash lab/gpu_build.sh
@@ -335,7 +351,7 @@ PY
     step sanitize 330 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-45}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|detrotate|portableab|portablelab|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|detrotate|portableab|portablelab|portableland|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
