@@ -189,10 +189,10 @@ case "${1:-verify}" in
     step bwd_time 300 python3 lab/bwd_check.py --quick --time
     [ -n "${EXTRA_TESTS:-}" ] && step extra_tests 300 "${pytest_ci[@]}" $EXTRA_TESTS -ra
     ;;
-  portableab)  # 2026-11-27: the portable backward against FlashAttention-2 (issue 27): the prepared
-               # lab/ab/portable_bwd_lean_dq.diff against this tree (two builds), portable timing with FA2 and cuDNN
+  portableab)  # 2026-11-27: the portable backward against FlashAttention-2 (issue 27): the landed
+               # lab/ab/portable_bwd_lean_dq.diff undone (side A) against this tree (two builds), timing with FA2
     env_info > "$OUT/env.txt" 2>&1
-    step ab_lean_dq 580 env PATCH=portable_bwd_lean_dq.diff REVERSE=0 OUT="$OUT/ab" \
+    step ab_lean_dq 580 env PATCH=portable_bwd_lean_dq.diff REVERSE=1 OUT="$OUT/ab" \
       AB_CMD="python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128" bash lab/ab/run_ab.sh
     ;;
   portablelab)  # 2026-11-27: the portable backward's tile lab at D=64 (phase B's warp layout) and ncu
