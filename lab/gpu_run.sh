@@ -31,6 +31,8 @@
 #   bash lab/gpu_run.sh tailsplit build, the backward tests, the split last wave's A/B vs no split and cuDNN (~5 min)
 #   bash lab/gpu_run.sh portableab the portable backward: lab/ab/portable_bwd_lean_dq.diff's A/B with FA2 alongside (~8 min)
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
+#   bash lab/gpu_run.sh fwdcheck  on a built tree: memcheck/racecheck/synccheck on small dense cases, the
+#                                     bf16 causal forward grid against cuDNN and FlashAttention-3 (~7 min)
 #   bash lab/gpu_run.sh portableland build, the backward and packed-batch tests, memcheck/racecheck/synccheck
 #                                     on the portable path's small cases, its timing vs FA2 and cuDNN (~8 min)
 #   bash lab/gpu_run.sh detrotate build, the backward tests, deterministic mode's cost with rotated walks and without (~8 min)
@@ -201,6 +203,14 @@ case "${1:-verify}" in
     step bwd_lab_d64 300 env LAB_ONLY=d64 bash lab/bwd_lab.sh
     step ncu_bwd_portable 300 env NCU_BWD_BACKEND=portable bash lab/ncu_bwd.sh 64:4096:0 128:4096:0
     ;;
+  fwdcheck)  # after a Hopper forward change, on a built tree: the sanitizers on the small dense cases (the
+             # dynamic schedule's case included), the bf16 causal forward grid against cuDNN and FA3
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    sanitize_dense_steps 150
+    step bench_fwd_causal 300 env FLASHATTN_BENCH_IMPLS="${FLASHATTN_BENCH_IMPLS:-flashattn,sdpa-default,fa3}" \
+      BENCH_MARKERS="bench and standard" BENCH_K="bf16 and causal" bash benchmarks/run_benchmarks.sh "$OUT/bench"
+    ;;
   portableland)  # 2026-11-27: after a portable-backward change: build, its tests, the sanitizers on the
                   # portable path alone (dense and packed small cases), the timing against FA2 and cuDNN
     env_info > "$OUT/env.txt" 2>&1
@@ -351,7 +361,7 @@ PY
     step sanitize 330 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-45}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|detrotate|portableab|portablelab|portableland|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

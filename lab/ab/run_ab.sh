@@ -22,6 +22,11 @@
 # dpsum read as float2: REVERSE=0 AB_CMD="python3 lab/bwd_check.py --time-only --time --portable
 # --dtype bf16 --dims 64,128" (measured 2026-11-27: D=128 1.4-2.3% faster, D=64 unchanged; landed,
 # so REVERSE=1 now undoes it; bash lab/gpu_run.sh portableab ran it).
+# fwd_tile_ahead.diff: the Hopper forward's dynamic schedule claims a CTA's next tile as the loads of
+# the current one begin (FlashAttention-3's one tile ahead) and publishes it after the tile's first
+# loads; lab variants d128-tile-behind / d256-tile-behind keep the old claim. Apply it (patch -p1)
+# and run bash lab/sm90_lab.sh variants d128-tile-behind d256-tile-behind (measured 2026-11-27:
+# causal 1.5-2.7% slower at D=128, 5-16% at D=256; not adopted; docs/perf-notes.md).
 # softcap_keep_grad.diff: the softcap backward keeps 1 - t^2 per score (two float16 a register)
 # instead of recovering it from P with lg2: REVERSE=1 AB_CMD="python3 lab/bwd_softcap_time.py --hopper-only".
 set -uo pipefail
