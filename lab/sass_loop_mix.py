@@ -11,8 +11,21 @@ instructions one issues more of). Run where cuobjdump is (the GPU machine's CUDA
   cuobjdump -sass -arch sm_90 .../torch/lib/libtorch_cuda.so | awk '/Function : /{p = /flash_bwd_dq_dk_dv/} p' > fa2.sass
   python3 lab/sass_loop_mix.py ours.sass flash_bwd_kernel fa2.sass 'Li128ELi64ELi128E'
 
-usage: python3 lab/sass_loop_mix.py SASS NAME_REGEX [SASS NAME_REGEX ...]
+usage: python3 lab/sass_loop_mix.py [--loops] [--range LO:HI] SASS NAME_REGEX [SASS NAME_REGEX ...]
 (the first function whose mangled name matches NAME_REGEX in each file)
+  --loops        also list every backward branch whose body holds an MMA (target-branch addresses,
+                 length, MMAs): a kernel with a tile loop around a key-block loop has both, and the
+                 one with the most MMAs is the outer one
+  --range LO:HI  the mix of the instructions at addresses LO..HI (hex) instead of the main loop, e.g.
+                 a per-block loop from --loops; a range holds every runtime branch's code (a softcap
+                 or mask path behind a uniform branch), so the executed count is smaller
+
+The Hopper forward against FlashAttention-3 (its wheel's library holds one cubin per instantiation
+file; the nvidia-cuda-cuobjdump wheel has a cuobjdump where the CUDA toolkit has none):
+  nvcc ... -cubin -o ours.cubin csrc/flash_fwd_sm90/instantiations/fwd_sm90_bf16_hdim128_dynamic.cu
+  cuobjdump -xelf flash_fwd_hdim128_bf16_sm90.sm_90a.cubin .../flash_attn_3/_C.abi3.so
+  cuobjdump -sass flash_fwd_hdim128_bf16_sm90.sm_90a.cubin > fa3.sass
+  python3 lab/sass_loop_mix.py --loops ours.sass flash_fwd_sm90_kernel fa3.sass 'Lb1ELb0ELb0ELb0ELb0ELb0ELb0ELb1ELb1E'
 """
 
 from __future__ import annotations
@@ -63,7 +76,35 @@ def main_loop(code: list[tuple[int, str]]) -> list[tuple[int, str]]:
     return best
 
 
+def mma_loops(code: list[tuple[int, str]]) -> list[tuple[int, int, int, int]]:
+    """(target, branch address, length, MMAs) of every backward branch whose body holds an MMA."""
+    index = {a: i for i, (a, _) in enumerate(code)}
+    out = []
+    for i, (address, instruction) in enumerate(code):
+        if opcode(instruction) != "BRA":
+            continue
+        m = re.search(r"0x([0-9a-f]+)", instruction)
+        target = int(m.group(1), 16) if m else None
+        if target is None or target >= address or target not in index:
+            continue
+        body = code[index[target]:i + 1]
+        mma = sum(1 for _, x in body if opcode(x) in ("HMMA", "HGMMA"))
+        if mma:
+            out.append((target, address, len(body), mma))
+    return out
+
+
 def main(argv: list[str]) -> int:
+    argv = list(argv)
+    list_loops = "--loops" in argv
+    if list_loops:
+        argv.remove("--loops")
+    address_range = None
+    if "--range" in argv:
+        i = argv.index("--range")
+        lo, hi = argv[i + 1].split(":")
+        address_range = (int(lo, 16), int(hi, 16))
+        del argv[i:i + 2]
     if len(argv) < 2 or len(argv) % 2:
         print(__doc__, file=sys.stderr)
         return 2
@@ -74,13 +115,20 @@ def main(argv: list[str]) -> int:
             print(f"{path}: no function matches {pattern!r}", file=sys.stderr)
             return 1
         code = funcs[names[0]]
-        body = main_loop(code)
+        if address_range is not None:
+            body = [(a, x) for a, x in code if address_range[0] <= a <= address_range[1]]
+        else:
+            body = main_loop(code)
         mix = collections.Counter(opcode(x) for _, x in body)
         mma = mix["HMMA"] + mix["HGMMA"]
         print(f"{path}: {names[0][:140]}")
-        print(f"  {len(code)} instructions; main loop {len(body)} instructions, {mma} MMA, "
+        what = "range" if address_range is not None else "main loop"
+        print(f"  {len(code)} instructions; {what} {len(body)} instructions, {mma} MMA, "
               f"{len(body) - mma} other ({(len(body) - mma) / max(mma, 1):.2f} a MMA)")
         print("  " + " ".join(f"{op}:{n}" for op, n in mix.most_common(40)))
+        if list_loops:
+            for target, address, length, mma in mma_loops(code):
+                print(f"  loop {target:x}-{address:x}: {length} instructions, {mma} MMA")
     return 0
 
 

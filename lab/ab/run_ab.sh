@@ -27,6 +27,10 @@
 # loads; lab variants d128-tile-behind / d256-tile-behind keep the old claim. Apply it (patch -p1)
 # and run bash lab/sm90_lab.sh variants d128-tile-behind d256-tile-behind (measured 2026-11-27:
 # causal 1.5-2.7% slower at D=128, 5-16% at D=256; not adopted; docs/perf-notes.md).
+# fwd_wait_sleep.diff: the Hopper forward's mbarrier waits with a suspend-time hint (a sleeping retry
+# instead of a spinning one) behind Sm90FwdTraits::kWaitSleep, lab variants d128-wait-sleep /
+# d256-wait-sleep: apply it and run bash lab/sm90_lab.sh variants d128-wait-sleep d256-wait-sleep
+# (measured 2026-11-27: neutral, 1.004 / 1.006; not adopted).
 # softcap_keep_grad.diff: the softcap backward keeps 1 - t^2 per score (two float16 a register)
 # instead of recovering it from P with lg2: REVERSE=1 AB_CMD="python3 lab/bwd_softcap_time.py --hopper-only".
 set -uo pipefail

@@ -45,3 +45,13 @@ def test_main_prints_the_mix(tmp_path, capsys) -> None:
     assert "main loop 4 instructions, 2 MMA, 2 other (1.00 a MMA)" in out
     assert "HMMA:2" in out and "REDG:1" in out
     assert mix.main([str(path), "nothing-matches"]) == 1
+
+
+def test_loops_and_range(tmp_path, capsys) -> None:
+    path = tmp_path / "k.sass"
+    path.write_text(_SASS)
+    assert mix.mma_loops(mix.functions(str(path))["_Z6kernelv"]) == [(0x20, 0x50, 4, 2), (0x0, 0x90, 10, 2)]
+    assert mix.main(["--loops", "--range", "60:80", str(path), "kernel"]) == 0
+    out = capsys.readouterr().out
+    assert "range 3 instructions, 0 MMA" in out and "ISETP:1" in out and "IADD3:2" in out
+    assert "loop 20-50: 4 instructions, 2 MMA" in out and "loop 0-90: 10 instructions, 2 MMA" in out
