@@ -31,6 +31,12 @@
 # instead of a spinning one) behind Sm90FwdTraits::kWaitSleep, lab variants d128-wait-sleep /
 # d256-wait-sleep: apply it and run bash lab/sm90_lab.sh variants d128-wait-sleep d256-wait-sleep
 # (measured 2026-11-27: neutral, 1.004 / 1.006; not adopted).
+# fwd_rescale_late.diff: the Hopper forward rescales O for a new row maximum after the step's P V
+# completes (FlashAttention-3's order) instead of inside the ping-pong turn before the next P V is
+# issued, behind Sm90FwdTraits::kRescaleLate, lab variants d64/d128/d256-rescale-late (0 spills):
+# apply it and run bash lab/sm90_lab.sh variants d64-rescale-late d128-rescale-late d256-rescale-late
+# (prepared 2026-11-27, not yet run; at D=64 only the causal cells below 4k keys compare like with
+# like, the others run other configs by default).
 # softcap_keep_grad.diff: the softcap backward keeps 1 - t^2 per score (two float16 a register)
 # instead of recovering it from P with lg2: REVERSE=1 AB_CMD="python3 lab/bwd_softcap_time.py --hopper-only".
 set -uo pipefail
