@@ -57,11 +57,10 @@ def opcode(instruction: str) -> str:
     return re.sub(r"^@!?U?P[T0-9]+\s+", "", instruction).split()[0].split(".")[0]
 
 
-def main_loop(code: list[tuple[int, str]]) -> list[tuple[int, str]]:
-    """The body [target, branch] of the backward branch holding the most MMA instructions."""
+def backward_branches(code: list[tuple[int, str]]):
+    """(target, branch address, body [target, branch], MMAs in the body) of every backward branch,
+    in code order."""
     index = {a: i for i, (a, _) in enumerate(code)}
-    best: list[tuple[int, str]] = []
-    best_mma = -1
     for i, (address, instruction) in enumerate(code):
         if opcode(instruction) != "BRA":
             continue
@@ -70,7 +69,15 @@ def main_loop(code: list[tuple[int, str]]) -> list[tuple[int, str]]:
         if target is None or target >= address or target not in index:
             continue
         body = code[index[target]:i + 1]
-        mma = sum(1 for _, x in body if opcode(x) in ("HMMA", "HGMMA"))
+        yield target, address, body, sum(1 for _, x in body if opcode(x) in ("HMMA", "HGMMA"))
+
+
+def main_loop(code: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The body [target, branch] of the backward branch holding the most MMA instructions (the first
+    such one on a tie)."""
+    best: list[tuple[int, str]] = []
+    best_mma = -1
+    for _, _, body, mma in backward_branches(code):
         if mma > best_mma:
             best, best_mma = body, mma
     return best
@@ -78,20 +85,7 @@ def main_loop(code: list[tuple[int, str]]) -> list[tuple[int, str]]:
 
 def mma_loops(code: list[tuple[int, str]]) -> list[tuple[int, int, int, int]]:
     """(target, branch address, length, MMAs) of every backward branch whose body holds an MMA."""
-    index = {a: i for i, (a, _) in enumerate(code)}
-    out = []
-    for i, (address, instruction) in enumerate(code):
-        if opcode(instruction) != "BRA":
-            continue
-        m = re.search(r"0x([0-9a-f]+)", instruction)
-        target = int(m.group(1), 16) if m else None
-        if target is None or target >= address or target not in index:
-            continue
-        body = code[index[target]:i + 1]
-        mma = sum(1 for _, x in body if opcode(x) in ("HMMA", "HGMMA"))
-        if mma:
-            out.append((target, address, len(body), mma))
-    return out
+    return [(target, address, len(body), mma) for target, address, body, mma in backward_branches(code) if mma]
 
 
 def main(argv: list[str]) -> int:
