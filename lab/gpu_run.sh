@@ -92,17 +92,19 @@ install_carried_wheels() {
 }
 install_carried_wheels
 
-# memcheck, racecheck and synccheck on the small dense cases (lab/sanitize_small.py --only dense
-# --quick, the Hopper paths where the GPU has them), one step each of at most $1 seconds.
-sanitize_dense_steps() {
+# memcheck, racecheck and synccheck on lab/sanitize_small.py's quick cases of groups $3 (comma list)
+# on backends $2 (SANITIZE_BACKENDS), one step each of at most $1 seconds, named <tool>_$4.
+sanitize_steps() {
   local tool extra
   for tool in memcheck racecheck synccheck; do
     extra=()
     [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
-    step "${tool}_dense" "$1" env SANITIZE_BACKENDS=auto compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 \
-      python3 lab/sanitize_small.py --only dense --quick
+    step "${tool}_$4" "$1" env SANITIZE_BACKENDS="$2" compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 \
+      python3 lab/sanitize_small.py --only "$3" --quick
   done
 }
+# The small dense cases, the Hopper paths where the GPU has them.
+sanitize_dense_steps() { sanitize_steps "$1" auto dense dense; }
 
 ensure_built() {
   if ! python3 -c "import flashattn, sys; sys.exit(0 if flashattn.extension_available() else 1)" 2>/dev/null; then
@@ -217,12 +219,7 @@ case "${1:-verify}" in
     step build 420 bash lab/gpu_build.sh
     step pytest_backward 300 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py \
       tests/kernels/test_varlen_gpu.py -ra
-    for tool in memcheck racecheck synccheck; do
-      extra=()
-      [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
-      step "${tool}_portable" 200 env SANITIZE_BACKENDS=portable compute-sanitizer --tool "$tool" "${extra[@]}" \
-        --error-exitcode 99 python3 lab/sanitize_small.py --only dense,varlen --quick
-    done
+    sanitize_steps 200 portable dense,varlen portable
     step bwd_time_portable 200 python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128,256
     ;;
   bwd90)  # the backward through the op on both paths: numerics, the suite's backward tests, the timing grid
