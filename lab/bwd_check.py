@@ -5,6 +5,7 @@ shapes, deterministic mode bitwise, and a timing against SDPA's backends with bo
 A developer's instrument, not part of the suite (tests/ has the specification).
 
 usage: python lab/bwd_check.py [--quick] [--time] [--backend auto|portable|hopper] [--dtype bf16|fp16]
+       [--dims 64,128,256] [--lean] [--time-only] [--portable] [--autograd]
 Exit status 1 when any case fails the criterion (error <= 2x the same-dtype torch error + atol).
 """
 
@@ -137,10 +138,12 @@ def bench(fn, iters=20):
     return ts[len(ts) // 2]
 
 
-def timing(dtype, dims=(64, 128, 256), lean=False, portable=False):
+def timing(dtype, dims=(64, 128, 256), lean=False, portable=False, autograd=False):
     """The timing grid; lean: flashattn (default and deterministic) and cuDNN only (an A/B of a
     kernel change in a minute or two); portable: the portable backward as "ours" and SDPA's
-    FlashAttention-2 only ("x flash": FlashAttention-2's time / the portable one's)."""
+    FlashAttention-2 only ("x flash": FlashAttention-2's time / the portable one's); autograd: ours
+    timed as the peers are, `torch.autograd.grad` of the public function's output (the op's
+    backward plus the autograd engine and the gradients' allocation), not the bwd op alone."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     ours = "portable" if portable else "auto"
     print(f"{dtype}, B*S = 16k, H = 2048 / D; ms, medians; x = their time / ours ({ours})")
@@ -158,7 +161,12 @@ def timing(dtype, dims=(64, 128, 256), lean=False, portable=False):
                 scale = d**-0.5
                 cm = 1 if causal else 0
                 out, lse = FWD(q, k, v, scale, cm, "auto")
-                t_ours = bench(lambda: BWD(dout, q, k, v, out, lse, scale, cm, False, ours))
+                if autograd:
+                    qa, ka, va = (t.detach().requires_grad_() for t in (q, k, v))
+                    oa = flashattn.flash_attn_func(qa, ka, va, causal=causal)
+                    t_ours = bench(lambda: torch.autograd.grad(oa, (qa, ka, va), dout, retain_graph=True))
+                else:
+                    t_ours = bench(lambda: BWD(dout, q, k, v, out, lse, scale, cm, False, ours))
                 t_port = nan if lean or portable else bench(lambda: BWD(dout, q, k, v, out, lse, scale, cm, False, "portable"))
                 t_det = nan if portable else bench(lambda: BWD(dout, q, k, v, out, lse, scale, cm, True, "auto"))
                 res = {"flash": nan, "cudnn": nan}
@@ -197,6 +205,8 @@ def main():
     ap.add_argument("--dims", default="64,128,256", help="head dims of the timing grid")
     ap.add_argument("--lean", action="store_true", help="time flashattn (and its deterministic mode) and cuDNN only")
     ap.add_argument("--time-only", action="store_true", help="skip the numerics cases")
+    ap.add_argument("--autograd", action="store_true",
+                    help="time ours through torch.autograd.grad of flash_attn_func, as the peers are timed")
     ap.add_argument("--portable", action="store_true",
                     help="time the portable backward and SDPA's FlashAttention-2 only (x flash: theirs / the portable's)")
     args = ap.parse_args()
@@ -214,7 +224,7 @@ def main():
     print(f"bwd_check: {n - failed}/{n} cases pass")
     if args.time:
         timing(torch.bfloat16 if args.dtype == "bf16" else torch.float16,
-               tuple(int(x) for x in args.dims.split(",")), args.lean, args.portable)
+               tuple(int(x) for x in args.dims.split(",")), args.lean, args.portable, args.autograd)
     sys.exit(1 if failed else 0)
 
 

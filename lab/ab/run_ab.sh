@@ -35,8 +35,12 @@
 # completes (FlashAttention-3's order) instead of inside the ping-pong turn before the next P V is
 # issued, behind Sm90FwdTraits::kRescaleLate, lab variants d64/d128/d256-rescale-late (0 spills):
 # apply it and run bash lab/sm90_lab.sh variants d64-rescale-late d128-rescale-late d256-rescale-late
-# (prepared 2026-11-27, not yet run; at D=64 only the causal cells below 4k keys compare like with
-# like, the others run other configs by default).
+# (measured 2026-11-27: D=128 +1-1.8% from 2k keys, -1.5-1.9% causal at 512-1k; D=64 -2-15%;
+# D=256 mixed; not adopted as such: Sm90FwdTraits::kStepOrder's lab variants take it further).
+# fwd_lean_step.diff: the Hopper forward's key-block step without the score-mode decisions re-derived
+# from the parameter bank (keep_in_register) and with each stage's wgmma descriptors computed once
+# per GEMM: REVERSE=1 AB_CMD="python3 lab/fwd_time.py" (measured 2026-11-27: D=128 +2-7%, D=256
+# +0-2%, D=64 within noise; landed, so REVERSE=1 undoes it).
 # softcap_keep_grad.diff: the softcap backward keeps 1 - t^2 per score (two float16 a register)
 # instead of recovering it from P with lg2: REVERSE=1 AB_CMD="python3 lab/bwd_softcap_time.py --hopper-only".
 set -uo pipefail

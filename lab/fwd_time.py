@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""The forward on chosen cells of the standard grid (B*S = 16k, H = 2048 / D), flashattn against
+SDPA's default (cuDNN on an H100) and FlashAttention-3 (the tokenspeed-fa3 wheel, where it imports),
+timed by the benchmark suite's own method (benchmarks/bench_common.measure_interleaved: rounds of
+back-to-back calls between CUDA events, the implementations interleaved in rotating order). A
+minute for a handful of cells, so that a kernel change can be timed on both sides of an A/B
+(lab/ab/run_ab.sh AB_CMD="python3 lab/fwd_time.py ...") without the whole suite.
+usage: python3 lab/fwd_time.py [--dtype bf16|fp16] [--rounds N] D:S:causal ...
+       (default cells: 64:1024:1 64:4096:0 128:1024:1 128:4096:0 128:4096:1 128:16384:1 256:4096:1 256:16384:0)
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import bench_common as bc  # noqa: E402
+
+DEFAULT_CELLS = "64:1024:1 64:4096:0 128:1024:1 128:4096:0 128:4096:1 128:16384:1 256:4096:1 256:16384:0"
+IMPLS = ("flashattn", "sdpa-default", "fa3")
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cells", nargs="*", default=DEFAULT_CELLS.split())
+    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
+    ap.add_argument("--rounds", type=int, default=12)
+    args = ap.parse_args(argv)
+    import torch
+
+    settings = bc.Settings(args.rounds, 2, 2.0, 1000, 0)
+    print(f"{args.dtype}, B*S = 16k, H = 2048 / D, TFLOP/s (median of {args.rounds} interleaved rounds); "
+          "x = their time / flashattn's")
+    print(f"{'D':>4} {'S':>6} {'causal':>6} " + " ".join(f"{n:>13}" for n in IMPLS) + "  x cudnn   x fa3")
+    ratios: dict[str, list[float]] = {"sdpa-default": [], "fa3": []}
+    for cell in args.cells:
+        d, s, causal = (int(x) for x in cell.split(":"))
+        h, b = 2048 // d, 16384 // s
+        shape = bc.Shape("standard", args.dtype, b, h, h, s, s, d, bool(causal))
+        q, k, v = bc.make_inputs(shape)
+        runnables, times = {}, {}
+        for impl in IMPLS:
+            try:
+                fn, ctx = bc.make_callable(impl, shape, q, k, v)
+                with ctx():
+                    fn()
+                runnables[impl] = bc.Runnable(fn, ctx)
+            except bc.Unavailable as exc:
+                print(f"  {impl}: {exc}")
+        for impl, timing in bc.measure_interleaved(runnables, settings).items():
+            times[impl] = statistics.median(timing.samples_ms)
+        torch.cuda.synchronize()
+        tf = {n: shape.flops / (times[n] * 1e-3) / 1e12 if n in times else float("nan") for n in IMPLS}
+        x = {n: times[n] / times["flashattn"] if n in times else float("nan") for n in ratios}
+        for n in ratios:
+            if n in times:
+                ratios[n].append(x[n])
+        print(f"{d:>4} {s:>6} {causal:>6} " + " ".join(f"{tf[n]:13.1f}" for n in IMPLS) +
+              f"  {x['sdpa-default']:7.3f} {x['fa3']:7.3f}")
+        del q, k, v
+    for n, r in ratios.items():
+        if r:
+            print(f"geomean x {n}: {math.exp(sum(map(math.log, r)) / len(r)):.3f} ({len(r)} cells)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
