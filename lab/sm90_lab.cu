@@ -463,7 +463,26 @@ using Masked3Traits = Sm90FwdTraits<D, N, 2, true, 1, OT, CH, 3, true>;
 // The shipped config of head dim D (2 stages, ping-pong, O-TMA from D=128) with CH softmax chains.
 #define VARIANT_C(NAME, D, N, CH) VARIANT_X(NAME, D, N, 2, true, 1, D >= 128, CH, 2)
 
+// The shipped config with another key-block step order (Sm90FwdTraits::kStepOrder, consumer.cuh):
+// 1, P converted and O rescaled once the step's P V has completed (out of the ping-pong turn);
+// 2, as 1 with the wait for the next K block at the top of the step (FlashAttention-3's order).
+template <typename Base, int kOrder>
+struct StepOrder : Base {
+  static constexpr int kStepOrder = kOrder;
+};
+#define VARIANT_STEP_ORDER(NAME, D, ORDER)                                                             \
+  Variant {                                                                                            \
+    NAME, D, &launch_variant<StepOrder<Sm90DefaultConfig<D>::Traits, ORDER>, __nv_bfloat16>,            \
+        &launch_variant<StepOrder<Sm90DefaultConfig<D>::Traits, ORDER>, __half>,                        \
+        &launch_variant_scheduled<StepOrder<Sm90DefaultConfig<D>::Traits, ORDER>, __nv_bfloat16>, true  \
+  }
+
 static const Variant kVariants[] = {
+    VARIANT_STEP_ORDER("d128-order1", 128, 1),
+    VARIANT_STEP_ORDER("d128-order2", 128, 2),
+    VARIANT_STEP_ORDER("d256-order1", 256, 1),
+    VARIANT_STEP_ORDER("d256-order2", 256, 2),
+    VARIANT_STEP_ORDER("d64-order1", 64, 1),
     VARIANT("d64-n128-s2-nopp", 64, 128, 2, false, 1),
     VARIANT("d64-n128-s3-pp", 64, 128, 3, true, 1),
     VARIANT("d64-n192-s2-pp", 64, 192, 2, true, 1),

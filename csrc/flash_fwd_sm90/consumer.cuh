@@ -252,15 +252,18 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
       if (r.count() == 1) mbar_arrive(sm.q_empty(qst.index));
       scale_and_mask(s, n, r.masked(n));
       softmax.update(s, rescale, softmax_scale_log2);  // rescale is 0 here and O is still 0
-      if (r.count() > 1) sm.wait(sm.k_full(kst.index), kst.phase, kTagConsumerKFull);
+      constexpr int kOrder = Traits::kStepOrder;
+      if constexpr (kOrder > 0) convert_p(s, p);  // no P V in flight yet
+      if (kOrder < 2 && r.count() > 1) sm.wait(sm.k_full(kst.index), kst.phase, kTagConsumerKFull);
 
       for (n = r.n_end - 2; n >= r.n_begin; --n) {
         // K[n] has landed (waited at the end of the previous step). P of the previous block is
         // converted only now, once the P V that read the old P registers has completed.
-        convert_p(s, p);
+        if constexpr (kOrder == 0) convert_p(s, p);
+        if constexpr (kOrder == 2) sm.wait(sm.k_full(kst.index), kst.phase, kTagConsumerKFull);
         pingpong_enter<Traits>(wg);
         gemm_qk(s, kst.index, q_stage_off);
-        rescale_o(o, rescale);
+        if constexpr (kOrder == 0) rescale_o(o, rescale);
         sm.wait(sm.v_full(vst.index), vst.phase, kTagConsumerVFull);
         gemm_pv(o, p, vst.index);
         pingpong_leave<Traits>(wg);
@@ -276,10 +279,11 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
         // the basic block, and ptxas does not hoist the wgmma wait below across it (within one
         // block it moved the wait, and the V release after it, above the whole softmax, which
         // then no longer overlapped with P V).
-        if (n > r.n_begin)
-          sm.wait(sm.k_full(kst.index), kst.phase, kTagConsumerKFull);
-        else
+        if (n > r.n_begin) {
+          if constexpr (kOrder < 2) sm.wait(sm.k_full(kst.index), kst.phase, kTagConsumerKFull);
+        } else {
           mbar_arrive(sm.q_empty(qst.index));  // the tile's last read of Q was S = Q K[first]^T
+        }
 
         wgmma_wait<0>();  // O += P V[n+1] done: P and V[n+1] are free
         reg_fence(o);
@@ -287,11 +291,17 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
         for (int kk = 0; kk < kPV_K; ++kk) reg_fence(p[kk]);
         mbar_arrive(sm.v_empty(vst.index));
         vst.advance();
+        if constexpr (kOrder > 0) {
+          rescale_o(o, rescale);  // to block n's maximum, before P[n] V[n] accumulates onto it
+          convert_p(s, p);
+        }
       }
 
       // Last P V.
-      convert_p(s, p);
-      rescale_o(o, rescale);
+      if constexpr (kOrder == 0) {
+        convert_p(s, p);
+        rescale_o(o, rescale);
+      }
       sm.wait(sm.v_full(vst.index), vst.phase, kTagConsumerVFull);
       pingpong_enter<Traits>(wg);
       gemm_pv(o, p, vst.index);

@@ -83,6 +83,10 @@ struct Sm90FwdTraits {
   static constexpr bool kFp8 = false;
   static constexpr int kSoftmaxMaxOffset = 0;  // P in [0, 1] (Sm90Softmax)
   static constexpr bool kStaticSnake = false;  // the static schedule's plain round-robin (schedule.cuh)
+  // Where a key-block step converts P and rescales O (consumer.cuh): 0, P at the top of the next
+  // step and O inside its ping-pong turn; 1, both once the step's P V has completed; 2, as 1 with
+  // the wait for the next K block at the top of the step (FlashAttention-3's order). Lab variants.
+  static constexpr int kStepOrder = 0;
   static constexpr int kChunkElems = kChunkCols;
   static constexpr int kOChunks = kChunks;
   static constexpr int kQKSteps = kHeadDim / 16;
@@ -234,6 +238,7 @@ struct Sm90Fp8FwdTraits {
   // So causal calls at D=256 run the static schedule: in snake order (schedule.cuh,
   // static_next_tile), the CTA with a round's longest tile takes the next round's shortest.
   static constexpr bool kStaticSnake = true;
+  static constexpr int kStepOrder = 0;  // as Sm90FwdTraits
 };
 
 // The FP8 configs by instantiated head dim: 128 x 128 tiles, two K and V^T stages (D=128: 16 + 32
