@@ -85,8 +85,10 @@ struct Sm90FwdTraits {
   static constexpr bool kStaticSnake = false;  // the static schedule's plain round-robin (schedule.cuh)
   // Where a key-block step converts P and rescales O (consumer.cuh): 0, P at the top of the next
   // step and O inside its ping-pong turn; 1, both once the step's P V has completed; 2, as 1 with
-  // the wait for the next K block at the top of the step (FlashAttention-3's order). Lab variants.
-  static constexpr int kStepOrder = 0;
+  // the wait for the next K block at the top of the step (FlashAttention-3's order: ptxas then
+  // places the P V wait among the step's exponentials). Measured (sm90_lab variants, 2026-11-27):
+  // 2 gains 2.7% at D=256 (up to 6%), is neutral at D=128 and order 1 loses 8% at D=64.
+  static constexpr int kStepOrder = kHeadDim >= 256 ? 2 : 0;
   static constexpr int kChunkElems = kChunkCols;
   static constexpr int kOChunks = kChunks;
   static constexpr int kQKSteps = kHeadDim / 16;
