@@ -288,6 +288,21 @@ PY
       BENCH_MARKERS="bench and standard" BENCH_K="bf16-D64- and causal" bash benchmarks/run_benchmarks.sh "$OUT/bench"
     sanitize_dense_steps 200
     ;;
+  fastdiv)  # 2026-11-27, prepared: the Hopper backward's walk dividing by a multiply and a shift
+            # (lab/ab/bwd_fastdiv.diff, side B) against this tree (side A), cuDNN alongside; then the
+            # diff applied here: build, the backward tests, the sanitizers on the small dense cases
+    env_info > "$OUT/env.txt" 2>&1
+    step ab_fastdiv 590 env PATCH=bwd_fastdiv.diff REVERSE=0 OUT="$OUT/ab" \
+      AB_CMD="python3 lab/bwd_check.py --time-only --time --lean --dims 64,128,256" bash lab/ab/run_ab.sh
+    ;;
+  fastdivland)  # after fastdiv, with lab/ab/bwd_fastdiv.diff applied to this tree: build, the backward
+                # and packed-batch tests, the sanitizers on the small dense cases
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash lab/gpu_build.sh
+    step pytest_backward 420 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py \
+      tests/kernels/test_varlen_gpu.py tests/kernels/test_sm90_bwd_block_cpu.py -ra
+    sanitize_dense_steps 200
+    ;;
   tailsplit)  # 2026-11-27: the backward's split last wave (tail_split.h): build, the backward tests, its A/B
               # against no split with cuDNN alongside, sanitizers on the small dense cases
     env_info > "$OUT/env.txt" 2>&1

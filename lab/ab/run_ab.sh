@@ -41,6 +41,11 @@
 # from the parameter bank (keep_in_register) and with each stage's wgmma descriptors computed once
 # per GEMM: REVERSE=1 AB_CMD="python3 lab/fwd_time.py" (measured 2026-11-27: D=128 +2-7%, D=256
 # +0-2%, D=64 within noise; landed, so REVERSE=1 undoes it).
+# bwd_fastdiv.diff: the Hopper backward's walk (block.h BwdBlock::m_block, head_q) divides by its query
+# block count with a multiply and a shift (FastDiv, exact for every int >= 0, its CPU test in the
+# diff) instead of the compiler's integer division at every step: REVERSE=0 AB_CMD="python3
+# lab/bwd_check.py --time-only --time --lean --dims 64,128,256" (prepared 2026-11-27, not yet run;
+# bash lab/gpu_run.sh fastdiv runs it).
 # softcap_keep_grad.diff: the softcap backward keeps 1 - t^2 per score (two float16 a register)
 # instead of recovering it from P with lg2: REVERSE=1 AB_CMD="python3 lab/bwd_softcap_time.py --hopper-only".
 set -uo pipefail
