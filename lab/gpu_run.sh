@@ -35,6 +35,9 @@
 #                                     bf16 causal forward grid against cuDNN and FlashAttention-3 (~7 min)
 #   bash lab/gpu_run.sh portableland build, the backward and packed-batch tests, memcheck/racecheck/synccheck
 #                                     on the portable path's small cases, its timing vs FA2 and cuDNN (~8 min)
+#   bash lab/gpu_run.sh fastdiv  prepared: lab/ab/bwd_fastdiv.diff's A/B (the Hopper backward's walk division) with cuDNN (~9 min)
+#   bash lab/gpu_run.sh fastdivland with that diff applied: build, the backward and packed-batch tests, sanitizers (~7 min)
+#   bash lab/gpu_run.sh decodeab prepared: lab/ab/decode_score_factors.diff's A/B (decode_layers_time.py), decode tests (~8 min)
 #   bash lab/gpu_run.sh detrotate build, the backward tests, deterministic mode's cost with rotated walks and without (~8 min)
 #   bash lab/gpu_run.sh sanitizedense memcheck/racecheck/synccheck on small dense cases, on a built tree (~4 min)
 #   bash lab/gpu_run.sh training build, the backward tests with the wide config on masked calls, its causal
@@ -303,6 +306,15 @@ PY
       tests/kernels/test_varlen_gpu.py tests/kernels/test_sm90_bwd_block_cpu.py tests/kernels/test_fast_div_cpu.py -ra
     sanitize_dense_steps 200
     ;;
+  decodeab)  # 2026-11-27, prepared: the decode kernel's score factors held in registers
+             # (lab/ab/decode_score_factors.diff, side B) against this tree (side A): decode as a model
+             # runs it and warm, SDPA and FA3 alongside; then the decode tests on side B's build
+    env_info > "$OUT/env.txt" 2>&1
+    step ab_decode 560 env PATCH=decode_score_factors.diff REVERSE=0 OUT="$OUT/ab" \
+      AB_CMD="python3 lab/decode_layers_time.py" bash lab/ab/run_ab.sh
+    step pytest_decode_side_b 300 bash -c 'cd /tmp/flashattn-ab-copy && FLASHATTN_HYPOTHESIS_PROFILE=ci \
+      PYTHONPATH=$PWD python3 -m pytest -q -p no:cacheprovider tests/kernels/test_kvcache.py tests/kernels/test_fwd_split_gpu.py -ra'
+    ;;
   tailsplit)  # 2026-11-27: the backward's split last wave (tail_split.h): build, the backward tests, its A/B
               # against no split with cuDNN alongside, sanitizers on the small dense cases
     env_info > "$OUT/env.txt" 2>&1
@@ -373,7 +385,7 @@ PY
     step sanitize 330 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-45}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|detrotate|fastdiv|fastdivland|decodeab|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

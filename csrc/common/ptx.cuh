@@ -9,6 +9,17 @@
 
 namespace flashattn {
 
+// A value the compiler must hold in a register from here on: it can no longer re-derive it where it
+// is used (e.g. reload a kernel parameter from the constant bank and compare it again inside a loop).
+__device__ __forceinline__ uint32_t keep_in_register(uint32_t x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
+__device__ __forceinline__ float keep_in_register(float x) {
+  asm volatile("" : "+f"(x));
+  return x;
+}
+
 __device__ __forceinline__ uint32_t smem_addr(const void* ptr) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
 }

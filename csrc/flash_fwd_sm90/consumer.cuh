@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../common/ptx.cuh"
 #include "../common/sm90/ptx.cuh"
 #include "../common/sm90/wgmma_fp8_ops.cuh"
 #include "../common/sm90/wgmma_ops.cuh"

@@ -256,17 +256,6 @@ __device__ __forceinline__ void reg_fence(uint32_t (&r)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
-// A value the compiler must hold in a register from here on: it can no longer re-derive it where it
-// is used (e.g. reload a kernel parameter from the constant bank and compare it again inside a loop).
-__device__ __forceinline__ uint32_t keep_in_register(uint32_t x) {
-  asm volatile("" : "+r"(x));
-  return x;
-}
-__device__ __forceinline__ float keep_in_register(float x) {
-  asm volatile("" : "+f"(x));
-  return x;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Register reallocation and named barriers
 // ---------------------------------------------------------------------------------------------
