@@ -160,7 +160,7 @@ static void portable_bwd(const BwdParams& b, size_t nq) {
 template <typename Traits, typename Element>
 static void sm90_bwd(const BwdParams& b, size_t accum) {
   CHECK(cudaMemsetAsync(b.dq_accum, 0, accum * 4, 0));
-  CHECK(sm90::run_bwd_sm90<Traits, Element>(b, 0));
+  CHECK((sm90::run_bwd_sm90<Traits, Element, false, false>(b, 0)));
 }
 
 struct Cmp {

@@ -9,14 +9,17 @@
 
 namespace flashattn {
 
-// A value the compiler must hold in a register from here on: it can no longer re-derive it where it
-// is used (e.g. reload a kernel parameter from the constant bank and compare it again inside a loop).
-__device__ __forceinline__ uint32_t keep_in_register(uint32_t x) {
-  asm volatile("" : "+r"(x));
+// The value of x, opaque to the compiler (a mov in the PTX, so ptxas sees a new value too): it is
+// neither hoisted out of a loop nor folded, and it cannot be re-derived where it is used (a kernel
+// parameter reloaded from the constant bank and compared again inside a loop). Uses: the Hopper
+// backward keeps values out of registers across its steps with it, the Hopper forward keeps its
+// score-mode decisions in registers across its key blocks.
+__device__ __forceinline__ uint32_t opaque(uint32_t x) {
+  asm volatile("mov.b32 %0, %0;" : "+r"(x));
   return x;
 }
-__device__ __forceinline__ float keep_in_register(float x) {
-  asm volatile("" : "+f"(x));
+__device__ __forceinline__ float opaque(float x) {
+  asm volatile("mov.b32 %0, %0;" : "+f"(x));
   return x;
 }
 

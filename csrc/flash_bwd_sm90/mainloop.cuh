@@ -319,12 +319,6 @@ __device__ __forceinline__ void acc_to_a_frags(const float (&acc)[kRegs], uint32
   }
 }
 
-// The value of x, opaque to the compiler (not hoisted out of a loop, not folded).
-__device__ __forceinline__ uint32_t opaque(uint32_t x) {
-  asm volatile("mov.b32 %0, %0;" : "+r"(x));
-  return x;
-}
-
 // ---- Packed batches (block.h): rows [valid, rows) of two tiles of kChunks chunk planes
 // (`plane_bytes` apart, 128 bytes a row: a whole row is zeroed without regard to the swizzle) set
 // to zero by the consumers, ctid = their thread index 0..255, before any GEMM reads the tiles.

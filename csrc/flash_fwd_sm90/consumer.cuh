@@ -129,7 +129,7 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
   // capped scores tanh(s * softcap_scale) * softcap_log2 are already in log2 units. Uniform
   // across the CTA.
   //
-  // The decisions live in registers (keep_in_register): left to the compiler, they were re-derived
+  // The decisions live in registers (opaque): left to the compiler, they were re-derived
   // from the parameter bank in every key block, a constant load and two compares between each
   // S = Q K^T and its softmax (ncu source counters, D=128 causal S=4k: ~3% of the samples).
   uint32_t score_mode = 0;  // kSoftcap | kFoldScale
@@ -138,8 +138,8 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
   auto decide = [&](float scale) {
     const bool capped = params.softcap_log2 != 0.f;
     const bool fold = !capped && scale > 0.f;
-    score_mode = keep_in_register((capped ? kSoftcap : 0u) | (fold ? kFoldScale : 0u));
-    softmax_scale_log2 = keep_in_register(fold ? scale : 1.f);
+    score_mode = opaque((capped ? kSoftcap : 0u) | (fold ? kFoldScale : 0u));
+    softmax_scale_log2 = opaque(fold ? scale : 1.f);
   };
   decide(scale_log2);
   float o_scale = 1.f;  // FP8: v_descale of the tile's KV head

@@ -38,16 +38,17 @@
 # (measured 2026-11-27: D=128 +1-1.8% from 2k keys, -1.5-1.9% causal at 512-1k; D=64 -2-15%;
 # D=256 mixed; not adopted as such: Sm90FwdTraits::kStepOrder's lab variants take it further).
 # fwd_lean_step.diff: the Hopper forward's key-block step without the score-mode decisions re-derived
-# from the parameter bank (keep_in_register) and with each stage's wgmma descriptors computed once
-# per GEMM: REVERSE=1 AB_CMD="python3 lab/fwd_time.py" (measured 2026-11-27: D=128 +2-7%, D=256
-# +0-2%, D=64 within noise; landed, so REVERSE=1 undoes it).
+# from the parameter bank (keep_in_register, since then common/ptx.cuh's opaque) and with each
+# stage's wgmma descriptors computed once per GEMM (measured 2026-11-27 with REVERSE=1
+# AB_CMD="python3 lab/fwd_time.py" on commit 37628d7, where REVERSE=1 undoes it: D=128 +2-7%, D=256
+# +0-2%, D=64 within noise; landed; later commits changed the same lines, so it reverses on 37628d7).
 # bwd_fastdiv.diff: the Hopper backward's walk (block.h BwdBlock::m_block, head_q) divides by its query
 # block count with a multiply and a shift (FastDiv, exact for every int >= 0, its CPU test in the
 # diff) instead of the compiler's integer division at every step: REVERSE=0 AB_CMD="python3
 # lab/bwd_check.py --time-only --time --lean --dims 64,128,256" (prepared 2026-11-27, not yet run;
 # bash lab/gpu_run.sh fastdiv runs it).
 # decode_score_factors.diff: the decode kernel's score factors (scale, or the softcap's two) held in
-# registers across its key blocks (keep_in_register) instead of reloaded from the parameter bank for
+# registers across its key blocks (opaque) instead of reloaded from the parameter bank for
 # every score (48 constant loads a 64-key block -> 16, all predicated off without a softcap):
 # REVERSE=0 AB_CMD="python3 lab/decode_layers_time.py" (prepared 2026-11-27, not yet run; bash
 # lab/gpu_run.sh decodeab runs it).
