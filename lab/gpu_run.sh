@@ -292,8 +292,8 @@ PY
     sanitize_dense_steps 200
     ;;
   fastdiv)  # 2026-11-27, prepared: the Hopper backward's walk dividing by a multiply and a shift
-            # (lab/ab/bwd_fastdiv.diff, side B) against this tree (side A), cuDNN alongside; then the
-            # diff applied here: build, the backward tests, the sanitizers on the small dense cases
+            # (lab/ab/bwd_fastdiv.diff, side B) against this tree (side A), cuDNN alongside; the diff's
+            # tests and sanitizers after it is applied: fastdivland
     env_info > "$OUT/env.txt" 2>&1
     step ab_fastdiv 590 env PATCH=bwd_fastdiv.diff REVERSE=0 OUT="$OUT/ab" \
       AB_CMD="python3 lab/bwd_check.py --time-only --time --lean --dims 64,128,256" bash lab/ab/run_ab.sh
@@ -310,9 +310,10 @@ PY
              # (lab/ab/decode_score_factors.diff, side B) against this tree (side A): decode as a model
              # runs it and warm, SDPA and FA3 alongside; then the decode tests on side B's build
     env_info > "$OUT/env.txt" 2>&1
-    step ab_decode 560 env PATCH=decode_score_factors.diff REVERSE=0 OUT="$OUT/ab" \
+    ab_copy=/tmp/flashattn-ab-copy  # side B's built tree, tested after the A/B
+    step ab_decode 560 env PATCH=decode_score_factors.diff REVERSE=0 OUT="$OUT/ab" AB_COPY="$ab_copy" \
       AB_CMD="python3 lab/decode_layers_time.py" bash lab/ab/run_ab.sh
-    step pytest_decode_side_b 300 bash -c 'cd /tmp/flashattn-ab-copy && FLASHATTN_HYPOTHESIS_PROFILE=ci \
+    step pytest_decode_side_b 300 env AB_COPY="$ab_copy" bash -c 'cd "$AB_COPY" && FLASHATTN_HYPOTHESIS_PROFILE=ci \
       PYTHONPATH=$PWD python3 -m pytest -q -p no:cacheprovider tests/kernels/test_kvcache.py tests/kernels/test_fwd_split_gpu.py -ra'
     ;;
   tailsplit)  # 2026-11-27: the backward's split last wave (tail_split.h): build, the backward tests, its A/B

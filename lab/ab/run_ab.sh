@@ -59,7 +59,7 @@ cd "$(dirname "$0")/../.." || exit 2
 out=${OUT:-build}
 mkdir -p "$out"
 root=$PWD
-copy=/tmp/flashattn-ab-copy
+copy=${AB_COPY:-/tmp/flashattn-ab-copy}  # the other side's tree (AB_COPY: where; a caller may test in it afterwards)
 rm -rf "$copy" && mkdir -p "$copy"
 tar --exclude=./build --exclude='*.so' --exclude=./.git -cf - . | tar -C "$copy" -xf -
 if [ "${REVERSE:-1}" = 1 ]; then
