@@ -35,9 +35,6 @@
 #                                     bf16 causal forward grid against cuDNN and FlashAttention-3 (~7 min)
 #   bash lab/gpu_run.sh portableland build, the backward and packed-batch tests, memcheck/racecheck/synccheck
 #                                     on the portable path's small cases, its timing vs FA2 and cuDNN (~8 min)
-#   bash lab/gpu_run.sh fastdiv  prepared: lab/ab/bwd_fastdiv.diff's A/B (the Hopper backward's walk division) with cuDNN (~9 min)
-#   bash lab/gpu_run.sh fastdivland with that diff applied: build, the backward and packed-batch tests, sanitizers (~7 min)
-#   bash lab/gpu_run.sh decodeab prepared: lab/ab/decode_score_factors.diff's A/B (decode_layers_time.py), decode tests (~8 min)
 #   bash lab/gpu_run.sh detrotate build, the backward tests, deterministic mode's cost with rotated walks and without (~8 min)
 #   bash lab/gpu_run.sh sanitizedense memcheck/racecheck/synccheck on small dense cases, on a built tree (~4 min)
 #   bash lab/gpu_run.sh training build, the backward tests with the wide config on masked calls, its causal
@@ -291,31 +288,6 @@ PY
       BENCH_MARKERS="bench and standard" BENCH_K="bf16-D64- and causal" bash benchmarks/run_benchmarks.sh "$OUT/bench"
     sanitize_dense_steps 200
     ;;
-  fastdiv)  # 2026-11-27, prepared: the Hopper backward's walk dividing by a multiply and a shift
-            # (lab/ab/bwd_fastdiv.diff, side B) against this tree (side A), cuDNN alongside; the diff's
-            # tests and sanitizers after it is applied: fastdivland
-    env_info > "$OUT/env.txt" 2>&1
-    step ab_fastdiv 590 env PATCH=bwd_fastdiv.diff REVERSE=0 OUT="$OUT/ab" \
-      AB_CMD="python3 lab/bwd_check.py --time-only --time --lean --dims 64,128,256" bash lab/ab/run_ab.sh
-    ;;
-  fastdivland)  # after fastdiv, with lab/ab/bwd_fastdiv.diff applied to this tree: build, the backward
-                # and packed-batch tests, the sanitizers on the small dense cases
-    env_info > "$OUT/env.txt" 2>&1
-    step build 420 bash lab/gpu_build.sh
-    step pytest_backward 420 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py \
-      tests/kernels/test_varlen_gpu.py tests/kernels/test_sm90_bwd_block_cpu.py tests/kernels/test_fast_div_cpu.py -ra
-    sanitize_dense_steps 200
-    ;;
-  decodeab)  # 2026-11-27, prepared: the decode kernel's score factors held in registers
-             # (lab/ab/decode_score_factors.diff, side B) against this tree (side A): decode as a model
-             # runs it and warm, SDPA and FA3 alongside; then the decode tests on side B's build
-    env_info > "$OUT/env.txt" 2>&1
-    ab_copy=/tmp/flashattn-ab-copy  # side B's built tree, tested after the A/B
-    step ab_decode 560 env PATCH=decode_score_factors.diff REVERSE=0 OUT="$OUT/ab" AB_COPY="$ab_copy" \
-      AB_CMD="python3 lab/decode_layers_time.py" bash lab/ab/run_ab.sh
-    step pytest_decode_side_b 300 env AB_COPY="$ab_copy" bash -c 'cd "$AB_COPY" && FLASHATTN_HYPOTHESIS_PROFILE=ci \
-      PYTHONPATH=$PWD python3 -m pytest -q -p no:cacheprovider tests/kernels/test_kvcache.py tests/kernels/test_fwd_split_gpu.py -ra'
-    ;;
   tailsplit)  # 2026-11-27: the backward's split last wave (tail_split.h): build, the backward tests, its A/B
               # against no split with cuDNN alongside, sanitizers on the small dense cases
     env_info > "$OUT/env.txt" 2>&1
@@ -386,7 +358,7 @@ PY
     step sanitize 330 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-45}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|detrotate|fastdiv|fastdivland|decodeab|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

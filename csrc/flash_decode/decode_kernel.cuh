@@ -119,6 +119,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
   const int nb_end = blocks.n_begin + min(n_blocks, split * blocks_per_split + blocks_per_split);
   const int key_end = min(window.hi(i_last), nb_end * kBlockN);  // keys [nb_begin * kBlockN, key_end)
   const bool softcap = p.softcap > 0.f;  // uniform
+  // The score transform's factors (x * scale_log2, or tanh(x * softcap_scale) * softcap_log2) held
+  // in registers across the key blocks: left to the compiler, the per-score choice reloaded them
+  // from the parameter bank, 48 constant loads a block between the S MMAs and the softmax.
+  const float score_mul = opaque(softcap ? p.softcap_scale : p.scale_log2);
+  const float cap_mul = opaque(p.softcap_log2);
 
   // ---- Q tile: 16 packed rows, gathered row by row; rows past the tile and columns past the
   // runtime head dim are zero-filled ------------------------------------------------------------
@@ -263,7 +268,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
     for (int nt = 0; nt < kNTilesS; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        s[0][nt][e] = softcap ? tanh_approx(s[0][nt][e] * p.softcap_scale) * p.softcap_log2 : s[0][nt][e] * p.scale_log2;
+        s[0][nt][e] = softcap ? tanh_approx(s[0][nt][e] * score_mul) * cap_mul : s[0][nt][e] * score_mul;
         if constexpr (kMasked) {
           const int col = nb * kBlockN + warp * kWarpN + nt * 8 + (lane % 4) * 2 + (e % 2);
           if (col < col_lo[e / 2] || col >= col_hi[e / 2]) s[0][nt][e] = -INFINITY;

@@ -45,13 +45,13 @@
 # bwd_fastdiv.diff: the Hopper backward's walk (block.h BwdBlock::m_block, head_q) divides by its query
 # block count with a multiply and a shift (FastDiv, exact for every int >= 0, its CPU test in the
 # diff) instead of the compiler's integer division at every step: REVERSE=0 AB_CMD="python3
-# lab/bwd_check.py --time-only --time --lean --dims 64,128,256" (prepared 2026-11-27, not yet run;
-# bash lab/gpu_run.sh fastdiv runs it).
+# lab/bwd_check.py --time-only --time --lean --dims 64,128,256" (measured 2026-11-27: geomean 0.998,
+# D=256 non-causal 2-3% slower from 2k keys; not adopted; docs/perf-notes.md).
 # decode_score_factors.diff: the decode kernel's score factors (scale, or the softcap's two) held in
 # registers across its key blocks (opaque) instead of reloaded from the parameter bank for
 # every score (48 constant loads a 64-key block -> 16, all predicated off without a softcap):
-# REVERSE=0 AB_CMD="python3 lab/decode_layers_time.py" (prepared 2026-11-27, not yet run; bash
-# lab/gpu_run.sh decodeab runs it).
+# AB_CMD="python3 lab/decode_layers_time.py" (measured 2026-11-27 with REVERSE=0: +1.2% geomean, the
+# small rows +1.3-3.2%; landed, so REVERSE=1 now undoes it).
 # softcap_keep_grad.diff: the softcap backward keeps 1 - t^2 per score (two float16 a register)
 # instead of recovering it from P with lg2: REVERSE=1 AB_CMD="python3 lab/bwd_softcap_time.py --hopper-only".
 set -uo pipefail
