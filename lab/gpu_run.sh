@@ -355,7 +355,7 @@ PY
     env_info > "$OUT/env.txt" 2>&1
     step build 420 bash lab/gpu_build.sh  # always: a build left from before the kernel fix would hide it
     step pytest_reliability 150 "${pytest_ci[@]}" tests/kernels/test_check_indices_gpu.py tests/kernels/test_nonfinite_gpu.py -ra
-    step sanitize 330 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-45}" bash lab/sanitize.sh "$OUT/sanitize"
+    step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
     echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;

@@ -52,6 +52,9 @@
 # every score (48 constant loads a 64-key block -> 16, all predicated off without a softcap):
 # AB_CMD="python3 lab/decode_layers_time.py" (measured 2026-11-27 with REVERSE=0: +1.2% geomean, the
 # small rows +1.3-3.2%; landed, so REVERSE=1 now undoes it).
+# fp8_block192.diff: the FP8 forward at D=128 on 128 x 192 tiles, V^T in 64-key planes (64-byte
+# swizzle): apply it (patch -p1) and run python3 lab/fp8_time.py (measured 2026-11-27: non-causal
+# +1%, causal -3% against FlashAttention-3's ratio before; not adopted; docs/perf-notes.md).
 # softcap_keep_grad.diff: the softcap backward keeps 1 - t^2 per score (two float16 a register)
 # instead of recovering it from P with lg2: REVERSE=1 AB_CMD="python3 lab/bwd_softcap_time.py --hopper-only".
 set -uo pipefail
