@@ -458,6 +458,16 @@ using Masked3Traits = Sm90FwdTraits<D, N, 2, true, 1, OT, CH, 3, true>;
         &launch_variant_scheduled<Masked3Traits<D, N, CH, OT>, __nv_bfloat16>, true              \
   }
 #define VARIANT_M3(NAME, D, N, CH) VARIANT_M3O(NAME, D, N, CH, false)
+// One consumer warpgroup, 64-row tiles, two CTAs to an SM (Sm90FwdTraits::kCtasPerSm), with masks:
+// the short causal forward's tile edges overlapped across CTAs instead of in a ping-pong section.
+template <int D, int N, int ST>
+using OneConsumerTraits = Sm90FwdTraits<D, N, ST, false, 1, false, 1, 1, true>;
+#define VARIANT_1(NAME, D, N, ST)                                                               \
+  Variant {                                                                                   \
+    NAME, D, &launch_variant<OneConsumerTraits<D, N, ST>, __nv_bfloat16>,                     \
+        &launch_variant<OneConsumerTraits<D, N, ST>, __half>,                                 \
+        &launch_variant_scheduled<OneConsumerTraits<D, N, ST>, __nv_bfloat16>, true           \
+  }
 #define VARIANT_O(NAME, D, N, ST, PP, QS, OT) VARIANT_X(NAME, D, N, ST, PP, QS, OT, 1, 2)
 #define VARIANT(NAME, D, N, ST, PP, QS) VARIANT_X(NAME, D, N, ST, PP, QS, false, 1, 2)
 // The shipped config of head dim D (2 stages, ping-pong, O-TMA from D=128) with CH softmax chains.
@@ -503,6 +513,9 @@ static const Variant kVariants[] = {
     VARIANT_X("d64-3wg-ch4", 64, 128, 2, true, 1, false, 4, 3),
     VARIANT_X("d64-3wg-nopp", 64, 128, 2, false, 1, false, 1, 3),
     VARIANT_X("d64-3wg-n96", 64, 96, 2, true, 1, false, 1, 3),
+    VARIANT_1("d64-1wg-2cta", 64, 128, 2),  // 74 KB
+    VARIANT_1("d64-1wg-2cta-s3", 64, 128, 3),  // 106 KB
+    VARIANT_1("d128-1wg-2cta-n64", 128, 64, 2),  // 82 KB
     VARIANT_M3("d64-3wg-masked", 64, 128, 1),
     VARIANT_M3("d64-3wg-masked-ch4", 64, 128, 4),
     VARIANT_M3("d64-3wg-masked-n96", 64, 96, 1),

@@ -72,7 +72,8 @@ __device__ __forceinline__ void fwd_sm90_body(const Params& params) {
 
 // kDynamic: the tile schedule (schedule.cuh); both variants are instantiated for every config.
 template <typename Traits, typename Element, bool kDynamic>
-__global__ void __launch_bounds__(Traits::kThreads, 1) flash_fwd_sm90_kernel(const __grid_constant__ Sm90Params params) {
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm)
+    flash_fwd_sm90_kernel(const __grid_constant__ Sm90Params params) {
 #if defined(FLASHATTN_SM90A_ENABLED)
   fwd_sm90_body<Traits, Element, kDynamic>(params);
 #else

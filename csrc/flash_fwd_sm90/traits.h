@@ -30,19 +30,25 @@ constexpr int kConsumerWarpgroups = 2;
 // keep 32 for the producer and 232 for each of two consumers, and three-consumer dynamic kernels
 // 32 and 160. 232 cost the dynamic kernels 3-5% against the static ones on the same unmasked calls
 // at D=64 and D=128 (perf-notes "v16").
+// A lab config with one consumer runs two CTAs to an SM (Sm90FwdTraits::kCtasPerSm), each with
+// half the register file: the producer's budget and 256 - it for the consumer.
 template <bool kDynamic, int kConsumers = kConsumerWarpgroups, int kHeadDim = 128>
 struct RegisterSplit {
+  static constexpr int kCtasPerSm = kConsumers == 1 ? 2 : 1;
   static constexpr bool kWideProducer = kDynamic && (kHeadDim == 64 || kConsumers == 3);
-  static constexpr int kProducer = kWideProducer ? 32 : 24;                                  // setmaxnreg.dec
-  static constexpr int kConsumer = kConsumers == 2 ? (kWideProducer ? 232 : 240) : 160;  // setmaxnreg.inc
-  // 128 threads x (24 + 240 + 240) = 64512, x (32 + 232 + 232) = 63488, x (32 + 3 x 160) = 65536.
-  static_assert(kWarpgroupThreads * (kProducer + kConsumers * kConsumer) <= 65536, "register file");
+  static constexpr int kProducer = kWideProducer ? 32 : 24;  // setmaxnreg.dec
+  static constexpr int kConsumer = kConsumers == 1   ? 256 - kProducer
+                                   : kConsumers == 2 ? (kWideProducer ? 232 : 240)
+                                                     : 160;  // setmaxnreg.inc
+  // 128 threads x (24 + 240 + 240) = 64512, x (32 + 232 + 232) = 63488, x (32 + 3 x 160) = 65536;
+  // one consumer: 2 CTAs x 128 x (24 + 232) = 65536.
+  static_assert(kCtasPerSm * kWarpgroupThreads * (kProducer + kConsumers * kConsumer) <= 65536, "register file");
   // setmaxnreg.inc waits until the registers it asks for are free, and only what the launch
   // allocated is: 65536 / threads per thread (__launch_bounds__(threads, 1)), in steps of 8, i.e. 168
   // at 384 threads and 128 at 512. Asking for more hangs the consumers at their first instruction:
   // 32 + 240 + 240 (the whole register file, 1024 registers above the launch's 64512) did on the
   // H100 (perf-notes "v16").
-  static constexpr int kLaunchRegs = 65536 / ((1 + kConsumers) * kWarpgroupThreads) / 8 * 8;
+  static constexpr int kLaunchRegs = 65536 / kCtasPerSm / ((1 + kConsumers) * kWarpgroupThreads) / 8 * 8;
   static_assert(kProducer + kConsumers * kConsumer <= (1 + kConsumers) * kLaunchRegs,
                 "setmaxnreg budgets within the registers the launch allocates");
   static_assert(kConsumer % 8 == 0 && kProducer % 8 == 0, "setmaxnreg takes multiples of 8");
@@ -63,7 +69,11 @@ struct Sm90FwdTraits {
   // consumer warps to interleave instead of two (ncu at D=64: schedulers idle half their cycles on
   // latency stalls, perf-notes "ncu source counters"), at 160 registers per consumer thread.
   static constexpr int kConsumerWGs = kConsumerWGs_;
-  static_assert(kConsumerWGs == 2 || kConsumerWGs == 3, "two or three consumer warpgroups");
+  static_assert(kConsumerWGs >= 1 && kConsumerWGs <= 3, "one to three consumer warpgroups");
+  // CTAs resident per SM. One consumer (a lab config: 64-row tiles, nobody to take turns with) runs
+  // two CTAs to an SM, so that one CTA's tile edges (its first S, its epilogue) overlap the other
+  // CTA's GEMMs without a shared ping-pong section (__launch_bounds__, the grid, RegisterSplit).
+  static constexpr int kCtasPerSm = kConsumerWGs == 1 ? 2 : 1;
   static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWGs);
   static constexpr int kConsumerThreads = kWarpgroupThreads * kConsumerWGs;
   static constexpr int kEpilogueBarrierBase = kPingPongBarrierBase + kConsumerWGs;
@@ -77,6 +87,7 @@ struct Sm90FwdTraits {
   static constexpr int kBlockN = kBlockN_;                   // keys per K/V block
   static constexpr int kStages = kStages_;                   // K/V ring depth
   static constexpr bool kPingPong = kPingPong_;              // the consumers take turns at the GEMMs
+  static_assert(kConsumerWGs > 1 || !kPingPong, "one consumer warpgroup has nobody to take turns with");
   static constexpr int kChunks = kHeadDim / kChunkCols;
   // What the FP8 traits (Sm90Fp8FwdTraits below) set otherwise: 16-bit elements, 64 per 128-byte
   // chunk row; O planes like Q's; k-steps of 16 (S = Q K^T over D, O += P V over the keys).
@@ -153,6 +164,8 @@ struct Sm90FwdTraits {
   // across tiles, which holds when every tile uses the buffers the same whole number of times.
   static_assert(!kOTma || kChunks % (kOTma ? kOBufPlanes : 1) == 0, "O planes a multiple of the plane buffers");
   static_assert(kSmemBytes <= kMaxSmemSm90, "shared memory over the 227 KB per-block limit");
+  // An SM's 228 KB hold kCtasPerSm CTAs, each with 1 KB the system reserves.
+  static_assert(kCtasPerSm * (kSmemBytes + 1024) <= kMaxSmemSm90 + 1024, "kCtasPerSm CTAs' shared memory per SM");
 
   // Per-thread accumulator registers: S is m64 x kBlockN, O is m64 x kHeadDim, over 128 threads.
   static constexpr int kSRegs = kBlockN / 2;
@@ -176,6 +189,7 @@ template <int kHeadDim_, int kBlockN_, int kStages_>
 struct Sm90Fp8FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumerWGs = 2;
+  static constexpr int kCtasPerSm = 1;
   static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWGs);
   static constexpr int kConsumerThreads = kWarpgroupThreads * kConsumerWGs;
   static constexpr int kEpilogueBarrierBase = kPingPongBarrierBase + kConsumerWGs;
