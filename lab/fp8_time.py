@@ -8,7 +8,10 @@ inputs (a 1k-token slice of each shape): ours must be within FlashAttention-3's 
 and within the suite's FP8 criterion (tests/numerics.py).
 FlashAttention-3: the tokenspeed-fa3 wheel, module flash_attn_interface
 (`flash_attn_func(q, k, v, causal=..., q_descale=..., k_descale=..., v_descale=...)`).
-usage: python lab/fp8_time.py [--check]"""
+With --breakdown, also each FP8 call's kernels from torch.profiler (ours: the V transpose and the
+forward; FlashAttention-3: its one kernel), their times and the transpose's share of ours: the most
+an in-kernel transpose (FlashAttention-3's form) could take off.
+usage: python lab/fp8_time.py [--check] [--breakdown]"""
 
 from __future__ import annotations
 
@@ -85,9 +88,48 @@ def check(mod) -> bool:
     return ok
 
 
+def kernel_times(fn, calls: int = 5) -> list[tuple[str, float]]:
+    """(kernel name, mean us per call) of fn's CUDA kernels, under torch.profiler, after a warm-up."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    totals: dict[str, float] = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            totals[e.name] = totals.get(e.name, 0.0) + e.device_time / calls
+    return sorted(totals.items(), key=lambda kv: -kv[1])
+
+
+def breakdown(mod) -> None:
+    print("\nkernels of one call (torch.profiler, mean of 5), us; transpose share = its time / ours in all")
+    for d in (128, 256):
+        for s in (4096, 16384):
+            for causal in (False, True):
+                b, h = 32768 // s, 16
+                q, k, v, qd, kd, vd = inputs(b, s, h, h, d)
+                q8, k8, v8 = (x.to(FP8) for x in (q, k, v))
+                ours = kernel_times(lambda: flashattn.flash_attn_func(
+                    q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd))
+                total = sum(t for _, t in ours)
+                tr = sum(t for name, t in ours if "transpose" in name)
+                line = f"D={d} S={s} causal={causal}: ours {total:.1f} (transpose {tr:.1f}, {100 * tr / total:.1f}%)"
+                if mod is not None:
+                    theirs = kernel_times(lambda: fa3_call(mod, q8, k8, v8, qd, kd, vd, causal))
+                    line += f"; FlashAttention-3 {sum(t for _, t in theirs):.1f}"
+                print(line)
+                for name, t in ours:
+                    print(f"    {t:9.1f}  {name[:110]}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true", help="errors against the reference first")
+    ap.add_argument("--breakdown", action="store_true", help="each call's kernels from the profiler, after the table")
     args = ap.parse_args()
     mod = fa3()
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, flashattn {flashattn.__version__}")
@@ -108,6 +150,8 @@ def main() -> int:
                 if mod is not None:
                     theirs = tflops(b, s, h, d, causal, graph_ms(lambda: fa3_call(mod, q8, k8, v8, qd, kd, vd, causal)))
                 print(f"{d:>4} {s:>6} {causal!s:>6} {ours:>9.0f} {theirs:>9.0f} {bf16:>9.0f} {ours / theirs:>8.2f}")
+    if args.breakdown:
+        breakdown(mod)
     return 0
 
 

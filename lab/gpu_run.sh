@@ -35,6 +35,8 @@
 #                                     bf16 causal forward grid against cuDNN and FlashAttention-3 (~7 min)
 #   bash lab/gpu_run.sh portableland build, the backward and packed-batch tests, memcheck/racecheck/synccheck
 #                                     on the portable path's small cases, its timing vs FA2 and cuDNN (~8 min)
+#   bash lab/gpu_run.sh twocta   prepared: the one-consumer two-CTA forward variants against the shipped configs
+#                                     (lab), then the FP8 calls' kernel breakdown (lab/fp8_time.py --breakdown) (~5 min)
 #   bash lab/gpu_run.sh detrotate build, the backward tests, deterministic mode's cost with rotated walks and without (~8 min)
 #   bash lab/gpu_run.sh sanitizedense memcheck/racecheck/synccheck on small dense cases, on a built tree (~4 min)
 #   bash lab/gpu_run.sh training build, the backward tests with the wide config on masked calls, its causal
@@ -288,6 +290,14 @@ PY
       BENCH_MARKERS="bench and standard" BENCH_K="bf16-D64- and causal" bash benchmarks/run_benchmarks.sh "$OUT/bench"
     sanitize_dense_steps 200
     ;;
+  twocta)  # 2026-11-27, prepared: the short causal forward on one-consumer CTAs, two to an SM (lab variants,
+           # traits.h kCtasPerSm), timed against the shipped configs; then the FP8 call's kernels (its V
+           # transpose's share) against FlashAttention-3's
+    env_info > "$OUT/env.txt" 2>&1
+    step lab_twocta 420 bash lab/sm90_lab.sh variants d64-1wg-2cta d64-1wg-2cta-s3 d128-1wg-2cta-n64
+    ensure_built
+    step fp8_breakdown 240 python3 lab/fp8_time.py --breakdown
+    ;;
   tailsplit)  # 2026-11-27: the backward's split last wave (tail_split.h): build, the backward tests, its A/B
               # against no split with cuDNN alongside, sanitizers on the small dense cases
     env_info > "$OUT/env.txt" 2>&1
@@ -358,7 +368,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
