@@ -222,3 +222,45 @@ def test_tma_store_epilogue_buffers_the_whole_tile_where_it_fits(probe: dict) ->
     assert (planes, chunks) == (2, 4) and limit - 16384 < smem <= limit, "two planes fit, a third would not"
     planes, chunks, _, _ = probe["oplanes"]["d64-otma"]
     assert planes == chunks == 1
+
+
+_BUDGET_PROBE = r"""
+#include <cstdio>
+#include "flash_fwd_sm90/traits.h"
+using namespace flashattn::sm90;
+template <typename T, bool kDynamic> void budget(const char* name) {
+  using R = RegisterSplit<kDynamic, T::kConsumerWGs, T::kHeadDim>;
+  std::printf("%s %d %d %d %d %d %d %d\n", name, T::kConsumerWGs, T::kThreads, T::kCtasPerSm, T::kSmemBytes,
+              R::kLaunchRegs, R::kProducer, R::kConsumer);
+}
+int main() {
+  budget<Sm90DefaultConfig<128>::Traits, false>("default128-static");
+  budget<Sm90DefaultConfig<64>::Traits, true>("default64-dynamic");
+  budget<Sm90LongKeysConfig<64>::Traits, true>("longkeys64-dynamic");
+  budget<Sm90FwdTraits<64, 128, 2, false, 1, false, 1, 1, true>, false>("d64-1wg-static");
+  budget<Sm90FwdTraits<64, 128, 2, false, 1, false, 1, 1, true>, true>("d64-1wg-dynamic");
+  budget<Sm90FwdTraits<64, 128, 3, false, 1, false, 1, 1, true>, true>("d64-1wg-s3-dynamic");
+  budget<Sm90FwdTraits<128, 64, 2, false, 1, false, 1, 1, true>, true>("d128-1wg-n64-dynamic");
+}
+"""
+
+
+def test_ctas_per_sm_fit_the_register_file_and_shared_memory(tmp_path_factory) -> None:
+    """Every config's CTAs per SM (one, or two for a one-consumer config) fit an SM: the registers
+    the launch allocates (65536 over the CTAs' threads, in steps of 8) hold the setmaxnreg budgets,
+    which use all of them, and kCtasPerSm CTAs' shared memory (plus 1 KB each the system keeps)
+    fits the 228 KB."""
+    rows = {}
+    for line in run_cpp_probe(tmp_path_factory, "sm90_budgets", _BUDGET_PROBE):
+        name, *vals = line.split()
+        rows[name] = tuple(int(v) for v in vals)
+    for name, (wgs, threads, ctas, smem, launch_regs, producer, consumer) in rows.items():
+        assert threads == 128 * (1 + wgs), name
+        assert ctas == (2 if wgs == 1 else 1), name
+        assert launch_regs == 65536 // ctas // threads // 8 * 8, name
+        assert producer + wgs * consumer <= (1 + wgs) * launch_regs, f"{name}: setmaxnreg asks for more than the launch"
+        assert ctas * 128 * (producer + wgs * consumer) <= 65536, name
+        assert ctas * (smem + 1024) <= 228 * 1024, name
+    assert rows["default128-static"][4:] == (168, 24, 240)
+    assert rows["d64-1wg-static"][2:3] + rows["d64-1wg-static"][4:] == (2, 128, 24, 232)
+    assert rows["d64-1wg-dynamic"][4:] == (128, 32, 224)
