@@ -147,11 +147,7 @@ cudaError_t run_fwd_sm90_fp8(const FwdParams& p, const Fp8FwdArgs& x, const Devi
   constexpr auto kernel = flash_fwd_sm90_fp8_kernel<Traits, kDynamic>;
   cudaError_t err = set_max_dynamic_smem_once<kernel>(Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
-  if constexpr (Traits::kCtasPerSm > 1) {  // the whole carveout as shared memory, for kCtasPerSm CTAs
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-    if (err != cudaSuccess) return err;
-  }
-  const int grid = std::min(k.num_tiles, std::max(1, dev.sm_count) * Traits::kCtasPerSm);
+  const int grid = std::min(k.num_tiles, std::max(1, dev.sm_count));
   kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(k);
   return cudaGetLastError();
 }

@@ -32,9 +32,11 @@ constexpr int kConsumerWarpgroups = 2;
 // at D=64 and D=128 (perf-notes "v16").
 // A lab config with one consumer runs two CTAs to an SM (Sm90FwdTraits::kCtasPerSm), each with
 // half the register file: the producer's budget and 256 - it for the consumer.
+constexpr int sm90_ctas_per_sm(int consumers) { return consumers == 1 ? 2 : 1; }
+
 template <bool kDynamic, int kConsumers = kConsumerWarpgroups, int kHeadDim = 128>
 struct RegisterSplit {
-  static constexpr int kCtasPerSm = kConsumers == 1 ? 2 : 1;
+  static constexpr int kCtasPerSm = sm90_ctas_per_sm(kConsumers);
   static constexpr bool kWideProducer = kDynamic && (kHeadDim == 64 || kConsumers == 3);
   static constexpr int kProducer = kWideProducer ? 32 : 24;  // setmaxnreg.dec
   static constexpr int kConsumer = kConsumers == 1   ? 256 - kProducer
@@ -73,7 +75,7 @@ struct Sm90FwdTraits {
   // CTAs resident per SM. One consumer (a lab config: 64-row tiles, nobody to take turns with) runs
   // two CTAs to an SM, so that one CTA's tile edges (its first S, its epilogue) overlap the other
   // CTA's GEMMs without a shared ping-pong section (__launch_bounds__, the grid, RegisterSplit).
-  static constexpr int kCtasPerSm = kConsumerWGs == 1 ? 2 : 1;
+  static constexpr int kCtasPerSm = sm90_ctas_per_sm(kConsumerWGs);
   static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWGs);
   static constexpr int kConsumerThreads = kWarpgroupThreads * kConsumerWGs;
   static constexpr int kEpilogueBarrierBase = kPingPongBarrierBase + kConsumerWGs;
@@ -189,7 +191,6 @@ template <int kHeadDim_, int kBlockN_, int kStages_>
 struct Sm90Fp8FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumerWGs = 2;
-  static constexpr int kCtasPerSm = 1;
   static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWGs);
   static constexpr int kConsumerThreads = kWarpgroupThreads * kConsumerWGs;
   static constexpr int kEpilogueBarrierBase = kPingPongBarrierBase + kConsumerWGs;
