@@ -17,12 +17,12 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from collections import defaultdict
 
 import torch
 import torch.nn.functional as F
 
 import flashattn
+from gpu_timing import kernel_table
 
 HQ, HK, D = 32, 8, 128
 
@@ -78,23 +78,6 @@ def graph_us(fns: list, reps: int = 30) -> float:
 def graph_time_us(fn, calls: int = 20, reps: int = 30) -> float:
     """Median µs per call of `calls` calls captured in one CUDA graph, replayed `reps` times."""
     return graph_us([fn] * calls, reps)
-
-
-def kernel_table(fn, calls: int = 20) -> list[tuple[str, float, float]]:
-    """(kernel name, launches per call, mean µs) of `calls` eager calls."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    acc: dict[str, list[float]] = defaultdict(list)
-    for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
-            acc[ev.name].append(ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total)
-    return sorted(((n, len(v) / calls, sum(v) / len(v)) for n, v in acc.items()), key=lambda r: -r[1] * r[2])
 
 
 def main(argv: list[str]) -> int:

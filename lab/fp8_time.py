@@ -23,6 +23,7 @@ import torch
 import triton.testing
 
 import flashattn
+from gpu_timing import kernel_table
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
@@ -54,6 +55,22 @@ def inputs(b, s, h, hk, d, device="cuda", seed=0):
     return q, k, v, qd, kd, vd
 
 
+def timing_grid():
+    """The timed shapes (B x S = 32k tokens, 16 heads, GQA 16:16), each with its bf16 inputs, their
+    FP8 casts and the descales: (d, s, causal, b, h, (q, k, v), (q8, k8, v8, qd, kd, vd))."""
+    for d in (128, 256):
+        for s in (4096, 16384):
+            for causal in (False, True):
+                b, h = 32768 // s, 16
+                q, k, v, qd, kd, vd = inputs(b, s, h, h, d)
+                q8, k8, v8 = (x.to(FP8) for x in (q, k, v))
+                yield d, s, causal, b, h, (q, k, v), (q8, k8, v8, qd, kd, vd)
+
+
+def ours_fp8(q8, k8, v8, qd, kd, vd, causal):
+    return flashattn.flash_attn_func(q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd)
+
+
 def fa3_call(mod, q8, k8, v8, qd, kd, vd, causal):
     r = mod.flash_attn_func(q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd)
     return r[0] if isinstance(r, tuple) else r
@@ -69,7 +86,7 @@ def check(mod) -> bool:
             q, k, v, qd, kd, vd = inputs(b, s, h, hk, d, seed=d)
             q8, k8, v8 = (x.mul(3.0).to(FP8) for x in (q, k, v))
             mode = flashattn.CAUSAL_BOTTOM_RIGHT if causal else flashattn.CAUSAL_NONE
-            ours = flashattn.flash_attn_func(q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd)
+            ours = ours_fp8(q8, k8, v8, qd, kd, vd, causal)
             ref, _, _, _ = fp8_reference(q8, k8, v8, qd, kd, vd, None, mode)
             err = (ours.double() - ref).abs().max().item()
             line = f"D={d} causal={causal}: ours max|err| {err:.3e}"
@@ -88,42 +105,19 @@ def check(mod) -> bool:
     return ok
 
 
-def kernel_times(fn, calls: int = 5) -> list[tuple[str, float]]:
-    """(kernel name, mean us per call) of fn's CUDA kernels, under torch.profiler, after a warm-up."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    totals: dict[str, float] = {}
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            totals[e.name] = totals.get(e.name, 0.0) + e.device_time / calls
-    return sorted(totals.items(), key=lambda kv: -kv[1])
-
-
 def breakdown(mod) -> None:
     print("\nkernels of one call (torch.profiler, mean of 5), us; transpose share = its time / ours in all")
-    for d in (128, 256):
-        for s in (4096, 16384):
-            for causal in (False, True):
-                b, h = 32768 // s, 16
-                q, k, v, qd, kd, vd = inputs(b, s, h, h, d)
-                q8, k8, v8 = (x.to(FP8) for x in (q, k, v))
-                ours = kernel_times(lambda: flashattn.flash_attn_func(
-                    q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd))
-                total = sum(t for _, t in ours)
-                tr = sum(t for name, t in ours if "transpose" in name)
-                line = f"D={d} S={s} causal={causal}: ours {total:.1f} (transpose {tr:.1f}, {100 * tr / total:.1f}%)"
-                if mod is not None:
-                    theirs = kernel_times(lambda: fa3_call(mod, q8, k8, v8, qd, kd, vd, causal))
-                    line += f"; FlashAttention-3 {sum(t for _, t in theirs):.1f}"
-                print(line)
-                for name, t in ours:
-                    print(f"    {t:9.1f}  {name[:110]}")
+    for d, s, causal, _, _, _, fp8 in timing_grid():
+        ours = [(name, n * t) for name, n, t in kernel_table(lambda: ours_fp8(*fp8, causal), calls=5)]
+        total = sum(t for _, t in ours)
+        tr = sum(t for name, t in ours if "transpose" in name)
+        line = f"D={d} S={s} causal={causal}: ours {total:.1f} (transpose {tr:.1f}, {100 * tr / total:.1f}%)"
+        if mod is not None:
+            theirs = kernel_table(lambda: fa3_call(mod, *fp8, causal), calls=5)
+            line += f"; FlashAttention-3 {sum(n * t for _, n, t in theirs):.1f}"
+        print(line)
+        for name, t in ours:
+            print(f"    {t:9.1f}  {name[:110]}")
 
 
 def main() -> int:
@@ -137,19 +131,13 @@ def main() -> int:
         print("FP8 check FAILED")
         return 1
     print(f"{'D':>4} {'S':>6} {'causal':>6} {'fp8 ours':>9} {'fp8 FA3':>9} {'bf16 ours':>9} {'ours/FA3':>8}  (TFLOP/s)")
-    for d in (128, 256):
-        for s in (4096, 16384):
-            for causal in (False, True):
-                b, h = 32768 // s, 16
-                q, k, v, qd, kd, vd = inputs(b, s, h, h, d)
-                q8, k8, v8 = (x.to(FP8) for x in (q, k, v))
-                ours = tflops(b, s, h, d, causal, graph_ms(lambda: flashattn.flash_attn_func(
-                    q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd)))
-                bf16 = tflops(b, s, h, d, causal, graph_ms(lambda: flashattn.flash_attn_func(q, k, v, causal=causal)))
-                theirs = float("nan")
-                if mod is not None:
-                    theirs = tflops(b, s, h, d, causal, graph_ms(lambda: fa3_call(mod, q8, k8, v8, qd, kd, vd, causal)))
-                print(f"{d:>4} {s:>6} {causal!s:>6} {ours:>9.0f} {theirs:>9.0f} {bf16:>9.0f} {ours / theirs:>8.2f}")
+    for d, s, causal, b, h, (q, k, v), fp8 in timing_grid():
+        ours = tflops(b, s, h, d, causal, graph_ms(lambda: ours_fp8(*fp8, causal)))
+        bf16 = tflops(b, s, h, d, causal, graph_ms(lambda: flashattn.flash_attn_func(q, k, v, causal=causal)))
+        theirs = float("nan")
+        if mod is not None:
+            theirs = tflops(b, s, h, d, causal, graph_ms(lambda: fa3_call(mod, *fp8, causal)))
+        print(f"{d:>4} {s:>6} {causal!s:>6} {ours:>9.0f} {theirs:>9.0f} {bf16:>9.0f} {ours / theirs:>8.2f}")
     if args.breakdown:
         breakdown(mod)
     return 0

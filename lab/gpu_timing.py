@@ -1,6 +1,8 @@
 """The CUDA-event timers the GPU tools share (lab/ceilings.py, quick_check.py, sm90_check.py,
-decode_check.py; do_bench_ms, cudnn_backward_ms and geomean for the backward A/B scripts), on top of the benchmark suite's primitives (benchmarks/bench_common.py:
-time_calls_ms, one event pair around back-to-back calls; measure_interleaved, the round schedule).
+decode_check.py; do_bench_ms, cudnn_backward_ms and geomean for the backward A/B scripts), on top of
+the benchmark suite's primitives (benchmarks/bench_common.py: time_calls_ms, one event pair around
+back-to-back calls; measure_interleaved, the round schedule); and kernel_table, a call's kernels
+under torch.profiler (decode_profile.py, fp8_time.py --breakdown).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import math
 import pathlib
 import statistics
 import sys
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -78,3 +81,21 @@ def do_bench_ms(fn: Callable[[], object]) -> float:
 
 def geomean(xs: list[float]) -> float:
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+def kernel_table(fn: Callable[[], object], calls: int = 20) -> list[tuple[str, float, float]]:
+    """(kernel name, launches per call, mean µs) of `calls` eager calls under torch.profiler, after a
+    warm-up call; heaviest first (lab/decode_profile.py, lab/fp8_time.py --breakdown)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    acc: dict[str, list[float]] = defaultdict(list)
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            acc[ev.name].append(ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total)
+    return sorted(((n, len(v) / calls, sum(v) / len(v)) for n, v in acc.items()), key=lambda r: -r[1] * r[2])
