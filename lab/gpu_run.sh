@@ -37,6 +37,7 @@
 #                                     on the portable path's small cases, its timing vs FA2 and cuDNN (~8 min)
 #   bash lab/gpu_run.sh twocta   prepared: the one-consumer two-CTA forward variants against the shipped configs
 #                                     (lab), then the FP8 calls' kernel breakdown (lab/fp8_time.py --breakdown) (~5 min)
+#   bash lab/gpu_run.sh detncu   ncu on the D=256 causal backward with and without deterministic mode (~4 min)
 #   bash lab/gpu_run.sh detrotate build, the backward tests, deterministic mode's cost with rotated walks and without (~8 min)
 #   bash lab/gpu_run.sh sanitizedense memcheck/racecheck/synccheck on small dense cases, on a built tree (~4 min)
 #   bash lab/gpu_run.sh training build, the backward tests with the wide config on masked calls, its causal
@@ -298,6 +299,12 @@ PY
     ensure_built
     step fp8_breakdown 240 python3 lab/fp8_time.py --breakdown
     ;;
+  detncu)  # 2026-11-28: where deterministic mode's D=256 causal cost goes (issue 27): the main kernel's
+           # stall reasons with and without flashattn.set_deterministic, one call each (lab/ncu_bwd.sh)
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    step ncu_bwd_det 420 env NCU_BWD_DET=1 NCU_BWD_PEERS=0 OUT="$OUT" bash lab/ncu_bwd.sh ${NCU_BWD_SHAPES:-256:8192:1}
+    ;;
   tailsplit)  # 2026-11-27: the backward's split last wave (tail_split.h): build, the backward tests, its A/B
               # against no split with cuDNN alongside, sanitizers on the small dense cases
     env_info > "$OUT/env.txt" 2>&1
@@ -368,7 +375,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

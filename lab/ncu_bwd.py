@@ -4,7 +4,8 @@ inside a profiler range, for Nsight Compute to compare side by side (lab/ncu_bwd
 ncu). Shapes: the standard grid's (bf16, B*S = 16k, H = 2048/D), given as D:S:causal.
 usage: python lab/ncu_bwd.py 128:4096:0 64:4096:0 ...
 NCU_BWD_BACKEND=portable (default auto) picks flashattn's backward path, e.g. the portable one
-against FlashAttention-2 on an H100.
+against FlashAttention-2 on an H100. NCU_BWD_DET=1 adds flashattn's deterministic call per shape
+(its cost against the default, kernel by kernel); NCU_BWD_PEERS=0 leaves out FA2 and cuDNN.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ def main(argv: list[str]) -> int:
     specs = [tuple(int(x) for x in a.split(":")) for a in argv] or [(128, 4096, 0)]
     calls = []
     backend = os.environ.get("NCU_BWD_BACKEND", "auto")
+    det_too = os.environ.get("NCU_BWD_DET", "0") == "1"
+    peers = os.environ.get("NCU_BWD_PEERS", "1") == "1"
     for d, s, causal in specs:
         b, h = 16384 // s, 2048 // d
         q, k, v, dout = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
@@ -34,7 +37,11 @@ def main(argv: list[str]) -> int:
         label = f"D={d} S={s} causal={cm}"
         calls.append((f"{label} flashattn {backend}", lambda q=q, k=k, v=v, o=out, l=lse, g=dout, sc=scale, c=cm:
                       BWD(g, q, k, v, o, l, sc, c, False, backend)))
-        for name, be in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        if det_too:
+            calls.append((f"{label} flashattn {backend} deterministic",
+                          lambda q=q, k=k, v=v, o=out, l=lse, g=dout, sc=scale, c=cm:
+                          BWD(g, q, k, v, o, l, sc, c, True, backend)))
+        for name, be in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)) if peers else ():
             qt, kt, vt = (t.transpose(1, 2).detach().requires_grad_() for t in (q, k, v))
             with sdpa_kernel(be):
                 o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(causal))
