@@ -37,6 +37,8 @@
 #                                     on the portable path's small cases, its timing vs FA2 and cuDNN (~8 min)
 #   bash lab/gpu_run.sh twocta   prepared: the one-consumer two-CTA forward variants against the shipped configs
 #                                     (lab), then the FP8 calls' kernel breakdown (lab/fp8_time.py --breakdown) (~5 min)
+#   bash lab/gpu_run.sh fp8vt    after an FP8 V-transpose change: build, the FP8 tests, memcheck/racecheck/
+#                                     initcheck on the FP8 cases, the FP8 calls' kernel breakdown (~5 min)
 #   bash lab/gpu_run.sh detncu   ncu on the D=256 causal backward with and without deterministic mode (~4 min)
 #   bash lab/gpu_run.sh detrotate build, the backward tests, deterministic mode's cost with rotated walks and without (~8 min)
 #   bash lab/gpu_run.sh sanitizedense memcheck/racecheck/synccheck on small dense cases, on a built tree (~4 min)
@@ -299,6 +301,19 @@ PY
     ensure_built
     step fp8_breakdown 240 python3 lab/fp8_time.py --breakdown
     ;;
+  fp8vt)  # 2026-11-28: the FP8 forward's V transpose at 128 x 128 per CTA (fp8_transpose.cu): build, the FP8
+          # tests, the sanitizers on the FP8 cases, the kernel breakdown against FlashAttention-3
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash lab/gpu_build.sh
+    step pytest_fp8 200 "${pytest_ci[@]}" tests/kernels/test_fp8_gpu.py tests/kernels/test_fp8_cpu.py -ra
+    for tool in memcheck racecheck initcheck; do
+      extra=()
+      [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
+      step "${tool}_fp8" 150 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool "$tool" "${extra[@]}" \
+        --error-exitcode 99 python3 lab/sanitize_small.py --only fp8 --quick
+    done
+    step fp8_breakdown 240 python3 lab/fp8_time.py --breakdown
+    ;;
   detncu)  # 2026-11-28: where deterministic mode's D=256 causal cost goes (issue 27): the main kernel's
            # stall reasons with and without flashattn.set_deterministic, one call each (lab/ncu_bwd.sh)
     env_info > "$OUT/env.txt" 2>&1
@@ -375,7 +390,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -11,7 +11,9 @@ host work tens).
    time) and back to back: the seed shapes (B=1 H=1 D=64 fp16, S 32..2048) through
    flashattn.scaled_dot_product_attention vs F.scaled_dot_product_attention; decode at B=1 (GQA
    32:8, D=128, bf16) through flash_attn_with_kvcache vs SDPA; one training step's attention
-   (forward + backward, B=1 S=256) through flash_attn_func vs SDPA.
+   (forward + backward, B=1 S=256) through flashattn.scaled_dot_product_attention vs SDPA, and its
+   host time alone (the calls enqueued while a sleep kernel holds the GPU: no kernel time, no
+   waiting on the GPU).
 3. torch.profiler over a few hundred calls of the smallest seed shape: host time per op and per
    CUDA runtime call (allocation, launch).
 Medians of 7 rounds. usage: python3 lab/host_profile_gpu.py [--calls 2000] [--no-profiler]
@@ -66,6 +68,25 @@ def single_call_us(fn: Callable[[], object], calls: int) -> float:
             torch.cuda.synchronize()
             total += time.perf_counter() - t0
         runs.append(total / calls * 1e6)
+    return statistics.median(runs)
+
+
+def host_only_us(fn: Callable[[], object], calls: int = 40, rounds: int = 25) -> float:
+    """A call's host time alone: the CPU time to enqueue `calls` calls while the GPU is held busy by
+    a sleep kernel queued first, so no call waits on the GPU (a full launch queue, a synchronizing
+    allocation) and none of the kernels' time is counted; median over rounds, per call."""
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    runs = []
+    for _ in range(rounds):
+        torch.cuda._sleep(50_000_000)  # ~25-30 ms of GPU time at 1.7-2 GHz, well past the enqueueing
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        runs.append((t1 - t0) / calls * 1e6)
     return statistics.median(runs)
 
 
@@ -149,6 +170,17 @@ def grids(calls: int) -> None:
         o1, r1 = single_call_us(ours, calls // 10), single_call_us(ref, calls // 10)
         o2, r2 = back_to_back_us(ours, calls // 4), back_to_back_us(ref, calls // 4)
         print(f"{f'B=1 S=256 H={h} D={d} causal':>34} {o1:7.2f} {r1:7.2f} {r1 / o1:6.2f}   {o2:7.2f} {r2:7.2f} {r2 / o2:6.2f}")
+    # Issue 28's acceptance for the training step: the host time attention costs it, forward and
+    # backward, without the kernels (host_only_us: the GPU held busy while the calls are enqueued).
+    print(f"\n{'training step: host time alone (us)':34} {'flashattn':>9} {'SDPA':>9} {'ratio':>6}")
+    for h, d in ((1, 64), (8, 64), (16, 128)):
+        leaves = [torch.randn(1, h, 256, d, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(3)]
+        grad = torch.ones(1, h, 256, d, device=dev, dtype=torch.bfloat16)
+        ours = lambda: flashattn.scaled_dot_product_attention(*leaves, is_causal=True).backward(grad)  # noqa: E731
+        ref = lambda: F.scaled_dot_product_attention(*leaves, is_causal=True).backward(grad)  # noqa: E731
+        pairs = [(host_only_us(ours), host_only_us(ref)) for _ in range(3)]  # interleaved: drift hits both
+        o, r = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
+        print(f"{f'B=1 S=256 H={h} D={d} causal':>34} {o:9.2f} {r:9.2f} {r / o:6.2f}")
 
 
 def profile() -> None:

@@ -5,9 +5,15 @@
 // and zeros for keys >= seqlen_k up to vt_keys (a multiple of 128), so the forward TMA-loads plain
 // 128-key planes. Plain CUDA (any arch): its own launch before the forward, same stream.
 //
-// One CTA per (64 keys, 64 head-dim columns, batch x KV head): 256 threads stage the 64 x 64 bytes
-// of V in shared memory (16-byte loads where the row allows it), then write them transposed, each
-// thread 16 consecutive key positions of one V^T row.
+// One CTA per (128 keys, 128 head-dim columns, batch x KV head), 256 threads: each thread loads four
+// 16-byte pieces of V rows into shared memory (16 KB, in flight together), then reads 16 keys x 4
+// columns back as 32-bit words and transposes them with byte permutes into four 16-byte pieces of
+// V^T rows. Moving 16 bytes a thread each way at 64 x 64 per CTA ran at 0.4-1 TB/s (65-170 us for
+// the 32 MB V of the FP8 grid, 1.3-11% of a call: lab/fp8_time.py --breakdown, 2026-11-28).
+//
+// Shared memory holds the tile as [key][128 bytes] with each row's 16-byte pieces XOR-swizzled by
+// (key / 16) % 8: the transpose's 32-bit reads (a warp: 8 key chunks x 4 column words at one key
+// offset) then fall on 32 different banks.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -19,47 +25,66 @@ namespace flashattn {
 
 namespace {
 
-constexpr int kTKeys = 64;  // keys per CTA (two 32-key permutation groups)
-constexpr int kTCols = 64;  // head-dim columns per CTA
+constexpr int kTKeys = 128;  // keys per CTA (four 32-key permutation groups)
+constexpr int kTCols = 128;  // head-dim columns per CTA
 constexpr int kTThreads = 256;
+
+__device__ __forceinline__ int swizzled_word(int key, int word) { return word ^ (4 * ((key / 16) % 8)); }
 
 __global__ void __launch_bounds__(kTThreads) fp8_transpose_v_kernel(const uint8_t* __restrict__ v,
                                                                      uint8_t* __restrict__ vt, int seqlen_k,
                                                                      int head_dim, int heads_kv, int64_t vt_keys,
                                                                      int64_t batch_stride, int64_t row_stride,
                                                                      int64_t head_stride) {
-  __shared__ uint8_t tile[kTKeys][kTCols + 16];  // [key][column]; +16: fewer bank conflicts when read by column
+  __shared__ uint32_t tile[kTKeys][kTCols / 4];  // [key][column word], swizzled (swizzled_word)
   const int key0 = blockIdx.x * kTKeys;
   const int col0 = blockIdx.y * kTCols;
   const int bh = blockIdx.z;
   const int b = bh / heads_kv, h = bh % heads_kv;
   const uint8_t* src = v + b * batch_stride + h * head_stride;
-  // Load: thread t reads 16 bytes (columns 16 (t % 4) .. +15) of key t / 4. The binding's V has
-  // 16-byte aligned rows (strides multiples of 16, head dim a multiple of 16).
-  {
-    const int key = threadIdx.x / 4, c = 16 * (threadIdx.x % 4);
-    uint4 val = make_uint4(0u, 0u, 0u, 0u);
+  // Load: piece i = it * 256 + t is key i / 8, columns 16 (i % 8) .. +15 (eight threads a 128-byte
+  // row segment). The binding's V has 16-byte aligned rows (strides multiples of 16, head dim a
+  // multiple of 16); keys past seqlen_k and columns past head_dim read as zeros.
+  uint4 piece[4];
+#pragma unroll
+  for (int it = 0; it < 4; ++it) {
+    const int i = it * kTThreads + threadIdx.x, key = i / 8, c = 16 * (i % 8);
+    piece[it] = make_uint4(0u, 0u, 0u, 0u);
     if (key0 + key < seqlen_k && col0 + c < head_dim)
-      val = *reinterpret_cast<const uint4*>(src + static_cast<int64_t>(key0 + key) * row_stride + col0 + c);
-    *reinterpret_cast<uint4*>(&tile[key][c]) = val;
+      piece[it] = *reinterpret_cast<const uint4*>(src + static_cast<int64_t>(key0 + key) * row_stride + col0 + c);
+  }
+#pragma unroll
+  for (int it = 0; it < 4; ++it) {
+    const int i = it * kTThreads + threadIdx.x, key = i / 8;
+    *reinterpret_cast<uint4*>(&tile[key][swizzled_word(key, 4 * (i % 8))]) = piece[it];
   }
   __syncthreads();
-  // Store: thread t writes V^T row col0 + t / 4, key positions 16 (t % 4) .. +15 of this CTA's 64.
-  const int col = threadIdx.x / 4, pos0 = 16 * (threadIdx.x % 4);
-  if (col0 + col >= head_dim) return;
-  uint32_t words[4];
+  // Transpose: thread t takes key chunk kc = t % 8 (keys 16 kc .. +15, the 16 V^T positions of one
+  // half of a 32-key group) and column word cw = t / 8 (columns 4 cw .. +3). Position 4q + i of the
+  // chunk holds key 8 (i / 2) + 2q + (i % 2) (fp8_key_of_position), so output word q of column
+  // 4 cw + r gathers byte r of keys 2q, 2q + 1, 2q + 8, 2q + 9.
+  const int kc = threadIdx.x % 8, cw = threadIdx.x / 8;
+  if (col0 + 4 * cw >= head_dim) return;
+  uint32_t w[16];
 #pragma unroll
-  for (int w = 0; w < 4; ++w) {
-    uint32_t word = 0;
+  for (int j = 0; j < 16; ++j) w[j] = tile[16 * kc + j][swizzled_word(16 * kc + j, cw)];
+  uint32_t out[4][4];  // [column r][word q]
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int key = sm90::fp8_key_of_position(pos0 + 4 * w + i);  // within the CTA's 64 (two groups)
-      word |= static_cast<uint32_t>(tile[key][col]) << (8 * i);
-    }
-    words[w] = word;
+  for (int q = 0; q < 4; ++q) {
+    const uint32_t lo = __byte_perm(w[2 * q], w[2 * q + 1], 0x5140);       // a0 b0 a1 b1
+    const uint32_t hi = __byte_perm(w[2 * q], w[2 * q + 1], 0x7362);       // a2 b2 a3 b3
+    const uint32_t lo8 = __byte_perm(w[2 * q + 8], w[2 * q + 9], 0x5140);  // c0 d0 c1 d1
+    const uint32_t hi8 = __byte_perm(w[2 * q + 8], w[2 * q + 9], 0x7362);  // c2 d2 c3 d3
+    out[0][q] = __byte_perm(lo, lo8, 0x5410);
+    out[1][q] = __byte_perm(lo, lo8, 0x7632);
+    out[2][q] = __byte_perm(hi, hi8, 0x5410);
+    out[3][q] = __byte_perm(hi, hi8, 0x7632);
   }
-  uint8_t* dst = vt + (static_cast<int64_t>(bh) * head_dim + col0 + col) * vt_keys + key0 + pos0;
-  *reinterpret_cast<uint4*>(dst) = make_uint4(words[0], words[1], words[2], words[3]);
+  // A warp's four stores each write 4 V^T rows x 128 contiguous bytes.
+  uint8_t* dst = vt + (static_cast<int64_t>(bh) * head_dim + col0 + 4 * cw) * vt_keys + key0 + 16 * kc;
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+    *reinterpret_cast<uint4*>(dst + r * vt_keys) = make_uint4(out[r][0], out[r][1], out[r][2], out[r][3]);
 }
 
 }  // namespace
