@@ -57,6 +57,8 @@
 # +1%, causal -3% against FlashAttention-3's ratio before; not adopted; docs/perf-notes.md).
 # softcap_keep_grad.diff: the softcap backward keeps 1 - t^2 per score (two float16 a register)
 # instead of recovering it from P with lg2: REVERSE=1 AB_CMD="python3 lab/bwd_softcap_time.py --hopper-only".
+# det_poll_sleep.diff: deterministic mode's dQ writer sleeps 64 ns between polls of its ticket instead
+# of spinning: REVERSE=0 AB_CMD="python3 lab/bwd_check.py --time-only --time --lean --dims 256".
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 out=${OUT:-build}
