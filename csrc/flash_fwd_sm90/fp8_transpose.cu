@@ -8,8 +8,9 @@
 // One CTA per (128 keys, 128 head-dim columns, batch x KV head), 256 threads: each thread loads four
 // 16-byte pieces of V rows into shared memory (16 KB, in flight together), then reads 16 keys x 4
 // columns back as 32-bit words and transposes them with byte permutes into four 16-byte pieces of
-// V^T rows. Moving 16 bytes a thread each way at 64 x 64 per CTA ran at 0.4-1 TB/s (65-170 us for
-// the 32 MB V of the FP8 grid, 1.3-11% of a call: lab/fp8_time.py --breakdown, 2026-11-28).
+// V^T rows: 2.8 TB/s of V read plus V^T written on the H100, its memory's rate (45 us for a 64 MB V;
+// 64 x 64 per CTA with 16 bytes a thread each way ran at 1.5-1.9 TB/s: lab/fp8_time.py --breakdown,
+// docs/perf-notes.md 2026-11-28).
 //
 // Shared memory holds the tile as [key][128 bytes] with each row's 16-byte pieces XOR-swizzled by
 // (key / 16) % 8: the transpose's 32-bit reads (a warp: 8 key chunks x 4 column words at one key
