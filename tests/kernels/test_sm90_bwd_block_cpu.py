@@ -325,6 +325,88 @@ def test_rotated_tickets_follow_the_order_the_walks_reach_a_query_block(rotated_
         assert len({t for t, _, _ in v}) == len(v), (key, v)
 
 
+# ==== deterministic mode's two dq_accum planes (block.h: bwd_dq_planes, bwd_det_ticket) ==========
+
+_PLANES_PROBE = r"""
+#include <cstdio>
+#include "flash_bwd_sm90/block.h"
+#include "flash_bwd_sm90/traits.h"
+using namespace flashattn;
+using namespace flashattn::sm90;
+
+// Every CTA's walk in deterministic mode under a mask, with the plane and ticket each step adds
+// with (as mainloop.cuh's dq_ticket_wait computes them): "step name cta batch n_block t head_q m
+// plane ticket"; "shape name planes key_blocks".
+template <int D>
+void walk(const char* name, int b, int hq, int hk, int sq, int sk, CausalMode mode, int left, int right) {
+  using T = Sm90BwdTraits<D>;
+  BwdParams p;
+  p.batch = b; p.heads_q = hq; p.heads_kv = hk; p.seqlen_q = sq; p.seqlen_k = sk; p.head_dim = D;
+  p.set_mask(mode, left, right);
+  int dummy = 0;
+  p.dq_semaphore = &dummy;
+  const int planes = bwd_dq_planes(p, true);
+  const int n_blocks = (sk + T::kBlockN - 1) / T::kBlockN;
+  std::printf("shape %s %d %d %d\n", name, planes, n_blocks, bwd_dq_planes(p, false));
+  for (int cta = 0; cta < n_blocks * b * hk; ++cta) {
+    const BwdBlock blk = bwd_block<T>(p, n_blocks, 0, 0, cta, 0);
+    for (int t = 0; t < blk.steps; ++t) {
+      const int m = blk.m_block(t), m0 = m * T::kBlockM;
+      const KeyBlocks kb = key_blocks(make_key_window(sk, p.causal_offset, p.window_left, p.window_right), m0,
+                                      m0 + T::kBlockM < sq ? m0 + T::kBlockM : sq, T::kBlockN);
+      std::printf("step %s %d %d %d %d %d %d %d %d\n", name, cta, blk.batch, blk.n_block, t, blk.head_q(t), m,
+                  blk.n_block % planes, bwd_det_ticket(blk.rotated, blk.n_block, m, kb.n_end, planes));
+    }
+  }
+}
+
+int main() {
+  walk<256>("d256-causal", 1, 2, 2, 700, 700, CausalMode::kTopLeft, -1, -1);
+  walk<128>("d128-causal-gqa-sq-lt-sk", 2, 4, 2, 300, 650, CausalMode::kBottomRight, -1, -1);
+  walk<64>("d64-window", 1, 2, 1, 900, 900, CausalMode::kNone, 200, 100);
+}
+"""
+
+PLANES_NAMES = ["d256-causal", "d128-causal-gqa-sq-lt-sk", "d64-window"]
+
+
+@pytest.fixture(scope="module")
+def planes_probe(tmp_path_factory) -> dict:
+    """{"shape": name -> (planes, key blocks, planes without the mode), "step": name -> rows}"""
+    table: dict = {"shape": {}, "step": {}}
+    for line in run_cpp_probe(tmp_path_factory, "sm90_bwd_block_planes", _PLANES_PROBE):
+        kind, name, *rest = line.split()
+        values = tuple(int(x) for x in rest)
+        if kind == "shape":
+            table["shape"][name] = values
+        else:
+            cta, batch, n, t, head_q, m, plane, ticket = values
+            table["step"].setdefault(name, []).append(dict(cta=cta, batch=batch, n=n, t=t, head_q=head_q, m=m,
+                                                           plane=plane, ticket=ticket))
+    return table
+
+
+@pytest.mark.parametrize("name", PLANES_NAMES)
+def test_masked_deterministic_calls_add_into_two_planes_each_in_count_down_order(planes_probe: dict,
+                                                                                name: str) -> None:
+    """Under a mask, key block n adds into plane n % 2; in each plane the key blocks that see a
+    query block add it in descending order with tickets 0, 1, 2, ..., and every key block it waits
+    for was launched before it (a smaller CTA index), so the waits cannot deadlock."""
+    planes, n_blocks, planes_default_mode = planes_probe["shape"][name]
+    assert planes == 2 and planes_default_mode == 1
+    rows = planes_probe["step"][name]
+    assert {r["plane"] for r in rows} == {0, 1}
+    visitors: dict = {}
+    for r in rows:
+        assert r["plane"] == r["n"] % 2, r
+        visitors.setdefault((r["batch"], r["head_q"], r["m"], r["plane"]), []).append((r["n"], r["ticket"], r["cta"]))
+    for key, v in visitors.items():
+        by_n = sorted(v, reverse=True)
+        assert [ticket for _, ticket, _ in by_n] == list(range(len(v))), (key, v)
+        ctas = [cta for _, _, cta in by_n]
+        assert ctas == sorted(ctas), (key, v)
+
+
 # ==== packed variable-length batches (block.h with kPacked) =========================================
 # The kernel's BwdSeq comes from bwd_seq (csrc/common/bwd_packed.cuh, device code); the probe
 # reimplements its clamp (packed_span) on the host and hands it to bwd_block as seq_of.
