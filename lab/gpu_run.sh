@@ -341,6 +341,11 @@ PY
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
     step ncu_bwd_det 420 env NCU_BWD_DET=1 NCU_BWD_PEERS=0 OUT="$OUT" bash lab/ncu_bwd.sh ${NCU_BWD_SHAPES:-256:8192:1}
+    if [ -n "${NCU_DET_PLANES_TOO:-}" ]; then  # the same with one dq_accum plane (block.h bwd_dq_planes)
+      mkdir -p "$OUT/one_plane"
+      step ncu_bwd_det_one_plane 420 env FLASHATTN_BWD_DQ_PLANES=1 NCU_BWD_DET=1 NCU_BWD_PEERS=0 OUT="$OUT/one_plane" \
+        bash lab/ncu_bwd.sh ${NCU_BWD_SHAPES:-256:8192:1}
+    fi
     ;;
   tailsplit)  # 2026-11-27: the backward's split last wave (tail_split.h): build, the backward tests, its A/B
               # against no split with cuDNN alongside, sanitizers on the small dense cases
