@@ -86,10 +86,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(const at::Tensor& dout_i
               " bytes of shared memory per block");
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
   // The Hopper path keeps each query block of dq_accum as one tile in its accumulator order.
-  // Deterministic mode may give it two planes (and two ticket arrays): flash_bwd_sm90_dq_planes.
-  const int planes = hopper ? flashattn::flash_bwd_sm90_dq_planes(p, deterministic) : 1;
-  const int64_t dq_floats = hopper ? planes * flashattn::flash_bwd_sm90_dq_accum_floats(p) : B * Hq * Sq * D;
-  const int64_t ticket_words = deterministic ? planes * B * Hq * ((Sq + block_m - 1) / block_m) : 0;
+  const int64_t dq_floats = hopper ? flashattn::flash_bwd_sm90_dq_accum_floats(p) : B * Hq * Sq * D;
+  const int64_t ticket_words = deterministic ? B * Hq * ((Sq + block_m - 1) / block_m) : 0;
   // A GQA group split over CTAs adds dK/dV in float32 (never in deterministic mode).
   if (hopper) p.group_split = flashattn::flash_bwd_sm90_group_split(p, dev, deterministic);
   // So does the split of the grid's last wave into pieces that fill the GPU.

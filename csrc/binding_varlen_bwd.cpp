@@ -112,9 +112,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
     dv.zero_();
   }
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
-  const int planes = hopper ? flashattn::flash_bwd_sm90_dq_planes(p, deterministic) : 1;  // as binding_bwd.cpp
-  const int64_t dq_floats = hopper ? planes * flashattn::flash_bwd_sm90_dq_accum_floats(p) : Hq * total_q * D;
-  const int64_t ticket_words = deterministic ? planes * B * Hq * ((max_seqlen_q + block_m - 1) / block_m) : 0;
+  const int64_t dq_floats = hopper ? flashattn::flash_bwd_sm90_dq_accum_floats(p) : Hq * total_q * D;
+  const int64_t ticket_words = deterministic ? B * Hq * ((max_seqlen_q + block_m - 1) / block_m) : 0;
   const at::Tensor scratch = flashattn::bwd_scratch(p, q, dq_floats, 0, ticket_words, Hq * total_q, stream);
   const cudaError_t err = hopper ? flashattn::flash_bwd_sm90(p, dev, stream) : flashattn::flash_bwd(p, dev, stream);
   FLASHATTN_CHECK(err == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(err));

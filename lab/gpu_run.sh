@@ -39,10 +39,6 @@
 #                                     (lab), then the FP8 calls' kernel breakdown (lab/fp8_time.py --breakdown) (~5 min)
 #   bash lab/gpu_run.sh fp8vt    after an FP8 V-transpose change: build, the FP8 tests, memcheck/racecheck/
 #                                     initcheck on the FP8 cases, the FP8 calls' kernel breakdown (~5 min)
-#   bash lab/gpu_run.sh detplanes build, deterministic mode's cost with two dq_accum planes and with one
-#                                     (FLASHATTN_BWD_DQ_PLANES=1), alternated A B A B, D=128/256 (~7 min)
-#   bash lab/gpu_run.sh detplanestest on a built tree: the backward, packed-batch and bitwise tests, the
-#                                     sanitizers on the small dense and packed cases (~8 min)
 #   bash lab/gpu_run.sh detncu   ncu on the D=256 causal backward with and without deterministic mode (~4 min)
 #   bash lab/gpu_run.sh detrotate build, the backward tests, deterministic mode's cost with rotated walks and without (~8 min)
 #   bash lab/gpu_run.sh sanitizedense memcheck/racecheck/synccheck on small dense cases, on a built tree (~4 min)
@@ -318,34 +314,11 @@ PY
     done
     step fp8_breakdown 240 python3 lab/fp8_time.py --breakdown
     ;;
-  detplanes)  # 2026-11-28: deterministic mode's two dq_accum planes (block.h bwd_dq_planes): build, its
-              # cost with two planes (B) and with one (A), alternated in one build
-    env_info > "$OUT/env.txt" 2>&1
-    step build 420 bash lab/gpu_build.sh
-    for round in 1 2; do
-      step "det_one_plane_$round" 200 env FLASHATTN_BWD_DQ_PLANES=1 python3 lab/bwd_check.py --time-only --time --lean \
-        --dims "${DET_DIMS:-128,256}"
-      step "det_two_planes_$round" 200 python3 lab/bwd_check.py --time-only --time --lean --dims "${DET_DIMS:-128,256}"
-    done
-    ;;
-  detplanestest)  # 2026-11-28: after the two planes, on a built tree: the backward and packed tests (deterministic
-                  # cases included), the bitwise run-to-run properties, the sanitizers on small dense and packed cases
-    env_info > "$OUT/env.txt" 2>&1
-    ensure_built
-    step pytest_backward 330 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py tests/kernels/test_varlen_gpu.py \
-      tests/kernels/test_properties_gpu.py tests/kernels/test_torch_impl_gpu.py -ra
-    sanitize_steps 150 auto dense,varlen detplanes
-    ;;
   detncu)  # 2026-11-28: where deterministic mode's D=256 causal cost goes (issue 27): the main kernel's
            # stall reasons with and without flashattn.set_deterministic, one call each (lab/ncu_bwd.sh)
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
     step ncu_bwd_det 420 env NCU_BWD_DET=1 NCU_BWD_PEERS=0 OUT="$OUT" bash lab/ncu_bwd.sh ${NCU_BWD_SHAPES:-256:8192:1}
-    if [ -n "${NCU_DET_PLANES_TOO:-}" ]; then  # the same with one dq_accum plane (block.h bwd_dq_planes)
-      mkdir -p "$OUT/one_plane"
-      step ncu_bwd_det_one_plane 420 env FLASHATTN_BWD_DQ_PLANES=1 NCU_BWD_DET=1 NCU_BWD_PEERS=0 OUT="$OUT/one_plane" \
-        bash lab/ncu_bwd.sh ${NCU_BWD_SHAPES:-256:8192:1}
-    fi
     ;;
   tailsplit)  # 2026-11-27: the backward's split last wave (tail_split.h): build, the backward tests, its A/B
               # against no split with cuDNN alongside, sanitizers on the small dense cases
@@ -417,7 +390,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detplanes|detplanestest|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -23,11 +23,6 @@ int flash_bwd_sm90_block_m(const BwdParams& p);
 // a packed batch's per query head ceil(total_q / block_m) + B of them (block.h).
 int64_t flash_bwd_sm90_dq_accum_floats(const BwdParams& p);
 
-// Deterministic mode's dq_accum planes for `p` (launch.cuh: bwd_dq_planes; 1 without the mode):
-// the caller allocates that many dq_accum (flash_bwd_sm90_dq_accum_floats each) and ticket arrays
-// ([B, Hq, ceil(Sq / flash_bwd_sm90_block_m(p))] each), back to back.
-int flash_bwd_sm90_dq_planes(const BwdParams& p, bool deterministic);
-
 // How many CTAs share each GQA group's query heads for `p` on `dev` (BwdParams::group_split: a grid
 // of few K/V heads shares each group's query heads out so that it fills the GPU; dense calls in the
 // default mode only, 1 otherwise). The caller sets p.group_split to it, then p.dkv_accum to a

@@ -13,8 +13,6 @@
 // query head, a layout with one spare block per sequence, so tiles of two sequences never overlap.
 #pragma once
 
-#include <cstdlib>
-
 #include "../common/bwd_params.h"
 #include "../common/mask.cuh"
 #include "../common/sm90/ptx.cuh"  // FLASHATTN_HD
@@ -64,31 +62,10 @@ FLASHATTN_HD int bwd_packed_dq_block0(int q_row0, int batch, int block_m) {
 // key block sees all M >= n_end query blocks: key block n visits m at step (m - n) mod M of a
 // head's walk): in the order of those steps, so that the key blocks of a head that run together
 // rarely wait; a CTA may then wait for one launched after it, which launch.cuh's bwd_rotate_m
-// bounds (a head's key blocks at most half the SMs, so they always come to run). With two dq_accum
-// planes (dq_planes = 2, count-down order only: flash_bwd_sm90_dq_planes), key block n adds into
-// plane n % 2 with that plane's ticket, after the key blocks of its plane above it: n + 2, n + 4, ...
-// below n_end, which reached m two steps before it on a causal walk, not one.
-FLASHATTN_HD int bwd_det_ticket(bool rotated, int n, int m, int n_end, int dq_planes = 1) {
-  if (!rotated) return (n_end - 1 - n) / dq_planes;
+// bounds (a head's key blocks at most half the SMs, so they always come to run).
+FLASHATTN_HD int bwd_det_ticket(bool rotated, int n, int m, int n_end) {
+  if (!rotated) return n_end - 1 - n;
   return n <= m ? (m < n_end - 1 ? m : n_end - 1) - n : m + n_end - n;
-}
-
-// Deterministic mode's dq_accum planes (Sm90BwdParams::dq_planes). Under a mask, and in packed
-// batches, the key blocks walk in the count-down order, and each waits for the one above it to
-// have added a query block's tile: on a causal walk that block reached it one step before, so a
-// step's slack is all a reduction's round trip to L2 has, and the mode cost 1.31-1.40x the
-// default's time at D=256 (perf-notes 2026-11-28; ncu: the same instructions and L2 traffic,
-// the time in ticket waits). Two planes, key block n adding into plane n % 2, wait on the block two
-// above instead; the conversion adds the planes in a fixed order. Walks without a mask in a dense
-// call keep one plane (their rotated walks rarely wait). FLASHATTN_BWD_DQ_PLANES=1|2 overrides it
-// (a lab switch read at every deterministic call; the bindings size dq_accum and the tickets from
-// the same answer: api.h's flash_bwd_sm90_dq_planes). Host code.
-constexpr int kBwdDetDqPlanes = 2;
-
-inline int bwd_dq_planes(const BwdParams& p, const bool deterministic) {
-  if (!deterministic || (!p.has_mask() && p.cu_seqlens_q == nullptr)) return 1;
-  const char* v = std::getenv("FLASHATTN_BWD_DQ_PLANES");
-  return v != nullptr && *v != '\0' && std::atoi(v) == 1 ? 1 : kBwdDetDqPlanes;
 }
 
 // The lengths and mask alignment the roles read: the kernel's parameters in the dense kernels (the

@@ -32,7 +32,7 @@ constexpr int kBwdSm90ConvertThreads = 256;
 template <typename Traits, typename Element, bool kPacked>
 __global__ void __launch_bounds__(kBwdSm90ConvertThreads)
     flash_bwd_sm90_convert_dq_kernel(const __grid_constant__ BwdParams p, const int num_m_blocks,
-                                     const int dq_blocks_per_head, const int dq_planes) {
+                                     const int dq_blocks_per_head) {
   static_assert(Traits::kDqSplit != Sm90BwdDqSplit::kSplitKeys, "the kernel's tile orders");
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kHeadDim = Traits::kHeadDim;
@@ -56,21 +56,10 @@ __global__ void __launch_bounds__(kBwdSm90ConvertThreads)
     tile_index = static_cast<int64_t>(h) * dq_blocks_per_head + bwd_packed_dq_block0(row0, b, kBlockM) + m_block;
   }
   const float4* src = reinterpret_cast<const float4*>(p.dq_accum) + tile_index * kVecs;
-  // Deterministic mode's second plane (launch.cuh: dq_planes), added in this fixed order.
-  const int64_t plane_vecs =
-      (kPacked ? static_cast<int64_t>(p.heads_q) * dq_blocks_per_head
-               : static_cast<int64_t>(p.batch) * p.heads_q * num_m_blocks) * kVecs;
   const float s = p.softmax_scale;
 #pragma unroll 4
   for (int i = threadIdx.x; i < kVecs; i += kBwdSm90ConvertThreads) {
-    float4 v = src[i];
-    if (dq_planes > 1) {
-      const float4 w = src[plane_vecs + i];
-      v.x += w.x;
-      v.y += w.y;
-      v.z += w.z;
-      v.w += w.w;
-    }
+    const float4 v = src[i];
     // Float4 i = dq_tile_offset(wg, j, wtid, 0) / 4: values (row, col), (row, col + 1),
     // (row + 8, col), (row + 8, col + 1) of warpgroup wg's part.
     const int wg = i / kVecsPerPart;
@@ -237,7 +226,7 @@ __global__ void __launch_bounds__(kBwdSm90ConvertThreads)
 }
 
 template <typename Traits, typename Element, bool kPacked>
-cudaError_t launch_bwd_sm90_convert_dq(const BwdParams& p, int num_m_blocks, int dq_blocks_per_head, int dq_planes,
+cudaError_t launch_bwd_sm90_convert_dq(const BwdParams& p, int num_m_blocks, int dq_blocks_per_head,
                                        cudaStream_t stream) {
   const long long grid = static_cast<long long>(p.batch) * p.heads_q * num_m_blocks;
   if (grid <= 0) return cudaSuccess;
@@ -248,8 +237,7 @@ cudaError_t launch_bwd_sm90_convert_dq(const BwdParams& p, int num_m_blocks, int
     if (zero_grid > 0) flash_bwd_sm90_zero_unowned_kernel<Element><<<zero_grid, kBwdSm90ConvertThreads, 0, stream>>>(p);
   }
   flash_bwd_sm90_convert_dq_kernel<Traits, Element, kPacked>
-      <<<static_cast<unsigned>(grid), kBwdSm90ConvertThreads, 0, stream>>>(p, num_m_blocks, dq_blocks_per_head,
-                                                                            dq_planes);
+      <<<static_cast<unsigned>(grid), kBwdSm90ConvertThreads, 0, stream>>>(p, num_m_blocks, dq_blocks_per_head);
   return cudaGetLastError();
 }
 

@@ -11,7 +11,6 @@
 #include "../common/dtype_of.h"
 #include "../common/sm90/tma_host.h"
 #include "api.h"
-#include "block.h"
 #include "group_split.h"
 #include "tail_split.h"
 #include "tma_tensors.h"
@@ -202,10 +201,6 @@ int64_t flash_bwd_sm90_dq_accum_floats(const BwdParams& p) {
     return static_cast<int64_t>(p.heads_q) * ((static_cast<int64_t>(p.total_q) + block_m - 1) / block_m + p.batch) * tile;
   const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + block_m - 1) / block_m;
   return static_cast<int64_t>(p.batch) * p.heads_q * m_blocks * tile;
-}
-
-int flash_bwd_sm90_dq_planes(const BwdParams& p, const bool deterministic) {
-  return sm90::bwd_dq_planes(p, deterministic);
 }
 
 int flash_bwd_sm90_group_split(const BwdParams& p, const DeviceLimits& dev, const bool deterministic) {

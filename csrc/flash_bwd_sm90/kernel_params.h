@@ -30,8 +30,6 @@ struct Sm90BwdParams {
   int reverse_m;     // 1: each CTA walks its query blocks from the last down (launch.cuh says when)
   int dq_blocks_per_head;  // packed batches: dq_accum is [Hq, dq_blocks_per_head, kBlockM * kHeadDim] (block.h)
   int rotate_m;  // 1: deterministic mode's rotated walks (block.h: BwdBlock::rotated; launch.cuh says when)
-  int dq_planes;  // deterministic mode: dq_accum planes and ticket arrays, key block n adding into
-                  // plane n % dq_planes (flash_bwd_sm90_dq_planes; 1 otherwise)
 };
 
 }  // namespace sm90

@@ -117,8 +117,7 @@ cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
   kp.num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   kp.lpt_heads = bwd_lpt_heads<Traits>(p);
   kp.reverse_m = bwd_reverse_m(p);
-  kp.dq_planes = bwd_dq_planes(p, p.dq_semaphore != nullptr);
-  kp.rotate_m = kp.dq_planes > 1 ? 0 : bwd_rotate_m<kPacked>(p, kp.num_n_blocks, kp.num_m_blocks);
+  kp.rotate_m = bwd_rotate_m<kPacked>(p, kp.num_n_blocks, kp.num_m_blocks);
   const long long dq_blocks = kPacked ? bwd_packed_dq_blocks<Traits>(p) : 0;
   if (dq_blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
   kp.dq_blocks_per_head = static_cast<int>(dq_blocks);
@@ -150,8 +149,7 @@ cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
     err = launch_bwd_sm90_convert_tail<Traits, Element>(p, kp.num_n_blocks, kp.lpt_heads, stream);
     if (err != cudaSuccess) return err;
   }
-  return launch_bwd_sm90_convert_dq<Traits, Element, kPacked>(p, kp.num_m_blocks, kp.dq_blocks_per_head, kp.dq_planes,
-                                                              stream);
+  return launch_bwd_sm90_convert_dq<Traits, Element, kPacked>(p, kp.num_m_blocks, kp.dq_blocks_per_head, stream);
 }
 
 // Whether this build holds the real sm_90a main kernel (the other device passes compile a stub

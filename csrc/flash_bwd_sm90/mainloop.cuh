@@ -212,10 +212,10 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, ui
 // the default's time). It is also the launch order in this mode (bwd_block), so the awaited CTAs
 // are running. Without a mask the walks may be rotated instead, each key block adding in the order
 // its walk reaches the block (block.h: bwd_det_ticket).
-// The tickets are [dq_planes, B, Hq, num_m_blocks] (query block m of sequence b, packed batches too).
+// The tickets are [B, Hq, num_m_blocks] (query block m of sequence b, packed batches too).
 template <typename Traits, bool kPacked>
 __device__ __forceinline__ int* dq_ticket_wait(const BwdParams& p, const BwdBlock& blk, const int m_block,
-                                               const int64_t ticket_index, const int dq_planes) {
+                                               const int64_t ticket_index) {
   if (p.dq_semaphore == nullptr) return nullptr;
   const int m0 = m_block * Traits::kBlockM;
   const int seqlen_k = seqlen_k_of<kPacked>(p, blk);
@@ -223,7 +223,7 @@ __device__ __forceinline__ int* dq_ticket_wait(const BwdParams& p, const BwdBloc
                                                   p.window_right),
                                   m0, min(m0 + Traits::kBlockM, seqlen_q_of<kPacked>(p, blk)), Traits::kBlockN);
   int* ticket = p.dq_semaphore + ticket_index;
-  const int expected = bwd_det_ticket(blk.rotated, blk.n_block, m_block, kb.n_end, dq_planes);
+  const int expected = bwd_det_ticket(blk.rotated, blk.n_block, m_block, kb.n_end);
   while (*reinterpret_cast<volatile int*>(ticket) != expected) {
   }
   __threadfence();
@@ -244,21 +244,16 @@ __device__ __forceinline__ void dq_ticket_done(int* ticket) {
 }
 
 // Step t's query block: its deterministic ticket ([B, Hq, num_m_blocks]) and its dq_accum tile
-// (the same index, or in a packed batch the sequence's tiles of its query head: block.h), in this
-// key block's plane (Sm90BwdParams::dq_planes: the planes follow one another, tickets and tiles).
+// (the same index, or in a packed batch the sequence's tiles of its query head: block.h).
 struct DqTileIndex {
   int64_t ticket, tile;
 };
 template <bool kPacked>
 __device__ __forceinline__ DqTileIndex dq_tile_index(const Sm90BwdParams& kp, const BwdBlock& blk, const int t) {
   const int m_block = blk.m_block(t);
-  const int64_t tickets = static_cast<int64_t>(kp.p.batch) * kp.p.heads_q * kp.num_m_blocks;  // a plane's
-  const int64_t plane = kp.dq_planes > 1 ? blk.n_block % kp.dq_planes : 0;
-  const int64_t ticket =
-      plane * tickets + (static_cast<int64_t>(blk.batch) * kp.p.heads_q + blk.head_q(t)) * kp.num_m_blocks + m_block;
+  const int64_t ticket = (static_cast<int64_t>(blk.batch) * kp.p.heads_q + blk.head_q(t)) * kp.num_m_blocks + m_block;
   if constexpr (kPacked)
-    return {ticket, plane * kp.p.heads_q * kp.dq_blocks_per_head +
-                        static_cast<int64_t>(blk.head_q(t)) * kp.dq_blocks_per_head + blk.dq_block0 + m_block};
+    return {ticket, static_cast<int64_t>(blk.head_q(t)) * kp.dq_blocks_per_head + blk.dq_block0 + m_block};
   else
     return {ticket, ticket};
 }
@@ -273,7 +268,7 @@ __device__ __forceinline__ void bwd_sm90_dq_writer(const Sm90BwdParams& kp, cons
     const DqTileIndex ix = dq_tile_index<kPacked>(kp, blk, t);
     const int64_t tile = ix.tile;
     mbar_wait(sm.dq_full(), t & 1);
-    int* ticket = dq_ticket_wait<Traits, kPacked>(p, blk, m_block, ix.ticket, kp.dq_planes);
+    int* ticket = dq_ticket_wait<Traits, kPacked>(p, blk, m_block, ix.ticket);
     bulk_reduce_add_f32(p.dq_accum + tile * Traits::kDqTileFloats, sm.dq(), Traits::kDqBytes);
     bulk_commit_group();
     dq_ticket_done(ticket);
@@ -297,7 +292,7 @@ __device__ __forceinline__ void bwd_sm90_dq_writer_roles(const Sm90BwdParams& kp
     const DqTileIndex ix = dq_tile_index<kPacked>(kp, blk, t);
     const int64_t tile = ix.tile;
     mbar_wait(sm.dq_ready(stage), (t / Traits::kStages) & 1);
-    int* ticket = dq_ticket_wait<Traits, kPacked>(p, blk, m_block, ix.ticket, kp.dq_planes);
+    int* ticket = dq_ticket_wait<Traits, kPacked>(p, blk, m_block, ix.ticket);
     float* dst = p.dq_accum + tile * Traits::kDqTileFloats;
 #pragma unroll
     for (int wg = 0; wg < 2; ++wg) {

@@ -58,7 +58,14 @@
 # softcap_keep_grad.diff: the softcap backward keeps 1 - t^2 per score (two float16 a register)
 # instead of recovering it from P with lg2: REVERSE=1 AB_CMD="python3 lab/bwd_softcap_time.py --hopper-only".
 # det_poll_sleep.diff: deterministic mode's dQ writer sleeps 64 ns between polls of its ticket instead
-# of spinning: REVERSE=0 AB_CMD="python3 lab/bwd_check.py --time-only --time --lean --dims 256".
+# of spinning: REVERSE=0 AB_CMD="python3 lab/bwd_check.py --time-only --time --lean --dims 256"
+# (measured 2026-11-28: neutral; not adopted).
+# det_dq_planes.diff: deterministic mode under a mask and in packed batches with two dq_accum planes
+# and ticket arrays (key block n adds into plane n % 2, the conversion sums the planes; its CPU test
+# of the tickets in the diff; FLASHATTN_BWD_DQ_PLANES=1 keeps one plane in the patched build, so
+# one build times both): REVERSE=0 with the AB_CMD above (measured 2026-11-28 in one build: D=256
+# causal det cost 1.12-1.42 -> 1.39-2.06, the main kernel DRAM-bound: the second plane doubles the
+# accumulating dQ that L2 holds; not adopted; docs/perf-notes.md).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 out=${OUT:-build}
