@@ -39,6 +39,9 @@
 #                                     (lab), then the FP8 calls' kernel breakdown (lab/fp8_time.py --breakdown) (~5 min)
 #   bash lab/gpu_run.sh fp8vt    after an FP8 V-transpose change: build, the FP8 tests, memcheck/racecheck/
 #                                     initcheck on the FP8 cases, the FP8 calls' kernel breakdown (~5 min)
+#   bash lab/gpu_run.sh detpieces prepared: lab/ab/det_dq_pieces.diff's A/B (deterministic mode's cost, D=128/256) (~8 min)
+#   bash lab/gpu_run.sh detpiecestest prepared: the tree with det_dq_pieces.diff applied: build, the backward,
+#                                     packed and bitwise tests, the sanitizers on small dense and packed cases (~8 min)
 #   bash lab/gpu_run.sh detncu   ncu on the D=256 causal backward with and without deterministic mode (~4 min)
 #   bash lab/gpu_run.sh detrotate build, the backward tests, deterministic mode's cost with rotated walks and without (~8 min)
 #   bash lab/gpu_run.sh sanitizedense memcheck/racecheck/synccheck on small dense cases, on a built tree (~4 min)
@@ -314,6 +317,21 @@ PY
     done
     step fp8_breakdown 240 python3 lab/fp8_time.py --breakdown
     ;;
+  detpieces)  # 2026-11-28, prepared: deterministic mode's D=256 dQ tile added in four pieces with a ticket
+              # each (lab/ab/det_dq_pieces.diff), against the tree, in two builds
+    env_info > "$OUT/env.txt" 2>&1
+    step ab_det_pieces 580 env PATCH=det_dq_pieces.diff REVERSE=0 OUT="$OUT/ab" \
+      AB_CMD="python3 lab/bwd_check.py --time-only --time --lean --dims ${DET_DIMS:-128,256}" bash lab/ab/run_ab.sh
+    ;;
+  detpiecestest)  # 2026-11-28, prepared: this tree with lab/ab/det_dq_pieces.diff applied (undone at the end)
+    env_info > "$OUT/env.txt" 2>&1
+    step apply_det_pieces 30 patch -p1 -i lab/ab/det_dq_pieces.diff
+    step build 420 bash lab/gpu_build.sh
+    step pytest_backward 400 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py tests/kernels/test_varlen_gpu.py \
+      tests/kernels/test_properties_gpu.py -ra
+    sanitize_steps 150 auto dense,varlen detpieces
+    step undo_det_pieces 30 patch -R -p1 -i lab/ab/det_dq_pieces.diff
+    ;;
   detncu)  # 2026-11-28: where deterministic mode's D=256 causal cost goes (issue 27): the main kernel's
            # stall reasons with and without flashattn.set_deterministic, one call each (lab/ncu_bwd.sh)
     env_info > "$OUT/env.txt" 2>&1
@@ -390,7 +408,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|detpiecestest|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -66,6 +66,10 @@
 # one build times both): REVERSE=0 with the AB_CMD above (measured 2026-11-28 in one build: D=256
 # causal det cost 1.12-1.42 -> 1.39-2.06, the main kernel DRAM-bound: the second plane doubles the
 # accumulating dQ that L2 holds; not adopted; docs/perf-notes.md).
+# det_dq_pieces.diff: deterministic mode's D=256 dQ tile added as four 16 KB pieces with a ticket each
+# (kBwdSm90DetTicketPieces arrays), so the next key block's piece j waits only for this one's piece j:
+# REVERSE=0 with AB_CMD="python3 lab/bwd_check.py --time-only --time --lean --dims 128,256"
+# (prepared 2026-11-28, not yet run: bash lab/gpu_run.sh detpieces, then detpiecestest).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 out=${OUT:-build}
