@@ -100,15 +100,19 @@ install_carried_wheels() {
 }
 install_carried_wheels
 
-# memcheck, racecheck and synccheck on lab/sanitize_small.py's quick cases of groups $3 (comma list)
-# on backends $2 (SANITIZE_BACKENDS), one step each of at most $1 seconds, named <tool>_$4.
+# memcheck, racecheck and synccheck (or the tools given after $4) on lab/sanitize_small.py's quick
+# cases of groups $3 (comma list) on backends $2 (SANITIZE_BACKENDS), one step each of at most $1
+# seconds, named <tool>_$4.
 sanitize_steps() {
-  local tool extra
-  for tool in memcheck racecheck synccheck; do
+  local limit=$1 backends=$2 groups=$3 name=$4 tool extra
+  shift 4
+  local tools=("$@")
+  [ ${#tools[@]} -eq 0 ] && tools=(memcheck racecheck synccheck)
+  for tool in "${tools[@]}"; do
     extra=()
     [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
-    step "${tool}_$4" "$1" env SANITIZE_BACKENDS="$2" compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 \
-      python3 lab/sanitize_small.py --only "$3" --quick
+    step "${tool}_$name" "$limit" env SANITIZE_BACKENDS="$backends" compute-sanitizer --tool "$tool" "${extra[@]}" \
+      --error-exitcode 99 python3 lab/sanitize_small.py --only "$groups" --quick
   done
 }
 # The small dense cases, the Hopper paths where the GPU has them.
@@ -309,12 +313,7 @@ PY
     env_info > "$OUT/env.txt" 2>&1
     step build 420 bash lab/gpu_build.sh
     step pytest_fp8 200 "${pytest_ci[@]}" tests/kernels/test_fp8_gpu.py tests/kernels/test_fp8_cpu.py -ra
-    for tool in memcheck racecheck initcheck; do
-      extra=()
-      [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
-      step "${tool}_fp8" 150 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool "$tool" "${extra[@]}" \
-        --error-exitcode 99 python3 lab/sanitize_small.py --only fp8 --quick
-    done
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 sanitize_steps 150 auto fp8 fp8 memcheck racecheck initcheck
     step fp8_breakdown 240 python3 lab/fp8_time.py --breakdown
     ;;
   detpieces)  # 2026-11-28, prepared: deterministic mode's D=256 dQ tile added in four pieces with a ticket

@@ -38,12 +38,18 @@ from flashattn import _ops, interface, kvcache  # noqa: E402
 ROUNDS = 7
 
 
-def back_to_back_us(fn: Callable[[], object], calls: int) -> float:
-    for _ in range(100):
+def back_to_back_us(fn: Callable[[], object], calls: int, rounds: int = ROUNDS, warmup: int = 100,
+                    hold_gpu: bool = False) -> float:
+    """Calls enqueued back to back, no sync inside the loop: CPU time per call, median over rounds.
+    hold_gpu: a sleep kernel queued first holds the GPU busy through the enqueueing, so no call
+    waits on the GPU (a full launch queue, a synchronizing allocation): the call's host time alone."""
+    for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     runs = []
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
+        if hold_gpu:
+            torch.cuda._sleep(50_000_000)  # ~25-30 ms of GPU time at 1.7-2 GHz, well past the enqueueing
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
@@ -68,25 +74,6 @@ def single_call_us(fn: Callable[[], object], calls: int) -> float:
             torch.cuda.synchronize()
             total += time.perf_counter() - t0
         runs.append(total / calls * 1e6)
-    return statistics.median(runs)
-
-
-def host_only_us(fn: Callable[[], object], calls: int = 40, rounds: int = 25) -> float:
-    """A call's host time alone: the CPU time to enqueue `calls` calls while the GPU is held busy by
-    a sleep kernel queued first, so no call waits on the GPU (a full launch queue, a synchronizing
-    allocation) and none of the kernels' time is counted; median over rounds, per call."""
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    runs = []
-    for _ in range(rounds):
-        torch.cuda._sleep(50_000_000)  # ~25-30 ms of GPU time at 1.7-2 GHz, well past the enqueueing
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        runs.append((t1 - t0) / calls * 1e6)
     return statistics.median(runs)
 
 
@@ -161,26 +148,27 @@ def grids(calls: int) -> None:
         o2, r2 = back_to_back_us(ours, calls), back_to_back_us(ref, calls)
         print(f"{'Sk=' + str(sk):>13} {'':21} {o1:7.2f} {r1:7.2f} {r1 / o1:6.2f}   {o2:7.2f} {r2:7.2f} {r2 / o2:6.2f}")
 
-    print(f"\n{'training step: attention fwd+bwd':34} {'single call':>24} {'back to back':>24}")
+    steps = []
     for h, d in ((1, 64), (8, 64), (16, 128)):
         leaves = [torch.randn(1, h, 256, d, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(3)]
         grad = torch.ones(1, h, 256, d, device=dev, dtype=torch.bfloat16)
-        ours = lambda: flashattn.scaled_dot_product_attention(*leaves, is_causal=True).backward(grad)  # noqa: E731
-        ref = lambda: F.scaled_dot_product_attention(*leaves, is_causal=True).backward(grad)  # noqa: E731
+        ours = lambda x=leaves, g=grad: flashattn.scaled_dot_product_attention(*x, is_causal=True).backward(g)  # noqa: E731
+        ref = lambda x=leaves, g=grad: F.scaled_dot_product_attention(*x, is_causal=True).backward(g)  # noqa: E731
+        steps.append((f"B=1 S=256 H={h} D={d} causal", ours, ref))
+    print(f"\n{'training step: attention fwd+bwd':34} {'single call':>24} {'back to back':>24}")
+    for label, ours, ref in steps:
         o1, r1 = single_call_us(ours, calls // 10), single_call_us(ref, calls // 10)
         o2, r2 = back_to_back_us(ours, calls // 4), back_to_back_us(ref, calls // 4)
-        print(f"{f'B=1 S=256 H={h} D={d} causal':>34} {o1:7.2f} {r1:7.2f} {r1 / o1:6.2f}   {o2:7.2f} {r2:7.2f} {r2 / o2:6.2f}")
+        print(f"{label:>34} {o1:7.2f} {r1:7.2f} {r1 / o1:6.2f}   {o2:7.2f} {r2:7.2f} {r2 / o2:6.2f}")
     # Issue 28's acceptance for the training step: the host time attention costs it, forward and
-    # backward, without the kernels (host_only_us: the GPU held busy while the calls are enqueued).
+    # backward, without the kernels (the GPU held busy while the calls are enqueued).
     print(f"\n{'training step: host time alone (us)':34} {'flashattn':>9} {'SDPA':>9} {'ratio':>6}")
-    for h, d in ((1, 64), (8, 64), (16, 128)):
-        leaves = [torch.randn(1, h, 256, d, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(3)]
-        grad = torch.ones(1, h, 256, d, device=dev, dtype=torch.bfloat16)
-        ours = lambda: flashattn.scaled_dot_product_attention(*leaves, is_causal=True).backward(grad)  # noqa: E731
-        ref = lambda: F.scaled_dot_product_attention(*leaves, is_causal=True).backward(grad)  # noqa: E731
-        pairs = [(host_only_us(ours), host_only_us(ref)) for _ in range(3)]  # interleaved: drift hits both
+    host_alone = dict(calls=40, rounds=25, warmup=20, hold_gpu=True)
+    for label, ours, ref in steps:
+        pairs = [(back_to_back_us(ours, **host_alone), back_to_back_us(ref, **host_alone))
+                 for _ in range(3)]  # interleaved: drift hits both
         o, r = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
-        print(f"{f'B=1 S=256 H={h} D={d} causal':>34} {o:9.2f} {r:9.2f} {r / o:6.2f}")
+        print(f"{label:>34} {o:9.2f} {r:9.2f} {r / o:6.2f}")
 
 
 def profile() -> None:
