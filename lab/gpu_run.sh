@@ -39,9 +39,11 @@
 #                                     (lab), then the FP8 calls' kernel breakdown (lab/fp8_time.py --breakdown) (~5 min)
 #   bash lab/gpu_run.sh fp8vt    after an FP8 V-transpose change: build, the FP8 tests, memcheck/racecheck/
 #                                     initcheck on the FP8 cases, the FP8 calls' kernel breakdown (~5 min)
-#   bash lab/gpu_run.sh detpieces prepared: lab/ab/det_dq_pieces.diff's A/B (deterministic mode's cost, D=128/256) (~8 min)
-#   bash lab/gpu_run.sh detpiecestest prepared: the tree with det_dq_pieces.diff applied: build, the backward,
-#                                     packed and bitwise tests, the sanitizers on small dense and packed cases (~8 min)
+#   bash lab/gpu_run.sh detpieces lab/ab/det_dq_pieces.diff's A/B (deterministic mode's cost, D=128/256) (~4 min)
+#   bash lab/gpu_run.sh softcaponepass the D=64 softcap backward's one-pass form (lab/ab/bwd_softcap_onepass.diff):
+#                                     its A/B, then the softcap backward and packed-batch tests (~6 min)
+#   bash lab/gpu_run.sh softcapsan memcheck (every case) and racecheck/synccheck (quick) on small dense and
+#                                     packed cases, on a built tree (~6 min)
 #   bash lab/gpu_run.sh detncu   ncu on the D=256 causal backward with and without deterministic mode (~4 min)
 #   bash lab/gpu_run.sh detrotate build, the backward tests, deterministic mode's cost with rotated walks and without (~8 min)
 #   bash lab/gpu_run.sh sanitizedense memcheck/racecheck/synccheck on small dense cases, on a built tree (~4 min)
@@ -316,20 +318,28 @@ PY
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 sanitize_steps 150 auto fp8 fp8 memcheck racecheck initcheck
     step fp8_breakdown 240 python3 lab/fp8_time.py --breakdown
     ;;
-  detpieces)  # 2026-11-28, prepared: deterministic mode's D=256 dQ tile added in four pieces with a ticket
-              # each (lab/ab/det_dq_pieces.diff), against the tree, in two builds
+  detpieces)  # 2026-11-28: deterministic mode's D=256 dQ tile added in four pieces with a ticket each
+              # (lab/ab/det_dq_pieces.diff), against the tree, in two builds (measured: worse, not adopted)
     env_info > "$OUT/env.txt" 2>&1
     step ab_det_pieces 580 env PATCH=det_dq_pieces.diff REVERSE=0 OUT="$OUT/ab" \
       AB_CMD="python3 lab/bwd_check.py --time-only --time --lean --dims ${DET_DIMS:-128,256}" bash lab/ab/run_ab.sh
     ;;
-  detpiecestest)  # 2026-11-28, prepared: this tree with lab/ab/det_dq_pieces.diff applied (undone at the end)
+  softcaponepass)  # 2026-11-28: the D=64 softcap backward on 128-query steps, P and dS in one pass
+                   # (lab/ab/bwd_softcap_onepass.diff, in the tree): A/B against the tree without it
+                   # (the softcap's cost per dense call), then the softcap backward tests in the tree
     env_info > "$OUT/env.txt" 2>&1
-    step apply_det_pieces 30 patch -p1 -i lab/ab/det_dq_pieces.diff
-    step build 420 bash lab/gpu_build.sh
-    step pytest_backward 400 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py tests/kernels/test_varlen_gpu.py \
-      tests/kernels/test_properties_gpu.py -ra
-    sanitize_steps 150 auto dense,varlen detpieces
-    step undo_det_pieces 30 patch -R -p1 -i lab/ab/det_dq_pieces.diff
+    step ab_softcap_onepass 420 env PATCH=bwd_softcap_onepass.diff REVERSE=1 OUT="$OUT/ab" \
+      AB_CMD="python3 lab/bwd_softcap_time.py --hopper-only" bash lab/ab/run_ab.sh
+    step pytest_softcap 300 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py tests/kernels/test_varlen_gpu.py \
+      -k "softcap or cap" -ra
+    ;;
+  softcapsan)  # 2026-11-28: the sanitizers after a Hopper backward change, on a built tree: memcheck over
+               # every small dense and packed case (softcap alone included), racecheck and synccheck quick
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    step memcheck_full 240 env SANITIZE_BACKENDS=auto compute-sanitizer --tool memcheck --error-exitcode 99 \
+      python3 lab/sanitize_small.py --only dense,varlen
+    sanitize_steps 150 auto dense,varlen quick racecheck synccheck
     ;;
   detncu)  # 2026-11-28: where deterministic mode's D=256 causal cost goes (issue 27): the main kernel's
            # stall reasons with and without flashattn.set_deterministic, one call each (lab/ncu_bwd.sh)
@@ -407,7 +417,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|detpiecestest|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

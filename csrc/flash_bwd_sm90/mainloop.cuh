@@ -581,8 +581,19 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
     };
 #pragma unroll
     for (int j = 0; j < kAhead; ++j) load2(lse2[j], lse_s + j * 32);
-    wgmma_wait<1>();
-    reg_fence(s);
+    // The softcap on 128-query steps (D = 64) computes P and dS in one pass once both GEMMs are done,
+    // and applies the mask afterwards as selects: P computed under the dP GEMM with 1 - t^2 kept to
+    // dS (the two-pass form below) spilled 112-196 B at 128 score registers a thread, and the
+    // 64-query steps that avoided it cost 1.32-1.41x the dense call (docs/perf-notes.md, 2026-11-28).
+    constexpr bool kOnePass = kSoftcap && kBlockM == 128;
+    if constexpr (kOnePass) {
+      wgmma_wait<0>();
+      reg_fence(s);
+      reg_fence(dp);
+    } else {
+      wgmma_wait<1>();
+      reg_fence(s);
+    }
     // Key row 8 h of this thread is visible to queries [qmin[h], qmax[h]] (none when past Sk):
     // lo(i) <= key < hi(i) of mask.cuh, solved for the query i.
     int qmin[2], qmax[2];
@@ -597,12 +608,13 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
     // register (relative error 2^-11). Recovering it from the 16-bit P and lse instead
     // (softcap_grad_from_p) costs a third SFU operation a score, lg2, which bound D = 64 on the SFU;
     // the packed D = 128 kernel still does, as the 16 registers spilled it (48 B).
-    constexpr bool kKeepGrad = kSoftcap && !(kPacked && kHeadDim == 128);
+    constexpr bool kKeepGrad = kSoftcap && !kOnePass && !(kPacked && kHeadDim == 128);
     [[maybe_unused]] uint32_t grad_t[kKeepGrad ? kSRegs / 2 : 1];
 #pragma unroll
     for (int j = 0; j < kSlices; ++j) {
       if (j + kAhead < kSlices) load2(lse2[j + kAhead], lse_s + (j + kAhead) * 32);
-      if (j >= kSlices - kAhead) load2(dps[j - (kSlices - kAhead)], dpsum_s + (j - (kSlices - kAhead)) * 32);
+      if (kOnePass) load2(dps[j], dpsum_s + j * 32);
+      else if (j >= kSlices - kAhead) load2(dps[j - (kSlices - kAhead)], dpsum_s + (j - (kSlices - kAhead)) * 32);
 #pragma unroll
       for (int e = 0; e < 2; ++e) lse2[j][e] = lse2[j][e] == -INFINITY ? INFINITY : lse2[j][e] * kLog2e;
 #pragma unroll
@@ -616,51 +628,71 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
           if constexpr (kSoftcap) {
             const float t = tanh_approx(s[4 * j + 2 * h + e] * p.softcap_scale);
             pv = ex2(t * p.softcap_log2 - lse2[j][e]);
-            if constexpr (kKeepGrad) g[e] = fmaf(-t, t, 1.f);
+            if constexpr (kKeepGrad || kOnePass) g[e] = fmaf(-t, t, 1.f);
           } else {
             pv = ex2(s[4 * j + 2 * h + e] * scale_log2 - lse2[j][e]);
           }
-          if constexpr (kMasked) {
+          if constexpr (kMasked && !kOnePass) {
             const int col = 8 * j + acc_col + e;
             if (col >= q_end || m0 + col < qmin[h] || m0 + col > qmax[h]) pv = 0.f;
           }
           s[4 * j + 2 * h + e] = pv;
         }
         if constexpr (kKeepGrad) grad_t[2 * j + h] = pack2<__half>(g[0], g[1]);
+        if constexpr (kOnePass) {  // dS^T = P^T (dP^T - dpsum) (1 - t^2), as below
+          dp[4 * j + 2 * h] = s[4 * j + 2 * h] * g[0] * (dp[4 * j + 2 * h] - dps[j][0]);
+          dp[4 * j + 2 * h + 1] = s[4 * j + 2 * h + 1] * g[1] * (dp[4 * j + 2 * h + 1] - dps[j][1]);
+        }
       }
     }
-    // ---- dS^T = P^T (dP^T - dpsum).
-    wgmma_wait<0>();
-    reg_fence(dp);
+    if constexpr (kOnePass && kMasked) {
+      // Scores outside the mask held finite or infinite P and dS values: selects, not products.
 #pragma unroll
-    for (int j = 0; j < kSlices; ++j) {
-      if (j + kAhead < kSlices) load2(dps[j + kAhead], dpsum_s + (j + kAhead) * 32);
-      // dL/ds = P (dP - dpsum) (1 - t^2) softmax_scale with a softcap (softmax_scale at the end, as
-      // without one).
-      if constexpr (kKeepGrad) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float2 g = unpack2<__half>(grad_t[2 * j + h]);
-          dp[4 * j + 2 * h] = s[4 * j + 2 * h] * (dp[4 * j + 2 * h] - dps[j][0]) * g.x;
-          dp[4 * j + 2 * h + 1] = s[4 * j + 2 * h + 1] * (dp[4 * j + 2 * h + 1] - dps[j][1]) * g.y;
-        }
-      } else if constexpr (kSoftcap) {
-        float l[2];
-        load2(l, lse_s + j * 32);
-#pragma unroll
-        for (int e = 0; e < 2; ++e) l[e] = l[e] == -INFINITY ? INFINITY : l[e] * kLog2e;
+      for (int j = 0; j < kSlices; ++j)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const float pv = s[4 * j + 2 * h + e];
-            dp[4 * j + 2 * h + e] = pv * (dp[4 * j + 2 * h + e] - dps[j][e]) * softcap_grad_from_p(pv, l[e], inv_softcap_log2);
+            const int col = 8 * j + acc_col + e;
+            const bool out = (col >= q_end) | (m0 + col < qmin[h]) | (m0 + col > qmax[h]);
+            s[4 * j + 2 * h + e] = out ? 0.f : s[4 * j + 2 * h + e];
+            dp[4 * j + 2 * h + e] = out ? 0.f : dp[4 * j + 2 * h + e];
           }
-      } else {
+    }
+    // ---- dS^T = P^T (dP^T - dpsum) (the one-pass form did it above).
+    if constexpr (!kOnePass) {
+      wgmma_wait<0>();
+      reg_fence(dp);
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
+      for (int j = 0; j < kSlices; ++j) {
+        if (j + kAhead < kSlices) load2(dps[j + kAhead], dpsum_s + (j + kAhead) * 32);
+        // dL/ds = P (dP - dpsum) (1 - t^2) softmax_scale with a softcap (softmax_scale at the end, as
+        // without one).
+        if constexpr (kKeepGrad) {
 #pragma unroll
-          for (int e = 0; e < 2; ++e) dp[4 * j + 2 * h + e] = s[4 * j + 2 * h + e] * (dp[4 * j + 2 * h + e] - dps[j][e]);
+          for (int h = 0; h < 2; ++h) {
+            const float2 g = unpack2<__half>(grad_t[2 * j + h]);
+            dp[4 * j + 2 * h] = s[4 * j + 2 * h] * (dp[4 * j + 2 * h] - dps[j][0]) * g.x;
+            dp[4 * j + 2 * h + 1] = s[4 * j + 2 * h + 1] * (dp[4 * j + 2 * h + 1] - dps[j][1]) * g.y;
+          }
+        } else if constexpr (kSoftcap) {
+          float l[2];
+          load2(l, lse_s + j * 32);
+#pragma unroll
+          for (int e = 0; e < 2; ++e) l[e] = l[e] == -INFINITY ? INFINITY : l[e] * kLog2e;
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float pv = s[4 * j + 2 * h + e];
+              dp[4 * j + 2 * h + e] = pv * (dp[4 * j + 2 * h + e] - dps[j][e]) * softcap_grad_from_p(pv, l[e], inv_softcap_log2);
+            }
+        } else {
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) dp[4 * j + 2 * h + e] = s[4 * j + 2 * h + e] * (dp[4 * j + 2 * h + e] - dps[j][e]);
+        }
       }
     }
 

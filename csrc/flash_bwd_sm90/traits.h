@@ -187,8 +187,8 @@ struct Sm90BwdTraits {
 };
 
 // The tile configuration of each instantiation: (head dim, softcap, wide). With a softcap, D = 64
-// takes 64-query steps split by columns: the 128-query steps keep 128 score registers a thread, and
-// the softcap's extra work per score spilled them (136 B).
+// keeps its 128-query steps (mainloop.cuh computes P and dS in one pass there to stay within the
+// registers; 64-query steps cost 1.32-1.41x the dense call).
 // kWide (D = 128, dense calls with no mask or a causal one and no softcap: dispatch.cu's
 // wide_config): 80-query steps with dQ transposed, FlashAttention-3's tile for non-causal calls:
 // the per-step fixed costs (barriers, waits, fences) spread over 25% more work (measured:
@@ -198,10 +198,6 @@ template <int kHeadDim, bool kSoftcap, bool kWide = false>
 struct Sm90BwdConfig {
   static_assert(!kWide, "the wide config exists for D = 128 without a softcap");
   using Traits = Sm90BwdTraits<kHeadDim>;
-};
-template <>
-struct Sm90BwdConfig<64, true> {
-  using Traits = Sm90BwdTraits<64, Sm90BwdDqSplit::kSplitD, 64>;
 };
 template <>
 struct Sm90BwdConfig<128, false, true> {

@@ -69,7 +69,14 @@
 # det_dq_pieces.diff: deterministic mode's D=256 dQ tile added as four 16 KB pieces with a ticket each
 # (kBwdSm90DetTicketPieces arrays), so the next key block's piece j waits only for this one's piece j:
 # REVERSE=0 with AB_CMD="python3 lab/bwd_check.py --time-only --time --lean --dims 128,256"
-# (prepared 2026-11-28, not yet run: bash lab/gpu_run.sh detpieces, then detpiecestest).
+# (measured 2026-11-28 on an H200: D=256 det cost 1.17-1.33 -> 1.42-1.70, causal and not; not adopted).
+# bwd_softcap_d64_q128.diff: the D=64 softcap backward on 128-query steps in two passes (P packed at
+# once, P (1 - t^2) kept as float16; ptxas spills 112 B), against commit 0207bdf: REVERSE=0
+# AB_CMD="python3 lab/bwd_softcap_time.py --hopper-only" (measured 2026-11-28: cost 1.36-1.42 ->
+# 1.22-1.24; superseded by the one-pass form).
+# bwd_softcap_onepass.diff: the D=64 softcap backward on 128-query steps in one pass, the mask as
+# selects afterwards (0 spills): REVERSE=1 with the AB_CMD above (measured 2026-11-28: cost 1.37-1.44
+# -> 1.19-1.23; landed, so REVERSE=1 undoes it).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 out=${OUT:-build}

@@ -225,6 +225,8 @@ WINDOW_EDGES = [
     ("softcap-saturated", (1, 65, 300, 2, 2, 64, NONE), (-1, -1), 1.0, 30.0, None),
     ("softcap+window,D=256", (1, 200, 400, 2, 2, 256, BOTTOM_RIGHT), (64, -1), 20.0, 1.0, None),
     ("softcap,scale<0", (1, 70, 90, 2, 2, 64, NONE), (-1, -1), 10.0, 1.0, -0.7),
+    # D = 64 on 128-query steps, unmasked and diagonal ones (the softcap's one-pass form), GQA
+    ("softcap,causal,GQA,D=64", (1, 600, 520, 4, 2, 64, BOTTOM_RIGHT), (-1, -1), 30.0, 1.0, None),
     ("softcap+(0,0),Sq>Sk", (1, 300, 40, 4, 2, 64, TOP_LEFT), (0, 0), 5.0, 3.0, None),
 ]
 
