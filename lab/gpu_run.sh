@@ -42,8 +42,10 @@
 #   bash lab/gpu_run.sh detpieces lab/ab/det_dq_pieces.diff's A/B (deterministic mode's cost, D=128/256) (~4 min)
 #   bash lab/gpu_run.sh softcaponepass the D=64 softcap backward's one-pass form (lab/ab/bwd_softcap_onepass.diff):
 #                                     its A/B, then the softcap backward and packed-batch tests (~6 min)
-#   bash lab/gpu_run.sh softcapsan memcheck (every case) and racecheck/synccheck (quick) on small dense and
-#                                     packed cases, on a built tree (~6 min)
+#   bash lab/gpu_run.sh softcapwide the D=128 softcap backward on the wide config (lab/ab/bwd_softcap_wide.diff):
+#                                     its A/B, then the softcap, wide-config and packed-batch tests (~6 min)
+#   bash lab/gpu_run.sh softcapsan memcheck (every case), racecheck (every dense case) and racecheck/synccheck
+#                                     (quick) on small dense and packed cases, on a built tree (~2 min)
 #   bash lab/gpu_run.sh detncu   ncu on the D=256 causal backward with and without deterministic mode (~4 min)
 #   bash lab/gpu_run.sh detrotate build, the backward tests, deterministic mode's cost with rotated walks and without (~8 min)
 #   bash lab/gpu_run.sh sanitizedense memcheck/racecheck/synccheck on small dense cases, on a built tree (~4 min)
@@ -333,12 +335,23 @@ PY
     step pytest_softcap 300 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py tests/kernels/test_varlen_gpu.py \
       -k "softcap or cap" -ra
     ;;
+  softcapwide)  # 2026-11-28: dense D=128 softcap calls on the wide config (80-query steps, one pass;
+                # lab/ab/bwd_softcap_wide.diff, in the tree): A/B against the tree without it, then the tests
+    env_info > "$OUT/env.txt" 2>&1
+    step ab_softcap_wide 420 env PATCH=bwd_softcap_wide.diff REVERSE=1 OUT="$OUT/ab" \
+      AB_CMD="python3 lab/bwd_softcap_time.py --hopper-only" bash lab/ab/run_ab.sh
+    step pytest_softcap_wide 300 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py tests/kernels/test_varlen_gpu.py \
+      -k "softcap or cap or wide" -ra
+    ;;
   softcapsan)  # 2026-11-28: the sanitizers after a Hopper backward change, on a built tree: memcheck over
-               # every small dense and packed case (softcap alone included), racecheck and synccheck quick
+               # every small dense and packed case (softcap alone included), racecheck over every small
+               # dense case, then racecheck and synccheck quick on both
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
     step memcheck_full 240 env SANITIZE_BACKENDS=auto compute-sanitizer --tool memcheck --error-exitcode 99 \
       python3 lab/sanitize_small.py --only dense,varlen
+    step racecheck_dense_full 240 env SANITIZE_BACKENDS=auto compute-sanitizer --tool racecheck --racecheck-report hazard \
+      --error-exitcode 99 python3 lab/sanitize_small.py --only dense
     sanitize_steps 150 auto dense,varlen quick racecheck synccheck
     ;;
   detncu)  # 2026-11-28: where deterministic mode's D=256 causal cost goes (issue 27): the main kernel's
@@ -417,7 +430,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

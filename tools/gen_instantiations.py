@@ -211,11 +211,11 @@ def bwd_sm90() -> KernelPath:
     for packed in ("false", "true"):
         for dname, ctype in DTYPES.items():
             for d in BWD_SM90_HEAD_DIMS:
-                for softcap, wide in (("false", "false"), ("true", "false"), ("false", "true")):
-                    # The wide config (traits.h): D = 128, dense, no softcap.
+                for softcap, wide in (("false", "false"), ("true", "false"), ("false", "true"), ("true", "true")):
+                    # The wide config (traits.h): D = 128, dense.
                     if wide == "true" and (d != 128 or packed == "true"):
                         continue
-                    suffix = "_softcap" if softcap == "true" else "_wide" if wide == "true" else ""
+                    suffix = ("_softcap" if softcap == "true" else "") + ("_wide" if wide == "true" else "")
                     prefix = "bwd_sm90_packed" if packed == "true" else "bwd_sm90"
                     config = f"{d}, {softcap}, true" if wide == "true" else f"{d}, {softcap}"
                     traits = f"Sm90BwdConfig<{config}>::Traits"

@@ -13,8 +13,8 @@
 
 namespace flashattn {
 
-// Query rows per step of this path for `p` (128 up to D = 64 without a softcap, 80 for dense D = 128
-// calls with no mask or a causal one and no softcap (traits.h's wide config), else 64): dq_semaphore of the
+// Query rows per step of this path for `p` (128 up to D = 64, 80 for dense D = 128 calls with no
+// mask, a causal one or a wide window (traits.h's wide config), else 64): dq_semaphore of the
 // deterministic mode is [B, Hq, ceil(Sq / flash_bwd_sm90_block_m(p))].
 int flash_bwd_sm90_block_m(const BwdParams& p);
 

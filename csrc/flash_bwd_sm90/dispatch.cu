@@ -66,7 +66,7 @@ int config_block_m(bool softcap) {
   return softcap ? Sm90BwdConfig<D, true>::Traits::kBlockM : Sm90BwdConfig<D, false>::Traits::kBlockM;
 }
 int block_m_of(int d, bool softcap, bool wide) {
-  if (wide) return Sm90BwdConfig<128, false, true>::Traits::kBlockM;
+  if (wide) return Sm90BwdConfig<128, false, true>::Traits::kBlockM;  // with a softcap the same tile
   return d == 64 ? config_block_m<64>(softcap) : d == 128 ? config_block_m<128>(softcap) : config_block_m<256>(softcap);
 }
 
@@ -74,12 +74,12 @@ int block_m_of(int d, bool softcap, bool wide) {
 // one up: TMA reads columns past head_dim as zeros, the epilogues drop them).
 int instantiated_head_dim(int head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
 
-// The wide config (traits.h Sm90BwdConfig<128, false, true>): dense D = 128 calls (and D 72..120,
-// padded) without a softcap, the mask as wide_rule.h says. FLASHATTN_BWD_WIDE is read at every such
+// The wide config (traits.h Sm90BwdConfig<128, softcap, true>): dense D = 128 calls (and D 72..120,
+// padded), the mask as wide_rule.h says. FLASHATTN_BWD_WIDE is read at every such
 // call, like FLASHATTN_BWD_REVERSE (lab switches for side-by-side rounds in one process); the
 // binding sizes dq_accum and the tickets from the same answer.
 bool wide_config(const BwdParams& p) {
-  if (instantiated_head_dim(p.head_dim) != 128 || p.softcap != 0.f || p.cu_seqlens_q != nullptr) return false;
+  if (instantiated_head_dim(p.head_dim) != 128 || p.cu_seqlens_q != nullptr) return false;
   const char* v = std::getenv("FLASHATTN_BWD_WIDE");
   const int mode = v == nullptr || *v == '\0' ? 2 : std::atoi(v);
   return bwd_wide_rule(mode, p.causal, p.window_left, p.window_right, p.seqlen_k);

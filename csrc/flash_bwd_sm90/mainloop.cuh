@@ -25,8 +25,8 @@
 //   wait group 3: arrive empty[stage]; wait group 4
 //   wait dq_empty (the writer has read the previous tile); dQ -> shared float32 tile;
 //   fence.proxy.async; arrive dq_full
-// The wide config (traits.h kTransposed: D = 128, 80-query steps, dense calls with no mask or a
-//   causal one and no softcap)
+// The wide config (traits.h kTransposed: D = 128, 80-query steps, dense calls with no mask, a
+//   causal one or a wide window)
 //   stores dS [queries][keys] by stmatrix .trans instead of dS^T, and computes
 //   dQ^T = K^T dS^T    SS wgmma, A = K as MN-major A (warpgroup wg: D columns [64 wg, 64 wg + 64)),
 //                      B = dS as K-major B, N = 80 queries, k = all 128 keys              (group 4)
@@ -581,11 +581,12 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
     };
 #pragma unroll
     for (int j = 0; j < kAhead; ++j) load2(lse2[j], lse_s + j * 32);
-    // The softcap on 128-query steps (D = 64) computes P and dS in one pass once both GEMMs are done,
-    // and applies the mask afterwards as selects: P computed under the dP GEMM with 1 - t^2 kept to
-    // dS (the two-pass form below) spilled 112-196 B at 128 score registers a thread, and the
-    // 64-query steps that avoided it cost 1.32-1.41x the dense call (docs/perf-notes.md, 2026-11-28).
-    constexpr bool kOnePass = kSoftcap && kBlockM == 128;
+    // The softcap on 128-query steps (D = 64) and 80-query ones (D = 128, the wide config) computes
+    // P and dS in one pass once both GEMMs are done, and applies the mask afterwards as selects: P
+    // computed under the dP GEMM with 1 - t^2 kept to dS (the two-pass form below) spilled 112-196 B
+    // at 128 rows and 84 B at 80, and the 64-query steps that avoided it cost 1.32-1.41x the dense
+    // call at D = 64 (docs/perf-notes.md, 2026-11-28).
+    constexpr bool kOnePass = kSoftcap && kBlockM != 64;
     if constexpr (kOnePass) {
       wgmma_wait<0>();
       reg_fence(s);

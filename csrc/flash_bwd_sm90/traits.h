@@ -189,18 +189,19 @@ struct Sm90BwdTraits {
 // The tile configuration of each instantiation: (head dim, softcap, wide). With a softcap, D = 64
 // keeps its 128-query steps (mainloop.cuh computes P and dS in one pass there to stay within the
 // registers; 64-query steps cost 1.32-1.41x the dense call).
-// kWide (D = 128, dense calls with no mask or a causal one and no softcap: dispatch.cu's
+// kWide (D = 128, dense calls with no mask, a causal one or a wide window: dispatch.cu's
 // wide_config): 80-query steps with dQ transposed, FlashAttention-3's tile for non-causal calls:
 // the per-step fixed costs (barriers, waits, fences) spread over 25% more work (measured:
-// docs/perf-notes.md, "Backward v16", causal calls included). Local windows keep 64-query steps
-// (not measured with 80), and so do packed batches and the softcap (80 rows spilled 68 B).
+// docs/perf-notes.md, "Backward v16", causal calls included). Narrow windows keep 64-query steps,
+// and so do packed batches. With a softcap it runs the one-pass form (mainloop.cuh; the two-pass
+// one spilled 84 B at 80 rows).
 template <int kHeadDim, bool kSoftcap, bool kWide = false>
 struct Sm90BwdConfig {
-  static_assert(!kWide, "the wide config exists for D = 128 without a softcap");
+  static_assert(!kWide, "the wide config exists for D = 128");
   using Traits = Sm90BwdTraits<kHeadDim>;
 };
-template <>
-struct Sm90BwdConfig<128, false, true> {
+template <bool kSoftcap>
+struct Sm90BwdConfig<128, kSoftcap, true> {
   using Traits = Sm90BwdTraits<128, Sm90BwdDqSplit::kTransposed, 80>;
 };
 

@@ -1,6 +1,6 @@
-// Which calls the Hopper backward's wide config runs (traits.h Sm90BwdConfig<128, false, true>:
+// Which calls the Hopper backward's wide config runs (traits.h Sm90BwdConfig<128, softcap, true>:
 // 80-query steps, dQ transposed; dispatch.cu `wide_config` adds what the config itself needs: an
-// instantiated D of 128, no softcap, a dense call). Plain C++, so that
+// instantiated D of 128, a dense call). Plain C++, so that
 // tests/kernels/test_sm90_bwd_block_cpu.py checks it on the CPU.
 //
 // Measured on the H100 (docs/perf-notes.md "Backward v16" and "Kernel by kernel against cuDNN"):

@@ -77,6 +77,8 @@
 # bwd_softcap_onepass.diff: the D=64 softcap backward on 128-query steps in one pass, the mask as
 # selects afterwards (0 spills): REVERSE=1 with the AB_CMD above (measured 2026-11-28: cost 1.37-1.44
 # -> 1.19-1.23; landed, so REVERSE=1 undoes it).
+# bwd_softcap_wide.diff: dense D=128 softcap calls on the wide config (80-query steps, the one-pass
+# form): REVERSE=1 with the AB_CMD above (bash lab/gpu_run.sh softcapwide).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 out=${OUT:-build}

@@ -344,7 +344,7 @@ def set_switch(monkeypatch: pytest.MonkeyPatch, name: str, value: str | None) ->
 
 # The Hopper backward's wide config (csrc/flash_bwd_sm90/traits.h: 80-query steps, dQ transposed)
 # runs D = 128 (and the dims padded to it) with no mask, a causal one or a window of >= 2048 keys,
-# no softcap; FLASHATTN_BWD_WIDE=0 gives those calls the 64-query config. Query lengths around multiples of 80
+# the softcap included; FLASHATTN_BWD_WIDE=0 gives those calls the 64-query config. Query lengths around multiples of 80
 # and of 64, GQA, both causal alignments, both modes; the kernel that ran is checked by name.
 WIDE_SHAPES = [
     pytest.param(1, 1, 300, 2, 1, 128, id="Sq=1"),
@@ -385,6 +385,32 @@ def test_hopper_wide_config_gradients(batch: int, sq: int, sk: int, hq: int, hk:
         main = {e.name for e in prof.events() if "flash_bwd_sm90_kernel" in e.name}
         assert len(main) == 1 and (", 80>" in next(iter(main))) == (wide and wide_by_default), main
         check(grads, x, dout, f"wide {wide}, deterministic {deterministic}, {dtype}, window {window}", window)
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
+@pytest.mark.parametrize(("mode", "window", "wide_by_default"),
+                         [WIDE_MASKS[0], WIDE_MASKS[1], WIDE_MASKS[3], WIDE_MASKS[4]])
+@pytest.mark.parametrize(("batch", "sq", "sk", "hq", "hk", "d"), [WIDE_SHAPES[1], WIDE_SHAPES[3], WIDE_SHAPES[4]])
+def test_hopper_wide_config_softcap_gradients(batch: int, sq: int, sk: int, hq: int, hk: int, d: int, mode: int, window,
+                                              wide_by_default: bool, deterministic: bool, backend: str,
+                                              device: torch.device) -> None:
+    """The wide config with the logit softcap (its one-pass form: P and dS after both score GEMMs,
+    the mask as selects afterwards), against the float64 reference; the kernel is checked by name."""
+    skip_unless_hopper_backward(backend, device, "configs")
+    for dtype, softcap in ((torch.bfloat16, 30.0), (torch.float16, 5.0)):
+        x = AttentionSpec(batch, sq, sk, hq, hk, d, dtype, mode, None, Layout("contiguous"), Layout("contiguous"), 1.0,
+                          sq + d).make(device)
+        dout = make_dout(x, "contiguous", 5)
+        with backward_mode(deterministic):
+            if deterministic:
+                flashattn.set_deterministic(True)
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                grads = op_grads(x, dout, backend, window, softcap)
+                torch.cuda.synchronize()
+        main = {e.name for e in prof.events() if "flash_bwd_sm90_kernel" in e.name}
+        assert len(main) == 1 and (", 80>" in next(iter(main))) == wide_by_default, main
+        check(grads, x, dout, f"softcap {softcap}, deterministic {deterministic}, {dtype}, window {window}", window,
+              softcap)
 
 
 # A GQA group split over CTAs (csrc/flash_bwd_sm90/dispatch.cu group_split_of): each CTA walks a
