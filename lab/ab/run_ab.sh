@@ -79,6 +79,9 @@
 # -> 1.19-1.23; landed, so REVERSE=1 undoes it).
 # bwd_softcap_wide.diff: dense D=128 softcap calls on the wide config (80-query steps, the one-pass
 # form): REVERSE=1 with the AB_CMD above (bash lab/gpu_run.sh softcapwide).
+# lab_softcap_no_tanh.diff: a measurement only (wrong results): the one-pass softcap kernels without
+# their tanh, to price the second SFU operation a score: REVERSE=0 with the AB_CMD above (measured
+# 2026-11-28: D=64 cost 1.18-1.22 -> 1.06-1.11).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 out=${OUT:-build}
