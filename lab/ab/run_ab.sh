@@ -82,6 +82,9 @@
 # lab_softcap_no_tanh.diff: a measurement only (wrong results): the one-pass softcap kernels without
 # their tanh, to price the second SFU operation a score: REVERSE=0 with the AB_CMD above (measured
 # 2026-11-28: D=64 cost 1.18-1.22 -> 1.06-1.11).
+# bwd_softcap_exp2_fma.diff: the D=64 one-pass softcap kernels take every second score's exponential
+# on the FMA pipe (exp2_fma: a degree-4 polynomial, 3.1e-6): REVERSE=0 with the AB_CMD above
+# (measured 2026-11-28: 1-6% slower; not adopted).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 out=${OUT:-build}
