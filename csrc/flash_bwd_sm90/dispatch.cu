@@ -66,7 +66,9 @@ int config_block_m(bool softcap) {
   return softcap ? Sm90BwdConfig<D, true>::Traits::kBlockM : Sm90BwdConfig<D, false>::Traits::kBlockM;
 }
 int block_m_of(int d, bool softcap, bool wide) {
-  if (wide) return Sm90BwdConfig<128, false, true>::Traits::kBlockM;  // with a softcap the same tile
+  static_assert(Sm90BwdConfig<128, false, true>::Traits::kBlockM == Sm90BwdConfig<128, true, true>::Traits::kBlockM,
+                "one wide tile with and without a softcap");
+  if (wide) return Sm90BwdConfig<128, false, true>::Traits::kBlockM;
   return d == 64 ? config_block_m<64>(softcap) : d == 128 ? config_block_m<128>(softcap) : config_block_m<256>(softcap);
 }
 

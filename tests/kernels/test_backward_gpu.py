@@ -314,6 +314,17 @@ def backward_kernels(x: AttentionInputs, backend: str, **kwargs) -> set[str]:
     return {("sm90" if "sm90" in n else "portable") for n in names if "preprocess" not in n and "convert" not in n}
 
 
+def profiled_op_grads(x: AttentionInputs, dout: torch.Tensor, backend: str, deterministic: bool, window=(-1, -1),
+                      softcap: float = 0.0):
+    """op_grads in backward_mode(deterministic), profiled -> (grads, names of the flash_bwd kernels
+    that ran)."""
+    with backward_mode(deterministic):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            grads = op_grads(x, dout, backend, window, softcap)
+            torch.cuda.synchronize()
+    return grads, {e.name for e in prof.events() if "flash_bwd" in e.name}
+
+
 @pytest.mark.parametrize("d", [32, 64, 96, 128, 256])
 def test_backward_path_follows_the_backend(d: int, backend: str, device: torch.device) -> None:
     """Which backward main kernel runs: the Hopper one for "hopper" on an H100 up to head dim 256
@@ -376,13 +387,8 @@ def test_hopper_wide_config_gradients(batch: int, sq: int, sk: int, hq: int, hk:
         x = AttentionSpec(batch, sq, sk, hq, hk, d, dtype, mode, None, Layout("contiguous"), Layout("contiguous"), 1.0,
                           sq + d).make(device)
         dout = make_dout(x, "contiguous", 5)
-        with backward_mode(deterministic):
-            if deterministic:
-                flashattn.set_deterministic(True)
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-                grads = op_grads(x, dout, backend, window=window)
-                torch.cuda.synchronize()
-        main = {e.name for e in prof.events() if "flash_bwd_sm90_kernel" in e.name}
+        grads, names = profiled_op_grads(x, dout, backend, deterministic, window)
+        main = {n for n in names if "flash_bwd_sm90_kernel" in n}
         assert len(main) == 1 and (", 80>" in next(iter(main))) == (wide and wide_by_default), main
         check(grads, x, dout, f"wide {wide}, deterministic {deterministic}, {dtype}, window {window}", window)
 
@@ -401,13 +407,8 @@ def test_hopper_wide_config_softcap_gradients(batch: int, sq: int, sk: int, hq: 
         x = AttentionSpec(batch, sq, sk, hq, hk, d, dtype, mode, None, Layout("contiguous"), Layout("contiguous"), 1.0,
                           sq + d).make(device)
         dout = make_dout(x, "contiguous", 5)
-        with backward_mode(deterministic):
-            if deterministic:
-                flashattn.set_deterministic(True)
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-                grads = op_grads(x, dout, backend, window, softcap)
-                torch.cuda.synchronize()
-        main = {e.name for e in prof.events() if "flash_bwd_sm90_kernel" in e.name}
+        grads, names = profiled_op_grads(x, dout, backend, deterministic, window, softcap)
+        main = {n for n in names if "flash_bwd_sm90_kernel" in n}
         assert len(main) == 1 and (", 80>" in next(iter(main))) == wide_by_default, main
         check(grads, x, dout, f"softcap {softcap}, deterministic {deterministic}, {dtype}, window {window}", window,
               softcap)
@@ -436,11 +437,8 @@ def test_hopper_gqa_group_split_gradients(batch: int, sq: int, sk: int, hq: int,
         x = AttentionSpec(batch, sq, sk, hq, hk, d, dtype, mode, None, Layout("contiguous"), Layout("contiguous"), 1.0,
                           sq + hq).make(device)
         dout = make_dout(x, "contiguous", 2)
-        with backward_mode(deterministic):
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-                grads = op_grads(x, dout, backend)
-                torch.cuda.synchronize()
-        split = any("convert_dkv" in e.name for e in prof.events())
+        grads, names = profiled_op_grads(x, dout, backend, deterministic)
+        split = any("convert_dkv" in n for n in names)
         # The rule splits every shape here (at most a few dozen CTAs), masked or not; a forced count
         # that does not divide the group means none.
         forced_ok = force is None or (force != "1" and (hq // hk) % int(force) == 0)
@@ -476,11 +474,7 @@ def test_hopper_tail_split_gradients(batch: int, sq: int, sk: int, hq: int, hk: 
         x = AttentionSpec(batch, sq, sk, hq, hk, d, dtype, mode, None, Layout("contiguous"), Layout("contiguous"), 1.0,
                           sq + 3 * hq).make(device)
         dout = make_dout(x, "contiguous", 4)
-        with backward_mode(deterministic):
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-                grads = op_grads(x, dout, backend)
-                torch.cuda.synchronize()
-        names = {e.name for e in prof.events() if "flash_bwd" in e.name}
+        grads, names = profiled_op_grads(x, dout, backend, deterministic)
         tail = any("convert_tail" in n for n in names)
         per_head = any("convert_dkv" in n for n in names)
         splits = not deterministic and force != "0" and (force is not None or rule_splits)
