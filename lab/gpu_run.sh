@@ -44,6 +44,8 @@
 #                                     its A/B, then the softcap backward and packed-batch tests (~6 min)
 #   bash lab/gpu_run.sh softcapwide the D=128 softcap backward on the wide config (lab/ab/bwd_softcap_wide.diff):
 #                                     its A/B, then the softcap, wide-config and packed-batch tests (~6 min)
+#   bash lab/gpu_run.sh softcaptanh the one-pass softcap backward's tanh under the dP GEMM (lab/ab/bwd_softcap_tanh_first.diff):
+#                                     its A/B, then the softcap, wide-config and split backward tests (~8 min)
 #   bash lab/gpu_run.sh softcapsan memcheck (every case), racecheck (every dense case) and racecheck/synccheck
 #                                     (quick) on small dense and packed cases, on a built tree (~2 min)
 #   bash lab/gpu_run.sh detncu   ncu on the D=256 causal backward with and without deterministic mode (~4 min)
@@ -343,6 +345,14 @@ PY
     step pytest_softcap_wide 300 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py tests/kernels/test_varlen_gpu.py \
       -k "softcap or cap or wide" -ra
     ;;
+  softcaptanh)  # 2026-11-28: the one-pass softcap backward's tanh under the dP GEMM (lab/ab/bwd_softcap_tanh_first.diff,
+                # in the tree): A/B against the tree without it, then the backward tests that cover it
+    env_info > "$OUT/env.txt" 2>&1
+    step ab_softcap_tanh 420 env PATCH=bwd_softcap_tanh_first.diff REVERSE=1 OUT="$OUT/ab" \
+      AB_CMD="python3 lab/bwd_softcap_time.py --hopper-only" bash lab/ab/run_ab.sh
+    step pytest_softcap_tanh 300 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py tests/kernels/test_varlen_gpu.py \
+      -k "softcap or cap or wide or split" -ra
+    ;;
   softcapsan)  # 2026-11-28: the sanitizers after a Hopper backward change, on a built tree: memcheck over
                # every small dense and packed case (softcap alone included), racecheck over every small
                # dense case, then racecheck and synccheck quick on both
@@ -430,7 +440,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -588,8 +588,14 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
     // call at D = 64 (docs/perf-notes.md, 2026-11-28).
     constexpr bool kOnePass = kSoftcap && kBlockM != 64;
     if constexpr (kOnePass) {
-      wgmma_wait<0>();
+      // The tanh of every score under the dP GEMM, in place (no register more): the pass after it
+      // then has one SFU operation a score, not a tanh-to-ex2 chain with nothing to overlap.
+      wgmma_wait<1>();
       reg_fence(s);
+#pragma unroll
+      for (int i = 0; i < kSRegs; ++i) s[i] = tanh_approx(s[i] * p.softcap_scale);
+      reg_fence(s);
+      wgmma_wait<0>();
       reg_fence(dp);
     } else {
       wgmma_wait<1>();
@@ -627,7 +633,7 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
           // with the same tanh_approx, so that P matches the saved lse.
           float pv;
           if constexpr (kSoftcap) {
-            const float t = tanh_approx(s[4 * j + 2 * h + e] * p.softcap_scale);
+            const float t = kOnePass ? s[4 * j + 2 * h + e] : tanh_approx(s[4 * j + 2 * h + e] * p.softcap_scale);
             pv = ex2(t * p.softcap_log2 - lse2[j][e]);
             if constexpr (kKeepGrad || kOnePass) g[e] = fmaf(-t, t, 1.f);
           } else {

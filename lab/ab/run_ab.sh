@@ -85,6 +85,9 @@
 # bwd_softcap_exp2_fma.diff: the D=64 one-pass softcap kernels take every second score's exponential
 # on the FMA pipe (exp2_fma: a degree-4 polynomial, 3.1e-6): REVERSE=0 with the AB_CMD above
 # (measured 2026-11-28: 1-6% slower; not adopted).
+# bwd_softcap_tanh_first.diff: the one-pass softcap kernels (D=64, the D=128 wide config) take the
+# tanh of every score in place while the dP GEMM runs, then P and dS in one pass: REVERSE=1 with the
+# AB_CMD above (bash lab/gpu_run.sh softcaptanh).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 out=${OUT:-build}
