@@ -8,7 +8,8 @@ host work tens).
    checked path forced), the op through the dispatcher, the op's builtin, each backend; SDPA and
    bare torch calls (an allocation, an elementwise launch) for scale.
 2. The issue-28 grids, each call timed as a user makes it (synchronized before and after, wall
-   time) and back to back: the seed shapes (B=1 H=1 D=64 fp16, S 32..2048) through
+   time; ours and SDPA's calls interleaved one by one, the ratio the median of the rounds' paired
+   ratios) and back to back: the seed shapes (B=1 H=1 D=64 fp16, S 32..2048) through
    flashattn.scaled_dot_product_attention vs F.scaled_dot_product_attention; decode at B=1 (GQA
    32:8, D=128, bf16) through flash_attn_with_kvcache vs SDPA; one training step's attention
    (forward + backward, B=1 S=256) through flashattn.scaled_dot_product_attention vs SDPA, and its
@@ -59,22 +60,29 @@ def back_to_back_us(fn: Callable[[], object], calls: int, rounds: int = ROUNDS, 
     return statistics.median(runs)
 
 
-def single_call_us(fn: Callable[[], object], calls: int) -> float:
-    """A call as a user times one: synchronized before and after, wall time (host + launch + kernel)."""
+def single_call_pair_us(ours: Callable[[], object], ref: Callable[[], object], calls: int) -> tuple[float, float, float]:
+    """Two callables each timed as a user times a call (synchronized before and after, wall time:
+    host + launch + kernel), interleaved call by call (A B, then B A, ...) so that a drift of the
+    host or the clocks hits both sides alike: (ours us, ref us, ref / ours), each the median
+    over rounds, the ratio the median of the rounds' ratios (one ratio per round of paired calls)."""
     for _ in range(50):
-        fn()
+        ours()
+        ref()
     torch.cuda.synchronize()
-    runs = []
+    rounds = []
     for _ in range(ROUNDS):
-        total = 0.0
-        for _ in range(calls):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            fn()
-            torch.cuda.synchronize()
-            total += time.perf_counter() - t0
-        runs.append(total / calls * 1e6)
-    return statistics.median(runs)
+        total = [0.0, 0.0]
+        for i in range(calls):
+            for side in ((0, 1) if i % 2 == 0 else (1, 0)):
+                fn = ours if side == 0 else ref
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                fn()
+                torch.cuda.synchronize()
+                total[side] += time.perf_counter() - t0
+        rounds.append((total[0] / calls * 1e6, total[1] / calls * 1e6))
+    return (statistics.median(r[0] for r in rounds), statistics.median(r[1] for r in rounds),
+            statistics.median(r[1] / r[0] for r in rounds))
 
 
 def checked_path(fn: Callable[[], object]) -> Callable[[], object]:
@@ -95,7 +103,7 @@ _DIRECT = interface._DIRECT
 def layers(calls: int) -> None:
     dev = torch.device("cuda")
     print("\n## 1. Layers of a call, back to back (us per call)")
-    for b, h, s, d, causal in [(1, 1, 128, 64, False), (1, 1, 128, 64, True), (8, 16, 512, 64, True)]:
+    for b, h, s, d, causal in [(1, 1, 128, 64, False), (1, 1, 128, 64, True), (1, 1, 1024, 64, False), (8, 16, 512, 64, True)]:
         q, k, v = (torch.randn(b, h, s, d, device=dev, dtype=torch.float16) for _ in range(3))
         qb, kb, vb = (t.transpose(1, 2) for t in (q, k, v))
         op = torch.ops.flashattn.fwd_bhsd.default
@@ -131,10 +139,10 @@ def grids(calls: int) -> None:
             q, k, v = (torch.randn(1, 1, s, 64, device=dev, dtype=torch.float16) for _ in range(3))
             ours = lambda: flashattn.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
             ref = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
-            o1, r1 = single_call_us(ours, calls // 10), single_call_us(ref, calls // 10)
+            o1, r1, q1 = single_call_pair_us(ours, ref, calls // 10)
             o2, r2 = back_to_back_us(ours, calls), back_to_back_us(ref, calls)
-            ratios.append(r1 / o1)
-            print(f"{s:>6} {causal!s:>6} {'':21} {o1:7.2f} {r1:7.2f} {r1 / o1:6.2f}   {o2:7.2f} {r2:7.2f} {r2 / o2:6.2f}")
+            ratios.append(q1)
+            print(f"{s:>6} {causal!s:>6} {'':21} {o1:7.2f} {r1:7.2f} {q1:6.2f}   {o2:7.2f} {r2:7.2f} {r2 / o2:6.2f}")
     print(f"  single-call geomean ratio: {statistics.geometric_mean(ratios):.3f}")
 
     print(f"\n{'decode B=1 Sq=1 GQA 32:8 D=128 bf16':34} {'single call':>24} {'back to back':>24}")
@@ -144,9 +152,9 @@ def grids(calls: int) -> None:
         qt, kt, vt = (t.transpose(1, 2) for t in (q, kc, vc))
         ours = lambda: flashattn.flash_attn_with_kvcache(q, kc, vc)  # noqa: E731
         ref = lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)  # noqa: E731
-        o1, r1 = single_call_us(ours, calls // 10), single_call_us(ref, calls // 10)
+        o1, r1, q1 = single_call_pair_us(ours, ref, calls // 10)
         o2, r2 = back_to_back_us(ours, calls), back_to_back_us(ref, calls)
-        print(f"{'Sk=' + str(sk):>13} {'':21} {o1:7.2f} {r1:7.2f} {r1 / o1:6.2f}   {o2:7.2f} {r2:7.2f} {r2 / o2:6.2f}")
+        print(f"{'Sk=' + str(sk):>13} {'':21} {o1:7.2f} {r1:7.2f} {q1:6.2f}   {o2:7.2f} {r2:7.2f} {r2 / o2:6.2f}")
 
     steps = []
     for h, d in ((1, 64), (8, 64), (16, 128)):
@@ -157,9 +165,9 @@ def grids(calls: int) -> None:
         steps.append((f"B=1 S=256 H={h} D={d} causal", ours, ref))
     print(f"\n{'training step: attention fwd+bwd':34} {'single call':>24} {'back to back':>24}")
     for label, ours, ref in steps:
-        o1, r1 = single_call_us(ours, calls // 10), single_call_us(ref, calls // 10)
+        o1, r1, q1 = single_call_pair_us(ours, ref, calls // 10)
         o2, r2 = back_to_back_us(ours, calls // 4), back_to_back_us(ref, calls // 4)
-        print(f"{label:>34} {o1:7.2f} {r1:7.2f} {r1 / o1:6.2f}   {o2:7.2f} {r2:7.2f} {r2 / o2:6.2f}")
+        print(f"{label:>34} {o1:7.2f} {r1:7.2f} {q1:6.2f}   {o2:7.2f} {r2:7.2f} {r2 / o2:6.2f}")
     # Issue 28's acceptance for the training step: the host time attention costs it, forward and
     # backward, without the kernels (the GPU held busy while the calls are enqueued).
     print(f"\n{'training step: host time alone (us)':34} {'flashattn':>9} {'SDPA':>9} {'ratio':>6}")
