@@ -5,7 +5,8 @@ host work tens).
 
 1. Back to back, no sync inside the loop (so the CPU side is what is measured; the GPU drains the
    queue at the end), per layer of a call: the public entry points (their direct path, and the
-   checked path forced), the op through the dispatcher, the op's builtin, each backend; SDPA and
+   checked path forced), the op through the dispatcher, the op's builtin, each backend, the Hopper
+   one with its split over the keys forced off (what a split costs where the rule takes one); SDPA and
    bare torch calls (an allocation, an elementwise launch) for scale.
 2. The issue-28 grids, each call timed as a user makes it (synchronized before and after, wall
    time; ours and SDPA's calls interleaved one by one, the ratio the median of the rounds' paired
@@ -23,10 +24,12 @@ Medians of 7 rounds. usage: python3 lab/host_profile_gpu.py [--calls 2000] [--no
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -100,6 +103,17 @@ def checked_path(fn: Callable[[], object]) -> Callable[[], object]:
 _DIRECT = interface._DIRECT
 
 
+@contextlib.contextmanager
+def no_split() -> Iterator[None]:
+    """The forward's split over the keys off (FLASHATTN_FWD_SPLITS=1, read at each call) inside the
+    block: set once around a row's measurement, so the row pays no environment writes."""
+    os.environ["FLASHATTN_FWD_SPLITS"] = "1"
+    try:
+        yield
+    finally:
+        del os.environ["FLASHATTN_FWD_SPLITS"]
+
+
 def layers(calls: int) -> None:
     dev = torch.device("cuda")
     print("\n## 1. Layers of a call, back to back (us per call)")
@@ -126,6 +140,9 @@ def layers(calls: int) -> None:
         print(f"\nB={b} H={h} S={s} D={d} fp16 causal={causal}")
         for name, fn in rows:
             print(f"  {name:44} {back_to_back_us(fn, calls):7.2f}")
+        with no_split():
+            t = back_to_back_us(lambda: builtin(q, k, v, None, mode, "hopper"), calls)
+        print(f"  {'  its builtin, hopper, no split over the keys':44} {t:7.2f}")
 
 
 def grids(calls: int) -> None:
