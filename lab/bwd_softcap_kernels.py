@@ -8,31 +8,15 @@ usage: python lab/bwd_softcap_kernels.py [D:S:causal ...]   (default 128:4096:0 
 from __future__ import annotations
 
 import sys
-from collections import defaultdict
 
 import torch
 import triton.testing
-from torch.profiler import ProfilerActivity, profile
 
 import flashattn  # noqa: F401  (registers torch.ops.flashattn)
+from gpu_timing import kernel_table
 
 BWD = torch.ops.flashattn.bwd.default
 FWD = torch.ops.flashattn.fwd.default
-
-
-def kernel_times(fn, calls: int = 20) -> dict[str, float]:
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    t: dict[str, float] = defaultdict(float)
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            t[e.name[:90]] += e.device_time / calls / 1000.0
-    return dict(t)
 
 
 def main() -> None:
@@ -44,9 +28,10 @@ def main() -> None:
         print(f"=== D={d} S={s} causal={causal} B={b} H={h}")
         for cap in (0.0, 30.0):
             out, lse = FWD(q, k, v, d**-0.5, bool(causal), "auto", -1, -1, cap)
-            t = kernel_times(lambda: BWD(dout, q, k, v, out, lse, d**-0.5, bool(causal), False, "hopper", -1, -1, cap))
-            fn = lambda: BWD(dout, q, k, v, out, lse, d**-0.5, bool(causal), False, "hopper", -1, -1, cap)
+            fn = lambda: BWD(dout, q, k, v, out, lse, d**-0.5, bool(causal), False, "hopper", -1, -1, cap)  # noqa: E731
             flushed = triton.testing.do_bench(fn, warmup=20, rep=150, return_mode="median")
+            # ms per call of each kernel: launches per call x mean us per launch
+            t = {name: n * us / 1000.0 for name, n, us in kernel_table(fn)}
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             for _ in range(20):
@@ -55,8 +40,8 @@ def main() -> None:
             torch.cuda.synchronize()
             print(f"  softcap={cap:g}: kernels {sum(t.values()):.3f} ms, do_bench (L2 flushed) {flushed:.3f} ms, "
                   f"20 back to back {start.elapsed_time(end) / 20:.3f} ms")
-            for name, ms in sorted(t.items(), key=lambda kv: -kv[1]):
-                print(f"    {ms:8.3f} ms  {name}")
+            for name, ms in t.items():  # heaviest first (kernel_table's order)
+                print(f"    {ms:8.3f} ms  {name[:90]}")
 
 
 if __name__ == "__main__":

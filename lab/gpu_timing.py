@@ -2,7 +2,7 @@
 decode_check.py; do_bench_ms, cudnn_backward_ms and geomean for the backward A/B scripts), on top of
 the benchmark suite's primitives (benchmarks/bench_common.py: time_calls_ms, one event pair around
 back-to-back calls; measure_interleaved, the round schedule); and kernel_table, a call's kernels
-under torch.profiler (decode_profile.py, fp8_time.py --breakdown).
+under torch.profiler (decode_profile.py, fp8_time.py --breakdown, bwd_softcap_kernels.py).
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def geomean(xs: list[float]) -> float:
 
 def kernel_table(fn: Callable[[], object], calls: int = 20) -> list[tuple[str, float, float]]:
     """(kernel name, launches per call, mean µs) of `calls` eager calls under torch.profiler, after a
-    warm-up call; heaviest first (lab/decode_profile.py, lab/fp8_time.py --breakdown)."""
+    warm-up call; heaviest first (lab/decode_profile.py, lab/fp8_time.py --breakdown, lab/bwd_softcap_kernels.py)."""
     from torch.profiler import ProfilerActivity, profile
 
     fn()
