@@ -68,15 +68,16 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
     FLASHATTN_CHECK(zero == cudaSuccess, op, ": zeroing the tile counter failed: ", cudaGetErrorString(zero));
   }
   // Few query tiles for the SMs (short prefills, B=1 H=1): the Hopper path splits each tile's keys
-  // over several CTAs, whose float32 partials (one allocation: o_accum, then lse_accum) a second
-  // kernel merges into out and lse. The portable path ignores the split.
+  // over several CTAs, which merge in shared memory as one cluster where they can, else write
+  // float32 partials (one allocation: o_accum, then lse_accum) that a second kernel merges into
+  // out and lse. The portable path ignores the split.
   at::Tensor split_accum;
   if (backend != "portable") {
     const int splits = flashattn::flash_fwd_sm90_num_splits(p, dev);
-    if (splits > 1) {
+    p.num_splits = splits;
+    if (splits > 1 && !flashattn::flash_fwd_sm90_split_in_cluster(p, dev)) {
       const int64_t rows = splits * B * Hq * Sq;
       split_accum = at::empty({rows * (D + 1)}, q.options().dtype(at::kFloat));
-      p.num_splits = splits;
       p.o_accum = split_accum.data_ptr<float>();
       p.lse_accum = p.o_accum + rows * D;
     }

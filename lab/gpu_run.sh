@@ -61,6 +61,11 @@
 #   bash lab/gpu_run.sh pytest   a part of the GPU suite on a built tree: PYTEST_ARGS="tests/kernels/test_x.py ..."
 #   bash lab/gpu_run.sh fp8      the FP8 forward: build, its tests, memcheck, the comparison with FlashAttention-3 (~6 min)
 #   bash lab/gpu_run.sh hostprofile  the host profile alone on a built tree                (~2 min)
+#   bash lab/gpu_run.sh combineab the split forward's combine launched plainly vs programmatically:
+#                                     A/B of lab/split_call_time.py (~5 min)
+#   bash lab/gpu_run.sh clustermerge build, the split tests, the split merged in clusters vs the combine
+#                                     kernel timed, the sanitizers on the split and small dense cases, the
+#                                     attention tests (~7 min)
 #   bash lab/gpu_run.sh l2decode build, the decode check and the suite's decode tests, then the Hopper
 #                                     lab's L2 group budget A/B                           (~5 min)
 #   bash lab/gpu_run.sh reliability build, the bad-index and NaN/inf GPU tests, then compute-sanitizer
@@ -353,6 +358,24 @@ PY
     step pytest_softcap_tanh 300 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py tests/kernels/test_varlen_gpu.py \
       -k "softcap or cap or wide or split" -ra
     ;;
+  combineab)  # 2026-11-29: the forward's split-keys calls with the combine launched plainly instead of
+              # programmatically (lab/ab/fwd_combine_plain_launch.diff): host alone, back to back, single calls
+    env_info > "$OUT/env.txt" 2>&1
+    step ab_combine_launch 480 env PATCH=fwd_combine_plain_launch.diff REVERSE=0 OUT="$OUT/ab" \
+      AB_CMD="python3 lab/split_call_time.py --calls 1000" bash lab/ab/run_ab.sh
+    ;;
+  clustermerge)  # 2026-11-29: the forward's split over the keys merged in thread-block clusters (issue 28):
+                 # build, the split and attention tests, both merges timed, the sanitizers on the split cases
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash lab/gpu_build.sh
+    step pytest_split 300 "${pytest_ci[@]}" tests/kernels/test_fwd_split_gpu.py -ra
+    step split_call_time 240 python3 lab/split_call_time.py --calls 1000
+    step memcheck_split 200 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 99 \
+      python3 lab/sanitize_small.py --only split
+    sanitize_steps 200 auto split split racecheck synccheck initcheck
+    sanitize_steps 200 auto dense dense memcheck racecheck
+    step pytest_attention 300 "${pytest_ci[@]}" tests/kernels/test_attention_gpu.py -ra
+    ;;
   softcapsan)  # 2026-11-28: the sanitizers after a Hopper backward change, on a built tree: memcheck over
                # every small dense and packed case (softcap alone included), racecheck over every small
                # dense case, then racecheck and synccheck quick on both
@@ -440,7 +463,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -16,8 +16,8 @@ host work tens).
    (forward + backward, B=1 S=256) through flashattn.scaled_dot_product_attention vs SDPA, and its
    host time alone (the calls enqueued while a sleep kernel holds the GPU: no kernel time, no
    waiting on the GPU).
-3. torch.profiler over a few hundred calls of the smallest seed shape: host time per op and per
-   CUDA runtime call (allocation, launch).
+3. torch.profiler over a few hundred calls of the smallest seed shape and of S=1024 with and
+   without its split: host time per op and per CUDA runtime call (allocation, launch), kernel times.
 Medians of 7 rounds. usage: python3 lab/host_profile_gpu.py [--calls 2000] [--no-profiler]
 """
 
@@ -143,6 +143,13 @@ def layers(calls: int) -> None:
         with no_split():
             t = back_to_back_us(lambda: builtin(q, k, v, None, mode, "hopper"), calls)
         print(f"  {'  its builtin, hopper, no split over the keys':44} {t:7.2f}")
+        # The same two with the GPU held busy: host work alone, no waiting on a kernel.
+        host_alone = dict(calls=200, rounds=15, warmup=20, hold_gpu=True)
+        t = back_to_back_us(lambda: builtin(q, k, v, None, mode, "hopper"), **host_alone)
+        print(f"  {'  its builtin, hopper, host alone':44} {t:7.2f}")
+        with no_split():
+            t = back_to_back_us(lambda: builtin(q, k, v, None, mode, "hopper"), **host_alone)
+        print(f"  {'  its builtin, hopper, no split, host alone':44} {t:7.2f}")
 
 
 def grids(calls: int) -> None:
@@ -160,6 +167,12 @@ def grids(calls: int) -> None:
             o2, r2 = back_to_back_us(ours, calls), back_to_back_us(ref, calls)
             ratios.append(q1)
             print(f"{s:>6} {causal!s:>6} {'':21} {o1:7.2f} {r1:7.2f} {q1:6.2f}   {o2:7.2f} {r2:7.2f} {r2 / o2:6.2f}")
+            if s >= 1024:  # the shapes whose calls split their keys: the same call unsplit
+                with no_split():
+                    o1, r1, q1 = single_call_pair_us(ours, ref, calls // 10)
+                    o2, r2 = back_to_back_us(ours, calls), back_to_back_us(ref, calls)
+                print(f"{s:>6} {causal!s:>6} {'  (no split)':21} {o1:7.2f} {r1:7.2f} {q1:6.2f}   {o2:7.2f} {r2:7.2f} "
+                      f"{r2 / o2:6.2f}")
     print(f"  single-call geomean ratio: {statistics.geometric_mean(ratios):.3f}")
 
     print(f"\n{'decode B=1 Sq=1 GQA 32:8 D=128 bf16':34} {'single call':>24} {'back to back':>24}")
@@ -201,17 +214,21 @@ def profile() -> None:
     from torch.profiler import profile as torch_profile
 
     dev = torch.device("cuda")
-    q, k, v = (torch.randn(1, 1, 128, 64, device=dev, dtype=torch.float16) for _ in range(3))
-    for _ in range(100):
-        flashattn.scaled_dot_product_attention(q, k, v)
-    torch.cuda.synchronize()
-    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(300):
-            flashattn.scaled_dot_product_attention(q, k, v)
-        torch.cuda.synchronize()
-    print("\n## 3. torch.profiler, 300 calls of flashattn.scaled_dot_product_attention B=1 H=1 S=128 D=64 "
-          "(per-call host time: CPU total / 300)")
-    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
+    # The smallest seed shape, and S=1024 with and without its split over the keys (what the split
+    # adds to a call on the host, runtime call by runtime call, and on the GPU, kernel by kernel).
+    for s, split in ((128, True), (1024, True), (1024, False)):
+        q, k, v = (torch.randn(1, 1, s, 64, device=dev, dtype=torch.float16) for _ in range(3))
+        with contextlib.nullcontext() if split else no_split():
+            for _ in range(100):
+                flashattn.scaled_dot_product_attention(q, k, v)
+            torch.cuda.synchronize()
+            with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                for _ in range(300):
+                    flashattn.scaled_dot_product_attention(q, k, v)
+                torch.cuda.synchronize()
+        print(f"\n## 3. torch.profiler, 300 calls of flashattn.scaled_dot_product_attention B=1 H=1 S={s} D=64"
+              f"{'' if split else ', no split over the keys'} (per-call host time: CPU total / 300)")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
 
 
 def main() -> int:

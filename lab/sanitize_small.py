@@ -12,8 +12,8 @@ Cases (each selectable with --only, a comma list of group names):
             sequence's end, causal and window, softcap, D 64/96/128/256, deterministic;
   decode    KV cache: contiguous and paged, appends across pages, forced splits (num_splits);
   split     the Hopper forward's split over the keys (small grids; FLASHATTN_FWD_SPLITS forces the
-            count: empty splits, more splits than blocks), causal both ways, a window, D 64/128/256;
-            skipped where the Hopper path does not run;
+            count: empty splits, more splits than blocks), merged in clusters and through the combine
+            kernel, causal both ways, a window, D 64/128/256; skipped where the Hopper path does not run;
   fp8       the FP8 forward (Hopper): causal or not, GQA, odd
             lengths, D 64/128/256; skipped where the Hopper path does not run;
   bad       bad device-side indices with the checked mode off (memcheck only: the results are
@@ -150,15 +150,20 @@ def split() -> None:
     if not _hopper():
         print("sanitize_small: split: skipped (no Hopper path here)")
         return
-    for forced in ("", "3", "7", "64"):
-        os.environ["FLASHATTN_FWD_SPLITS"] = forced
-        for b, sq, sk, hq, hk, d, mode, window in ((1, 1000, 1537, 2, 1, 64, flashattn.CAUSAL_BOTTOM_RIGHT, (-1, -1)),
-                                                  (1, 300, 2049, 1, 1, 128, flashattn.CAUSAL_TOP_LEFT, (-1, -1)),
-                                                  (1, 129, 1100, 2, 2, 256, flashattn.CAUSAL_NONE, (300, 40))):
-            for dtype in dtypes():
-                q, k, v = rand(b, sq, hq, d, dtype=dtype), rand(b, sk, hk, d, dtype=dtype), rand(b, sk, hk, d, dtype=dtype)
-                torch.ops.flashattn.fwd(q, k, v, None, mode, "hopper", window[0], window[1], 0.0)
+    # Up to 8 splits merge in a cluster (shared memory read across CTAs), more through the combine
+    # kernel; FLASHATTN_FWD_SPLIT_MERGE=combine sends every split there.
+    for merge in ("", "combine"):
+        os.environ["FLASHATTN_FWD_SPLIT_MERGE"] = merge
+        for forced in ("", "3", "7", "8", "64"):
+            os.environ["FLASHATTN_FWD_SPLITS"] = forced
+            for b, sq, sk, hq, hk, d, mode, window in ((1, 1000, 1537, 2, 1, 64, flashattn.CAUSAL_BOTTOM_RIGHT, (-1, -1)),
+                                                      (1, 300, 2049, 1, 1, 128, flashattn.CAUSAL_TOP_LEFT, (-1, -1)),
+                                                      (1, 129, 1100, 2, 2, 256, flashattn.CAUSAL_NONE, (300, 40))):
+                for dtype in dtypes():
+                    q, k, v = rand(b, sq, hq, d, dtype=dtype), rand(b, sk, hk, d, dtype=dtype), rand(b, sk, hk, d, dtype=dtype)
+                    torch.ops.flashattn.fwd(q, k, v, None, mode, "hopper", window[0], window[1], 0.0)
     os.environ.pop("FLASHATTN_FWD_SPLITS")
+    os.environ.pop("FLASHATTN_FWD_SPLIT_MERGE")
 
 
 def fp8() -> None:

@@ -157,7 +157,8 @@ def fwd_sm90() -> KernelPath:
                         f"template cudaError_t run_fwd_sm90<{config}<{d}>::Traits, {ctype}, {dynamic}>(\n",
                         "    const FwdParams&, const DeviceLimits&, cudaStream_t);\n",
                         f"template bool kernel_is_real<{config}<{d}>::Traits, {ctype}, {dynamic}>();\n",
-                    ]
+                    ] + ([] if dynamic == "true" else [
+                        f"template int max_active_clusters<{config}<{d}>::Traits, {ctype}>(int);\n"])
                     for sched, dynamic in SM90_SCHEDULES.items()
                 }))
     return KernelPath("flash_fwd_sm90", "../launch.cuh", ("flashattn", "sm90"),

@@ -29,6 +29,11 @@ bool flash_fwd_sm90_wants_tile_counter(const FwdParams& p, const DeviceLimits& d
 // else 1; the caller then provides FwdParams::o_accum / lse_accum.
 int flash_fwd_sm90_num_splits(const FwdParams& p, const DeviceLimits& dev);
 
+// With p.num_splits set (> 1): whether the splits of each query tile run as one thread-block
+// cluster that merges them in shared memory (up to 8 splits, the tiles in one wave): then the
+// caller leaves o_accum / lse_accum unset and no combine kernel runs.
+bool flash_fwd_sm90_split_in_cluster(const FwdParams& p, const DeviceLimits& dev);
+
 // Runs the forward pass asynchronously on `stream`. Returns cudaErrorNotSupported when
 // flash_fwd_sm90_supported() is false, else the launch status.
 cudaError_t flash_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream_t stream);

@@ -322,9 +322,18 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
     // Tiles with no visible key (no key block) come here directly: O = 0, LSE = -inf.
     float lse[2];
     softmax.finalize(o, lse, o_scale);
-    if (!kFp8 && params.num_splits > 1)  // the FP8 path runs no split (the binding sets none)
+    if (!kFp8 && params.num_splits > 1) {  // the FP8 path runs no split (the binding sets none)
+      if constexpr (!kFp8 && !kDynamic && Traits::kClusterMerge) {
+        if (params.o_accum == nullptr) {  // the splits merge in their cluster (kernel.cuh)
+          // Every consumer warpgroup of this CTA is past its key blocks: the Q, K and V buffers
+          // that the stash covers are no longer read (and the producer loads nothing more).
+          named_barrier_sync(Traits::kMergeBarrier, Traits::kConsumerThreads);
+          stash_o_partial<Traits>(sm.base, o, lse, row_in_tile, col_in_quad, lane % 4 == 0);
+          continue;  // one tile per CTA in this mode
+        }
+      }
       store_o_partial(params, o, lse, st.split, tc.batch, tc.head_q, row0, col_in_quad, lane % 4 == 0);
-    else if constexpr (Traits::kOTma)
+    } else if constexpr (Traits::kOTma)
       store_o_tma<Traits, OutElement>(params, sm.o(), o, lse, tc.batch, tc.head_q, tc.m_block, wg, row0, lane % 4 == 0);
     else
       store_o_lse<OutElement>(params, o, lse, tc.batch, tc.head_q, row0, col_in_quad, lane % 4 == 0);

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 
 #include "../common/dtype_of.h"
@@ -26,6 +27,7 @@ namespace {
 
 using LaunchFn = cudaError_t (*)(const FwdParams&, const DeviceLimits&, cudaStream_t);
 using RealFn = bool (*)();
+using ClustersFn = int (*)(int);
 
 struct Sm90Launcher {
   DType dtype;
@@ -36,10 +38,12 @@ struct Sm90Launcher {
   int smem_bytes;
   bool o_tma;  // O leaves through a TMA store (traits kOTma): O must be TMA-describable too
   bool local;  // applies causal masking / a local window (traits kLocal)
+  bool cluster_merge;  // a split over the keys can merge in a cluster (traits kClusterMerge)
   LaunchFn launch_static;
   LaunchFn launch_dynamic;  // needs FwdParams::tile_counter
   RealFn real_static;
   RealFn real_dynamic;
+  ClustersFn max_clusters;  // clusters of n CTAs of the static kernel resident at once
 };
 
 // registry.inc (tools/gen_instantiations.py) holds one call per config, whose two schedules it
@@ -53,10 +57,12 @@ struct Sm90Launcher {
                CONFIG<D>::Traits::kSmemBytes,                                           \
                CONFIG<D>::Traits::kOTma,                                                \
                CONFIG<D>::Traits::kLocal,                                               \
+               CONFIG<D>::Traits::kClusterMerge,                                        \
                &run_fwd_sm90<CONFIG<D>::Traits, T, false>,                              \
                &run_fwd_sm90<CONFIG<D>::Traits, T, true>,                               \
                &kernel_is_real<CONFIG<D>::Traits, T, false>,                            \
-               &kernel_is_real<CONFIG<D>::Traits, T, true>},
+               &kernel_is_real<CONFIG<D>::Traits, T, true>,                             \
+               &max_active_clusters<CONFIG<D>::Traits, T>},
 constexpr Sm90Launcher kLaunchers[] = {
 #include "instantiations/registry.inc"
 };
@@ -169,6 +175,30 @@ int flash_fwd_sm90_num_splits(const FwdParams& p, const DeviceLimits& dev) {
   constexpr int64_t kMinSplitBlocks = 2;
   const int64_t s = std::min(std::min<int64_t>(dev.sm_count / tiles, r.count() / kMinSplitBlocks), cap);
   return s >= kMinSplits || (s == 2 && r.count() >= kMinBlocksForTwo) ? static_cast<int>(s) : 1;
+}
+
+bool flash_fwd_sm90_split_in_cluster(const FwdParams& p, const DeviceLimits& dev) {
+  if (p.num_splits < 2 || p.num_splits > sm90::kMaxClusterSplits || dev.cc_major != 9 || dev.cc_minor != 0) return false;
+  const int i = sm90::find_launcher(p);
+  if (i < 0 || !sm90::kLaunchers[i].cluster_merge) return false;
+  // FLASHATTN_FWD_SPLIT_MERGE=combine (lab, lab/split_call_time.py): the partials and the combine
+  // kernel instead, so that one build times both.
+  if (const char* merge = std::getenv("FLASHATTN_FWD_SPLIT_MERGE"); merge != nullptr && std::strcmp(merge, "combine") == 0)
+    return false;
+  // One tile per CTA, all in one wave: the SMs hold every CTA, and the GPCs every cluster at once
+  // (a cluster's CTAs share one GPC, and GPCs have 16-18 SMs: 8-CTA clusters leave SMs over).
+  const sm90::Sm90Launcher& l = sm90::kLaunchers[i];
+  const int64_t clusters = (static_cast<int64_t>(p.seqlen_q) + l.block_m - 1) / l.block_m * p.batch * p.heads_q;
+  if (clusters * p.num_splits > dev.sm_count) return false;
+  // Asked once per instantiation and cluster size (the occupancy query costs microseconds); one
+  // kind of GPU per process is assumed, as everywhere a launcher caches a device property.
+  static std::atomic<int> cache[sm90::kNumLaunchers][sm90::kMaxClusterSplits + 1] = {};  // value + 1; 0 unknown
+  int fit = cache[i][p.num_splits].load(std::memory_order_relaxed) - 1;
+  if (fit < 0) {
+    fit = l.max_clusters(p.num_splits);
+    cache[i][p.num_splits].store(fit + 1, std::memory_order_relaxed);
+  }
+  return clusters <= fit;
 }
 
 cudaError_t flash_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream_t stream) {

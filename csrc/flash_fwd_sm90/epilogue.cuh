@@ -6,7 +6,10 @@
 //   store_o_tma: O into the warpgroup's half of the O tile in shared memory, then one thread
 //     TMA-stores it (the tensor map clips rows and columns out of bounds).
 // LSE from one lane per quad either way. A tile of a split over the keys (num_splits > 1) writes
-// float32 partials instead (store_o_partial), for the combine of ../common/split_combine.cuh.
+// float32 partials instead: to global memory (store_o_partial) for the combine kernel of
+// ../common/split_combine.cuh, or, where the splits of a tile run as one thread-block cluster, to
+// its own shared memory (stash_o_partial), from which the cluster's CTAs merge the tile
+// (merge_split_in_cluster, each a share of its rows) with no second kernel and no global partials.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -18,6 +21,7 @@
 
 #include "../common/sm90/ptx.cuh"
 #include "kernel_params.h"
+#include "tile_scheduler.h"
 #include "traits.h"
 
 namespace flashattn {
@@ -91,6 +95,83 @@ __device__ __forceinline__ void store_o_partial(const Sm90Params& params, const 
       }
       if (write_lse) params.lse_accum[head_rows + row] = lse[h];
     }
+  }
+}
+
+// o: this thread's m64 x kHeadDim fragment, normalized over the split's keys, and the split's LSE,
+// into the stash (Traits::kStashStride, kStashLseOffset) at shared-window address `stash`; rows
+// local to the tile (row0 = 64 wg + thread row), every column of the instantiated head dim.
+template <typename Traits, int kORegs>
+__device__ __forceinline__ void stash_o_partial(uint32_t stash, const float (&o)[kORegs], const float (&lse)[2], int row0,
+                                                int col0, bool write_lse) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + 8 * h;
+    const uint32_t row_addr = stash + static_cast<uint32_t>(row * Traits::kStashStride + col0) * 4;
+#pragma unroll
+    for (int j = 0; j < kORegs / 4; ++j) st_shared_v2_f32(row_addr + 32 * j, o[4 * j + 2 * h], o[4 * j + 2 * h + 1]);
+    if (write_lse) st_shared_f32(stash + Traits::kStashLseOffset + 4 * row, lse[h]);
+  }
+}
+
+// The merge of a query tile split over the CTAs of one cluster (CTA rank = split, one tile per CTA:
+// tile blockIdx.x), once every CTA has stashed its partial (a cluster barrier before and after).
+// The CTA of rank r merges rows r, r + splits, ... with its consumer threads (tid <
+// kConsumerThreads), one (row, 4 columns) item at a time: the splits' LSEs and their 4 columns,
+// all loads from the other CTAs' shared memory independent of each other (one round trip), then
+// out = sum_s exp(lse_s - lse) o_s with lse = log sum_s exp(lse_s), computed again by every item
+// of a row (cheaper than a barrier between a pass of weights and a pass of sums). As the combine
+// kernel, a row that no split saw a key for (every lse_s = -inf) gets O = 0, LSE = -inf.
+template <typename Traits, typename Element>
+__device__ __forceinline__ void merge_split_in_cluster(const Sm90Params& params, uint32_t stash, int tid) {
+  const int splits = params.num_splits;
+  const SplitTile st = split_tile(static_cast<int>(blockIdx.x), splits, params.num_m_blocks, params.heads_q,
+                                  params.batch * params.heads_q, params.group_heads);
+  const int rows = (Traits::kBlockM - st.split + splits - 1) / splits;
+  const int row_base = st.coord.m_block * Traits::kBlockM;
+  const int cols4 = params.head_dim / 4;
+  Element* o_head =
+      static_cast<Element*>(params.o) + st.coord.batch * params.o_batch_stride + st.coord.head_q * params.o_head_stride;
+  float* lse_head = params.lse + (static_cast<int64_t>(st.coord.batch) * params.heads_q + st.coord.head_q) * params.seqlen_q;
+  for (int item = tid; item < rows * cols4; item += Traits::kConsumerThreads) {
+    const int j = item / cols4, c4 = item - j * cols4;
+    const int i = st.split + splits * j;  // the row in the tile
+    const int row = row_base + i;
+    if (row >= params.seqlen_q) continue;
+    const uint32_t src = stash + static_cast<uint32_t>(i * Traits::kStashStride + 4 * c4) * 4;
+    const uint32_t src_lse = stash + Traits::kStashLseOffset + 4 * i;
+    float l[kMaxClusterSplits];
+    float4 x[kMaxClusterSplits];
+#pragma unroll
+    for (int s = 0; s < kMaxClusterSplits; ++s) {
+      l[s] = s < splits ? ld_cluster_f32(cluster_map(src_lse, s)) : -INFINITY;
+      x[s] = s < splits ? ld_cluster_v4_f32(cluster_map(src, s)) : float4{};
+    }
+    float m = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < kMaxClusterSplits; ++s) m = fmaxf(m, l[s]);
+    float lse = -INFINITY;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (m != -INFINITY) {
+      float sum = 0.f;
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        l[s] = expf(l[s] - m);  // 0 for the splits past `splits`
+        sum += l[s];
+      }
+      lse = m + logf(sum);
+      const float inv = 1.f / sum;
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        const float w = l[s] * inv;
+        acc.x += w * x[s].x, acc.y += w * x[s].y, acc.z += w * x[s].z, acc.w += w * x[s].w;
+      }
+    }
+    // 4-byte stores: the launcher promises O 4-byte alignment only (dispatch.cu).
+    Element* o = o_head + static_cast<int64_t>(row) * params.o_row_stride + 4 * c4;
+    *reinterpret_cast<uint32_t*>(o) = pack2<Element>(acc.x, acc.y);
+    *reinterpret_cast<uint32_t*>(o + 2) = pack2<Element>(acc.z, acc.w);
+    if (c4 == 0) lse_head[row] = lse;
   }
 }
 

@@ -60,12 +60,31 @@ __device__ __forceinline__ void fwd_sm90_body(const Params& params) {
   }
   __syncthreads();
 
+  // A split over the keys merged in its cluster (no global partials: o_accum unset): the consumers
+  // stash their partials at the end of consumer_loop, then every thread of every CTA passes the
+  // same two cluster barriers: the stashes complete, then the merge's reads of the other CTAs'
+  // shared memory done before any CTA exits. Each role runs them in its own branch: code after the
+  // branches joined would run under the producer's setmaxnreg budget, and ptxas spills the merge.
+  constexpr bool kMayMerge = !Traits::kFp8 && !kDynamic && Traits::kClusterMerge;
   if (warpgroup == 0) {
     setmaxnreg_dec<RegisterSplit<kDynamic, Traits::kConsumerWGs, Traits::kHeadDim>::kProducer>();
     if (threadIdx.x == 0) producer_loop<Traits, kDynamic>(params, sm);
+    if constexpr (kMayMerge) {
+      if (params.num_splits > 1 && params.o_accum == nullptr) {
+        cluster_sync();
+        cluster_sync();
+      }
+    }
   } else {
     setmaxnreg_inc<RegisterSplit<kDynamic, Traits::kConsumerWGs, Traits::kHeadDim>::kConsumer>();
     consumer_loop<Traits, Element, kDynamic>(params, sm, warpgroup - 1);
+    if constexpr (kMayMerge) {
+      if (params.num_splits > 1 && params.o_accum == nullptr) {
+        cluster_sync();
+        merge_split_in_cluster<Traits, Element>(params, sm.base, threadIdx.x - kWarpgroupThreads);
+        cluster_sync();
+      }
+    }
   }
 }
 #endif  // FLASHATTN_SM90A_ENABLED

@@ -47,6 +47,33 @@ bool kernel_is_real() {
   return sm90_kernel_is_real(flash_fwd_sm90_kernel<Traits, Element, kDynamic>);
 }
 
+// How many clusters of `splits` CTAs of this instantiation's static kernel the device holds at
+// once (cudaOccupancyMaxActiveClusters; 0 when it cannot say): a split merged in clusters must fit
+// in one wave of them (dispatch.cu flash_fwd_sm90_split_in_cluster).
+template <typename Traits, typename Element>
+int max_active_clusters(int splits) {
+  if (!Traits::kClusterMerge || splits < 2 || splits > kMaxClusterSplits) return 0;
+  constexpr auto kernel = flash_fwd_sm90_kernel<Traits, Element, false>;
+  if (set_max_dynamic_smem_once<kernel>(Traits::kSmemBytes) != cudaSuccess) return 0;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(splits));
+  cfg.blockDim = dim3(Traits::kThreads);
+  cfg.dynamicSmemBytes = Traits::kSmemBytes;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(splits);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky; clear it so that the caller's next check stays clean
+    return 0;
+  }
+  return clusters;
+}
+
 // Fills the kernel parameters (tensor maps included). False when TMA cannot describe the tensors.
 // FP8 traits: q and k as one-byte tensors, V^T (`vt`, fp8_vt_tensor) in place of v, o bfloat16.
 template <typename Traits>
@@ -90,7 +117,10 @@ bool make_sm90_params(const FwdParams& p, Sm90Params& k, bool dynamic_schedule, 
   k.num_splits = p.num_splits > 1 ? p.num_splits : 1;
   k.o_accum = p.o_accum;
   k.lse_accum = p.lse_accum;
-  if (k.num_splits > 1 && (k.o_accum == nullptr || k.lse_accum == nullptr || k.num_splits > kMaxKeySplits)) return false;
+  // A split writes float32 partials for the combine kernel (o_accum and lse_accum), or, with
+  // neither, merges in its cluster (run_fwd_sm90 checks that this instantiation can).
+  if (k.num_splits > 1 && ((k.o_accum == nullptr) != (k.lse_accum == nullptr) || k.num_splits > kMaxKeySplits))
+    return false;
   k.num_tiles = k.num_m_blocks * p.batch * p.heads_q * k.num_splits;
   k.group_heads = l2_group_heads(p, dynamic_schedule);
   k.tile_counter = p.tile_counter;
@@ -115,6 +145,26 @@ cudaError_t run_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream
     if (err != cudaSuccess) return err;
   }
   const int grid = std::min(k.num_tiles, std::max(1, dev.sm_count) * Traits::kCtasPerSm);
+  if (k.num_splits > 1 && k.o_accum == nullptr) {
+    // The splits of a query tile as one cluster (consecutive tiles: tile_scheduler.h split_tile),
+    // one tile per CTA, merging in shared memory (epilogue.cuh merge_split_in_cluster).
+    if (kDynamic || !Traits::kClusterMerge || k.num_splits > kMaxClusterSplits || grid != k.num_tiles)
+      return cudaErrorInvalidValue;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(grid));
+    cfg.blockDim = dim3(Traits::kThreads);
+    cfg.dynamicSmemBytes = Traits::kSmemBytes;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(k.num_splits);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    err = cudaLaunchKernelEx(&cfg, kernel, k);
+    return err != cudaSuccess ? err : cudaGetLastError();
+  }
   kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(k);
   err = cudaGetLastError();
   if (err != cudaSuccess || k.num_splits == 1) return err;

@@ -16,6 +16,9 @@ cudaError_t run_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream
 template <typename Traits, typename Element, bool kDynamic>
 bool kernel_is_real();
 
+template <typename Traits, typename Element>
+int max_active_clusters(int splits);
+
 // The FP8 forward's (instantiations/fwd_sm90_fp8_*.cu).
 template <typename Traits, bool kDynamic>
 cudaError_t run_fwd_sm90_fp8(const FwdParams& p, const Fp8FwdArgs& x, const DeviceLimits& dev, cudaStream_t stream);

@@ -57,6 +57,11 @@ struct SplitTile {
   int split;
 };
 
+// Splits of one query tile that merge inside a thread-block cluster (one CTA each, launch.cuh):
+// at most the portable cluster size. Beyond it the splits write float32 partials for the combine
+// kernel (../common/split_combine.cuh).
+constexpr int kMaxClusterSplits = 8;
+
 FLASHATTN_HD SplitTile split_tile(int t, int num_splits, int num_m_blocks, int heads_q, int batch_heads,
                                   int group_heads) {
   const int base = t / num_splits;

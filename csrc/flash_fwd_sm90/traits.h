@@ -160,6 +160,16 @@ struct Sm90FwdTraits {
   // Dynamic shared memory is only 16-byte aligned: ask for 1024 more and align by hand.
   static constexpr int kSmemBytes = kSmemUsed + kSwizzleAtomBytes;
 
+  // A split over the keys merged inside a thread-block cluster (one CTA per split,
+  // epilogue.cuh merge_split_in_cluster): each CTA's O, normalized over its keys, in float32 (rows
+  // padded by 8 floats: a warp's float2 stores then fill whole wavefronts) and its LSE, stashed over
+  // the Q, K/V and O buffers, which no one reads any more by then; the mbarriers stay untouched.
+  // kMergeBarrier: the consumers' named barrier before they stash.
+  static constexpr int kStashStride = kHeadDim + 8;
+  static constexpr int kStashLseOffset = kBlockM * kStashStride * 4;
+  static constexpr bool kClusterMerge = kStashLseOffset + kBlockM * 4 <= kOffBarriers;
+  static constexpr int kMergeBarrier = kEpilogueBarrierBase + kConsumerWGs;
+  static_assert(kMergeBarrier < 16, "named barriers");
   static_assert(kQChunkBytes % kSwizzleAtomBytes == 0 && kKVChunkBytes % kSwizzleAtomBytes == 0, "alignment");
   static_assert(!kOTma || o_planes_fit(1), "no shared memory left for even one O plane");
   // The streamed epilogue reuses a buffer kOBufPlanes store groups after its last use, also
@@ -204,6 +214,7 @@ struct Sm90Fp8FwdTraits {
   static constexpr int kSoftmaxChains = 1;
 
   static constexpr bool kFp8 = true;
+  static constexpr bool kClusterMerge = false;  // no split over the keys (the binding sets none)
   static constexpr int kSoftmaxMaxOffset = 8;  // P in [0, 256], normal e4m3 numbers (Sm90Softmax says why)
   static constexpr int kChunkElems = kChunkRowBytes;  // one byte per element
   static constexpr int kChunks = kHeadDim / kChunkElems;  // Q and K planes

@@ -88,6 +88,10 @@
 # bwd_softcap_tanh_first.diff: the one-pass softcap kernels (D=64, the D=128 wide config) take the
 # tanh of every score in place while the dP GEMM runs, then P and dS in one pass: REVERSE=1 with the
 # AB_CMD above (bash lab/gpu_run.sh softcaptanh).
+# fwd_combine_plain_launch.diff: the Hopper forward's split calls launch the combine kernel plainly
+# instead of as a programmatic dependent launch: REVERSE=0 AB_CMD="python3 lab/split_call_time.py
+# --calls 1000" (bash lab/gpu_run.sh combineab; measured 2026-11-29 on an H200: no difference beyond
+# the host's noise; not adopted).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 out=${OUT:-build}

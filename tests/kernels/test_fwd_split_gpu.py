@@ -1,12 +1,15 @@
 """The Hopper forward's split over the keys (csrc/flash_fwd_sm90: flash_fwd_sm90_num_splits, the
-split tiles of tile_scheduler.h, the float32 partials of epilogue.cuh and the combine of
-csrc/common/split_combine.cuh) on an H100: where the query tiles fill less than half the SMs, each
-tile's key blocks are shared out among several CTAs. Every split count (the rule's own, and forced
-ones through FLASHATTN_FWD_SPLITS, including more splits than blocks and splits that see no key)
-meets the suite's criterion against the float64 reference, for odd lengths, both causal
-alignments, Sq > Sk (rows that see no key), GQA, head dims 64/128/256, a local window and the
-softcap; outputs allocated from NaN-poisoned memory. The rule splits the seed shapes (B=1 H=1)
-and leaves a full grid alone; a full causal grid takes the dynamic schedule's counter, zeroed by every call."""
+split tiles of tile_scheduler.h, and the two merges: up to 8 splits as one thread-block cluster
+that merges in shared memory (epilogue.cuh stash_o_partial / merge_split_in_cluster), otherwise
+float32 partials and the combine kernel of csrc/common/split_combine.cuh) on an H100: where the
+query tiles fill less than half the SMs, each tile's key blocks are shared out among several CTAs.
+Every split count (the rule's own, and forced ones through FLASHATTN_FWD_SPLITS, including more
+splits than blocks and splits that see no key), each through both merges
+(FLASHATTN_FWD_SPLIT_MERGE=combine forces the second), meets the suite's criterion against the
+float64 reference, for odd lengths, both causal alignments, Sq > Sk (rows that see no key), GQA,
+head dims 64/128/256, a local window and the softcap; outputs allocated from NaN-poisoned memory.
+The rule splits the seed shapes (B=1 H=1) and leaves a full grid alone; a full causal grid takes
+the dynamic schedule's counter, zeroed by every call."""
 
 from __future__ import annotations
 
@@ -58,31 +61,54 @@ def forward_kernels(fn) -> set[str]:
     return {e.name for e in prof.events() if "flash_fwd_sm90" in e.name or "split_combine" in e.name}
 
 
-@pytest.mark.parametrize("splits", ["rule", "1", "2", "3", "7", "128"])
+def set_merge(monkeypatch, merge: str) -> None:
+    if merge == "combine":
+        monkeypatch.setenv("FLASHATTN_FWD_SPLIT_MERGE", "combine")
+    else:
+        monkeypatch.delenv("FLASHATTN_FWD_SPLIT_MERGE", raising=False)
+
+
+@pytest.mark.parametrize("merge", ["cluster", "combine"])
+@pytest.mark.parametrize("splits", ["rule", "1", "2", "3", "7", "8", "128"])
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-def test_split_forward_matches_reference(case, splits: str, monkeypatch, device: torch.device) -> None:
+def test_split_forward_matches_reference(case, splits: str, merge: str, monkeypatch, device: torch.device) -> None:
     if splits != "rule":
         monkeypatch.setenv("FLASHATTN_FWD_SPLITS", splits)
     else:
         monkeypatch.delenv("FLASHATTN_FWD_SPLITS", raising=False)
+    set_merge(monkeypatch, merge)
     for dtype in (torch.bfloat16, torch.float16):
         x, out, lse = run(case, dtype, device)
         assert_attention_matches(out, lse, x.q, x.k, x.v, x.scale, x.causal_mode, window=case[7], softcap=case[8],
-                                 context=f"splits {splits}, {dtype}")
+                                 context=f"splits {splits}, merge {merge}, {dtype}")
 
 
 def test_the_rule_splits_small_grids_only(monkeypatch, device: torch.device) -> None:
-    """B=1 H=1 S=2048 (16 query tiles for 132 SMs) runs the split kernel and the combine; a grid
-    that fills the SMs (B=8 H=16 S=2048) runs the kernel alone; FLASHATTN_FWD_SPLITS=1 turns it off."""
+    """B=1 H=1 S=2048 (11-16 query tiles for 132 SMs) splits: with the combine kernel when forced
+    (FLASHATTN_FWD_SPLIT_MERGE=combine); B=1 H=1 S=1024 (six clusters of four CTAs, which any
+    Hopper GPU holds at once) as one kernel merging in clusters by default; a grid that fills the SMs
+    (B=8 H=16 S=2048) runs the kernel alone; FLASHATTN_FWD_SPLITS=1 turns it off; more splits than
+    a cluster takes (FLASHATTN_FWD_SPLITS=16) merge through the combine kernel."""
     monkeypatch.delenv("FLASHATTN_FWD_SPLITS", raising=False)
     small = torch.randn(1, 2048, 1, 64, device=device, dtype=torch.bfloat16)
+    short = torch.randn(1, 1024, 1, 64, device=device, dtype=torch.bfloat16)
     big = torch.randn(8, 2048, 16, 64, device=device, dtype=torch.bfloat16)
-    names = forward_kernels(lambda: torch.ops.flashattn.fwd(small, small, small, None, NONE, "hopper"))
+
+    def kernels(x: torch.Tensor) -> set[str]:
+        return forward_kernels(lambda: torch.ops.flashattn.fwd(x, x, x, None, NONE, "hopper"))
+
+    set_merge(monkeypatch, "combine")
+    names = kernels(small)
     assert any("split_combine" in n for n in names) and any("flash_fwd_sm90" in n for n in names), names
-    names = forward_kernels(lambda: torch.ops.flashattn.fwd(big, big, big, None, NONE, "hopper"))
+    set_merge(monkeypatch, "cluster")
+    names = kernels(short)
+    assert not any("split_combine" in n for n in names) and any("flash_fwd_sm90" in n for n in names), names
+    names = kernels(big)
     assert not any("split_combine" in n for n in names), names
+    monkeypatch.setenv("FLASHATTN_FWD_SPLITS", "16")
+    assert any("split_combine" in n for n in kernels(small)), names
     monkeypatch.setenv("FLASHATTN_FWD_SPLITS", "1")
-    names = forward_kernels(lambda: torch.ops.flashattn.fwd(small, small, small, None, NONE, "hopper"))
+    names = kernels(small)
     assert not any("split_combine" in n for n in names), names
 
 

@@ -183,6 +183,48 @@ __device__ __forceinline__ void mbar_wait_checked(uint32_t bar, uint32_t parity,
 }
 
 // ---------------------------------------------------------------------------------------------
+// Thread-block clusters: a barrier over every thread of every CTA of the cluster, and loads from
+// another CTA's shared memory (distributed shared memory).
+// ---------------------------------------------------------------------------------------------
+// Every thread of the cluster arrives (release: its shared and global writes before the barrier
+// become visible to the cluster) and waits for all of them (acquire).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile(
+      "barrier.cluster.arrive.release;\n"
+      "barrier.cluster.wait.acquire;" ::: "memory");
+}
+
+// The shared::cluster address of this CTA's shared-window address `addr` in CTA `rank` of the cluster.
+__device__ __forceinline__ uint32_t cluster_map(uint32_t addr, int rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+
+__device__ __forceinline__ float ld_cluster_f32(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ float4 ld_cluster_v4_f32(uint32_t addr) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void st_shared_f32(uint32_t addr, float v) {
+  asm volatile("st.shared.f32 [%0], %1;" ::"r"(addr), "f"(v) : "memory");
+}
+
+__device__ __forceinline__ void st_shared_v2_f32(uint32_t addr, float a, float b) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
+
+// ---------------------------------------------------------------------------------------------
 // TMA: 4-D tiled load global -> shared, completing on an mbarrier (transaction bytes).
 // Coordinates innermost first: (column, row, head, batch). Out-of-bounds elements are zero-filled
 // and still counted in the transaction bytes.

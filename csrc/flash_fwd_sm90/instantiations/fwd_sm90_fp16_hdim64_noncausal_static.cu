@@ -6,5 +6,6 @@ namespace sm90 {
 template cudaError_t run_fwd_sm90<Sm90NonCausalConfig<64>::Traits, __half, false>(
     const FwdParams&, const DeviceLimits&, cudaStream_t);
 template bool kernel_is_real<Sm90NonCausalConfig<64>::Traits, __half, false>();
+template int max_active_clusters<Sm90NonCausalConfig<64>::Traits, __half>(int);
 }  // namespace sm90
 }  // namespace flashattn
