@@ -73,10 +73,10 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
   // out and lse. The portable path ignores the split.
   at::Tensor split_accum;
   if (backend != "portable") {
-    const int splits = flashattn::flash_fwd_sm90_num_splits(p, dev);
-    p.num_splits = splits;
-    if (splits > 1 && !flashattn::flash_fwd_sm90_split_in_cluster(p, dev)) {
-      const int64_t rows = splits * B * Hq * Sq;
+    const flashattn::FwdSplitPlan split = flashattn::flash_fwd_sm90_split_plan(p, dev);
+    p.num_splits = split.num_splits;
+    if (split.num_splits > 1 && !split.in_cluster) {
+      const int64_t rows = split.num_splits * B * Hq * Sq;
       split_accum = at::empty({rows * (D + 1)}, q.options().dtype(at::kFloat));
       p.o_accum = split_accum.data_ptr<float>();
       p.lse_accum = p.o_accum + rows * D;

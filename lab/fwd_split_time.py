@@ -4,13 +4,17 @@ CUDA graph, triton's do_bench_cudagraph) without a split (FLASHATTN_FWD_SPLITS=1
 split count, and SDPA's default and FlashAttention-2 on the same tensors; then the eager single
 call (host included) of the rule against SDPA's. Shapes: the seed's (B=1 H=1 D=64 fp16, S 256..8k,
 causal off/on) and short prefills (B=1, H 8/16, D 128, bf16).
-usage: python lab/fwd_split_time.py"""
+--counts: instead, the seed shapes' kernel time at every forced split count (FLASHATTN_FWD_SPLITS),
+each merged in a cluster where it fits and through the combine kernel
+(FLASHATTN_FWD_SPLIT_MERGE=combine), against the rule's and SDPA's: which count each shape wants.
+usage: python lab/fwd_split_time.py [--counts]"""
 
 from __future__ import annotations
 
 import math
 import os
 import statistics
+import sys
 import time
 
 import torch
@@ -39,7 +43,49 @@ def single_call_us(fn, samples: int = 40) -> float:
     return statistics.median(ts)
 
 
+def set_env(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
+def with_env(fn, **env: str | None) -> float:
+    """fn's graph-replayed time (ms) with the environment variables set (None: unset) around it."""
+    saved = {k: os.environ.get(k) for k in env}
+    try:
+        for k, v in env.items():
+            set_env(k, v)
+        return graph_ms(fn)
+    finally:
+        for k, v in saved.items():
+            set_env(k, v)
+
+
+def counts() -> None:
+    forced = ("1", "2", "3", "4", "5", "6", "7", "8", "16")
+    print("kernel us, B=1 H=1 D=64 fp16; cl: merged in a cluster where it fits, co: the combine kernel")
+    print(f"{'S':>5} {'causal':>6} {'sdpa':>7} {'rule':>7} {'rule co':>7} | " + " ".join(f"{n + ' cl':>7} {n + ' co':>7}" for n in forced))
+    for s in (256, 512, 1024, 2048, 4096):
+        for causal in (False, True):
+            q, k, v = (torch.randn(1, s, 1, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+            qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+            cm = flashattn.CAUSAL_TOP_LEFT if causal else flashattn.CAUSAL_NONE
+            ours = lambda: FWD(q, k, v, None, cm, "hopper")  # noqa: E731
+            t_sdpa = graph_ms(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal))
+            row = [with_env(ours, FLASHATTN_FWD_SPLITS=None, FLASHATTN_FWD_SPLIT_MERGE=None),
+                   with_env(ours, FLASHATTN_FWD_SPLITS=None, FLASHATTN_FWD_SPLIT_MERGE="combine")]
+            for n in forced:
+                row.append(with_env(ours, FLASHATTN_FWD_SPLITS=n, FLASHATTN_FWD_SPLIT_MERGE=None))
+                row.append(with_env(ours, FLASHATTN_FWD_SPLITS=n, FLASHATTN_FWD_SPLIT_MERGE="combine"))
+            print(f"{s:>5} {str(causal):>6} {t_sdpa * 1e3:7.2f} " + " ".join(f"{t * 1e3:7.2f}" for t in row[:2]) + " | "
+                  + " ".join(f"{t * 1e3:7.2f}" for t in row[2:]))
+
+
 def main() -> None:
+    if "--counts" in sys.argv[1:]:
+        counts()
+        return
     shapes = [(1, 1, s, 64, torch.float16, c) for s in (256, 512, 1024, 2048, 4096, 8192) for c in (False, True)]
     shapes += [(1, h, s, 128, torch.bfloat16, c) for h in (8, 16) for s in (1024, 4096) for c in (False, True)]
     print(f"{'B':>2} {'H':>3} {'S':>5} {'D':>4} {'dtype':>8} {'causal':>6} | kernel us: {'nosplit':>8} {'rule':>8} "

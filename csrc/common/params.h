@@ -89,11 +89,12 @@ struct FwdParams {
   int total_k = 0;             // rows of k / v
   bool mask_top_left = false;  // alignment of the causal mask / window, per sequence (set_mask)
 
-  // Hopper forward only: a split over the keys (flash_fwd_sm90_num_splits says how many). With
-  // num_splits > 1 each query tile's key blocks are shared out among num_splits CTAs, which write
+  // Hopper forward only: a split over the keys (flash_fwd_sm90_split_plan says how many, and how
+  // they merge). With num_splits > 1 each query tile's key blocks are shared out among num_splits
+  // CTAs, which either merge in their thread-block cluster (o_accum and lse_accum unset) or write
   // float32 partials, o_accum [num_splits, B, Hq, Sq, head_dim] and lse_accum [num_splits, B, Hq,
-  // Sq] (contiguous, the caller's), and a second kernel merges them into o and lse. Appended after
-  // the packed fields for the same reason as they were.
+  // Sq] (contiguous, the caller's), that a second kernel merges into o and lse. Appended after the
+  // packed fields for the same reason as they were.
   int num_splits = 1;
   float* o_accum = nullptr;
   float* lse_accum = nullptr;

@@ -23,16 +23,20 @@ bool flash_fwd_sm90_supported(const FwdParams& p, const DeviceLimits& dev);
 // the tiles out through an atomic counter, longest first, brings that to <= 1.15x.
 bool flash_fwd_sm90_wants_tile_counter(const FwdParams& p, const DeviceLimits& dev);
 
-// How many CTAs should share each query tile's keys (FwdParams::num_splits): more than 1 when the
-// query tiles fill at most half the SMs (short prefills, the B=1 H=1 latency shapes), each split
-// keeps at least two key blocks, and there are 3 or more splits (2 for tiles of 16+ key blocks),
-// else 1; the caller then provides FwdParams::o_accum / lse_accum.
-int flash_fwd_sm90_num_splits(const FwdParams& p, const DeviceLimits& dev);
+// How a call shares each query tile's keys among several CTAs (a split over the keys), and how the
+// splits merge.
+struct FwdSplitPlan {
+  int num_splits = 1;       // FwdParams::num_splits; 1: no split
+  bool in_cluster = false;  // the splits of a tile run as one thread-block cluster that merges them in
+                            // shared memory: the caller leaves o_accum / lse_accum unset and no
+                            // combine kernel runs; else it provides them and a combine kernel merges
+};
 
-// With p.num_splits set (> 1): whether the splits of each query tile run as one thread-block
-// cluster that merges them in shared memory (up to 8 splits, the tiles in one wave): then the
-// caller leaves o_accum / lse_accum unset and no combine kernel runs.
-bool flash_fwd_sm90_split_in_cluster(const FwdParams& p, const DeviceLimits& dev);
+// The split for `p` on this device: more than one split when the query tiles fill at most half the
+// SMs (short prefills, the B=1 H=1 latency shapes), each split keeps at least one key block, and
+// there are 3 or more splits (2 for tiles of 16+ key blocks); in a cluster where up to 8 splits of
+// every tile fit in one wave, taking down to half the rule's splits for that.
+FwdSplitPlan flash_fwd_sm90_split_plan(const FwdParams& p, const DeviceLimits& dev);
 
 // Runs the forward pass asynchronously on `stream`. Returns cudaErrorNotSupported when
 // flash_fwd_sm90_supported() is false, else the launch status.

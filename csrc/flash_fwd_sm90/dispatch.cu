@@ -134,6 +134,23 @@ int supported_launcher(const FwdParams& p, const DeviceLimits& dev) {
   return launcher_available(i) ? i : -1;
 }
 
+// Whether the CTAs of every query tile of launcher i, `splits` to a tile, fit as clusters in one
+// wave: one tile per CTA, the SMs hold every CTA, and the GPCs every cluster at once (a cluster's
+// CTAs share one GPC, and GPCs have 16-18 SMs: 8-CTA clusters leave SMs over).
+bool clusters_fit(int i, int64_t tiles, int splits, const DeviceLimits& dev) {
+  if (splits < 2 || splits > kMaxClusterSplits || !kLaunchers[i].cluster_merge) return false;
+  if (tiles * splits > dev.sm_count) return false;
+  // Asked once per instantiation and cluster size (the occupancy query costs microseconds); one
+  // kind of GPU per process is assumed, as everywhere a launcher caches a device property.
+  static std::atomic<int> cache[kNumLaunchers][kMaxClusterSplits + 1] = {};  // value + 1; 0 unknown
+  int fit = cache[i][splits].load(std::memory_order_relaxed) - 1;
+  if (fit < 0) {
+    fit = kLaunchers[i].max_clusters(splits);
+    cache[i][splits].store(fit + 1, std::memory_order_relaxed);
+  }
+  return tiles <= fit;
+}
+
 }  // namespace
 }  // namespace sm90
 
@@ -148,10 +165,11 @@ bool flash_fwd_sm90_wants_tile_counter(const FwdParams& p, const DeviceLimits& d
                                                sm90::kLaunchers[i].block_m, dev.sm_count);
 }
 
-int flash_fwd_sm90_num_splits(const FwdParams& p, const DeviceLimits& dev) {
-  if (dev.cc_major != 9 || dev.cc_minor != 0 || p.cu_seqlens_q != nullptr || dev.sm_count < 2) return 1;
+FwdSplitPlan flash_fwd_sm90_split_plan(const FwdParams& p, const DeviceLimits& dev) {
+  FwdSplitPlan plan;
+  if (dev.cc_major != 9 || dev.cc_minor != 0 || p.cu_seqlens_q != nullptr || dev.sm_count < 2) return plan;
   const int i = sm90::find_launcher(p);
-  if (i < 0) return 1;
+  if (i < 0) return plan;
   const sm90::Sm90Launcher& l = sm90::kLaunchers[i];
   const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + l.block_m - 1) / l.block_m;
   const int64_t tiles = m_blocks * p.batch * p.heads_q;
@@ -160,45 +178,57 @@ int flash_fwd_sm90_num_splits(const FwdParams& p, const DeviceLimits& dev) {
   // lost 14% where every tile had 8 (B=1 H=8 S=1k D=128: the float32 partials and the combine cost
   // more than half a tile's blocks saves). So 2 splits only for tiles of kMinBlocksForTwo blocks.
   constexpr int64_t kMinSplits = 3, kMinBlocksForTwo = 16;
-  if (tiles < 1 || 2 * tiles > dev.sm_count) return 1;
+  if (tiles < 1 || 2 * tiles > dev.sm_count) return plan;
   // The longest tile's key blocks (the last query block under a causal mask, the band of a window).
   const KeyBlocks r = sm90::block_range(static_cast<int>(m_blocks - 1), l.block_m, l.block_n, p.seqlen_q, p.seqlen_k,
                                         p.causal_offset, l.local ? p.window_left : -1, l.local ? p.window_right : -1);
   const int64_t cap = std::min<int64_t>(kMaxKeySplits, r.count());
-  // FLASHATTN_FWD_SPLITS=<n> (lab, lab/fwd_split_time.py): n splits where a split is allowed at all
-  // (1: never), in place of the rule below. Read only for these small grids.
-  if (const char* forced = std::getenv("FLASHATTN_FWD_SPLITS"); forced != nullptr && *forced != '\0')
-    return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(cap, std::atoll(forced))));
-  // As many splits as fill the SMs once, each with at least kMinSplitBlocks key blocks (a split's
-  // fixed costs, its Q load and its partial's write, and the combine's launch need that much work
-  // to pay back), and at least kMinSplits of them (two for long tiles), or none.
-  constexpr int64_t kMinSplitBlocks = 2;
-  const int64_t s = std::min(std::min<int64_t>(dev.sm_count / tiles, r.count() / kMinSplitBlocks), cap);
-  return s >= kMinSplits || (s == 2 && r.count() >= kMinBlocksForTwo) ? static_cast<int>(s) : 1;
-}
-
-bool flash_fwd_sm90_split_in_cluster(const FwdParams& p, const DeviceLimits& dev) {
-  if (p.num_splits < 2 || p.num_splits > sm90::kMaxClusterSplits || dev.cc_major != 9 || dev.cc_minor != 0) return false;
-  const int i = sm90::find_launcher(p);
-  if (i < 0 || !sm90::kLaunchers[i].cluster_merge) return false;
-  // FLASHATTN_FWD_SPLIT_MERGE=combine (lab, lab/split_call_time.py): the partials and the combine
-  // kernel instead, so that one build times both.
-  if (const char* merge = std::getenv("FLASHATTN_FWD_SPLIT_MERGE"); merge != nullptr && std::strcmp(merge, "combine") == 0)
-    return false;
-  // One tile per CTA, all in one wave: the SMs hold every CTA, and the GPCs every cluster at once
-  // (a cluster's CTAs share one GPC, and GPCs have 16-18 SMs: 8-CTA clusters leave SMs over).
-  const sm90::Sm90Launcher& l = sm90::kLaunchers[i];
-  const int64_t clusters = (static_cast<int64_t>(p.seqlen_q) + l.block_m - 1) / l.block_m * p.batch * p.heads_q;
-  if (clusters * p.num_splits > dev.sm_count) return false;
-  // Asked once per instantiation and cluster size (the occupancy query costs microseconds); one
-  // kind of GPU per process is assumed, as everywhere a launcher caches a device property.
-  static std::atomic<int> cache[sm90::kNumLaunchers][sm90::kMaxClusterSplits + 1] = {};  // value + 1; 0 unknown
-  int fit = cache[i][p.num_splits].load(std::memory_order_relaxed) - 1;
-  if (fit < 0) {
-    fit = l.max_clusters(p.num_splits);
-    cache[i][p.num_splits].store(fit + 1, std::memory_order_relaxed);
+  const auto worth_it = [&](int64_t s) { return s >= kMinSplits || (s == 2 && r.count() >= kMinBlocksForTwo); };
+  // Split j takes blocks [j per, (j + 1) per), per = ceil(count / s) (tile_scheduler.h
+  // split_blocks): only ceil(count / per) splits hold any. The rule launches no more than that
+  // (B=1 H=1 S=2048 D=64: 12 splits of 16 blocks left 4 empty and merged 12 partials, 15.7 us
+  // against 11.2 for 8).
+  const auto holding = [&](int64_t s) {
+    const int64_t per = s > 0 ? (r.count() + s - 1) / s : 0;
+    return per > 0 ? (r.count() + per - 1) / per : 0;
+  };
+  // FLASHATTN_FWD_SPLITS=<n> (lab, lab/fwd_split_time.py, the tests): n splits where a split is
+  // allowed at all (1: never), in place of the rule below, and never fewer to fit in clusters.
+  // Read only for these small grids, at every call (the tests change it within a process).
+  const char* forced = std::getenv("FLASHATTN_FWD_SPLITS");
+  const bool is_forced = forced != nullptr && *forced != '\0';
+  if (is_forced) {
+    plan.num_splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(cap, std::atoll(forced))));
+  } else {
+    // As many splits as fill the SMs once, down to one key block each, and at least kMinSplits of
+    // them (two for long tiles), or none. One block a split pays (lab/fwd_split_time.py --counts,
+    // H200, B=1 H=1 D=64, kernel us): S=512 10.5 unsplit -> 8.3 in 4 splits, S=1024 10.1 in 4
+    // splits of 2 blocks -> 8.8 in 8 of 1; S=256's 2 splits of 1 block lose (7.6 -> 8.1-9.6).
+    const int64_t s = holding(std::min<int64_t>(dev.sm_count / tiles, cap));
+    plan.num_splits = worth_it(s) ? static_cast<int>(s) : 1;
   }
-  return clusters <= fit;
+  if (plan.num_splits < 2) return plan;
+  // FLASHATTN_FWD_SPLIT_MERGE=combine (lab, lab/split_call_time.py): the float32 partials and the
+  // combine kernel for every split, so that one build times both merges.
+  if (const char* merge = std::getenv("FLASHATTN_FWD_SPLIT_MERGE"); merge != nullptr && std::strcmp(merge, "combine") == 0)
+    return plan;
+  if (sm90::clusters_fit(i, tiles, plan.num_splits, dev)) {
+    plan.in_cluster = true;
+    return plan;
+  }
+  // The rule's count does not fit in clusters (B=1 H=1 S=2048 causal: 16 clusters of 8 CTAs do
+  // not fit at once on an H200): down to half as many splits that do, each with at most twice the
+  // key blocks, and no partials, no combine kernel, no second launch.
+  if (!is_forced) {
+    for (int s = std::min(plan.num_splits - 1, sm90::kMaxClusterSplits); 2 * s >= plan.num_splits && worth_it(s); --s) {
+      if (holding(s) == s && sm90::clusters_fit(i, tiles, s, dev)) {
+        plan.num_splits = s;
+        plan.in_cluster = true;
+        return plan;
+      }
+    }
+  }
+  return plan;
 }
 
 cudaError_t flash_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream_t stream) {

@@ -47,27 +47,39 @@ bool kernel_is_real() {
   return sm90_kernel_is_real(flash_fwd_sm90_kernel<Traits, Element, kDynamic>);
 }
 
+// A launch of `grid` CTAs of the static kernel in clusters of `splits` consecutive CTAs (the splits of
+// one query tile: tile_scheduler.h split_tile). Not copyable: cfg points into attr.
+template <typename Traits>
+struct ClusterLaunch {
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1] = {};
+  ClusterLaunch(int grid, int splits, cudaStream_t stream) {
+    cfg.gridDim = dim3(static_cast<unsigned>(grid));
+    cfg.blockDim = dim3(Traits::kThreads);
+    cfg.dynamicSmemBytes = Traits::kSmemBytes;
+    cfg.stream = stream;
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(splits);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;
+  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+};
+
 // How many clusters of `splits` CTAs of this instantiation's static kernel the device holds at
 // once (cudaOccupancyMaxActiveClusters; 0 when it cannot say): a split merged in clusters must fit
-// in one wave of them (dispatch.cu flash_fwd_sm90_split_in_cluster).
+// in one wave of them (dispatch.cu flash_fwd_sm90_split_plan).
 template <typename Traits, typename Element>
 int max_active_clusters(int splits) {
   if (!Traits::kClusterMerge || splits < 2 || splits > kMaxClusterSplits) return 0;
   constexpr auto kernel = flash_fwd_sm90_kernel<Traits, Element, false>;
   if (set_max_dynamic_smem_once<kernel>(Traits::kSmemBytes) != cudaSuccess) return 0;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(splits));
-  cfg.blockDim = dim3(Traits::kThreads);
-  cfg.dynamicSmemBytes = Traits::kSmemBytes;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(splits);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  const ClusterLaunch<Traits> launch(splits, splits, nullptr);
   int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.cfg) != cudaSuccess) {
     (void)cudaGetLastError();  // not sticky; clear it so that the caller's next check stays clean
     return 0;
   }
@@ -150,19 +162,8 @@ cudaError_t run_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream
     // one tile per CTA, merging in shared memory (epilogue.cuh merge_split_in_cluster).
     if (kDynamic || !Traits::kClusterMerge || k.num_splits > kMaxClusterSplits || grid != k.num_tiles)
       return cudaErrorInvalidValue;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(grid));
-    cfg.blockDim = dim3(Traits::kThreads);
-    cfg.dynamicSmemBytes = Traits::kSmemBytes;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = static_cast<unsigned>(k.num_splits);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    err = cudaLaunchKernelEx(&cfg, kernel, k);
+    const ClusterLaunch<Traits> launch(grid, k.num_splits, stream);
+    err = cudaLaunchKernelEx(&launch.cfg, kernel, k);
     return err != cudaSuccess ? err : cudaGetLastError();
   }
   kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(k);

@@ -92,6 +92,11 @@
 # instead of as a programmatic dependent launch: REVERSE=0 AB_CMD="python3 lab/split_call_time.py
 # --calls 1000" (bash lab/gpu_run.sh combineab; measured 2026-11-29 on an H200: no difference beyond
 # the host's noise; not adopted).
+# fwd_cluster_merge_batched.diff: the split merged in a cluster loads 4 (row, 4 columns) items a
+# thread (2 with three consumer warpgroups) before any sum, one round trip a batch: apply it and
+# run python3 lab/fwd_split_time.py --counts, comparing each count's cluster time with its combine
+# time (measured 2026-11-29 on an H200: the cluster's extra 1.2-1.5 us at 2 splits unchanged; not
+# adopted).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 out=${OUT:-build}

@@ -143,7 +143,8 @@ def test_folder_readme_names_every_file(folder: str) -> None:
 def _gpu_run_stages() -> list[str]:
     text = (ROOT / "lab" / "gpu_run.sh").read_text()
     body = text.split('case "${1:-verify}" in', 1)[1].split("\nesac", 1)[0]
-    return re.findall(r"^  ([a-z0-9]+)\)", body, re.MULTILINE)
+    # A branch may serve several stages (`a|b)`).
+    return [stage for branch in re.findall(r"^  ([a-z0-9|]+)\)", body, re.MULTILINE) for stage in branch.split("|")]
 
 
 def test_every_gpu_run_stage_is_documented() -> None:

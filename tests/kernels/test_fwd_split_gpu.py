@@ -1,4 +1,4 @@
-"""The Hopper forward's split over the keys (csrc/flash_fwd_sm90: flash_fwd_sm90_num_splits, the
+"""The Hopper forward's split over the keys (csrc/flash_fwd_sm90: flash_fwd_sm90_split_plan, the
 split tiles of tile_scheduler.h, and the two merges: up to 8 splits as one thread-block cluster
 that merges in shared memory (epilogue.cuh stash_o_partial / merge_split_in_cluster), otherwise
 float32 partials and the combine kernel of csrc/common/split_combine.cuh) on an H100: where the
@@ -86,22 +86,27 @@ def test_split_forward_matches_reference(case, splits: str, merge: str, monkeypa
 def test_the_rule_splits_small_grids_only(monkeypatch, device: torch.device) -> None:
     """B=1 H=1 S=2048 (11-16 query tiles for 132 SMs) splits: with the combine kernel when forced
     (FLASHATTN_FWD_SPLIT_MERGE=combine); B=1 H=1 S=1024 (six clusters of four CTAs, which any
-    Hopper GPU holds at once) as one kernel merging in clusters by default; a grid that fills the SMs
-    (B=8 H=16 S=2048) runs the kernel alone; FLASHATTN_FWD_SPLITS=1 turns it off; more splits than
-    a cluster takes (FLASHATTN_FWD_SPLITS=16) merge through the combine kernel."""
+    Hopper GPU holds at once) as one kernel merging in clusters by default; so does B=1 H=1 S=2048
+    causal, whose rule of 8 splits may not fit as 8-CTA clusters (then fewer splits that do); a
+    grid that fills the SMs (B=8 H=16 S=2048) runs the kernel alone; FLASHATTN_FWD_SPLITS=1 turns
+    it off; more splits than a cluster takes (FLASHATTN_FWD_SPLITS=16) merge through the combine
+    kernel."""
     monkeypatch.delenv("FLASHATTN_FWD_SPLITS", raising=False)
     small = torch.randn(1, 2048, 1, 64, device=device, dtype=torch.bfloat16)
     short = torch.randn(1, 1024, 1, 64, device=device, dtype=torch.bfloat16)
     big = torch.randn(8, 2048, 16, 64, device=device, dtype=torch.bfloat16)
 
-    def kernels(x: torch.Tensor) -> set[str]:
-        return forward_kernels(lambda: torch.ops.flashattn.fwd(x, x, x, None, NONE, "hopper"))
+    def kernels(x: torch.Tensor, causal: int = NONE) -> set[str]:
+        return forward_kernels(lambda: torch.ops.flashattn.fwd(x, x, x, None, causal, "hopper"))
 
     set_merge(monkeypatch, "combine")
-    names = kernels(small)
-    assert any("split_combine" in n for n in names) and any("flash_fwd_sm90" in n for n in names), names
+    for causal in (NONE, BOTTOM_RIGHT):
+        names = kernels(small, causal)
+        assert any("split_combine" in n for n in names) and any("flash_fwd_sm90" in n for n in names), names
     set_merge(monkeypatch, "cluster")
     names = kernels(short)
+    assert not any("split_combine" in n for n in names) and any("flash_fwd_sm90" in n for n in names), names
+    names = kernels(small, BOTTOM_RIGHT)
     assert not any("split_combine" in n for n in names) and any("flash_fwd_sm90" in n for n in names), names
     names = kernels(big)
     assert not any("split_combine" in n for n in names), names
