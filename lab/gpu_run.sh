@@ -50,6 +50,9 @@
 #                                     (quick) on small dense and packed cases, on a built tree (~2 min)
 #   bash lab/gpu_run.sh splitplan build, the forward's split tests, its kernel time at every forced split count
 #                                     and the rule's against SDPA, both merges, sanitizers on the split cases (~8 min)
+#   bash lab/gpu_run.sh smallgrid build, the forward's split tests, the rule's kernel time against SDPA (small
+#                                     non-causal grids on 128-row tiles), the packed and window tests, both
+#                                     merges, sanitizers on the split and small dense cases (~5 min)
 #   bash lab/gpu_run.sh detncu   ncu on the D=256 causal backward with and without deterministic mode (~4 min)
 #   bash lab/gpu_run.sh detrotate build, the backward tests, deterministic mode's cost with rotated walks and without (~8 min)
 #   bash lab/gpu_run.sh sanitizedense memcheck/racecheck/synccheck on small dense cases, on a built tree (~4 min)
@@ -366,18 +369,19 @@ PY
     step ab_combine_launch 480 env PATCH=fwd_combine_plain_launch.diff REVERSE=0 OUT="$OUT/ab" \
       AB_CMD="python3 lab/split_call_time.py --calls 1000" bash lab/ab/run_ab.sh
     ;;
-  clustermerge|splitplan)  # 2026-11-29: the forward's split over the keys merged in thread-block clusters,
-                           # and its plan (issue 28): build, the split tests; splitplan also the seed
-                           # shapes' kernel time at every forced split count and the rule's against
+  clustermerge|splitplan|smallgrid)  # 2026-11-29: the forward's split over the keys merged in thread-block
+                           # clusters, and its plan (issue 28): build, the split tests; splitplan also
+                           # the seed shapes' kernel time at every forced split count, splitplan and
+                           # smallgrid (small non-causal grids on 128-row tiles) the rule's against
                            # SDPA; both merges timed, the sanitizers on the split and small dense
-                           # cases, the attention tests
+                           # cases, the attention tests (smallgrid: and the packed and window ones)
     env_info > "$OUT/env.txt" 2>&1
     step build 420 bash lab/gpu_build.sh
     step pytest_split 300 "${pytest_ci[@]}" tests/kernels/test_fwd_split_gpu.py -ra
-    if [ "$1" = splitplan ]; then
-      step split_counts 300 python3 lab/fwd_split_time.py --counts
-      step split_rule 300 python3 lab/fwd_split_time.py
-    fi
+    [ "$1" = splitplan ] && step split_counts 300 python3 lab/fwd_split_time.py --counts
+    [ "$1" != clustermerge ] && step split_rule 300 python3 lab/fwd_split_time.py
+    [ "$1" = smallgrid ] && step pytest_varlen_window 300 "${pytest_ci[@]}" tests/kernels/test_varlen_gpu.py \
+      tests/kernels/test_window_gpu.py -ra
     step split_call_time 240 python3 lab/split_call_time.py --calls 1000
     step memcheck_split 200 env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 99 \
       python3 lab/sanitize_small.py --only split
@@ -472,7 +476,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

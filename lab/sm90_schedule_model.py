@@ -27,7 +27,9 @@ LONG_KEYS_MIN = 4096  # traits.h kSm90LongKeysMin
 
 
 def tile_shape(head_dim: int, seqlen_k: int, causal: bool) -> tuple[int, int]:
-    """traits.h sm90_tile_shape: (block M, block N) of the config the launcher picks."""
+    """traits.h sm90_tile_shape: (block M, block N) of the config the launcher picks (a grid of
+    non-causal tiles filling at most half the SMs takes the default config instead, dispatch.cu
+    find_launcher: smaller than the grids modelled here)."""
     if not causal and head_dim in TILE_NON_CAUSAL:
         return TILE_NON_CAUSAL[head_dim]
     if causal and seqlen_k >= LONG_KEYS_MIN and head_dim in TILE_LONG_KEYS:

@@ -89,13 +89,31 @@ constexpr bool launchers_cover() {
 static_assert(launchers_cover<64>() && launchers_cover<128>() && launchers_cover<256>(),
               "a config sm90_config_kind() picks has no instantiation: add it to tools/gen_instantiations.py");
 
-int find_launcher(const FwdParams& p) {
+int launcher_of(DType dtype, int head_dim, Sm90ConfigKind kind) {
+  for (int i = 0; i < kNumLaunchers; ++i)
+    if (kLaunchers[i].dtype == dtype && kLaunchers[i].head_dim == head_dim && kLaunchers[i].kind == kind) return i;
+  return -1;
+}
+
+// The instantiation that serves `p`: sm90_config_kind()'s, except on small non-causal grids.
+int find_launcher(const FwdParams& p, const DeviceLimits& dev) {
   const int d = sm90_round_head_dim(p.head_dim);
   // A local window is banded like causal masking: the causal configs (and their schedule) serve it.
   const Sm90ConfigKind kind = sm90_config_kind(d, p.seqlen_k, p.causal || p.has_window());
-  for (int i = 0; i < kNumLaunchers; ++i)
-    if (kLaunchers[i].dtype == p.dtype && kLaunchers[i].head_dim == d && kLaunchers[i].kind == kind) return i;
-  return -1;
+  const int i = launcher_of(p.dtype, d, kind);
+  // The non-causal config's taller tiles (192 rows, three consumer warpgroups) pay in throughput,
+  // once the SMs are full. A grid of them that fills at most half the SMs (what the split over the
+  // keys serves) is a latency chain instead, and the default config's 128-row tiles of two
+  // warpgroups are shorter chains and more CTAs: B=1 H=1 D=64, H200, kernel us 192 -> 128 rows,
+  // unsplit S=256 7.3 -> 6.3 (0.89x -> 1.02x SDPA's), S=2048 27.1 -> 22.9, S=8192 92.7 -> 79.0;
+  // with the split S=512 8.3 -> 7.2, S=1024 8.8 -> 7.4, S=8192 53.8 -> 45.2, but S=4096 18.3 -> 20.0
+  // (perf-notes "Small grids on the default config").
+  if (kind == Sm90ConfigKind::kNonCausal && i >= 0) {
+    const int64_t tiles = (static_cast<int64_t>(p.seqlen_q) + kLaunchers[i].block_m - 1) / kLaunchers[i].block_m *
+                          p.batch * p.heads_q;
+    if (2 * tiles <= dev.sm_count) return launcher_of(p.dtype, d, Sm90ConfigKind::kDefault);
+  }
+  return i;
 }
 
 // Whether instantiation i holds real sm_90a code for the device, asked once per process.
@@ -120,7 +138,7 @@ int supported_launcher(const FwdParams& p, const DeviceLimits& dev) {
   if (!std::isfinite(p.softmax_scale) || !std::isfinite(p.scale_log2)) return -1;
   if (p.o == nullptr || p.lse == nullptr || reinterpret_cast<uintptr_t>(p.o) % 4 != 0) return -1;
   if (p.o_row_stride % 2 != 0 || p.o_head_stride % 2 != 0 || p.o_batch_stride % 2 != 0) return -1;
-  const int i = find_launcher(p);
+  const int i = find_launcher(p, dev);
   if (i < 0 || kLaunchers[i].smem_bytes > dev.max_smem_per_block) return -1;
   if (!kLaunchers[i].local && (p.window_left >= 0 || p.window_right >= 0)) return -1;  // never: find_launcher
   const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + kLaunchers[i].block_m - 1) / kLaunchers[i].block_m;
@@ -160,7 +178,7 @@ bool flash_fwd_sm90_supported(const FwdParams& p, const DeviceLimits& dev) {
 
 bool flash_fwd_sm90_wants_tile_counter(const FwdParams& p, const DeviceLimits& dev) {
   if (dev.cc_major != 9 || dev.cc_minor != 0) return false;
-  const int i = sm90::find_launcher(p);
+  const int i = sm90::find_launcher(p, dev);
   return i >= 0 && sm90::dynamic_schedule_pays(p.causal || p.has_window(), p.seqlen_q, static_cast<long long>(p.batch) * p.heads_q,
                                                sm90::kLaunchers[i].block_m, dev.sm_count);
 }
@@ -168,7 +186,7 @@ bool flash_fwd_sm90_wants_tile_counter(const FwdParams& p, const DeviceLimits& d
 FwdSplitPlan flash_fwd_sm90_split_plan(const FwdParams& p, const DeviceLimits& dev) {
   FwdSplitPlan plan;
   if (dev.cc_major != 9 || dev.cc_minor != 0 || p.cu_seqlens_q != nullptr || dev.sm_count < 2) return plan;
-  const int i = sm90::find_launcher(p);
+  const int i = sm90::find_launcher(p, dev);
   if (i < 0) return plan;
   const sm90::Sm90Launcher& l = sm90::kLaunchers[i];
   const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + l.block_m - 1) / l.block_m;

@@ -98,9 +98,10 @@
 # time (measured 2026-11-29 on an H200: the cluster's extra 1.2-1.5 us at 2 splits unchanged; not
 # adopted).
 # fwd_small_grid_default_config.diff: small non-causal D=64 grids (192-row tiles filling at most half
-# of 132 SMs) on the default config's 128-row tiles of two consumer warpgroups instead of the
-# non-causal config's three: REVERSE=0 AB_CMD="python3 lab/fwd_split_time.py" (prepared 2026-11-29,
-# not yet run; docs/perf-notes.md "Not yet run on a GPU").
+# the SMs) on the default config's 128-row tiles of two consumer warpgroups instead of the
+# non-causal config's three: AB_CMD="python3 lab/fwd_split_time.py" (measured 2026-11-29 on an H200
+# with a first form of the diff: kernel geomean 1.33x -> 1.37x SDPA's, S=256 0.89x -> 1.02x; landed,
+# so REVERSE=1 now undoes it; docs/perf-notes.md "Small grids on the default config").
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 out=${OUT:-build}
