@@ -106,7 +106,7 @@ int find_launcher(const FwdParams& p, const DeviceLimits& dev) {
   // keys serves) is a latency chain instead, and the default config's 128-row tiles of two
   // warpgroups are shorter chains and more CTAs: B=1 H=1 D=64, H200, kernel us 192 -> 128 rows,
   // unsplit S=256 7.3 -> 6.3 (0.89x -> 1.02x SDPA's), S=2048 27.1 -> 22.9, S=8192 92.7 -> 79.0;
-  // with the split S=512 8.3 -> 7.2, S=1024 8.8 -> 7.4, S=8192 53.8 -> 45.2, but S=4096 18.3 -> 20.0
+  // with the split S=512 8.3 -> 7.2, S=1024 8.8 -> 7.4, S=8192 53.8 -> 45.2, S=4096 18.3 -> 18.4
   // (perf-notes "Small grids on the default config").
   if (kind == Sm90ConfigKind::kNonCausal && i >= 0) {
     const int64_t tiles = (static_cast<int64_t>(p.seqlen_q) + kLaunchers[i].block_m - 1) / kLaunchers[i].block_m *
@@ -235,10 +235,14 @@ FwdSplitPlan flash_fwd_sm90_split_plan(const FwdParams& p, const DeviceLimits& d
     return plan;
   }
   // The rule's count does not fit in clusters (B=1 H=1 S=2048 causal: 16 clusters of 8 CTAs do
-  // not fit at once on an H200): down to half as many splits that do, each with at most twice the
-  // key blocks, and no partials, no combine kernel, no second launch.
+  // not fit at once on an H200): fewer splits that do, if each holds at most one key block more
+  // (no partials, no combine kernel, no second launch, against about a block's time: S=2048 causal
+  // 8 splits of 2 blocks through the combine 10.29 us, 6 of 3 in clusters 10.44). Three blocks
+  // more lose: S=4096 on 128-row tiles, 4 splits of 8 through the combine 18.5 us, 3 of 11 in
+  // clusters 19.9 (lab/fwd_split_time.py --counts, H200).
   if (!is_forced) {
-    for (int s = std::min(plan.num_splits - 1, sm90::kMaxClusterSplits); 2 * s >= plan.num_splits && worth_it(s); --s) {
+    const int64_t per = (r.count() + plan.num_splits - 1) / plan.num_splits;
+    for (int s = std::min(plan.num_splits - 1, sm90::kMaxClusterSplits); worth_it(s) && (r.count() + s - 1) / s <= per + 1; --s) {
       if (holding(s) == s && sm90::clusters_fit(i, tiles, s, dev)) {
         plan.num_splits = s;
         plan.in_cluster = true;

@@ -102,6 +102,10 @@
 # non-causal config's three: AB_CMD="python3 lab/fwd_split_time.py" (measured 2026-11-29 on an H200
 # with a first form of the diff: kernel geomean 1.33x -> 1.37x SDPA's, S=256 0.89x -> 1.02x; landed,
 # so REVERSE=1 now undoes it; docs/perf-notes.md "Small grids on the default config").
+# fwd_split_fallback_one_block.diff: the split plan takes fewer splits to fit in clusters only where
+# each then holds at most one key block more (was: down to half the splits):
+# AB_CMD="python3 lab/fwd_split_time.py" (measured 2026-11-29, H200: S=4096 non-causal 20.0 -> 18.4 us,
+# S=8192 causal 55.1 -> 43.4, the rest unchanged; landed, so REVERSE=1 now undoes it).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 out=${OUT:-build}
