@@ -2,7 +2,7 @@
 """The Hopper forward's split over the keys on small grids: kernel time (each call replayed from a
 CUDA graph, triton's do_bench_cudagraph) without a split (FLASHATTN_FWD_SPLITS=1), with the rule's
 split count, and SDPA's default and FlashAttention-2 on the same tensors; then the eager single
-call (host included) of the rule against SDPA's. Shapes: the seed's (B=1 H=1 D=64 fp16, S 256..8k,
+call (host included) of the rule against SDPA's. Shapes: the seed's (B=1 H=1 D=64 fp16, S 32..8k,
 causal off/on) and short prefills (B=1, H 8/16, D 128, bf16).
 --counts: instead, the seed shapes' kernel time at every forced split count (FLASHATTN_FWD_SPLITS),
 each merged in a cluster where it fits and through the combine kernel
@@ -86,7 +86,8 @@ def main() -> None:
     if "--counts" in sys.argv[1:]:
         counts()
         return
-    shapes = [(1, 1, s, 64, torch.float16, c) for s in (256, 512, 1024, 2048, 4096, 8192) for c in (False, True)]
+    shapes = [(1, 1, s, 64, torch.float16, c) for s in (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+              for c in (False, True)]
     shapes += [(1, h, s, 128, torch.bfloat16, c) for h in (8, 16) for s in (1024, 4096) for c in (False, True)]
     print(f"{'B':>2} {'H':>3} {'S':>5} {'D':>4} {'dtype':>8} {'causal':>6} | kernel us: {'nosplit':>8} {'rule':>8} "
           f"{'port':>8} {'sdpa':>8} {'fa2':>8} {'gain':>6} {'x sdpa':>7} | single call us: {'ours':>7} {'sdpa':>7} {'x sdpa':>7}")

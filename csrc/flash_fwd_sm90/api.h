@@ -35,7 +35,8 @@ struct FwdSplitPlan {
 // The split for `p` on this device: more than one split when the query tiles fill at most half the
 // SMs (short prefills, the B=1 H=1 latency shapes), each split keeps at least one key block, and
 // there are 3 or more splits (2 for tiles of 16+ key blocks); in a cluster where up to 8 splits of
-// every tile fit in one wave, taking down to half the rule's splits for that.
+// every tile fit in one wave, taking fewer splits for that where each then holds at most one key
+// block more.
 FwdSplitPlan flash_fwd_sm90_split_plan(const FwdParams& p, const DeviceLimits& dev);
 
 // Runs the forward pass asynchronously on `stream`. Returns cudaErrorNotSupported when
