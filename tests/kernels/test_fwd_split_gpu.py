@@ -85,8 +85,9 @@ def test_split_forward_matches_reference(case, splits: str, merge: str, monkeypa
 
 def test_the_rule_splits_small_grids_only(monkeypatch, device: torch.device) -> None:
     """B=1 H=1 S=2048 (11-16 query tiles for 132 SMs) splits: with the combine kernel when forced
-    (FLASHATTN_FWD_SPLIT_MERGE=combine); B=1 H=1 S=1024 (six 192-row tiles, eight splits of one
-    key block: six clusters of eight CTAs) as one kernel merging in clusters by default; so does
+    (FLASHATTN_FWD_SPLIT_MERGE=combine); B=1 H=1 S=1024 (eight 128-row tiles, a small non-causal
+    grid's, eight splits of one key block: eight clusters of eight CTAs) as one kernel merging in
+    clusters by default; so does
     B=1 H=1 S=2048 causal, whose rule of 8 splits may not fit as 8-CTA clusters (then fewer splits
     that do); a grid that fills the SMs (B=8 H=16 S=2048) runs the kernel alone;
     FLASHATTN_FWD_SPLITS=1 turns it off; more splits than a cluster takes (FLASHATTN_FWD_SPLITS=16)
