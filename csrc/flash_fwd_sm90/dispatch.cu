@@ -16,6 +16,7 @@
 #include "../common/split_combine.cuh"
 #include "api.h"
 #include "launch_decl.h"
+#include "split_rule.h"
 #include "tile_scheduler.h"
 #include "tma_tensors.h"
 #include "traits.h"
@@ -191,65 +192,21 @@ FwdSplitPlan flash_fwd_sm90_split_plan(const FwdParams& p, const DeviceLimits& d
   const sm90::Sm90Launcher& l = sm90::kLaunchers[i];
   const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + l.block_m - 1) / l.block_m;
   const int64_t tiles = m_blocks * p.batch * p.heads_q;
-  // Measured (lab/fwd_split_time.py, H200): 4-8 splits of the seed shapes' tiles gained 1.3-2.7x;
-  // 2 splits gained 1.58x where the longest tile had 64 key blocks (B=1 H=1 S=8k D=64 causal) but
-  // lost 14% where every tile had 8 (B=1 H=8 S=1k D=128: the float32 partials and the combine cost
-  // more than half a tile's blocks saves). So 2 splits only for tiles of kMinBlocksForTwo blocks.
-  constexpr int64_t kMinSplits = 3, kMinBlocksForTwo = 16;
-  if (tiles < 1 || 2 * tiles > dev.sm_count) return plan;
+  if (tiles < 1 || 2 * tiles > dev.sm_count) return plan;  // split_rule's answer too, without the reads below
   // The longest tile's key blocks (the last query block under a causal mask, the band of a window).
   const KeyBlocks r = sm90::block_range(static_cast<int>(m_blocks - 1), l.block_m, l.block_n, p.seqlen_q, p.seqlen_k,
                                         p.causal_offset, l.local ? p.window_left : -1, l.local ? p.window_right : -1);
-  const int64_t cap = std::min<int64_t>(kMaxKeySplits, r.count());
-  const auto worth_it = [&](int64_t s) { return s >= kMinSplits || (s == 2 && r.count() >= kMinBlocksForTwo); };
-  // Split j takes blocks [j per, (j + 1) per), per = ceil(count / s) (tile_scheduler.h
-  // split_blocks): only ceil(count / per) splits hold any. The rule launches no more than that
-  // (B=1 H=1 S=2048 D=64: 12 splits of 16 blocks left 4 empty and merged 12 partials, 15.7 us
-  // against 11.2 for 8).
-  const auto holding = [&](int64_t s) {
-    const int64_t per = s > 0 ? (r.count() + s - 1) / s : 0;
-    return per > 0 ? (r.count() + per - 1) / per : 0;
-  };
-  // FLASHATTN_FWD_SPLITS=<n> (lab, lab/fwd_split_time.py, the tests): n splits where a split is
-  // allowed at all (1: never), in place of the rule below, and never fewer to fit in clusters.
-  // Read only for these small grids, at every call (the tests change it within a process).
+  // FLASHATTN_FWD_SPLITS=<n> and FLASHATTN_FWD_SPLIT_MERGE=combine (lab/fwd_split_time.py,
+  // lab/split_call_time.py, the tests): read only for these small grids, at every call (the tests
+  // change them within a process).
   const char* forced = std::getenv("FLASHATTN_FWD_SPLITS");
-  const bool is_forced = forced != nullptr && *forced != '\0';
-  if (is_forced) {
-    plan.num_splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(cap, std::atoll(forced))));
-  } else {
-    // As many splits as fill the SMs once, down to one key block each, and at least kMinSplits of
-    // them (two for long tiles), or none. One block a split pays (lab/fwd_split_time.py --counts,
-    // H200, B=1 H=1 D=64, kernel us): S=512 10.5 unsplit -> 8.3 in 4 splits, S=1024 10.1 in 4
-    // splits of 2 blocks -> 8.8 in 8 of 1; S=256's 2 splits of 1 block lose (7.6 -> 8.1-9.6).
-    const int64_t s = holding(std::min<int64_t>(dev.sm_count / tiles, cap));
-    plan.num_splits = worth_it(s) ? static_cast<int>(s) : 1;
-  }
-  if (plan.num_splits < 2) return plan;
-  // FLASHATTN_FWD_SPLIT_MERGE=combine (lab, lab/split_call_time.py): the float32 partials and the
-  // combine kernel for every split, so that one build times both merges.
-  if (const char* merge = std::getenv("FLASHATTN_FWD_SPLIT_MERGE"); merge != nullptr && std::strcmp(merge, "combine") == 0)
-    return plan;
-  if (sm90::clusters_fit(i, tiles, plan.num_splits, dev)) {
-    plan.in_cluster = true;
-    return plan;
-  }
-  // The rule's count does not fit in clusters (B=1 H=1 S=2048 causal: 16 clusters of 8 CTAs do
-  // not fit at once on an H200): fewer splits that do, if each holds at most one key block more
-  // (no partials, no combine kernel, no second launch, against about a block's time: S=2048 causal
-  // 8 splits of 2 blocks through the combine 10.29 us, 6 of 3 in clusters 10.44). Three blocks
-  // more lose: S=4096 on 128-row tiles, 4 splits of 8 through the combine 18.5 us, 3 of 11 in
-  // clusters 19.9 (lab/fwd_split_time.py --counts, H200).
-  if (!is_forced) {
-    const int64_t per = (r.count() + plan.num_splits - 1) / plan.num_splits;
-    for (int s = std::min(plan.num_splits - 1, sm90::kMaxClusterSplits); worth_it(s) && (r.count() + s - 1) / s <= per + 1; --s) {
-      if (holding(s) == s && sm90::clusters_fit(i, tiles, s, dev)) {
-        plan.num_splits = s;
-        plan.in_cluster = true;
-        return plan;
-      }
-    }
-  }
+  const char* merge = std::getenv("FLASHATTN_FWD_SPLIT_MERGE");
+  const sm90::SplitChoice c = sm90::split_rule(
+      sm90::SplitGrid{tiles, r.count(), dev.sm_count, kMaxKeySplits},
+      forced != nullptr && *forced != '\0' ? std::max<int64_t>(0, std::atoll(forced)) : -1,
+      merge != nullptr && std::strcmp(merge, "combine") == 0, [&](int s) { return sm90::clusters_fit(i, tiles, s, dev); });
+  plan.num_splits = c.num_splits;
+  plan.in_cluster = c.in_cluster;
   return plan;
 }
 

@@ -105,7 +105,8 @@
 # fwd_split_fallback_one_block.diff: the split plan takes fewer splits to fit in clusters only where
 # each then holds at most one key block more (was: down to half the splits):
 # AB_CMD="python3 lab/fwd_split_time.py" (measured 2026-11-29, H200: S=4096 non-causal 20.0 -> 18.4 us,
-# S=8192 causal 55.1 -> 43.4, the rest unchanged; landed, so REVERSE=1 now undoes it).
+# S=8192 causal 55.1 -> 43.4, the rest unchanged; landed: REVERSE=1 undoes it on commit 4224c7b's
+# csrc; the rule has since moved to csrc/flash_fwd_sm90/split_rule.h).
 # fwd_tiny_portable.diff: backend 'auto' runs a tiny call (Sq, Sk <= 64, D <= 64, B*Hq filling at most
 # half the SMs) on the portable forward instead of the Hopper one, with its test:
 # REVERSE=0 AB_CMD="python3 lab/fwd_split_time.py" (prepared 2026-11-29, not yet run;
