@@ -70,10 +70,14 @@ constexpr Sm90Launcher kLaunchers[] = {
 #undef FLASHATTN_FWD_SM90_INSTANCE
 constexpr int kNumLaunchers = sizeof(kLaunchers) / sizeof(kLaunchers[0]);
 
+// The instantiation of (dtype, head dim, kind), or -1.
+constexpr int launcher_of(DType dtype, int head_dim, Sm90ConfigKind kind) {
+  for (int i = 0; i < kNumLaunchers; ++i)
+    if (kLaunchers[i].dtype == dtype && kLaunchers[i].head_dim == head_dim && kLaunchers[i].kind == kind) return i;
+  return -1;
+}
 constexpr bool has_launcher(DType dtype, int head_dim, Sm90ConfigKind kind) {
-  for (const Sm90Launcher& l : kLaunchers)
-    if (l.dtype == dtype && l.head_dim == head_dim && l.kind == kind) return true;
-  return false;
+  return launcher_of(dtype, head_dim, kind) >= 0;
 }
 // Every kind sm90_config_kind() can pick for head dim D has its row in each dtype: the generator
 // lists the long-keys and non-causal configs only for the head dims where traits.h makes them
@@ -90,10 +94,9 @@ constexpr bool launchers_cover() {
 static_assert(launchers_cover<64>() && launchers_cover<128>() && launchers_cover<256>(),
               "a config sm90_config_kind() picks has no instantiation: add it to tools/gen_instantiations.py");
 
-int launcher_of(DType dtype, int head_dim, Sm90ConfigKind kind) {
-  for (int i = 0; i < kNumLaunchers; ++i)
-    if (kLaunchers[i].dtype == dtype && kLaunchers[i].head_dim == head_dim && kLaunchers[i].kind == kind) return i;
-  return -1;
+// Query blocks of `p` in tiles of block_m rows (per batch and head).
+int64_t query_blocks(const FwdParams& p, int block_m) {
+  return (static_cast<int64_t>(p.seqlen_q) + block_m - 1) / block_m;
 }
 
 // The instantiation that serves `p`: sm90_config_kind()'s, except on small non-causal grids.
@@ -110,8 +113,7 @@ int find_launcher(const FwdParams& p, const DeviceLimits& dev) {
   // with the split S=512 8.3 -> 7.2, S=1024 8.8 -> 7.4, S=8192 53.8 -> 45.2, S=4096 18.3 -> 18.4
   // (perf-notes "Small grids on the default config").
   if (kind == Sm90ConfigKind::kNonCausal && i >= 0) {
-    const int64_t tiles = (static_cast<int64_t>(p.seqlen_q) + kLaunchers[i].block_m - 1) / kLaunchers[i].block_m *
-                          p.batch * p.heads_q;
+    const int64_t tiles = query_blocks(p, kLaunchers[i].block_m) * p.batch * p.heads_q;
     if (2 * tiles <= dev.sm_count) return launcher_of(p.dtype, d, Sm90ConfigKind::kDefault);
   }
   return i;
@@ -142,7 +144,7 @@ int supported_launcher(const FwdParams& p, const DeviceLimits& dev) {
   const int i = find_launcher(p, dev);
   if (i < 0 || kLaunchers[i].smem_bytes > dev.max_smem_per_block) return -1;
   if (!kLaunchers[i].local && (p.window_left >= 0 || p.window_right >= 0)) return -1;  // never: find_launcher
-  const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + kLaunchers[i].block_m - 1) / kLaunchers[i].block_m;
+  const int64_t m_blocks = query_blocks(p, kLaunchers[i].block_m);
   if (m_blocks * p.batch * p.heads_q >= (int64_t(1) << 31)) return -1;
   const FwdTmaTensors t = fwd_tma_tensors(p);
   if (!tma_tensor_ok(t.q) || !tma_tensor_ok(t.k) || !tma_tensor_ok(t.v)) return -1;
@@ -190,7 +192,7 @@ FwdSplitPlan flash_fwd_sm90_split_plan(const FwdParams& p, const DeviceLimits& d
   const int i = sm90::find_launcher(p, dev);
   if (i < 0) return plan;
   const sm90::Sm90Launcher& l = sm90::kLaunchers[i];
-  const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + l.block_m - 1) / l.block_m;
+  const int64_t m_blocks = sm90::query_blocks(p, l.block_m);
   const int64_t tiles = m_blocks * p.batch * p.heads_q;
   if (tiles < 1 || 2 * tiles > dev.sm_count) return plan;  // split_rule's answer too, without the reads below
   // The longest tile's key blocks (the last query block under a causal mask, the band of a window).

@@ -101,7 +101,7 @@
 # the SMs) on the default config's 128-row tiles of two consumer warpgroups instead of the
 # non-causal config's three: AB_CMD="python3 lab/fwd_split_time.py" (measured 2026-11-29 on an H200
 # with a first form of the diff: kernel geomean 1.33x -> 1.37x SDPA's, S=256 0.89x -> 1.02x; landed,
-# so REVERSE=1 now undoes it; docs/perf-notes.md "Small grids on the default config").
+# REVERSE=1 undoes it on commit c270b0a's csrc; docs/perf-notes.md "Small grids on the default config").
 # fwd_split_fallback_one_block.diff: the split plan takes fewer splits to fit in clusters only where
 # each then holds at most one key block more (was: down to half the splits):
 # AB_CMD="python3 lab/fwd_split_time.py" (measured 2026-11-29, H200: S=4096 non-causal 20.0 -> 18.4 us,
