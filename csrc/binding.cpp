@@ -62,7 +62,11 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
   // counter private to this call: the word behind lse, zeroed by a stream-ordered memset, so
   // concurrent streams never share one and CUDA-graph capture records it (at::zeros cost an
   // allocation and a fill kernel per call).
-  if (backend != "portable" && flashattn::flash_fwd_sm90_wants_tile_counter(p, dev)) {
+  // 'auto' runs a tiny call (one short tile a head, few heads) on the portable path, which finishes
+  // it before the Hopper kernel's prologue does.
+  const bool portable =
+      backend == "portable" || (backend == "auto" && flashattn::flash_fwd_sm90_prefers_portable(p, dev));
+  if (!portable && flashattn::flash_fwd_sm90_wants_tile_counter(p, dev)) {
     p.tile_counter = reinterpret_cast<int*>(lse_storage.data_ptr<float>() + lse_numel);
     const cudaError_t zero = cudaMemsetAsync(p.tile_counter, 0, sizeof(int), stream);
     FLASHATTN_CHECK(zero == cudaSuccess, op, ": zeroing the tile counter failed: ", cudaGetErrorString(zero));
@@ -72,7 +76,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
   // float32 partials (one allocation: o_accum, then lse_accum) that a second kernel merges into
   // out and lse. The portable path ignores the split.
   at::Tensor split_accum;
-  if (backend != "portable") {
+  if (!portable) {
     const flashattn::FwdSplitPlan split = flashattn::flash_fwd_sm90_split_plan(p, dev);
     p.num_splits = split.num_splits;
     if (split.num_splits > 1 && !split.in_cluster) {
@@ -83,7 +87,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
     }
   }
   cudaError_t err;
-  if (backend == "portable") {
+  if (portable) {
     err = flashattn::flash_fwd(p, dev, stream);
   } else {
     // flash_fwd_sm90 checks flash_fwd_sm90_supported() itself and answers cudaErrorNotSupported

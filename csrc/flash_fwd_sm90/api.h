@@ -17,6 +17,13 @@ namespace flashattn {
 // than one entry) and, for head dims above 64 (whose O leaves through a TMA store), for o too.
 bool flash_fwd_sm90_supported(const FwdParams& p, const DeviceLimits& dev);
 
+// True when backend "auto" should run `p` on the portable path although the Hopper path supports
+// it: one short tile a head (at most 64 queries and 64 keys, D <= 64) on a grid filling at most
+// half the SMs, where the Hopper kernel's fixed prologue (barrier setup, tensor maps, the
+// producer's first loads) outlasts the portable kernel's whole run (B=1 H=1 D=64 fp16, H200,
+// kernel us: S=32 4.84 against 4.02, S=64 5.00 against 3.95; S=128 even, 5.01 against 5.07).
+bool flash_fwd_sm90_prefers_portable(const FwdParams& p, const DeviceLimits& dev);
+
 // True when `p` should come with a FwdParams::tile_counter: causal masking gives the query tiles
 // unequal work, and with more tiles than SMs the static round-robin schedule leaves the busiest
 // SM with up to 1.8x the mean work (lab/sm90_schedule_model.py on the standard grid); handing

@@ -179,6 +179,12 @@ bool flash_fwd_sm90_supported(const FwdParams& p, const DeviceLimits& dev) {
   return sm90::supported_launcher(p, dev) >= 0;
 }
 
+bool flash_fwd_sm90_prefers_portable(const FwdParams& p, const DeviceLimits& dev) {
+  constexpr int kTinyRows = 64;  // measured at S 32, 64 (faster) and 128 (even): lab/fwd_split_time.py
+  return p.cu_seqlens_q == nullptr && p.seqlen_q <= kTinyRows && p.seqlen_k <= kTinyRows && p.head_dim <= 64 &&
+         2 * static_cast<int64_t>(p.batch) * p.heads_q <= dev.sm_count;
+}
+
 bool flash_fwd_sm90_wants_tile_counter(const FwdParams& p, const DeviceLimits& dev) {
   if (dev.cc_major != 9 || dev.cc_minor != 0) return false;
   const int i = sm90::find_launcher(p, dev);

@@ -131,3 +131,17 @@ def test_dynamic_schedule_counter_is_zeroed_every_call(causal: int, device: torc
         out, lse = torch.ops.flashattn.fwd(x.q, x.k, x.v, None, causal, "hopper")
         assert lse.shape == (2, 16, 1100) and lse.is_contiguous() and lse.dtype == torch.float32
         assert_attention_matches(out, lse, x.q, x.k, x.v, x.scale, causal, context=f"call {call}")
+
+
+def test_auto_runs_tiny_calls_on_the_portable_path(device: torch.device) -> None:
+    """'auto' runs a call of one short tile a head (Sq, Sk <= 64, D <= 64, few heads) on the
+    portable kernel (flash_fwd_sm90_prefers_portable); S=128, and 'hopper' forced, stay on the
+    Hopper kernel."""
+    tiny = torch.randn(1, 64, 1, 64, device=device, dtype=torch.float16)
+    short = torch.randn(1, 128, 1, 64, device=device, dtype=torch.float16)
+
+    def kernels(x: torch.Tensor, backend: str) -> set[str]:
+        return forward_kernels(lambda: torch.ops.flashattn.fwd(x, x, x, None, NONE, backend))
+
+    assert not kernels(tiny, "auto"), "a tiny call under 'auto' ran the Hopper kernel"
+    assert kernels(tiny, "hopper") and kernels(short, "auto")
