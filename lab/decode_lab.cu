@@ -1,6 +1,7 @@
 // The split-KV decode kernel's tile configs side by side, without torch: for the decode-kv grid's
 // shapes (bf16, D=128, GQA 32:8, Sq=1, full caches), every variant below against what the library
-// runs on sm90 (kHopper, or kHopperSplit wherever kHopper's plan splits the keys), each with
+// runs on sm90 (kHopperSplit wherever kHopper's plan splits the keys, kHopperStream where it does
+// not; DECODE_LAB_HEADS and DECODE_LAB_SHAPES pick other heads and shapes), each with
 // its own split plan (its own block N and CTAs per SM through the shipped heuristic, times a factor
 // for the -x2 variants) and the library's combine, replayed from CUDA
 // graphs in alternating samples so clock drift hits both alike, and checked against the baseline's
@@ -80,25 +81,49 @@ struct Config {
   }
 };
 
-// The baseline: what the library runs on an sm90 GPU, kHopper or, where its plan splits the keys,
-// kHopperSplit with its own plan (flash_decode_plan, decode_prefer_split_config).
+// The baseline: what the library runs on an sm90 GPU, kHopper's plan, then kHopperSplit with its
+// own plan where that plan splits the keys, kHopperStream where it does not (flash_decode_plan,
+// decode_prefer_split_config, decode_prefer_stream_config).
 struct Library {
   using Hopper = DecodeTileConfig<128, DecodeVariant::kHopper>::Traits;
   using Split = DecodeTileConfig<128, DecodeVariant::kHopperSplit>::Traits;
+  using Stream = DecodeTileConfig<128, DecodeVariant::kHopperStream>::Traits;
   static DecodeParams plan(DecodeParams p) {
     p = Config<Hopper>::plan(p);
     p.kernel_variant = static_cast<int>(DecodeVariant::kHopper);
     if (decode_prefer_split_config(128, g_dev.max_smem_per_block, p.num_splits)) {
       p = Config<Split>::plan(p);
       p.kernel_variant = static_cast<int>(DecodeVariant::kHopperSplit);
+    } else if (decode_prefer_stream_config(128, g_dev.max_smem_per_block, p.num_splits)) {
+      p.kernel_variant = static_cast<int>(DecodeVariant::kHopperStream);
     }
     return p;
   }
   static void run(const DecodeParams& p, cudaStream_t stream) {
     if (p.kernel_variant == static_cast<int>(DecodeVariant::kHopperSplit))
       Config<Split>::run(p, stream);
+    else if (p.kernel_variant == static_cast<int>(DecodeVariant::kHopperStream))
+      Config<Stream>::run(p, stream);
     else
       Config<Hopper>::run(p, stream);
+  }
+};
+
+// A rule under test: `Traits` with one split wherever the library's plan does not split the keys
+// (kHopper's unsplit grids), the library's own plan and configs everywhere else.
+template <typename Traits>
+struct UnsplitRule {
+  static constexpr int kThisConfig = 100;  // a kernel_variant value no library config uses
+  static DecodeParams plan(DecodeParams p) {
+    DecodeParams q = Library::plan(p);
+    if (q.num_splits == 1) q.kernel_variant = kThisConfig;
+    return q;
+  }
+  static void run(const DecodeParams& p, cudaStream_t stream) {
+    if (p.kernel_variant == kThisConfig)
+      Config<Traits>::run(p, stream);
+    else
+      Library::run(p, stream);
   }
 };
 
@@ -123,6 +148,12 @@ struct Variant {
         DecodeKernelTraits<128, W, ST, PF, WN>::kBlockN, DecodeKernelTraits<128, W, ST, PF, WN>::kSmemBytes   \
   }
 
+#define RULE(NAME, W, ST, PF, WN)                                                                                    \
+  Variant {                                                                                                         \
+    NAME, &UnsplitRule<DecodeKernelTraits<128, W, ST, PF, WN>>::plan, &UnsplitRule<DecodeKernelTraits<128, W, ST, PF, WN>>::run, \
+        DecodeKernelTraits<128, W, ST, PF, WN>::kBlockN, DecodeKernelTraits<128, W, ST, PF, WN>::kSmemBytes            \
+  }
+
 static const Variant kDefault{"library", &Library::plan, &Library::run, 0, Library::Hopper::kSmemBytes};
 static const Variant kVariants[] = {
     VARIANT("w8-s2-p256", 8, 2, 256, 1),     // kHopper everywhere
@@ -136,6 +167,13 @@ static const Variant kVariants[] = {
     VARIANT_WN("w4n32-s2-p256", 4, 2, 256, 32),  // kHopper's 128-key steps on four warps
     VARIANT_WN("w2n32-s3-p256", 2, 3, 256, 32),  // 64-key steps on two warps, 109 KB: two CTAs per SM
     VARIANT_WN("w4n32-s3-p256", 4, 3, 256, 32),  // 128-key steps, two in flight, 209 KB
+    VARIANT("w4-s2-p256", 4, 2, 256, 1),     // 73 KB: three CTAs per SM, one block in flight each
+    // Unsplit grids (kHopper's plan: one split) on another config; split grids as the library runs
+    // them. rule-w8-s2-p256: kHopper itself, the library before kHopperStream.
+    RULE("rule-w8-s2-p256", 8, 2, 256, 16),
+    RULE("rule-w4-s2-p256", 4, 2, 256, 16),
+    RULE("rule-w2n32-s3-p256", 2, 3, 256, 32),
+    RULE("rule-w4-s4-p256", 4, 4, 256, 16),
 };
 
 // `reps` calls of a config captured in one CUDA graph: kernel time without the host's launches,
@@ -226,9 +264,30 @@ int main() {
     std::printf("combine kernels: largest shared-memory carveout preferred\n");
   }
 
-  const int hq = 32, hk = 8, d = 128;
-  // The decode-kv grid's small (L2-resident when replayed) and bandwidth-bound shapes.
-  const Shape shapes[] = {{1, 1024}, {1, 4096}, {8, 1024}, {1, 16384}, {8, 4096}, {64, 1024}, {1, 131072}, {8, 131072}, {64, 32768}};
+  // DECODE_LAB_HEADS="Hq:Hk" (default 32:8); DECODE_LAB_SHAPES="B:Sk,B:Sk,..." in place of the
+  // decode-kv grid's small (L2-resident when replayed) and bandwidth-bound shapes.
+  int hq = 32, hk = 8;
+  const int d = 128;
+  if (const char* e = std::getenv("DECODE_LAB_HEADS"); e != nullptr && std::sscanf(e, "%d:%d", &hq, &hk) != 2) {
+    std::printf("DECODE_LAB_HEADS: expected Hq:Hk, got %s\n", e);
+    return 2;
+  }
+  std::vector<Shape> shapes = {{1, 1024}, {1, 4096}, {8, 1024}, {1, 16384}, {8, 4096}, {64, 1024}, {1, 131072}, {8, 131072}, {64, 32768}};
+  if (const char* e = std::getenv("DECODE_LAB_SHAPES"); e != nullptr) {
+    shapes.clear();
+    for (const char* c = e; *c != '\0';) {
+      Shape sh{};
+      int used = 0;
+      if (std::sscanf(c, "%d:%d%n", &sh.b, &sh.sk, &used) != 2) {
+        std::printf("DECODE_LAB_SHAPES: expected B:Sk,..., got %s\n", e);
+        return 2;
+      }
+      shapes.push_back(sh);
+      c += used;
+      if (*c == ',') ++c;
+    }
+  }
+  std::printf("heads %d:%d, D=%d, bf16\n", hq, hk, d);
   int failures = 0;
   std::printf("%-10s %3s %7s %6s %6s %8s %8s %9s %9s %9s %7s %9s\n", "variant", "B", "Sk", "splits", "dflt", "us", "dflt us",
               "GB/s", "dflt GB/s", "speedup", "smem KB", "rel diff");

@@ -139,6 +139,14 @@ def decode() -> None:
             pool_k, pool_v = rand(per_seq + 2, page, hk, d, dtype=dtype), rand(per_seq + 2, page, hk, d, dtype=dtype)
             table = torch.randperm(per_seq + 2, device=dev)[:per_seq].to(I32).view(1, per_seq)
             flashattn.flash_attn_with_kvcache(q, pool_k, pool_v, cache_seqlens=lens, block_table=table)
+            # MQA at B=1 with many splits: the combine's widest CTA (16 warps share a row; D=256 in two
+            # column passes), 40 splits (some warps with fewer) and 128.
+            for d in (128, 256):
+                q = rand(1, 1, 8, d, dtype=dtype)
+                kc, vc = rand(1, 8300, 1, d, dtype=dtype), rand(1, 8300, 1, d, dtype=dtype)
+                lens = torch.tensor([8290], dtype=I32, device=dev)
+                for splits in (40, 128):
+                    flashattn.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, num_splits=splits)
 
 
 def _hopper() -> bool:

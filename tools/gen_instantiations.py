@@ -82,12 +82,12 @@ BWD_HEAD_DIMS = {
 BWD_SM90_HEAD_DIMS = (64, 128, 256)
 
 # Decoding: head dim (kDecodeHeadDims) -> variants with a DecodeTileConfig in
-# csrc/flash_decode/decode_traits.h. kHopper and kHopperSplit exist where decode_hopper_smem()
-# and decode_hopper_split_smem() are non-zero; decode_dispatch.cu asserts every config the planner
-# can pick has its entry.
+# csrc/flash_decode/decode_traits.h. kHopper, kHopperSplit and kHopperStream exist where
+# decode_hopper_smem(), decode_hopper_split_smem() and decode_hopper_stream_smem() are non-zero;
+# decode_dispatch.cu asserts every config the planner can pick has its entry.
 DECODE_HEAD_DIMS = {
     64: ["kPortable"],
-    128: ["kPortable", "kHopper", "kHopperSplit"],
+    128: ["kPortable", "kHopper", "kHopperSplit", "kHopperStream"],
     256: ["kPortable"],
 }
 

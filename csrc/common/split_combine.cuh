@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "lse_merge.cuh"
 #include "ptx.cuh"
 
 namespace flashattn {
@@ -50,41 +51,39 @@ SplitCombineParams split_combine_params(const Params& p, const float* o_accum, c
   return c;
 }
 
-constexpr int kCombineWarps = 4;
-
-__device__ __forceinline__ float warp_max(float x) {
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-  return x;
-}
-
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
-
 // Output rows (b, hq, i) in [B, Hq, Sq] order like the LSE; each lane owns 4 columns (D/4 <= 64:
-// at most two passes). kRowWarps = 1: one warp per row, 4 rows per CTA (many rows, few splits).
-// kRowWarps = kCombineWarps: the CTA's 4 warps share one row, warp w taking splits w, w + 4, ...,
-// and their sums meet in shared memory (few rows, many splits: MQA at B=1 splits one tile 128 ways,
-// and one warp walking 128 partials waited for 16 round trips to L2).
-// Every load of a row is issued before any is used: each lane reads the LSEs of splits lane,
-// lane + 32, ... into registers and the first kCombinePrefetch partials of its warp's columns, so
-// a warp waits for one memory latency before its loop, not for a chain of them (read the LSEs,
-// reduce, read them again, then the partials: ~3 us of the small calls' 8-13 us). Splits with
-// lse_s = -inf (no key in that split) weigh exactly 0 and their partial is 0, so empty splits need
-// no special case; a row with no key anywhere gets out = 0, lse = -inf.
-constexpr int kCombinePrefetch = 8;
+// at most two passes). A row's splits are shared by kRowWarps warps, warp w taking splits w,
+// w + kRowWarps, ..., their sums meeting in shared memory:
+//   kRowWarps = 1   (<= 8 splits): one warp per row, 4 rows per CTA (many rows, few splits);
+//   kRowWarps = 4   (<= 32): the 4 warps of a CTA share one row;
+//   kRowWarps = 16  (<= 128): a CTA of 16 warps shares one row (few rows, many splits: MQA at B=1
+//                   splits one tile 128 ways; 4 warps walked 32 partials each, three round trips
+//                   to L2 after the first).
+// So no warp handles more than kCombinePrefetch splits, and every load of a row is issued before
+// any is used: each lane reads the LSEs of splits lane, lane + 32, ... into registers and its
+// warp's partials for its columns, so a warp waits for one memory latency, not for a chain of them.
+// Splits with lse_s = -inf (no key in that split) weigh exactly 0 and their partial is 0, so empty
+// splits need no special case; a row with no key anywhere gets out = 0, lse = -inf (lse_merge.cuh).
+constexpr int kCombineWarps = 4;     // warps of a CTA whose rows have at most 32 splits
+constexpr int kCombinePrefetch = 8;  // partials a warp loads before using any
 static_assert(kMaxKeySplits % 32 == 0, "whole slots of 32 splits per lane");
+static_assert(kMaxKeySplits <= 16 * kCombinePrefetch, "the widest CTA's warps prefetch every split");
+
+// Warps sharing a row with `splits` splits: the fewest of {1, 4, 16} that leave each at most
+// kCombinePrefetch splits.
+constexpr int combine_row_warps(int splits) {
+  return splits <= kCombinePrefetch ? 1 : splits <= kCombineWarps * kCombinePrefetch ? kCombineWarps : 16;
+}
 
 template <typename Element, int kRowWarps>
-__global__ void __launch_bounds__(kCombineWarps * 32) split_combine_kernel(const __grid_constant__ SplitCombineParams p) {
-  static_assert(kRowWarps == 1 || kRowWarps == kCombineWarps, "a row's warps are all of one CTA or one warp");
-  constexpr int kRowsPerCta = kCombineWarps / kRowWarps;
+__global__ void __launch_bounds__((kRowWarps > kCombineWarps ? kRowWarps : kCombineWarps) * 32)
+    split_combine_kernel(const __grid_constant__ SplitCombineParams p) {
+  static_assert(kRowWarps == 1 || kRowWarps == kCombineWarps || kRowWarps == 16, "the widths combine_row_warps picks");
+  constexpr int kWarps = kRowWarps > kCombineWarps ? kRowWarps : kCombineWarps;
+  constexpr int kRowsPerCta = kWarps / kRowWarps;
   constexpr int kLsePerLane = kMaxKeySplits / 32;
-  __shared__ float s_weight[kCombineWarps][kMaxKeySplits];  // each warp's copy of its row's weights
-  __shared__ float4 s_acc[kRowWarps > 1 ? kCombineWarps : 1][kRowWarps > 1 ? 64 : 1];  // [warp][column / 4]
+  __shared__ float s_weight[kWarps][kMaxKeySplits];  // each warp's copy of its row's weights
+  __shared__ float4 s_acc[kRowWarps > 1 ? kWarps : 1][kRowWarps > 1 ? 64 : 1];  // [warp][column / 4]
   // Launched programmatically (launch_split_combine), this CTA may start before the split kernel
   // has finished: wait here until that grid has completed and its partials are visible. Returns at
   // once for an ordinary launch.
@@ -117,21 +116,9 @@ __global__ void __launch_bounds__(kCombineWarps * 32) split_combine_kernel(const
                                         : make_float4(0.f, 0.f, 0.f, 0.f);
   }
 
-  float m = -INFINITY;
+  const float lse = merged_lse<true>(lse_s);
 #pragma unroll
-  for (int j = 0; j < kLsePerLane; ++j) m = fmaxf(m, lse_s[j]);
-  m = warp_max(m);
-  float lse = -INFINITY;
-  if (m != -INFINITY) {
-    float l = 0.f;
-#pragma unroll
-    for (int j = 0; j < kLsePerLane; ++j) l += expf(lse_s[j] - m);
-    l = warp_sum(l);
-    lse = m + logf(l);
-  }
-#pragma unroll
-  for (int j = 0; j < kLsePerLane; ++j)
-    s_weight[warp][j * 32 + lane] = lse == -INFINITY ? 0.f : expf(lse_s[j] - lse);
+  for (int j = 0; j < kLsePerLane; ++j) s_weight[warp][j * 32 + lane] = merge_weight(lse_s[j], lse);
   __syncwarp();
 
   const int i = static_cast<int>(row % p.seqlen_q);
@@ -172,7 +159,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32) split_combine_kernel(const
   }
   if constexpr (kRowWarps > 1) {
     __syncthreads();
-    for (int c4 = threadIdx.x; c4 < cols4; c4 += kCombineWarps * 32) {
+    for (int c4 = threadIdx.x; c4 < cols4; c4 += kWarps * 32) {
       float4 acc = s_acc[0][c4];
 #pragma unroll
       for (int w = 1; w < kRowWarps; ++w) {
@@ -196,13 +183,13 @@ cudaError_t launch_split_combine(const SplitCombineParams& p, cudaStream_t strea
   const int64_t rows_all = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
   if (rows_all == 0) return cudaSuccess;
   // More splits than one warp's prefetch: the CTA's warps share a row (see the kernel).
-  const bool wide = p.num_splits > kCombinePrefetch;
-  const int rows_per_cta = wide ? 1 : kCombineWarps;
+  const int row_warps = combine_row_warps(p.num_splits);
+  const int rows_per_cta = row_warps == 1 ? kCombineWarps : 1;
   const int64_t blocks = (rows_all + rows_per_cta - 1) / rows_per_cta;
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-  cfg.blockDim = dim3(kCombineWarps * 32);
+  cfg.blockDim = dim3((row_warps > kCombineWarps ? row_warps : kCombineWarps) * 32);
   cfg.dynamicSmemBytes = 0;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
@@ -210,8 +197,9 @@ cudaError_t launch_split_combine(const SplitCombineParams& p, cudaStream_t strea
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = programmatic ? 1 : 0;
-  const cudaError_t err = wide ? cudaLaunchKernelEx(&cfg, split_combine_kernel<Element, kCombineWarps>, p)
-                               : cudaLaunchKernelEx(&cfg, split_combine_kernel<Element, 1>, p);
+  const cudaError_t err = row_warps == 16            ? cudaLaunchKernelEx(&cfg, split_combine_kernel<Element, 16>, p)
+                          : row_warps == kCombineWarps ? cudaLaunchKernelEx(&cfg, split_combine_kernel<Element, kCombineWarps>, p)
+                                                       : cudaLaunchKernelEx(&cfg, split_combine_kernel<Element, 1>, p);
   if (err != cudaSuccess) return err;
   return cudaGetLastError();
 }

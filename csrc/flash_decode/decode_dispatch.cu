@@ -46,14 +46,15 @@ constexpr bool has_launcher(DType dtype, int head_dim, DecodeVariant variant) {
     if (l.dtype == dtype && l.head_dim == head_dim && l.variant == variant) return true;
   return false;
 }
-// Every config the planner can pick (kPortable; kHopper and kHopperSplit where the head dim has
-// them) is instantiated in each dtype (tools/gen_instantiations.py, DECODE_HEAD_DIMS).
+// Every config the planner can pick (kPortable; kHopper, kHopperSplit and kHopperStream where the
+// head dim has them) is instantiated in each dtype (tools/gen_instantiations.py, DECODE_HEAD_DIMS).
 constexpr bool launchers_cover() {
   for (int d : kDecodeHeadDims)
     for (DType t : {DType::kFloat16, DType::kBFloat16})
       if (!has_launcher(t, d, DecodeVariant::kPortable) ||
           (decode_hopper_smem(d) > 0 && !has_launcher(t, d, DecodeVariant::kHopper)) ||
-          (decode_hopper_split_smem(d) > 0 && !has_launcher(t, d, DecodeVariant::kHopperSplit)))
+          (decode_hopper_split_smem(d) > 0 && !has_launcher(t, d, DecodeVariant::kHopperSplit)) ||
+          (decode_hopper_stream_smem(d) > 0 && !has_launcher(t, d, DecodeVariant::kHopperStream)))
         return false;
   return true;
 }
@@ -103,6 +104,11 @@ cudaError_t flash_decode_plan(const DecodeParams& p, const DeviceLimits& dev, in
     if (err != cudaSuccess) return err;
     variant = DecodeVariant::kHopperSplit;
     splits = decode_plan_splits(0, m_blocks, p.batch, p.heads_kv, keys, ls->block_n, dev.sm_count, ctas);
+  } else if (variant == DecodeVariant::kHopper && requested_splits <= 1 &&
+             decode_prefer_stream_config(kernel_head_dim, dev.max_smem_per_block, splits)) {
+    // Unsplit, as planned (or requested): the same one split on two CTAs per SM.
+    if (find_launcher(p.dtype, p.head_dim, DecodeVariant::kHopperStream) == nullptr) return cudaErrorInvalidValue;
+    variant = DecodeVariant::kHopperStream;
   }
   plan->num_m_blocks = static_cast<int>(m_blocks < 1 ? 1 : m_blocks);
   plan->kernel_variant = static_cast<int>(variant);

@@ -95,20 +95,24 @@ struct DecodeKernelTraits {
   static_assert(kSmemQBytes % 128 == 0 && kSmemRingBytes % 16 == 0, "16-byte aligned regions");
 };
 
-// Three kinds of config. kPortable, one per head dim, every one under the 99 KB per block of
+// Four kinds of config. kPortable, one per head dim, every one under the 99 KB per block of
 // sm86/sm89, so a single instantiation serves sm80, sm89 and sm90: on the H100 (228 KB per SM)
 // they run 3, 3 and 2 CTAs per SM, i.e. 96-110 KB of K/V in flight per SM at steady state, far
-// above the ~25 KB/us * ~1.5 us latency that 3.3 TB/s over 132 SMs needs. Two sm90 configs for
-// D = 128, each at one CTA per SM, their K/V copies with a 256-byte L2 prefetch hint (+1.2-1.7% on
-// the bandwidth-bound shapes, lab/decode_lab.cu, docs/perf-notes.md "Decode under graph replay"):
-//   kHopper       8 warps, 128-key steps, 2 stages: the large grids that need no split (B >= 64 at
-//                 GQA 32:8); read K/V 1.6-2.3% faster at B >= 8 and 4-9% at B = 1 than kPortable;
-//   kHopperSplit  4 warps, 64-key steps, 4 stages: three blocks in flight, wherever kHopper's plan
-//                 splits the keys (small batches: a split's CTA streams a few blocks, latency-bound,
-//                 often from L2): +3-16%.
-// Their 142 KB fit sm80's 163 KB too, but they were measured only on sm90, so the planner picks
-// them there only (decode_pick_variant, decode_prefer_split_config).
-enum class DecodeVariant : int { kPortable = 0, kHopper = 1, kHopperSplit = 2 };
+// above the ~25 KB/us * ~1.5 us latency that 3.3 TB/s over 132 SMs needs. Three sm90 configs for
+// D = 128, their K/V copies with a 256-byte L2 prefetch hint (+1.2-1.7% on the bandwidth-bound
+// shapes, lab/decode_lab.cu, docs/perf-notes.md "Decode under graph replay"):
+//   kHopper        8 warps, 128-key steps, 2 stages, one CTA per SM: the planner's first plan,
+//                  and what runs a requested split count;
+//   kHopperSplit   4 warps, 64-key steps, 4 stages: three blocks in flight, wherever kHopper's plan
+//                  splits the keys (small batches: a split's CTA streams a few blocks, latency-bound,
+//                  often from L2): +3-16%;
+//   kHopperStream  4 warps, 64-key steps, 3 stages, 107 KB: two CTAs per SM, wherever kHopper's
+//                  plan leaves the keys unsplit (the large grids: B >= 16 at GQA 32:8). On an H200
+//                  (4.8 TB/s) kHopper's one CTA per SM read 3.8 TB/s and this config 4.2-4.3:
+//                  +5-17% on every unsplit grid measured; on an H100 within -0.6..+2.1%.
+// Their 107-142 KB fit sm80's 163 KB too, but they were measured only on sm90, so the planner picks
+// them there only (decode_pick_variant, decode_prefer_split_config, decode_prefer_stream_config).
+enum class DecodeVariant : int { kPortable = 0, kHopper = 1, kHopperSplit = 2, kHopperStream = 3 };
 
 template <int kHeadDim, DecodeVariant kVariant = DecodeVariant::kPortable>
 struct DecodeTileConfig;
@@ -125,6 +129,7 @@ FLASHATTN_DECODE_CONFIG(128, kPortable,    4, 2, 0);    //          64       748
 FLASHATTN_DECODE_CONFIG(256, kPortable,    2, 2, 0);    //          32       76480 (74.7 KB)
 FLASHATTN_DECODE_CONFIG(128, kHopper,      8, 2, 256);  //         128      145216 (141.8 KB)
 FLASHATTN_DECODE_CONFIG(128, kHopperSplit, 4, 4, 256);  //          64      144448 (141.1 KB)
+FLASHATTN_DECODE_CONFIG(128, kHopperStream, 4, 3, 256); //          64      109632 (107.1 KB)
 
 #undef FLASHATTN_DECODE_CONFIG
 
@@ -134,6 +139,9 @@ constexpr int decode_hopper_smem(int kernel_head_dim) {
 }
 constexpr int decode_hopper_split_smem(int kernel_head_dim) {
   return kernel_head_dim == 128 ? DecodeTileConfig<128, DecodeVariant::kHopperSplit>::Traits::kSmemBytes : 0;
+}
+constexpr int decode_hopper_stream_smem(int kernel_head_dim) {
+  return kernel_head_dim == 128 ? DecodeTileConfig<128, DecodeVariant::kHopperStream>::Traits::kSmemBytes : 0;
 }
 
 // The config the planner starts from: kHopper where the head dim has one, the GPU is sm90 or newer
@@ -150,6 +158,15 @@ constexpr DecodeVariant decode_pick_variant(int kernel_head_dim, int cc_major, i
 constexpr bool decode_prefer_split_config(int kernel_head_dim, int max_smem_per_block, int splits) {
   const int smem = decode_hopper_split_smem(kernel_head_dim);
   return smem > 0 && smem <= max_smem_per_block && splits > 1;
+}
+
+// After kHopper's plan: whether to run kHopperStream instead, with the same single split. Yes
+// wherever that plan leaves the keys unsplit: each CTA then streams its whole cache, bandwidth-bound,
+// and two CTAs per SM keep more of it in flight than one (the grid is large: the plan splits any
+// grid that fills less than 80% of the SMs' slots).
+constexpr bool decode_prefer_stream_config(int kernel_head_dim, int max_smem_per_block, int splits) {
+  const int smem = decode_hopper_stream_smem(kernel_head_dim);
+  return smem > 0 && smem <= max_smem_per_block && splits == 1;
 }
 
 constexpr int kDecodeHeadDims[] = {64, 128, 256};

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../common/lse_merge.cuh"
 #include "../common/sm90/ptx.cuh"
 #include "kernel_params.h"
 #include "tile_scheduler.h"
@@ -119,9 +120,9 @@ __device__ __forceinline__ void stash_o_partial(uint32_t stash, const float (&o)
 // The CTA of rank r merges rows r, r + splits, ... with its consumer threads (tid <
 // kConsumerThreads), one (row, 4 columns) item at a time: the splits' LSEs and their 4 columns,
 // all loads from the other CTAs' shared memory independent of each other (one round trip), then
-// out = sum_s exp(lse_s - lse) o_s with lse = log sum_s exp(lse_s), computed again by every item
-// of a row (cheaper than a barrier between a pass of weights and a pass of sums). As the combine
-// kernel, a row that no split saw a key for (every lse_s = -inf) gets O = 0, LSE = -inf.
+// the combine kernel's arithmetic (../common/lse_merge.cuh), computed again by every item of a row
+// (cheaper than a barrier between a pass of weights and a pass of sums): a row that no split saw a
+// key for (every lse_s = -inf) gets O = 0, LSE = -inf.
 template <typename Traits, typename Element>
 __device__ __forceinline__ void merge_split_in_cluster(const Sm90Params& params, uint32_t stash, int tid) {
   const int splits = params.num_splits;
@@ -147,23 +148,12 @@ __device__ __forceinline__ void merge_split_in_cluster(const Sm90Params& params,
       l[s] = s < splits ? ld_cluster_f32(cluster_map(src_lse, s)) : -INFINITY;
       x[s] = s < splits ? ld_cluster_v4_f32(cluster_map(src, s)) : float4{};
     }
-    float m = -INFINITY;
-#pragma unroll
-    for (int s = 0; s < kMaxClusterSplits; ++s) m = fmaxf(m, l[s]);
-    float lse = -INFINITY;
+    const float lse = merged_lse<false>(l);  // the splits past `splits` hold -inf: weight 0
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (m != -INFINITY) {
-      float sum = 0.f;
+    if (lse != -INFINITY) {
 #pragma unroll
       for (int s = 0; s < kMaxClusterSplits; ++s) {
-        l[s] = expf(l[s] - m);  // 0 for the splits past `splits`
-        sum += l[s];
-      }
-      lse = m + logf(sum);
-      const float inv = 1.f / sum;
-#pragma unroll
-      for (int s = 0; s < kMaxClusterSplits; ++s) {
-        const float w = l[s] * inv;
+        const float w = merge_weight(l[s], lse);
         acc.x += w * x[s].x, acc.y += w * x[s].y, acc.z += w * x[s].z, acc.w += w * x[s].w;
       }
     }

@@ -111,6 +111,12 @@
 # half the SMs) on the portable forward instead of the Hopper one, with its test:
 # AB_CMD="python3 lab/fwd_split_time.py" (measured 2026-11-29 with REVERSE=0: S=32/64 kernels
 # 4.8-5.0 -> 3.9-4.1 us; landed, so REVERSE=1 now undoes it; docs/perf-notes.md).
+# combine_wide_rows.diff: the split combine gives a row with more than 32 splits a CTA of 16 warps
+# (each warp's 8 partials loaded at once) instead of 4 warps walking 32 each, and its LSE arithmetic
+# moves to common/lse_merge.cuh, shared with the Hopper forward's cluster merge: REVERSE=1
+# AB_CMD="python3 lab/decode_layers_time.py --heads 8:1,32:8 1:16384 1:32768 1:131072 2:32768 4:65536"
+# (MQA at B=1-4 splits one tile 32-128 ways; measured 2026-11-29 on an H200: MQA B=1 Sk=16k 11.1 ->
+# 8.4 us, the ten rows 0.934 -> 1.002x SDPA's; landed; docs/perf-notes.md).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 out=${OUT:-build}

@@ -323,7 +323,7 @@ def test_torch_compile_fullgraph_carries_the_paged_append() -> None:
 
 # ==== split heuristic and tile configs (plain C++, host compiler) =================================
 
-VARIANTS = ("portable", "hopper", "hopper_split")  # DecodeVariant's values, in order
+VARIANTS = ("portable", "hopper", "hopper_split", "hopper_stream")  # DecodeVariant's values, in order
 
 _HEURISTIC_PROBE = r"""
 #include <cstdio>
@@ -338,6 +338,7 @@ template <int D, DecodeVariant V> void config() {
 int main() {
   config<64, DecodeVariant::kPortable>(); config<128, DecodeVariant::kPortable>(); config<256, DecodeVariant::kPortable>();
   config<128, DecodeVariant::kHopper>(); config<128, DecodeVariant::kHopperSplit>();
+  config<128, DecodeVariant::kHopperStream>();
   // pick kernel_head_dim cc_major max_smem_per_block -> variant
   for (int d : {64, 128, 256})
     for (auto cc : {std::pair{8, 101376}, std::pair{8, 166912}, std::pair{9, 232448}, std::pair{9, 101376}, std::pair{10, 232448}})
@@ -352,6 +353,9 @@ int main() {
   // prefer kernel_head_dim max_smem_per_block splits -> kHopperSplit instead of kHopper
   for (int d : {64, 128, 256}) for (int smem : {101376, 232448}) for (int s : {1, 2, 8, 16, 128})
     std::printf("prefer %d %d %d %d\n", d, smem, s, int(decode_prefer_split_config(d, smem, s)));
+  // stream kernel_head_dim max_smem_per_block splits -> kHopperStream instead of kHopper
+  for (int d : {64, 128, 256}) for (int smem : {101376, 232448}) for (int s : {1, 2, 8, 16, 128})
+    std::printf("stream %d %d %d %d\n", d, smem, s, int(decode_prefer_stream_config(d, smem, s)));
 }
 """
 
@@ -359,7 +363,7 @@ int main() {
 @pytest.fixture(scope="module")
 def heuristic_table(tmp_path_factory) -> dict:
     lines = run_cpp_probe(tmp_path_factory, "decode_heuristic", _HEURISTIC_PROBE)
-    table: dict = {"config": {}, "round": {}, "split": {}, "pick": {}, "prefer": {}}
+    table: dict = {"config": {}, "round": {}, "split": {}, "pick": {}, "prefer": {}, "stream": {}}
     for line in lines:
         kind, *vals = line.split()
         vals = [int(x) for x in vals]
@@ -368,8 +372,8 @@ def heuristic_table(tmp_path_factory) -> dict:
             table["config"][(vals[0], variant)] = dict(warps=vals[2], stages=vals[3], block_n=vals[4], smem=vals[5])
         elif kind == "pick":
             table["pick"][tuple(vals[:3])] = VARIANTS[vals[3]]
-        elif kind == "prefer":
-            table["prefer"][tuple(vals[:3])] = bool(vals[3])
+        elif kind in ("prefer", "stream"):
+            table[kind][tuple(vals[:3])] = bool(vals[3])
         elif kind == "round":
             table["round"][vals[0]] = vals[1]
         else:
@@ -382,13 +386,14 @@ def test_every_decode_config_fits_its_targets(heuristic_table: dict) -> None:
     99 KB per block. The Hopper configs (D=128) are over it and must fit the H100's 227 KB."""
     configs = heuristic_table["config"]
     assert set(configs) == {(64, "portable"), (128, "portable"), (256, "portable"), (128, "hopper"),
-                            (128, "hopper_split")}
+                            (128, "hopper_split"), (128, "hopper_stream")}
     for (d, variant), c in configs.items():
         assert c["smem"] <= (99 if variant == "portable" else 227) * 1024, (d, variant, c)
         assert c["block_n"] == 16 * c["warps"] and c["stages"] >= 2, (d, variant, c)
-    for variant in ("hopper", "hopper_split"):
+    for variant in ("hopper", "hopper_split", "hopper_stream"):
         assert configs[(128, variant)]["smem"] > 99 * 1024, "else it would not need to be sm90-only"
     assert configs[(128, "hopper_split")]["stages"] > configs[(128, "hopper")]["stages"], "more blocks in flight"
+    assert 2 * configs[(128, "hopper_stream")]["smem"] <= 227 * 1024, "two CTAs per SM on an H100"
 
 
 def test_hopper_decode_config_only_where_measured_and_it_fits(heuristic_table: dict) -> None:
@@ -412,6 +417,19 @@ def test_split_config_only_where_khopper_splits(heuristic_table: dict) -> None:
     for (d, smem, splits), chosen in prefer.items():
         assert chosen == (d == 128 and smem >= split_smem and splits > 1), (d, smem, splits)
     assert prefer[(128, 232448, 2)] and not prefer[(128, 232448, 1)] and not prefer[(128, 101376, 16)]
+
+
+def test_stream_config_only_where_khopper_does_not_split(heuristic_table: dict) -> None:
+    """kHopperStream replaces kHopper only for D=128 where its shared memory fits and kHopper's plan
+    runs the keys unsplit; split plans (kHopperSplit's), other head dims and GPUs without the
+    shared memory keep their config. The two rules never both apply."""
+    stream, prefer = heuristic_table["stream"], heuristic_table["prefer"]
+    stream_smem = heuristic_table["config"][(128, "hopper_stream")]["smem"]
+    assert stream, "the probe printed no rows"
+    for (d, smem, splits), chosen in stream.items():
+        assert chosen == (d == 128 and smem >= stream_smem and splits == 1), (d, smem, splits)
+        assert not (chosen and prefer[(d, smem, splits)]), (d, smem, splits)
+    assert stream[(128, 232448, 1)] and not stream[(128, 232448, 2)] and not stream[(128, 101376, 1)]
 
 
 def test_every_head_dim_maps_to_a_kernel(heuristic_table: dict) -> None:
@@ -484,6 +502,7 @@ template <int D, DecodeVariant V> void check() {
 int main() {
   check<64, DecodeVariant::kPortable>(); check<128, DecodeVariant::kPortable>(); check<256, DecodeVariant::kPortable>();
   check<128, DecodeVariant::kHopper>(); check<128, DecodeVariant::kHopperSplit>();
+  check<128, DecodeVariant::kHopperStream>();
 }
 """
 
@@ -495,7 +514,7 @@ def test_paged_row_mapping_of_every_decode_config(tmp_path_factory) -> None:
     lines = run_cpp_probe(tmp_path_factory, "decode_pages", _PAGE_PROBE)
     assert not [line for line in lines if line.startswith("bad")], lines[:10]
     mapped = [line.split() for line in lines if line.startswith("mapping")]
-    assert len(mapped) == 5, lines
+    assert len(mapped) == 6, lines
     for _, d, variant, checked, wrong, rows_per_pass, block_n in mapped:
         assert int(checked) > 0 and int(wrong) == 0, (d, variant, checked, wrong)
         assert 16 % int(rows_per_pass) == 0 and int(block_n) % 16 == 0, (d, variant, rows_per_pass, block_n)
