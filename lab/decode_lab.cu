@@ -261,6 +261,8 @@ int main() {
                             cudaSharedmemCarveoutMaxShared));
     CK(cudaFuncSetAttribute(split_combine_kernel<T, kCombineWarps>, cudaFuncAttributePreferredSharedMemoryCarveout,
                             cudaSharedmemCarveoutMaxShared));
+    CK(cudaFuncSetAttribute(split_combine_kernel<T, 16>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                            cudaSharedmemCarveoutMaxShared));
     std::printf("combine kernels: largest shared-memory carveout preferred\n");
   }
 
