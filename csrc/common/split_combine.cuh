@@ -74,12 +74,14 @@ static_assert(kMaxKeySplits <= 16 * kCombinePrefetch, "the widest CTA's warps pr
 constexpr int combine_row_warps(int splits) {
   return splits <= kCombinePrefetch ? 1 : splits <= kCombineWarps * kCombinePrefetch ? kCombineWarps : 16;
 }
+// Warps of the CTA whose rows have `row_warps` warps each: kCombineWarps, or one row's 16.
+constexpr int combine_cta_warps(int row_warps) { return row_warps > kCombineWarps ? row_warps : kCombineWarps; }
 
 template <typename Element, int kRowWarps>
-__global__ void __launch_bounds__((kRowWarps > kCombineWarps ? kRowWarps : kCombineWarps) * 32)
+__global__ void __launch_bounds__(combine_cta_warps(kRowWarps) * 32)
     split_combine_kernel(const __grid_constant__ SplitCombineParams p) {
   static_assert(kRowWarps == 1 || kRowWarps == kCombineWarps || kRowWarps == 16, "the widths combine_row_warps picks");
-  constexpr int kWarps = kRowWarps > kCombineWarps ? kRowWarps : kCombineWarps;
+  constexpr int kWarps = combine_cta_warps(kRowWarps);
   constexpr int kRowsPerCta = kWarps / kRowWarps;
   constexpr int kLsePerLane = kMaxKeySplits / 32;
   __shared__ float s_weight[kWarps][kMaxKeySplits];  // each warp's copy of its row's weights
@@ -189,7 +191,7 @@ cudaError_t launch_split_combine(const SplitCombineParams& p, cudaStream_t strea
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-  cfg.blockDim = dim3((row_warps > kCombineWarps ? row_warps : kCombineWarps) * 32);
+  cfg.blockDim = dim3(combine_cta_warps(row_warps) * 32);
   cfg.dynamicSmemBytes = 0;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
