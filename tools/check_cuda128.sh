@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The compile/resource check of every kernel with CUDA 12.8's assembler, on a machine whose
-# nvcc is another release (here 13.0), no GPU needed. tools/ci_static.sh runs it.
+# nvcc is another release (here 13.0), no GPU needed. tools/ci_static.sh runs it, unless
+# FLASHATTN_PTXAS_128 names this ptxas: then the test suite's build checks
+# (tests/infra/test_build_checks.py) assemble the PTX of their one front-end pass with it too.
 #
 # CUDA 12.8's nvcc is not on PyPI; its ptxas is (nvidia-cuda-nvcc-cu12==12.8.*, which ships ptxas
 # and libnvvm, no nvcc driver). So: the machine's nvcc compiles each kernel to PTX, 12.8's ptxas
@@ -11,7 +13,7 @@
 # version is '8.7'"), so the PTX's .version is lowered to 8.7 (--ptx-isa 8.7). That cannot pass a
 # kernel that 12.8 does not understand: ptxas checks every instruction and directive against the
 # declared version and fails on any that 8.7 lacks ("Feature 'X' requires PTX ISA .version 9.0 or
-# later"); the canary below shows this ptxas doing so. What it does not cover: 12.8's front end
+# later"); a canary in tools/check_resources.py shows this ptxas doing so. What it does not cover: 12.8's front end
 # (cicc) may emit different PTX than 13.0's, so register counts can differ from a real 12.8 build.
 # The image build (Dockerfile, real nvcc 12.8) and the suite run inside it (tests/infra/test_build_checks.py
 # with 12.8's nvcc) are the full check; this one catches 12.8-assembler trouble before a GPU run.
@@ -47,35 +49,6 @@ nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/bin/nvcc)}
 [ -x "$nvcc" ] || fail "no nvcc to emit PTX (set NVCC)"
 echo "check_cuda128: PTX from $("$nvcc" --version | grep -o 'release [0-9.]*'), assembled by ptxas $(grep -o 'release [0-9.]*' <<<"$version") ($ptxas)"
 
-# Canary: this ptxas rejects a feature newer than the declared PTX ISA (elect.sync needs 8.0),
-# and accepts it once the declared ISA is new enough. If that ever stopped holding, lowering
-# .version would no longer be safe, and this check says so instead of passing.
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-canary() {
-  cat >"$tmp/canary.ptx" <<EOF
-.version $1
-.target sm_90
-.address_size 64
-.visible .entry canary(.param .u64 out)
-{
-  .reg .b32 r<2>;
-  .reg .pred p<2>;
-  .reg .b64 a<2>;
-  elect.sync r0|p0, 0xffffffff;
-  ld.param.u64 a0, [out];
-  cvta.to.global.u64 a1, a0;
-  st.global.u32 [a1], r0;
-  ret;
-}
-EOF
-  "$ptxas" -arch=sm_90 "$tmp/canary.ptx" -o "$tmp/canary.cubin" 2>&1
-}
-if out=$(canary 7.8); then
-  fail "ptxas accepted elect.sync under .version 7.8: it does not gate features by PTX ISA, so lowering .version is unsafe"
-fi
-grep -q "requires PTX ISA .version 8.0" <<<"$out" || fail "unexpected canary rejection: $out"
-canary 8.0 >/dev/null || fail "ptxas rejected the canary under .version 8.0"
-echo "check_cuda128: canary ok (ptxas refuses features newer than the declared PTX ISA, so --ptx-isa 8.7 is safe)"
-
+# tools/check_resources.py first checks that this ptxas gates features by the declared PTX ISA (a
+# canary it must refuse under .version 7.8 and take under 8.0), which is what makes lowering safe.
 NVCC=$nvcc "$PY" tools/check_resources.py --nvcc "$nvcc" --ptxas "$ptxas" --ptx-isa 8.7 --archs "$archs" --jobs "$jobs"

@@ -3,14 +3,17 @@
 
 1. Builds tools/print_configs.cpp (plain C++) and reads every compiled tile config and the one
    each architecture's shared-memory limit selects per head dim.
-2. Compiles every .cu under csrc/ (what setup.py builds) with `nvcc -Xptxas -v` for each
-   target and parses the report per kernel.
+2. Compiles every .cu under csrc/ (what setup.py builds) to PTX for each target and assembles it
+   with nvcc's ptxas -v (the report `nvcc -c -Xptxas -v` prints; host code is left to the real
+   build), then parses the report per kernel. --also-ptxas assembles the same PTX with a second
+   ptxas (CUDA 12.8's), so the other toolkit's check costs no second front-end pass.
 3. Fails unless, for every kernel and target: 0 spill bytes, 0 stack frame, registers <= 255 and
    registers x threads <= 64K (the launch bounds), and every head dim 8..256 selects a config whose
    shared memory fits the target's per-block limit (L4/sm89: 99 KB).
 
 usage: tools/check_resources.py [--nvcc PATH] [--archs sm_80,sm_89,sm_90a] [--jobs N] [--only PATH_PART] [--json OUT]
-                               [--progress]
+                               [--progress] [--ptxas PATH [--ptx-isa X.Y]]
+                               [--also-ptxas PATH [--also-ptx-isa X.Y] [--also-archs sm_89,sm_90a]]
 """
 
 from __future__ import annotations
@@ -106,25 +109,77 @@ def lower_ptx_isa(ptx: str, isa: str) -> str:
     return _PTX_VERSION.sub(sub, ptx, count=1)
 
 
+# The ISA gate that makes lower_ptx_isa safe, checked on the assembler at hand: elect.sync needs
+# PTX ISA 8.0, so a ptxas that gates features by the declared version rejects this under 7.8 and
+# takes it under 8.0. If that ever stopped holding, lowering .version would no longer be safe.
+_CANARY_PTX = """.version {isa}
+.target sm_90
+.address_size 64
+.visible .entry canary(.param .u64 out)
+{{
+  .reg .b32 r<2>;
+  .reg .pred p<2>;
+  .reg .b64 a<2>;
+  elect.sync r0|p0, 0xffffffff;
+  ld.param.u64 a0, [out];
+  cvta.to.global.u64 a1, a0;
+  st.global.u32 [a1], r0;
+  ret;
+}}
+"""
+
+
+def isa_gate_canary(ptxas: str) -> str | None:
+    """None when `ptxas` refuses a feature newer than the declared PTX ISA and takes it once the
+    ISA is new enough; else why lowering .version is unsafe with it."""
+    with tempfile.TemporaryDirectory() as d:
+        def run(isa: str) -> subprocess.CompletedProcess:
+            src = os.path.join(d, f"canary{isa}.ptx")
+            pathlib.Path(src).write_text(_CANARY_PTX.format(isa=isa))
+            return subprocess.run([ptxas, "-arch=sm_90", src, "-o", src + ".cubin"], capture_output=True, text=True)
+
+        old = run("7.8")
+        if old.returncode == 0:
+            return f"{ptxas} took elect.sync under .version 7.8: it does not gate features by PTX ISA"
+        if "requires PTX ISA .version 8.0" not in old.stdout + old.stderr:
+            return f"unexpected canary rejection by {ptxas}: {old.stdout}{old.stderr}"
+        new = run("8.0")
+        if new.returncode != 0:
+            return f"{ptxas} rejected the canary under .version 8.0: {new.stdout}{new.stderr}"
+    return None
+
+
 def compile_one(nvcc: str, src: pathlib.Path, arch: str, outdir: str,
-                ptxas: str | None = None, ptx_isa: str | None = None) -> tuple[str, str, int, str]:
+                ptxas: str | None = None, ptx_isa: str | None = None,
+                also: tuple[str, str | None] | None = None) -> list[tuple[str, str, str, int, str]]:
+    """Compiles `src` for `arch` once to PTX (nvcc's front end, no host code: the image build
+    compiles that) and assembles the PTX with -v: by nvcc's own ptxas (`nvcc -cubin`, the same
+    report as `nvcc -c -Xptxas -v`), or by `ptxas` alone; with `also` (a ptxas and the PTX ISA its
+    release takes), by that one too, from the same PTX. One (source, arch, assembler, returncode,
+    output) per assembly."""
     base = [nvcc, "-std=c++17", "-O3", "--expt-relaxed-constexpr", f"-I{CSRC}"]
     stem = os.path.join(outdir, f"{src.stem}.{arch}")
     rel = str(src.relative_to(ROOT))
-    if ptxas is None:
-        cmd = base + [f"-gencode={ARCH_GENCODE[arch]}", "-Xptxas", "-v", "-c", str(src), "-o", stem + ".o"]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        return rel, arch, r.returncode, r.stdout + r.stderr
-    # --ptxas: nvcc emits PTX for the virtual arch, the given ptxas assembles it with -v.
     virtual = ARCH_GENCODE[arch].split(",")[0].removeprefix("arch=")
     r = subprocess.run(base + [f"-arch={virtual}", "-ptx", str(src), "-o", stem + ".ptx"], capture_output=True, text=True)
     if r.returncode != 0:
-        return rel, arch, r.returncode, r.stdout + r.stderr
-    if ptx_isa:
+        return [(rel, arch, "front end", r.returncode, r.stdout + r.stderr)]
+
+    def assemble(tool: str | None, isa: str | None, tag: str) -> tuple[str, str, str, int, str]:
         ptx = pathlib.Path(stem + ".ptx")
-        ptx.write_text(lower_ptx_isa(ptx.read_text(), ptx_isa))
-    a = subprocess.run([ptxas, "-v", f"-arch={arch}", stem + ".ptx", "-o", stem + ".cubin"], capture_output=True, text=True)
-    return rel, arch, a.returncode, r.stdout + r.stderr + a.stdout + a.stderr
+        if isa:
+            ptx = pathlib.Path(f"{stem}.{tag}.ptx")
+            ptx.write_text(lower_ptx_isa(pathlib.Path(stem + ".ptx").read_text(), isa))
+        cubin = f"{stem}.{tag}.cubin"
+        cmd = ([nvcc, "-cubin", f"-arch={arch}", "-Xptxas", "-v", str(ptx), "-o", cubin] if tool is None
+               else [tool, "-v", f"-arch={arch}", str(ptx), "-o", cubin])
+        a = subprocess.run(cmd, capture_output=True, text=True)
+        return rel, arch, tag, a.returncode, r.stdout + r.stderr + a.stdout + a.stderr
+
+    out = [assemble(ptxas, ptx_isa, "ptxas" if ptxas else "nvcc")]
+    if also is not None:
+        out.append(assemble(also[0], also[1], "also"))
+    return out
 
 
 def config_report() -> dict:
@@ -183,36 +238,61 @@ def main() -> int:
                     "PTXAS -v -arch=sm_XX assembles it (e.g. CUDA 12.8's ptxas from the nvidia-cuda-nvcc-cu12 wheel)")
     ap.add_argument("--ptx-isa", help="with --ptxas: lower the PTX .version directive to this ISA (e.g. 8.7 for "
                     "CUDA 12.8) when nvcc emits a newer one; ptxas rejects any feature the lower ISA lacks")
+    ap.add_argument("--also-ptxas", help="assemble the same PTX with this ptxas too, for the --also-archs targets, "
+                    "and check its report the same way (tests/infra/test_build_checks.py: CUDA 12.8's ptxas)")
+    ap.add_argument("--also-ptx-isa", help="with --also-ptxas: the PTX ISA its release takes (--ptx-isa's rule)")
+    ap.add_argument("--also-archs", default="sm_89,sm_90a", help="with --also-ptxas: the targets it assembles")
     ap.add_argument("--progress", action="store_true", help="print a line 'progress: DONE/TOTAL SECONDS ARCH SOURCE' "
                     "to stderr as each compile ends (the whole check takes minutes on 2 cores)")
     args = ap.parse_args()
     if args.ptx_isa and not args.ptxas:
         ap.error("--ptx-isa needs --ptxas")
+    if args.also_ptx_isa and not args.also_ptxas:
+        ap.error("--also-ptx-isa needs --also-ptxas")
+
+    def release(tool: str) -> str:
+        v = subprocess.run([tool, "--version"], capture_output=True, text=True).stdout
+        return next((line for line in v.splitlines() if "release" in line), v.strip() or "unknown version")
+
+    for tool, isa in ((args.ptxas, args.ptx_isa), (args.also_ptxas, args.also_ptx_isa)):
+        if tool and isa and (why := isa_gate_canary(tool)):
+            print(f"check_resources: FAIL: lowering the PTX ISA is unsafe: {why}", file=sys.stderr)
+            return 1
     if args.ptxas:
-        v = subprocess.run([args.ptxas, "--version"], capture_output=True, text=True).stdout
-        release = next((line for line in v.splitlines() if "release" in line), v.strip() or "unknown version")
-        lowered = f"; PTX .version lowered to {args.ptx_isa} where newer" if args.ptx_isa else ""
-        print(f"assembling with {args.ptxas} ({release}){lowered}")
+        lowered = f"; PTX .version lowered to {args.ptx_isa} where newer (canary ok)" if args.ptx_isa else ""
+        print(f"assembling with {args.ptxas} ({release(args.ptxas)}){lowered}")
     archs = args.archs.split(",")
+    also_archs = set(args.also_archs.split(",")) & set(archs) if args.also_ptxas else set()
+    also_release = release(args.also_ptxas) if args.also_ptxas else None
+    if args.also_ptxas:
+        lowered = f"; PTX .version lowered to {args.also_ptx_isa} where newer (canary ok)" if args.also_ptx_isa else ""
+        print(f"also assembling {','.join(sorted(also_archs))} with {args.also_ptxas} ({also_release}){lowered}")
     configs = config_report()
     # Every kernel translation unit the extension builds (setup.py compiles the same set).
     sources = [p for p in sorted(CSRC.rglob("*.cu")) if args.only in str(p.relative_to(CSRC))]
     kernels: list[dict] = []
+    kernels_also: list[dict] = []
     failures: list[str] = []
     with tempfile.TemporaryDirectory() as outdir, cf.ThreadPoolExecutor(args.jobs) as pool:
-        futs = [pool.submit(compile_one, args.nvcc, s, a, outdir, args.ptxas, args.ptx_isa)
+        futs = [pool.submit(compile_one, args.nvcc, s, a, outdir, args.ptxas, args.ptx_isa,
+                            (args.also_ptxas, args.also_ptx_isa) if a in also_archs else None)
                 for s in sources for a in archs]
         t0 = time.monotonic()
         for done, f in enumerate(cf.as_completed(futs), 1):
-            src, arch, rc, out = f.result()
+            results = f.result()
+            src, arch = results[0][:2]
             if args.progress:
                 print(f"progress: {done}/{len(futs)} {time.monotonic() - t0:.0f} {arch} {src}", file=sys.stderr, flush=True)
-            if rc != 0:
-                failures.append(f"{src} [{arch}] failed to compile:\n{out}")
-            for k in parse_ptxas(out):
-                k["source"] = src
-                kernels.append(k)
+            for _, _, tag, rc, out in results:
+                if rc != 0:
+                    by = f", {also_release}" if tag == "also" else ""
+                    failures.append(f"{src} [{arch}{by}] failed to compile:\n{out}")
+                for k in parse_ptxas(out):
+                    k["source"] = src
+                    (kernels_also if tag == "also" else kernels).append(k)
     errors = failures + check(kernels, configs, archs)
+    if args.also_ptxas:
+        errors += [f"{also_release}: {e}" for e in check(kernels_also, configs, sorted(also_archs))]
     kernels.sort(key=lambda k: (k["arch"], k.get("head_dim", 0), k["name"]))
     print(f"{'arch':7} {'D':>4} {'BM':>4} {'BN':>4} {'warps':>5} {'regs':>5} {'spill':>6} {'stack':>6} {'smem KB':>8}  source")
     smem = {(c["head_dim"], c["block_m"], c["block_n"], c["warps"]): c["smem_bytes"] for c in configs["configs"]}
@@ -225,13 +305,17 @@ def main() -> int:
               f"{k.get('warps', '-'):>5} {k['regs']:>5} {k['spill_st'] + k['spill_ld']:>6} {k['stack']:>6} "
               f"{kb / 1024:>8.1f}  {k['source']}")
     if args.json:
-        pathlib.Path(args.json).write_text(json.dumps({"kernels": kernels, "configs": configs}, indent=1))
+        report = {"kernels": kernels, "configs": configs}
+        if args.also_ptxas:
+            report["also"] = {"ptxas": also_release, "archs": sorted(also_archs), "kernels": kernels_also}
+        pathlib.Path(args.json).write_text(json.dumps(report, indent=1))
     if errors:
         print(f"\n{len(errors)} problem(s):", file=sys.stderr)
         for e in errors:
             print("  " + e, file=sys.stderr)
         return 1
-    print(f"\nOK: {len(kernels)} kernels x targets, no spills, within launch bounds and shared-memory limits")
+    also = f", and {len(kernels_also)} assembled by {also_release}" if args.also_ptxas else ""
+    print(f"\nOK: {len(kernels)} kernels x targets{also}, no spills, within launch bounds and shared-memory limits")
     return 0
 
 

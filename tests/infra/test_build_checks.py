@@ -25,6 +25,10 @@ NVCC = os.environ.get("NVCC") or shutil.which("nvcc") or "/usr/local/bin/nvcc"
 HAVE_NVCC = pathlib.Path(NVCC).exists()
 # .ci/run sets this: on CI a missing nvcc is a failure, never a skip.
 REQUIRE_NVCC = os.environ.get("FLASHATTN_REQUIRE_NVCC") == "1"
+# CUDA 12.8's ptxas (from the nvidia-cuda-nvcc-cu12 wheel, requirements-ci.txt): where set (.ci/run
+# sets it), the same PTX is assembled by it too for sm_89 and sm_90a, its ISA lowered to 8.7
+# (tools/check_cuda128.sh says why that is safe); tools/ci_static.sh then leaves that check here.
+PTXAS_128 = os.environ.get("FLASHATTN_PTXAS_128", "")
 
 L4_SMEM_PER_BLOCK = 99 * 1024
 H100_SMEM_PER_BLOCK = 227 * 1024
@@ -56,6 +60,8 @@ def resource_report(tmp_path_factory, pytestconfig) -> dict:
         pytest.fail(f"nvcc not found at {NVCC}, and FLASHATTN_REQUIRE_NVCC=1")
     out = tmp_path_factory.mktemp("resources") / "report.json"
     cmd = [sys.executable, str(TOOLS / "check_resources.py"), "--nvcc", NVCC, "--json", str(out), "--progress"]
+    if PTXAS_128:
+        cmd += ["--also-ptxas", PTXAS_128, "--also-ptx-isa", "8.7", "--also-archs", "sm_89,sm_90a"]
     log: list[str] = []
     next_report = 0.1
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as p:
@@ -67,7 +73,8 @@ def resource_report(tmp_path_factory, pytestconfig) -> dict:
                 continue
             done, total, secs = map(int, m.groups())
             if done == 1:
-                _tell(pytestconfig, f"{total} compiles (kernel files x targets) with nvcc -Xptxas -v, "
+                also = f", sm_89/sm_90a also by {PTXAS_128}" if PTXAS_128 else ""
+                _tell(pytestconfig, f"{total} compiles (kernel files x targets) to PTX, assembled with ptxas -v{also}, "
                       f"{os.cpu_count()} at a time (tools/check_resources.py)")
             if done / total >= next_report or done == total:
                 eta = f", about {secs * (total - done) / done / 60:.0f} min left" if done < total else ""
@@ -109,6 +116,27 @@ def test_every_kernel_compiles_clean_for_every_target(resource_report: dict) -> 
     archs = {k["arch"] for k in resource_report["kernels"]}
     assert archs >= {"sm_80", "sm_89", "sm_90a"}, archs
     for k in resource_report["kernels"]:
+        assert k["spill_st"] == 0 and k["spill_ld"] == 0 and k["stack"] == 0, k
+        assert k["regs"] is not None and k["regs"] <= 255, k
+
+
+@needs_nvcc
+def test_cuda128_assembler_takes_every_kernel(resource_report: dict) -> None:
+    """CUDA 12.8's ptxas (the image's toolkit for the L4 and H100) assembles every kernel's PTX
+    for sm_89 and sm_90a with no spills, within the launch bounds: the same kernels the default
+    toolkit reported, none missing."""
+    if not PTXAS_128:
+        if os.environ.get("FLASHATTN_REQUIRE_PTXAS_128") == "1":
+            pytest.fail("FLASHATTN_REQUIRE_PTXAS_128=1 but FLASHATTN_PTXAS_128 is unset (.ci/run sets both)")
+        pytest.skip("FLASHATTN_PTXAS_128 not set (CUDA 12.8's ptxas; tools/check_cuda128.sh runs the same check by hand)")
+    assert resource_report["returncode"] == 0, resource_report["log"]
+    also = resource_report["also"]
+    assert "release 12.8" in also["ptxas"], also["ptxas"]
+    assert also["archs"] == ["sm_89", "sm_90a"]
+    got = {(k["arch"], k["name"]) for k in also["kernels"]}
+    want = {(k["arch"], k["name"]) for k in resource_report["kernels"] if k["arch"] in also["archs"]}
+    assert got == want, f"missing from 12.8: {sorted(want - got)[:5]}; extra: {sorted(got - want)[:5]}"
+    for k in also["kernels"]:
         assert k["spill_st"] == 0 and k["spill_ld"] == 0 and k["stack"] == 0, k
         assert k["regs"] is not None and k["regs"] <= 255, k
 

@@ -299,8 +299,14 @@ def test_ci_run_builds_the_image_and_runs_the_suite_inside():
                 'TORCH_CUDA_ARCH_LIST="$ARCHS"', "FLASHATTN_REVISION="):
         assert f"--build-arg {arg}" in text, arg
     assert '--secret "id=ca,src=$CA_BUNDLE"' in text  # the CA as a secret, never a build arg
-    assert '"$DOCKER" run --rm -e CI=true -e FLASHATTN_REQUIRE_NVCC=1 -v "$results:/results" "$IMAGE"\n' in text
-    assert "tools/check_cuda128.sh --ptxas" in text
+    # CUDA 12.8's ptxas fetched before the host suite, whose build checks must assemble with it.
+    assert text.index("export FLASHATTN_PTXAS_128=") < text.index('in_venv "${readme_cmds[1]}"')
+    assert "FLASHATTN_REQUIRE_PTXAS_128=1" in text.split("# --- 2. the container")[0]
+    # The container: the suite through the entrypoint; the build checks again only under another nvcc.
+    assert '"$DOCKER" run --rm "${in_image[@]}" "$IMAGE"\n' in text
+    assert 'if [ "$nvcc_host" = "$nvcc_image" ]; then' in text
+    assert "FLASHATTN_PYTEST_ARGS=--ignore=tests/infra/test_build_checks.py" in text
+    assert "-e FLASHATTN_REQUIRE_NVCC=1 -e FLASHATTN_REQUIRE_PTXAS_128=1" in text
     # The engine it starts is stopped by PID; nothing is stopped by name.
     assert 'dockerd_pid=$!' in text and 'kill "$dockerd_pid"' in text and "trap finish EXIT" in text
     assert not re.search(r"\b(pkill|killall)\b", text)
@@ -457,31 +463,68 @@ def test_lower_ptx_isa_only_lowers():
     assert cr.lower_ptx_isa(ptx, "9.0") == ptx
 
 
-def test_ptxas_path_parses_like_the_default(tmp_path):
-    """compile_one with --ptxas: nvcc -ptx for the virtual arch, then the given ptxas -v; its report
-    goes through the same parser. nvcc and ptxas are stubs here (the real run is ci_static.sh)."""
-    cr = load_repo_module("tools/check_resources.py")
+_REPORT = (
+    "echo \"ptxas info    : Compiling entry function '_ZN9flashattn16flash_fwd_kernelINS_15FwdKernelTraitsILi128ELi128ELi32ELi4EEE6__halfEEvNS_9FwdParamsEi' for 'sm_90a'\"\n"
+    'echo "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"\n'
+    'echo "ptxas info    : Used {regs} registers, used 1 barriers"\n'
+)
+
+
+def _stub_toolchain(tmp_path):
+    """A stub nvcc (-ptx writes a .version 9.0 PTX; -cubin prints a ptxas report of 252 registers)
+    and a stub ptxas (prints the PTX it got and a report of 240 registers), both logging their calls."""
     log = tmp_path / "log"
     nvcc = tmp_path / "nvcc"
-    nvcc.write_text(f'#!/bin/sh\necho "nvcc $*" >> {log}\nwhile [ "$1" != -o ]; do shift; done\n'
-                    'printf ".version 9.0\\n.target sm_90a\\n" > "$2"\n')
+    nvcc.write_text(f'#!/bin/sh\necho "nvcc $*" >> {log}\n'
+                    'case " $* " in *" -ptx "*) while [ "$1" != -o ]; do shift; done\n'
+                    '  printf ".version 9.0\\n.target sm_90a\\n" > "$2" ;;\n'
+                    f'*) {_REPORT.format(regs=252)} ;;\nesac\n')
     ptxas = tmp_path / "ptxas"
-    ptxas.write_text(
-        f'#!/bin/sh\necho "ptxas $*" >> {log}\ncat "$3" >> {log}\n'
-        "echo \"ptxas info    : Compiling entry function '_ZN9flashattn16flash_fwd_kernelINS_15FwdKernelTraitsILi128ELi128ELi32ELi4EEE6__halfEEvNS_9FwdParamsEi' for 'sm_90a'\"\n"
-        'echo "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"\n'
-        'echo "ptxas info    : Used 252 registers, used 1 barriers"\n'
-    )
+    ptxas.write_text(f'#!/bin/sh\necho "ptxas $*" >> {log}\ncat "$3" >> {log}\n' + _REPORT.format(regs=240))
     nvcc.chmod(0o755)
     ptxas.chmod(0o755)
+    return log, nvcc, ptxas
+
+
+def test_compile_one_runs_the_front_end_once_for_both_assemblers(tmp_path):
+    """compile_one: nvcc -ptx for the virtual arch once (no host compile), then nvcc's own ptxas
+    (nvcc -cubin -Xptxas -v on that PTX) and, with `also`, the other ptxas on the same PTX with its
+    ISA lowered; each report goes through the same parser. nvcc and ptxas are stubs here."""
+    cr = load_repo_module("tools/check_resources.py")
+    log, nvcc, ptxas = _stub_toolchain(tmp_path)
     src = sorted((ROOT / "csrc").rglob("*.cu"))[0]  # only its name is used: nvcc is a stub
-    rel, arch, rc, out = cr.compile_one(str(nvcc), src, "sm_90a", str(tmp_path), str(ptxas), "8.7")
-    assert rc == 0, out
+    results = cr.compile_one(str(nvcc), src, "sm_90a", str(tmp_path), also=(str(ptxas), "8.7"))
+    assert [(r[1], r[2], r[3]) for r in results] == [("sm_90a", "nvcc", 0), ("sm_90a", "also", 0)], results
     calls = log.read_text()
-    assert "-arch=compute_90a -ptx" in calls and "ptxas -v -arch=sm_90a" in calls
-    assert ".version 8.7" in calls  # lowered before ptxas saw it
-    (k,) = cr.parse_ptxas(out)
+    assert calls.count("-ptx") == 1 and "-arch=compute_90a -ptx" in calls and " -c " not in calls
+    assert "nvcc -cubin -arch=sm_90a -Xptxas -v" in calls and "ptxas -v -arch=sm_90a" in calls
+    assert ".version 8.7" in calls  # lowered before the other ptxas saw it
+    (k,) = cr.parse_ptxas(results[0][4])
     assert (k["arch"], k["regs"], k["head_dim"], k["threads"]) == ("sm_90a", 252, 128, 128)
+    (k,) = cr.parse_ptxas(results[1][4])
+    assert k["regs"] == 240
+
+
+def test_ptxas_path_parses_like_the_default(tmp_path):
+    """compile_one with --ptxas: nvcc -ptx for the virtual arch, then the given ptxas -v alone."""
+    cr = load_repo_module("tools/check_resources.py")
+    log, nvcc, ptxas = _stub_toolchain(tmp_path)
+    src = sorted((ROOT / "csrc").rglob("*.cu"))[0]
+    ((rel, arch, tag, rc, out),) = cr.compile_one(str(nvcc), src, "sm_90a", str(tmp_path), str(ptxas), "8.7")
+    assert rc == 0 and tag == "ptxas", out
+    calls = log.read_text()
+    assert "-arch=compute_90a -ptx" in calls and "ptxas -v -arch=sm_90a" in calls and "-cubin" not in calls
+    assert ".version 8.7" in calls
+    (k,) = cr.parse_ptxas(out)
+    assert (k["arch"], k["regs"], k["head_dim"], k["threads"]) == ("sm_90a", 240, 128, 128)
+
+
+def test_isa_gate_canary_refuses_an_assembler_that_does_not_gate(tmp_path):
+    cr = load_repo_module("tools/check_resources.py")
+    lax = tmp_path / "ptxas"
+    lax.write_text("#!/bin/sh\nexit 0\n")
+    lax.chmod(0o755)
+    assert "does not gate features" in cr.isa_gate_canary(str(lax))
 
 
 def test_ci_run_refuses_to_leave_the_container_out_on_ci():
