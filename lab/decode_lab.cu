@@ -127,6 +127,31 @@ struct UnsplitRule {
   }
 };
 
+// A config under test in place of one library config: wherever the library's plan runs
+// `kReplaced`, `Traits` runs with the same plan; everywhere else the library as it is.
+template <DecodeVariant kReplaced, typename Traits>
+struct Replace {
+  static constexpr int kThisConfig = 101;
+  static DecodeParams plan(DecodeParams p) {
+    DecodeParams q = Library::plan(p);
+    if (q.kernel_variant == static_cast<int>(kReplaced)) q.kernel_variant = kThisConfig;
+    return q;
+  }
+  static void run(const DecodeParams& p, cudaStream_t stream) {
+    if (p.kernel_variant == kThisConfig)
+      Config<Traits>::run(p, stream);
+    else
+      Library::run(p, stream);
+  }
+};
+
+// Bulk-copy (cp.async.bulk per K/V row, mbarrier per stage) forms of the library's configs.
+using BulkStream = DecodeBulkTraits<DecodeKernelTraits<128, 4, 3, 256>>;
+using BulkSplit = DecodeBulkTraits<DecodeKernelTraits<128, 4, 4, 256>>;
+using BulkHopper = DecodeBulkTraits<DecodeKernelTraits<128, 8, 2, 256>>;
+using BulkW4S4 = DecodeBulkTraits<DecodeKernelTraits<128, 4, 4, 256>>;
+using BulkW4N32S3 = DecodeBulkTraits<DecodeKernelTraits<128, 4, 3, 256, 32>>;
+
 struct Variant {
   const char* name;
   DecodeParams (*plan)(DecodeParams);
@@ -154,6 +179,16 @@ struct Variant {
         DecodeKernelTraits<128, W, ST, PF, WN>::kBlockN, DecodeKernelTraits<128, W, ST, PF, WN>::kSmemBytes            \
   }
 
+#define VARIANT_T(NAME, TRAITS) \
+  Variant { NAME, &Config<TRAITS>::plan, &Config<TRAITS>::run, TRAITS::kBlockN, TRAITS::kSmemBytes }
+#define RULE_T(NAME, TRAITS) \
+  Variant { NAME, &UnsplitRule<TRAITS>::plan, &UnsplitRule<TRAITS>::run, TRAITS::kBlockN, TRAITS::kSmemBytes }
+#define REPLACE_T(NAME, V, TRAITS)                                                                      \
+  Variant {                                                                                            \
+    NAME, &Replace<DecodeVariant::V, TRAITS>::plan, &Replace<DecodeVariant::V, TRAITS>::run, TRAITS::kBlockN, \
+        TRAITS::kSmemBytes                                                                             \
+  }
+
 static const Variant kDefault{"library", &Library::plan, &Library::run, 0, Library::Hopper::kSmemBytes};
 static const Variant kVariants[] = {
     VARIANT("w8-s2-p256", 8, 2, 256, 1),     // kHopper everywhere
@@ -174,6 +209,14 @@ static const Variant kVariants[] = {
     RULE("rule-w4-s2-p256", 4, 2, 256, 16),
     RULE("rule-w2n32-s3-p256", 2, 3, 256, 32),
     RULE("rule-w4-s4-p256", 4, 4, 256, 16),
+    // Bulk copies: kHopperStream's and kHopperSplit's grids on their configs' bulk forms, then
+    // other bulk configs on the unsplit grids.
+    REPLACE_T("bulk-stream", kHopperStream, BulkStream),
+    REPLACE_T("bulk-split", kHopperSplit, BulkSplit),
+    RULE_T("rule-bulk-w8-s2", BulkHopper),
+    RULE_T("rule-bulk-w4-s4", BulkW4S4),
+    RULE_T("rule-bulk-w4n32-s3", BulkW4N32S3),
+    VARIANT_T("bulk-w4-s3", BulkStream),
 };
 
 // `reps` calls of a config captured in one CUDA graph: kernel time without the host's launches,

@@ -198,10 +198,70 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
     }
   };
 
+  // Bulk copies (Traits::kBulk, sm90+): each K/V row of a stage is one cp.async.bulk, the stage's
+  // mbarrier counting its bytes. Every row of a block is copied, rows at or past key_end from row
+  // key_end - 1 (a valid row: finite, and masked to -inf in S, so P is 0 there and V's row adds 0),
+  // so a stage always expects the same byte count. Columns past the runtime head dim are never
+  // copied: they are zeroed once here, in every stage, and stay zero (Q is zero there too, but
+  // 0 * garbage could be NaN).
+  [[maybe_unused]] const uint32_t bars = smem_addr(smem_raw) + [] {
+    if constexpr (Traits::kBulk) return Traits::kSmemBarOffset;
+    return 0;
+  }();
+  [[maybe_unused]] const uint32_t row_bytes = static_cast<uint32_t>(p.head_dim) * sizeof(Element);
+  [[maybe_unused]] auto load_block_bulk = [&](const int nb, const int stage) {
+    const int key0 = nb * kBlockN;
+    const uint32_t bar = bars + 8 * stage;
+    if (tid == 0) bulk_mbar_expect(bar, 2 * kBlockN * row_bytes);
+    for (int r = tid; r < 2 * kBlockN; r += Traits::kNThreads) {
+      const bool is_v = r >= kBlockN;
+      const int row = is_v ? r - kBlockN : r;
+      const int key = min(key0 + row, key_end - 1);
+      int64_t page_off, row_off;
+      if constexpr (kPaged) {
+        const int* table = p.block_table + batch * p.block_table_batch_stride;
+        const int page = min(max(__ldg(table + key / p.page_size), 0), p.num_pages - 1);
+        page_off = page;
+        row_off = key % p.page_size;
+      } else {
+        page_off = batch;
+        row_off = key;
+      }
+      const Element* src = is_v ? static_cast<const Element*>(p.v_cache) + page_off * p.v_batch_stride +
+                                      row_off * p.v_row_stride + head_kv * p.v_head_stride
+                                : static_cast<const Element*>(p.k_cache) + page_off * p.k_batch_stride +
+                                      row_off * p.k_row_stride + head_kv * p.k_head_stride;
+      const uint32_t dst = smem_addr((is_v ? sV : sK) + (stage * kBlockN + row) * kStride);
+      bulk_copy_g2s(dst, src, row_bytes, bar);
+    }
+  };
+
+  if constexpr (Traits::kBulk) {
+    cp_async_commit();  // the Q tile's group
+    if (tid == 0) {
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (nb_begin + s < nb_end) load_block(nb_begin + s, s);
-    cp_async_commit();  // the first group also carries the Q tile
+      for (int s = 0; s < kStages; ++s) bulk_mbar_init(bars + 8 * s, 1);
+    }
+    if (p.head_dim < Traits::kHeadDim) {
+      const int c0 = p.head_dim / 8;  // first 16-byte chunk past the head dim
+      const int chunks = kChunksPerRow - c0;
+      for (int idx = tid; idx < 2 * kStages * kBlockN * chunks; idx += Traits::kNThreads) {
+        const int r = idx / chunks;  // K rows of every stage, then V rows (sV follows sK)
+        *reinterpret_cast<uint4*>(sK + r * kStride + (c0 + idx - r * chunks) * 8) = make_uint4(0, 0, 0, 0);
+      }
+      bulk_fence_proxy();
+    }
+    __syncthreads();  // the barriers initialized, the zero columns written, before any copy
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s)
+      if (nb_begin + s < nb_end) load_block_bulk(nb_begin + s, s);
+    cp_async_wait<0>();  // Q landed; the first step's barrier makes it visible to every warp
+  } else {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (nb_begin + s < nb_end) load_block(nb_begin + s, s);
+      cp_async_commit();  // the first group also carries the Q tile
+    }
   }
 
   // ---- main loop -----------------------------------------------------------------------------
@@ -234,13 +294,20 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
 
   int stage = 0;                // stage of the block being computed
   int load_stage = kStages - 1;  // stage the next prefetch fills
+  [[maybe_unused]] uint32_t phase = 0;  // kBulk: parity of the stage's current use of its mbarrier
 
   auto step = [&](const int nb, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
-    cp_async_wait<kStages - 2>();
-    __syncthreads();
-    if (nb + kStages - 1 < nb_end) load_block(nb + kStages - 1, load_stage);
-    cp_async_commit();
+    if constexpr (Traits::kBulk) {
+      bulk_mbar_wait(bars + 8 * stage, phase);
+      __syncthreads();
+      if (nb + kStages - 1 < nb_end) load_block_bulk(nb + kStages - 1, load_stage);
+    } else {
+      cp_async_wait<kStages - 2>();
+      __syncthreads();
+      if (nb + kStages - 1 < nb_end) load_block(nb + kStages - 1, load_stage);
+      cp_async_commit();
+    }
     const uint32_t stage_off = stage * Traits::kStageBytes;
 
     // S = Q K^T over this warp's 16 keys
@@ -295,6 +362,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
       }
     }
 
+    if constexpr (Traits::kBulk) phase ^= stage + 1 == kStages ? 1u : 0u;
     stage = stage + 1 == kStages ? 0 : stage + 1;
     load_stage = load_stage + 1 == kStages ? 0 : load_stage + 1;
   };

@@ -83,6 +83,8 @@ struct DecodeKernelTraits {
   // Per-warp row max / row sum / merge weight, and the row LSE.
   static constexpr int kSmemStatsBytes = (3 * kNWarps * kBlockM + kBlockM) * 4;
   static constexpr int kSmemBytes = kSmemQBytes + kSmemRingBytes + kSmemStatsBytes;
+  // K/V rows by cp.async 16-byte chunks per thread; DecodeBulkTraits switches to bulk copies.
+  static constexpr bool kBulk = false;
 
   static_assert(kHeadDim % 32 == 0 && kHeadDim <= 256, "head dims are multiples of 32 up to 256");
   static_assert(kBlockM == 16, "the kernel's fragment code holds exactly one m16 tile per warp");
@@ -93,6 +95,17 @@ struct DecodeKernelTraits {
                 "the passes of a stage tile whole 16-row groups, each inside one page");
   static_assert(kStages >= 2, "at least double buffering");
   static_assert(kSmemQBytes % 128 == 0 && kSmemRingBytes % 16 == 0, "16-byte aligned regions");
+};
+
+// A config's K/V rows moved by bulk copies (sm90+: one cp.async.bulk per row of one stage, the
+// stage's completion counted in bytes on an mbarrier of its own) instead of 16-byte cp.async
+// chunks per thread. The mbarriers follow the stats region.
+template <typename Base>
+struct DecodeBulkTraits : Base {
+  static constexpr bool kBulk = true;
+  static constexpr int kSmemBarOffset = Base::kSmemBytes;  // 8-byte aligned: every region is
+  static constexpr int kSmemBytes = Base::kSmemBytes + 8 * Base::kStages;
+  static_assert(Base::kSmemBytes % 8 == 0, "mbarriers are 8-byte aligned");
 };
 
 // Four kinds of config. kPortable, one per head dim, every one under the 99 KB per block of
