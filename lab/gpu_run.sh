@@ -33,6 +33,8 @@
 #   bash lab/gpu_run.sh tailsplit build, the backward tests, the split last wave's A/B vs no split and cuDNN (~5 min)
 #   bash lab/gpu_run.sh portableab the portable backward: lab/ab/portable_bwd_lean_dq.diff's A/B with FA2 alongside (~8 min)
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
+#   bash lab/gpu_run.sh portablesource ncu source counters (stalls per SASS instruction) of the portable
+#                                     backward's main kernel and FlashAttention-2's, D=64 S=4k (~5 min)
 #   bash lab/gpu_run.sh fwdcheck  on a built tree: memcheck/racecheck/synccheck on small dense cases, the
 #                                     bf16 causal forward grid against cuDNN and FlashAttention-3 (~7 min)
 #   bash lab/gpu_run.sh portableland build, the backward and packed-batch tests, memcheck/racecheck/synccheck
@@ -245,6 +247,16 @@ case "${1:-verify}" in
     env_info > "$OUT/env.txt" 2>&1
     step bwd_lab_d64 300 env LAB_ONLY=d64 bash lab/bwd_lab.sh
     step ncu_bwd_portable 300 env NCU_BWD_BACKEND=portable bash lab/ncu_bwd.sh 64:4096:0 128:4096:0
+    ;;
+  portablesource)  # 2026-11-29, written, not yet run: where the portable backward's MIO throttle comes from
+                   # (1.55 a issued instruction against FlashAttention-2's 0.30 at D=64, 2026-11-27):
+                   # per-SASS-instruction stall samples of our main kernel and of FA2's, same shape
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    step ncu_source_portable 300 env NCU_KERNEL=flash_bwd_kernel NCU_SCRIPT=lab/ncu_bwd.py NCU_BWD_BACKEND=portable \
+      NCU_BWD_PEERS=0 NCU_TAG=portable_64_4096_0 bash lab/ncu_source.sh 64:4096:0
+    step ncu_source_fa2 300 env NCU_KERNEL=flash_bwd_dq_dk_dv_loop NCU_SCRIPT=lab/ncu_bwd.py NCU_BWD_BACKEND=portable \
+      NCU_TAG=fa2_64_4096_0 bash lab/ncu_source.sh 64:4096:0
     ;;
   fwdcheck)  # after a Hopper forward change, on a built tree: the sanitizers on the small dense cases (the
              # dynamic schedule's case included), the bf16 causal forward grid against cuDNN and FA3
@@ -489,7 +501,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|decodebulk|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|decodebulk|portablesource|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -3,7 +3,7 @@
 # (warp-state samples by PC) for one shape, our kernel only (lab/ncu_fwd.py's calls, filtered to
 # flash_fwd_sm90_kernel; NCU_KERNEL=flash_bwd_sm90 NCU_SCRIPT=lab/ncu_bwd.py for the backward). Writes ${OUT:-build}/ncu_source_D_S_causal.{txt,csv}: the
 # WarpStateStats/SourceCounters sections, and the per-instruction table (SASS, samples, stall
-# reasons) when this ncu can print the source page. Then summarizes the top stalled instructions
+# reasons) when this ncu can print the source page (NCU_TAG replaces D_S_causal in the names). Then summarizes the top stalled instructions
 # (lab/ncu_source_top.py).
 #   bash lab/ncu_source.sh [D:S:causal]        default 64:512:1 (the weakest standard-grid cell)
 set -uo pipefail
@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.." || exit 2
 out=${OUT:-build}
 mkdir -p "$out"
 shape=${1:-64:512:1}
-tag=${shape//:/_}
+tag=${NCU_TAG:-${shape//:/_}}  # NCU_TAG names the files when two kernels are profiled on one shape
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 timeout 300 ncu --profile-from-start off --kernel-name regex:"${NCU_KERNEL:-flash_fwd_sm90}" --launch-count 1 \
   --section WarpStateStats --section SourceCounters --section SchedulerStats --import-source no \
