@@ -414,7 +414,17 @@ int main() {
   // DECODE_LAB_HEADS="Hq:Hk" (default 32:8); DECODE_LAB_SHAPES="B:Sk,B:Sk,..." in place of the
   // decode-kv grid's small (L2-resident when replayed) and bandwidth-bound shapes.
   int hq = 32, hk = 8;
-  const int d = 128;
+  // DECODE_LAB_D=72..128 (a multiple of 8; default 128): the head dim, on the D=128 configs (columns
+  // past it zero); DECODE_LAB_RAGGED=1: batch b's cache holds Sk - (97 b mod min(Sk, 1000)) keys, so
+  // the last key block of most rows is partial (GB/s still counts whole caches). Both are there to
+  // check the configs' tails and narrow head dims against the library's, not to time them.
+  int d = 128;
+  if (const char* e = std::getenv("DECODE_LAB_D"); e != nullptr && (std::sscanf(e, "%d", &d) != 1 || d <= 64 ||
+                                                                     d > 128 || d % 8 != 0)) {
+    std::printf("DECODE_LAB_D: expected a multiple of 8 in (64, 128], got %s\n", e);
+    return 2;
+  }
+  const bool ragged = std::getenv("DECODE_LAB_RAGGED") != nullptr && std::getenv("DECODE_LAB_RAGGED")[0] == '1';
   if (const char* e = std::getenv("DECODE_LAB_HEADS"); e != nullptr && std::sscanf(e, "%d:%d", &hq, &hk) != 2) {
     std::printf("DECODE_LAB_HEADS: expected Hq:Hk, got %s\n", e);
     return 2;
@@ -434,7 +444,7 @@ int main() {
       if (*c == ',') ++c;
     }
   }
-  std::printf("heads %d:%d, D=%d, bf16\n", hq, hk, d);
+  std::printf("heads %d:%d, D=%d, bf16%s\n", hq, hk, d, ragged ? ", ragged cache lengths" : "");
   int failures = 0;
   std::printf("%-10s %3s %7s %6s %6s %8s %8s %9s %9s %9s %7s %9s\n", "variant", "B", "Sk", "splits", "dflt", "us", "dflt us",
               "GB/s", "dflt GB/s", "speedup", "smem KB", "rel diff");
@@ -464,6 +474,14 @@ int main() {
     // Lengths in device memory, as flash_attn_with_kvcache takes them (cache_seqlens): every CTA
     // reads its batch's length before it can place its first key block, a latency the calls pay.
     std::vector<int> lens(sh.b, sh.sk);
+    if (ragged)
+      for (int b = 0; b < sh.b; ++b) {
+        lens[b] = sh.sk - (97 * b) % std::min(sh.sk, 1000);
+        // Entries past a cache's length are NaN: a kernel that reads them into its sums shows it.
+        const int64_t off = (int64_t(b) * sh.sk + lens[b]) * hk * d, n = int64_t(sh.sk - lens[b]) * hk * d;
+        CK(cudaMemset(buf.k + off, 0xff, n * sizeof(T)));
+        CK(cudaMemset(buf.v + off, 0xff, n * sizeof(T)));
+      }
     int* d_lens;
     CK(cudaMalloc(&d_lens, sh.b * sizeof(int)));
     CK(cudaMemcpy(d_lens, lens.data(), sh.b * sizeof(int), cudaMemcpyHostToDevice));
@@ -487,6 +505,7 @@ int main() {
         std::printf("%-8s skipped: %d B shared memory over this GPU's %d\n", v.name, v.smem, g_dev.max_smem_per_block);
         continue;
       }
+      if (is_read_probe(v) && (d != 128 || ragged)) continue;  // the probes read whole D=128 caches
       DecodeParams pv = v.plan(p);
       pv.o = buf.o;
       CK(cudaMemset(buf.o, 0xff, nq * sizeof(T)));  // NaN: an unwritten output shows up

@@ -204,6 +204,8 @@ case "${1:-verify}" in
     step decode_lab 200 bash lab/decode_lab.sh
     step decode_lab_large 150 env DECODE_LAB_SHAPES="8:16384,8:65536,16:32768,64:4096,64:16384,128:4096" \
       bash lab/decode_lab.sh
+    step decode_lab_tails 150 env DECODE_LAB_D=96 DECODE_LAB_RAGGED=1 DECODE_LAB_SHAPES="1:1024,3:5000,8:4096,64:1024" \
+      bash lab/decode_lab.sh
     step ab_decode_bulk 420 env PATCH=decode_bulk.diff REVERSE=0 OUT="$OUT/ab" \
       AB_CMD="python3 lab/decode_layers_time.py --heads 32:8,8:1 1:16384 8:16384 16:32768 64:4096 64:16384 128:4096" \
       bash lab/ab/run_ab.sh
