@@ -204,10 +204,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
   // so a stage always expects the same byte count. Columns past the runtime head dim are never
   // copied: they are zeroed once here, in every stage, and stay zero (Q is zero there too, but
   // 0 * garbage could be NaN).
-  [[maybe_unused]] const uint32_t bars = smem_addr(smem_raw) + [] {
-    if constexpr (Traits::kBulk) return Traits::kSmemBarOffset;
-    return 0;
-  }();
+  [[maybe_unused]] const uint32_t bars = smem_addr(smem_raw) + Traits::kSmemBarOffset;  // kBulk: one a stage
   [[maybe_unused]] const uint32_t row_bytes = static_cast<uint32_t>(p.head_dim) * sizeof(Element);
   [[maybe_unused]] auto load_block_bulk = [&](const int nb, const int stage) {
     const int key0 = nb * kBlockN;

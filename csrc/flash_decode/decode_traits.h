@@ -83,8 +83,10 @@ struct DecodeKernelTraits {
   // Per-warp row max / row sum / merge weight, and the row LSE.
   static constexpr int kSmemStatsBytes = (3 * kNWarps * kBlockM + kBlockM) * 4;
   static constexpr int kSmemBytes = kSmemQBytes + kSmemRingBytes + kSmemStatsBytes;
-  // K/V rows by cp.async 16-byte chunks per thread; DecodeBulkTraits switches to bulk copies.
+  // K/V rows by cp.async 16-byte chunks per thread; DecodeBulkTraits switches to bulk copies and
+  // puts its mbarriers here, past everything else.
   static constexpr bool kBulk = false;
+  static constexpr int kSmemBarOffset = kSmemBytes;
 
   static_assert(kHeadDim % 32 == 0 && kHeadDim <= 256, "head dims are multiples of 32 up to 256");
   static_assert(kBlockM == 16, "the kernel's fragment code holds exactly one m16 tile per warp");
@@ -103,8 +105,7 @@ struct DecodeKernelTraits {
 template <typename Base>
 struct DecodeBulkTraits : Base {
   static constexpr bool kBulk = true;
-  static constexpr int kSmemBarOffset = Base::kSmemBytes;  // 8-byte aligned: every region is
-  static constexpr int kSmemBytes = Base::kSmemBytes + 8 * Base::kStages;
+  static constexpr int kSmemBytes = Base::kSmemBytes + 8 * Base::kStages;  // the mbarriers at kSmemBarOffset
   static_assert(Base::kSmemBytes % 8 == 0, "mbarriers are 8-byte aligned");
 };
 
