@@ -156,6 +156,10 @@ using BulkSplit = DecodeBulkTraits<DecodeKernelTraits<128, 4, 4, 256>>;
 using BulkHopper = DecodeBulkTraits<DecodeKernelTraits<128, 8, 2, 256>>;
 using BulkW4S4 = DecodeBulkTraits<DecodeKernelTraits<128, 4, 4, 256>>;
 using BulkW4N32S3 = DecodeBulkTraits<DecodeKernelTraits<128, 4, 3, 256, 32>>;
+// ... with a producer warp of their own (no CTA barrier in the loop).
+using BulkPStream = DecodeBulkTraits<DecodeKernelTraits<128, 4, 3, 256>, true>;
+using BulkPSplit = DecodeBulkTraits<DecodeKernelTraits<128, 4, 4, 256>, true>;
+using BulkPHopper = DecodeBulkTraits<DecodeKernelTraits<128, 8, 2, 256>, true>;
 
 // ---- Read probes: the bytes the split kernel streams, read and nothing else --------------------
 // Where the bandwidth rows' 4.2-4.3 TB/s (H200) come from: the copy or the kernel around it. One
@@ -310,6 +314,11 @@ static const Variant kVariants[] = {
     RULE_T("rule-bulk-w4-s4", BulkW4S4),
     RULE_T("rule-bulk-w4n32-s3", BulkW4N32S3),
     VARIANT_T("bulk-w4-s3", BulkStream),
+    // The same with a producer warp: the compute warps hand each stage back on an mbarrier.
+    REPLACE_T("bulkp-stream", kHopperStream, BulkPStream),
+    REPLACE_T("bulkp-split", kHopperSplit, BulkPSplit),
+    RULE_T("rule-bulkp-w4-s4", BulkPSplit),
+    RULE_T("rule-bulkp-w8-s2", BulkPHopper),
     // Read probes (no output: their "rel diff" is not checked): the bytes alone, as the kernel
     // reads them (per head, cp.async or bulk) and in the cache's sequential order (all heads).
     Variant{"read-head-cp", &ReadProbe<false, false>::plan, &ReadProbe<false, false>::run, 64, ReadProbe<false, false>::kSmem},

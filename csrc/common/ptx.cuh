@@ -72,6 +72,15 @@ __device__ __forceinline__ void bulk_mbar_expect(uint32_t bar, uint32_t bytes) {
 #endif
 }
 
+// One plain arrival (release: this thread's prior shared-memory reads are done before it counts).
+__device__ __forceinline__ void bulk_mbar_arrive(uint32_t bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#else
+  __trap();
+#endif
+}
+
 // Waits until the barrier's phase of parity `parity` has completed (its copies landed).
 __device__ __forceinline__ void bulk_mbar_wait(uint32_t bar, uint32_t parity) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -108,6 +117,12 @@ __device__ __forceinline__ void bulk_fence_proxy() {
 #else
   __trap();
 #endif
+}
+
+// Named barrier 1 over kThreads threads (warps that left the CTA's common path do not take part).
+template <int kThreads>
+__device__ __forceinline__ void named_barrier_sync_1() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads) : "memory");
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }

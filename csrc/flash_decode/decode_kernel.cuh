@@ -52,7 +52,7 @@ constexpr int kDecodeSplitMinCtas = kPaged ? 1 : 0;
 // compiles to the PTX it had before paging existed (tools/kernel_identity.py; a body moved into a
 // force-inlined function came out with a different block layout).
 template <typename Traits, typename Element, bool kPaged>
-__global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>)
+__global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kPaged>)
     flash_decode_split_kernel(const __grid_constant__ DecodeParams p) {
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -88,6 +88,18 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
+  // Traits::kProducerWarp (with kBulk): warp kNWarps only issues the K/V copies, ahead of the
+  // kNWarps compute warps by up to kStages blocks, each stage handed back by every compute warp
+  // on an "empty" mbarrier: no CTA barrier in the loop, and the compute warps never issue a copy.
+  const bool producer = Traits::kProducerWarp && warp == kNWarps;
+  // The barrier of the compute warps after the loop: the whole CTA, or without a producer warp
+  // (which has left by then) named barrier 1 over the kNThreads compute threads.
+  auto compute_warps_sync = [] {
+    if constexpr (Traits::kProducerWarp)
+      named_barrier_sync_1<Traits::kNThreads>();
+    else
+      __syncthreads();
+  };
 
   // ---- which tile ----------------------------------------------------------------------------
   int linear = blockIdx.x;
@@ -130,7 +142,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
   {
     const Element* q_base = static_cast<const Element*>(p.q) + batch * p.q_batch_stride +
                             static_cast<int64_t>(head_kv) * group * p.q_head_stride;
-    for (int idx = tid; idx < kBlockM * kChunksPerRow; idx += Traits::kNThreads) {
+    for (int idx = producer ? kBlockM * kChunksPerRow : tid; idx < kBlockM * kChunksPerRow; idx += Traits::kNThreads) {
       const int r = idx / kChunksPerRow;
       const int c = idx - r * kChunksPerRow;
       const int R = m0 + r;
@@ -206,11 +218,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
   // 0 * garbage could be NaN).
   [[maybe_unused]] const uint32_t bars = smem_addr(smem_raw) + Traits::kSmemBarOffset;  // kBulk: one a stage
   [[maybe_unused]] const uint32_t row_bytes = static_cast<uint32_t>(p.head_dim) * sizeof(Element);
-  [[maybe_unused]] auto load_block_bulk = [&](const int nb, const int stage) {
+  // Rows r0, r0 + stride, ... of the stage's 2 kBlockN (K rows, then V rows); r0 == 0 also arrives.
+  [[maybe_unused]] auto load_block_bulk = [&](const int nb, const int stage, const int r0, const int stride) {
     const int key0 = nb * kBlockN;
     const uint32_t bar = bars + 8 * stage;
-    if (tid == 0) bulk_mbar_expect(bar, 2 * kBlockN * row_bytes);
-    for (int r = tid; r < 2 * kBlockN; r += Traits::kNThreads) {
+    if (r0 == 0) bulk_mbar_expect(bar, 2 * kBlockN * row_bytes);
+    for (int r = r0; r < 2 * kBlockN; r += stride) {
       const bool is_v = r >= kBlockN;
       const int row = is_v ? r - kBlockN : r;
       const int key = min(key0 + row, key_end - 1);
@@ -238,21 +251,42 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
     if (tid == 0) {
 #pragma unroll
       for (int s = 0; s < kStages; ++s) bulk_mbar_init(bars + 8 * s, 1);
+      if constexpr (Traits::kProducerWarp) {
+#pragma unroll
+        for (int s = 0; s < kStages; ++s) bulk_mbar_init(bars + 8 * (kStages + s), kNWarps);  // "empty"
+      }
     }
     if (p.head_dim < Traits::kHeadDim) {
       const int c0 = p.head_dim / 8;  // first 16-byte chunk past the head dim
       const int chunks = kChunksPerRow - c0;
-      for (int idx = tid; idx < 2 * kStages * kBlockN * chunks; idx += Traits::kNThreads) {
+      for (int idx = tid; idx < 2 * kStages * kBlockN * chunks; idx += Traits::kLaunchThreads) {
         const int r = idx / chunks;  // K rows of every stage, then V rows (sV follows sK)
         *reinterpret_cast<uint4*>(sK + r * kStride + (c0 + idx - r * chunks) * 8) = make_uint4(0, 0, 0, 0);
       }
       bulk_fence_proxy();
     }
     __syncthreads();  // the barriers initialized, the zero columns written, before any copy
+    if constexpr (Traits::kProducerWarp) {
+      if (producer) {
+        // Block nb into stage (nb - nb_begin) % kStages once every compute warp handed it back
+        // (a fresh "empty" barrier reports its previous phase complete: the first lap does not wait).
+        int stage = 0;
+        uint32_t phase = 0;
+        for (int nb = nb_begin; nb < nb_end; ++nb) {
+          bulk_mbar_wait(bars + 8 * (kStages + stage), phase ^ 1u);
+          load_block_bulk(nb, stage, lane, 32);
+          if (++stage == kStages) stage = 0, phase ^= 1u;
+        }
+        return;  // the compute warps' barriers below count only them (named barrier 1)
+      }
+      cp_async_wait<0>();
+      named_barrier_sync_1<Traits::kNThreads>();  // Q landed and visible to every compute warp
+    } else {
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s)
-      if (nb_begin + s < nb_end) load_block_bulk(nb_begin + s, s);
-    cp_async_wait<0>();  // Q landed; the first step's barrier makes it visible to every warp
+      for (int s = 0; s < kStages - 1; ++s)
+        if (nb_begin + s < nb_end) load_block_bulk(nb_begin + s, s, tid, Traits::kNThreads);
+      cp_async_wait<0>();  // Q landed; the first step's barrier makes it visible to every warp
+    }
   } else {
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
@@ -295,10 +329,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
 
   auto step = [&](const int nb, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
-    if constexpr (Traits::kBulk) {
+    if constexpr (Traits::kProducerWarp) {
+      bulk_mbar_wait(bars + 8 * stage, phase);
+    } else if constexpr (Traits::kBulk) {
       bulk_mbar_wait(bars + 8 * stage, phase);
       __syncthreads();
-      if (nb + kStages - 1 < nb_end) load_block_bulk(nb + kStages - 1, load_stage);
+      if (nb + kStages - 1 < nb_end) load_block_bulk(nb + kStages - 1, load_stage, tid, Traits::kNThreads);
     } else {
       cp_async_wait<kStages - 2>();
       __syncthreads();
@@ -359,6 +395,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
       }
     }
 
+    if constexpr (Traits::kProducerWarp) {
+      __syncwarp();  // every lane's reads of the stage done (the arrive releases them)
+      if (lane == 0) bulk_mbar_arrive(bars + 8 * (kStages + stage));
+    }
     if constexpr (Traits::kBulk) phase ^= stage + 1 == kStages ? 1u : 0u;
     stage = stage + 1 == kStages ? 0 : stage + 1;
     load_stage = load_stage + 1 == kStages ? 0 : load_stage + 1;
@@ -373,7 +413,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
 
   // ---- merge the warps ------------------------------------------------------------------------
   cp_async_wait<0>();
-  __syncthreads();  // every warp is done with the K/V ring: sO may overwrite it
+  compute_warps_sync();  // every warp is done with the K/V ring: sO may overwrite it
   {
     float* my_o = sO + warp * kBlockM * Traits::kOStride;
 #pragma unroll
@@ -390,7 +430,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
             make_float2(o[0][nt][2 * h], o[0][nt][2 * h + 1]);
     }
   }
-  __syncthreads();
+  compute_warps_sync();
   if (tid < kBlockM) {
     // Row max in log2 units over the warps (-inf: the row saw no key in this split), the
     // merged sum, each warp's weight 2^(m_w - M) / L, and the natural-log LSE.
@@ -411,7 +451,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
     for (int w = 0; w < kNWarps; ++w) sScale[w * kBlockM + r] *= inv;
     sLse[r] = l > 0.f ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
   }
-  __syncthreads();
+  compute_warps_sync();
 
   // ---- write: 8 columns per thread per pass --------------------------------------------------
   const bool split_mode = p.num_splits > 1;

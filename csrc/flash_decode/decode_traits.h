@@ -87,6 +87,9 @@ struct DecodeKernelTraits {
   // puts its mbarriers here, past everything else.
   static constexpr bool kBulk = false;
   static constexpr int kSmemBarOffset = kSmemBytes;
+  // A warp of its own that issues the copies (DecodeBulkTraits' kProducerWarp): threads launched.
+  static constexpr bool kProducerWarp = false;
+  static constexpr int kLaunchThreads = kNThreads;
 
   static_assert(kHeadDim % 32 == 0 && kHeadDim <= 256, "head dims are multiples of 32 up to 256");
   static_assert(kBlockM == 16, "the kernel's fragment code holds exactly one m16 tile per warp");
@@ -102,10 +105,16 @@ struct DecodeKernelTraits {
 // A config's K/V rows moved by bulk copies (sm90+: one cp.async.bulk per row of one stage, the
 // stage's completion counted in bytes on an mbarrier of its own) instead of 16-byte cp.async
 // chunks per thread. The mbarriers follow the stats region.
-template <typename Base>
+// kProducerWarp_: one more warp issues every copy, ahead of the compute warps by up to kStages
+// blocks, each stage handed back on an "empty" mbarrier (count: the compute warps) instead of the
+// CTA barrier per step.
+template <typename Base, bool kProducerWarp_ = false>
 struct DecodeBulkTraits : Base {
   static constexpr bool kBulk = true;
-  static constexpr int kSmemBytes = Base::kSmemBytes + 8 * Base::kStages;  // the mbarriers at kSmemBarOffset
+  static constexpr bool kProducerWarp = kProducerWarp_;
+  static constexpr int kLaunchThreads = Base::kNThreads + (kProducerWarp ? 32 : 0);
+  // The mbarriers at kSmemBarOffset: "full" per stage, then "empty" per stage with a producer warp.
+  static constexpr int kSmemBytes = Base::kSmemBytes + 8 * Base::kStages * (kProducerWarp ? 2 : 1);
   static_assert(Base::kSmemBytes % 8 == 0, "mbarriers are 8-byte aligned");
 };
 
