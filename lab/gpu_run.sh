@@ -12,8 +12,9 @@
 #   bash lab/gpu_run.sh tune     a Hopper kernel experiment: lab check + all speed tables, the
 #                                     suite's hopper part, the standard grid               (~8 min)
 #   bash lab/gpu_run.sh decode   decode tile-config variants vs the default (lab/decode_lab.sh, ~2 min)
-#   bash lab/gpu_run.sh decodebulk the decode kernel's bulk-copy K/V loads: the lab's bulk variants, then
-#                                     lab/ab/decode_bulk.diff's A/B as a model decodes (~10 min)
+#   bash lab/gpu_run.sh decodebulk the decode kernel's bulk-copy K/V loads (with and without a producer warp)
+#                                     and read probes in the decode lab, then its tails check  (~6 min)
+#   bash lab/gpu_run.sh decodebulkab lab/ab/decode_bulk.diff's A/B as a model decodes           (~5 min)
 #   bash lab/gpu_run.sh decodebulkp the same A/B for lab/ab/decode_bulkp.diff (the producer-warp forms) (~5 min)
 #   bash lab/gpu_run.sh explore  verify + the Hopper lab's variant A/B + the decode lab + the
 #                                     machine ceilings: the experiments, proved correct first (~7 min)
@@ -198,15 +199,19 @@ case "${1:-verify}" in
     env_info > "$OUT/env.txt" 2>&1
     step decode_lab 330 bash lab/decode_lab.sh
     ;;
-  decodebulk)  # 2026-11-29, written, not yet run: the decode kernel's bulk-copy K/V loads (DecodeBulkTraits):
-               # the lab's bulk variants against the library, then the library's kHopperSplit and
-               # kHopperStream in their bulk forms (lab/ab/decode_bulk.diff) A/B as a model decodes
+  decodebulk)  # 2026-11-29, written, not yet run: the decode kernel's bulk-copy K/V loads (DecodeBulkTraits,
+               # with and without a producer warp) and the read probes against the library, on the
+               # decode grid's shapes, the large ones, then narrow head dims with ragged tails
     env_info > "$OUT/env.txt" 2>&1
-    step decode_lab 200 bash lab/decode_lab.sh
-    step decode_lab_large 150 env DECODE_LAB_SHAPES="8:16384,8:65536,16:32768,64:4096,64:16384,128:4096" \
+    step decode_lab 300 bash lab/decode_lab.sh
+    step decode_lab_large 240 env DECODE_LAB_SHAPES="8:16384,8:65536,16:32768,64:4096,64:16384,128:4096" \
       bash lab/decode_lab.sh
-    step decode_lab_tails 150 env DECODE_LAB_D=96 DECODE_LAB_RAGGED=1 DECODE_LAB_SHAPES="1:1024,3:5000,8:4096,64:1024" \
+    step decode_lab_tails 120 env DECODE_LAB_D=96 DECODE_LAB_RAGGED=1 DECODE_LAB_SHAPES="1:1024,3:5000,8:4096,64:1024" \
       bash lab/decode_lab.sh
+    ;;
+  decodebulkab)  # 2026-11-29, written, not yet run: lab/ab/decode_bulk.diff (kHopperSplit and kHopperStream in
+                 # their bulk-copy forms) A/B as a model decodes
+    env_info > "$OUT/env.txt" 2>&1
     step ab_decode_bulk 420 env PATCH=decode_bulk.diff REVERSE=0 OUT="$OUT/ab" \
       AB_CMD="python3 lab/decode_layers_time.py --heads 32:8,8:1 1:16384 8:16384 16:32768 64:4096 64:16384 128:4096" \
       bash lab/ab/run_ab.sh
@@ -511,7 +516,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|decodebulk|decodebulkp|portablesource|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|decodebulk|decodebulkab|decodebulkp|portablesource|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -13,7 +13,7 @@
 # decode_bulk.diff: the library's kHopperSplit and kHopperStream configs in their bulk-copy forms
 # (DecodeBulkTraits: K/V rows by cp.async.bulk, an mbarrier per stage): REVERSE=0 AB_CMD="python3
 # lab/decode_layers_time.py --heads 32:8,8:1 8:16384 64:16384 ..." (written 2026-11-29 on dbc8483's
-# csrc, not yet run; bash lab/gpu_run.sh decodebulk runs it). decode_bulkp.diff: the same with a
+# csrc, not yet run; bash lab/gpu_run.sh decodebulkab runs it). decode_bulkp.diff: the same with a
 # producer warp (DecodeBulkTraits<.., true>; bash lab/gpu_run.sh decodebulkp).
 # dq_release_early.diff: deterministic mode hands the dQ tile (or stage) back once the bulk additions
 # have read it, before waiting for them to complete (measured 2026-11-26 with the count-down order
