@@ -65,8 +65,9 @@ struct Buffers {
 static DeviceLimits g_dev;
 
 // One config: plan (its own block N and occupancy), split kernel, combine kernel.
-template <typename Traits, int kSplitFactor = 1>
+template <typename Traits_, int kSplitFactor = 1>
 struct Config {
+  using Traits = Traits_;
   // The shipped heuristic's split count for this config (times kSplitFactor, clamped as a request).
   static DecodeParams plan(DecodeParams p) {
     int ctas = 1;
@@ -114,14 +115,15 @@ struct Library {
   }
 };
 
-// A rule under test: `Traits` with one split wherever the library's plan does not split the keys
-// (kHopper's unsplit grids), the library's own plan and configs everywhere else.
-template <typename Traits>
-struct UnsplitRule {
+// A config under test in place of the library's wherever `Where` picks a call from the library's
+// plan (`Traits` runs it with that plan); the library's own plan and configs everywhere else.
+template <typename Where, typename Traits_>
+struct InPlaceOf {
+  using Traits = Traits_;
   static constexpr int kThisConfig = 100;  // a kernel_variant value no library config uses
   static DecodeParams plan(DecodeParams p) {
     DecodeParams q = Library::plan(p);
-    if (q.num_splits == 1) q.kernel_variant = kThisConfig;
+    if (Where::take(q)) q.kernel_variant = kThisConfig;
     return q;
   }
   static void run(const DecodeParams& p, cudaStream_t stream) {
@@ -132,29 +134,27 @@ struct UnsplitRule {
   }
 };
 
-// A config under test in place of one library config: wherever the library's plan runs
-// `kReplaced`, `Traits` runs with the same plan; everywhere else the library as it is.
-template <DecodeVariant kReplaced, typename Traits>
-struct Replace {
-  static constexpr int kThisConfig = 101;
-  static DecodeParams plan(DecodeParams p) {
-    DecodeParams q = Library::plan(p);
-    if (q.kernel_variant == static_cast<int>(kReplaced)) q.kernel_variant = kThisConfig;
-    return q;
-  }
-  static void run(const DecodeParams& p, cudaStream_t stream) {
-    if (p.kernel_variant == kThisConfig)
-      Config<Traits>::run(p, stream);
-    else
-      Library::run(p, stream);
-  }
+// The calls whose keys the library leaves unsplit (kHopper's plan: one split).
+struct UnsplitGrids {
+  static bool take(const DecodeParams& q) { return q.num_splits == 1; }
 };
+// The calls the library runs on its config kVariant.
+template <DecodeVariant kVariant>
+struct LibraryConfig {
+  static bool take(const DecodeParams& q) { return q.kernel_variant == static_cast<int>(kVariant); }
+};
+
+// A rule under test: `Traits` with one split on the unsplit grids, the library elsewhere.
+template <typename Traits>
+using UnsplitRule = InPlaceOf<UnsplitGrids, Traits>;
+// `Traits` wherever the library's plan runs kReplaced, with the same plan.
+template <DecodeVariant kReplaced, typename Traits>
+using Replace = InPlaceOf<LibraryConfig<kReplaced>, Traits>;
 
 // Bulk-copy (cp.async.bulk per K/V row, mbarrier per stage) forms of the library's configs.
 using BulkStream = DecodeBulkTraits<DecodeKernelTraits<128, 4, 3, 256>>;
 using BulkSplit = DecodeBulkTraits<DecodeKernelTraits<128, 4, 4, 256>>;
 using BulkHopper = DecodeBulkTraits<DecodeKernelTraits<128, 8, 2, 256>>;
-using BulkW4S4 = DecodeBulkTraits<DecodeKernelTraits<128, 4, 4, 256>>;
 using BulkW4N32S3 = DecodeBulkTraits<DecodeKernelTraits<128, 4, 3, 256, 32>>;
 // ... with a producer warp of their own (no CTA barrier in the loop).
 using BulkPStream = DecodeBulkTraits<DecodeKernelTraits<128, 4, 3, 256>, true>;
@@ -193,11 +193,11 @@ __global__ void __launch_bounds__(128) read_probe_kernel(const DecodeParams p, u
     const uint32_t dk = ring + stage * 2 * kStageBytes, dv = dk + kStageBytes;
     if constexpr (kBulk) {
       const uint32_t bar = bars + 8 * stage;
-      if (tid == 0) bulk_mbar_expect(bar, 2 * kStageBytes);
+      if (tid == 0) sm90::mbar_arrive_expect_tx(bar, 2 * kStageBytes);
       for (int i = tid; i < 2 * pieces; i += kThreads) {
         const bool is_v = i >= pieces;
         const int j = is_v ? i - pieces : i;
-        bulk_copy_g2s((is_v ? dv : dk) + j * piece_bytes, (is_v ? v0 : k0) + (key0 + j) * row_bytes, piece_bytes, bar);
+        sm90::bulk_copy_g2s((is_v ? dv : dk) + j * piece_bytes, (is_v ? v0 : k0) + (key0 + j) * row_bytes, piece_bytes, bar);
       }
     } else {
       const int chunks = piece_bytes / 16;
@@ -210,8 +210,10 @@ __global__ void __launch_bounds__(128) read_probe_kernel(const DecodeParams p, u
     }
   };
   if constexpr (kBulk) {
-    if (tid == 0)
-      for (int s = 0; s < kStages; ++s) bulk_mbar_init(bars + 8 * s, 1);
+    if (tid == 0) {
+      for (int s = 0; s < kStages; ++s) sm90::mbar_init(bars + 8 * s, 1);
+      sm90::fence_barrier_init();
+    }
     __syncthreads();
   }
   for (int s = 0; s < kStages - 1; ++s)
@@ -222,7 +224,7 @@ __global__ void __launch_bounds__(128) read_probe_kernel(const DecodeParams p, u
   for (int step = 0; step < steps; ++step) {
     const int stage = step % kStages;
     if constexpr (kBulk)
-      bulk_mbar_wait(bars + 8 * stage, phase);
+      sm90::mbar_wait(bars + 8 * stage, phase);
     else
       cp_async_wait<kStages - 2>();
     __syncthreads();
@@ -240,6 +242,9 @@ static unsigned* g_sink = nullptr;
 template <bool kAllHeads, bool kBulk>
 struct ReadProbe {
   static constexpr int kSmem = 2 * 3 * 64 * 256 + 64;
+  struct Traits {  // what the table shows: 64-key steps, its shared memory
+    static constexpr int kBlockN = 64, kSmemBytes = kSmem;
+  };
   static DecodeParams plan(DecodeParams p) { return p; }
   static void run(const DecodeParams& p, cudaStream_t stream) {
     auto kernel = read_probe_kernel<kAllHeads, kBulk>;
@@ -256,35 +261,18 @@ struct Variant {
   int block_n, smem;
 };
 
-#define VARIANT(NAME, W, ST, PF, X)                                                                   \
-  Variant {                                                                                         \
-    NAME, &Config<DecodeKernelTraits<128, W, ST, PF>, X>::plan, &Config<DecodeKernelTraits<128, W, ST, PF>, X>::run, \
-        DecodeKernelTraits<128, W, ST, PF>::kBlockN, DecodeKernelTraits<128, W, ST, PF>::kSmemBytes   \
-  }
+// A Variant row from a policy (plan + run) and the config it times (Policy::Traits).
+template <typename Policy>
+Variant variant(const char* name) {
+  using T = typename Policy::Traits;
+  return Variant{name, &Policy::plan, &Policy::run, T::kBlockN, T::kSmemBytes};
+}
 
+#define VARIANT(NAME, W, ST, PF, X) variant<Config<DecodeKernelTraits<128, W, ST, PF>, X>>(NAME)
 // WN = 32: each warp takes 32 keys of a step (two k16 slices of P V), so 128-key steps need only
 // four warps (cuDNN's decode tile is 16 x 128 keys over four warps, two CTAs per SM).
-#define VARIANT_WN(NAME, W, ST, PF, WN)                                                                       \
-  Variant {                                                                                                 \
-    NAME, &Config<DecodeKernelTraits<128, W, ST, PF, WN>>::plan, &Config<DecodeKernelTraits<128, W, ST, PF, WN>>::run, \
-        DecodeKernelTraits<128, W, ST, PF, WN>::kBlockN, DecodeKernelTraits<128, W, ST, PF, WN>::kSmemBytes   \
-  }
-
-#define RULE(NAME, W, ST, PF, WN)                                                                                    \
-  Variant {                                                                                                         \
-    NAME, &UnsplitRule<DecodeKernelTraits<128, W, ST, PF, WN>>::plan, &UnsplitRule<DecodeKernelTraits<128, W, ST, PF, WN>>::run, \
-        DecodeKernelTraits<128, W, ST, PF, WN>::kBlockN, DecodeKernelTraits<128, W, ST, PF, WN>::kSmemBytes            \
-  }
-
-#define VARIANT_T(NAME, TRAITS) \
-  Variant { NAME, &Config<TRAITS>::plan, &Config<TRAITS>::run, TRAITS::kBlockN, TRAITS::kSmemBytes }
-#define RULE_T(NAME, TRAITS) \
-  Variant { NAME, &UnsplitRule<TRAITS>::plan, &UnsplitRule<TRAITS>::run, TRAITS::kBlockN, TRAITS::kSmemBytes }
-#define REPLACE_T(NAME, V, TRAITS)                                                                      \
-  Variant {                                                                                            \
-    NAME, &Replace<DecodeVariant::V, TRAITS>::plan, &Replace<DecodeVariant::V, TRAITS>::run, TRAITS::kBlockN, \
-        TRAITS::kSmemBytes                                                                             \
-  }
+#define VARIANT_WN(NAME, W, ST, PF, WN) variant<Config<DecodeKernelTraits<128, W, ST, PF, WN>>>(NAME)
+#define RULE(NAME, W, ST, PF, WN) variant<UnsplitRule<DecodeKernelTraits<128, W, ST, PF, WN>>>(NAME)
 
 static const Variant kDefault{"library", &Library::plan, &Library::run, 0, Library::Hopper::kSmemBytes};
 static const Variant kVariants[] = {
@@ -308,23 +296,23 @@ static const Variant kVariants[] = {
     RULE("rule-w4-s4-p256", 4, 4, 256, 16),
     // Bulk copies: kHopperStream's and kHopperSplit's grids on their configs' bulk forms, then
     // other bulk configs on the unsplit grids.
-    REPLACE_T("bulk-stream", kHopperStream, BulkStream),
-    REPLACE_T("bulk-split", kHopperSplit, BulkSplit),
-    RULE_T("rule-bulk-w8-s2", BulkHopper),
-    RULE_T("rule-bulk-w4-s4", BulkW4S4),
-    RULE_T("rule-bulk-w4n32-s3", BulkW4N32S3),
-    VARIANT_T("bulk-w4-s3", BulkStream),
+    variant<Replace<DecodeVariant::kHopperStream, BulkStream>>("bulk-stream"),
+    variant<Replace<DecodeVariant::kHopperSplit, BulkSplit>>("bulk-split"),
+    variant<UnsplitRule<BulkHopper>>("rule-bulk-w8-s2"),
+    variant<UnsplitRule<BulkSplit>>("rule-bulk-w4-s4"),
+    variant<UnsplitRule<BulkW4N32S3>>("rule-bulk-w4n32-s3"),
+    variant<Config<BulkStream>>("bulk-w4-s3"),
     // The same with a producer warp: the compute warps hand each stage back on an mbarrier.
-    REPLACE_T("bulkp-stream", kHopperStream, BulkPStream),
-    REPLACE_T("bulkp-split", kHopperSplit, BulkPSplit),
-    RULE_T("rule-bulkp-w4-s4", BulkPSplit),
-    RULE_T("rule-bulkp-w8-s2", BulkPHopper),
+    variant<Replace<DecodeVariant::kHopperStream, BulkPStream>>("bulkp-stream"),
+    variant<Replace<DecodeVariant::kHopperSplit, BulkPSplit>>("bulkp-split"),
+    variant<UnsplitRule<BulkPSplit>>("rule-bulkp-w4-s4"),
+    variant<UnsplitRule<BulkPHopper>>("rule-bulkp-w8-s2"),
     // Read probes (no output: their "rel diff" is not checked): the bytes alone, as the kernel
     // reads them (per head, cp.async or bulk) and in the cache's sequential order (all heads).
-    Variant{"read-head-cp", &ReadProbe<false, false>::plan, &ReadProbe<false, false>::run, 64, ReadProbe<false, false>::kSmem},
-    Variant{"read-head-bulk", &ReadProbe<false, true>::plan, &ReadProbe<false, true>::run, 64, ReadProbe<false, true>::kSmem},
-    Variant{"read-rows-cp", &ReadProbe<true, false>::plan, &ReadProbe<true, false>::run, 64, ReadProbe<true, false>::kSmem},
-    Variant{"read-rows-bulk", &ReadProbe<true, true>::plan, &ReadProbe<true, true>::run, 64, ReadProbe<true, true>::kSmem},
+    variant<ReadProbe<false, false>>("read-head-cp"),
+    variant<ReadProbe<false, true>>("read-head-bulk"),
+    variant<ReadProbe<true, false>>("read-rows-cp"),
+    variant<ReadProbe<true, true>>("read-rows-bulk"),
 };
 
 static bool is_read_probe(const Variant& v) { return std::strncmp(v.name, "read-", 5) == 0; }

@@ -258,15 +258,17 @@ def main() -> int:
         if tool and isa and (why := isa_gate_canary(tool)):
             print(f"check_resources: FAIL: lowering the PTX ISA is unsafe: {why}", file=sys.stderr)
             return 1
+    def lowered(isa: str | None) -> str:
+        return f"; PTX .version lowered to {isa} where newer (canary ok)" if isa else ""
+
     if args.ptxas:
-        lowered = f"; PTX .version lowered to {args.ptx_isa} where newer (canary ok)" if args.ptx_isa else ""
-        print(f"assembling with {args.ptxas} ({release(args.ptxas)}){lowered}")
+        print(f"assembling with {args.ptxas} ({release(args.ptxas)}){lowered(args.ptx_isa)}")
     archs = args.archs.split(",")
     also_archs = set(args.also_archs.split(",")) & set(archs) if args.also_ptxas else set()
     also_release = release(args.also_ptxas) if args.also_ptxas else None
     if args.also_ptxas:
-        lowered = f"; PTX .version lowered to {args.also_ptx_isa} where newer (canary ok)" if args.also_ptx_isa else ""
-        print(f"also assembling {','.join(sorted(also_archs))} with {args.also_ptxas} ({also_release}){lowered}")
+        print(f"also assembling {','.join(sorted(also_archs))} with {args.also_ptxas} ({also_release})"
+              f"{lowered(args.also_ptx_isa)}")
     configs = config_report()
     # Every kernel translation unit the extension builds (setup.py compiles the same set).
     sources = [p for p in sorted(CSRC.rglob("*.cu")) if args.only in str(p.relative_to(CSRC))]

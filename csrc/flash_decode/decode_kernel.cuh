@@ -27,6 +27,7 @@
 
 #include "../common/mask.cuh"
 #include "../common/ptx.cuh"
+#include "../common/sm90/ptx.cuh"
 #include "../common/softmax.cuh"
 #include "decode_params.h"
 #include "decode_traits.h"
@@ -96,7 +97,7 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
   // (which has left by then) named barrier 1 over the kNThreads compute threads.
   auto compute_warps_sync = [] {
     if constexpr (Traits::kProducerWarp)
-      named_barrier_sync_1<Traits::kNThreads>();
+      sm90::named_barrier_sync(1, Traits::kNThreads);
     else
       __syncthreads();
   };
@@ -222,7 +223,7 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
   [[maybe_unused]] auto load_block_bulk = [&](const int nb, const int stage, const int r0, const int stride) {
     const int key0 = nb * kBlockN;
     const uint32_t bar = bars + 8 * stage;
-    if (r0 == 0) bulk_mbar_expect(bar, 2 * kBlockN * row_bytes);
+    if (r0 == 0) sm90::mbar_arrive_expect_tx(bar, 2 * kBlockN * row_bytes);
     for (int r = r0; r < 2 * kBlockN; r += stride) {
       const bool is_v = r >= kBlockN;
       const int row = is_v ? r - kBlockN : r;
@@ -242,7 +243,7 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
                                 : static_cast<const Element*>(p.k_cache) + page_off * p.k_batch_stride +
                                       row_off * p.k_row_stride + head_kv * p.k_head_stride;
       const uint32_t dst = smem_addr((is_v ? sV : sK) + (stage * kBlockN + row) * kStride);
-      bulk_copy_g2s(dst, src, row_bytes, bar);
+      sm90::bulk_copy_g2s(dst, src, row_bytes, bar);
     }
   };
 
@@ -250,11 +251,12 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
     cp_async_commit();  // the Q tile's group
     if (tid == 0) {
 #pragma unroll
-      for (int s = 0; s < kStages; ++s) bulk_mbar_init(bars + 8 * s, 1);
+      for (int s = 0; s < kStages; ++s) sm90::mbar_init(bars + 8 * s, 1);
       if constexpr (Traits::kProducerWarp) {
 #pragma unroll
-        for (int s = 0; s < kStages; ++s) bulk_mbar_init(bars + 8 * (kStages + s), kNWarps);  // "empty"
+        for (int s = 0; s < kStages; ++s) sm90::mbar_init(bars + 8 * (kStages + s), kNWarps);  // "empty"
       }
+      sm90::fence_barrier_init();
     }
     if (p.head_dim < Traits::kHeadDim) {
       const int c0 = p.head_dim / 8;  // first 16-byte chunk past the head dim
@@ -263,7 +265,7 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
         const int r = idx / chunks;  // K rows of every stage, then V rows (sV follows sK)
         *reinterpret_cast<uint4*>(sK + r * kStride + (c0 + idx - r * chunks) * 8) = make_uint4(0, 0, 0, 0);
       }
-      bulk_fence_proxy();
+      sm90::fence_proxy_async();
     }
     __syncthreads();  // the barriers initialized, the zero columns written, before any copy
     if constexpr (Traits::kProducerWarp) {
@@ -273,14 +275,14 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
         int stage = 0;
         uint32_t phase = 0;
         for (int nb = nb_begin; nb < nb_end; ++nb) {
-          bulk_mbar_wait(bars + 8 * (kStages + stage), phase ^ 1u);
+          sm90::mbar_wait(bars + 8 * (kStages + stage), phase ^ 1u);
           load_block_bulk(nb, stage, lane, 32);
           if (++stage == kStages) stage = 0, phase ^= 1u;
         }
         return;  // the compute warps' barriers below count only them (named barrier 1)
       }
       cp_async_wait<0>();
-      named_barrier_sync_1<Traits::kNThreads>();  // Q landed and visible to every compute warp
+      sm90::named_barrier_sync(1, Traits::kNThreads);  // Q landed and visible to every compute warp
     } else {
 #pragma unroll
       for (int s = 0; s < kStages - 1; ++s)
@@ -330,9 +332,9 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
   auto step = [&](const int nb, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
     if constexpr (Traits::kProducerWarp) {
-      bulk_mbar_wait(bars + 8 * stage, phase);
+      sm90::mbar_wait(bars + 8 * stage, phase);
     } else if constexpr (Traits::kBulk) {
-      bulk_mbar_wait(bars + 8 * stage, phase);
+      sm90::mbar_wait(bars + 8 * stage, phase);
       __syncthreads();
       if (nb + kStages - 1 < nb_end) load_block_bulk(nb + kStages - 1, load_stage, tid, Traits::kNThreads);
     } else {
@@ -397,7 +399,7 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
 
     if constexpr (Traits::kProducerWarp) {
       __syncwarp();  // every lane's reads of the stage done (the arrive releases them)
-      if (lane == 0) bulk_mbar_arrive(bars + 8 * (kStages + stage));
+      if (lane == 0) sm90::mbar_arrive(bars + 8 * (kStages + stage));
     }
     if constexpr (Traits::kBulk) phase ^= stage + 1 == kStages ? 1u : 0u;
     stage = stage + 1 == kStages ? 0 : stage + 1;

@@ -110,14 +110,19 @@ def test_every_instantiation_is_generated() -> None:
     assert not _EXPLICIT_INSTANTIATION.search("template <typename T>\nvoid f();\n")
 
 
+def _assert_clean(kernels: list[dict]) -> None:
+    """No spill, no stack frame, a register report within 255 registers, for every kernel record."""
+    for k in kernels:
+        assert k["spill_st"] == 0 and k["spill_ld"] == 0 and k["stack"] == 0, k
+        assert k["regs"] is not None and k["regs"] <= 255, k
+
+
 @needs_nvcc
 def test_every_kernel_compiles_clean_for_every_target(resource_report: dict) -> None:
     assert resource_report["returncode"] == 0, resource_report["log"]
     archs = {k["arch"] for k in resource_report["kernels"]}
     assert archs >= {"sm_80", "sm_89", "sm_90a"}, archs
-    for k in resource_report["kernels"]:
-        assert k["spill_st"] == 0 and k["spill_ld"] == 0 and k["stack"] == 0, k
-        assert k["regs"] is not None and k["regs"] <= 255, k
+    _assert_clean(resource_report["kernels"])
 
 
 @needs_nvcc
@@ -136,9 +141,7 @@ def test_cuda128_assembler_takes_every_kernel(resource_report: dict) -> None:
     got = {(k["arch"], k["name"]) for k in also["kernels"]}
     want = {(k["arch"], k["name"]) for k in resource_report["kernels"] if k["arch"] in also["archs"]}
     assert got == want, f"missing from 12.8: {sorted(want - got)[:5]}; extra: {sorted(got - want)[:5]}"
-    for k in also["kernels"]:
-        assert k["spill_st"] == 0 and k["spill_ld"] == 0 and k["stack"] == 0, k
-        assert k["regs"] is not None and k["regs"] <= 255, k
+    _assert_clean(also["kernels"])
 
 
 @needs_nvcc

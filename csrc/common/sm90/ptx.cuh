@@ -102,41 +102,37 @@ bool sm90_kernel_is_real(Kernel* kernel) {
   return attr.sharedSizeBytes == 0 && attr.binaryVersion >= 90;
 }
 
-#if defined(FLASHATTN_SM90A_ENABLED)
+// ---------------------------------------------------------------------------------------------
+// mbarriers, bulk copies, the async-proxy fence, named barriers: sm_90 instructions, not sm_90a
+// ones, defined in every device pass so that a kernel compiled for several targets may carry a
+// branch that only its sm_90 instances take (the decode kernel's bulk-copy configs,
+// ../../flash_decode/decode_traits.h); below sm_90 they trap.
+// ---------------------------------------------------------------------------------------------
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define FLASHATTN_SM90_ASM(...) asm volatile(__VA_ARGS__)
+#else
+#define FLASHATTN_SM90_ASM(...) __trap()
+#endif
 
-// ---------------------------------------------------------------------------------------------
-// mbarriers
-// ---------------------------------------------------------------------------------------------
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+  FLASHATTN_SM90_ASM("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
 
 // Makes the initialized barriers visible to the other threads and to the TMA unit.
-__device__ __forceinline__ void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+__device__ __forceinline__ void fence_barrier_init() { FLASHATTN_SM90_ASM("fence.mbarrier_init.release.cluster;" ::: "memory"); }
 
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+  FLASHATTN_SM90_ASM("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
 
+// One arrival (release: this thread's earlier shared-memory accesses are done before it counts).
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-
-// A 32-bit shared-memory store / load by shared-window address. Used to publish a value through
-// an mbarrier: the arrive (release.cta) orders the store before it, the waiter's try_wait
-// (acquire.cta) orders the load after it.
-__device__ __forceinline__ void st_shared_s32(uint32_t addr, int v) {
-  asm volatile("st.shared.s32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
-}
-__device__ __forceinline__ int ld_shared_s32(uint32_t addr) {
-  int v;
-  asm volatile("ld.shared.s32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
-  return v;
+  FLASHATTN_SM90_ASM("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
 
 __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
+  uint32_t done = 0;
+  FLASHATTN_SM90_ASM(
       "{\n"
       ".reg .pred p;\n"
       "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
@@ -152,6 +148,37 @@ __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   while (!mbar_try_wait(bar, parity)) {
   }
+}
+
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory in one
+// bulk copy, completing on `bar` (transaction bytes).
+__device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  FLASHATTN_SM90_ASM("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                     "l"(src), "r"(bytes), "r"(bar)
+                     : "memory");
+}
+
+// Generic-proxy shared-memory writes made visible to the async proxy (TMA) that reads them next.
+__device__ __forceinline__ void fence_proxy_async() { FLASHATTN_SM90_ASM("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  FLASHATTN_SM90_ASM("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+#undef FLASHATTN_SM90_ASM
+
+#if defined(FLASHATTN_SM90A_ENABLED)
+
+// A 32-bit shared-memory store / load by shared-window address. Used to publish a value through
+// an mbarrier: the arrive (release.cta) orders the store before it, the waiter's try_wait
+// (acquire.cta) orders the load after it.
+__device__ __forceinline__ void st_shared_s32(uint32_t addr, int v) {
+  asm volatile("st.shared.s32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ int ld_shared_s32(uint32_t addr) {
+  int v;
+  asm volatile("ld.shared.s32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+  return v;
 }
 
 __device__ __forceinline__ uint64_t globaltimer_ns() {
@@ -255,8 +282,6 @@ __device__ __forceinline__ void bulk_wait_group_read() {
 }
 // This thread's bulk groups have completed (the writes are done).
 __device__ __forceinline__ void bulk_wait_group_0() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
-// Generic-proxy shared-memory writes made visible to the async proxy (TMA) that reads them next.
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 __device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
 }
@@ -310,9 +335,6 @@ __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
 }
 
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
