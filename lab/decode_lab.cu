@@ -7,7 +7,7 @@
 // graphs in alternating samples so clock drift hits both alike, and checked against the baseline's
 // output. Bandwidth = K/V bytes read / time (above the DRAM's where the caches sit in L2).
 //
-//   bash lab/decode_lab.sh          (on a GPU machine; ~1 min)
+//   bash lab/decode_lab.sh          (on a GPU machine; ~1 min; DECODE_LAB_ONLY=mix,read- for some rows)
 //
 // The read-* rows are probes, not configs: kernels that only read the K/V bytes (per head as the
 // split kernel, or whole rows of all heads in the cache's sequential order; by cp.async or by bulk
@@ -26,6 +26,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/sm90/tma_host.h"
 #include "flash_decode/decode_combine.cuh"
 #include "flash_decode/decode_launch.cuh"
 #include "flash_decode/decode_traits.h"
@@ -160,6 +161,10 @@ using BulkW4N32S3 = DecodeBulkTraits<DecodeKernelTraits<128, 4, 3, 256, 32>>;
 using BulkPStream = DecodeBulkTraits<DecodeKernelTraits<128, 4, 3, 256>, true>;
 using BulkPSplit = DecodeBulkTraits<DecodeKernelTraits<128, 4, 4, 256>, true>;
 using BulkPHopper = DecodeBulkTraits<DecodeKernelTraits<128, 8, 2, 256>, true>;
+// ... K rows by bulk copies, V rows by cp.async (both copy paths in flight).
+using MixStream = DecodeBulkTraits<DecodeKernelTraits<128, 4, 3, 256>, false, true>;
+using MixSplit = DecodeBulkTraits<DecodeKernelTraits<128, 4, 4, 256>, false, true>;
+using MixHopper = DecodeBulkTraits<DecodeKernelTraits<128, 8, 2, 256>, false, true>;
 
 // ---- Read probes: the bytes the split kernel streams, read and nothing else --------------------
 // Where the bandwidth rows' 4.2-4.3 TB/s (H200) come from: the copy or the kernel around it. One
@@ -167,14 +172,32 @@ using BulkPHopper = DecodeBulkTraits<DecodeKernelTraits<128, 8, 2, 256>, true>;
 // 64-key K and V stages (32 KB a step, 96 KB a CTA: two per SM), each stage consumed by one 4-byte
 // shared load a thread. kAllHeads: each CTA reads 1/Hk of its batch's keys for all heads (whole
 // Hk x D rows, contiguous) instead of one head's D columns of every key (256-byte pieces, Hk x D
-// apart): the same bytes and grid in the cache's most sequential order. kBulk: one cp.async.bulk
-// per contiguous piece (256 B, or a 2 KB row of all heads) on a stage's mbarrier; else 16-byte
-// cp.async chunks per thread, as the split kernel.
-template <bool kAllHeads, bool kBulk>
-__global__ void __launch_bounds__(128) read_probe_kernel(const DecodeParams p, unsigned* sink) {
-  constexpr int kStages = 3, kThreads = 128, kStageBytes = 64 * 256;  // one of K or V, per stage
-  extern __shared__ __align__(128) unsigned char smem[];
-  const uint32_t ring = smem_addr(smem), bars = ring + 2 * kStages * kStageBytes;
+// apart): the same bytes and grid in the cache's most sequential order. kCopy: kProbeBulk, one
+// cp.async.bulk per contiguous piece (256 B, or a 2 KB row of all heads) on a stage's mbarrier;
+// kProbeCp, 16-byte cp.async chunks per thread, as the split kernel; kProbeMix, K by the one and V
+// by the other (are the two paths' caps independent?); kProbeTma, per head only: TMA tensor copies,
+// two 64-key x 64-column boxes (128-byte swizzle) of K and two of V a stage, four instructions
+// where the bulk form issues 128 (FlashAttention-3's decode loads K/V this way).
+// kProbeTmaRow: one box of whole 256-byte rows (64 keys x 128 columns, no swizzle) for K and one
+// for V: does splitting rows into two 128-byte boxes cost? kStages: the ring (3: 96 KB, two CTAs
+// per SM; 5: 160 KB, one CTA with four stages in flight). kDst: per head, the shared-memory
+// bytes a row takes (256: dense; 272: the kernel's padded rows, 16 bytes past a 128-byte line).
+// kHint: cp.async's L2 prefetch size.
+enum ProbeCopy : int { kProbeCp = 0, kProbeBulk = 1, kProbeMix = 2, kProbeTma = 3, kProbeTmaRow = 4 };
+template <bool kAllHeads, int kCopy, int kStages = 3, int kDst = 256, int kHint = 256>
+__global__ void __launch_bounds__(128)
+    read_probe_kernel(const DecodeParams p, unsigned* sink, const __grid_constant__ CUtensorMap tmap_k,
+                      const __grid_constant__ CUtensorMap tmap_v) {
+  static_assert(!(kAllHeads && kCopy == kProbeTma), "the TMA probe reads per head");
+  constexpr bool kTma = kCopy == kProbeTma || kCopy == kProbeTmaRow;
+  constexpr bool kBulk = kCopy != kProbeCp;                          // K by bulk copies (or TMA)
+  constexpr bool kBulkV = kCopy == kProbeBulk;                       // V too
+  constexpr bool kCpAsync = kCopy == kProbeCp || kCopy == kProbeMix;  // V (or both) by cp.async
+  constexpr int kThreads = 128, kStageBytes = 64 * 256;  // one of K or V, per stage
+  extern __shared__ __align__(1024) unsigned char smem[];  // 1024: the TMA probe's 128-byte swizzle
+  static_assert(kDst == 256 || (!kAllHeads && (kCopy == kProbeCp || kCopy == kProbeBulk)), "padded rows: per head");
+  constexpr int kStageSmem = kStageBytes / 256 * kDst;  // one of K or V, per stage, in shared memory
+  const uint32_t ring = smem_addr(smem), bars = ring + 2 * kStages * kStageSmem;
   const int tid = threadIdx.x;
   const int batch = blockIdx.x / p.heads_kv, head = blockIdx.x % p.heads_kv;
   const int64_t row_bytes = p.k_row_stride * 2;  // Hk x D x 2
@@ -190,21 +213,40 @@ __global__ void __launch_bounds__(128) read_probe_kernel(const DecodeParams p, u
                             (kAllHeads ? 0 : head * p.v_head_stride * 2);
   auto load = [&](int step, int stage) {
     const int64_t key0 = key_base + int64_t(step) * pieces;
-    const uint32_t dk = ring + stage * 2 * kStageBytes, dv = dk + kStageBytes;
-    if constexpr (kBulk) {
+    const uint32_t dk = ring + stage * 2 * kStageSmem, dv = dk + kStageSmem;
+    const int dst_bytes = kAllHeads ? piece_bytes : kDst;  // shared-memory bytes a piece takes
+    if constexpr (kTma) {
       const uint32_t bar = bars + 8 * stage;
-      if (tid == 0) sm90::mbar_arrive_expect_tx(bar, 2 * kStageBytes);
-      for (int i = tid; i < 2 * pieces; i += kThreads) {
+      if (tid == 0) {
+        sm90::mbar_arrive_expect_tx(bar, 2 * kStageBytes);
+#if defined(FLASHATTN_SM90A_ENABLED)  // the TMA wrappers exist in the sm_90a device pass only
+        if constexpr (kCopy == kProbeTmaRow) {
+          sm90::tma_load_4d(dk, &tmap_k, bar, 0, int(key0), head, batch);
+          sm90::tma_load_4d(dv, &tmap_v, bar, 0, int(key0), head, batch);
+        } else {
+          for (int half = 0; half < 2; ++half) {  // 64 columns (128 bytes) a box
+            sm90::tma_load_4d(dk + half * (kStageBytes / 2), &tmap_k, bar, half * 64, int(key0), head, batch);
+            sm90::tma_load_4d(dv + half * (kStageBytes / 2), &tmap_v, bar, half * 64, int(key0), head, batch);
+          }
+        }
+#endif
+      }
+    } else if constexpr (kBulk) {
+      const uint32_t bar = bars + 8 * stage;
+      constexpr int kParts = kBulkV ? 2 : 1;
+      if (tid == 0) sm90::mbar_arrive_expect_tx(bar, kParts * kStageBytes);
+      for (int i = tid; i < kParts * pieces; i += kThreads) {
         const bool is_v = i >= pieces;
         const int j = is_v ? i - pieces : i;
-        sm90::bulk_copy_g2s((is_v ? dv : dk) + j * piece_bytes, (is_v ? v0 : k0) + (key0 + j) * row_bytes, piece_bytes, bar);
+        sm90::bulk_copy_g2s((is_v ? dv : dk) + j * dst_bytes, (is_v ? v0 : k0) + (key0 + j) * row_bytes, piece_bytes, bar);
       }
-    } else {
+    }
+    if constexpr (kCpAsync) {
       const int chunks = piece_bytes / 16;
       for (int c = tid; c < pieces * chunks; c += kThreads) {
         const int j = c / chunks, off = (c - j * chunks) * 16;
-        cp_async_16_l2<256>(dk + j * piece_bytes + off, k0 + (key0 + j) * row_bytes + off, true);
-        cp_async_16_l2<256>(dv + j * piece_bytes + off, v0 + (key0 + j) * row_bytes + off, true);
+        if constexpr (!kBulk) cp_async_16_l2<kHint>(dk + j * dst_bytes + off, k0 + (key0 + j) * row_bytes + off, true);
+        cp_async_16_l2<kHint>(dv + j * dst_bytes + off, v0 + (key0 + j) * row_bytes + off, true);
       }
       cp_async_commit();
     }
@@ -218,20 +260,18 @@ __global__ void __launch_bounds__(128) read_probe_kernel(const DecodeParams p, u
   }
   for (int s = 0; s < kStages - 1; ++s)
     if (s < steps) load(s, s);
-    else if constexpr (!kBulk) cp_async_commit();
+    else if constexpr (kCpAsync) cp_async_commit();
   unsigned acc = 0;
   uint32_t phase = 0;
   for (int step = 0; step < steps; ++step) {
     const int stage = step % kStages;
-    if constexpr (kBulk)
-      sm90::mbar_wait(bars + 8 * stage, phase);
-    else
-      cp_async_wait<kStages - 2>();
+    if constexpr (kBulk) sm90::mbar_wait(bars + 8 * stage, phase);
+    if constexpr (kCpAsync) cp_async_wait<kStages - 2>();
     __syncthreads();
     if (step + kStages - 1 < steps) load(step + kStages - 1, (step + kStages - 1) % kStages);
-    else if constexpr (!kBulk) cp_async_commit();
-    const unsigned* st = reinterpret_cast<const unsigned*>(smem + stage * 2 * kStageBytes);
-    acc ^= st[tid * 4] ^ st[kStageBytes / 4 + tid * 4];
+    else if constexpr (kCpAsync) cp_async_commit();
+    const unsigned* st = reinterpret_cast<const unsigned*>(smem + stage * 2 * kStageSmem);
+    acc ^= st[tid * 4] ^ st[kStageSmem / 4 + tid * 4];
     if (stage == kStages - 1) phase ^= 1u;
   }
   if (acc == 0x9e3779b9u) sink[blockIdx.x] = acc;  // keeps the loads; (almost) never taken
@@ -239,17 +279,49 @@ __global__ void __launch_bounds__(128) read_probe_kernel(const DecodeParams p, u
 
 static unsigned* g_sink = nullptr;
 
-template <bool kAllHeads, bool kBulk>
+// A [B, S, H, D=128] bf16 tensor's map with box 128 columns x 64 rows and no swizzle (whole rows),
+// for kProbeTmaRow; the library's encode_tma_4d makes 64-column boxes with the 128-byte swizzle.
+static bool encode_whole_rows(CUtensorMap* map, const sm90::TmaTensor& t) {
+  using Fn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
+                          const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                          CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  void* ptr = nullptr;
+  cudaDriverEntryPointQueryResult status{};
+  if (cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &ptr, cudaEnableDefault, &status) != cudaSuccess ||
+      status != cudaDriverEntryPointSuccess)
+    return false;
+  const cuuint64_t dims[4] = {cuuint64_t(t.head_dim), cuuint64_t(t.seqlen), cuuint64_t(t.heads), cuuint64_t(t.batch)};
+  const cuuint64_t strides[3] = {cuuint64_t(t.row_stride * 2), cuuint64_t(t.head_stride * 2), cuuint64_t(t.batch_stride * 2)};
+  const cuuint32_t box[4] = {128, 64, 1, 1}, elem[4] = {1, 1, 1, 1};
+  return reinterpret_cast<Fn>(ptr)(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(t.ptr), dims, strides, box,
+                                   elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <bool kAllHeads, int kCopy, int kStages = 3, int kDst = 256, int kHint = 256>
 struct ReadProbe {
-  static constexpr int kSmem = 2 * 3 * 64 * 256 + 64;
+  static constexpr int kSmem = 2 * kStages * 64 * kDst + 64;
   struct Traits {  // what the table shows: 64-key steps, its shared memory
     static constexpr int kBlockN = 64, kSmemBytes = kSmem;
   };
   static DecodeParams plan(DecodeParams p) { return p; }
   static void run(const DecodeParams& p, cudaStream_t stream) {
-    auto kernel = read_probe_kernel<kAllHeads, kBulk>;
+    auto kernel = read_probe_kernel<kAllHeads, kCopy, kStages, kDst, kHint>;
     CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    kernel<<<p.batch * p.heads_kv, 128, kSmem, stream>>>(p, g_sink);
+    alignas(64) CUtensorMap tk{}, tv{};
+    if constexpr (kCopy == kProbeTma || kCopy == kProbeTmaRow) {
+      const sm90::TmaTensor k{p.k_cache, p.batch, p.seqlen_k_max, p.heads_kv, p.head_dim,
+                              p.k_batch_stride, p.k_row_stride, p.k_head_stride};
+      sm90::TmaTensor v = k;
+      v.ptr = p.v_cache, v.batch_stride = p.v_batch_stride, v.row_stride = p.v_row_stride, v.head_stride = p.v_head_stride;
+      const bool ok = kCopy == kProbeTma ? sm90::encode_tma_4d(&tk, k, true, 64) && sm90::encode_tma_4d(&tv, v, true, 64)
+                                         : encode_whole_rows(&tk, k) && encode_whole_rows(&tv, v);
+      if (!ok) {
+        std::printf("read-head-tma: the driver did not encode the tensor maps\n");
+        std::exit(1);
+      }
+    }
+    kernel<<<p.batch * p.heads_kv, 128, kSmem, stream>>>(p, g_sink, tk, tv);
     CK(cudaGetLastError());
   }
 };
@@ -294,6 +366,12 @@ static const Variant kVariants[] = {
     RULE("rule-w4-s2-p256", 4, 2, 256, 16),
     RULE("rule-w2n32-s3-p256", 2, 3, 256, 32),
     RULE("rule-w4-s4-p256", 4, 4, 256, 16),
+    // kHopperStream and kHopperSplit with cp.async's L2 prefetch hint at 128 bytes or none (the
+    // read probes: the 256-byte hint caps a full grid at ~4.25 TB/s on an H200, 4.6+ without).
+    variant<Replace<DecodeVariant::kHopperStream, DecodeKernelTraits<128, 4, 3, 0>>>("stream-l2-0"),
+    variant<Replace<DecodeVariant::kHopperStream, DecodeKernelTraits<128, 4, 3, 128>>>("stream-l2-128"),
+    variant<Replace<DecodeVariant::kHopperSplit, DecodeKernelTraits<128, 4, 4, 0>>>("split-l2-0"),
+    variant<Replace<DecodeVariant::kHopperSplit, DecodeKernelTraits<128, 4, 4, 128>>>("split-l2-128"),
     // Bulk copies: kHopperStream's and kHopperSplit's grids on their configs' bulk forms, then
     // other bulk configs on the unsplit grids.
     variant<Replace<DecodeVariant::kHopperStream, BulkStream>>("bulk-stream"),
@@ -303,16 +381,31 @@ static const Variant kVariants[] = {
     variant<UnsplitRule<BulkW4N32S3>>("rule-bulk-w4n32-s3"),
     variant<Config<BulkStream>>("bulk-w4-s3"),
     // The same with a producer warp: the compute warps hand each stage back on an mbarrier.
+    variant<Replace<DecodeVariant::kHopperStream, MixStream>>("mix-stream"),
+    variant<Replace<DecodeVariant::kHopperSplit, MixSplit>>("mix-split"),
+    variant<UnsplitRule<MixSplit>>("rule-mix-w4-s4"),
+    variant<UnsplitRule<MixHopper>>("rule-mix-w8-s2"),
     variant<Replace<DecodeVariant::kHopperStream, BulkPStream>>("bulkp-stream"),
     variant<Replace<DecodeVariant::kHopperSplit, BulkPSplit>>("bulkp-split"),
     variant<UnsplitRule<BulkPSplit>>("rule-bulkp-w4-s4"),
     variant<UnsplitRule<BulkPHopper>>("rule-bulkp-w8-s2"),
     // Read probes (no output: their "rel diff" is not checked): the bytes alone, as the kernel
     // reads them (per head, cp.async or bulk) and in the cache's sequential order (all heads).
-    variant<ReadProbe<false, false>>("read-head-cp"),
-    variant<ReadProbe<false, true>>("read-head-bulk"),
-    variant<ReadProbe<true, false>>("read-rows-cp"),
-    variant<ReadProbe<true, true>>("read-rows-bulk"),
+    variant<ReadProbe<false, kProbeCp>>("read-head-cp"),
+    variant<ReadProbe<false, kProbeBulk>>("read-head-bulk"),
+    variant<ReadProbe<false, kProbeMix>>("read-head-mix"),
+    variant<ReadProbe<false, kProbeTma>>("read-head-tma"),
+    variant<ReadProbe<false, kProbeTmaRow>>("read-head-tmarow"),
+    variant<ReadProbe<false, kProbeTma, 5>>("read-head-tma-s5"),
+    variant<ReadProbe<false, kProbeBulk, 5>>("read-head-bulk-s5"),
+    variant<ReadProbe<false, kProbeCp, 5>>("read-head-cp-s5"),
+    variant<ReadProbe<false, kProbeBulk, 3, 272>>("read-head-bulk-pad"),
+    variant<ReadProbe<false, kProbeCp, 3, 272>>("read-head-cp-pad"),
+    variant<ReadProbe<false, kProbeCp, 3, 256, 128>>("read-head-cp-l2-128"),
+    variant<ReadProbe<false, kProbeCp, 3, 256, 0>>("read-head-cp-l2-0"),
+    variant<ReadProbe<true, kProbeCp>>("read-rows-cp"),
+    variant<ReadProbe<true, kProbeBulk>>("read-rows-bulk"),
+    variant<ReadProbe<true, kProbeMix>>("read-rows-mix"),
 };
 
 static bool is_read_probe(const Variant& v) { return std::strncmp(v.name, "read-", 5) == 0; }
@@ -441,6 +534,18 @@ int main() {
       if (*c == ',') ++c;
     }
   }
+  // DECODE_LAB_ONLY="prefix,prefix,...": only the variants whose names start with one of them.
+  const char* only = std::getenv("DECODE_LAB_ONLY");
+  auto selected = [only](const Variant& v) {
+    if (only == nullptr || only[0] == '\0') return true;
+    for (const char* c = only; *c != '\0';) {
+      const char* end = std::strchr(c, ',');
+      const size_t n = end ? size_t(end - c) : std::strlen(c);
+      if (n > 0 && std::strncmp(v.name, c, n) == 0) return true;
+      c += n + (end ? 1 : 0);
+    }
+    return false;
+  };
   std::printf("heads %d:%d, D=%d, bf16%s\n", hq, hk, d, ragged ? ", ragged cache lengths" : "");
   int failures = 0;
   std::printf("%-10s %3s %7s %6s %6s %8s %8s %9s %9s %9s %7s %9s\n", "variant", "B", "Sk", "splits", "dflt", "us", "dflt us",
@@ -498,6 +603,7 @@ int main() {
     CK(cudaDeviceSynchronize());
     const double bytes = 2.0 * nkv * sizeof(T);
     for (const Variant& v : kVariants) {
+      if (!selected(v)) continue;
       if (v.smem > g_dev.max_smem_per_block) {
         std::printf("%-8s skipped: %d B shared memory over this GPU's %d\n", v.name, v.smem, g_dev.max_smem_per_block);
         continue;

@@ -4,6 +4,10 @@
 with their share of all samples, how often they ran, their main stall reason and the instruction
 before them (what a scoreboard stall usually waits on).
 usage: python3 lab/ncu_source_top.py build/ncu_source_256_4096_1.csv[.gz] [N]
+       python3 lab/ncu_source_top.py --compare OURS.csv THEIRS.csv [REASON]
+--compare: two kernels' samples by stall reason side by side (largest excess first), REASON's
+samples (default stall_mio) by opcode family for each, and each kernel's executed shared-memory,
+tensor and reduction instructions with their shared-memory wavefronts.
 """
 
 from __future__ import annotations
@@ -20,14 +24,55 @@ def num(x: str) -> float:
         return 0.0
 
 
-def main(argv: list[str]) -> int:
-    path, n = argv[0], int(argv[1]) if len(argv) > 1 else 25
+def load(path: str) -> tuple[dict[str, int], list[list[str]]]:
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
         lines = f.read().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith('"Address"'))
     header, *rows = list(csv.reader(lines[start:]))
-    ix = {k: i for i, k in enumerate(header)}
+    return {k: i for i, k in enumerate(header)}, [r for r in rows if len(r) == len(header)]
+
+
+def opcode(sass: str) -> str:
+    words = [w for w in sass.split() if not w.startswith("@")]
+    return words[0] if words else "?"
+
+
+def compare(ours: str, theirs: str, reason: str) -> int:
+    (ia, ra), (ib, rb) = load(ours), load(theirs)
+    reasons = [k for k in ia if k.startswith("stall_") and "Not Issued" not in k and k in ib]
+    tot = {k: (sum(num(r[ia[k]]) for r in ra), sum(num(r[ib[k]]) for r in rb)) for k in reasons}
+    print(f"{'samples':24s} {'ours':>9s} {'theirs':>9s} {'excess':>9s}")
+    for k in sorted(reasons, key=lambda k: tot[k][1] - tot[k][0]):
+        a, b = tot[k]
+        if a or b:
+            print(f"{k[6:]:24s} {a:9.0f} {b:9.0f} {a - b:+9.0f}")
+    print(f"{'total':24s} {sum(a for a, _ in tot.values()):9.0f} {sum(b for _, b in tot.values()):9.0f}")
+    for name, ix, rows in (("ours", ia, ra), ("theirs", ib, rb)):
+        fam: dict[str, float] = {}
+        for r in rows:
+            fam[opcode(r[1]).split(".")[0]] = fam.get(opcode(r[1]).split(".")[0], 0.0) + num(r[ix[reason]])
+        total = sum(fam.values()) or 1.0
+        top = sorted(fam.items(), key=lambda kv: -kv[1])[:6]
+        print(f"{name} {reason[6:]} by opcode: " + ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in top))
+        kinds: dict[str, list[float]] = {}
+        for r in rows:
+            op = opcode(r[1])
+            if op.startswith(("LDSM", "LDS", "STS", "LDGSTS", "HMMA", "HGMMA", "RED", "BAR")):
+                k = kinds.setdefault(op, [0.0, 0.0])
+                k[0] += num(r[ix["Instructions Executed"]])
+                k[1] += num(r[ix.get("L1 Wavefronts Shared", 0)]) if "L1 Wavefronts Shared" in ix else 0.0
+        for op, (n, w) in sorted(kinds.items()):
+            print(f"  {name:6s} {op:40s} {n / 1e6:9.2f} M executed, {w / 1e6:9.2f} M shared wavefronts")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--compare":
+        return compare(argv[1], argv[2], argv[3] if len(argv) > 3 else "stall_mio")
+    path, n = argv[0], int(argv[1]) if len(argv) > 1 else 25
+    ix, rows = load(path)
+    header = list(ix)
     reasons = [k for k in header if k.startswith("stall_") and "Not Issued" not in k]
     samples, executed = ix["Warp Stall Sampling (All Samples)"], ix["Instructions Executed"]
     total = sum(num(r[samples]) for r in rows) or 1.0

@@ -167,8 +167,10 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
   const uint32_t k_dst = smem_addr(sK + row0 * kStride + chunk * 8);
   const uint32_t v_dst = smem_addr(sV + row0 * kStride + chunk * 8);
   // Rows at or past key_end read as zeros: they are masked, and V must be finite there (0 * NaN
-  // would poison O; cache entries past seqlen_k may hold anything).
-  auto load_block = [&](const int nb, const int stage) {
+  // would poison O; cache entries past seqlen_k may hold anything). with_k false: the V rows only
+  // (Traits::kCpAsyncV, whose K rows come by bulk copies).
+  auto load_block = [&](const int nb, const int stage, auto with_k) {
+    constexpr bool kWithK = decltype(with_k)::value;
     const int key0 = nb * kBlockN;
     const uint32_t off = stage * Traits::kStageBytes;
     if constexpr (kPaged) {
@@ -191,7 +193,8 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
           const int i = g * kPassesPerGroup + j;  // the pass: rows row0 + i * kRowsPerPass of the tile
           const bool pred = col_ok && gkey0 + row0 + j * kRowsPerPass < key_end;
           const uint32_t dst_off = off + i * kRowsPerPass * kStride * 2;
-          cp_async_16_l2<Traits::kL2Prefetch>(k_dst + dst_off, kg + j * kRowsPerPass * p.k_row_stride, pred);
+          if constexpr (kWithK)
+            cp_async_16_l2<Traits::kL2Prefetch>(k_dst + dst_off, kg + j * kRowsPerPass * p.k_row_stride, pred);
           cp_async_16_l2<Traits::kL2Prefetch>(v_dst + dst_off, vg + j * kRowsPerPass * p.v_row_stride, pred);
         }
         cursor.next();
@@ -203,7 +206,7 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
       for (int i = 0; i < Traits::kPasses; ++i) {
         const bool pred = col_ok && key0 + row0 + i * kRowsPerPass < key_end;
         const uint32_t dst_off = off + i * kRowsPerPass * kStride * 2;
-        cp_async_16_l2<Traits::kL2Prefetch>(k_dst + dst_off, pred ? kp : k_src, pred);
+        if constexpr (kWithK) cp_async_16_l2<Traits::kL2Prefetch>(k_dst + dst_off, pred ? kp : k_src, pred);
         cp_async_16_l2<Traits::kL2Prefetch>(v_dst + dst_off, pred ? vp : v_src, pred);
         kp += kRowsPerPass * p.k_row_stride;
         vp += kRowsPerPass * p.v_row_stride;
@@ -219,12 +222,14 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
   // 0 * garbage could be NaN).
   [[maybe_unused]] const uint32_t bars = smem_addr(smem_raw) + Traits::kSmemBarOffset;  // kBulk: one a stage
   [[maybe_unused]] const uint32_t row_bytes = static_cast<uint32_t>(p.head_dim) * sizeof(Element);
-  // Rows r0, r0 + stride, ... of the stage's 2 kBlockN (K rows, then V rows); r0 == 0 also arrives.
+  // Rows r0, r0 + stride, ... of the stage's kBulkRows (K rows, then V rows unless they come by
+  // cp.async); r0 == 0 also arrives.
+  constexpr int kBulkRows = (Traits::kCpAsyncV ? 1 : 2) * kBlockN;
   [[maybe_unused]] auto load_block_bulk = [&](const int nb, const int stage, const int r0, const int stride) {
     const int key0 = nb * kBlockN;
     const uint32_t bar = bars + 8 * stage;
-    if (r0 == 0) sm90::mbar_arrive_expect_tx(bar, 2 * kBlockN * row_bytes);
-    for (int r = r0; r < 2 * kBlockN; r += stride) {
+    if (r0 == 0) sm90::mbar_arrive_expect_tx(bar, kBulkRows * row_bytes);
+    for (int r = r0; r < kBulkRows; r += stride) {
       const bool is_v = r >= kBlockN;
       const int row = is_v ? r - kBlockN : r;
       const int key = min(key0 + row, key_end - 1);
@@ -283,6 +288,16 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
       }
       cp_async_wait<0>();
       sm90::named_barrier_sync(1, Traits::kNThreads);  // Q landed and visible to every compute warp
+    } else if constexpr (Traits::kCpAsyncV) {
+#pragma unroll
+      for (int s = 0; s < kStages - 1; ++s) {
+        if (nb_begin + s < nb_end) {
+          load_block_bulk(nb_begin + s, s, tid, Traits::kNThreads);
+          load_block(nb_begin + s, s, std::false_type{});
+        }
+        cp_async_commit();  // one group a stage, as the step counts them
+      }
+      cp_async_wait<kStages - 1>();  // Q landed (the first group); the V stages may still fly
     } else {
 #pragma unroll
       for (int s = 0; s < kStages - 1; ++s)
@@ -292,7 +307,7 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
   } else {
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-      if (nb_begin + s < nb_end) load_block(nb_begin + s, s);
+      if (nb_begin + s < nb_end) load_block(nb_begin + s, s, std::true_type{});
       cp_async_commit();  // the first group also carries the Q tile
     }
   }
@@ -333,6 +348,15 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
     constexpr bool kMasked = decltype(masked)::value;
     if constexpr (Traits::kProducerWarp) {
       sm90::mbar_wait(bars + 8 * stage, phase);
+    } else if constexpr (Traits::kCpAsyncV) {
+      sm90::mbar_wait(bars + 8 * stage, phase);
+      cp_async_wait<kStages - 2>();
+      __syncthreads();
+      if (nb + kStages - 1 < nb_end) {
+        load_block_bulk(nb + kStages - 1, load_stage, tid, Traits::kNThreads);
+        load_block(nb + kStages - 1, load_stage, std::false_type{});
+      }
+      cp_async_commit();
     } else if constexpr (Traits::kBulk) {
       sm90::mbar_wait(bars + 8 * stage, phase);
       __syncthreads();
@@ -340,7 +364,7 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
     } else {
       cp_async_wait<kStages - 2>();
       __syncthreads();
-      if (nb + kStages - 1 < nb_end) load_block(nb + kStages - 1, load_stage);
+      if (nb + kStages - 1 < nb_end) load_block(nb + kStages - 1, load_stage, std::true_type{});
       cp_async_commit();
     }
     const uint32_t stage_off = stage * Traits::kStageBytes;

@@ -90,6 +90,8 @@ struct DecodeKernelTraits {
   // A warp of its own that issues the copies (DecodeBulkTraits' kProducerWarp): threads launched.
   static constexpr bool kProducerWarp = false;
   static constexpr int kLaunchThreads = kNThreads;
+  // Bulk forms only (DecodeBulkTraits' kCpAsyncV): K rows by bulk copies, V rows by cp.async.
+  static constexpr bool kCpAsyncV = false;
 
   static_assert(kHeadDim % 32 == 0 && kHeadDim <= 256, "head dims are multiples of 32 up to 256");
   static_assert(kBlockM == 16, "the kernel's fragment code holds exactly one m16 tile per warp");
@@ -108,10 +110,15 @@ struct DecodeKernelTraits {
 // kProducerWarp_: one more warp issues every copy, ahead of the compute warps by up to kStages
 // blocks, each stage handed back on an "empty" mbarrier (count: the compute warps) instead of the
 // CTA barrier per step.
-template <typename Base, bool kProducerWarp_ = false>
+// kCpAsyncV_: only the K rows by bulk copies, the V rows by cp.async chunks as the base config: the
+// two copy paths in flight at once (on an H200 a ring of 256-byte bulk copies alone reads up to
+// 4.68 TB/s and cp.async alone 4.28, each capped by its own issue or tracking limit).
+template <typename Base, bool kProducerWarp_ = false, bool kCpAsyncV_ = false>
 struct DecodeBulkTraits : Base {
   static constexpr bool kBulk = true;
   static constexpr bool kProducerWarp = kProducerWarp_;
+  static constexpr bool kCpAsyncV = kCpAsyncV_;
+  static_assert(!(kProducerWarp && kCpAsyncV), "the producer warp issues every copy of a stage");
   static constexpr int kLaunchThreads = Base::kNThreads + (kProducerWarp ? 32 : 0);
   // The mbarriers at kSmemBarOffset: "full" per stage, then "empty" per stage with a producer warp.
   static constexpr int kSmemBytes = Base::kSmemBytes + 8 * Base::kStages * (kProducerWarp ? 2 : 1);
