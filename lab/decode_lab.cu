@@ -7,11 +7,11 @@
 // graphs in alternating samples so clock drift hits both alike, and checked against the baseline's
 // output. Bandwidth = K/V bytes read / time (above the DRAM's where the caches sit in L2).
 //
-//   bash lab/decode_lab.sh          (on a GPU machine; ~1 min; DECODE_LAB_ONLY=mix,read- for some rows)
+//   bash lab/decode_lab.sh          (on a GPU machine; ~1 min; DECODE_LAB_ONLY=stream-l2,read- for some rows)
 //
 // The read-* rows are probes, not configs: kernels that only read the K/V bytes (per head as the
 // split kernel, or whole rows of all heads in the cache's sequential order; by cp.async or by bulk
-// copies), so the bandwidth rows show what the copy alone reaches next to the kernels.
+// copies, or TMA), so the bandwidth rows show what the copy alone reaches next to the kernels.
 //
 // What it is for: the small shapes, whose K/V stay in L2 between replays, are latency-bound (a
 // split holds one to four key blocks), the large ones bandwidth-bound; more blocks in flight
@@ -26,6 +26,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/sm90/ptx.cuh"
 #include "common/sm90/tma_host.h"
 #include "flash_decode/decode_combine.cuh"
 #include "flash_decode/decode_launch.cuh"
@@ -152,22 +153,10 @@ using UnsplitRule = InPlaceOf<UnsplitGrids, Traits>;
 template <DecodeVariant kReplaced, typename Traits>
 using Replace = InPlaceOf<LibraryConfig<kReplaced>, Traits>;
 
-// Bulk-copy (cp.async.bulk per K/V row, mbarrier per stage) forms of the library's configs.
-using BulkStream = DecodeBulkTraits<DecodeKernelTraits<128, 4, 3, 256>>;
-using BulkSplit = DecodeBulkTraits<DecodeKernelTraits<128, 4, 4, 256>>;
-using BulkHopper = DecodeBulkTraits<DecodeKernelTraits<128, 8, 2, 256>>;
-using BulkW4N32S3 = DecodeBulkTraits<DecodeKernelTraits<128, 4, 3, 256, 32>>;
-// ... with a producer warp of their own (no CTA barrier in the loop).
-using BulkPStream = DecodeBulkTraits<DecodeKernelTraits<128, 4, 3, 256>, true>;
-using BulkPSplit = DecodeBulkTraits<DecodeKernelTraits<128, 4, 4, 256>, true>;
-using BulkPHopper = DecodeBulkTraits<DecodeKernelTraits<128, 8, 2, 256>, true>;
-// ... K rows by bulk copies, V rows by cp.async (both copy paths in flight).
-using MixStream = DecodeBulkTraits<DecodeKernelTraits<128, 4, 3, 256>, false, true>;
-using MixSplit = DecodeBulkTraits<DecodeKernelTraits<128, 4, 4, 256>, false, true>;
-using MixHopper = DecodeBulkTraits<DecodeKernelTraits<128, 8, 2, 256>, false, true>;
-
 // ---- Read probes: the bytes the split kernel streams, read and nothing else --------------------
-// Where the bandwidth rows' 4.2-4.3 TB/s (H200) come from: the copy or the kernel around it. One
+// Where the bandwidth rows' 4.2-4.3 TB/s (H200) come from: the copy or the kernel around it
+// (measured 2026-11-29, docs/perf-notes.md "Decode: what caps the copy"; the kernel forms with
+// bulk copies they led to are in the tree at commit d37265d, not adopted). One
 // CTA per (batch, KV head) as the split kernel's unsplit grid, 128 threads, a 3-stage ring of
 // 64-key K and V stages (32 KB a step, 96 KB a CTA: two per SM), each stage consumed by one 4-byte
 // shared load a thread. kAllHeads: each CTA reads 1/Hk of its batch's keys for all heads (whole
@@ -372,23 +361,6 @@ static const Variant kVariants[] = {
     variant<Replace<DecodeVariant::kHopperStream, DecodeKernelTraits<128, 4, 3, 128>>>("stream-l2-128"),
     variant<Replace<DecodeVariant::kHopperSplit, DecodeKernelTraits<128, 4, 4, 0>>>("split-l2-0"),
     variant<Replace<DecodeVariant::kHopperSplit, DecodeKernelTraits<128, 4, 4, 128>>>("split-l2-128"),
-    // Bulk copies: kHopperStream's and kHopperSplit's grids on their configs' bulk forms, then
-    // other bulk configs on the unsplit grids.
-    variant<Replace<DecodeVariant::kHopperStream, BulkStream>>("bulk-stream"),
-    variant<Replace<DecodeVariant::kHopperSplit, BulkSplit>>("bulk-split"),
-    variant<UnsplitRule<BulkHopper>>("rule-bulk-w8-s2"),
-    variant<UnsplitRule<BulkSplit>>("rule-bulk-w4-s4"),
-    variant<UnsplitRule<BulkW4N32S3>>("rule-bulk-w4n32-s3"),
-    variant<Config<BulkStream>>("bulk-w4-s3"),
-    // The same with a producer warp: the compute warps hand each stage back on an mbarrier.
-    variant<Replace<DecodeVariant::kHopperStream, MixStream>>("mix-stream"),
-    variant<Replace<DecodeVariant::kHopperSplit, MixSplit>>("mix-split"),
-    variant<UnsplitRule<MixSplit>>("rule-mix-w4-s4"),
-    variant<UnsplitRule<MixHopper>>("rule-mix-w8-s2"),
-    variant<Replace<DecodeVariant::kHopperStream, BulkPStream>>("bulkp-stream"),
-    variant<Replace<DecodeVariant::kHopperSplit, BulkPSplit>>("bulkp-split"),
-    variant<UnsplitRule<BulkPSplit>>("rule-bulkp-w4-s4"),
-    variant<UnsplitRule<BulkPHopper>>("rule-bulkp-w8-s2"),
     // Read probes (no output: their "rel diff" is not checked): the bytes alone, as the kernel
     // reads them (per head, cp.async or bulk) and in the cache's sequential order (all heads).
     variant<ReadProbe<false, kProbeCp>>("read-head-cp"),

@@ -12,10 +12,11 @@
 #   bash lab/gpu_run.sh tune     a Hopper kernel experiment: lab check + all speed tables, the
 #                                     suite's hopper part, the standard grid               (~8 min)
 #   bash lab/gpu_run.sh decode   decode tile-config variants vs the default (lab/decode_lab.sh, ~2 min)
-#   bash lab/gpu_run.sh decodebulk the decode kernel's bulk-copy K/V loads (with and without a producer warp)
-#                                     and read probes in the decode lab, then its tails check  (~6 min)
-#   bash lab/gpu_run.sh decodebulkab lab/ab/decode_bulk.diff's A/B as a model decodes           (~5 min)
-#   bash lab/gpu_run.sh decodebulkp the same A/B for lab/ab/decode_bulkp.diff (the producer-warp forms) (~5 min)
+#   bash lab/gpu_run.sh decodecopy the decode lab's read probes (cp.async, bulk, TMA; L2 hints) and the
+#                                     library's configs with other L2 prefetch hints          (~5 min)
+#   bash lab/gpu_run.sh decodel2  with lab/ab/decode_l2_128.diff applied to the tree: build, the decode tests,
+#                                     memcheck/racecheck/synccheck/initcheck on the decode cases (~7 min)
+#   bash lab/gpu_run.sh decodel2ab the same tree: the diff's A/B against the tree before it as a model decodes (~5 min)
 #   bash lab/gpu_run.sh explore  verify + the Hopper lab's variant A/B + the decode lab + the
 #                                     machine ceilings: the experiments, proved correct first (~7 min)
 #   bash lab/gpu_run.sh diagnose Nsight Compute on our forward kernel vs cuDNN's (lab/ncu_fwd.sh),
@@ -199,28 +200,26 @@ case "${1:-verify}" in
     env_info > "$OUT/env.txt" 2>&1
     step decode_lab 330 bash lab/decode_lab.sh
     ;;
-  decodebulk)  # 2026-11-29, written, not yet run: the decode kernel's bulk-copy K/V loads (DecodeBulkTraits,
-               # with and without a producer warp) and the read probes against the library, on the
-               # decode grid's shapes, the large ones, then narrow head dims with ragged tails
+  decodecopy)  # 2026-11-29 (measured on an H200; docs/perf-notes.md "Decode: what caps the copy"): the
+               # read probes on the decode grid's shapes and the large ones, and kHopperStream/kHopperSplit
+               # with the L2 prefetch hint at 128 bytes or none; no torch, no extension build
     env_info > "$OUT/env.txt" 2>&1
-    step decode_lab 300 bash lab/decode_lab.sh
-    step decode_lab_large 240 env DECODE_LAB_SHAPES="8:16384,8:65536,16:32768,64:4096,64:16384,128:4096" \
-      bash lab/decode_lab.sh
-    step decode_lab_tails 120 env DECODE_LAB_D=96 DECODE_LAB_RAGGED=1 DECODE_LAB_SHAPES="1:1024,3:5000,8:4096,64:1024" \
-      bash lab/decode_lab.sh
+    step decode_lab_copy 200 env DECODE_LAB_ONLY=stream-l2,split-l2,read- bash lab/decode_lab.sh
+    step decode_lab_copy_large 240 env DECODE_LAB_ONLY=stream-l2,split-l2,read-head \
+      DECODE_LAB_SHAPES="8:16384,16:32768,64:4096,64:32768,128:4096,256:4096" ./build/decode_lab
     ;;
-  decodebulkab)  # 2026-11-29, written, not yet run: lab/ab/decode_bulk.diff (kHopperSplit and kHopperStream in
-                 # their bulk-copy forms) A/B as a model decodes
+  decodel2)  # 2026-11-29, prepared, not yet run: kHopperSplit and kHopperStream with a 128-byte L2 prefetch
+             # hint (lab/ab/decode_l2_128.diff, applied to this tree first: git apply lab/ab/decode_l2_128.diff)
     env_info > "$OUT/env.txt" 2>&1
-    step ab_decode_bulk 420 env PATCH=decode_bulk.diff REVERSE=0 OUT="$OUT/ab" \
-      AB_CMD="python3 lab/decode_layers_time.py --heads 32:8,8:1 1:16384 8:16384 16:32768 64:4096 64:16384 128:4096" \
-      bash lab/ab/run_ab.sh
+    step build 420 bash lab/gpu_build.sh
+    step pytest_decode 200 "${pytest_ci[@]}" tests/kernels/test_kvcache.py tests/kernels/test_fwd_split_gpu.py -ra
+    sanitize_steps 90 auto decode decode memcheck racecheck synccheck initcheck
     ;;
-  decodebulkp)  # 2026-11-29, written, not yet run: lab/ab/decode_bulkp.diff (kHopperSplit and kHopperStream in
-                # their bulk-copy forms with a producer warp) A/B as a model decodes; after decodebulk's lab
+  decodel2ab)  # 2026-11-29, prepared, not yet run: decode_l2_128.diff's A/B (the tree with it applied
+               # against the tree before it) as a model decodes, CUDA-graph replays
     env_info > "$OUT/env.txt" 2>&1
-    step ab_decode_bulkp 420 env PATCH=decode_bulkp.diff REVERSE=0 OUT="$OUT/ab" \
-      AB_CMD="python3 lab/decode_layers_time.py --heads 32:8,8:1 1:16384 8:16384 16:32768 64:4096 64:16384 128:4096" \
+    step ab_decode_l2 540 env PATCH=decode_l2_128.diff REVERSE=1 OUT="$OUT/ab" \
+      AB_CMD="python3 lab/decode_layers_time.py --heads 32:8,8:1 1:16384 8:16384 16:32768 64:4096 128:4096" \
       bash lab/ab/run_ab.sh
     ;;
   explore)  # written-but-never-run experiments after a quiet spell: correctness first, then timings
@@ -263,9 +262,9 @@ case "${1:-verify}" in
     step bwd_lab_d64 300 env LAB_ONLY=d64 bash lab/bwd_lab.sh
     step ncu_bwd_portable 300 env NCU_BWD_BACKEND=portable bash lab/ncu_bwd.sh 64:4096:0 128:4096:0
     ;;
-  portablesource)  # 2026-11-29, written, not yet run: where the portable backward's MIO throttle comes from
-                   # (1.55 a issued instruction against FlashAttention-2's 0.30 at D=64, 2026-11-27):
-                   # per-SASS-instruction stall samples of our main kernel and of FA2's, same shape
+  portablesource)  # 2026-11-29 (measured on an H200: docs/perf-notes.md "The portable backward's stalls by
+                   # instruction"): per-SASS-instruction stall samples of our main kernel and FA2's at D=64
+                   # S=4k; compare with python3 lab/ncu_source_top.py --compare OURS.csv FA2.csv
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
     step ncu_source_portable 300 env NCU_KERNEL=flash_bwd_kernel NCU_SCRIPT=lab/ncu_bwd.py NCU_BWD_BACKEND=portable \
@@ -516,7 +515,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|decodebulk|decodebulkab|decodebulkp|portablesource|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|decodecopy|decodel2|decodel2ab|portablesource|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

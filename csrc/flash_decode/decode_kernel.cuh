@@ -27,7 +27,6 @@
 
 #include "../common/mask.cuh"
 #include "../common/ptx.cuh"
-#include "../common/sm90/ptx.cuh"
 #include "../common/softmax.cuh"
 #include "decode_params.h"
 #include "decode_traits.h"
@@ -53,7 +52,7 @@ constexpr int kDecodeSplitMinCtas = kPaged ? 1 : 0;
 // compiles to the PTX it had before paging existed (tools/kernel_identity.py; a body moved into a
 // force-inlined function came out with a different block layout).
 template <typename Traits, typename Element, bool kPaged>
-__global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kPaged>)
+__global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>)
     flash_decode_split_kernel(const __grid_constant__ DecodeParams p) {
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -89,18 +88,6 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
-  // Traits::kProducerWarp (with kBulk): warp kNWarps only issues the K/V copies, ahead of the
-  // kNWarps compute warps by up to kStages blocks, each stage handed back by every compute warp
-  // on an "empty" mbarrier: no CTA barrier in the loop, and the compute warps never issue a copy.
-  const bool producer = Traits::kProducerWarp && warp == kNWarps;
-  // The barrier of the compute warps after the loop: the whole CTA, or without a producer warp
-  // (which has left by then) named barrier 1 over the kNThreads compute threads.
-  auto compute_warps_sync = [] {
-    if constexpr (Traits::kProducerWarp)
-      sm90::named_barrier_sync(1, Traits::kNThreads);
-    else
-      __syncthreads();
-  };
 
   // ---- which tile ----------------------------------------------------------------------------
   int linear = blockIdx.x;
@@ -143,7 +130,7 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
   {
     const Element* q_base = static_cast<const Element*>(p.q) + batch * p.q_batch_stride +
                             static_cast<int64_t>(head_kv) * group * p.q_head_stride;
-    for (int idx = producer ? kBlockM * kChunksPerRow : tid; idx < kBlockM * kChunksPerRow; idx += Traits::kNThreads) {
+    for (int idx = tid; idx < kBlockM * kChunksPerRow; idx += Traits::kNThreads) {
       const int r = idx / kChunksPerRow;
       const int c = idx - r * kChunksPerRow;
       const int R = m0 + r;
@@ -167,10 +154,8 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
   const uint32_t k_dst = smem_addr(sK + row0 * kStride + chunk * 8);
   const uint32_t v_dst = smem_addr(sV + row0 * kStride + chunk * 8);
   // Rows at or past key_end read as zeros: they are masked, and V must be finite there (0 * NaN
-  // would poison O; cache entries past seqlen_k may hold anything). with_k false: the V rows only
-  // (Traits::kCpAsyncV, whose K rows come by bulk copies).
-  auto load_block = [&](const int nb, const int stage, auto with_k) {
-    constexpr bool kWithK = decltype(with_k)::value;
+  // would poison O; cache entries past seqlen_k may hold anything).
+  auto load_block = [&](const int nb, const int stage) {
     const int key0 = nb * kBlockN;
     const uint32_t off = stage * Traits::kStageBytes;
     if constexpr (kPaged) {
@@ -193,8 +178,7 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
           const int i = g * kPassesPerGroup + j;  // the pass: rows row0 + i * kRowsPerPass of the tile
           const bool pred = col_ok && gkey0 + row0 + j * kRowsPerPass < key_end;
           const uint32_t dst_off = off + i * kRowsPerPass * kStride * 2;
-          if constexpr (kWithK)
-            cp_async_16_l2<Traits::kL2Prefetch>(k_dst + dst_off, kg + j * kRowsPerPass * p.k_row_stride, pred);
+          cp_async_16_l2<Traits::kL2Prefetch>(k_dst + dst_off, kg + j * kRowsPerPass * p.k_row_stride, pred);
           cp_async_16_l2<Traits::kL2Prefetch>(v_dst + dst_off, vg + j * kRowsPerPass * p.v_row_stride, pred);
         }
         cursor.next();
@@ -206,7 +190,7 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
       for (int i = 0; i < Traits::kPasses; ++i) {
         const bool pred = col_ok && key0 + row0 + i * kRowsPerPass < key_end;
         const uint32_t dst_off = off + i * kRowsPerPass * kStride * 2;
-        if constexpr (kWithK) cp_async_16_l2<Traits::kL2Prefetch>(k_dst + dst_off, pred ? kp : k_src, pred);
+        cp_async_16_l2<Traits::kL2Prefetch>(k_dst + dst_off, pred ? kp : k_src, pred);
         cp_async_16_l2<Traits::kL2Prefetch>(v_dst + dst_off, pred ? vp : v_src, pred);
         kp += kRowsPerPass * p.k_row_stride;
         vp += kRowsPerPass * p.v_row_stride;
@@ -214,102 +198,10 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
     }
   };
 
-  // Bulk copies (Traits::kBulk, sm90+): each K/V row of a stage is one cp.async.bulk, the stage's
-  // mbarrier counting its bytes. Every row of a block is copied, rows at or past key_end from row
-  // key_end - 1 (a valid row: finite, and masked to -inf in S, so P is 0 there and V's row adds 0),
-  // so a stage always expects the same byte count. Columns past the runtime head dim are never
-  // copied: they are zeroed once here, in every stage, and stay zero (Q is zero there too, but
-  // 0 * garbage could be NaN).
-  [[maybe_unused]] const uint32_t bars = smem_addr(smem_raw) + Traits::kSmemBarOffset;  // kBulk: one a stage
-  [[maybe_unused]] const uint32_t row_bytes = static_cast<uint32_t>(p.head_dim) * sizeof(Element);
-  // Rows r0, r0 + stride, ... of the stage's kBulkRows (K rows, then V rows unless they come by
-  // cp.async); r0 == 0 also arrives.
-  constexpr int kBulkRows = (Traits::kCpAsyncV ? 1 : 2) * kBlockN;
-  [[maybe_unused]] auto load_block_bulk = [&](const int nb, const int stage, const int r0, const int stride) {
-    const int key0 = nb * kBlockN;
-    const uint32_t bar = bars + 8 * stage;
-    if (r0 == 0) sm90::mbar_arrive_expect_tx(bar, kBulkRows * row_bytes);
-    for (int r = r0; r < kBulkRows; r += stride) {
-      const bool is_v = r >= kBlockN;
-      const int row = is_v ? r - kBlockN : r;
-      const int key = min(key0 + row, key_end - 1);
-      int64_t page_off, row_off;
-      if constexpr (kPaged) {
-        const int* table = p.block_table + batch * p.block_table_batch_stride;
-        const int page = min(max(__ldg(table + key / p.page_size), 0), p.num_pages - 1);
-        page_off = page;
-        row_off = key % p.page_size;
-      } else {
-        page_off = batch;
-        row_off = key;
-      }
-      const Element* src = is_v ? static_cast<const Element*>(p.v_cache) + page_off * p.v_batch_stride +
-                                      row_off * p.v_row_stride + head_kv * p.v_head_stride
-                                : static_cast<const Element*>(p.k_cache) + page_off * p.k_batch_stride +
-                                      row_off * p.k_row_stride + head_kv * p.k_head_stride;
-      const uint32_t dst = smem_addr((is_v ? sV : sK) + (stage * kBlockN + row) * kStride);
-      sm90::bulk_copy_g2s(dst, src, row_bytes, bar);
-    }
-  };
-
-  if constexpr (Traits::kBulk) {
-    cp_async_commit();  // the Q tile's group
-    if (tid == 0) {
 #pragma unroll
-      for (int s = 0; s < kStages; ++s) sm90::mbar_init(bars + 8 * s, 1);
-      if constexpr (Traits::kProducerWarp) {
-#pragma unroll
-        for (int s = 0; s < kStages; ++s) sm90::mbar_init(bars + 8 * (kStages + s), kNWarps);  // "empty"
-      }
-      sm90::fence_barrier_init();
-    }
-    if (p.head_dim < Traits::kHeadDim) {
-      const int c0 = p.head_dim / 8;  // first 16-byte chunk past the head dim
-      const int chunks = kChunksPerRow - c0;
-      for (int idx = tid; idx < 2 * kStages * kBlockN * chunks; idx += Traits::kLaunchThreads) {
-        const int r = idx / chunks;  // K rows of every stage, then V rows (sV follows sK)
-        *reinterpret_cast<uint4*>(sK + r * kStride + (c0 + idx - r * chunks) * 8) = make_uint4(0, 0, 0, 0);
-      }
-      sm90::fence_proxy_async();
-    }
-    __syncthreads();  // the barriers initialized, the zero columns written, before any copy
-    if constexpr (Traits::kProducerWarp) {
-      if (producer) {
-        // Block nb into stage (nb - nb_begin) % kStages once every compute warp handed it back
-        // (a fresh "empty" barrier reports its previous phase complete: the first lap does not wait).
-        int stage = 0;
-        uint32_t phase = 0;
-        for (int nb = nb_begin; nb < nb_end; ++nb) {
-          sm90::mbar_wait(bars + 8 * (kStages + stage), phase ^ 1u);
-          load_block_bulk(nb, stage, lane, 32);
-          if (++stage == kStages) stage = 0, phase ^= 1u;
-        }
-        return;  // the compute warps' barriers below count only them (named barrier 1)
-      }
-      cp_async_wait<0>();
-      sm90::named_barrier_sync(1, Traits::kNThreads);  // Q landed and visible to every compute warp
-    } else if constexpr (Traits::kCpAsyncV) {
-#pragma unroll
-      for (int s = 0; s < kStages - 1; ++s) {
-        if (nb_begin + s < nb_end) {
-          load_block_bulk(nb_begin + s, s, tid, Traits::kNThreads);
-          load_block(nb_begin + s, s, std::false_type{});
-        }
-        cp_async_commit();  // one group a stage, as the step counts them
-      }
-      cp_async_wait<kStages - 1>();  // Q landed (the first group); the V stages may still fly
-    } else {
-#pragma unroll
-      for (int s = 0; s < kStages - 1; ++s)
-        if (nb_begin + s < nb_end) load_block_bulk(nb_begin + s, s, tid, Traits::kNThreads);
-      cp_async_wait<0>();  // Q landed; the first step's barrier makes it visible to every warp
-    }
-  } else {
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (nb_begin + s < nb_end) load_block(nb_begin + s, s, std::true_type{});
-      cp_async_commit();  // the first group also carries the Q tile
-    }
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (nb_begin + s < nb_end) load_block(nb_begin + s, s);
+    cp_async_commit();  // the first group also carries the Q tile
   }
 
   // ---- main loop -----------------------------------------------------------------------------
@@ -342,31 +234,13 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
 
   int stage = 0;                // stage of the block being computed
   int load_stage = kStages - 1;  // stage the next prefetch fills
-  [[maybe_unused]] uint32_t phase = 0;  // kBulk: parity of the stage's current use of its mbarrier
 
   auto step = [&](const int nb, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
-    if constexpr (Traits::kProducerWarp) {
-      sm90::mbar_wait(bars + 8 * stage, phase);
-    } else if constexpr (Traits::kCpAsyncV) {
-      sm90::mbar_wait(bars + 8 * stage, phase);
-      cp_async_wait<kStages - 2>();
-      __syncthreads();
-      if (nb + kStages - 1 < nb_end) {
-        load_block_bulk(nb + kStages - 1, load_stage, tid, Traits::kNThreads);
-        load_block(nb + kStages - 1, load_stage, std::false_type{});
-      }
-      cp_async_commit();
-    } else if constexpr (Traits::kBulk) {
-      sm90::mbar_wait(bars + 8 * stage, phase);
-      __syncthreads();
-      if (nb + kStages - 1 < nb_end) load_block_bulk(nb + kStages - 1, load_stage, tid, Traits::kNThreads);
-    } else {
-      cp_async_wait<kStages - 2>();
-      __syncthreads();
-      if (nb + kStages - 1 < nb_end) load_block(nb + kStages - 1, load_stage, std::true_type{});
-      cp_async_commit();
-    }
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    if (nb + kStages - 1 < nb_end) load_block(nb + kStages - 1, load_stage);
+    cp_async_commit();
     const uint32_t stage_off = stage * Traits::kStageBytes;
 
     // S = Q K^T over this warp's 16 keys
@@ -421,11 +295,6 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
       }
     }
 
-    if constexpr (Traits::kProducerWarp) {
-      __syncwarp();  // every lane's reads of the stage done (the arrive releases them)
-      if (lane == 0) sm90::mbar_arrive(bars + 8 * (kStages + stage));
-    }
-    if constexpr (Traits::kBulk) phase ^= stage + 1 == kStages ? 1u : 0u;
     stage = stage + 1 == kStages ? 0 : stage + 1;
     load_stage = load_stage + 1 == kStages ? 0 : load_stage + 1;
   };
@@ -439,7 +308,7 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
 
   // ---- merge the warps ------------------------------------------------------------------------
   cp_async_wait<0>();
-  compute_warps_sync();  // every warp is done with the K/V ring: sO may overwrite it
+  __syncthreads();  // every warp is done with the K/V ring: sO may overwrite it
   {
     float* my_o = sO + warp * kBlockM * Traits::kOStride;
 #pragma unroll
@@ -456,7 +325,7 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
             make_float2(o[0][nt][2 * h], o[0][nt][2 * h + 1]);
     }
   }
-  compute_warps_sync();
+  __syncthreads();
   if (tid < kBlockM) {
     // Row max in log2 units over the warps (-inf: the row saw no key in this split), the
     // merged sum, each warp's weight 2^(m_w - M) / L, and the natural-log LSE.
@@ -477,7 +346,7 @@ __global__ void __launch_bounds__(Traits::kLaunchThreads, kDecodeSplitMinCtas<kP
     for (int w = 0; w < kNWarps; ++w) sScale[w * kBlockM + r] *= inv;
     sLse[r] = l > 0.f ? (m + __log2f(l)) * 0.6931471805599453f : -INFINITY;
   }
-  compute_warps_sync();
+  __syncthreads();
 
   // ---- write: 8 columns per thread per pass --------------------------------------------------
   const bool split_mode = p.num_splits > 1;

@@ -54,7 +54,7 @@ cudaError_t decode_prepare(int* ctas_per_sm) {
   if (err != cudaSuccess) return err;
   int n = 0;
   err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, flash_decode_split_kernel<Traits, Element, kPaged>,
-                                                      Traits::kLaunchThreads, Traits::kSmemBytes);
+                                                      Traits::kNThreads, Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
   if (n < 1) n = 1;
   if (cacheable) DecodeDeviceCache<Traits, Element, kPaged>::ctas_per_sm[device].store(n, std::memory_order_release);
@@ -79,11 +79,11 @@ cudaError_t run_decode_split(const DecodeParams& p, cudaStream_t stream) {
   if (p.block_table != nullptr) {
     const cudaError_t err = decode_prepare<Traits, Element, true>(nullptr);
     if (err != cudaSuccess) return err;
-    flash_decode_split_kernel<Traits, Element, true><<<blocks, Traits::kLaunchThreads, Traits::kSmemBytes, stream>>>(p);
+    flash_decode_split_kernel<Traits, Element, true><<<blocks, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
   } else {
     const cudaError_t err = decode_prepare<Traits, Element, false>(nullptr);
     if (err != cudaSuccess) return err;
-    flash_decode_split_kernel<Traits, Element, false><<<blocks, Traits::kLaunchThreads, Traits::kSmemBytes, stream>>>(p);
+    flash_decode_split_kernel<Traits, Element, false><<<blocks, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
   }
   return cudaGetLastError();
 }

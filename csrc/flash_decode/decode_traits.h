@@ -83,15 +83,6 @@ struct DecodeKernelTraits {
   // Per-warp row max / row sum / merge weight, and the row LSE.
   static constexpr int kSmemStatsBytes = (3 * kNWarps * kBlockM + kBlockM) * 4;
   static constexpr int kSmemBytes = kSmemQBytes + kSmemRingBytes + kSmemStatsBytes;
-  // K/V rows by cp.async 16-byte chunks per thread; DecodeBulkTraits switches to bulk copies and
-  // puts its mbarriers here, past everything else.
-  static constexpr bool kBulk = false;
-  static constexpr int kSmemBarOffset = kSmemBytes;
-  // A warp of its own that issues the copies (DecodeBulkTraits' kProducerWarp): threads launched.
-  static constexpr bool kProducerWarp = false;
-  static constexpr int kLaunchThreads = kNThreads;
-  // Bulk forms only (DecodeBulkTraits' kCpAsyncV): K rows by bulk copies, V rows by cp.async.
-  static constexpr bool kCpAsyncV = false;
 
   static_assert(kHeadDim % 32 == 0 && kHeadDim <= 256, "head dims are multiples of 32 up to 256");
   static_assert(kBlockM == 16, "the kernel's fragment code holds exactly one m16 tile per warp");
@@ -102,27 +93,6 @@ struct DecodeKernelTraits {
                 "the passes of a stage tile whole 16-row groups, each inside one page");
   static_assert(kStages >= 2, "at least double buffering");
   static_assert(kSmemQBytes % 128 == 0 && kSmemRingBytes % 16 == 0, "16-byte aligned regions");
-};
-
-// A config's K/V rows moved by bulk copies (sm90+: one cp.async.bulk per row of one stage, the
-// stage's completion counted in bytes on an mbarrier of its own) instead of 16-byte cp.async
-// chunks per thread. The mbarriers follow the stats region.
-// kProducerWarp_: one more warp issues every copy, ahead of the compute warps by up to kStages
-// blocks, each stage handed back on an "empty" mbarrier (count: the compute warps) instead of the
-// CTA barrier per step.
-// kCpAsyncV_: only the K rows by bulk copies, the V rows by cp.async chunks as the base config: the
-// two copy paths in flight at once (on an H200 a ring of 256-byte bulk copies alone reads up to
-// 4.68 TB/s and cp.async alone 4.28, each capped by its own issue or tracking limit).
-template <typename Base, bool kProducerWarp_ = false, bool kCpAsyncV_ = false>
-struct DecodeBulkTraits : Base {
-  static constexpr bool kBulk = true;
-  static constexpr bool kProducerWarp = kProducerWarp_;
-  static constexpr bool kCpAsyncV = kCpAsyncV_;
-  static_assert(!(kProducerWarp && kCpAsyncV), "the producer warp issues every copy of a stage");
-  static constexpr int kLaunchThreads = Base::kNThreads + (kProducerWarp ? 32 : 0);
-  // The mbarriers at kSmemBarOffset: "full" per stage, then "empty" per stage with a producer warp.
-  static constexpr int kSmemBytes = Base::kSmemBytes + 8 * Base::kStages * (kProducerWarp ? 2 : 1);
-  static_assert(Base::kSmemBytes % 8 == 0, "mbarriers are 8-byte aligned");
 };
 
 // Four kinds of config. kPortable, one per head dim, every one under the 99 KB per block of

@@ -10,11 +10,13 @@
 # before the score GEMMs (measured 2026-11-26: D=128 +1%, D=64 -2%; not adopted).
 # dq_store_after_next_s.diff: D <= 128 stores step t's dQ after step t+1's S^T GEMM is issued
 # (measured 2026-11-26: 0-1% slower; not adopted). Both apply to commit 7a2a2e5's csrc.
-# decode_bulk.diff: the library's kHopperSplit and kHopperStream configs in their bulk-copy forms
-# (DecodeBulkTraits: K/V rows by cp.async.bulk, an mbarrier per stage): REVERSE=0 AB_CMD="python3
-# lab/decode_layers_time.py --heads 32:8,8:1 8:16384 64:16384 ..." (written 2026-11-29 on dbc8483's
-# csrc, not yet run; bash lab/gpu_run.sh decodebulkab runs it). decode_bulkp.diff: the same with a
-# producer warp (DecodeBulkTraits<.., true>; bash lab/gpu_run.sh decodebulkp).
+# decode_l2_128.diff: kHopperSplit and kHopperStream with a 128-byte L2 prefetch hint instead of
+# 256 (prepared 2026-11-29 from the decode lab's stream-l2-128 / split-l2-128, +0.8-3.6% on an H200;
+# bash lab/gpu_run.sh decodel2 / decodel2ab with it applied: REVERSE=1 times the tree before it).
+# portable_bwd_dq_scalar.diff / portable_bwd_dq_vec4.diff: the portable backward's dQ reductions as
+# scalar or float4 (kDqVec4) instead of float2 ones: REVERSE=0 AB_CMD="python3 lab/bwd_check.py
+# --time-only --time --portable --dtype bf16 --dims 64,128" (measured 2026-11-29 on an H200: 15%
+# and 3-4% slower; not adopted).
 # dq_release_early.diff: deterministic mode hands the dQ tile (or stage) back once the bulk additions
 # have read it, before waiting for them to complete (measured 2026-11-26 with the count-down order
 # and 2026-11-27 with the rotated walks: no gain either time; docs/perf-notes.md).

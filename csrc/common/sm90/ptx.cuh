@@ -105,8 +105,8 @@ bool sm90_kernel_is_real(Kernel* kernel) {
 // ---------------------------------------------------------------------------------------------
 // mbarriers, bulk copies, the async-proxy fence, named barriers: sm_90 instructions, not sm_90a
 // ones, defined in every device pass so that a kernel compiled for several targets may carry a
-// branch that only its sm_90 instances take (the decode kernel's bulk-copy configs,
-// ../../flash_decode/decode_traits.h); below sm_90 they trap.
+// branch that only its sm_90 instances take (lab/decode_lab.cu's read probes use them so, built
+// for sm_90a alone today); below sm_90 they trap.
 // ---------------------------------------------------------------------------------------------
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define FLASHATTN_SM90_ASM(...) asm volatile(__VA_ARGS__)
