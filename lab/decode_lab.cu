@@ -361,6 +361,13 @@ static const Variant kVariants[] = {
     variant<Replace<DecodeVariant::kHopperStream, DecodeKernelTraits<128, 4, 3, 128>>>("stream-l2-128"),
     variant<Replace<DecodeVariant::kHopperSplit, DecodeKernelTraits<128, 4, 4, 0>>>("split-l2-0"),
     variant<Replace<DecodeVariant::kHopperSplit, DecodeKernelTraits<128, 4, 4, 128>>>("split-l2-128"),
+    // ... with dense, swizzled K/V rows (DecodeSwizzleTraits) instead of padded ones: 101 and 135 KB.
+    variant<Replace<DecodeVariant::kHopperStream, DecodeSwizzleTraits<DecodeKernelTraits<128, 4, 3, 128>>>>(
+        "stream-l2-128-sw"),
+    variant<Replace<DecodeVariant::kHopperSplit, DecodeSwizzleTraits<DecodeKernelTraits<128, 4, 4, 128>>>>(
+        "split-l2-128-sw"),
+    variant<Replace<DecodeVariant::kHopperStream, DecodeSwizzleTraits<DecodeKernelTraits<128, 4, 3, 256>>>>(
+        "stream-sw"),
     // Read probes (no output: their "rel diff" is not checked): the bytes alone, as the kernel
     // reads them (per head, cp.async or bulk) and in the cache's sequential order (all heads).
     variant<ReadProbe<false, kProbeCp>>("read-head-cp"),

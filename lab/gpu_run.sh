@@ -13,7 +13,7 @@
 #                                     suite's hopper part, the standard grid               (~8 min)
 #   bash lab/gpu_run.sh decode   decode tile-config variants vs the default (lab/decode_lab.sh, ~2 min)
 #   bash lab/gpu_run.sh decodecopy the decode lab's read probes (cp.async, bulk, TMA; L2 hints) and the
-#                                     library's configs with other L2 prefetch hints          (~5 min)
+#                                     library's configs with other L2 hints and swizzled K/V rows (~6 min)
 #   bash lab/gpu_run.sh decodel2  with lab/ab/decode_l2_128.diff applied to the tree: build, the decode tests,
 #                                     memcheck/racecheck/synccheck/initcheck on the decode cases (~7 min)
 #   bash lab/gpu_run.sh decodel2ab the same tree: the diff's A/B against the tree before it as a model decodes (~5 min)
@@ -200,13 +200,16 @@ case "${1:-verify}" in
     env_info > "$OUT/env.txt" 2>&1
     step decode_lab 330 bash lab/decode_lab.sh
     ;;
-  decodecopy)  # 2026-11-29 (measured on an H200; docs/perf-notes.md "Decode: what caps the copy"): the
-               # read probes on the decode grid's shapes and the large ones, and kHopperStream/kHopperSplit
-               # with the L2 prefetch hint at 128 bytes or none; no torch, no extension build
+  decodecopy)  # 2026-11-29 (measured on an H200 but for the *-sw rows and read-head-cp-pad-l2-128; docs/
+               # perf-notes.md "Decode: what caps the copy"): the read probes on the decode grid's shapes and
+               # the large ones; kHopperStream/kHopperSplit with the L2 prefetch hint at 128 bytes or none,
+               # and with dense swizzled K/V rows (checked on D=96 ragged tails too); no torch, no build
     env_info > "$OUT/env.txt" 2>&1
-    step decode_lab_copy 200 env DECODE_LAB_ONLY=stream-l2,split-l2,read- bash lab/decode_lab.sh
-    step decode_lab_copy_large 240 env DECODE_LAB_ONLY=stream-l2,split-l2,read-head \
+    step decode_lab_copy 200 env DECODE_LAB_ONLY=stream-l2,split-l2,stream-sw,read- bash lab/decode_lab.sh
+    step decode_lab_copy_large 200 env DECODE_LAB_ONLY=stream-l2,split-l2,stream-sw,read-head-cp \
       DECODE_LAB_SHAPES="8:16384,16:32768,64:4096,64:32768,128:4096,256:4096" ./build/decode_lab
+    step decode_lab_copy_tails 100 env DECODE_LAB_ONLY=stream-l2-128-sw,split-l2-128-sw,stream-sw DECODE_LAB_D=96 \
+      DECODE_LAB_RAGGED=1 DECODE_LAB_SHAPES="1:1024,3:5000,8:4096,64:1024" ./build/decode_lab
     ;;
   decodel2)  # 2026-11-29, prepared, not yet run: kHopperSplit and kHopperStream with a 128-byte L2 prefetch
              # hint (lab/ab/decode_l2_128.diff, applied to this tree first: git apply lab/ab/decode_l2_128.diff)

@@ -57,7 +57,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kWarpN = Traits::kWarpN;
-  constexpr int kStride = Traits::kSmemStride;
+  constexpr int kStride = Traits::kSmemStride;  // Q rows
+  constexpr int kKV = Traits::kKVStride;          // K/V rows (Traits::kSwizzle: dense, swizzled)
   constexpr int kStages = Traits::kStages;
   constexpr int kNWarps = Traits::kNWarps;
   constexpr int kNTilesS = Traits::kNTilesS;
@@ -69,8 +70,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
   extern __shared__ __align__(128) unsigned char smem_raw[];
   Element* sQ = reinterpret_cast<Element*>(smem_raw);
   unsigned char* ring = smem_raw + Traits::kSmemQBytes;
-  Element* sK = reinterpret_cast<Element*>(ring);                 // [kStages][kBlockN][kStride]
-  Element* sV = sK + kStages * kBlockN * kStride;                  // [kStages][kBlockN][kStride]
+  Element* sK = reinterpret_cast<Element*>(ring);                 // [kStages][kBlockN][kKV]
+  Element* sV = sK + kStages * kBlockN * kKV;                      // [kStages][kBlockN][kKV]
   float* sO = reinterpret_cast<float*>(ring);                      // after the loop: [kNWarps][kBlockM][kOStride]
   float* sMax = reinterpret_cast<float*>(ring + Traits::kSmemRingBytes);  // [kNWarps][kBlockM]
   float* sSum = sMax + kNWarps * kBlockM;                          // [kNWarps][kBlockM]
@@ -151,8 +152,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
                          head_kv * p.k_head_stride + chunk * 8 + (kPaged ? 0 : row0 * p.k_row_stride);
   const Element* v_src = static_cast<const Element*>(p.v_cache) + (kPaged ? 0 : batch * p.v_batch_stride) +
                          head_kv * p.v_head_stride + chunk * 8 + (kPaged ? 0 : row0 * p.v_row_stride);
-  const uint32_t k_dst = smem_addr(sK + row0 * kStride + chunk * 8);
-  const uint32_t v_dst = smem_addr(sV + row0 * kStride + chunk * 8);
+  // Every row this thread copies is row0 mod 8 (Traits::kSwizzle asserts kRowsPerPass % 8 == 0).
+  const int chunk_at = Traits::kSwizzle ? (chunk & ~7) | ((chunk ^ row0) & 7) : chunk;
+  const uint32_t k_dst = smem_addr(sK + row0 * kKV + chunk_at * 8);
+  const uint32_t v_dst = smem_addr(sV + row0 * kKV + chunk_at * 8);
   // Rows at or past key_end read as zeros: they are masked, and V must be finite there (0 * NaN
   // would poison O; cache entries past seqlen_k may hold anything).
   auto load_block = [&](const int nb, const int stage) {
@@ -177,7 +180,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
         for (int j = 0; j < kPassesPerGroup; ++j) {
           const int i = g * kPassesPerGroup + j;  // the pass: rows row0 + i * kRowsPerPass of the tile
           const bool pred = col_ok && gkey0 + row0 + j * kRowsPerPass < key_end;
-          const uint32_t dst_off = off + i * kRowsPerPass * kStride * 2;
+          const uint32_t dst_off = off + i * kRowsPerPass * kKV * 2;
           cp_async_16_l2<Traits::kL2Prefetch>(k_dst + dst_off, kg + j * kRowsPerPass * p.k_row_stride, pred);
           cp_async_16_l2<Traits::kL2Prefetch>(v_dst + dst_off, vg + j * kRowsPerPass * p.v_row_stride, pred);
         }
@@ -189,7 +192,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
 #pragma unroll
       for (int i = 0; i < Traits::kPasses; ++i) {
         const bool pred = col_ok && key0 + row0 + i * kRowsPerPass < key_end;
-        const uint32_t dst_off = off + i * kRowsPerPass * kStride * 2;
+        const uint32_t dst_off = off + i * kRowsPerPass * kKV * 2;
         cp_async_16_l2<Traits::kL2Prefetch>(k_dst + dst_off, pred ? kp : k_src, pred);
         cp_async_16_l2<Traits::kL2Prefetch>(v_dst + dst_off, pred ? vp : v_src, pred);
         kp += kRowsPerPass * p.k_row_stride;
@@ -229,8 +232,20 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
   //  V (B operand, .trans):    key warp*kWarpN + lane%8 + 8*((lane/8)%2), column half lane/16
   //  (plus 16 keys per further k16 slice)
   const uint32_t q_base = smem_addr(sQ + (lane % 16) * kStride + (lane / 16) * 8);
-  const uint32_t k_base = smem_addr(sK + (warp * kWarpN + lane % 8 + (lane / 16) * 8) * kStride + ((lane / 8) % 2) * 8);
-  const uint32_t v_base = smem_addr(sV + (warp * kWarpN + lane % 8 + ((lane / 8) % 2) * 8) * kStride + (lane / 16) * 8);
+  //  K/V swizzled (Traits::kSwizzle): the chunk of 16 bytes a lane reads moves within its 128-byte
+  //  line by (row mod 8) = lane % 8; k_sw / v_sw hold that XOR with the lane's own chunk bit.
+  const int k_sw = ((lane / 8) % 2) ^ (lane % 8), v_sw = (lane / 16) ^ (lane % 8);
+  const uint32_t k_base = smem_addr(sK + (warp * kWarpN + lane % 8 + (lane / 16) * 8) * kKV +
+                                    (Traits::kSwizzle ? 0 : ((lane / 8) % 2) * 8));
+  const uint32_t v_base = smem_addr(sV + (warp * kWarpN + lane % 8 + ((lane / 8) % 2) * 8) * kKV +
+                                    (Traits::kSwizzle ? 0 : (lane / 16) * 8));
+  // Byte offset of 16-column group j (0..kHeadDim/16-1) of a K (or V) row from k_base (v_base).
+  auto k_col = [&](const int j) -> uint32_t {
+    return Traits::kSwizzle ? ((2 * j) & ~7) * 16 + (((2 * j) & 7) ^ k_sw) * 16 : j * 32;
+  };
+  auto v_col = [&](const int j) -> uint32_t {
+    return Traits::kSwizzle ? ((2 * j) & ~7) * 16 + (((2 * j) & 7) ^ v_sw) * 16 : j * 32;
+  };
 
   int stage = 0;                // stage of the block being computed
   int load_stage = kStages - 1;  // stage the next prefetch fills
@@ -256,7 +271,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
 #pragma unroll
       for (int ks = 0; ks < Traits::kKSlices; ++ks) {  // 16 keys each
         uint32_t b[4];
-        ldmatrix_x4(b, k_base + stage_off + ks * 16 * kStride * 2 + kk * 32);
+        ldmatrix_x4(b, k_base + stage_off + ks * 16 * kKV * 2 + k_col(kk));
         mma_m16n8k16<Element>(s[0][2 * ks], a, b[0], b[1]);
         mma_m16n8k16<Element>(s[0][2 * ks + 1], a, b[2], b[3]);
       }
@@ -289,7 +304,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
 #pragma unroll
       for (int np = 0; np < kNTilesO / 2; ++np) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, v_base + stage_off + ks * 16 * kStride * 2 + np * 32);
+        ldmatrix_x4_trans(b, v_base + stage_off + ks * 16 * kKV * 2 + v_col(np));
         mma_m16n8k16<Element>(o[0][2 * np], pa, b[0], b[1]);
         mma_m16n8k16<Element>(o[0][2 * np + 1], pa, b[2], b[3]);
       }

@@ -72,6 +72,10 @@ struct DecodeKernelTraits {
   static constexpr int kRowsPerPass = kNThreads / kChunksPerRow;  // K/V rows one cp.async pass covers
   static constexpr int kPasses = kBlockN / kRowsPerPass;
 
+  // K/V rows: padded as above, or dense with 16-byte chunks XOR-swizzled within each 128-byte line
+  // (DecodeSwizzleTraits).
+  static constexpr bool kSwizzle = false;
+  static constexpr int kKVStride = kSmemStride;  // elements
   static constexpr int kStageBytes = kBlockN * kSmemStride * 2;  // one stage of K (or of V)
   static constexpr int kSmemQBytes = kBlockM * kSmemStride * 2;
   static constexpr int kSmemKVBytes = 2 * kStages * kStageBytes;
@@ -93,6 +97,24 @@ struct DecodeKernelTraits {
                 "the passes of a stage tile whole 16-row groups, each inside one page");
   static_assert(kStages >= 2, "at least double buffering");
   static_assert(kSmemQBytes % 128 == 0 && kSmemRingBytes % 16 == 0, "16-byte aligned regions");
+};
+
+// A config's K/V rows dense (kHeadDim elements, no padding) with chunk c of row r stored at chunk
+// (c & ~7) | ((c ^ r) & 7): the 8 rows of an ldmatrix phase still hit 8 distinct bank groups, and
+// a cp.async row fills whole 128-byte lines (a padded row straddles one more line). Lab-only
+// (lab/decode_lab.cu's *-sw variants): whether the padding costs the copy on the bandwidth-bound
+// grids (docs/perf-notes.md "Decode: what caps the copy").
+template <typename Base>
+struct DecodeSwizzleTraits : Base {
+  static constexpr bool kSwizzle = true;
+  static constexpr int kKVStride = Base::kHeadDim;
+  static constexpr int kStageBytes = Base::kBlockN * kKVStride * 2;
+  static constexpr int kSmemKVBytes = 2 * Base::kStages * kStageBytes;
+  static constexpr int kSmemRingBytes = kSmemKVBytes > Base::kSmemOBytes ? kSmemKVBytes : Base::kSmemOBytes;
+  static constexpr int kSmemBytes = Base::kSmemQBytes + kSmemRingBytes + Base::kSmemStatsBytes;
+  static_assert(Base::kChunksPerRow % 8 == 0, "whole 128-byte lines a row");
+  static_assert(Base::kRowsPerPass % 8 == 0, "a thread's rows share their swizzle (row mod 8)");
+  static_assert(kSmemRingBytes % 128 == 0, "stages start on 128-byte lines");
 };
 
 // Four kinds of config. kPortable, one per head dim, every one under the 99 KB per block of
