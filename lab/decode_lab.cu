@@ -171,7 +171,7 @@ using Replace = InPlaceOf<LibraryConfig<kReplaced>, Traits>;
 // for V: does splitting rows into two 128-byte boxes cost? kStages: the ring (3: 96 KB, two CTAs
 // per SM; 5: 160 KB, one CTA with four stages in flight). kDst: per head, the shared-memory
 // bytes a row takes (256: dense; 272: the kernel's padded rows, 16 bytes past a 128-byte line).
-// kHint: cp.async's L2 prefetch size.
+// kHint: cp.async's L2 prefetch size, or kProbeTmaRow's L2 promotion (the library's maps: 256).
 enum ProbeCopy : int { kProbeCp = 0, kProbeBulk = 1, kProbeMix = 2, kProbeTma = 3, kProbeTmaRow = 4 };
 template <bool kAllHeads, int kCopy, int kStages = 3, int kDst = 256, int kHint = 256>
 __global__ void __launch_bounds__(128)
@@ -269,22 +269,29 @@ __global__ void __launch_bounds__(128)
 static unsigned* g_sink = nullptr;
 
 // A [B, S, H, D=128] bf16 tensor's map with box 128 columns x 64 rows and no swizzle (whole rows),
-// for kProbeTmaRow; the library's encode_tma_4d makes 64-column boxes with the 128-byte swizzle.
-static bool encode_whole_rows(CUtensorMap* map, const sm90::TmaTensor& t) {
+// for kProbeTmaRow, L2 promotion `l2` bytes (0, 128, 256); the library's encode_tma_4d makes
+// 64-column boxes with the 128-byte swizzle and 256-byte promotion.
+static bool encode_whole_rows(CUtensorMap* map, const sm90::TmaTensor& t, int l2) {
   using Fn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
                           const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
                           CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
   void* ptr = nullptr;
   cudaDriverEntryPointQueryResult status{};
-  if (cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &ptr, cudaEnableDefault, &status) != cudaSuccess ||
-      status != cudaDriverEntryPointSuccess)
-    return false;
+#if CUDART_VERSION >= 12050
+  const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &status);
+#else
+  const cudaError_t err = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &ptr, cudaEnableDefault, &status);
+#endif
+  if (err != cudaSuccess || status != cudaDriverEntryPointSuccess) return false;
   const cuuint64_t dims[4] = {cuuint64_t(t.head_dim), cuuint64_t(t.seqlen), cuuint64_t(t.heads), cuuint64_t(t.batch)};
   const cuuint64_t strides[3] = {cuuint64_t(t.row_stride * 2), cuuint64_t(t.head_stride * 2), cuuint64_t(t.batch_stride * 2)};
   const cuuint32_t box[4] = {128, 64, 1, 1}, elem[4] = {1, 1, 1, 1};
   return reinterpret_cast<Fn>(ptr)(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(t.ptr), dims, strides, box,
                                    elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+                                   l2 == 256   ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+                                   : l2 == 128 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+                                               : CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 template <bool kAllHeads, int kCopy, int kStages = 3, int kDst = 256, int kHint = 256>
@@ -304,7 +311,7 @@ struct ReadProbe {
       sm90::TmaTensor v = k;
       v.ptr = p.v_cache, v.batch_stride = p.v_batch_stride, v.row_stride = p.v_row_stride, v.head_stride = p.v_head_stride;
       const bool ok = kCopy == kProbeTma ? sm90::encode_tma_4d(&tk, k, true, 64) && sm90::encode_tma_4d(&tv, v, true, 64)
-                                         : encode_whole_rows(&tk, k) && encode_whole_rows(&tv, v);
+                                         : encode_whole_rows(&tk, k, kHint) && encode_whole_rows(&tv, v, kHint);
       if (!ok) {
         std::printf("read-head-tma: the driver did not encode the tensor maps\n");
         std::exit(1);
@@ -375,6 +382,8 @@ static const Variant kVariants[] = {
     variant<ReadProbe<false, kProbeMix>>("read-head-mix"),
     variant<ReadProbe<false, kProbeTma>>("read-head-tma"),
     variant<ReadProbe<false, kProbeTmaRow>>("read-head-tmarow"),
+    variant<ReadProbe<false, kProbeTmaRow, 3, 256, 128>>("read-head-tmarow-l2-128"),
+    variant<ReadProbe<false, kProbeTmaRow, 3, 256, 0>>("read-head-tmarow-l2-0"),
     variant<ReadProbe<false, kProbeTma, 5>>("read-head-tma-s5"),
     variant<ReadProbe<false, kProbeBulk, 5>>("read-head-bulk-s5"),
     variant<ReadProbe<false, kProbeCp, 5>>("read-head-cp-s5"),

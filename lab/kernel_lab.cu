@@ -31,12 +31,12 @@ void time_config(const char* name, int S, bool causal) {
   p.set_causal(causal ? CausalMode::kTopLeft : CausalMode::kNone);
   cudaEvent_t a, b;
   CHECK(cudaEventCreate(&a)); CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 5; ++i) CHECK(run_fwd<Traits, __nv_bfloat16>(p, 0));
+  for (int i = 0; i < 5; ++i) CHECK(run_fwd<Traits, __nv_bfloat16, false>(p, 0));
   CHECK(cudaDeviceSynchronize());
   std::vector<float> ms;
   for (int i = 0; i < 20; ++i) {
     CHECK(cudaEventRecord(a));
-    CHECK(run_fwd<Traits, __nv_bfloat16>(p, 0));
+    CHECK(run_fwd<Traits, __nv_bfloat16, false>(p, 0));
     CHECK(cudaEventRecord(b));
     CHECK(cudaEventSynchronize(b));
     float t; CHECK(cudaEventElapsedTime(&t, a, b)); ms.push_back(t);

@@ -319,3 +319,39 @@ def test_kernel_identity_matches_bodies_apart_from_names_labels_and_block_size()
     assert ki.split_kernels(_ptx(("k_contig", 344, 264)))["k_contig"].body != base.body
     # Labels keep their block numbers: two blocks of one function stay distinct.
     assert any("$L__BB_2" in line for line in base.body) and not any("$L__BB0" in line for line in base.body)
+
+
+# The lab's CUDA programs (lab/README.md), compiled as their scripts or header lines build them, for
+# sm_90a and object code only: a GPU run that finds its lab broken costs device time. Programs that
+# take a tile config (LAB_CONFIG_FILE) get the first one their script builds.
+LAB_PROGRAMS: dict[str, tuple[list[str], str | None]] = {
+    "bwd_lab.cu": (["-DLAB_D=64"], "LAB(128,128,8,2,2,4,1);"),
+    "bwd_preprocess_lab.cu": ([], None),
+    "decode_lab.cu": (["--expt-relaxed-constexpr"], None),
+    "initcheck_tma.cu": ([], None),
+    "kernel_lab.cu": (["-DLAB_D=64"], "LAB(128,64,4);"),
+    "mufu_bench.cu": ([], None),
+    "sm90_bwd_lab.cu": (["--expt-relaxed-constexpr"], None),
+    "sm90_lab.cu": (["--expt-relaxed-constexpr", "-lineinfo"], None),
+}
+# Host programs that compare with CuTe: they need CUTLASS's headers, which their scripts fetch.
+LAB_PROGRAMS_WITH_CUTLASS = ("sm90_bwd_desc_check.cu", "sm90_desc_check.cu")
+
+
+def test_every_lab_program_is_compiled_here() -> None:
+    on_disk = sorted(p.name for p in (ROOT / "lab").glob("*.cu"))
+    assert on_disk == sorted([*LAB_PROGRAMS, *LAB_PROGRAMS_WITH_CUTLASS])
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name", sorted(LAB_PROGRAMS))
+def test_lab_program_compiles(name: str, tmp_path: pathlib.Path) -> None:
+    flags, config = LAB_PROGRAMS[name]
+    cmd = [NVCC, "-std=c++17", "-O3", f"-I{ROOT / 'csrc'}", "-gencode=arch=compute_90a,code=sm_90a", *flags]
+    if config is not None:
+        inc = tmp_path / "config.inc"
+        inc.write_text(config + "\n")
+        cmd.append(f'-DLAB_CONFIG_FILE="{inc}"')
+    cmd += ["-c", str(ROOT / "lab" / name), "-o", str(tmp_path / "lab.o")]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, f"{name} does not compile:\n{r.stderr[-4000:]}"
