@@ -272,26 +272,17 @@ static unsigned* g_sink = nullptr;
 // for kProbeTmaRow, L2 promotion `l2` bytes (0, 128, 256); the library's encode_tma_4d makes
 // 64-column boxes with the 128-byte swizzle and 256-byte promotion.
 static bool encode_whole_rows(CUtensorMap* map, const sm90::TmaTensor& t, int l2) {
-  using Fn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
-                          const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                          CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  void* ptr = nullptr;
-  cudaDriverEntryPointQueryResult status{};
-#if CUDART_VERSION >= 12050
-  const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &status);
-#else
-  const cudaError_t err = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &ptr, cudaEnableDefault, &status);
-#endif
-  if (err != cudaSuccess || status != cudaDriverEntryPointSuccess) return false;
+  const sm90::EncodeTiledFn encode = sm90::encode_tiled_fn();
+  if (encode == nullptr) return false;
   const cuuint64_t dims[4] = {cuuint64_t(t.head_dim), cuuint64_t(t.seqlen), cuuint64_t(t.heads), cuuint64_t(t.batch)};
   const cuuint64_t strides[3] = {cuuint64_t(t.row_stride * 2), cuuint64_t(t.head_stride * 2), cuuint64_t(t.batch_stride * 2)};
   const cuuint32_t box[4] = {128, 64, 1, 1}, elem[4] = {1, 1, 1, 1};
-  return reinterpret_cast<Fn>(ptr)(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(t.ptr), dims, strides, box,
-                                   elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                                   l2 == 256   ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B
-                                   : l2 == 128 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
-                                               : CU_TENSOR_MAP_L2_PROMOTION_NONE,
-                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(t.ptr), dims, strides, box, elem,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                l2 == 256   ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+                : l2 == 128 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+                            : CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 template <bool kAllHeads, int kCopy, int kStages = 3, int kDst = 256, int kHint = 256>

@@ -33,6 +33,10 @@ def load(path: str) -> tuple[dict[str, int], list[list[str]]]:
     return {k: i for i, k in enumerate(header)}, [r for r in rows if len(r) == len(header)]
 
 
+def stall_reasons(ix: dict[str, int]) -> list[str]:
+    return [k for k in ix if k.startswith("stall_") and "Not Issued" not in k]
+
+
 def opcode(sass: str) -> str:
     words = [w for w in sass.split() if not w.startswith("@")]
     return words[0] if words else "?"
@@ -40,7 +44,7 @@ def opcode(sass: str) -> str:
 
 def compare(ours: str, theirs: str, reason: str) -> int:
     (ia, ra), (ib, rb) = load(ours), load(theirs)
-    reasons = [k for k in ia if k.startswith("stall_") and "Not Issued" not in k and k in ib]
+    reasons = [k for k in stall_reasons(ia) if k in ib]
     tot = {k: (sum(num(r[ia[k]]) for r in ra), sum(num(r[ib[k]]) for r in rb)) for k in reasons}
     print(f"{'samples':24s} {'ours':>9s} {'theirs':>9s} {'excess':>9s}")
     for k in sorted(reasons, key=lambda k: tot[k][1] - tot[k][0]):
@@ -51,17 +55,19 @@ def compare(ours: str, theirs: str, reason: str) -> int:
     for name, ix, rows in (("ours", ia, ra), ("theirs", ib, rb)):
         fam: dict[str, float] = {}
         for r in rows:
-            fam[opcode(r[1]).split(".")[0]] = fam.get(opcode(r[1]).split(".")[0], 0.0) + num(r[ix[reason]])
+            family = opcode(r[1]).split(".")[0]
+            fam[family] = fam.get(family, 0.0) + num(r[ix[reason]])
         total = sum(fam.values()) or 1.0
         top = sorted(fam.items(), key=lambda kv: -kv[1])[:6]
         print(f"{name} {reason[6:]} by opcode: " + ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in top))
         kinds: dict[str, list[float]] = {}
+        wavefronts = ix.get("L1 Wavefronts Shared")
         for r in rows:
             op = opcode(r[1])
             if op.startswith(("LDSM", "LDS", "STS", "LDGSTS", "HMMA", "HGMMA", "RED", "BAR")):
                 k = kinds.setdefault(op, [0.0, 0.0])
                 k[0] += num(r[ix["Instructions Executed"]])
-                k[1] += num(r[ix.get("L1 Wavefronts Shared", 0)]) if "L1 Wavefronts Shared" in ix else 0.0
+                k[1] += num(r[wavefronts]) if wavefronts is not None else 0.0
         for op, (n, w) in sorted(kinds.items()):
             print(f"  {name:6s} {op:40s} {n / 1e6:9.2f} M executed, {w / 1e6:9.2f} M shared wavefronts")
     return 0
@@ -72,8 +78,7 @@ def main(argv: list[str]) -> int:
         return compare(argv[1], argv[2], argv[3] if len(argv) > 3 else "stall_mio")
     path, n = argv[0], int(argv[1]) if len(argv) > 1 else 25
     ix, rows = load(path)
-    header = list(ix)
-    reasons = [k for k in header if k.startswith("stall_") and "Not Issued" not in k]
+    reasons = stall_reasons(ix)
     samples, executed = ix["Warp Stall Sampling (All Samples)"], ix["Instructions Executed"]
     total = sum(num(r[samples]) for r in rows) or 1.0
     by_reason = sorted(((sum(num(r[ix[k]]) for r in rows), k) for k in reasons), reverse=True)

@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
   const Element* v_src = static_cast<const Element*>(p.v_cache) + (kPaged ? 0 : batch * p.v_batch_stride) +
                          head_kv * p.v_head_stride + chunk * 8 + (kPaged ? 0 : row0 * p.v_row_stride);
   // Every row this thread copies is row0 mod 8 (Traits::kSwizzle asserts kRowsPerPass % 8 == 0).
-  const int chunk_at = Traits::kSwizzle ? (chunk & ~7) | ((chunk ^ row0) & 7) : chunk;
+  const int chunk_at = Traits::kSwizzle ? decode_swizzled_chunk(chunk, row0) : chunk;
   const uint32_t k_dst = smem_addr(sK + row0 * kKV + chunk_at * 8);
   const uint32_t v_dst = smem_addr(sV + row0 * kKV + chunk_at * 8);
   // Rows at or past key_end read as zeros: they are masked, and V must be finite there (0 * NaN
@@ -232,19 +232,23 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
   //  V (B operand, .trans):    key warp*kWarpN + lane%8 + 8*((lane/8)%2), column half lane/16
   //  (plus 16 keys per further k16 slice)
   const uint32_t q_base = smem_addr(sQ + (lane % 16) * kStride + (lane / 16) * 8);
-  //  K/V swizzled (Traits::kSwizzle): the chunk of 16 bytes a lane reads moves within its 128-byte
-  //  line by (row mod 8) = lane % 8; k_sw / v_sw hold that XOR with the lane's own chunk bit.
-  const int k_sw = ((lane / 8) % 2) ^ (lane % 8), v_sw = (lane / 16) ^ (lane % 8);
+  //  K/V swizzled (Traits::kSwizzle): the bases hold the row only; the lane's 16-byte chunk of
+  //  column group j (2 j plus its half) is placed by its row, whose mod 8 is lane % 8.
   const uint32_t k_base = smem_addr(sK + (warp * kWarpN + lane % 8 + (lane / 16) * 8) * kKV +
                                     (Traits::kSwizzle ? 0 : ((lane / 8) % 2) * 8));
   const uint32_t v_base = smem_addr(sV + (warp * kWarpN + lane % 8 + ((lane / 8) % 2) * 8) * kKV +
                                     (Traits::kSwizzle ? 0 : (lane / 16) * 8));
-  // Byte offset of 16-column group j (0..kHeadDim/16-1) of a K (or V) row from k_base (v_base).
-  auto k_col = [&](const int j) -> uint32_t {
-    return Traits::kSwizzle ? ((2 * j) & ~7) * 16 + (((2 * j) & 7) ^ k_sw) * 16 : j * 32;
-  };
-  auto v_col = [&](const int j) -> uint32_t {
-    return Traits::kSwizzle ? ((2 * j) & ~7) * 16 + (((2 * j) & 7) ^ v_sw) * 16 : j * 32;
+  // Byte offset of 16-column group j (0..kHeadDim/16-1) of a K row (is_v false) or V row from
+  // k_base (v_base). Swizzled, the lane's chunk is 2 j + half = 2 j ^ half (its half of the group:
+  // K (lane / 8) % 2, V lane / 16), placed as decode_swizzled_chunk(2 j ^ half, lane), the XORs
+  // regrouped so that lane ^ half is one register and 2 j a constant.
+  auto col = [&](const int j, auto is_v) -> uint32_t {
+    if constexpr (Traits::kSwizzle) {
+      const int half = decltype(is_v)::value ? lane / 16 : (lane / 8) % 2;
+      return decode_swizzled_chunk(2 * j, lane ^ half) * 16;
+    } else {
+      return j * 32;
+    }
   };
 
   int stage = 0;                // stage of the block being computed
@@ -271,7 +275,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
 #pragma unroll
       for (int ks = 0; ks < Traits::kKSlices; ++ks) {  // 16 keys each
         uint32_t b[4];
-        ldmatrix_x4(b, k_base + stage_off + ks * 16 * kKV * 2 + k_col(kk));
+        ldmatrix_x4(b, k_base + stage_off + ks * 16 * kKV * 2 + col(kk, std::false_type{}));
         mma_m16n8k16<Element>(s[0][2 * ks], a, b[0], b[1]);
         mma_m16n8k16<Element>(s[0][2 * ks + 1], a, b[2], b[3]);
       }
@@ -304,7 +308,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
 #pragma unroll
       for (int np = 0; np < kNTilesO / 2; ++np) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, v_base + stage_off + ks * 16 * kKV * 2 + v_col(np));
+        ldmatrix_x4_trans(b, v_base + stage_off + ks * 16 * kKV * 2 + col(np, std::true_type{}));
         mma_m16n8k16<Element>(o[0][2 * np], pa, b[0], b[1]);
         mma_m16n8k16<Element>(o[0][2 * np + 1], pa, b[2], b[3]);
       }

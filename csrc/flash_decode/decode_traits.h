@@ -99,11 +99,13 @@ struct DecodeKernelTraits {
   static_assert(kSmemQBytes % 128 == 0 && kSmemRingBytes % 16 == 0, "16-byte aligned regions");
 };
 
-// A config's K/V rows dense (kHeadDim elements, no padding) with chunk c of row r stored at chunk
-// (c & ~7) | ((c ^ r) & 7): the 8 rows of an ldmatrix phase still hit 8 distinct bank groups, and
+// A config's K/V rows dense (kHeadDim elements, no padding) with 16-byte chunk c of row r stored at
+// chunk decode_swizzled_chunk(c, r) = (c & ~7) | ((c ^ r) & 7): the 8 rows of an ldmatrix phase still hit 8 distinct bank groups, and
 // a cp.async row fills whole 128-byte lines (a padded row straddles one more line). Lab-only
 // (lab/decode_lab.cu's *-sw variants): whether the padding costs the copy on the bandwidth-bound
 // grids (docs/perf-notes.md "Decode: what caps the copy").
+constexpr int decode_swizzled_chunk(int chunk, int row) { return (chunk & ~7) | ((chunk ^ row) & 7); }
+
 template <typename Base>
 struct DecodeSwizzleTraits : Base {
   static constexpr bool kSwizzle = true;

@@ -11,12 +11,6 @@
 namespace flashattn {
 namespace sm90 {
 
-namespace {
-
-using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
 EncodeTiledFn encode_tiled_fn() {
   static const EncodeTiledFn fn = []() -> EncodeTiledFn {
     void* ptr = nullptr;
@@ -35,6 +29,8 @@ EncodeTiledFn encode_tiled_fn() {
   }();
   return fn;
 }
+
+namespace {
 
 constexpr int64_t kMaxStrideBytes = int64_t(1) << 40;
 

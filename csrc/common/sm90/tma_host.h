@@ -10,6 +10,12 @@
 namespace flashattn {
 namespace sm90 {
 
+// The driver's cuTensorMapEncodeTiled, looked up once (nullptr when the driver lacks it).
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiledFn encode_tiled_fn();
+
 // One [B, S, H, D] tensor with element strides (last dimension contiguous).
 struct TmaTensor {
   const void* ptr;
