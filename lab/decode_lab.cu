@@ -7,7 +7,7 @@
 // graphs in alternating samples so clock drift hits both alike, and checked against the baseline's
 // output. Bandwidth = K/V bytes read / time (above the DRAM's where the caches sit in L2).
 //
-//   bash lab/decode_lab.sh          (on a GPU machine; ~1 min; DECODE_LAB_ONLY=stream-l2,read- for some rows)
+//   bash lab/decode_lab.sh          (on a GPU machine; ~1 min; DECODE_LAB_ONLY=stream-,read- for some rows)
 //
 // The read-* rows are probes, not configs: kernels that only read the K/V bytes (per head as the
 // split kernel, or whole rows of all heads in the cache's sequential order; by cp.async or by bulk
@@ -353,19 +353,18 @@ static const Variant kVariants[] = {
     RULE("rule-w4-s2-p256", 4, 2, 256, 16),
     RULE("rule-w2n32-s3-p256", 2, 3, 256, 32),
     RULE("rule-w4-s4-p256", 4, 4, 256, 16),
-    // kHopperStream and kHopperSplit with cp.async's L2 prefetch hint at 128 bytes or none (the
-    // read probes: the 256-byte hint caps a full grid at ~4.25 TB/s on an H200, 4.6+ without).
-    variant<Replace<DecodeVariant::kHopperStream, DecodeKernelTraits<128, 4, 3, 0>>>("stream-l2-0"),
-    variant<Replace<DecodeVariant::kHopperStream, DecodeKernelTraits<128, 4, 3, 128>>>("stream-l2-128"),
-    variant<Replace<DecodeVariant::kHopperSplit, DecodeKernelTraits<128, 4, 4, 0>>>("split-l2-0"),
-    variant<Replace<DecodeVariant::kHopperSplit, DecodeKernelTraits<128, 4, 4, 128>>>("split-l2-128"),
-    // ... with dense, swizzled K/V rows (DecodeSwizzleTraits) instead of padded ones: 101 and 135 KB.
-    variant<Replace<DecodeVariant::kHopperStream, DecodeSwizzleTraits<DecodeKernelTraits<128, 4, 3, 128>>>>(
-        "stream-l2-128-sw"),
-    variant<Replace<DecodeVariant::kHopperSplit, DecodeSwizzleTraits<DecodeKernelTraits<128, 4, 4, 128>>>>(
-        "split-l2-128-sw"),
+    // kHopperStream and kHopperSplit as they were before their rows were swizzled (padded rows, the
+    // 256-byte L2 prefetch hint: the library until 2026-11-29), and padded with the hint at 128
+    // bytes or none (the read probes: the 256-byte hint caps a full grid at ~4.25 TB/s on an H200,
+    // 4.6 without); swizzled with the 256-byte hint.
+    variant<Replace<DecodeVariant::kHopperStream, DecodeKernelTraits<128, 4, 3, 256>>>("stream-pad-l2-256"),
+    variant<Replace<DecodeVariant::kHopperStream, DecodeKernelTraits<128, 4, 3, 128>>>("stream-pad-l2-128"),
+    variant<Replace<DecodeVariant::kHopperStream, DecodeKernelTraits<128, 4, 3, 0>>>("stream-pad-l2-0"),
+    variant<Replace<DecodeVariant::kHopperSplit, DecodeKernelTraits<128, 4, 4, 256>>>("split-pad-l2-256"),
+    variant<Replace<DecodeVariant::kHopperSplit, DecodeKernelTraits<128, 4, 4, 128>>>("split-pad-l2-128"),
+    variant<Replace<DecodeVariant::kHopperSplit, DecodeKernelTraits<128, 4, 4, 0>>>("split-pad-l2-0"),
     variant<Replace<DecodeVariant::kHopperStream, DecodeSwizzleTraits<DecodeKernelTraits<128, 4, 3, 256>>>>(
-        "stream-sw"),
+        "stream-sw-l2-256"),
     // Read probes (no output: their "rel diff" is not checked): the bytes alone, as the kernel
     // reads them (per head, cp.async or bulk) and in the cache's sequential order (all heads).
     variant<ReadProbe<false, kProbeCp>>("read-head-cp"),

@@ -14,9 +14,11 @@
 #   bash lab/gpu_run.sh decode   decode tile-config variants vs the default (lab/decode_lab.sh, ~2 min)
 #   bash lab/gpu_run.sh decodecopy the decode lab's read probes (cp.async, bulk, TMA; L2 hints) and the
 #                                     library's configs with other L2 hints and swizzled K/V rows (~6 min)
-#   bash lab/gpu_run.sh decodel2  with lab/ab/decode_l2_128.diff applied to the tree: build, the decode tests,
+#   bash lab/gpu_run.sh decodesw  kHopperSplit/kHopperStream on swizzled rows with a 128-byte L2 hint: build, the decode tests,
 #                                     memcheck/racecheck/synccheck/initcheck on the decode cases (~7 min)
-#   bash lab/gpu_run.sh decodel2ab the same tree: the diff's A/B against the tree before it as a model decodes (~5 min)
+#   bash lab/gpu_run.sh decodebench build, the suite's decode benchmark grids (eager and CUDA-graph replays) with SDPA
+#                                     and FlashAttention-3 alongside, and their report (~7 min)
+#   bash lab/gpu_run.sh decodeswab lab/ab/decode_swizzle_l2_128.diff's A/B against the tree before it as a model decodes (~5 min)
 #   bash lab/gpu_run.sh explore  verify + the Hopper lab's variant A/B + the decode lab + the
 #                                     machine ceilings: the experiments, proved correct first (~7 min)
 #   bash lab/gpu_run.sh diagnose Nsight Compute on our forward kernel vs cuDNN's (lab/ncu_fwd.sh),
@@ -200,29 +202,36 @@ case "${1:-verify}" in
     env_info > "$OUT/env.txt" 2>&1
     step decode_lab 330 bash lab/decode_lab.sh
     ;;
-  decodecopy)  # 2026-11-29 (measured on an H200 but for the *-sw rows and read-head-cp-pad-l2-128; docs/
-               # perf-notes.md "Decode: what caps the copy"): the read probes on the decode grid's shapes and
-               # the large ones; kHopperStream/kHopperSplit with the L2 prefetch hint at 128 bytes or none,
-               # and with dense swizzled K/V rows (checked on D=96 ragged tails too); no torch, no build
+  decodecopy)  # 2026-11-29 (measured on an H200; docs/perf-notes.md "Decode: what caps the copy"): the read
+               # probes on the decode grid's shapes and the large ones; kHopperStream/kHopperSplit padded
+               # (as before 2026-11-29) with the L2 prefetch hint at 256, 128 bytes or none, against the
+               # library's swizzled rows (checked on D=96 ragged tails too); no torch, no build
     env_info > "$OUT/env.txt" 2>&1
-    step decode_lab_copy 200 env DECODE_LAB_ONLY=stream-l2,split-l2,stream-sw,read- bash lab/decode_lab.sh
-    step decode_lab_copy_large 200 env DECODE_LAB_ONLY=stream-l2,split-l2,stream-sw,read-head-cp \
+    step decode_lab_copy 200 env DECODE_LAB_ONLY=stream-,split-,read- bash lab/decode_lab.sh
+    step decode_lab_copy_large 200 env DECODE_LAB_ONLY=stream-,split-,read-head-cp \
       DECODE_LAB_SHAPES="8:16384,16:32768,64:4096,64:32768,128:4096,256:4096" ./build/decode_lab
-    step decode_lab_copy_tails 100 env DECODE_LAB_ONLY=stream-l2-128-sw,split-l2-128-sw,stream-sw DECODE_LAB_D=96 \
+    step decode_lab_copy_tails 100 env DECODE_LAB_ONLY=stream-pad-l2-256,split-pad-l2-256,stream-sw DECODE_LAB_D=96 \
       DECODE_LAB_RAGGED=1 DECODE_LAB_SHAPES="1:1024,3:5000,8:4096,64:1024" ./build/decode_lab
     ;;
-  decodel2)  # 2026-11-29, prepared, not yet run: kHopperSplit and kHopperStream with a 128-byte L2 prefetch
-             # hint (lab/ab/decode_l2_128.diff, applied to this tree first: git apply lab/ab/decode_l2_128.diff)
+  decodesw)  # 2026-11-29: kHopperSplit and kHopperStream on dense swizzled K/V rows with a 128-byte L2
+             # prefetch hint (lab/ab/decode_swizzle_l2_128.diff, in the tree): build, the decode and split
+             # tests, the four sanitizers on the decode cases, the decode lab against the padded configs
     env_info > "$OUT/env.txt" 2>&1
     step build 420 bash lab/gpu_build.sh
     step pytest_decode 200 "${pytest_ci[@]}" tests/kernels/test_kvcache.py tests/kernels/test_fwd_split_gpu.py -ra
     sanitize_steps 90 auto decode decode memcheck racecheck synccheck initcheck
+    step decode_lab_sw 200 env DECODE_LAB_ONLY=stream-pad-l2-256,split-pad-l2-256 bash lab/decode_lab.sh
     ;;
-  decodel2ab)  # 2026-11-29, prepared, not yet run: decode_l2_128.diff's A/B (the tree with it applied
-               # against the tree before it) as a model decodes, CUDA-graph replays
+  decodebench)  # the decode grids of benchmarks/test_bench_decode.py (eager and replayed), every peer in .whl
     env_info > "$OUT/env.txt" 2>&1
-    step ab_decode_l2 540 env PATCH=decode_l2_128.diff REVERSE=1 OUT="$OUT/ab" \
-      AB_CMD="python3 lab/decode_layers_time.py --heads 32:8,8:1 1:16384 8:16384 16:32768 64:4096 128:4096" \
+    ensure_built
+    step bench_decode 480 env BENCH_MARKERS="bench and decode" bash benchmarks/run_benchmarks.sh "$OUT/bench"
+    ;;
+  decodeswab)  # 2026-11-29: decode_swizzle_l2_128.diff's A/B (REVERSE=1: A is the tree before it) as a
+               # model decodes, CUDA-graph replays, FlashAttention-3 and SDPA alongside
+    env_info > "$OUT/env.txt" 2>&1
+    step ab_decode_sw 540 env PATCH=decode_swizzle_l2_128.diff REVERSE=1 OUT="$OUT/ab" \
+      AB_CMD="python3 lab/decode_layers_time.py --heads 32:8,8:1 1:1024 1:16384 8:4096 8:16384 16:32768 64:1024 64:4096 128:4096" \
       bash lab/ab/run_ab.sh
     ;;
   explore)  # written-but-never-run experiments after a quiet spell: correctness first, then timings
@@ -518,7 +527,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|decodecopy|decodel2|decodel2ab|portablesource|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|decodecopy|decodesw|decodeswab|decodebench|portablesource|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -100,10 +100,10 @@ struct DecodeKernelTraits {
 };
 
 // A config's K/V rows dense (kHeadDim elements, no padding) with 16-byte chunk c of row r stored at
-// chunk decode_swizzled_chunk(c, r) = (c & ~7) | ((c ^ r) & 7): the 8 rows of an ldmatrix phase still hit 8 distinct bank groups, and
-// a cp.async row fills whole 128-byte lines (a padded row straddles one more line). Lab-only
-// (lab/decode_lab.cu's *-sw variants): whether the padding costs the copy on the bandwidth-bound
-// grids (docs/perf-notes.md "Decode: what caps the copy").
+// chunk decode_swizzled_chunk(c, r) = (c & ~7) | ((c ^ r) & 7): the 8 rows of an ldmatrix phase
+// still hit 8 distinct bank groups, and a cp.async row fills whole 128-byte lines where a padded
+// row straddles one more (on an H200 the padded rows' copies read ~4% less: docs/perf-notes.md
+// "Decode: what caps the copy").
 constexpr int decode_swizzled_chunk(int chunk, int row) { return (chunk & ~7) | ((chunk ^ row) & 7); }
 
 template <typename Base>
@@ -123,37 +123,43 @@ struct DecodeSwizzleTraits : Base {
 // sm86/sm89, so a single instantiation serves sm80, sm89 and sm90: on the H100 (228 KB per SM)
 // they run 3, 3 and 2 CTAs per SM, i.e. 96-110 KB of K/V in flight per SM at steady state, far
 // above the ~25 KB/us * ~1.5 us latency that 3.3 TB/s over 132 SMs needs. Three sm90 configs for
-// D = 128, their K/V copies with a 256-byte L2 prefetch hint (+1.2-1.7% on the bandwidth-bound
-// shapes, lab/decode_lab.cu, docs/perf-notes.md "Decode under graph replay"):
-//   kHopper        8 warps, 128-key steps, 2 stages, one CTA per SM: the planner's first plan,
-//                  and what runs a requested split count;
+// D = 128 (docs/perf-notes.md "Decode under graph replay", "Decode: what caps the copy"):
+//   kHopper        8 warps, 128-key steps, 2 stages, one CTA per SM, padded rows, a 256-byte L2
+//                  prefetch hint (+1.2-1.7% on the H100's bandwidth-bound shapes): the planner's
+//                  first plan, and what runs a requested split count;
 //   kHopperSplit   4 warps, 64-key steps, 4 stages: three blocks in flight, wherever kHopper's plan
 //                  splits the keys (small batches: a split's CTA streams a few blocks, latency-bound,
 //                  often from L2): +3-16%;
-//   kHopperStream  4 warps, 64-key steps, 3 stages, 107 KB: two CTAs per SM, wherever kHopper's
-//                  plan leaves the keys unsplit (the large grids: B >= 16 at GQA 32:8). On an H200
-//                  (4.8 TB/s) kHopper's one CTA per SM read 3.8 TB/s and this config 4.2-4.3:
-//                  +5-17% on every unsplit grid measured; on an H100 within -0.6..+2.1%.
-// Their 107-142 KB fit sm80's 163 KB too, but they were measured only on sm90, so the planner picks
+//   kHopperStream  4 warps, 64-key steps, 3 stages: two CTAs per SM, wherever kHopper's plan leaves
+//                  the keys unsplit (the large grids: B >= 16 at GQA 32:8). On an H200 (4.8 TB/s)
+//                  kHopper's one CTA per SM read 3.8 TB/s and this config 4.2-4.3: +5-17% on every
+//                  unsplit grid measured; on an H100 within -0.6..+2.1%.
+// kHopperSplit and kHopperStream keep their K/V rows dense and swizzled (DecodeSwizzleTraits) and
+// hint 128 bytes of L2 prefetch: on an H200 the 256-byte hint caps a full grid's cp.async reads at
+// ~4.25 TB/s where 128 bytes read 4.55, and padded rows cost ~4% more; together +4-11% over the
+// padded 256-byte configs on the decode grid (lab/decode_lab.cu keeps those as *-pad-l2-256).
+// Their 101-134 KB fit sm80's 163 KB too, but they were measured only on sm90, so the planner picks
 // them there only (decode_pick_variant, decode_prefer_split_config, decode_prefer_stream_config).
 enum class DecodeVariant : int { kPortable = 0, kHopper = 1, kHopperSplit = 2, kHopperStream = 3 };
 
 template <int kHeadDim, DecodeVariant kVariant = DecodeVariant::kPortable>
 struct DecodeTileConfig;
 
-#define FLASHATTN_DECODE_CONFIG(D, V, NW, ST, PF)              \
+#define FLASHATTN_DECODE_CONFIG(D, V, ...)                    \
   template <>                                                 \
   struct DecodeTileConfig<D, DecodeVariant::V> {              \
-    using Traits = DecodeKernelTraits<D, NW, ST, PF>;         \
+    using Traits = __VA_ARGS__;                               \
   }
 
-//                      head dim variant      warps stages L2 prefetch  BlockN   smem (bytes)
-FLASHATTN_DECODE_CONFIG(64,  kPortable,    4, 3, 0);    //          64       58432 (57.1 KB)
-FLASHATTN_DECODE_CONFIG(128, kPortable,    4, 2, 0);    //          64       74816 (73.1 KB)
-FLASHATTN_DECODE_CONFIG(256, kPortable,    2, 2, 0);    //          32       76480 (74.7 KB)
-FLASHATTN_DECODE_CONFIG(128, kHopper,      8, 2, 256);  //         128      145216 (141.8 KB)
-FLASHATTN_DECODE_CONFIG(128, kHopperSplit, 4, 4, 256);  //          64      144448 (141.1 KB)
-FLASHATTN_DECODE_CONFIG(128, kHopperStream, 4, 3, 256); //          64      109632 (107.1 KB)
+// head dim, variant, traits (head dim, warps, stages, L2 prefetch bytes)      BlockN   smem (bytes)
+FLASHATTN_DECODE_CONFIG(64, kPortable, DecodeKernelTraits<64, 4, 3, 0>);          //  64   58432 (57.1 KB)
+FLASHATTN_DECODE_CONFIG(128, kPortable, DecodeKernelTraits<128, 4, 2, 0>);        //  64   74816 (73.1 KB)
+FLASHATTN_DECODE_CONFIG(256, kPortable, DecodeKernelTraits<256, 2, 2, 0>);        //  32   76480 (74.7 KB)
+FLASHATTN_DECODE_CONFIG(128, kHopper, DecodeKernelTraits<128, 8, 2, 256>);        // 128  145216 (141.8 KB)
+FLASHATTN_DECODE_CONFIG(128, kHopperSplit,
+                        DecodeSwizzleTraits<DecodeKernelTraits<128, 4, 4, 128>>); //  64  136256 (133.1 KB)
+FLASHATTN_DECODE_CONFIG(128, kHopperStream,
+                        DecodeSwizzleTraits<DecodeKernelTraits<128, 4, 3, 128>>); //  64  103488 (101.1 KB)
 
 #undef FLASHATTN_DECODE_CONFIG
 

@@ -10,9 +10,10 @@
 # before the score GEMMs (measured 2026-11-26: D=128 +1%, D=64 -2%; not adopted).
 # dq_store_after_next_s.diff: D <= 128 stores step t's dQ after step t+1's S^T GEMM is issued
 # (measured 2026-11-26: 0-1% slower; not adopted). Both apply to commit 7a2a2e5's csrc.
-# decode_l2_128.diff: kHopperSplit and kHopperStream with a 128-byte L2 prefetch hint instead of
-# 256 (prepared 2026-11-29 from the decode lab's stream-l2-128 / split-l2-128, +0.8-3.6% on an H200;
-# bash lab/gpu_run.sh decodel2 / decodel2ab with it applied: REVERSE=1 times the tree before it).
+# decode_swizzle_l2_128.diff: kHopperSplit and kHopperStream on dense swizzled K/V rows with a 128-byte
+# L2 prefetch hint instead of padded rows with 256 (2026-11-29, from the decode lab's split-l2-128-sw /
+# stream-l2-128-sw, +4-11% on an H200; in the tree: REVERSE=1 times the tree before it; bash
+# lab/gpu_run.sh decodeswab).
 # tma_l2_128.diff: the Hopper paths' TMA maps (forward, backward, FP8) with 128-byte L2 promotion
 # instead of 256 (prepared 2026-11-29, not yet run; first the decode lab's read-head-tmarow-l2-*
 # probes, bash lab/gpu_run.sh decodecopy): REVERSE=0 AB_CMD="python3 lab/fwd_time.py", then
