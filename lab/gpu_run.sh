@@ -38,6 +38,10 @@
 #   bash lab/gpu_run.sh tailsplit build, the backward tests, the split last wave's A/B vs no split and cuDNN (~5 min)
 #   bash lab/gpu_run.sh portableab the portable backward: lab/ab/portable_bwd_lean_dq.diff's A/B with FA2 alongside (~8 min)
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
+#   bash lab/gpu_run.sh portableswizzle the portable backward's D=128 tile with swizzled Q/dO rows (lab/ab/
+#                                     portable_bwd_swizzle_qdo_d128.diff): its A/B with FA2, the copy kept in build/ab-swizzle (~7 min)
+#   bash lab/gpu_run.sh portableswizzlecheck then, in build/ab-swizzle: the backward tests on the portable path,
+#                                     memcheck/racecheck/synccheck on its small dense cases (~4 min)
 #   bash lab/gpu_run.sh portablesource ncu source counters (stalls per SASS instruction) of the portable
 #                                     backward's main kernel and FlashAttention-2's, D=64 S=4k (~5 min)
 #   bash lab/gpu_run.sh fwdcheck  on a built tree: memcheck/racecheck/synccheck on small dense cases, the
@@ -292,6 +296,25 @@ case "${1:-verify}" in
     step bench_fwd_causal 300 env FLASHATTN_BENCH_IMPLS="${FLASHATTN_BENCH_IMPLS:-flashattn,sdpa-default,fa3}" \
       BENCH_MARKERS="bench and standard" BENCH_K="bf16 and causal" bash benchmarks/run_benchmarks.sh "$OUT/bench"
     ;;
+  portableswizzle)  # 2026-11-29 (measured on an H200 with D=64 and D=128 swizzled: D=64 +4-8%, landed; D=128
+                     # +1-4% with an 8-byte spill on sm_90a, not adopted): the portable backward's D=128 large
+                     # tile with Q and dO rows dense and XOR-swizzled (lab/ab/portable_bwd_swizzle_qdo_d128.diff,
+                     # REVERSE=0: B is the patched copy, kept in build/ab-swizzle)
+    env_info > "$OUT/env.txt" 2>&1
+    step ab_swizzle_qdo 540 env PATCH=portable_bwd_swizzle_qdo_d128.diff REVERSE=0 AB_COPY="$PWD/build/ab-swizzle" OUT="$OUT/ab" \
+      AB_CMD="python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128" bash lab/ab/run_ab.sh
+    ;;
+  portableswizzlecheck)  # after portableswizzle on the same machine: the patched copy's correctness
+    env_info > "$OUT/env.txt" 2>&1
+    copy="$PWD/build/ab-swizzle"
+    step pytest_swizzled 300 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q \
+      -p no:cacheprovider tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py -k portable -ra"
+    for tool in memcheck racecheck synccheck; do
+      extra=""; [ $tool = racecheck ] && extra="--racecheck-report hazard"
+      step ${tool}_swizzled 150 bash -c "cd '$copy' && PYTHONPATH='$copy' SANITIZE_BACKENDS=portable compute-sanitizer \
+        --tool $tool $extra --error-exitcode 99 python3 lab/sanitize_small.py --only dense --quick"
+    done
+    ;;
   portableland)  # 2026-11-27: after a portable-backward change: build, its tests, the sanitizers on the
                   # portable path alone (dense and packed small cases), the timing against FA2 and cuDNN
     env_info > "$OUT/env.txt" 2>&1
@@ -527,7 +550,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|decodecopy|decodesw|decodeswab|decodebench|portablesource|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|decodecopy|decodesw|decodeswab|decodebench|portablesource|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

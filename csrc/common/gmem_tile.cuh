@@ -5,20 +5,27 @@
 // address advances by one uniform stride per pass. Deriving each chunk's row and column from a
 // flat index instead made the compiler hoist one 64-bit address per chunk out of the main loop,
 // some 80 registers, and the kernel spilled.
+//
+// The tile's rows are kStride elements apart. kSwizzle: dense rows (whole 128-byte lines) with
+// each chunk at swizzled_chunk_128b (swizzle.h); a thread's rows step by kRowsPerPass, a multiple
+// of 8, so its chunk's place is the same in every row it copies.
 #pragma once
 
 #include <cstdint>
 
 #include "ptx.cuh"
+#include "swizzle.h"
 
 namespace flashattn {
 
-template <typename Traits, int kRows, typename Element>
+template <typename Traits, int kRows, typename Element, int kStride = Traits::kSmemStride, bool kSwizzle = false>
 struct GmemTileLoader {
   static constexpr int kChunksPerRow = Traits::kChunksPerRow;
   static constexpr int kRowsPerPass = Traits::kNThreads / kChunksPerRow;
   static constexpr int kPasses = (kRows + kRowsPerPass - 1) / kRowsPerPass;
   static_assert(kRowsPerPass >= 1, "one pass must cover at least one row");
+  static_assert(!kSwizzle || (kChunksPerRow % 8 == 0 && kRowsPerPass % 8 == 0 && kStride * 2 % 128 == 0),
+                "swizzled: whole 128-byte lines a row, a thread's rows one value mod 8");
 
   const Element* src;  // this thread's chunk in row 0 of the tensor's (batch, head) slice
   uint32_t dst;        // this thread's chunk in row 0 of the shared tile
@@ -32,7 +39,8 @@ struct GmemTileLoader {
     row0 = tid < kRowsPerPass * kChunksPerRow ? tid / kChunksPerRow : kRows;
     col_ok = c * 8 < head_dim;
     src = base + c * 8 + (row0 < kRows ? row0 : 0) * row_stride;
-    dst = smem_addr(smem_tile + (row0 < kRows ? row0 : 0) * Traits::kSmemStride + c * 8);
+    const int row = row0 < kRows ? row0 : 0;
+    dst = smem_addr(smem_tile + row * kStride + (kSwizzle ? swizzled_chunk_128b(c, row) : c) * 8);
   }
 
   // Copies rows [first_row, first_row + kRows) of the slice into the tile at dst_offset bytes
@@ -45,7 +53,7 @@ struct GmemTileLoader {
       const int r = row0 + i * kRowsPerPass;
       if (kRows % kRowsPerPass == 0 || r < kRows) {
         const bool pred = col_ok && r < rows_valid;
-        cp_async_16(dst + dst_offset + i * kRowsPerPass * Traits::kSmemStride * 2, pred ? p : src, pred);
+        cp_async_16(dst + dst_offset + i * kRowsPerPass * kStride * 2, pred ? p : src, pred);
       }
       p += kRowsPerPass * row_stride;
     }

@@ -99,7 +99,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, kVarlen ? 1 : 0)
     flash_bwd_kernel(const __grid_constant__ BwdParams p, const int num_n_blocks) {
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
-  constexpr int kStride = Traits::kSmemStride;
+  constexpr int kStride = Traits::kSmemStride;  // K, V rows
+  constexpr int kQStride = Traits::kQStride;     // Q, dO rows
   constexpr int kPStride = Traits::kPStride;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -196,9 +197,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, kVarlen ? 1 : 0)
       q_head = static_cast<const Element*>(p.q) + batch * p.q_batch_stride + hq * p.q_head_stride;
       do_head = static_cast<const Element*>(p.dout) + batch * p.do_batch_stride + hq * p.do_head_stride;
     }
-    const GmemTileLoader<Traits, kBlockM, Element> ql(q_head, p.q_row_stride, sQ, p.head_dim);
-    const GmemTileLoader<Traits, kBlockM, Element> dl(do_head, p.do_row_stride, sdO,
-                                                      p.head_dim);
+    using QLoader = GmemTileLoader<Traits, kBlockM, Element, Traits::kQStride, Traits::kSwizzleQdO>;
+    const QLoader ql(q_head, p.q_row_stride, sQ, p.head_dim);
+    const QLoader dl(do_head, p.do_row_stride, sdO, p.head_dim);
     ql.load(m0, seqlen_q() - m0, stage_bytes, p.q_row_stride);
     dl.load(m0, seqlen_q() - m0, stage_bytes, p.do_row_stride);
     if (threadIdx.x < kBlockM) {
@@ -253,18 +254,34 @@ __global__ void __launch_bounds__(Traits::kNThreads, kVarlen ? 1 : 0)
   //  A operand stored [k][m], .trans (dS in phase C, from dS^T): k-row lane%8 + 8*(lane/16), m-half (lane/8)%2
   // All from one shared-window base, so that the distance between two buffers is an immediate
   // offset of the ldmatrix/st.shared that uses it rather than a register of its own.
+  //  Q, dO swizzled (Traits::kSwizzleQdO): the lane's chunk placed by its row (every row a lane
+  //  reads is that row plus a multiple of 8), each later column offset applied by q_off.
   const uint32_t smem0 = smem_addr(smem_raw);
   auto at = [&](const Element* buf, int elem) {
     return smem0 + static_cast<uint32_t>((buf - sK) + elem) * 2u;
   };
+  auto q_at = [&](const Element* buf, int row, int col) {  // col: the lane's first column, a multiple of 8
+    return at(buf, row * kQStride + (Traits::kSwizzleQdO ? swizzled_chunk_128b(col / 8, row) * 8 : col));
+  };
+  // A lane's Q/dO address `rows` elements (whole rows) and `cols` columns past `addr`; swizzled,
+  // the columns' in-line bits are an XOR (../common/swizzle.h), not an immediate offset.
+  auto q_off = [](uint32_t addr, int rows, int cols) -> uint32_t {
+    if constexpr (Traits::kSwizzleQdO) {
+      const uint32_t in_line = static_cast<uint32_t>(cols * 2) & 127u;
+      return (in_line != 0 ? addr ^ in_line : addr) + (static_cast<uint32_t>(cols * 2) & ~127u) +
+             static_cast<uint32_t>(rows) * 2u;
+    } else {
+      return addr + (rows + cols) * 2;
+    }
+  };
   const uint32_t a_k = at(sK, (a_row0 + lane % 16) * kStride + (lane / 16) * 8);
   const uint32_t a_v = at(sV, (a_row0 + lane % 16) * kStride + (lane / 16) * 8);
-  const uint32_t a_q = at(sQ, (a_col0 + lane % 8 + (lane / 16) * 8) * kStride + ((lane / 8) % 2) * 8);
-  const uint32_t a_do = at(sdO, (a_col0 + lane % 8 + (lane / 16) * 8) * kStride + ((lane / 8) % 2) * 8);
+  const uint32_t a_q = q_at(sQ, a_col0 + lane % 8 + (lane / 16) * 8, ((lane / 8) % 2) * 8);
+  const uint32_t a_do = q_at(sdO, a_col0 + lane % 8 + (lane / 16) * 8, ((lane / 8) % 2) * 8);
   const uint32_t b_p = at(sP, (b_row0 + lane % 16) * kPStride + (lane / 16) * 8);
   const uint32_t b_ds = at(sdS, (b_row0 + lane % 16) * kPStride + (lane / 16) * 8);
-  const uint32_t b_do = at(sdO, (lane % 8 + ((lane / 8) % 2) * 8) * kStride + b_col0 + (lane / 16) * 8);
-  const uint32_t b_q = at(sQ, (lane % 8 + ((lane / 8) % 2) * 8) * kStride + b_col0 + (lane / 16) * 8);
+  const uint32_t b_do = q_at(sdO, lane % 8 + ((lane / 8) % 2) * 8, b_col0 + (lane / 16) * 8);
+  const uint32_t b_q = q_at(sQ, lane % 8 + ((lane / 8) % 2) * 8, b_col0 + (lane / 16) * 8);
   const uint32_t c_ds = at(sdS, (lane % 8 + (lane / 16) * 8) * kPStride + c_row0 + ((lane / 8) % 2) * 8);
   const uint32_t c_k = at(sK, (lane % 8 + ((lane / 8) % 2) * 8) * kStride + c_col0 + (lane / 16) * 8);
   // Where this lane writes P^T / dS^T: row lane/4 (+8), column pair (lane%4)*2 of each accumulator tile.
@@ -301,7 +318,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kVarlen ? 1 : 0)
         uint32_t a[kAMTiles][4];
 #pragma unroll
         for (int mt = 0; mt < kAMTiles; ++mt) ldmatrix_x4(a[mt], a_base + (mt * 16 * kStride + kk * 16) * 2);
-        const uint32_t b_addr = b_base + kk * 16 * 2;
+        const uint32_t b_addr = q_off(b_base, 0, kk * 16);
         if constexpr (kANTiles == 1) {
           uint32_t bf[2];
           ldmatrix_x2(bf, b_addr);
@@ -311,7 +328,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kVarlen ? 1 : 0)
 #pragma unroll
           for (int np = 0; np < kANTiles / 2; ++np) {
             uint32_t bf[4];
-            ldmatrix_x4(bf, b_addr + np * 16 * kStride * 2);
+            ldmatrix_x4(bf, b_addr + np * 16 * kQStride * 2);
 #pragma unroll
             for (int mt = 0; mt < kAMTiles; ++mt) {
               mma_m16n8k16<Element>(acc[mt][2 * np], a[mt], bf[0], bf[1]);
@@ -405,8 +422,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, kVarlen ? 1 : 0)
 #pragma unroll
       for (int np = 0; np < kBNTiles / 2; ++np) {
         uint32_t bd[4], bq[4];
-        ldmatrix_x4_trans(bd, b_do + q_stage + (kk * 16 * kStride + np * 16) * 2);
-        ldmatrix_x4_trans(bq, b_q + q_stage + (kk * 16 * kStride + np * 16) * 2);
+        ldmatrix_x4_trans(bd, q_off(b_do + q_stage, kk * 16 * kQStride, np * 16));
+        ldmatrix_x4_trans(bq, q_off(b_q + q_stage, kk * 16 * kQStride, np * 16));
 #pragma unroll
         for (int mt = 0; mt < kBMTiles; ++mt) {
           mma_m16n8k16<Element>(dv[mt][2 * np], ap[mt], bd[0], bd[1]);

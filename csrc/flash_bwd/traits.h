@@ -11,7 +11,7 @@
 namespace flashattn {
 
 template <int kHeadDim_, int kBlockN_, int kBlockM_, int kNWarps_, int kAWarpsN_, int kBWarpsN_, int kCWarpsM_,
-          int kStages_>
+          int kStages_, bool kSwizzleQdO_ = false>
 struct BwdKernelTraits {
   static constexpr int kHeadDim = kHeadDim_;  // head dim the tile is built for (runtime d <= this)
   static constexpr int kBlockN = kBlockN_;    // keys per thread block
@@ -43,22 +43,36 @@ struct BwdKernelTraits {
   // after it (mainloop.cuh).
   static constexpr bool kLoadBeforeDq = true;
 
-  // Rows padded by 16 bytes: an odd number of 16-byte units per row (kHeadDim and kBlockM are
-  // multiples of 16), so the 8 row addresses of an ldmatrix phase hit 8 distinct bank groups,
-  // plain or transposed, without a swizzle.
-  static constexpr int kSmemStride = kHeadDim + 8;  // K, V, Q, dO rows
+  // K, V rows padded by 16 bytes: an odd number of 16-byte units per row (kHeadDim and kBlockM
+  // are multiples of 16), so the 8 row addresses of an ldmatrix phase hit 8 distinct bank groups,
+  // plain or transposed. Q, dO rows (copied every step) the same, or (kSwizzleQdO) dense, whole
+  // 128-byte lines with their chunks XOR-swizzled by row (../common/swizzle.h): conflict-free the
+  // same way, and their cp.async rows fill whole lines (a padded row straddles one more). P^T and
+  // dS^T rows stay padded (written by st.shared, never copied).
+  // Swizzling takes a few registers (the XORs of the Q/dO addresses): on sm_80 the D=64 large
+  // tile spilled with it (36 B) where sm_89 and sm_90a fit it, so sm_80's code keeps padded rows.
+  // The shared memory requested (kSmemBytes) is the padded layout's either way: the host and every
+  // target agree on it.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+  static constexpr bool kSwizzleQdO = false;
+#else
+  static constexpr bool kSwizzleQdO = kSwizzleQdO_;
+#endif
+  static constexpr int kSmemStride = kHeadDim + 8;                           // K, V rows
+  static constexpr int kQStride = kSwizzleQdO ? kHeadDim : kHeadDim + 8;   // Q, dO rows
   static constexpr int kPStride = kBlockM + 8;      // P^T, dS^T rows (one key each)
   static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte cp.async chunks per row
 
   // Shared memory, in elements of the input dtype, then floats (lse, dpsum per query row).
   static constexpr int kSmemK = kBlockN * kSmemStride;
   static constexpr int kSmemV = kSmemK;
-  static constexpr int kSmemQStage = kBlockM * kSmemStride;
+  static constexpr int kSmemQStage = kBlockM * kQStride;
   static constexpr int kSmemQ = kStages * kSmemQStage;
   static constexpr int kSmemDO = kSmemQ;
   static constexpr int kSmemP = kBlockN * kPStride;
   static constexpr int kSmemDS = kSmemP;
-  static constexpr int kSmemElements = kSmemK + kSmemV + kSmemQ + kSmemDO + kSmemP + kSmemDS;
+  static constexpr int kSmemQPadded = kStages * kBlockM * (kHeadDim + 8);  // >= kSmemQ
+  static constexpr int kSmemElements = kSmemK + kSmemV + 2 * kSmemQPadded + kSmemP + kSmemDS;
   static constexpr int kSmemBytes = kSmemElements * 2 + 2 * kStages * kBlockM * 4;
 
   static_assert(kHeadDim % 32 == 0 && kHeadDim <= 256, "instantiated head dims are multiples of 32");
@@ -72,6 +86,12 @@ struct BwdKernelTraits {
   static_assert(kCNTiles % 2 == 0 && kHeadDim % (kCChunks * kCWarpsD * 16) == 0, "phase C: K fragments come in n8 pairs");
   static_assert(kBlockM <= kNThreads, "one thread per query row loads lse and dpsum");
   static_assert(kStages == 1 || kStages == 2, "one or two Q/dO stages");
+  // Swizzled Q/dO: a lane's ldmatrix rows keep one value mod 8 (row offsets are multiples of 8),
+  // and every compile-time column offset (k16 steps in phase A, n8 pairs of a warp's head-dim
+  // slice in phase B) leaves the lane's own chunk bits alone: a power of two n8 tiles per warp.
+  static_assert(!kSwizzleQdO || (kHeadDim % 64 == 0 && (kBNTiles & (kBNTiles - 1)) == 0 &&
+                                 (kNThreads / kChunksPerRow) % 8 == 0),
+                "swizzled Q/dO rows: whole 128-byte lines, a power of two n8 tiles per warp in phase B");
 };
 
 // Two variants per head dim, as in the forward: kLarge the fastest, kCompact fits the 99 KB per
@@ -81,25 +101,25 @@ enum class BwdTileVariant : int { kLarge = 0, kCompact = 1 };
 template <int kHeadDim, BwdTileVariant kVariant>
 struct BwdTileConfig;
 
-#define FLASHATTN_BWD_TILE_CONFIG(D, V, BN, BM, NW, AN, BN_, CM, ST)          \
+#define FLASHATTN_BWD_TILE_CONFIG(D, V, BN, BM, NW, AN, BN_, CM, ST, SW)     \
   template <>                                                                 \
   struct BwdTileConfig<D, BwdTileVariant::V> {                                \
-    using Traits = BwdKernelTraits<D, BN, BM, NW, AN, BN_, CM, ST>;            \
+    using Traits = BwdKernelTraits<D, BN, BM, NW, AN, BN_, CM, ST, SW>;        \
   }
 
-//                        head dim variant  BlockN BlockM warps A-keys B-keys C-queries stages  smem (KB)
-FLASHATTN_BWD_TILE_CONFIG(32,  kLarge,   128, 64, 8, 4, 4, 4, 2);  //  77.0
-FLASHATTN_BWD_TILE_CONFIG(64,  kLarge,   128, 128, 8, 2, 2, 4, 1); // 141.0 (over sm89's 99 KB)
-FLASHATTN_BWD_TILE_CONFIG(64,  kCompact, 128, 64, 8, 4, 4, 4, 1);  //  90.5
-FLASHATTN_BWD_TILE_CONFIG(96,  kLarge,   64,  64, 8, 4, 4, 4, 2);  //  97.0
-FLASHATTN_BWD_TILE_CONFIG(128, kLarge,   128, 64, 8, 8, 4, 2, 2);  // 176.5 (over sm80's 163 KB)
-FLASHATTN_BWD_TILE_CONFIG(128, kCompact, 64,  64, 8, 4, 4, 4, 1);  //  86.5
-FLASHATTN_BWD_TILE_CONFIG(160, kLarge,   64,  64, 8, 4, 4, 4, 2);  // 144.5 (over sm89's 99 KB)
-FLASHATTN_BWD_TILE_CONFIG(160, kCompact, 32,  64, 4, 2, 2, 4, 1);  //  72.5
-FLASHATTN_BWD_TILE_CONFIG(192, kLarge,   32,  64, 8, 2, 2, 4, 2);  // 135.0 (over sm89's 99 KB)
-FLASHATTN_BWD_TILE_CONFIG(192, kCompact, 32,  64, 8, 2, 2, 4, 1);  //  84.5
-FLASHATTN_BWD_TILE_CONFIG(256, kLarge,   64,  64, 8, 2, 2, 4, 1);  // 150.5 (over sm89's 99 KB)
-FLASHATTN_BWD_TILE_CONFIG(256, kCompact, 32,  32, 8, 2, 2, 2, 1);  //  71.2
+//                        head dim variant  BlockN BlockM warps A-keys B-keys C-queries stages swizzle  smem (KB)
+FLASHATTN_BWD_TILE_CONFIG(32,  kLarge,   128, 64, 8, 4, 4, 4, 2, false);  //  77.0
+FLASHATTN_BWD_TILE_CONFIG(64,  kLarge,   128, 128, 8, 2, 2, 4, 1, true);   // 141.0 (over sm89's 99 KB)
+FLASHATTN_BWD_TILE_CONFIG(64,  kCompact, 128, 64, 8, 4, 4, 4, 1, false);  //  90.5
+FLASHATTN_BWD_TILE_CONFIG(96,  kLarge,   64,  64, 8, 4, 4, 4, 2, false);  //  97.0
+FLASHATTN_BWD_TILE_CONFIG(128, kLarge,   128, 64, 8, 8, 4, 2, 2, false);  // 176.5 (over sm80's 163 KB)
+FLASHATTN_BWD_TILE_CONFIG(128, kCompact, 64,  64, 8, 4, 4, 4, 1, false);  //  86.5
+FLASHATTN_BWD_TILE_CONFIG(160, kLarge,   64,  64, 8, 4, 4, 4, 2, false);  // 144.5 (over sm89's 99 KB)
+FLASHATTN_BWD_TILE_CONFIG(160, kCompact, 32,  64, 4, 2, 2, 4, 1, false);  //  72.5
+FLASHATTN_BWD_TILE_CONFIG(192, kLarge,   32,  64, 8, 2, 2, 4, 2, false);  // 135.0 (over sm89's 99 KB)
+FLASHATTN_BWD_TILE_CONFIG(192, kCompact, 32,  64, 8, 2, 2, 4, 1, false);  //  84.5
+FLASHATTN_BWD_TILE_CONFIG(256, kLarge,   64,  64, 8, 2, 2, 4, 1, false);  // 150.5 (over sm89's 99 KB)
+FLASHATTN_BWD_TILE_CONFIG(256, kCompact, 32,  32, 8, 2, 2, 2, 1, false);  //  71.2
 
 #undef FLASHATTN_BWD_TILE_CONFIG
 

@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
   const Element* v_src = static_cast<const Element*>(p.v_cache) + (kPaged ? 0 : batch * p.v_batch_stride) +
                          head_kv * p.v_head_stride + chunk * 8 + (kPaged ? 0 : row0 * p.v_row_stride);
   // Every row this thread copies is row0 mod 8 (Traits::kSwizzle asserts kRowsPerPass % 8 == 0).
-  const int chunk_at = Traits::kSwizzle ? decode_swizzled_chunk(chunk, row0) : chunk;
+  const int chunk_at = Traits::kSwizzle ? swizzled_chunk_128b(chunk, row0) : chunk;
   const uint32_t k_dst = smem_addr(sK + row0 * kKV + chunk_at * 8);
   const uint32_t v_dst = smem_addr(sV + row0 * kKV + chunk_at * 8);
   // Rows at or past key_end read as zeros: they are masked, and V must be finite there (0 * NaN
@@ -240,12 +240,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, kDecodeSplitMinCtas<kPaged>
                                     (Traits::kSwizzle ? 0 : (lane / 16) * 8));
   // Byte offset of 16-column group j (0..kHeadDim/16-1) of a K row (is_v false) or V row from
   // k_base (v_base). Swizzled, the lane's chunk is 2 j + half = 2 j ^ half (its half of the group:
-  // K (lane / 8) % 2, V lane / 16), placed as decode_swizzled_chunk(2 j ^ half, lane), the XORs
+  // K (lane / 8) % 2, V lane / 16), placed as swizzled_chunk_128b(2 j ^ half, lane), the XORs
   // regrouped so that lane ^ half is one register and 2 j a constant.
   auto col = [&](const int j, auto is_v) -> uint32_t {
     if constexpr (Traits::kSwizzle) {
       const int half = decltype(is_v)::value ? lane / 16 : (lane / 8) % 2;
-      return decode_swizzled_chunk(2 * j, lane ^ half) * 16;
+      return swizzled_chunk_128b(2 * j, lane ^ half) * 16;
     } else {
       return j * 32;
     }

@@ -15,6 +15,8 @@
 
 #include <cstdint>
 
+#include "../common/swizzle.h"
+
 namespace flashattn {
 
 // Packed query rows per CTA (one m16 tile); the planner's query-tile count uses it too.
@@ -100,12 +102,10 @@ struct DecodeKernelTraits {
 };
 
 // A config's K/V rows dense (kHeadDim elements, no padding) with 16-byte chunk c of row r stored at
-// chunk decode_swizzled_chunk(c, r) = (c & ~7) | ((c ^ r) & 7): the 8 rows of an ldmatrix phase
-// still hit 8 distinct bank groups, and a cp.async row fills whole 128-byte lines where a padded
-// row straddles one more (on an H200 the padded rows' copies read ~4% less: docs/perf-notes.md
+// chunk swizzled_chunk_128b(c, r) (../common/swizzle.h): the 8 rows of an ldmatrix phase still hit
+// 8 distinct bank groups, and a cp.async row fills whole 128-byte lines where a padded row
+// straddles one more (on an H200 the padded rows' copies read ~4% less: docs/perf-notes.md
 // "Decode: what caps the copy").
-constexpr int decode_swizzled_chunk(int chunk, int row) { return (chunk & ~7) | ((chunk ^ row) & 7); }
-
 template <typename Base>
 struct DecodeSwizzleTraits : Base {
   static constexpr bool kSwizzle = true;

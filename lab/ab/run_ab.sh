@@ -10,6 +10,11 @@
 # before the score GEMMs (measured 2026-11-26: D=128 +1%, D=64 -2%; not adopted).
 # dq_store_after_next_s.diff: D <= 128 stores step t's dQ after step t+1's S^T GEMM is issued
 # (measured 2026-11-26: 0-1% slower; not adopted). Both apply to commit 7a2a2e5's csrc.
+# portable_bwd_swizzle_qdo_d128.diff: the portable backward's D=128 large tile with Q and dO rows dense and
+# XOR-swizzled (Traits::kSwizzleQdO, as the D=64 large tile has them): REVERSE=0 AB_CMD="python3
+# lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128" (bash lab/gpu_run.sh
+# portableswizzle; measured 2026-11-29 on an H200 together with D=64: D=64 +4.4-7.7%, landed; D=128
+# +1.3-3.7% but ptxas spills 8-16 bytes on every target; not adopted).
 # decode_swizzle_l2_128.diff: kHopperSplit and kHopperStream on dense swizzled K/V rows with a 128-byte
 # L2 prefetch hint instead of padded rows with 256 (2026-11-29, from the decode lab's split-l2-128-sw /
 # stream-l2-128-sw, +4-11% on an H200; in the tree: REVERSE=1 times the tree before it; bash
