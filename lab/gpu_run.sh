@@ -42,6 +42,8 @@
 #                                     portable_bwd_swizzle_qdo_d128.diff): its A/B with FA2, the copy kept in build/ab-swizzle (~7 min)
 #   bash lab/gpu_run.sh portableswizzlecheck then, in build/ab-swizzle: the backward tests on the portable path,
 #                                     memcheck/racecheck/synccheck on its small dense cases (~4 min)
+#   bash lab/gpu_run.sh tmal2ab  lab/ab/tma_l2_128.diff's A/B (TMA maps with 128-byte L2 promotion) on the FP8 forward
+#                                     against FlashAttention-3 (lab/fp8_time.py; two builds, ~7 min)
 #   bash lab/gpu_run.sh portablesource ncu source counters (stalls per SASS instruction) of the portable
 #                                     backward's main kernel and FlashAttention-2's, D=64 S=4k (~5 min)
 #   bash lab/gpu_run.sh fwdcheck  on a built tree: memcheck/racecheck/synccheck on small dense cases, the
@@ -295,6 +297,11 @@ case "${1:-verify}" in
     sanitize_dense_steps 150
     step bench_fwd_causal 300 env FLASHATTN_BENCH_IMPLS="${FLASHATTN_BENCH_IMPLS:-flashattn,sdpa-default,fa3}" \
       BENCH_MARKERS="bench and standard" BENCH_K="bf16 and causal" bash benchmarks/run_benchmarks.sh "$OUT/bench"
+    ;;
+  tmal2ab)  # 2026-11-29: the Hopper paths' TMA maps with 128-byte L2 promotion instead of 256 (lab/ab/tma_l2_128.diff,
+            # REVERSE=0: B is the patched copy), timed where bandwidth counts most, the FP8 forward
+    env_info > "$OUT/env.txt" 2>&1
+    step ab_tma_l2 560 env PATCH=tma_l2_128.diff REVERSE=0 OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
     ;;
   portableswizzle)  # 2026-11-29 (measured on an H200 with D=64 and D=128 swizzled: D=64 +4-8%, landed; D=128
                      # +1-4% with an 8-byte spill on sm_90a, not adopted): the portable backward's D=128 large
@@ -550,7 +557,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|decodecopy|decodesw|decodeswab|decodebench|portablesource|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
