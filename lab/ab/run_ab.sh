@@ -20,9 +20,8 @@
 # stream-l2-128-sw, +4-11% on an H200; in the tree: REVERSE=1 times the tree before it; bash
 # lab/gpu_run.sh decodeswab).
 # tma_l2_128.diff: the Hopper paths' TMA maps (forward, backward, FP8) with 128-byte L2 promotion
-# instead of 256 (prepared 2026-11-29, not yet run; first the decode lab's read-head-tmarow-l2-*
-# probes, bash lab/gpu_run.sh decodecopy): REVERSE=0 AB_CMD="python3 lab/fwd_time.py", then
-# AB_CMD="python3 lab/bwd_check.py --time-only --time --lean".
+# instead of 256: REVERSE=0 AB_CMD="python3 lab/fp8_time.py" (bash lab/gpu_run.sh tmal2ab; measured
+# 2026-11-29 on an H200: the FP8 forward within +-0.7%; not adopted).
 # portable_bwd_dq_scalar.diff / portable_bwd_dq_vec4.diff: the portable backward's dQ reductions as
 # scalar or float4 (kDqVec4) instead of float2 ones: REVERSE=0 AB_CMD="python3 lab/bwd_check.py
 # --time-only --time --portable --dtype bf16 --dims 64,128" (measured 2026-11-29 on an H200: 15%
