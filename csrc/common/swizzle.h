@@ -14,16 +14,26 @@
 
 #include <cstdint>
 
+// Callable from kernels without --expt-relaxed-constexpr (the lab's programs build without it) and
+// from host code compiled by the host compiler alone (decode_traits.h is).
+#if defined(__CUDACC__)
+#define FLASHATTN_SWIZZLE_FN __host__ __device__ constexpr
+#else
+#define FLASHATTN_SWIZZLE_FN constexpr
+#endif
+
 namespace flashattn {
 
-constexpr int swizzled_chunk_128b(int chunk, int row) { return (chunk & ~7) | ((chunk ^ row) & 7); }
+FLASHATTN_SWIZZLE_FN int swizzled_chunk_128b(int chunk, int row) { return (chunk & ~7) | ((chunk ^ row) & 7); }
 
 // Address of a swizzled row's element `col_elems` (a compile-time multiple of 8) past the 16-byte
 // chunk at `addr`, for 2-byte elements: the offset's in-line bits XOR-ed, its whole lines added.
 // Valid where addr's line is 128-byte aligned and the offset's in-line chunk bits are clear in
 // addr's chunk (see above).
-constexpr uint32_t swizzled_col_offset(uint32_t addr, int col_elems) {
+FLASHATTN_SWIZZLE_FN uint32_t swizzled_col_offset(uint32_t addr, int col_elems) {
   return (addr ^ (static_cast<uint32_t>(col_elems * 2) & 127u)) + (static_cast<uint32_t>(col_elems * 2) & ~127u);
 }
 
 }  // namespace flashattn
+
+#undef FLASHATTN_SWIZZLE_FN
