@@ -32,6 +32,7 @@
 #include "../common/mask.cuh"
 #include "../common/ptx.cuh"
 #include "../common/softmax_math.cuh"
+#include "../common/swizzle.h"
 #include "varlen.cuh"
 
 namespace flashattn {
@@ -264,15 +265,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, kVarlen ? 1 : 0)
     return at(buf, row * kQStride + (Traits::kSwizzleQdO ? swizzled_chunk_128b(col / 8, row) * 8 : col));
   };
   // A lane's Q/dO address `rows` elements (whole rows) and `cols` columns past `addr`; swizzled,
-  // the columns' in-line bits are an XOR (../common/swizzle.h), not an immediate offset.
+  // the columns' in-line bits are an XOR (swizzled_col_offset), not an immediate offset.
   auto q_off = [](uint32_t addr, int rows, int cols) -> uint32_t {
-    if constexpr (Traits::kSwizzleQdO) {
-      const uint32_t in_line = static_cast<uint32_t>(cols * 2) & 127u;
-      return (in_line != 0 ? addr ^ in_line : addr) + (static_cast<uint32_t>(cols * 2) & ~127u) +
-             static_cast<uint32_t>(rows) * 2u;
-    } else {
+    if constexpr (Traits::kSwizzleQdO)
+      return swizzled_col_offset(addr, cols) + static_cast<uint32_t>(rows) * 2u;
+    else
       return addr + (rows + cols) * 2;
-    }
   };
   const uint32_t a_k = at(sK, (a_row0 + lane % 16) * kStride + (lane / 16) * 8);
   const uint32_t a_v = at(sV, (a_row0 + lane % 16) * kStride + (lane / 16) * 8);

@@ -28,6 +28,23 @@ template <int D> uint32_t kernel_way(int row0, int col0, int row_elems, int cols
   return swizzled_col_offset(placed<D>(row0, col0), cols) + row_elems * 2;
 }
 
+// One ldmatrix: lane l at (row_of(l), col_of(l)) plus row_off rows and col_off columns. Counts the
+// lanes whose address formed the kernel's way is not where the copy put that element, and the
+// pairs of lanes within an 8-lane phase that share a bank group.
+template <int D, typename RowOf, typename ColOf>
+void check_ldmatrix(RowOf row_of, ColOf col_of, int row_off, int col_off, int& bad, int& conflicts) {
+  uint32_t banks[32];
+  for (int lane = 0; lane < 32; ++lane) {
+    const int row = row_of(lane), col = col_of(lane);
+    const uint32_t got = kernel_way<D>(row, col, row_off * D, col_off);
+    bad += got != placed<D>(row + row_off, col + col_off);
+    banks[lane] = (got / 16) % 8;
+  }
+  for (int ph = 0; ph < 4; ++ph)
+    for (int i = 0; i < 8; ++i)
+      for (int j = i + 1; j < 8; ++j) conflicts += banks[ph * 8 + i] == banks[ph * 8 + j];
+}
+
 template <typename T> int check(const char* name) {
   constexpr int D = T::kHeadDim;
   int bad = 0, conflicts = 0;
@@ -35,34 +52,16 @@ template <typename T> int check(const char* name) {
   // 8*((lane/8)%2) (+16 kk).
   for (int a_col0 = 0; a_col0 < T::kBlockM; a_col0 += T::kBlockM / T::kAWarpsM)
     for (int kk = 0; kk < D / 16; ++kk)
-      for (int np = 0; np < (T::kANTiles + 1) / 2; ++np) {
-        uint32_t banks[32];
-        for (int lane = 0; lane < 32; ++lane) {
-          const int row = a_col0 + lane % 8 + (lane / 16) * 8, col = ((lane / 8) % 2) * 8;
-          const uint32_t got = kernel_way<D>(row, col, np * 16 * D, kk * 16);
-          bad += got != placed<D>(row + np * 16, col + kk * 16);
-          banks[lane] = (got / 16) % 8;
-        }
-        for (int ph = 0; ph < 4; ++ph)
-          for (int i = 0; i < 8; ++i)
-            for (int j = i + 1; j < 8; ++j) conflicts += banks[ph * 8 + i] == banks[ph * 8 + j];
-      }
+      for (int np = 0; np < (T::kANTiles + 1) / 2; ++np)
+        check_ldmatrix<D>([&](int lane) { return a_col0 + lane % 8 + (lane / 16) * 8; },
+                          [](int lane) { return ((lane / 8) % 2) * 8; }, np * 16, kk * 16, bad, conflicts);
   // Phase B, dO/Q transposed [k][n]: row lane%8 + 8*((lane/8)%2) (+16 kk), column b_col0 + 8*(lane/16)
   // (+16 np).
   for (int b_col0 = 0; b_col0 < D; b_col0 += D / T::kBWarpsD)
     for (int kk = 0; kk < T::kBlockM / 16; ++kk)
-      for (int np = 0; np < T::kBNTiles / 2; ++np) {
-        uint32_t banks[32];
-        for (int lane = 0; lane < 32; ++lane) {
-          const int row = lane % 8 + ((lane / 8) % 2) * 8, col = b_col0 + (lane / 16) * 8;
-          const uint32_t got = kernel_way<D>(row, col, kk * 16 * D, np * 16);
-          bad += got != placed<D>(row + kk * 16, col + np * 16);
-          banks[lane] = (got / 16) % 8;
-        }
-        for (int ph = 0; ph < 4; ++ph)
-          for (int i = 0; i < 8; ++i)
-            for (int j = i + 1; j < 8; ++j) conflicts += banks[ph * 8 + i] == banks[ph * 8 + j];
-      }
+      for (int np = 0; np < T::kBNTiles / 2; ++np)
+        check_ldmatrix<D>([](int lane) { return lane % 8 + ((lane / 8) % 2) * 8; },
+                          [&](int lane) { return b_col0 + (lane / 16) * 8; }, kk * 16, np * 16, bad, conflicts);
   // The copy: every chunk of every row lands once, inside its own 128-byte line.
   int misplaced = 0;
   for (int row = 0; row < T::kBlockM; ++row) {
