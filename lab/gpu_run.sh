@@ -52,6 +52,10 @@
 #                                     on the portable path's small cases, its timing vs FA2 and cuDNN (~8 min)
 #   bash lab/gpu_run.sh twocta   prepared: the one-consumer two-CTA forward variants against the shipped configs
 #                                     (lab), then the FP8 calls' kernel breakdown (lab/fp8_time.py --breakdown) (~5 min)
+#   bash lab/gpu_run.sh fp8vtk   the FP8 D=128 forward's in-kernel V transpose, on a tree with lab/ab/fp8_vt_in_kernel.diff
+#                                     applied: build, a smoke run, the FP8 tests, the four sanitizers on it, errors and
+#                                     kernels against FlashAttention-3 (~4 min; measured 2026-11-30, not adopted)
+#   bash lab/gpu_run.sh fp8vtkab that diff against the tree, two builds, lab/fp8_time.py A B A B (~4 min)
 #   bash lab/gpu_run.sh fp8vt    after an FP8 V-transpose change: build, the FP8 tests, memcheck/racecheck/
 #                                     initcheck on the FP8 cases, the FP8 calls' kernel breakdown (~5 min)
 #   bash lab/gpu_run.sh detpieces lab/ab/det_dq_pieces.diff's A/B (deterministic mode's cost, D=128/256) (~4 min)
@@ -405,6 +409,25 @@ PY
     ensure_built
     step fp8_breakdown 240 python3 lab/fp8_time.py --breakdown
     ;;
+  fp8vtk)  # 2026-11-30 (measured on an H200: 10-14% slower at D=128, not adopted): the FP8 D=128 forward
+           # transposing V inside the kernel (lab/ab/fp8_vt_in_kernel.diff, applied to the tree first:
+           # patch -p1 < lab/ab/fp8_vt_in_kernel.diff): build, the small FP8 cases without a sanitizer first
+           # (a hang stops at 90 s), the FP8 tests, the four sanitizers on the FP8 cases, errors and kernels
+           # against FlashAttention-3 (lab/fp8_time.py --check --breakdown)
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash lab/gpu_build.sh
+    step fp8_smoke 90 env SANITIZE_BACKENDS=auto python3 lab/sanitize_small.py --only fp8 --quick
+    step pytest_fp8 200 "${pytest_ci[@]}" tests/kernels/test_fp8_gpu.py tests/kernels/test_fp8_cpu.py -ra
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 sanitize_steps 150 auto fp8 fp8 memcheck racecheck synccheck initcheck
+    step fp8_check 300 python3 lab/fp8_time.py --check --breakdown
+    ;;
+  fp8vtkab)  # 2026-11-30 (measured on an H200: 10-14% slower at D=128, not adopted): the in-kernel V transpose
+             # (lab/ab/fp8_vt_in_kernel.diff, REVERSE=0: B is the patched copy) against the tree, lab/fp8_time.py
+             # A B A B in two builds
+    env_info > "$OUT/env.txt" 2>&1
+    step ab_fp8_vt 580 env PATCH=fp8_vt_in_kernel.diff REVERSE=0 OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" \
+      bash lab/ab/run_ab.sh
+    ;;
   fp8vt)  # 2026-11-28: the FP8 forward's V transpose at 128 x 128 per CTA (fp8_transpose.cu): build, the FP8
           # tests, the sanitizers on the FP8 cases, the kernel breakdown against FlashAttention-3
     env_info > "$OUT/env.txt" 2>&1
@@ -557,7 +580,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|fp8vtk|fp8vtkab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -22,6 +22,13 @@
 # tma_l2_128.diff: the Hopper paths' TMA maps (forward, backward, FP8) with 128-byte L2 promotion
 # instead of 256: REVERSE=0 AB_CMD="python3 lab/fp8_time.py" (bash lab/gpu_run.sh tmal2ab; measured
 # 2026-11-29 on an H200: the FP8 forward within +-0.7%; not adopted).
+# fp8_vt_in_kernel.diff: the FP8 D=128 forward transposing V inside the kernel (warps 1-3 of the producer
+# warpgroup, ldmatrix.trans + byte permutes + stmatrix from a row-major staging ring; three stages; the
+# binding's transpose kernel and V^T scratch gone at D <= 128), with its CPU test of the lane map in
+# tests/kernels/test_fp8_cpu.py: REVERSE=0 AB_CMD="python3 lab/fp8_time.py" (bash lab/gpu_run.sh
+# fp8vtkab; measured 2026-11-30 on an H200: D=128 10-14% slower, D=256 unchanged; not adopted).
+# fp8_vt_in_kernel_4_in_flight.diff, on top of it: four transpose steps in flight a warp at 40 producer
+# registers and 232 per consumer (measured the same day: 17-21% slower than the tree).
 # portable_bwd_dq_scalar.diff / portable_bwd_dq_vec4.diff: the portable backward's dQ reductions as
 # scalar or float4 (kDqVec4) instead of float2 ones: REVERSE=0 AB_CMD="python3 lab/bwd_check.py
 # --time-only --time --portable --dtype bf16 --dims 64,128" (measured 2026-11-29 on an H200: 15%
