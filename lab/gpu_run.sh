@@ -56,6 +56,7 @@
 #                                     applied: build, a smoke run, the FP8 tests, the four sanitizers on it, errors and
 #                                     kernels against FlashAttention-3 (~4 min; measured 2026-11-30, not adopted)
 #   bash lab/gpu_run.sh fp8vtkab that diff against the tree, two builds, lab/fp8_time.py A B A B (~4 min)
+#   bash lab/gpu_run.sh fp8vtkncu the same two builds under ncu (lab/ncu_fwd.sh --fp8), one round (~5 min)
 #   bash lab/gpu_run.sh fp8vt    after an FP8 V-transpose change: build, the FP8 tests, memcheck/racecheck/
 #                                     initcheck on the FP8 cases, the FP8 calls' kernel breakdown (~5 min)
 #   bash lab/gpu_run.sh detpieces lab/ab/det_dq_pieces.diff's A/B (deterministic mode's cost, D=128/256) (~4 min)
@@ -428,6 +429,13 @@ PY
     step ab_fp8_vt 580 env PATCH=fp8_vt_in_kernel.diff REVERSE=0 OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" \
       bash lab/ab/run_ab.sh
     ;;
+  fp8vtkncu)  # prepared 2026-11-30: why the in-kernel V transpose slows the FP8 D=128 forward: ncu on the tree's
+              # kernel and the patched copy's (lab/ab/fp8_vt_in_kernel.diff), FlashAttention-3's alongside, one
+              # round (shared-memory wavefronts, bank conflicts, issue activity, stall reasons)
+    env_info > "$OUT/env.txt" 2>&1
+    step ncu_fp8_vt 580 env AB_ROUNDS=1 PATCH=fp8_vt_in_kernel.diff REVERSE=0 OUT="$OUT/ab" \
+      AB_CMD="bash lab/ncu_fwd.sh --fp8 128:4096:0 128:4096:1" bash lab/ab/run_ab.sh
+    ;;
   fp8vt)  # 2026-11-28: the FP8 forward's V transpose at 128 x 128 per CTA (fp8_transpose.cu): build, the FP8
           # tests, the sanitizers on the FP8 cases, the kernel breakdown against FlashAttention-3
     env_info > "$OUT/env.txt" 2>&1
@@ -580,7 +588,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|fp8vtk|fp8vtkab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|fp8vtk|fp8vtkab|fp8vtkncu|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

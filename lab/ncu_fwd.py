@@ -3,7 +3,10 @@
 wheel's flash_attn_interface, where it imports) per shape, inside a profiler range, for Nsight
 Compute to compare side by side (lab/ncu_fwd.sh runs it under ncu). Without ncu it just runs the
 calls. Shapes: the standard grid's (B*S = 16k, H = 2048/D), given as D:S:causal.
-usage: python lab/ncu_fwd.py 128:512:0 64:512:0 ...
+With --fp8 first: the FP8 forward instead (lab/fp8_time.py's shapes: B*S = 32k, 16 heads,
+float8_e4m3fn with [B, H] descales), flashattn's call (its V transpose kernel included where the
+head dim has one) and FlashAttention-3's; no cuDNN.
+usage: python lab/ncu_fwd.py [--fp8] 128:512:0 64:512:0 ...
 """
 
 from __future__ import annotations
@@ -17,13 +20,46 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import flashattn
 
 
+def fp8_cases(specs, fa3_mod) -> list:
+    """(label, ours, theirs) per shape: FP8 calls with their inputs made here, outside the range."""
+    cases = []
+    for d, s, causal in specs:
+        b, h = 32768 // s, 16
+        q8, k8, v8 = (torch.randn(b, s, h, d, device="cuda").to(torch.float8_e4m3fn) for _ in range(3))
+        qd, kd, vd = (torch.rand(b, h, device="cuda") * 0.5 + 0.05 for _ in range(3))
+        kw = dict(causal=bool(causal), q_descale=qd, k_descale=kd, v_descale=vd)
+        ours = (lambda q8=q8, k8=k8, v8=v8, kw=kw: flashattn.flash_attn_func(q8, k8, v8, **kw))
+        theirs = (lambda q8=q8, k8=k8, v8=v8, kw=kw: fa3_mod.flash_attn_func(q8, k8, v8, **kw)) if fa3_mod else None
+        cases.append((f"FP8 D={d} S={s} causal={int(causal)}", ours, theirs))
+    return cases
+
+
 def main(argv: list[str]) -> int:
+    fp8 = bool(argv) and argv[0] == "--fp8"
+    argv = argv[1:] if fp8 else argv
     specs = [tuple(int(x) for x in a.split(":")) for a in argv] or [(128, 512, 0)]
     try:
         import flash_attn_interface as fa3_mod  # tokenspeed-fa3
     except ImportError as exc:
         print(f"FlashAttention-3 not importable ({exc}): profiled without it")
         fa3_mod = None
+    if fp8:
+        runs = fp8_cases(specs, fa3_mod)
+        for _, ours_fn, theirs_fn in runs:  # warm up outside the profiled range
+            for _ in range(3):
+                ours_fn(), theirs_fn and theirs_fn()
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStart()
+        for label, ours_fn, theirs_fn in runs:
+            torch.cuda.nvtx.range_push(label)
+            ours_fn()
+            if theirs_fn:
+                theirs_fn()
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_pop()
+        torch.cuda.cudart().cudaProfilerStop()
+        print("profiled:", ", ".join(label for label, _, _ in runs))
+        return 0
     cases = []
     for d, s, causal in specs:
         b, h = 16384 // s, 2048 // d

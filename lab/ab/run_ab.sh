@@ -159,7 +159,7 @@ fi
 (cd "$side_b" && MAX_JOBS=8 bash lab/gpu_build.sh > "$out/ab_build_b.log" 2>&1) &
 wait
 tail -n 1 "$out/ab_build_a.log" "$out/ab_build_b.log"
-for round in 1 2; do
+for round in $(seq 1 "${AB_ROUNDS:-2}"); do  # AB_ROUNDS: 2 unless said (1 for a profiler run)
   for side in A B; do
     dir=$side_b; [ $side = A ] && dir=$side_a
     echo "=== round $round side $side"
