@@ -52,10 +52,11 @@
 #                                     on the portable path's small cases, its timing vs FA2 and cuDNN (~8 min)
 #   bash lab/gpu_run.sh twocta   prepared: the one-consumer two-CTA forward variants against the shipped configs
 #                                     (lab), then the FP8 calls' kernel breakdown (lab/fp8_time.py --breakdown) (~5 min)
-#   bash lab/gpu_run.sh fp8vtk   the FP8 D=128 forward's in-kernel V transpose, on a tree with lab/ab/fp8_vt_in_kernel.diff
+#   bash lab/gpu_run.sh fp8vtk   the FP8 D=128 forward's in-kernel V transpose, on a tree with lab/ab/fp8_vt_in_kernel*.diff
 #                                     applied: build, a smoke run, the FP8 tests, the four sanitizers on it, errors and
-#                                     kernels against FlashAttention-3 (~4 min; measured 2026-11-30, not adopted)
-#   bash lab/gpu_run.sh fp8vtkab that diff against the tree, two builds, lab/fp8_time.py A B A B (~4 min)
+#                                     kernels against FlashAttention-3 (~4 min)
+#   bash lab/gpu_run.sh fp8vtkab such a diff (FP8_VT_DIFF, default the lean form) against the tree, two builds,
+#                                     lab/fp8_time.py A B A B (~4 min)
 #   bash lab/gpu_run.sh fp8vtkncu the same two builds under ncu (lab/ncu_fwd.sh --fp8), one round (~5 min)
 #   bash lab/gpu_run.sh fp8vt    after an FP8 V-transpose change: build, the FP8 tests, memcheck/racecheck/
 #                                     initcheck on the FP8 cases, the FP8 calls' kernel breakdown (~5 min)
@@ -410,9 +411,9 @@ PY
     ensure_built
     step fp8_breakdown 240 python3 lab/fp8_time.py --breakdown
     ;;
-  fp8vtk)  # 2026-11-30 (measured on an H200: 10-14% slower at D=128, not adopted): the FP8 D=128 forward
-           # transposing V inside the kernel (lab/ab/fp8_vt_in_kernel.diff, applied to the tree first:
-           # patch -p1 < lab/ab/fp8_vt_in_kernel.diff): build, the small FP8 cases without a sanitizer first
+  fp8vtk)  # 2026-11-30: the FP8 D=128 forward transposing V inside the kernel, on a tree with one of the
+           # lab/ab/fp8_vt_in_kernel*.diff applied first (patch -p1 < ...; the first form measured on an
+           # H200 10-14% slower, not adopted; the lean form prepared): build, the small FP8 cases without a sanitizer first
            # (a hang stops at 90 s), the FP8 tests, the four sanitizers on the FP8 cases, errors and kernels
            # against FlashAttention-3 (lab/fp8_time.py --check --breakdown)
     env_info > "$OUT/env.txt" 2>&1
@@ -422,18 +423,18 @@ PY
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 sanitize_steps 150 auto fp8 fp8 memcheck racecheck synccheck initcheck
     step fp8_check 300 python3 lab/fp8_time.py --check --breakdown
     ;;
-  fp8vtkab)  # 2026-11-30 (measured on an H200: 10-14% slower at D=128, not adopted): the in-kernel V transpose
-             # (lab/ab/fp8_vt_in_kernel.diff, REVERSE=0: B is the patched copy) against the tree, lab/fp8_time.py
-             # A B A B in two builds
+  fp8vtkab)  # 2026-11-30: the in-kernel V transpose (FP8_VT_DIFF in lab/ab, REVERSE=0: B is the patched copy)
+             # against the tree, lab/fp8_time.py A B A B in two builds. Default the lean form, prepared
+             # (fp8_vt_in_kernel_lean.diff); fp8_vt_in_kernel.diff measured on an H200: 10-14% slower
     env_info > "$OUT/env.txt" 2>&1
-    step ab_fp8_vt 580 env PATCH=fp8_vt_in_kernel.diff REVERSE=0 OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" \
-      bash lab/ab/run_ab.sh
+    step ab_fp8_vt 580 env PATCH="${FP8_VT_DIFF:-fp8_vt_in_kernel_lean.diff}" REVERSE=0 OUT="$OUT/ab" \
+      AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
     ;;
   fp8vtkncu)  # prepared 2026-11-30: why the in-kernel V transpose slows the FP8 D=128 forward: ncu on the tree's
-              # kernel and the patched copy's (lab/ab/fp8_vt_in_kernel.diff), FlashAttention-3's alongside, one
+              # kernel and the patched copy's (FP8_VT_DIFF, as fp8vtkab), FlashAttention-3's alongside, one
               # round (shared-memory wavefronts, bank conflicts, issue activity, stall reasons)
     env_info > "$OUT/env.txt" 2>&1
-    step ncu_fp8_vt 580 env AB_ROUNDS=1 PATCH=fp8_vt_in_kernel.diff REVERSE=0 OUT="$OUT/ab" \
+    step ncu_fp8_vt 580 env AB_ROUNDS=1 PATCH="${FP8_VT_DIFF:-fp8_vt_in_kernel_lean.diff}" REVERSE=0 OUT="$OUT/ab" \
       AB_CMD="bash lab/ncu_fwd.sh --fp8 128:4096:0 128:4096:1" bash lab/ab/run_ab.sh
     ;;
   fp8vt)  # 2026-11-28: the FP8 forward's V transpose at 128 x 128 per CTA (fp8_transpose.cu): build, the FP8

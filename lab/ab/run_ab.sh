@@ -29,6 +29,13 @@
 # fp8vtkab; measured 2026-11-30 on an H200: D=128 10-14% slower, D=256 unchanged; not adopted).
 # fp8_vt_in_kernel_4_in_flight.diff, on top of it: four transpose steps in flight a warp at 40 producer
 # registers and 232 per consumer (measured the same day: 17-21% slower than the tree).
+# fp8_vt_in_kernel_lean.diff: the same transpose (on the tree, not on top) with its addresses in the
+# lean form (a lane constant, one operation a step: ~8 instructions a step instead of ~30), which
+# the CPU test checks against the first form's offsets: REVERSE=0 AB_CMD="python3 lab/fp8_time.py"
+# (bash lab/gpu_run.sh fp8vtkab; prepared 2026-11-30, not yet run). A diagnostic more than a
+# candidate: the first form's loss splits into ~4% for its synchronization (the sync-only run,
+# net of the 2.8% the transpose kernel costs at 4k) and ~10% for the transposition; if that 10% is
+# the consumers' issue slots, this form's is ~3%: predicted -6..-3% against the tree at D=128.
 # portable_bwd_dq_scalar.diff / portable_bwd_dq_vec4.diff: the portable backward's dQ reductions as
 # scalar or float4 (kDqVec4) instead of float2 ones: REVERSE=0 AB_CMD="python3 lab/bwd_check.py
 # --time-only --time --portable --dtype bf16 --dims 64,128" (measured 2026-11-29 on an H200: 15%
