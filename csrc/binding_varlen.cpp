@@ -7,7 +7,6 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -33,16 +32,11 @@ std::tuple<at::Tensor, at::Tensor> fwd_varlen_cuda(const at::Tensor& q_in, const
   flashattn::check_unit_last_stride(op, {&q_in, &k_in, &v_in});
   const int64_t B = flashattn::check_packing(op, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q_in);
   const int64_t total_q = q_in.size(0), Hq = q_in.size(1), D = q_in.size(2);
-  const int64_t total_k = k_in.size(0), Hk = k_in.size(1);
+  const int64_t total_k = k_in.size(0);
   flashattn::check_mask(op, causal_mode, window_left, window_right, softcap);
   flashattn::check_packed_backend(op, backend);
   const float scale = flashattn::softmax_scale_of(op, softmax_scale, D);
-  // Per-sequence offsets and window bounds are int in the kernel: 2^30 rows leave room for their sums.
-  FLASHATTN_CHECK(total_q < (int64_t{1} << 30) && total_k < (int64_t{1} << 30) && B < (int64_t{1} << 30) && Hq <= INT32_MAX,
-              op, ": sizes too large (total rows must be below 2^30)");
-  // Lengths a sequence cannot exceed; a larger max_seqlen would only launch blocks that exit at once.
-  max_seqlen_q = std::min(max_seqlen_q, total_q);
-  max_seqlen_k = std::min(max_seqlen_k, total_k);
+  flashattn::check_packed_sizes(op, B, total_q, total_k, Hq, max_seqlen_q, max_seqlen_k);
 
   const c10::cuda::CUDAGuard guard(q_in.device());
   at::Tensor out = at::empty({total_q, Hq, D}, q_in.options());
@@ -57,18 +51,9 @@ std::tuple<at::Tensor, at::Tensor> fwd_varlen_cuda(const at::Tensor& q_in, const
   const at::Tensor q = flashattn::aligned_or_copy(q_in), k = flashattn::aligned_or_copy(k_in),
                    v = flashattn::aligned_or_copy(v_in);
   flashattn::FwdParams p;
-  flashattn::set_packed(q, p.q, p.q_row_stride, p.q_head_stride);
-  flashattn::set_packed(k, p.k, p.k_row_stride, p.k_head_stride);
-  flashattn::set_packed(v, p.v, p.v_row_stride, p.v_head_stride);
-  flashattn::set_packed(out, p.o, p.o_row_stride, p.o_head_stride);
+  flashattn::set_packed(p, q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
   p.lse = lse.data_ptr<float>();
-  p.batch = static_cast<int>(B);
-  p.heads_q = static_cast<int>(Hq);
-  p.heads_kv = static_cast<int>(Hk);
-  p.head_dim = static_cast<int>(D);
   p.dtype = flashattn::dtype_of(q);
-  p.set_varlen(cu_seqlens_q.data_ptr<int>(), cu_seqlens_k.data_ptr<int>(), static_cast<int>(max_seqlen_q),
-               static_cast<int>(max_seqlen_k), static_cast<int>(total_q), static_cast<int>(total_k));
   p.set_scale(scale);
   p.set_softcap(static_cast<float>(softcap));
   p.set_mask(static_cast<CausalMode>(causal_mode), window_left, window_right);

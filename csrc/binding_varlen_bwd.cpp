@@ -8,7 +8,6 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <tuple>
 
@@ -46,12 +45,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
   flashattn::check_lse(op, lse_in, q_in, {Hq, total_q}, "[Hq, total_q]");
   flashattn::check_mask(op, causal_mode, window_left, window_right, softcap);
   const float scale = flashattn::softmax_scale_of(op, softmax_scale, D);
-  // Per-sequence offsets and window bounds are int in the kernel: 2^30 rows leave room for their sums.
-  FLASHATTN_CHECK(total_q < (int64_t{1} << 30) && total_k < (int64_t{1} << 30) && B < (int64_t{1} << 30) && Hq <= INT32_MAX,
-              op, ": sizes too large (total rows must be below 2^30)");
-  // As the forward's: lengths no sequence can exceed (a larger bound only adds blocks that exit).
-  max_seqlen_q = std::min(max_seqlen_q, total_q);
-  max_seqlen_k = std::min(max_seqlen_k, total_k);
+  flashattn::check_packed_sizes(op, B, total_q, total_k, Hq, max_seqlen_q, max_seqlen_k);
 
   const c10::cuda::CUDAGuard guard(q_in.device());
   // dq: both paths write every row (rows no sequence owns as 0). dk/dv: the kernels write the rows
@@ -77,22 +71,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
   const flashattn::DeviceLimits dev = flashattn::device_limits(q.get_device());
 
   BwdParams p;
-  flashattn::set_packed(q, p.q, p.q_row_stride, p.q_head_stride);
-  flashattn::set_packed(k, p.k, p.k_row_stride, p.k_head_stride);
-  flashattn::set_packed(v, p.v, p.v_row_stride, p.v_head_stride);
-  flashattn::set_packed(out, p.o, p.o_row_stride, p.o_head_stride);
+  flashattn::set_packed(p, q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
   flashattn::set_packed(dout, p.dout, p.do_row_stride, p.do_head_stride);
   flashattn::set_packed(dq, p.dq, p.dq_row_stride, p.dq_head_stride);
   flashattn::set_packed(dk, p.dk, p.dk_row_stride, p.dk_head_stride);
   flashattn::set_packed(dv, p.dv, p.dv_row_stride, p.dv_head_stride);
   p.lse = lse.data_ptr<float>();
-  p.batch = static_cast<int>(B);
-  p.heads_q = static_cast<int>(Hq);
-  p.heads_kv = static_cast<int>(Hk);
-  p.head_dim = static_cast<int>(D);
   p.dtype = flashattn::dtype_of(q);
-  p.set_varlen(cu_seqlens_q.data_ptr<int>(), cu_seqlens_k.data_ptr<int>(), static_cast<int>(max_seqlen_q),
-               static_cast<int>(max_seqlen_k), static_cast<int>(total_q), static_cast<int>(total_k));
   p.set_scale(scale);
   // The forward's mask and softcap, set as csrc/binding_varlen.cpp sets them, so that the backward
   // recomputes exactly the probabilities the saved lse normalizes.

@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 #include <c10/util/string_view.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
@@ -85,6 +86,24 @@ inline void set_packed(const at::Tensor& t, Ptr& ptr, int64_t& row_stride, int64
   head_stride = t.stride(1);
 }
 
+// A packed call (set_dense's counterpart): q, o [total_q, Hq, D] and k, v [total_k, Hk, D], their
+// pointers and strides, the sizes read from them and the batch's int32 cu_seqlens (batch + 1
+// offsets each, check_packing) with the max_seqlen bounds (check_packed_sizes has clamped them).
+inline void set_packed(FwdParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
+                       const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
+                       int64_t max_seqlen_k) {
+  set_packed(q, p.q, p.q_row_stride, p.q_head_stride);
+  set_packed(k, p.k, p.k_row_stride, p.k_head_stride);
+  set_packed(v, p.v, p.v_row_stride, p.v_head_stride);
+  set_packed(o, p.o, p.o_row_stride, p.o_head_stride);
+  p.batch = static_cast<int>(cu_seqlens_q.size(0) - 1);
+  p.heads_q = static_cast<int>(q.size(1));
+  p.heads_kv = static_cast<int>(k.size(1));
+  p.head_dim = static_cast<int>(q.size(2));
+  p.set_varlen(cu_seqlens_q.data_ptr<int>(), cu_seqlens_k.data_ptr<int>(), static_cast<int>(max_seqlen_q),
+               static_cast<int>(max_seqlen_k), static_cast<int>(q.size(0)), static_cast<int>(k.size(0)));
+}
+
 // ---- checks ---------------------------------------------------------------------------------------
 
 inline bool is_half_type(at::ScalarType s) { return s == at::kHalf || s == at::kBFloat16; }
@@ -151,6 +170,18 @@ inline int64_t check_packing(const char* op, const at::Tensor& cu_seqlens_q, con
   FLASHATTN_CHECK(max_seqlen_q >= 0 && max_seqlen_k >= 0, op, ": max_seqlen_q and max_seqlen_k must be >= 0, got ",
               max_seqlen_q, " and ", max_seqlen_k);
   return cu_seqlens_q.size(0) - 1;
+}
+
+// The packed kernels' limits (per-sequence offsets and window bounds are int: 2^30 rows leave room
+// for their sums), then max_seqlen_q/k clamped to the totals: no sequence is longer, and a larger
+// bound would only launch blocks that exit at once.
+inline void check_packed_sizes(const char* op, int64_t batch, int64_t total_q, int64_t total_k, int64_t heads_q,
+                               int64_t& max_seqlen_q, int64_t& max_seqlen_k) {
+  FLASHATTN_CHECK(total_q < (int64_t{1} << 30) && total_k < (int64_t{1} << 30) && batch < (int64_t{1} << 30) &&
+                      heads_q <= INT32_MAX,
+                  op, ": sizes too large (total rows must be below 2^30)");
+  max_seqlen_q = std::min(max_seqlen_q, total_q);
+  max_seqlen_k = std::min(max_seqlen_k, total_k);
 }
 
 // The scale a kernel runs with: 1/sqrt(head dim) for none, else the caller's, which must be finite.
