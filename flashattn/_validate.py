@@ -548,37 +548,12 @@ def kvcache(q, k_cache, v_cache, k, v, cache_seqlens, scale, window_size, cap, n
 # ==== the backward ops (flashattn._ops: fake kernels and the Python wrapper) ==========================
 
 
-def bwd(dout, q, k, v, out, lse) -> None:
-    """flashattn::bwd's tensors (the fake kernel runs this, so a compiled graph fails at trace time;
-    the binding checks the same)."""
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+def _bwd_tensors(op: str, dout, q, k, v, out, ndim: int, layout: str) -> None:
+    """The shapes both backward ops check alike: ranks, and out, dout, v against q's and k's (lse's
+    shape is each op's own)."""
+    if q.dim() != ndim or k.dim() != ndim or v.dim() != ndim:
         raise ValueError(
-            f"flashattn::bwd: q, k and v must be 4-D [B, S, H, D], got shapes {tuple(q.shape)}, "
-            f"{tuple(k.shape)}, {tuple(v.shape)}"
-        )
-    if out.shape != q.shape:
-        raise ValueError(f"flashattn::bwd: out must have q's shape {tuple(q.shape)}, got {tuple(out.shape)}")
-    if dout.shape != q.shape:
-        raise ValueError(f"flashattn::bwd: dout must have out's shape {tuple(q.shape)}, got {tuple(dout.shape)}")
-    if k.shape != v.shape:
-        raise ValueError(f"flashattn::bwd: k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-    b, sq, hq, _ = q.shape
-    if lse.shape != (b, hq, sq):
-        raise ValueError(f"flashattn::bwd: lse must be [B, Hq, Sq] = {[b, hq, sq]}, got {list(lse.shape)}")
-    if lse.dtype != torch.float32:
-        raise TypeError(f"flashattn::bwd: lse must be float32, got {lse.dtype}")
-    for name, t in (("dout", dout), ("k", k), ("v", v), ("out", out)):
-        if t.dtype != q.dtype:
-            raise TypeError(f"flashattn::bwd: {name}.dtype must be q's dtype {q.dtype}, got {t.dtype}")
-
-
-def bwd_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, backend_name) -> None:
-    """flashattn::bwd_varlen's arguments (its fake kernel and the Python wrapper run this; the
-    binding checks the same)."""
-    op = "flashattn::bwd_varlen"
-    if q.dim() != 3 or k.dim() != 3 or v.dim() != 3:
-        raise ValueError(
-            f"{op}: q, k and v must be 3-D [total, H, D], got shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+            f"{op}: q, k and v must be {ndim}-D {layout}, got shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
         )
     if out.shape != q.shape:
         raise ValueError(f"{op}: out must have q's shape {tuple(q.shape)}, got {tuple(out.shape)}")
@@ -586,6 +561,33 @@ def bwd_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
         raise ValueError(f"{op}: dout must have out's shape {tuple(q.shape)}, got {tuple(dout.shape)}")
     if k.shape != v.shape:
         raise ValueError(f"{op}: k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+
+
+def _bwd_dtypes(op: str, dout, q, k, v, out, lse) -> None:
+    """lse float32, every other tensor q's dtype."""
+    if lse.dtype != torch.float32:
+        raise TypeError(f"{op}: lse must be float32, got {lse.dtype}")
+    for name, t in (("dout", dout), ("k", k), ("v", v), ("out", out)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{op}: {name}.dtype must be q's dtype {q.dtype}, got {t.dtype}")
+
+
+def bwd(dout, q, k, v, out, lse) -> None:
+    """flashattn::bwd's tensors (the fake kernel runs this, so a compiled graph fails at trace time;
+    the binding checks the same)."""
+    op = "flashattn::bwd"
+    _bwd_tensors(op, dout, q, k, v, out, 4, "[B, S, H, D]")
+    b, sq, hq, _ = q.shape
+    if lse.shape != (b, hq, sq):
+        raise ValueError(f"{op}: lse must be [B, Hq, Sq] = {[b, hq, sq]}, got {list(lse.shape)}")
+    _bwd_dtypes(op, dout, q, k, v, out, lse)
+
+
+def bwd_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, backend_name) -> None:
+    """flashattn::bwd_varlen's arguments (its fake kernel and the Python wrapper run this; the
+    binding checks the same)."""
+    op = "flashattn::bwd_varlen"
+    _bwd_tensors(op, dout, q, k, v, out, 3, "[total, H, D]")
     total_q, hq, d = q.shape
     if k.shape[2] != d:
         raise ValueError(f"{op}: k's head dim must be q's {d}, got k shape {tuple(k.shape)}")
@@ -593,11 +595,7 @@ def bwd_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
         raise ValueError(f"{op}: q heads ({hq}) must be a multiple of k/v heads ({k.shape[1]})")
     if lse.shape != (hq, total_q):
         raise ValueError(f"{op}: lse must be [Hq, total_q] = {[hq, total_q]} (fwd_varlen's layout), got {list(lse.shape)}")
-    if lse.dtype != torch.float32:
-        raise TypeError(f"{op}: lse must be float32, got {lse.dtype}")
-    for name, t in (("dout", dout), ("k", k), ("v", v), ("out", out)):
-        if t.dtype != q.dtype:
-            raise TypeError(f"{op}: {name}.dtype must be q's dtype {q.dtype}, got {t.dtype}")
+    _bwd_dtypes(op, dout, q, k, v, out, lse)
     for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         if cu.dtype != torch.int32:
             raise TypeError(f"{op}: {name}.dtype must be torch.int32, got {cu.dtype}")
