@@ -58,6 +58,8 @@
 #   bash lab/gpu_run.sh fp8vtkab such a diff (FP8_VT_DIFF, default the lean form) against the tree, two builds,
 #                                     lab/fp8_time.py A B A B (~4 min)
 #   bash lab/gpu_run.sh fp8vtkncu the same two builds under ncu (lab/ncu_fwd.sh --fp8), one round (~5 min)
+#   bash lab/gpu_run.sh fwdnc176ab non-causal D=128 from 8k keys on 128 x 176 tiles (lab/ab/fwd_d128_noncausal_n176.diff)
+#                                     against the tree, lab/fwd_time.py; then the forward tests in the patched copy (~9 min)
 #   bash lab/gpu_run.sh fp8vt    after an FP8 V-transpose change: build, the FP8 tests, memcheck/racecheck/
 #                                     initcheck on the FP8 cases, the FP8 calls' kernel breakdown (~5 min)
 #   bash lab/gpu_run.sh detpieces lab/ab/det_dq_pieces.diff's A/B (deterministic mode's cost, D=128/256) (~4 min)
@@ -437,6 +439,15 @@ PY
     step ncu_fp8_vt 580 env AB_ROUNDS=1 PATCH="${FP8_VT_DIFF:-fp8_vt_in_kernel_lean.diff}" REVERSE=0 OUT="$OUT/ab" \
       AB_CMD="bash lab/ncu_fwd.sh --fp8 128:4096:0 128:4096:1" bash lab/ab/run_ab.sh
     ;;
+  fwdnc176ab)  # prepared 2026-11-30: non-causal D=128 calls from 8192 keys on FlashAttention-3's 128 x 176 tile
+               # (lab/ab/fwd_d128_noncausal_n176.diff, REVERSE=0: B is the patched copy), lab/fwd_time.py A B A B in
+               # two builds, FlashAttention-3 alongside; then, in the patched copy, the forward tests
+    env_info > "$OUT/env.txt" 2>&1
+    step ab_nc176 560 env PATCH=fwd_d128_noncausal_n176.diff REVERSE=0 OUT="$OUT/ab" AB_COPY=/tmp/flashattn-nc176 \
+      AB_CMD="python3 lab/fwd_time.py 128:4096:0 128:8192:0 128:16384:0 128:16384:1 64:16384:0" bash lab/ab/run_ab.sh
+    step pytest_nc176 300 bash -c "cd /tmp/flashattn-nc176 && PYTHONPATH=/tmp/flashattn-nc176 FLASHATTN_HYPOTHESIS_PROFILE=ci \
+      python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_gpu.py tests/kernels/test_window_gpu.py -x"
+    ;;
   fp8vt)  # 2026-11-28: the FP8 forward's V transpose at 128 x 128 per CTA (fp8_transpose.cu): build, the FP8
           # tests, the sanitizers on the FP8 cases, the kernel breakdown against FlashAttention-3
     env_info > "$OUT/env.txt" 2>&1
@@ -589,7 +600,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|fp8vtk|fp8vtkab|fp8vtkncu|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

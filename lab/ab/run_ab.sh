@@ -36,6 +36,12 @@
 # candidate: the first form's loss splits into ~4% for its synchronization (the sync-only run,
 # net of the 2.8% the transpose kernel costs at 4k) and ~10% for the transposition; if that 10% is
 # the consumers' issue slots, this form's is ~3%: predicted -6..-3% against the tree at D=128.
+# fwd_d128_noncausal_n176.diff: non-causal D=128 calls from 8192 keys on a 128 x 176 tile (the O tile
+# streamed through one plane buffer; Sm90NonCausalConfig<128>, two new static instantiations; the
+# configs without a mask lose their never-launched dynamic kernels): REVERSE=0 AB_CMD="python3
+# lab/fwd_time.py 128:4096:0 128:8192:0 128:16384:0" (bash lab/gpu_run.sh fwdnc176ab; prepared
+# 2026-11-30 from the lab's d128-n176-otma, measured 2026-11-26 on an H100: +2.4-3.5% at S=16k, -1%
+# at 4k; predicted +2-3% at 16k, +0-2% at 8k, 4k and causal cells unchanged).
 # portable_bwd_dq_scalar.diff / portable_bwd_dq_vec4.diff: the portable backward's dQ reductions as
 # scalar or float4 (kDqVec4) instead of float2 ones: REVERSE=0 AB_CMD="python3 lab/bwd_check.py
 # --time-only --time --portable --dtype bf16 --dims 64,128" (measured 2026-11-29 on an H200: 15%
