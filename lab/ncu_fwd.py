@@ -20,17 +20,43 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import flashattn
 
 
+def bf16_cases(specs, fa3_mod) -> list:
+    """(label, calls) per shape: flashattn's, cuDNN's and FlashAttention-3's forward, bf16, the
+    inputs (and FlashAttention-3's [B, S, H, D] copies) made here, outside the profiled range."""
+    cases = []
+    for d, s, causal in specs:
+        b, h = 16384 // s, 2048 // d
+        q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        bshd = tuple(t.transpose(1, 2).contiguous() for t in (q, k, v))
+        causal = bool(causal)
+
+        def ours(q=q, k=k, v=v, causal=causal):
+            return flashattn.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+        def cudnn(q=q, k=k, v=v, causal=causal):
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+        calls = [ours, cudnn]
+        if fa3_mod is not None:
+            calls.append(lambda bshd=bshd, causal=causal: fa3_mod.flash_attn_func(*bshd, causal=causal))
+        cases.append((f"D={d} S={s} causal={int(causal)}", calls))
+    return cases
+
+
 def fp8_cases(specs, fa3_mod) -> list:
-    """(label, ours, theirs) per shape: FP8 calls with their inputs made here, outside the range."""
+    """(label, calls) per shape: flashattn's and FlashAttention-3's FP8 forward, the inputs made
+    here, outside the profiled range."""
     cases = []
     for d, s, causal in specs:
         b, h = 32768 // s, 16
         q8, k8, v8 = (torch.randn(b, s, h, d, device="cuda").to(torch.float8_e4m3fn) for _ in range(3))
         qd, kd, vd = (torch.rand(b, h, device="cuda") * 0.5 + 0.05 for _ in range(3))
         kw = dict(causal=bool(causal), q_descale=qd, k_descale=kd, v_descale=vd)
-        ours = (lambda q8=q8, k8=k8, v8=v8, kw=kw: flashattn.flash_attn_func(q8, k8, v8, **kw))
-        theirs = (lambda q8=q8, k8=k8, v8=v8, kw=kw: fa3_mod.flash_attn_func(q8, k8, v8, **kw)) if fa3_mod else None
-        cases.append((f"FP8 D={d} S={s} causal={int(causal)}", ours, theirs))
+        calls = [lambda q8=q8, k8=k8, v8=v8, kw=kw: flashattn.flash_attn_func(q8, k8, v8, **kw)]
+        if fa3_mod is not None:
+            calls.append(lambda q8=q8, k8=k8, v8=v8, kw=kw: fa3_mod.flash_attn_func(q8, k8, v8, **kw))
+        cases.append((f"FP8 D={d} S={s} causal={int(causal)}", calls))
     return cases
 
 
@@ -43,52 +69,21 @@ def main(argv: list[str]) -> int:
     except ImportError as exc:
         print(f"FlashAttention-3 not importable ({exc}): profiled without it")
         fa3_mod = None
-    if fp8:
-        runs = fp8_cases(specs, fa3_mod)
-        for _, ours_fn, theirs_fn in runs:  # warm up outside the profiled range
-            for _ in range(3):
-                ours_fn(), theirs_fn and theirs_fn()
-        torch.cuda.synchronize()
-        torch.cuda.cudart().cudaProfilerStart()
-        for label, ours_fn, theirs_fn in runs:
-            torch.cuda.nvtx.range_push(label)
-            ours_fn()
-            if theirs_fn:
-                theirs_fn()
-            torch.cuda.synchronize()
-            torch.cuda.nvtx.range_pop()
-        torch.cuda.cudart().cudaProfilerStop()
-        print("profiled:", ", ".join(label for label, _, _ in runs))
-        return 0
-    cases = []
-    for d, s, causal in specs:
-        b, h = 16384 // s, 2048 // d
-        q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        # FlashAttention-3 takes (B, S, H, D): the copies are made here, outside the profiled range.
-        bshd = tuple(t.transpose(1, 2).contiguous() for t in (q, k, v))
-        cases.append((d, s, bool(causal), q, k, v, bshd))
-    def ours(c):
-        return flashattn.scaled_dot_product_attention(c[3], c[4], c[5], is_causal=c[2])
-    def cudnn(c):
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            return F.scaled_dot_product_attention(c[3], c[4], c[5], is_causal=c[2])
-    def fa3(c):
-        if fa3_mod is not None:
-            fa3_mod.flash_attn_func(*c[6], causal=c[2])
-    for c in cases:  # warm up (and build cuDNN's plans) outside the profiled range
+    cases = (fp8_cases if fp8 else bf16_cases)(specs, fa3_mod)
+    for _, calls in cases:  # warm up (and build cuDNN's plans) outside the profiled range
         for _ in range(3):
-            ours(c), cudnn(c), fa3(c)
+            for call in calls:
+                call()
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStart()
-    for c in cases:
-        torch.cuda.nvtx.range_push(f"D={c[0]} S={c[1]} causal={int(c[2])}")
-        ours(c)
-        cudnn(c)
-        fa3(c)
+    for label, calls in cases:
+        torch.cuda.nvtx.range_push(label)
+        for call in calls:
+            call()
         torch.cuda.synchronize()
         torch.cuda.nvtx.range_pop()
     torch.cuda.cudart().cudaProfilerStop()
-    print("profiled:", ", ".join(f"D={c[0]} S={c[1]} causal={int(c[2])}" for c in cases))
+    print("profiled:", ", ".join(label for label, _ in cases))
     return 0
 
 
