@@ -58,6 +58,9 @@
 #   bash lab/gpu_run.sh fp8vtkab such a diff (FP8_VT_DIFF, default the lean form) against the tree, two builds,
 #                                     lab/fp8_time.py A B A B (~4 min)
 #   bash lab/gpu_run.sh fp8vtkncu the same two builds under ncu (lab/ncu_fwd.sh --fp8), one round (~5 min)
+#   bash lab/gpu_run.sh fp8land  after an FP8 forward change: build, its tests, the four sanitizers on its cases, errors and
+#                                     kernels against FlashAttention-3 (~8 min)
+#   bash lab/gpu_run.sh fp8variants lab/ab/fp8_d128_variants.diff (four D=128 FP8 configs in one build) against the tree (~8 min)
 #   bash lab/gpu_run.sh fwdnc176ab non-causal D=128 from 8k keys on 128 x 176 tiles (lab/ab/fwd_d128_noncausal_n176.diff)
 #                                     against the tree, lab/fwd_time.py; then the forward tests in the patched copy (~9 min)
 #   bash lab/gpu_run.sh fp8vt    after an FP8 V-transpose change: build, the FP8 tests, memcheck/racecheck/
@@ -426,8 +429,9 @@ PY
     step fp8_check 300 python3 lab/fp8_time.py --check --breakdown
     ;;
   fp8vtkab)  # 2026-11-30: the in-kernel V transpose (FP8_VT_DIFF in lab/ab, REVERSE=0: B is the patched copy)
-             # against the tree, lab/fp8_time.py A B A B in two builds. Default the lean form, prepared
-             # (fp8_vt_in_kernel_lean.diff); fp8_vt_in_kernel.diff measured on an H200: 10-14% slower
+             # against the tree, lab/fp8_time.py A B A B in two builds. Default the lean form
+             # (fp8_vt_in_kernel_lean.diff); both measured on an H200: 10-14% and 0-11% slower. The diffs
+             # apply to commit 24e6e7b's csrc
     env_info > "$OUT/env.txt" 2>&1
     step ab_fp8_vt 580 env PATCH="${FP8_VT_DIFF:-fp8_vt_in_kernel_lean.diff}" REVERSE=0 OUT="$OUT/ab" \
       AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
@@ -439,7 +443,25 @@ PY
     step ncu_fp8_vt 580 env AB_ROUNDS=1 PATCH="${FP8_VT_DIFF:-fp8_vt_in_kernel_lean.diff}" REVERSE=0 OUT="$OUT/ab" \
       AB_CMD="bash lab/ncu_fwd.sh --fp8 128:4096:0 128:4096:1" bash lab/ab/run_ab.sh
     ;;
-  fwdnc176ab)  # prepared 2026-11-30: non-causal D=128 calls from 8192 keys on FlashAttention-3's 128 x 176 tile
+  fp8land)  # after an FP8 forward change: build, the small FP8 cases without a sanitizer first (a hang stops
+            # at 90 s), the FP8 tests, the four sanitizers on the FP8 cases, errors and kernels against
+            # FlashAttention-3 (lab/fp8_time.py --check --breakdown)
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash lab/gpu_build.sh
+    step fp8_smoke 90 env SANITIZE_BACKENDS=auto python3 lab/sanitize_small.py --only fp8 --quick
+    step pytest_fp8 200 "${pytest_ci[@]}" tests/kernels/test_fp8_gpu.py tests/kernels/test_fp8_cpu.py -ra
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 sanitize_steps 150 auto fp8 fp8 memcheck racecheck synccheck initcheck
+    step fp8_check 300 python3 lab/fp8_time.py --check --breakdown
+    ;;
+  fp8variants)  # 2026-11-30: four lab variants of the D=128 FP8 config in one build (lab/ab/fp8_d128_variants.diff:
+                # 4 softmax chains; step order 2; 192-key blocks with 4 chains; the same with order 2),
+                # FLASHATTN_LAB_FP8 picking one per run of lab/fp8_time.py, A B A B against the tree (on commit
+                # 24e6e7b's csrc; measured on an H200: the third landed as the D=128 config)
+    env_info > "$OUT/env.txt" 2>&1
+    step ab_fp8_variants 580 env PATCH=fp8_d128_variants.diff REVERSE=0 OUT="$OUT/ab" AB_COPY=/tmp/flashattn-fp8var \
+      AB_CMD="bash lab/fp8_lab_variants.sh" bash lab/ab/run_ab.sh
+    ;;
+  fwdnc176ab)  # 2026-11-30 (measured on an H200: -0.3..+1.1%, not adopted): non-causal D=128 calls from 8192 keys on a 128 x 176 tile
                # (lab/ab/fwd_d128_noncausal_n176.diff, REVERSE=0: B is the patched copy), lab/fwd_time.py A B A B in
                # two builds, FlashAttention-3 alongside; then, in the patched copy, the forward tests
     env_info > "$OUT/env.txt" 2>&1
@@ -600,7 +622,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -44,7 +44,7 @@ SST_N = (32, 64, 128)
 SSTB_N = (128,)
 SSTA_N = (80,)
 TYPES = (("__half", "f16"), ("__nv_bfloat16", "bf16"))
-FP8_SS_N = (128,)
+FP8_SS_N = (128, 192)
 FP8_RS_N = (128, 256)
 
 

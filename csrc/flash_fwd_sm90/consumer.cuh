@@ -84,9 +84,14 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
   // warpgroup and stage 0 of K and V; k-steps and stages are byte offsets on top.
   const uint64_t desc_q = make_smem_desc_sw128(sm.q(0) + wg * 64 * kChunkRowBytes, 16u, 1024u);
   const uint64_t desc_k = make_smem_desc_sw128(sm.k(0), 16u, 1024u);
-  // V: MN-major (16-bit, read with imm-trans-b); V^T: K-major like K (FP8).
-  const uint64_t desc_v = kFp8 ? make_smem_desc_sw128(sm.v(0), 16u, 1024u)
-                               : make_smem_desc_sw128(sm.v(0), Traits::kChunks > 1 ? Traits::kKVChunkBytes : 0u, 1024u);
+  // V: MN-major (16-bit, read with imm-trans-b); V^T: K-major like K (FP8), 128- or 64-byte rows.
+  uint64_t desc_v;
+  if constexpr (!kFp8)
+    desc_v = make_smem_desc_sw128(sm.v(0), Traits::kChunks > 1 ? Traits::kKVChunkBytes : 0u, 1024u);
+  else if constexpr (Traits::kVtPlaneKeys == 64)
+    desc_v = make_smem_desc_sw64(sm.v(0));
+  else
+    desc_v = make_smem_desc_sw128(sm.v(0), 16u, 1024u);
 
   // The stage's descriptors first, then each k-step's as a constant offset on them: one add per
   // wgmma, as FlashAttention-3 issues them (the stage offset folded into every k-step's address
@@ -110,7 +115,7 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
     for (int kk = 0; kk < kPV_K; ++kk) {
       uint32_t v_off;
       if constexpr (kFp8)
-        v_off = (kk / 4) * Traits::kVtPlaneBytes + (kk % 4) * 32;  // 32 keys = 32 bytes of a V^T row
+        v_off = (kk / Traits::kVtKSteps) * Traits::kVtPlaneBytes + (kk % Traits::kVtKSteps) * 32;  // 32 keys = 32 B
       else
         v_off = kk * 16 * kChunkRowBytes;  // 16 keys = 16 rows of V
       MmaPV::mma(o, p[kk], desc_advance(dv, v_off), 1);

@@ -96,7 +96,7 @@ bool make_sm90_params(const FwdParams& p, Sm90Params& k, bool dynamic_schedule, 
     if (vt == nullptr) return false;
     if (!encode_tma_4d_u8(&k.tma_q, t.q, Traits::kBlockM)) return false;
     if (!encode_tma_4d_u8(&k.tma_k, t.k, Traits::kBlockN)) return false;
-    if (!encode_tma_4d_u8(&k.tma_v, *vt, Traits::kHeadDim)) return false;
+    if (!encode_tma_4d_u8(&k.tma_v, *vt, Traits::kHeadDim, Traits::kVtPlaneKeys)) return false;
     if (!encode_tma_4d(&k.tma_o, t.o, /*bf16=*/true, kRowsPerConsumer)) return false;
   } else {
     if (!encode_tma_4d(&k.tma_q, t.q, bf16, Traits::kBlockM)) return false;

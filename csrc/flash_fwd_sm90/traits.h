@@ -190,14 +190,16 @@ struct Sm90FwdTraits {
 // traits above (kFp8 switches the differences), with these layouts:
 //   Q [128 rows, D] and K [kBlockN rows, D]: D/128 chunk planes of [rows][128] e4m3 (one 128-byte
 //     swizzled row = 128 elements), K-major; a k32 step is +32 bytes, as a k16 step of 16-bit data.
-//   V^T [D rows, kBlockN keys]: kBlockN/128 planes of [D][128 keys], K-major (8-bit wgmma has no
-//     transposed B): the binding's transpose kernel (fp8_transpose.cu) writes V^T [B, Hk, D,
-//     Sk_pad] with the keys of every 32-key group permuted (fp8_key_of_position) so that the
-//     accumulator layout of S converts to P's k32 A fragment in registers with no shuffle.
+//   V^T [D rows, kBlockN keys]: kBlockN/128 planes of [D][128 keys] (128-byte swizzle), or for a
+//     block of 64 k keys that is not a multiple of 128, k planes of [D][64 keys] (64-byte swizzle),
+//     K-major (8-bit wgmma has no transposed B): the binding's transpose kernel (fp8_transpose.cu)
+//     writes V^T [B, Hk, D, Sk_pad] with the keys of every 32-key group permuted
+//     (fp8_key_of_position) so that the accumulator layout of S converts to P's k32 A fragment in
+//     registers with no shuffle.
 //   O [128 rows, D] bfloat16: D/64 planes of [128][64], the 16-bit O layout.
 // Head dims: multiples of 16 up to 128 run on kHeadDim 128, up to 256 on 256 (TMA zero-fills the
 // missing columns of Q and K and the missing rows of V^T; the O store clips them).
-template <int kHeadDim_, int kBlockN_, int kStages_>
+template <int kHeadDim_, int kBlockN_, int kStages_, int kSoftmaxChains_ = 1>
 struct Sm90Fp8FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumerWGs = 2;
@@ -211,7 +213,7 @@ struct Sm90Fp8FwdTraits {
   static constexpr bool kPingPong = true;
   static constexpr int kQStages = 1;
   static constexpr bool kOTma = true;
-  static constexpr int kSoftmaxChains = 1;
+  static constexpr int kSoftmaxChains = kSoftmaxChains_;  // Sm90Softmax
 
   static constexpr bool kFp8 = true;
   static constexpr bool kClusterMerge = false;  // no split over the keys (the binding sets none)
@@ -222,15 +224,18 @@ struct Sm90Fp8FwdTraits {
   static constexpr int kQKSteps = kHeadDim / 32;          // k32 steps of S = Q K^T
   static constexpr int kPVSteps = kBlockN / 32;           // k32 steps of O += P V
   static_assert(kHeadDim == 128 || kHeadDim == 256, "FP8 head dims 128 and 256 (smaller ones run on 128)");
-  static_assert(kBlockN % 128 == 0 && kBlockN <= 256, "V^T planes of 128 keys; wgmma N <= 256");
+  static_assert(kBlockN % 64 == 0 && kBlockN <= 256, "V^T planes of 64 or 128 keys; wgmma N <= 256");
 
   static constexpr int kQChunkBytes = kBlockM * kChunkRowBytes;
   static constexpr int kKVChunkBytes = kBlockN * kChunkRowBytes;
   static constexpr int kQBytes = kQChunkBytes * kChunks;
   static constexpr int kKVBytes = kKVChunkBytes * kChunks;  // K tile; the V^T tile is as large
-  static constexpr int kVtPlaneKeys = kChunkRowBytes;       // keys per V^T plane
+  // Keys per V^T plane: one 128-byte swizzle row, or 64 (a 64-byte swizzle row) for blocks of
+  // 192 keys, the block FlashAttention-3's D=128 FP8 tile is nearest (it takes 224).
+  static constexpr int kVtPlaneKeys = kBlockN % 128 == 0 ? kChunkRowBytes : 64;
+  static constexpr int kVtKSteps = kVtPlaneKeys / 32;  // k32 steps of P V per V^T plane
   static constexpr int kVtPlanes = kBlockN / kVtPlaneKeys;
-  static constexpr int kVtPlaneBytes = kHeadDim * kChunkRowBytes;
+  static constexpr int kVtPlaneBytes = kHeadDim * kVtPlaneKeys;
   static_assert(kVtPlanes * kVtPlaneBytes == kKVBytes, "V^T tile size");
 
   static constexpr int kOffQ = 0;
@@ -269,11 +274,21 @@ struct Sm90Fp8FwdTraits {
   static constexpr int kStepOrder = 0;  // Sm90FwdTraits says what it means; no other order measured for FP8
 };
 
-// The FP8 configs by instantiated head dim: 128 x 128 tiles, two K and V^T stages (D=128: 16 + 32
-// + 32 + 32 KB; D=256: 32 + 64 + 64 + 64 KB = 224 KB + barriers, the whole O tile in shared memory).
+// The FP8 configs by instantiated head dim, two K and V^T stages. D=128: 128 x 192 tiles (Q 16 KB,
+// K and V^T 2 x 24 + 2 x 24, O 32 KB: 144 KB), V^T in 64-key planes, the softmax reductions in 4
+// chains: +2..7% against 128 x 128 with one chain (192 keys alone: -3..+1%, 4 chains alone:
+// +0.5..2%; docs/perf-notes.md "FP8 D=128 on 192-key blocks with four chains"); 256-key blocks
+// spilled (144 B). D=256: 128 x 128 (32 + 64 + 64 + 64 KB = 224 KB + barriers, the whole O tile in
+// shared memory), 4 chains as well: +1..3% without a mask, causal unchanged (the same section).
 template <int kHeadDim>
-struct Sm90Fp8Config {
-  using Traits = Sm90Fp8FwdTraits<kHeadDim, 128, 2>;
+struct Sm90Fp8Config;
+template <>
+struct Sm90Fp8Config<128> {
+  using Traits = Sm90Fp8FwdTraits<128, 192, 2, 4>;
+};
+template <>
+struct Sm90Fp8Config<256> {
+  using Traits = Sm90Fp8FwdTraits<256, 128, 2, 4>;
 };
 constexpr int sm90_fp8_round_head_dim(int d) { return d <= 128 ? 128 : d <= 256 ? 256 : 0; }
 

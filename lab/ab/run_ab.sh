@@ -32,16 +32,14 @@
 # fp8_vt_in_kernel_lean.diff: the same transpose (on the tree, not on top) with its addresses in the
 # lean form (a lane constant, one operation a step: ~8 instructions a step instead of ~30), which
 # the CPU test checks against the first form's offsets: REVERSE=0 AB_CMD="python3 lab/fp8_time.py"
-# (bash lab/gpu_run.sh fp8vtkab; prepared 2026-11-30, not yet run). A diagnostic more than a
-# candidate: the first form's loss splits into ~4% for its synchronization (the sync-only run,
-# net of the 2.8% the transpose kernel costs at 4k) and ~10% for the transposition; if that 10% is
-# the consumers' issue slots, this form's is ~3%: predicted -6..-3% against the tree at D=128.
+# (bash lab/gpu_run.sh fp8vtkab; measured 2026-11-30 on an H200: D=128 -0.4..-10.8% against the
+# tree, predicted -6..-3%; not adopted). It applies to commit 24e6e7b's csrc.
 # fwd_d128_noncausal_n176.diff: non-causal D=128 calls from 8192 keys on a 128 x 176 tile (the O tile
 # streamed through one plane buffer; Sm90NonCausalConfig<128>, two new static instantiations; the
 # configs without a mask lose their never-launched dynamic kernels): REVERSE=0 AB_CMD="python3
-# lab/fwd_time.py 128:4096:0 128:8192:0 128:16384:0" (bash lab/gpu_run.sh fwdnc176ab; prepared
-# 2026-11-30 from the lab's d128-n176-otma, measured 2026-11-26 on an H100: +2.4-3.5% at S=16k, -1%
-# at 4k; predicted +2-3% at 16k, +0-2% at 8k, 4k and causal cells unchanged).
+# lab/fwd_time.py 128:4096:0 128:8192:0 128:16384:0" (bash lab/gpu_run.sh fwdnc176ab; from the lab's
+# d128-n176-otma, +2.4-3.5% at S=16k on an H100 2026-11-26; measured 2026-11-30 on an H200: 8k -0.3%,
+# 16k +0.5-1.1%, predicted +2-3%; not adopted).
 # portable_bwd_dq_scalar.diff / portable_bwd_dq_vec4.diff: the portable backward's dQ reductions as
 # scalar or float4 (kDqVec4) instead of float2 ones: REVERSE=0 AB_CMD="python3 lab/bwd_check.py
 # --time-only --time --portable --dtype bf16 --dims 64,128" (measured 2026-11-29 on an H200: 15%
@@ -90,7 +88,15 @@
 # small rows +1.3-3.2%; landed, so REVERSE=1 now undoes it).
 # fp8_block192.diff: the FP8 forward at D=128 on 128 x 192 tiles, V^T in 64-key planes (64-byte
 # swizzle): apply it (patch -p1) and run python3 lab/fp8_time.py (measured 2026-11-27: non-causal
-# +1%, causal -3% against FlashAttention-3's ratio before; not adopted; docs/perf-notes.md).
+# +1%, causal -3% against FlashAttention-3's ratio before; landed 2026-11-30 with the softmax
+# reductions in 4 chains, so it no longer applies; docs/perf-notes.md).
+# fp8_d128_variants.diff: four lab variants of the D=128 FP8 config in one build (4 chains; step
+# order 2; 192-key blocks with 4 chains; the same with order 2), FLASHATTN_LAB_FP8 picking one:
+# REVERSE=0 AB_CMD="bash lab/fp8_lab_variants.sh" on commit 24e6e7b's csrc (bash lab/gpu_run.sh
+# fp8variants; measured 2026-11-30 on an H200: 192 keys with 4 chains +1.5-7.1%, landed).
+# fp8_d256_chains4.diff: the FP8 D=256 config with the softmax reductions in 4 chains: REVERSE=1
+# AB_CMD="python3 lab/fp8_time.py" (measured 2026-11-30 on an H200 with REVERSE=0: +0.9-2.9%
+# without a mask, causal unchanged; landed, so REVERSE=1 now undoes it).
 # softcap_keep_grad.diff: the softcap backward keeps 1 - t^2 per score (two float16 a register)
 # instead of recovering it from P with lg2: REVERSE=1 AB_CMD="python3 lab/bwd_softcap_time.py --hopper-only".
 # det_poll_sleep.diff: deterministic mode's dQ writer sleeps 64 ns between polls of its ticket instead

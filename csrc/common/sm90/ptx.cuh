@@ -27,7 +27,7 @@ namespace sm90 {
 //   bits 16-29  leading dimension byte offset >> 4
 //   bits 32-45  stride dimension byte offset >> 4
 //   bits 49-51  base offset (0: every swizzle atom here is 1024-byte aligned)
-//   bits 62-63  swizzle mode: 1 = 128-byte swizzle
+//   bits 62-63  swizzle mode: 1 = 128-byte swizzle, 2 = 64-byte swizzle
 // For the 128-byte swizzle (CuTe's canonical forms, in 16-bit elements):
 //   K-major  ((8,m),(64)) : rows of 64 K-elements at 128 B; SBO = stride between 8-row groups
 //            (1024 B here); LBO unused (1 by convention). One wgmma k-step (16 elements = 32 B)
@@ -35,14 +35,21 @@ namespace sm90 {
 //   MN-major ((64,n),(8,k)) : 64 contiguous MN-elements per 128-B row, 8 K-rows at 128 B;
 //            LBO = stride between 64-wide MN chunks, SBO = stride between 8-row K groups (1024 B).
 // ---------------------------------------------------------------------------------------------
-FLASHATTN_HD uint64_t make_smem_desc_sw128(uint32_t smem_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+FLASHATTN_HD uint64_t make_smem_desc(uint32_t smem_addr, uint32_t lbo_bytes, uint32_t sbo_bytes, uint32_t swizzle_mode) {
   uint64_t desc = 0;
   desc |= static_cast<uint64_t>((smem_addr & 0x3FFFFu) >> 4);
   desc |= static_cast<uint64_t>((lbo_bytes >> 4) & 0x3FFFu) << 16;
   desc |= static_cast<uint64_t>((sbo_bytes >> 4) & 0x3FFFu) << 32;
-  desc |= static_cast<uint64_t>(1) << 62;
+  desc |= static_cast<uint64_t>(swizzle_mode) << 62;
   return desc;
 }
+FLASHATTN_HD uint64_t make_smem_desc_sw128(uint32_t smem_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  return make_smem_desc(smem_addr, lbo_bytes, sbo_bytes, 1u);
+}
+// The 64-byte swizzle, K-major (the FP8 forward's 64-key V^T planes): rows of 64 bytes, 8-row
+// atoms of 512 B (SBO), LBO unused (1 by convention); a k-step (32 one-byte elements) inside the
+// row advances the start address by 32 B, as inside a 128-byte row.
+FLASHATTN_HD uint64_t make_smem_desc_sw64(uint32_t smem_addr) { return make_smem_desc(smem_addr, 16u, 512u, 2u); }
 
 // Q or K tile (A or B operand of S = Q K^T, K-major): `plane0` is the address of the tile's first
 // chunk plane, `plane_bytes` the size of one plane (rows * 128 B), `row0` the first row the

@@ -90,8 +90,8 @@ bool tma_tensor_ok_u8(const TmaTensor& t) {
          stride_ok_u8(t.batch, t.batch_stride);
 }
 
-bool encode_tma_4d_u8(CUtensorMap* map, const TmaTensor& t, int box_rows) {
-  if (!tma_tensor_ok_u8(t)) return false;
+bool encode_tma_4d_u8(CUtensorMap* map, const TmaTensor& t, int box_rows, int box_cols) {
+  if (!tma_tensor_ok_u8(t) || (box_cols != 128 && box_cols != 64)) return false;
   const EncodeTiledFn encode = encode_tiled_fn();
   if (encode == nullptr) return false;
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(t.head_dim), static_cast<cuuint64_t>(t.seqlen),
@@ -103,10 +103,11 @@ bool encode_tma_4d_u8(CUtensorMap* map, const TmaTensor& t, int box_rows) {
   if (row >= kMaxStrideBytes || head >= kMaxStrideBytes || batch >= kMaxStrideBytes) return false;
   const cuuint64_t strides[3] = {static_cast<cuuint64_t>(row), static_cast<cuuint64_t>(head),
                                  static_cast<cuuint64_t>(batch)};
-  const cuuint32_t box[4] = {static_cast<cuuint32_t>(kChunkRowBytes), static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows), 1, 1};
   const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  const CUtensorMapSwizzle swizzle = box_cols == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B;
   const CUresult res = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, const_cast<void*>(t.ptr), dims, strides, box,
-                              elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return res == CUDA_SUCCESS;
 }

@@ -33,10 +33,11 @@ bool tma_tensor_ok(const TmaTensor& t);
 bool encode_tma_4d(CUtensorMap* map, const TmaTensor& t, bool bf16, int box_rows);
 
 // The same for a tensor of one-byte elements (the FP8 forward's e4m3 q, k and V^T): strides multiples
-// of 16 elements, head dim (the innermost extent) a multiple of 16; box 128 columns (one 128-byte
-// swizzle row) x box_rows rows, the 128-byte swizzle, zero fill out of bounds.
+// of 16 elements, head dim (the innermost extent) a multiple of 16; box box_cols columns (128: one
+// 128-byte swizzle row, the 128-byte swizzle; 64: the 64-byte swizzle) x box_rows rows, zero fill
+// out of bounds.
 bool tma_tensor_ok_u8(const TmaTensor& t);
-bool encode_tma_4d_u8(CUtensorMap* map, const TmaTensor& t, int box_rows);
+bool encode_tma_4d_u8(CUtensorMap* map, const TmaTensor& t, int box_rows, int box_cols = 128);
 
 // Whether the driver encodes a map whose box is larger than the tensor (head dim < 64, or a
 // sequence shorter than one tile): probed once, as an [1, 1, 1, 8] view of the caller's first
