@@ -60,7 +60,8 @@
 #   bash lab/gpu_run.sh fp8vtkncu the same two builds under ncu (lab/ncu_fwd.sh --fp8), one round (~5 min)
 #   bash lab/gpu_run.sh fp8land  after an FP8 forward change: build, its tests, the four sanitizers on its cases, errors and
 #                                     kernels against FlashAttention-3 (~8 min)
-#   bash lab/gpu_run.sh fp8variants lab/ab/fp8_d128_variants.diff (four D=128 FP8 configs in one build) against the tree (~8 min)
+#   bash lab/gpu_run.sh fwdch4lab the 16-bit D=128 forward on 160/176-key blocks with 2-4 softmax chains (lab variants, ~6 min)
+#   bash lab/gpu_run.sh fp8variants lab/ab/fp8_d128_variants_224.diff (three D=128 FP8 configs in one build) against the tree (~8 min)
 #   bash lab/gpu_run.sh fwdnc176ab non-causal D=128 from 8k keys on 128 x 176 tiles (lab/ab/fwd_d128_noncausal_n176.diff)
 #                                     against the tree, lab/fwd_time.py; then the forward tests in the patched copy (~9 min)
 #   bash lab/gpu_run.sh fp8vt    after an FP8 V-transpose change: build, the FP8 tests, memcheck/racecheck/
@@ -408,6 +409,12 @@ PY
       BENCH_MARKERS="bench and standard" BENCH_K="bf16-D64- and causal" bash benchmarks/run_benchmarks.sh "$OUT/bench"
     sanitize_dense_steps 200
     ;;
+  fwdch4lab)  # prepared 2026-11-30 (issue 29): the 16-bit D=128 forward on longer key blocks with the softmax
+              # reductions in 4 chains, the form that moved the FP8 D=128 forward by 1.5-7% (lab variants
+              # against the shipped configs, alternating samples; d128-n176-otma is the one-chain reference)
+    env_info > "$OUT/env.txt" 2>&1
+    step lab_ch4 560 bash lab/sm90_lab.sh variants d128-n176-otma d128-n176-otma-ch2 d128-n160-otma d128-n160-otma-ch4
+    ;;
   twocta)  # 2026-11-27, prepared: the short causal forward on one-consumer CTAs, two to an SM (lab variants,
            # traits.h kCtasPerSm), timed against the shipped configs; then the FP8 call's kernels (its V
            # transpose's share) against FlashAttention-3's
@@ -453,12 +460,13 @@ PY
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 sanitize_steps 150 auto fp8 fp8 memcheck racecheck synccheck initcheck
     step fp8_check 300 python3 lab/fp8_time.py --check --breakdown
     ;;
-  fp8variants)  # 2026-11-30: four lab variants of the D=128 FP8 config in one build (lab/ab/fp8_d128_variants.diff:
-                # 4 softmax chains; step order 2; 192-key blocks with 4 chains; the same with order 2),
-                # FLASHATTN_LAB_FP8 picking one per run of lab/fp8_time.py, A B A B against the tree (on commit
-                # 24e6e7b's csrc; measured on an H200: the third landed as the D=128 config)
+  fp8variants)  # lab variants of the D=128 FP8 config in one build (FP8_VARIANTS_DIFF in lab/ab, default
+                # fp8_d128_variants_224.diff, prepared 2026-11-30: 224-key blocks with 4 chains, 192 with 8,
+                # 160 with 4; fp8_d128_variants.diff, on commit 24e6e7b's csrc, measured on an H200: its
+                # 192 keys with 4 chains landed), FLASHATTN_LAB_FP8 picking one per run of lab/fp8_time.py,
+                # A B A B against the tree
     env_info > "$OUT/env.txt" 2>&1
-    step ab_fp8_variants 580 env PATCH=fp8_d128_variants.diff REVERSE=0 OUT="$OUT/ab" AB_COPY=/tmp/flashattn-fp8var \
+    step ab_fp8_variants 580 env PATCH="${FP8_VARIANTS_DIFF:-fp8_d128_variants_224.diff}" REVERSE=0 OUT="$OUT/ab" AB_COPY=/tmp/flashattn-fp8var \
       AB_CMD="bash lab/fp8_lab_variants.sh" bash lab/ab/run_ab.sh
     ;;
   fwdnc176ab)  # 2026-11-30 (measured on an H200: -0.3..+1.1%, not adopted): non-causal D=128 calls from 8192 keys on a 128 x 176 tile
@@ -622,7 +630,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

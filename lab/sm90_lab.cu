@@ -534,6 +534,14 @@ static const Variant kVariants[] = {
     // FlashAttention-3's non-causal D=128 tile (128 x 176), with the TMA-store epilogue streamed
     // through one 16 KB O plane (two do not fit next to 176-key K/V stages)
     VARIANT_O("d128-n176-otma", 128, 176, 2, true, 1, true),
+    // ... with the softmax reductions in 4 chains: the FP8 D=128 forward, whose GEMMs take about as
+    // long as its exponentials, gained 1.5-7% from 192-key blocks only with 4 chains (192 alone
+    // -3..+1%; perf-notes "FP8 D=128 on 192-key blocks with four chains"). At 16 bits D=128's GEMMs
+    // take twice the SFU's time, so the prediction is smaller: +0-3% over the same tile with one chain.
+    // 176 keys take 2 chains (22 pairs a row); 192 keys with 4 spilled 24-36 B at 240 registers.
+    VARIANT_X("d128-n176-otma-ch2", 128, 176, 2, true, 1, true, 2, 2),
+    VARIANT_O("d128-n160-otma", 128, 160, 2, true, 1, true),
+    VARIANT_X("d128-n160-otma-ch4", 128, 160, 2, true, 1, true, 4, 2),
     VARIANT("d128-n96-s3-pp", 128, 96, 3, true, 1),
     VARIANT("d128-n128-s2-pp-q2", 128, 128, 2, true, 2),  // double-buffered Q (perf-notes "v6")
     VARIANT("d128-n128-s3-pp", 128, 128, 3, true, 1),  // 225 KB: a deeper K/V prefetch for short S

@@ -57,7 +57,7 @@ __device__ __forceinline__ void producer_loop(const Sm90Params& params, const Sm
     };
     auto load_v = [&](int n) {
       if constexpr (Traits::kFp8) {
-        // V^T [B, Hk, D, Sk_pad]: planes of 128 keys x all kHeadDim rows (traits.h).
+        // V^T [B, Hk, D, Sk_pad]: planes of kVtPlaneKeys keys x all kHeadDim rows (traits.h).
         sm.wait(sm.v_empty(vst.index), vst.phase ^ 1u, kTagProducerVEmpty);
         mbar_arrive_expect_tx(sm.v_full(vst.index), Traits::kKVBytes);
 #pragma unroll
