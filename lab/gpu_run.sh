@@ -461,8 +461,8 @@ PY
     step fp8_check 300 python3 lab/fp8_time.py --check --breakdown
     ;;
   fp8variants)  # lab variants of the D=128 FP8 config in one build (FP8_VARIANTS_DIFF in lab/ab, default
-                # fp8_d128_variants_224.diff, prepared 2026-11-30: 224-key blocks with 4 chains, 192 with 8,
-                # 160 with 4; fp8_d128_variants.diff, on commit 24e6e7b's csrc, measured on an H200: its
+                # fp8_d128_variants_224.diff: 224-key blocks with 4 chains, 192 with 8, 160 with 4, measured
+                # 2026-11-30 on an H200, none faster; fp8_d128_variants.diff, on commit 24e6e7b's csrc: its
                 # 192 keys with 4 chains landed), FLASHATTN_LAB_FP8 picking one per run of lab/fp8_time.py,
                 # A B A B against the tree
     env_info > "$OUT/env.txt" 2>&1

@@ -97,7 +97,8 @@
 # fp8_d128_variants_224.diff: three more D=128 FP8 lab variants in one build, as above: 224-key blocks
 # (FlashAttention-3's) with 4 chains, 192 with 8, 160 with 4; 224 and 160 take V^T in 32-key planes
 # (the 32-byte swizzle, make_smem_desc_sw32): REVERSE=0 AB_CMD="bash lab/fp8_lab_variants.sh" (bash
-# lab/gpu_run.sh fp8variants; prepared 2026-11-30, 0 spills, not yet run).
+# lab/gpu_run.sh fp8variants; measured 2026-11-30 on an H200 in one build without A: 224/4 -6..-11%,
+# 192/8 within 0.4%, 160/4 -4..-6% against the landed 192/4; not adopted).
 # fp8_d256_chains4.diff: the FP8 D=256 config with the softmax reductions in 4 chains: REVERSE=1
 # AB_CMD="python3 lab/fp8_time.py" (measured 2026-11-30 on an H200 with REVERSE=0: +0.9-2.9%
 # without a mask, causal unchanged; landed, so REVERSE=1 now undoes it).
