@@ -161,6 +161,18 @@ sanitize_steps() {
 # The small dense cases, the Hopper paths where the GPU has them.
 sanitize_dense_steps() { sanitize_steps "$1" auto dense dense; }
 
+# After an FP8 forward change: build, the small FP8 cases without a sanitizer first (a hang stops at
+# 90 s), the FP8 tests, the four sanitizers on the FP8 cases, errors and kernels against
+# FlashAttention-3 (lab/fp8_time.py --check --breakdown).
+fp8_land_steps() {
+  env_info > "$OUT/env.txt" 2>&1
+  step build 420 bash lab/gpu_build.sh
+  step fp8_smoke 90 env SANITIZE_BACKENDS=auto python3 lab/sanitize_small.py --only fp8 --quick
+  step pytest_fp8 200 "${pytest_ci[@]}" tests/kernels/test_fp8_gpu.py tests/kernels/test_fp8_cpu.py -ra
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 sanitize_steps 150 auto fp8 fp8 memcheck racecheck synccheck initcheck
+  step fp8_check 300 python3 lab/fp8_time.py --check --breakdown
+}
+
 ensure_built() {
   if ! python3 -c "import flashattn, sys; sys.exit(0 if flashattn.extension_available() else 1)" 2>/dev/null; then
     step build 420 bash lab/gpu_build.sh
@@ -423,18 +435,6 @@ PY
     ensure_built
     step fp8_breakdown 240 python3 lab/fp8_time.py --breakdown
     ;;
-  fp8vtk)  # 2026-11-30: the FP8 D=128 forward transposing V inside the kernel, on a tree with one of the
-           # lab/ab/fp8_vt_in_kernel*.diff applied first (patch -p1 < ...; the first form measured on an
-           # H200 10-14% slower, not adopted; the lean form prepared): build, the small FP8 cases without a sanitizer first
-           # (a hang stops at 90 s), the FP8 tests, the four sanitizers on the FP8 cases, errors and kernels
-           # against FlashAttention-3 (lab/fp8_time.py --check --breakdown)
-    env_info > "$OUT/env.txt" 2>&1
-    step build 420 bash lab/gpu_build.sh
-    step fp8_smoke 90 env SANITIZE_BACKENDS=auto python3 lab/sanitize_small.py --only fp8 --quick
-    step pytest_fp8 200 "${pytest_ci[@]}" tests/kernels/test_fp8_gpu.py tests/kernels/test_fp8_cpu.py -ra
-    PYTORCH_NO_CUDA_MEMORY_CACHING=1 sanitize_steps 150 auto fp8 fp8 memcheck racecheck synccheck initcheck
-    step fp8_check 300 python3 lab/fp8_time.py --check --breakdown
-    ;;
   fp8vtkab)  # 2026-11-30: the in-kernel V transpose (FP8_VT_DIFF in lab/ab, REVERSE=0: B is the patched copy)
              # against the tree, lab/fp8_time.py A B A B in two builds. Default the lean form
              # (fp8_vt_in_kernel_lean.diff); both measured on an H200: 10-14% and 0-11% slower. The diffs
@@ -450,15 +450,12 @@ PY
     step ncu_fp8_vt 580 env AB_ROUNDS=1 PATCH="${FP8_VT_DIFF:-fp8_vt_in_kernel_lean.diff}" REVERSE=0 OUT="$OUT/ab" \
       AB_CMD="bash lab/ncu_fwd.sh --fp8 128:4096:0 128:4096:1" bash lab/ab/run_ab.sh
     ;;
-  fp8land)  # after an FP8 forward change: build, the small FP8 cases without a sanitizer first (a hang stops
-            # at 90 s), the FP8 tests, the four sanitizers on the FP8 cases, errors and kernels against
-            # FlashAttention-3 (lab/fp8_time.py --check --breakdown)
-    env_info > "$OUT/env.txt" 2>&1
-    step build 420 bash lab/gpu_build.sh
-    step fp8_smoke 90 env SANITIZE_BACKENDS=auto python3 lab/sanitize_small.py --only fp8 --quick
-    step pytest_fp8 200 "${pytest_ci[@]}" tests/kernels/test_fp8_gpu.py tests/kernels/test_fp8_cpu.py -ra
-    PYTORCH_NO_CUDA_MEMORY_CACHING=1 sanitize_steps 150 auto fp8 fp8 memcheck racecheck synccheck initcheck
-    step fp8_check 300 python3 lab/fp8_time.py --check --breakdown
+  fp8land)  # after an FP8 forward change: fp8_land_steps
+    fp8_land_steps
+    ;;
+  fp8vtk)  # 2026-11-30: fp8_land_steps on a tree with one of lab/ab/fp8_vt_in_kernel*.diff applied first (the
+           # in-kernel V transpose; both forms measured on an H200, not adopted)
+    fp8_land_steps
     ;;
   fp8variants)  # lab variants of the D=128 FP8 config in one build (FP8_VARIANTS_DIFF in lab/ab, default
                 # fp8_d128_variants_224.diff: 224-key blocks with 4 chains, 192 with 8, 160 with 4, measured
