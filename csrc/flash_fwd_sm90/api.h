@@ -65,7 +65,7 @@ struct Fp8FwdArgs {
   const float* v_descale = nullptr;
 };
 
-// The key extent of V^T: seqlen_k rounded up to whole 128-key planes (the padding holds zeros).
+// The key extent of V^T: seqlen_k rounded up to a multiple of 128 keys (the padding holds zeros).
 int64_t flash_fwd_sm90_fp8_vt_keys(int64_t seqlen_k);
 
 // True when this build and device run `p` on the FP8 path: compute capability 9.0, the FP8 kernel

@@ -3,7 +3,8 @@
 // call into a scratch buffer the binding allocates, uint8 [B, Hk, D, vt_keys] contiguous, with the
 // keys of every 32-key group in the order of P's register fragment (fp8_key_of_position, traits.h)
 // and zeros for keys >= seqlen_k up to vt_keys (a multiple of 128), so the forward TMA-loads plain
-// 128-key planes. Plain CUDA (any arch): its own launch before the forward, same stream.
+// planes of 128 or 64 keys (traits.h kVtPlaneKeys; TMA fills a plane past vt_keys with zeros).
+// Plain CUDA (any arch): its own launch before the forward, same stream.
 //
 // One CTA per (128 keys, 128 head-dim columns, batch x KV head), 256 threads: each thread loads four
 // 16-byte pieces of V rows into shared memory (16 KB, in flight together), then reads 16 keys x 4

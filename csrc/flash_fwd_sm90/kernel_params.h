@@ -53,8 +53,8 @@ struct Sm90Params {
 };
 
 // The FP8 forward's parameters (flash_fwd_sm90_fp8_kernel): the 16-bit kernel's, with tma_v
-// describing V^T [B, Hk, D, Sk_pad] (keys innermost, permuted per 32-key group; box 128 keys x
-// kHeadDim rows) and tma_o / o bfloat16, plus the descale factors: float32 [B, Hk] contiguous,
+// describing V^T [B, Hk, D, Sk_pad] (keys innermost, permuted per 32-key group; box kVtPlaneKeys
+// keys x kHeadDim rows) and tma_o / o bfloat16, plus the descale factors: float32 [B, Hk] contiguous,
 // entry batch * heads_kv + kv head. Scores are q_descale * k_descale * (q8 . k8) * softmax_scale;
 // O = v_descale * (P V8) / rowsum.
 struct Sm90Fp8Params : Sm90Params {

@@ -1,5 +1,5 @@
 // The producer of the Hopper forward kernel: one thread issues every TMA load (the FP8 traits load
-// V^T tiles, 128-key planes of all D rows, where the 16-bit ones load V: traits.h).
+// V^T tiles, planes of kVtPlaneKeys keys and all D rows, where the 16-bit ones load V: traits.h).
 //
 // Tiles come from schedule.cuh (static: c, c + grid, ...; dynamic: an atomic counter, each
 // index published to the consumers). Per query tile (order = the consumers' order of use), over
