@@ -38,6 +38,8 @@
 #   bash lab/gpu_run.sh tailsplit build, the backward tests, the split last wave's A/B vs no split and cuDNN (~5 min)
 #   bash lab/gpu_run.sh portableab the portable backward: lab/ab/portable_bwd_lean_dq.diff's A/B with FA2 alongside (~8 min)
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
+#   bash lab/gpu_run.sh portableb4x2ab the portable backward's D=64 phase B as 4 x 2 warps on sm90 (lab/ab/
+#                                     portable_bwd_b4x2_sm90.diff) against the tree before it, bwd_check --portable (~8 min)
 #   bash lab/gpu_run.sh portableswizzle the portable backward's D=128 tile with swizzled Q/dO rows (lab/ab/
 #                                     portable_bwd_swizzle_qdo_d128.diff): its A/B with FA2, the copy kept in build/ab-swizzle (~7 min)
 #   bash lab/gpu_run.sh portableswizzlecheck then, in build/ab-swizzle: the backward tests on the portable path,
@@ -327,6 +329,13 @@ case "${1:-verify}" in
     env_info > "$OUT/env.txt" 2>&1
     step ab_tma_l2 560 env PATCH=tma_l2_128.diff REVERSE=0 OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
     ;;
+  portableb4x2ab)  # 2026-11-30: the portable backward's D=64 large tile with phase B's warps as 4 (keys) x 2 (head
+                   # dims) on sm90 and the deterministic ticket as an index (lab/ab/portable_bwd_b4x2_sm90.diff,
+                   # REVERSE=1: A is the tree before it); then portableland on the same machine
+    env_info > "$OUT/env.txt" 2>&1
+    step ab_b4x2 560 env PATCH=portable_bwd_b4x2_sm90.diff REVERSE=1 OUT="$OUT/ab" \
+      AB_CMD="python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128" bash lab/ab/run_ab.sh
+    ;;
   portableswizzle)  # 2026-11-29 (measured on an H200 with D=64 and D=128 swizzled: D=64 +4-8%, landed; D=128
                      # +1-4% with an 8-byte spill on sm_90a, not adopted): the portable backward's D=128 large
                      # tile with Q and dO rows dense and XOR-swizzled (lab/ab/portable_bwd_swizzle_qdo_d128.diff,
@@ -421,7 +430,8 @@ PY
       BENCH_MARKERS="bench and standard" BENCH_K="bf16-D64- and causal" bash benchmarks/run_benchmarks.sh "$OUT/bench"
     sanitize_dense_steps 200
     ;;
-  fwdch4lab)  # prepared 2026-11-30 (issue 29): the 16-bit D=128 forward on longer key blocks with the softmax
+  fwdch4lab)  # measured 2026-11-30 on an H200, not adopted (0.91-0.92x the shipped configs; perf-notes):
+              # the 16-bit D=128 forward on longer key blocks with the softmax
               # reductions in 4 chains, the form that moved the FP8 D=128 forward by 1.5-7% (lab variants
               # against the shipped configs, alternating samples; d128-n176-otma is the one-chain reference)
     env_info > "$OUT/env.txt" 2>&1
@@ -627,7 +637,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -85,6 +85,26 @@ __device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v));
 }
 
+// A step's dQ ticket in deterministic mode (p.dq_semaphore). kIndex: held as a 32-bit index across
+// phase C instead of a 64-bit pointer, a register fewer, which the swizzled D=64 tile at the register
+// limit needs (a pointer spilled it); the other tiles keep the pointer form they were measured with
+// (the index form changed their schedules and cost D=128 2-4%). The index counts query blocks of
+// 32+ rows times heads: 2^31 of them would take a dq_accum of over 2^45 bytes.
+template <bool kIndex>
+struct DqTicket {
+  int* ptr = nullptr;
+  __device__ void set(int* base, int64_t index) { ptr = base + index; }
+  __device__ int* get(int*) const { return ptr; }
+  __device__ bool held() const { return ptr != nullptr; }
+};
+template <>
+struct DqTicket<true> {
+  int index = -1;
+  __device__ void set(int*, int64_t i) { index = static_cast<int>(i); }
+  __device__ int* get(int* base) const { return base + index; }
+  __device__ bool held() const { return index >= 0; }
+};
+
 // kWindow: the general mask of csrc/common/mask.cuh (local windows; causal masking too); without
 // it, causal masking alone, as before windows existed. kSoftcap (implies kWindow at launch): the
 // capped scores and tanh's derivative. Kernels of their own rather than runtime switches: the
@@ -280,6 +300,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, kVarlen ? 1 : 0)
   const uint32_t b_ds = at(sdS, (b_row0 + lane % 16) * kPStride + (lane / 16) * 8);
   const uint32_t b_do = q_at(sdO, lane % 8 + ((lane / 8) % 2) * 8, b_col0 + (lane / 16) * 8);
   const uint32_t b_q = q_at(sQ, lane % 8 + ((lane / 8) % 2) * 8, b_col0 + (lane / 16) * 8);
+  constexpr uint32_t kQFromDo = static_cast<uint32_t>(-Traits::kSmemQ * 2);  // sQ - sdO in bytes, mod 2^32
+  static_assert(Traits::kSmemQ * 2 % 128 == 0, "Q and dO buffers whole 128-byte lines apart");
   const uint32_t c_ds = at(sdS, (lane % 8 + (lane / 16) * 8) * kPStride + c_row0 + ((lane / 8) % 2) * 8);
   const uint32_t c_k = at(sK, (lane % 8 + ((lane / 8) % 2) * 8) * kStride + c_col0 + (lane / 16) * 8);
   // Where this lane writes P^T / dS^T: row lane/4 (+8), column pair (lane%4)*2 of each accumulator tile.
@@ -420,8 +442,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, kVarlen ? 1 : 0)
 #pragma unroll
       for (int np = 0; np < kBNTiles / 2; ++np) {
         uint32_t bd[4], bq[4];
-        ldmatrix_x4_trans(bd, q_off(b_do + q_stage, kk * 16 * kQStride, np * 16));
-        ldmatrix_x4_trans(bq, q_off(b_q + q_stage, kk * 16 * kQStride, np * 16));
+        const uint32_t bd_addr = q_off(b_do + q_stage, kk * 16 * kQStride, np * 16);
+        ldmatrix_x4_trans(bd, bd_addr);
+        // Swizzled, Q's address is dO's plus an immediate (the buffers lie whole 128-byte lines
+        // apart, so the XOR is the same): one address register fewer, which the swizzled tile at
+        // the register limit needs. Padded tiles keep the form they were measured with.
+        if constexpr (Traits::kSwizzleQdO)
+          ldmatrix_x4_trans(bq, bd_addr + kQFromDo);
+        else
+          ldmatrix_x4_trans(bq, q_off(b_q + q_stage, kk * 16 * kQStride, np * 16));
 #pragma unroll
         for (int mt = 0; mt < kBMTiles; ++mt) {
           mma_m16n8k16<Element>(dv[mt][2 * np], ap[mt], bd[0], bd[1]);
@@ -447,21 +476,21 @@ __global__ void __launch_bounds__(Traits::kNThreads, kVarlen ? 1 : 0)
     // accumulator beside dK and dV).
     constexpr int kCMTiles = Traits::kCMTiles;
     constexpr int kCNTiles = Traits::kCNTiles;
-    int* ticket = nullptr;
+    DqTicket<Traits::kSwizzleQdO> ticket;
     if (p.dq_semaphore != nullptr) {
       // Wait until the key blocks before this one that see this query block have added their
       // share. Those are exactly key_blocks(its rows).[n_begin, n_end), the forward's walk, a
       // contiguous range that starts at 0 only without a left window edge (mask.cuh: the same
       // relation as query_blocks), so the count reaches n_block - n_begin.
-      ticket = p.dq_semaphore + (static_cast<int64_t>(batch) * p.heads_q + hq) * ((p.seqlen_q + kBlockM - 1) / kBlockM) +
-               m_block;
+      ticket.set(p.dq_semaphore,
+                 (static_cast<int64_t>(batch) * p.heads_q + hq) * ((p.seqlen_q + kBlockM - 1) / kBlockM) + m_block);
       if (threadIdx.x == 0) {
         int first = 0;  // causal masking alone: every key block from 0 on sees the query block
         if constexpr (kWindow)
           first = key_blocks(make_key_window(seqlen_k(), causal_offset(), p.window_left, p.window_right), m0,
                              min(m0 + kBlockM, seqlen_q()), kBlockN)
                       .n_begin;
-        while (*reinterpret_cast<volatile int*>(ticket) != n_block - first) {
+        while (*reinterpret_cast<volatile int*>(ticket.get(p.dq_semaphore)) != n_block - first) {
         }
         __threadfence();
       }
@@ -548,10 +577,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, kVarlen ? 1 : 0)
           }
       }
     }
-    if (ticket != nullptr) {
+    if (ticket.held()) {
       __threadfence();
       __syncthreads();
-      if (threadIdx.x == 0) atomicAdd(ticket, 1);
+      if (threadIdx.x == 0) atomicAdd(ticket.get(p.dq_semaphore), 1);
     }
     if constexpr (Traits::kStages == 1 && !Traits::kLoadBeforeDq) {
       if (t + 1 < steps) {

@@ -11,7 +11,7 @@
 namespace flashattn {
 
 template <int kHeadDim_, int kBlockN_, int kBlockM_, int kNWarps_, int kAWarpsN_, int kBWarpsN_, int kCWarpsM_,
-          int kStages_, bool kSwizzleQdO_ = false>
+          int kStages_, bool kSwizzleQdO_ = false, int kBWarpsNSm90_ = kBWarpsN_>
 struct BwdKernelTraits {
   static constexpr int kHeadDim = kHeadDim_;  // head dim the tile is built for (runtime d <= this)
   static constexpr int kBlockN = kBlockN_;    // keys per thread block
@@ -25,8 +25,15 @@ struct BwdKernelTraits {
   static constexpr int kAWarpsM = kNWarps / kAWarpsN;
   static constexpr int kAMTiles = kBlockN / kAWarpsN / 16;  // m16 tiles (keys) per warp
   static constexpr int kANTiles = kBlockM / kAWarpsM / 8;   // n8 tiles (queries) per warp
-  // Phase B: warps tile dK/dV as kBWarpsN (keys) x kBWarpsD (head dim).
+  // Phase B: warps tile dK/dV as kBWarpsN (keys) x kBWarpsD (head dim). sm90 may take its own
+  // split (kBWarpsNSm90_): more warps over the keys load each P^T/dS^T fragment fewer times (the
+  // kernel waits on the shared-memory instruction queue there) but hold more dO/Q fragments, which
+  // spilled on sm_80/sm_89 at D=64. Only the warps' roles change: the shared memory is the same.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   static constexpr int kBWarpsN = kBWarpsN_;
+#else
+  static constexpr int kBWarpsN = kBWarpsNSm90_;
+#endif
   static constexpr int kBWarpsD = kNWarps / kBWarpsN;
   static constexpr int kBMTiles = kBlockN / kBWarpsN / 16;
   static constexpr int kBNTiles = kHeadDim / kBWarpsD / 8;
@@ -101,25 +108,25 @@ enum class BwdTileVariant : int { kLarge = 0, kCompact = 1 };
 template <int kHeadDim, BwdTileVariant kVariant>
 struct BwdTileConfig;
 
-#define FLASHATTN_BWD_TILE_CONFIG(D, V, BN, BM, NW, AN, BN_, CM, ST, SW)     \
-  template <>                                                                 \
-  struct BwdTileConfig<D, BwdTileVariant::V> {                                \
-    using Traits = BwdKernelTraits<D, BN, BM, NW, AN, BN_, CM, ST, SW>;        \
+#define FLASHATTN_BWD_TILE_CONFIG(D, V, BN, BM, NW, AN, BN_, BN90, CM, ST, SW)  \
+  template <>                                                                   \
+  struct BwdTileConfig<D, BwdTileVariant::V> {                                  \
+    using Traits = BwdKernelTraits<D, BN, BM, NW, AN, BN_, CM, ST, SW, BN90>;    \
   }
 
-//                        head dim variant  BlockN BlockM warps A-keys B-keys C-queries stages swizzle  smem (KB)
-FLASHATTN_BWD_TILE_CONFIG(32,  kLarge,   128, 64, 8, 4, 4, 4, 2, false);  //  77.0
-FLASHATTN_BWD_TILE_CONFIG(64,  kLarge,   128, 128, 8, 2, 2, 4, 1, true);   // 141.0 (over sm89's 99 KB)
-FLASHATTN_BWD_TILE_CONFIG(64,  kCompact, 128, 64, 8, 4, 4, 4, 1, false);  //  90.5
-FLASHATTN_BWD_TILE_CONFIG(96,  kLarge,   64,  64, 8, 4, 4, 4, 2, false);  //  97.0
-FLASHATTN_BWD_TILE_CONFIG(128, kLarge,   128, 64, 8, 8, 4, 2, 2, false);  // 176.5 (over sm80's 163 KB)
-FLASHATTN_BWD_TILE_CONFIG(128, kCompact, 64,  64, 8, 4, 4, 4, 1, false);  //  86.5
-FLASHATTN_BWD_TILE_CONFIG(160, kLarge,   64,  64, 8, 4, 4, 4, 2, false);  // 144.5 (over sm89's 99 KB)
-FLASHATTN_BWD_TILE_CONFIG(160, kCompact, 32,  64, 4, 2, 2, 4, 1, false);  //  72.5
-FLASHATTN_BWD_TILE_CONFIG(192, kLarge,   32,  64, 8, 2, 2, 4, 2, false);  // 135.0 (over sm89's 99 KB)
-FLASHATTN_BWD_TILE_CONFIG(192, kCompact, 32,  64, 8, 2, 2, 4, 1, false);  //  84.5
-FLASHATTN_BWD_TILE_CONFIG(256, kLarge,   64,  64, 8, 2, 2, 4, 1, false);  // 150.5 (over sm89's 99 KB)
-FLASHATTN_BWD_TILE_CONFIG(256, kCompact, 32,  32, 8, 2, 2, 2, 1, false);  //  71.2
+//                        head dim variant  BlockN BlockM warps A-keys B-keys (sm90) C-queries stages swizzle  smem (KB)
+FLASHATTN_BWD_TILE_CONFIG(32,  kLarge,   128, 64,  8, 4, 4, 4, 4, 2, false);    //  77.0
+FLASHATTN_BWD_TILE_CONFIG(64,  kLarge,   128, 128, 8, 2, 2, 4, 4, 1, true);     // 141.0 (over sm89's 99 KB)
+FLASHATTN_BWD_TILE_CONFIG(64,  kCompact, 128, 64,  8, 4, 4, 4, 4, 1, false);    //  90.5
+FLASHATTN_BWD_TILE_CONFIG(96,  kLarge,   64,  64,  8, 4, 4, 4, 4, 2, false);    //  97.0
+FLASHATTN_BWD_TILE_CONFIG(128, kLarge,   128, 64,  8, 8, 4, 4, 2, 2, false);    // 176.5 (over sm80's 163 KB)
+FLASHATTN_BWD_TILE_CONFIG(128, kCompact, 64,  64,  8, 4, 4, 4, 4, 1, false);    //  86.5
+FLASHATTN_BWD_TILE_CONFIG(160, kLarge,   64,  64,  8, 4, 4, 4, 4, 2, false);    // 144.5 (over sm89's 99 KB)
+FLASHATTN_BWD_TILE_CONFIG(160, kCompact, 32,  64,  4, 2, 2, 2, 4, 1, false);    //  72.5
+FLASHATTN_BWD_TILE_CONFIG(192, kLarge,   32,  64,  8, 2, 2, 2, 4, 2, false);    // 135.0 (over sm89's 99 KB)
+FLASHATTN_BWD_TILE_CONFIG(192, kCompact, 32,  64,  8, 2, 2, 2, 4, 1, false);    //  84.5
+FLASHATTN_BWD_TILE_CONFIG(256, kLarge,   64,  64,  8, 2, 2, 2, 4, 1, false);    // 150.5 (over sm89's 99 KB)
+FLASHATTN_BWD_TILE_CONFIG(256, kCompact, 32,  32,  8, 2, 2, 2, 2, 1, false);    //  71.2
 
 #undef FLASHATTN_BWD_TILE_CONFIG
 

@@ -15,6 +15,11 @@
 # lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128" (bash lab/gpu_run.sh
 # portableswizzle; measured 2026-11-29 on an H200 together with D=64: D=64 +4.4-7.7%, landed; D=128
 # +1.3-3.7% but ptxas spills 8-16 bytes on every target; not adopted).
+# portable_bwd_b4x2_sm90.diff: the portable backward's D=64 large tile with phase B's warps as 4 x 2 on sm90,
+# Q's phase-B address from dO's and the deterministic ticket as an index in the swizzled tile (in the
+# tree: REVERSE=1 times the tree before it; bash lab/gpu_run.sh portableb4x2ab; measured 2026-11-30 on
+# an H200 in a form that applied the last two to every tile: D=64 +4-7%, landed; D=128 1-4% slower from
+# its changed schedule, hence the swizzled tile alone).
 # decode_swizzle_l2_128.diff: kHopperSplit and kHopperStream on dense swizzled K/V rows with a 128-byte
 # L2 prefetch hint instead of padded rows with 256 (2026-11-29, from the decode lab's split-l2-128-sw /
 # stream-l2-128-sw, +4-11% on an H200; in the tree: REVERSE=1 times the tree before it; bash
