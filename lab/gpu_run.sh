@@ -38,6 +38,8 @@
 #   bash lab/gpu_run.sh tailsplit build, the backward tests, the split last wave's A/B vs no split and cuDNN (~5 min)
 #   bash lab/gpu_run.sh portableab the portable backward: lab/ab/portable_bwd_lean_dq.diff's A/B with FA2 alongside (~8 min)
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
+#   bash lab/gpu_run.sh portableswz128ab the portable backward's D=128 tile with swizzled Q/dO rows (lab/ab/
+#                                     portable_bwd_swizzle_d128_lean.diff): its A/B, then portableland's steps (~9 min)
 #   bash lab/gpu_run.sh portableb4x2ab the portable backward's D=64 phase B as 4 x 2 warps on sm90 (lab/ab/
 #                                     portable_bwd_b4x2_sm90.diff) against the tree before it, bwd_check --portable (~8 min)
 #   bash lab/gpu_run.sh portableswizzle the portable backward's D=128 tile with swizzled Q/dO rows (lab/ab/
@@ -328,6 +330,19 @@ case "${1:-verify}" in
             # L2 promotion instead of 256 (lab/ab/tma_l2_128.diff, REVERSE=0: B is the patched copy), on the FP8 forward
     env_info > "$OUT/env.txt" 2>&1
     step ab_tma_l2 560 env PATCH=tma_l2_128.diff REVERSE=0 OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
+    ;;
+  portableswz128ab)  # 2026-11-30: the portable backward's D=128 large tile with swizzled Q/dO rows, 0 spills now
+                     # (lab/ab/portable_bwd_swizzle_d128_lean.diff, REVERSE=1: A is the tree before it), then on
+                     # the tree: the backward and packed-batch tests, the sanitizers on the portable path, the
+                     # timing against FlashAttention-2
+    env_info > "$OUT/env.txt" 2>&1
+    step ab_swz128 420 env PATCH=portable_bwd_swizzle_d128_lean.diff REVERSE=1 OUT="$OUT/ab" \
+      AB_CMD="python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128" bash lab/ab/run_ab.sh
+    step build 300 bash lab/gpu_build.sh
+    step pytest_backward 200 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py \
+      tests/kernels/test_varlen_gpu.py -ra
+    sanitize_steps 120 portable dense,varlen portable
+    step bwd_time_portable 100 python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128,256
     ;;
   portableb4x2ab)  # 2026-11-30: the portable backward's D=64 large tile with phase B's warps as 4 (keys) x 2 (head
                    # dims) on sm90 and the deterministic ticket as an index (lab/ab/portable_bwd_b4x2_sm90.diff,
@@ -637,7 +652,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

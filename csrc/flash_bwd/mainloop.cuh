@@ -611,15 +611,23 @@ __global__ void __launch_bounds__(Traits::kNThreads, kVarlen ? 1 : 0)
   }
 
   // ---- Epilogue: dK (times softmax_scale) and dV in the input dtype, rows past Sk dropped.
+  // Traits::kEpilogueIndexAgain: the head and batch derived again from the block index rather than
+  // kept across the loop (traits.h).
+  int e_head_kv = head_kv, e_batch = batch;
+  if constexpr (Traits::kEpilogueIndexAgain) {
+    const int bh_again = static_cast<int>(opaque(blockIdx.x) / static_cast<uint32_t>(num_n_blocks));
+    e_head_kv = bh_again % p.heads_kv;
+    e_batch = bh_again / p.heads_kv;
+  }
   Element* dk_gmem;
   Element* dv_gmem;
   if constexpr (kVarlen) {
     const int64_t k_row0 = bwd_seq_smem().k_row0;
-    dk_gmem = static_cast<Element*>(p.dk) + k_row0 * p.dk_row_stride + head_kv * p.dk_head_stride;
-    dv_gmem = static_cast<Element*>(p.dv) + k_row0 * p.dv_row_stride + head_kv * p.dv_head_stride;
+    dk_gmem = static_cast<Element*>(p.dk) + k_row0 * p.dk_row_stride + e_head_kv * p.dk_head_stride;
+    dv_gmem = static_cast<Element*>(p.dv) + k_row0 * p.dv_row_stride + e_head_kv * p.dv_head_stride;
   } else {
-    dk_gmem = static_cast<Element*>(p.dk) + batch * p.dk_batch_stride + head_kv * p.dk_head_stride;
-    dv_gmem = static_cast<Element*>(p.dv) + batch * p.dv_batch_stride + head_kv * p.dv_head_stride;
+    dk_gmem = static_cast<Element*>(p.dk) + e_batch * p.dk_batch_stride + e_head_kv * p.dk_head_stride;
+    dv_gmem = static_cast<Element*>(p.dv) + e_batch * p.dv_batch_stride + e_head_kv * p.dv_head_stride;
   }
 #pragma unroll
   for (int mt = 0; mt < kBMTiles; ++mt)

@@ -65,6 +65,10 @@ struct BwdKernelTraits {
 #else
   static constexpr bool kSwizzleQdO = kSwizzleQdO_;
 #endif
+  // The epilogue's head and batch derived again from the block index rather than kept in registers
+  // across the loop: the swizzled D=128 tile spilled the head otherwise (4 B); at D=64 the same
+  // change gave a schedule 8% slower (perf-notes, 2026-11-30), so it is this tile's alone.
+  static constexpr bool kEpilogueIndexAgain = kSwizzleQdO && kHeadDim == 128;
   static constexpr int kSmemStride = kHeadDim + 8;                           // K, V rows
   static constexpr int kQStride = kSwizzleQdO ? kHeadDim : kHeadDim + 8;   // Q, dO rows
   static constexpr int kPStride = kBlockM + 8;      // P^T, dS^T rows (one key each)
@@ -119,7 +123,7 @@ FLASHATTN_BWD_TILE_CONFIG(32,  kLarge,   128, 64,  8, 4, 4, 4, 4, 2, false);    
 FLASHATTN_BWD_TILE_CONFIG(64,  kLarge,   128, 128, 8, 2, 2, 4, 4, 1, true);     // 141.0 (over sm89's 99 KB)
 FLASHATTN_BWD_TILE_CONFIG(64,  kCompact, 128, 64,  8, 4, 4, 4, 4, 1, false);    //  90.5
 FLASHATTN_BWD_TILE_CONFIG(96,  kLarge,   64,  64,  8, 4, 4, 4, 4, 2, false);    //  97.0
-FLASHATTN_BWD_TILE_CONFIG(128, kLarge,   128, 64,  8, 8, 4, 4, 2, 2, false);    // 176.5 (over sm80's 163 KB)
+FLASHATTN_BWD_TILE_CONFIG(128, kLarge,   128, 64,  8, 8, 4, 4, 2, 2, true);     // 176.5 (over sm80's 163 KB)
 FLASHATTN_BWD_TILE_CONFIG(128, kCompact, 64,  64,  8, 4, 4, 4, 4, 1, false);    //  86.5
 FLASHATTN_BWD_TILE_CONFIG(160, kLarge,   64,  64,  8, 4, 4, 4, 4, 2, false);    // 144.5 (over sm89's 99 KB)
 FLASHATTN_BWD_TILE_CONFIG(160, kCompact, 32,  64,  4, 2, 2, 2, 4, 1, false);    //  72.5
