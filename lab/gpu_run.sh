@@ -331,8 +331,9 @@ case "${1:-verify}" in
     env_info > "$OUT/env.txt" 2>&1
     step ab_tma_l2 560 env PATCH=tma_l2_128.diff REVERSE=0 OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
     ;;
-  portableswz128ab)  # 2026-11-30: the portable backward's D=128 large tile with swizzled Q/dO rows, 0 spills now
-                     # (lab/ab/portable_bwd_swizzle_d128_lean.diff, REVERSE=1: A is the tree before it), then on
+  portableswz128ab)  # 2026-11-30 (measured on an H200 in a form that also changed D=64's epilogue: D=128 +1-5%,
+                     # landed for D=128 alone): the portable backward's D=128 large tile with swizzled Q/dO rows,
+                     # 0 spills (lab/ab/portable_bwd_swizzle_d128_lean.diff, REVERSE=1: A is the tree before it), then on
                      # the tree: the backward and packed-batch tests, the sanitizers on the portable path, the
                      # timing against FlashAttention-2
     env_info > "$OUT/env.txt" 2>&1

@@ -15,6 +15,9 @@
 # lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128" (bash lab/gpu_run.sh
 # portableswizzle; measured 2026-11-29 on an H200 together with D=64: D=64 +4.4-7.7%, landed; D=128
 # +1.3-3.7% but ptxas spills 8-16 bytes on every target; not adopted).
+# portable_bwd_swizzle_d128_lean.diff: that D=128 tile swizzled without a spill (the epilogue's indices derived
+# again; in the tree: REVERSE=1; bash lab/gpu_run.sh portableswz128ab; measured 2026-11-30 on an H200 with the
+# re-derivation in the D=64 tile too: D=128 +1-5%, landed; D=64 8% slower from it, hence D=128's alone).
 # portable_bwd_b4x2_sm90.diff: the portable backward's D=64 large tile with phase B's warps as 4 x 2 on sm90,
 # Q's phase-B address from dO's and the deterministic ticket as an index in the swizzled tile (in the
 # tree: REVERSE=1 times the tree before it; bash lab/gpu_run.sh portableb4x2ab; measured 2026-11-30 on
