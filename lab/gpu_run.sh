@@ -38,6 +38,8 @@
 #   bash lab/gpu_run.sh tailsplit build, the backward tests, the split last wave's A/B vs no split and cuDNN (~5 min)
 #   bash lab/gpu_run.sh portableab the portable backward: lab/ab/portable_bwd_lean_dq.diff's A/B with FA2 alongside (~8 min)
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
+#   bash lab/gpu_run.sh portabled128a4x2 prepared: the portable backward's D=128 phase A as 4 x 2 warps (lab/ab/
+#                                     portable_bwd_d128_a4x2.diff): its A/B, then the tests and sanitizers in the copy (~8 min)
 #   bash lab/gpu_run.sh portableswz128ab the portable backward's D=128 tile with swizzled Q/dO rows (lab/ab/
 #                                     portable_bwd_swizzle_d128_lean.diff): its A/B, then portableland's steps (~9 min)
 #   bash lab/gpu_run.sh portableb4x2ab the portable backward's D=64 phase B as 4 x 2 warps on sm90 (lab/ab/
@@ -330,6 +332,22 @@ case "${1:-verify}" in
             # L2 promotion instead of 256 (lab/ab/tma_l2_128.diff, REVERSE=0: B is the patched copy), on the FP8 forward
     env_info > "$OUT/env.txt" 2>&1
     step ab_tma_l2 560 env PATCH=tma_l2_128.diff REVERSE=0 OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
+    ;;
+  portabled128a4x2)  # prepared 2026-11-30 (issue 27), not yet run: the portable backward's D=128 large tile with
+                     # phase A as 4 (keys) x 2 (queries) warps, FlashAttention-2's layout, its k-steps unrolled
+                     # two at a time (lab/ab/portable_bwd_d128_a4x2.diff, REVERSE=0: B is the patched copy,
+                     # kept in build/ab-a4x2); then in that copy the backward tests and the sanitizers
+    env_info > "$OUT/env.txt" 2>&1
+    copy="$PWD/build/ab-a4x2"
+    step ab_a4x2 420 env PATCH=portable_bwd_d128_a4x2.diff REVERSE=0 AB_COPY="$copy" OUT="$OUT/ab" \
+      AB_CMD="python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128" bash lab/ab/run_ab.sh
+    step pytest_a4x2 200 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q \
+      -p no:cacheprovider tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py -k portable -ra"
+    for tool in memcheck racecheck synccheck; do
+      extra=""; [ $tool = racecheck ] && extra="--racecheck-report hazard"
+      step ${tool}_a4x2 120 bash -c "cd '$copy' && PYTHONPATH='$copy' SANITIZE_BACKENDS=portable compute-sanitizer \
+        --tool $tool $extra --error-exitcode 99 python3 lab/sanitize_small.py --only dense --quick"
+    done
     ;;
   portableswz128ab)  # 2026-11-30 (measured on an H200 in a form that also changed D=64's epilogue: D=128 +1-5%,
                      # landed for D=128 alone): the portable backward's D=128 large tile with swizzled Q/dO rows,
@@ -653,7 +671,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -15,6 +15,9 @@
 # lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128" (bash lab/gpu_run.sh
 # portableswizzle; measured 2026-11-29 on an H200 together with D=64: D=64 +4.4-7.7%, landed; D=128
 # +1.3-3.7% but ptxas spills 8-16 bytes on every target; not adopted).
+# portable_bwd_d128_a4x2.diff: the portable backward's D=128 large tile with phase A as 4 x 2 warps (keys x
+# queries), its k-steps unrolled two at a time (0 spills on sm_80/89/90a; fully unrolled it spilled 44 B):
+# REVERSE=0 (bash lab/gpu_run.sh portabled128a4x2; prepared 2026-11-30, not yet run).
 # portable_bwd_swizzle_d128_lean.diff: that D=128 tile swizzled without a spill (the epilogue's indices derived
 # again; in the tree: REVERSE=1; bash lab/gpu_run.sh portableswz128ab; measured 2026-11-30 on an H200 with the
 # re-derivation in the D=64 tile too: D=128 +1-5%, landed; D=64 8% slower from it, hence D=128's alone).
