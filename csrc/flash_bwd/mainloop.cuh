@@ -86,10 +86,10 @@ __device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
 }
 
 // A step's dQ ticket in deterministic mode (p.dq_semaphore). kIndex: held as a 32-bit index across
-// phase C instead of a 64-bit pointer, a register fewer, which the swizzled D=64 tile at the register
-// limit needs (a pointer spilled it); the other tiles keep the pointer form they were measured with
-// (the index form changed their schedules and cost D=128 2-4%). The index counts query blocks of
-// 32+ rows times heads: 2^31 of them would take a dq_accum of over 2^45 bytes.
+// phase C instead of a 64-bit pointer, a register fewer, which the swizzled tiles at the register
+// limit need (a pointer spilled them); the padded tiles keep the pointer form they were measured
+// with (the index form changed their schedules: the padded D=128 tile ran 1-4% slower). The index
+// counts query blocks of 32+ rows times heads: 2^31 of them would take a dq_accum of over 2^45 bytes.
 template <bool kIndex>
 struct DqTicket {
   int* ptr = nullptr;
