@@ -365,7 +365,8 @@ case "${1:-verify}" in
     ;;
   portableb4x2ab)  # 2026-11-30: the portable backward's D=64 large tile with phase B's warps as 4 (keys) x 2 (head
                    # dims) on sm90 and the deterministic ticket as an index (lab/ab/portable_bwd_b4x2_sm90.diff,
-                   # REVERSE=1: A is the tree before it); then portableland on the same machine
+                   # REVERSE=1 on commit 85cf3ba: A is the tree before it; later changes to the same lines
+                   # keep it from reversing on newer trees); then portableland on the same machine
     env_info > "$OUT/env.txt" 2>&1
     step ab_b4x2 560 env PATCH=portable_bwd_b4x2_sm90.diff REVERSE=1 OUT="$OUT/ab" \
       AB_CMD="python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128" bash lab/ab/run_ab.sh

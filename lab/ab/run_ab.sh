@@ -23,7 +23,7 @@
 # re-derivation in the D=64 tile too: D=128 +1-5%, landed; D=64 8% slower from it, hence D=128's alone).
 # portable_bwd_b4x2_sm90.diff: the portable backward's D=64 large tile with phase B's warps as 4 x 2 on sm90,
 # Q's phase-B address from dO's and the deterministic ticket as an index in the swizzled tile (in the
-# tree: REVERSE=1 times the tree before it; bash lab/gpu_run.sh portableb4x2ab; measured 2026-11-30 on
+# tree: REVERSE=1 on commit 85cf3ba times the tree before it; bash lab/gpu_run.sh portableb4x2ab; measured 2026-11-30 on
 # an H200 in a form that applied the last two to every tile: D=64 +4-7%, landed; D=128 1-4% slower from
 # its changed schedule, hence the swizzled tile alone).
 # decode_swizzle_l2_128.diff: kHopperSplit and kHopperStream on dense swizzled K/V rows with a 128-byte
