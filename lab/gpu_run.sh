@@ -164,6 +164,19 @@ sanitize_steps() {
       --error-exitcode 99 python3 lab/sanitize_small.py --only "$groups" --quick
   done
 }
+# A patched copy of the tree (an A/B's side, lab/ab/run_ab.sh AB_COPY) checked on the portable path: the
+# backward tests, then memcheck, racecheck and synccheck on the small dense cases, each in that copy.
+#   portable_copy_checks COPY NAME PYTEST_LIMIT SANITIZER_LIMIT
+portable_copy_checks() {
+  local copy=$1 name=$2 tool extra
+  step "pytest_$name" "$3" bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q \
+    -p no:cacheprovider tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py -k portable -ra"
+  for tool in memcheck racecheck synccheck; do
+    extra=""; [ "$tool" = racecheck ] && extra="--racecheck-report hazard"
+    step "${tool}_$name" "$4" bash -c "cd '$copy' && PYTHONPATH='$copy' SANITIZE_BACKENDS=portable compute-sanitizer \
+      --tool $tool $extra --error-exitcode 99 python3 lab/sanitize_small.py --only dense --quick"
+  done
+}
 # The small dense cases, the Hopper paths where the GPU has them.
 sanitize_dense_steps() { sanitize_steps "$1" auto dense dense; }
 
@@ -341,13 +354,7 @@ case "${1:-verify}" in
     copy="$PWD/build/ab-a4x2"
     step ab_a4x2 420 env PATCH=portable_bwd_d128_a4x2.diff REVERSE=0 AB_COPY="$copy" OUT="$OUT/ab" \
       AB_CMD="python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128" bash lab/ab/run_ab.sh
-    step pytest_a4x2 200 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q \
-      -p no:cacheprovider tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py -k portable -ra"
-    for tool in memcheck racecheck synccheck; do
-      extra=""; [ $tool = racecheck ] && extra="--racecheck-report hazard"
-      step ${tool}_a4x2 120 bash -c "cd '$copy' && PYTHONPATH='$copy' SANITIZE_BACKENDS=portable compute-sanitizer \
-        --tool $tool $extra --error-exitcode 99 python3 lab/sanitize_small.py --only dense --quick"
-    done
+    portable_copy_checks "$copy" a4x2 200 120
     ;;
   portableswz128ab)  # 2026-11-30 (measured on an H200 in a form that also changed D=64's epilogue: D=128 +1-5%,
                      # landed for D=128 alone): the portable backward's D=128 large tile with swizzled Q/dO rows,
@@ -382,13 +389,7 @@ case "${1:-verify}" in
   portableswizzlecheck)  # after portableswizzle on the same machine: the patched copy's correctness
     env_info > "$OUT/env.txt" 2>&1
     copy="$PWD/build/ab-swizzle"
-    step pytest_swizzled 300 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q \
-      -p no:cacheprovider tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py -k portable -ra"
-    for tool in memcheck racecheck synccheck; do
-      extra=""; [ $tool = racecheck ] && extra="--racecheck-report hazard"
-      step ${tool}_swizzled 150 bash -c "cd '$copy' && PYTHONPATH='$copy' SANITIZE_BACKENDS=portable compute-sanitizer \
-        --tool $tool $extra --error-exitcode 99 python3 lab/sanitize_small.py --only dense --quick"
-    done
+    portable_copy_checks "$copy" swizzled 300 150
     ;;
   portableland)  # 2026-11-27: after a portable-backward change: build, its tests, the sanitizers on the
                   # portable path alone (dense and packed small cases), the timing against FA2 and cuDNN
