@@ -164,6 +164,17 @@ sanitize_steps() {
       --error-exitcode 99 python3 lab/sanitize_small.py --only "$groups" --quick
   done
 }
+# After a portable-backward change, on the tree: build (incremental after an A/B), the backward,
+# public-gradient and packed-batch tests, memcheck/racecheck/synccheck on the portable path's small
+# dense and packed cases, the timing against FlashAttention-2 (limits sized to follow an A/B in one
+# call: the steps took 90, 65, 5-55 and 16 s on an H200).
+portable_land_steps() {
+  step build 300 bash lab/gpu_build.sh
+  step pytest_backward 200 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py \
+    tests/kernels/test_varlen_gpu.py -ra
+  sanitize_steps 120 portable dense,varlen portable
+  step bwd_time_portable 100 python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128,256
+}
 # A patched copy of the tree (an A/B's side, lab/ab/run_ab.sh AB_COPY) checked on the portable path: the
 # backward tests, then memcheck, racecheck and synccheck on the small dense cases, each in that copy.
 #   portable_copy_checks COPY NAME PYTEST_LIMIT SANITIZER_LIMIT
@@ -364,11 +375,7 @@ case "${1:-verify}" in
     env_info > "$OUT/env.txt" 2>&1
     step ab_swz128 420 env PATCH=portable_bwd_swizzle_d128_lean.diff REVERSE=1 OUT="$OUT/ab" \
       AB_CMD="python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128" bash lab/ab/run_ab.sh
-    step build 300 bash lab/gpu_build.sh
-    step pytest_backward 200 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py \
-      tests/kernels/test_varlen_gpu.py -ra
-    sanitize_steps 120 portable dense,varlen portable
-    step bwd_time_portable 100 python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128,256
+    portable_land_steps
     ;;
   portableb4x2ab)  # 2026-11-30: the portable backward's D=64 large tile with phase B's warps as 4 (keys) x 2 (head
                    # dims) on sm90 and the deterministic ticket as an index (lab/ab/portable_bwd_b4x2_sm90.diff,
@@ -394,11 +401,7 @@ case "${1:-verify}" in
   portableland)  # 2026-11-27: after a portable-backward change: build, its tests, the sanitizers on the
                   # portable path alone (dense and packed small cases), the timing against FA2 and cuDNN
     env_info > "$OUT/env.txt" 2>&1
-    step build 420 bash lab/gpu_build.sh
-    step pytest_backward 300 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py \
-      tests/kernels/test_varlen_gpu.py -ra
-    sanitize_steps 200 portable dense,varlen portable
-    step bwd_time_portable 200 python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128,256
+    portable_land_steps
     ;;
   bwd90)  # the backward through the op on both paths: numerics, the suite's backward tests, the timing grid
     env_info > "$OUT/env.txt" 2>&1
