@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kVarlen ? 1 : 0)
         for (int nt = 0; nt < kANTiles; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
-#pragma unroll
+#pragma unroll Traits::kAKUnroll
       for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
         uint32_t a[kAMTiles][4];
 #pragma unroll

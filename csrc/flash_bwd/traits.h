@@ -25,6 +25,10 @@ struct BwdKernelTraits {
   static constexpr int kAWarpsM = kNWarps / kAWarpsN;
   static constexpr int kAMTiles = kBlockN / kAWarpsN / 16;  // m16 tiles (keys) per warp
   static constexpr int kANTiles = kBlockM / kAWarpsM / 8;   // n8 tiles (queries) per warp
+  // Phase A's k-steps unrolled two at a time where the warp tile is 2+ m16 tiles of keys at D=128
+  // (FlashAttention-2's 4 x 2 layout there): fully unrolled, ptxas loaded the next k-steps'
+  // fragments early and spilled 44 B at 255 registers; two at a time it fits.
+  static constexpr int kAKUnroll = (kHeadDim == 128 && kAMTiles >= 2) ? 2 : kHeadDim / 16;
   // Phase B: warps tile dK/dV as kBWarpsN (keys) x kBWarpsD (head dim). sm90 may take its own
   // split (kBWarpsNSm90_): more warps over the keys load each P^T/dS^T fragment fewer times (the
   // kernel waits on the shared-memory instruction queue there) but hold more dO/Q fragments, which
@@ -123,7 +127,7 @@ FLASHATTN_BWD_TILE_CONFIG(32,  kLarge,   128, 64,  8, 4, 4, 4, 4, 2, false);    
 FLASHATTN_BWD_TILE_CONFIG(64,  kLarge,   128, 128, 8, 2, 2, 4, 4, 1, true);     // 141.0 (over sm89's 99 KB)
 FLASHATTN_BWD_TILE_CONFIG(64,  kCompact, 128, 64,  8, 4, 4, 4, 4, 1, false);    //  90.5
 FLASHATTN_BWD_TILE_CONFIG(96,  kLarge,   64,  64,  8, 4, 4, 4, 4, 2, false);    //  97.0
-FLASHATTN_BWD_TILE_CONFIG(128, kLarge,   128, 64,  8, 8, 4, 4, 2, 2, true);     // 176.5 (over sm80's 163 KB)
+FLASHATTN_BWD_TILE_CONFIG(128, kLarge,   128, 64,  8, 4, 4, 4, 2, 2, true);     // 176.5 (over sm80's 163 KB)
 FLASHATTN_BWD_TILE_CONFIG(128, kCompact, 64,  64,  8, 4, 4, 4, 4, 1, false);    //  86.5
 FLASHATTN_BWD_TILE_CONFIG(160, kLarge,   64,  64,  8, 4, 4, 4, 4, 2, false);    // 144.5 (over sm89's 99 KB)
 FLASHATTN_BWD_TILE_CONFIG(160, kCompact, 32,  64,  4, 2, 2, 2, 4, 1, false);    //  72.5
