@@ -38,7 +38,9 @@
 #   bash lab/gpu_run.sh tailsplit build, the backward tests, the split last wave's A/B vs no split and cuDNN (~5 min)
 #   bash lab/gpu_run.sh portableab the portable backward: lab/ab/portable_bwd_lean_dq.diff's A/B with FA2 alongside (~8 min)
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
-#   bash lab/gpu_run.sh portabled128a4x2 prepared: the portable backward's D=128 phase A as 4 x 2 warps (lab/ab/
+#   bash lab/gpu_run.sh portabledqorder measured, not adopted: the portable backward's dV, dQ, dK order
+#                                     (lab/ab/portable_bwd_dq_before_dk.diff): its A/B, then the tests and sanitizers in the copy (~6 min)
+#   bash lab/gpu_run.sh portabled128a4x2 landed: the portable backward's D=128 phase A as 4 x 2 warps (lab/ab/
 #                                     portable_bwd_d128_a4x2.diff): its A/B, then the tests and sanitizers in the copy (~8 min)
 #   bash lab/gpu_run.sh portableswz128ab the portable backward's D=128 tile with swizzled Q/dO rows (lab/ab/
 #                                     portable_bwd_swizzle_d128_lean.diff): its A/B, then portableland's steps (~9 min)
@@ -335,14 +337,16 @@ case "${1:-verify}" in
     step ncu_bwd_portable 300 env NCU_BWD_BACKEND=portable bash lab/ncu_bwd.sh 64:4096:0 128:4096:0
     ;;
   portablesource)  # 2026-11-29 (measured on an H200: docs/perf-notes.md "The portable backward's stalls by
-                   # instruction"): per-SASS-instruction stall samples of our main kernel and FA2's at D=64
-                   # S=4k; compare with python3 lab/ncu_source_top.py --compare OURS.csv FA2.csv
+                   # instruction"): per-SASS-instruction stall samples of our main kernel and FA2's, D=64 S=4k
+                   # non-causal unless PORTABLE_SOURCE_SHAPE (D:S:causal) says otherwise; compare with
+                   # python3 lab/ncu_source_top.py --compare OURS.csv FA2.csv
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
+    shape="${PORTABLE_SOURCE_SHAPE:-64:4096:0}"
     step ncu_source_portable 300 env NCU_KERNEL=flash_bwd_kernel NCU_SCRIPT=lab/ncu_bwd.py NCU_BWD_BACKEND=portable \
-      NCU_BWD_PEERS=0 NCU_TAG=portable_64_4096_0 bash lab/ncu_source.sh 64:4096:0
+      NCU_BWD_PEERS=0 NCU_TAG="portable_${shape//:/_}" bash lab/ncu_source.sh "$shape"
     step ncu_source_fa2 300 env NCU_KERNEL=flash_bwd_dq_dk_dv_loop NCU_SCRIPT=lab/ncu_bwd.py NCU_BWD_BACKEND=portable \
-      NCU_TAG=fa2_64_4096_0 bash lab/ncu_source.sh 64:4096:0
+      NCU_TAG="fa2_${shape//:/_}" bash lab/ncu_source.sh "$shape"
     ;;
   fwdcheck)  # after a Hopper forward change, on a built tree: the sanitizers on the small dense cases (the
              # dynamic schedule's case included), the bf16 causal forward grid against cuDNN and FA3
@@ -357,7 +361,18 @@ case "${1:-verify}" in
     env_info > "$OUT/env.txt" 2>&1
     step ab_tma_l2 560 env PATCH=tma_l2_128.diff REVERSE=0 OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
     ;;
-  portabled128a4x2)  # prepared 2026-11-30 (issue 27), not yet run: the portable backward's D=128 large tile with
+  portabledqorder)  # 2026-11-30 (issue 27; measured on an H200: 6-8% slower at D=64 and D=128, not adopted):
+                    # the portable backward's large D=64/128 tiles with dV, then phase C
+                    # (dQ and its reductions), then dK, FlashAttention-2's order (lab/ab/portable_bwd_dq_before_dk.diff,
+                    # REVERSE=0: B is the patched copy, kept in build/ab-dqorder); then in that copy the backward
+                    # tests and the sanitizers
+    env_info > "$OUT/env.txt" 2>&1
+    copy="$PWD/build/ab-dqorder"
+    step ab_dqorder 420 env PATCH=portable_bwd_dq_before_dk.diff REVERSE=0 AB_COPY="$copy" OUT="$OUT/ab" \
+      AB_CMD="python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128" bash lab/ab/run_ab.sh
+    portable_copy_checks "$copy" dqorder 200 120
+    ;;
+  portabled128a4x2)  # 2026-11-30 (issue 27), landed in ce2272d (D=128 +2.3-3.6% from S=2k): the portable backward's D=128 large tile with
                      # phase A as 4 (keys) x 2 (queries) warps, FlashAttention-2's layout, its k-steps unrolled
                      # two at a time (lab/ab/portable_bwd_d128_a4x2.diff, REVERSE=0: B is the patched copy,
                      # kept in build/ab-a4x2); then in that copy the backward tests and the sanitizers
@@ -676,7 +691,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
