@@ -308,6 +308,30 @@ __global__ void __launch_bounds__(Traits::kNThreads, kVarlen ? 1 : 0)
   const uint32_t w_p = at(sP, (a_row0 + lane / 4) * kPStride + a_col0 + (lane % 4) * 2);
   const uint32_t w_ds = at(sdS, (a_row0 + lane / 4) * kPStride + a_col0 + (lane % 4) * 2);
 
+  // Deferred dQ reductions (Traits::kDqDefer of a step's last reductions, unmasked steps outside
+  // deterministic mode): carried past the next step's first barrier and issued there, so that one
+  // step's reductions leave in two halves rather than one burst that fills the global-memory
+  // instruction queue just before the barrier (ncu, docs/perf-notes.md). Live only from phase C to
+  // the next step's start, where no phase holds its fragments.
+  constexpr int kDqDefer = Traits::kDqDefer;
+  constexpr int kDqPairs = Traits::kCMTiles * 2 * Traits::kCNTiles;  // reductions a step (one chunk)
+  static_assert(kDqDefer == 0 || (Traits::kCChunks == 1 && kDqDefer <= kDqPairs), "deferred dQ reductions");
+  [[maybe_unused]] float dq_defer[kDqDefer > 0 ? kDqDefer : 1][2];
+  [[maybe_unused]] float* dq_defer_base = nullptr;
+  auto flush_dq_defer = [&]() {
+    if constexpr (kDqDefer > 0) {
+      if (dq_defer_base != nullptr) {
+#pragma unroll
+        for (int j = 0; j < kDqDefer; ++j) {
+          const int i = kDqPairs - kDqDefer + j;  // (mt, r, nt) in phase C's order
+          const int nt = i % Traits::kCNTiles, r = (i / Traits::kCNTiles) % 2, mt = i / Traits::kCNTiles / 2;
+          atomic_add_pair(dq_defer_base + (mt * 16 + r * 8) * Traits::kHeadDim + nt * 8, dq_defer[j][0], dq_defer[j][1]);
+        }
+        dq_defer_base = nullptr;
+      }
+    }
+  };
+
   auto step = [&](const int t, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
     constexpr int kAMTiles = Traits::kAMTiles;
@@ -320,6 +344,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, kVarlen ? 1 : 0)
 
     cp_async_wait<0>();
     __syncthreads();
+    flush_dq_defer();
     if (Traits::kStages == 2 && t + 1 < steps) load_q_do(t + 1);
     cp_async_commit();
 
@@ -550,14 +575,23 @@ __global__ void __launch_bounds__(Traits::kNThreads, kVarlen ? 1 : 0)
         // reduction a 64-bit address and a branch region cost ~9 instructions, ~150 a step).
         float* base = dq_rows + static_cast<int64_t>(m0 + c_row0 + lane / 4) * Traits::kHeadDim + chunk * kChunkCols +
                       c_col0 + (lane % 4) * 2;
+        const bool defer = kDqDefer > 0 && !ticket.held();
 #pragma unroll
         for (int mt = 0; mt < kCMTiles; ++mt)
 #pragma unroll
           for (int r = 0; r < 2; ++r)
 #pragma unroll
-            for (int nt = 0; nt < kCNTiles; ++nt)
-              atomic_add_pair(base + (mt * 16 + r * 8) * Traits::kHeadDim + nt * 8, dq[mt][nt][2 * r],
-                              dq[mt][nt][2 * r + 1]);
+            for (int nt = 0; nt < kCNTiles; ++nt) {
+              const int i = (mt * 2 + r) * kCNTiles + nt;
+              if (kDqDefer > 0 && i >= kDqPairs - kDqDefer && defer) {
+                dq_defer[i - (kDqPairs - kDqDefer)][0] = dq[mt][nt][2 * r];
+                dq_defer[i - (kDqPairs - kDqDefer)][1] = dq[mt][nt][2 * r + 1];
+              } else {
+                atomic_add_pair(base + (mt * 16 + r * 8) * Traits::kHeadDim + nt * 8, dq[mt][nt][2 * r],
+                                dq[mt][nt][2 * r + 1]);
+              }
+            }
+        if (kDqDefer > 0 && defer) dq_defer_base = base;
       } else {
 #pragma unroll
         for (int mt = 0; mt < kCMTiles; ++mt)
@@ -609,6 +643,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, kVarlen ? 1 : 0)
     else
       step(t, std::false_type{});
   }
+
+  flush_dq_defer();
 
   // ---- Epilogue: dK (times softmax_scale) and dV in the input dtype, rows past Sk dropped.
   // Traits::kEpilogueIndexAgain: the head and batch derived again from the block index rather than

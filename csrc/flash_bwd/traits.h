@@ -73,6 +73,14 @@ struct BwdKernelTraits {
   // across the loop: the swizzled D=128 tile spilled the head otherwise (4 B); at D=64 the same
   // change gave a schedule 8% slower (perf-notes, 2026-11-30), so it is this tile's alone.
   static constexpr bool kEpilogueIndexAgain = kSwizzleQdO && kHeadDim == 128;
+  // The last kDqDefer of an unmasked step's 16 dQ reductions carried past the next step's first
+  // barrier (mainloop.cuh): the swizzled tiles on sm90, as many as fit without a spill (D=64: 4
+  // spilled 8 B; D=128: 8 spilled 12 B; sm_89's D=64 spilled 36 B with 2, so sm_89 keeps none).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  static constexpr int kDqDefer = 0;
+#else
+  static constexpr int kDqDefer = !kSwizzleQdO ? 0 : kHeadDim == 128 ? 4 : 2;
+#endif
   static constexpr int kSmemStride = kHeadDim + 8;                           // K, V rows
   static constexpr int kQStride = kSwizzleQdO ? kHeadDim : kHeadDim + 8;   // Q, dO rows
   static constexpr int kPStride = kBlockM + 8;      // P^T, dS^T rows (one key each)
