@@ -38,6 +38,8 @@
 #   bash lab/gpu_run.sh tailsplit build, the backward tests, the split last wave's A/B vs no split and cuDNN (~5 min)
 #   bash lab/gpu_run.sh portableab the portable backward: lab/ab/portable_bwd_lean_dq.diff's A/B with FA2 alongside (~8 min)
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
+#   bash lab/gpu_run.sh softcapex2fma prepared: the D=64 softcap backward with one exponential in four on the FMA pipe
+#                                     (lab/ab/bwd_softcap_ex2_fma.diff): its A/B, then the softcap tests and sanitizers in the copy (~8 min)
 #   bash lab/gpu_run.sh portabledqorder measured, not adopted: the portable backward's dV, dQ, dK order
 #                                     (lab/ab/portable_bwd_dq_before_dk.diff): its A/B, then the tests and sanitizers in the copy (~6 min)
 #   bash lab/gpu_run.sh portabled128a4x2 landed: the portable backward's D=128 phase A as 4 x 2 warps (lab/ab/
@@ -360,6 +362,23 @@ case "${1:-verify}" in
             # L2 promotion instead of 256 (lab/ab/tma_l2_128.diff, REVERSE=0: B is the patched copy), on the FP8 forward
     env_info > "$OUT/env.txt" 2>&1
     step ab_tma_l2 560 env PATCH=tma_l2_128.diff REVERSE=0 OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
+    ;;
+  softcapex2fma)  # prepared 2026-11-30 (issue 27), not yet run: the Hopper backward's one-pass softcap at D=64 with
+                  # one slice of exponentials in four on the FMA pipe (ex2_fma: a degree-3 polynomial, relative
+                  # error 1e-4), the SFU's load a score 2 -> 1.75 (lab/ab/bwd_softcap_ex2_fma.diff, REVERSE=0: B is
+                  # the patched copy, kept in build/ab-ex2fma); then in that copy the softcap tests and the
+                  # sanitizers on the small dense cases (the softcap among them)
+    env_info > "$OUT/env.txt" 2>&1
+    copy="$PWD/build/ab-ex2fma"
+    step ab_ex2fma 420 env PATCH=bwd_softcap_ex2_fma.diff REVERSE=0 AB_COPY="$copy" OUT="$OUT/ab" \
+      AB_CMD="python3 lab/bwd_softcap_time.py --hopper-only" bash lab/ab/run_ab.sh
+    step pytest_ex2fma 300 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q \
+      -p no:cacheprovider tests/kernels/test_backward_gpu.py tests/kernels/test_varlen_gpu.py -k 'softcap or cap' -ra"
+    for tool in memcheck racecheck synccheck; do
+      extra=""; [ "$tool" = racecheck ] && extra="--racecheck-report hazard"
+      step "${tool}_ex2fma" 150 bash -c "cd '$copy' && PYTHONPATH='$copy' SANITIZE_BACKENDS=auto compute-sanitizer \
+        --tool $tool $extra --error-exitcode 99 python3 lab/sanitize_small.py --only dense --quick"
+    done
     ;;
   portabledqorder)  # 2026-11-30 (issue 27; measured on an H200: 6-8% slower at D=64 and D=128, not adopted):
                     # the portable backward's large D=64/128 tiles with dV, then phase C
@@ -691,7 +710,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
