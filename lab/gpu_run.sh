@@ -38,6 +38,8 @@
 #   bash lab/gpu_run.sh tailsplit build, the backward tests, the split last wave's A/B vs no split and cuDNN (~5 min)
 #   bash lab/gpu_run.sh portableab the portable backward: lab/ab/portable_bwd_lean_dq.diff's A/B with FA2 alongside (~8 min)
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
+#   bash lab/gpu_run.sh portabledefermore prepared: more deferred dQ reductions in the portable backward (D=64 6, D=128 8;
+#                                     lab/ab/portable_bwd_dq_defer_more.diff): its A/B, then the tests and sanitizers in the copy (~7 min)
 #   bash lab/gpu_run.sh softcapex2fma prepared: the D=64 softcap backward with one exponential in four on the FMA pipe
 #                                     (lab/ab/bwd_softcap_ex2_fma.diff): its A/B, then the softcap tests and sanitizers in the copy (~8 min)
 #   bash lab/gpu_run.sh portabledqorder measured, not adopted: the portable backward's dV, dQ, dK order
@@ -362,6 +364,16 @@ case "${1:-verify}" in
             # L2 promotion instead of 256 (lab/ab/tma_l2_128.diff, REVERSE=0: B is the patched copy), on the FP8 forward
     env_info > "$OUT/env.txt" 2>&1
     step ab_tma_l2 560 env PATCH=tma_l2_128.diff REVERSE=0 OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
+    ;;
+  portabledefermore)  # prepared 2026-11-30 (issue 27), not yet run: the portable backward's deferred dQ reductions
+                      # at D=64 2 -> 6 and D=128 4 -> 8, the Q/dO loader's offsets derived again each step (opaque)
+                      # so that they fit (lab/ab/portable_bwd_dq_defer_more.diff, REVERSE=0: B is the patched copy,
+                      # kept in build/ab-defermore); then in that copy the backward tests and the sanitizers
+    env_info > "$OUT/env.txt" 2>&1
+    copy="$PWD/build/ab-defermore"
+    step ab_defermore 420 env PATCH=portable_bwd_dq_defer_more.diff REVERSE=0 AB_COPY="$copy" OUT="$OUT/ab" \
+      AB_CMD="python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128" bash lab/ab/run_ab.sh
+    portable_copy_checks "$copy" defermore 200 120
     ;;
   softcapex2fma)  # prepared 2026-11-30 (issue 27), not yet run: the Hopper backward's one-pass softcap at D=64 with
                   # one slice of exponentials in four on the FMA pipe (ex2_fma: a degree-3 polynomial, relative
@@ -710,7 +722,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
