@@ -10,7 +10,8 @@
 //   barrier
 //   B: dV += P^T dO, dK += dS^T Q
 //   C: dQ_partial = dS K, added into the float32 dq_accum (atomics; in deterministic mode after
-//      the key blocks before this one, see dq_semaphore in ../common/bwd_params.h)
+//      the key blocks before this one, see dq_semaphore in ../common/bwd_params.h; otherwise the
+//      last Traits::kDqDefer of an unmasked step's additions wait for the next step's barrier)
 // The first barrier publishes this step's Q/dO and proves every warp has left the previous step's
 // phases B and C, whose P^T/dS^T buffers phase A overwrites and whose Q/dO stage the next load
 // reuses. The second publishes P^T and dS^T.
