@@ -39,7 +39,8 @@
 #   bash lab/gpu_run.sh portableab the portable backward: lab/ab/portable_bwd_lean_dq.diff's A/B with FA2 alongside (~8 min)
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
 #   bash lab/gpu_run.sh portabledefermore prepared: more deferred dQ reductions in the portable backward (D=64 6, D=128 8;
-#                                     lab/ab/portable_bwd_dq_defer_more.diff): its A/B, then the tests and sanitizers in the copy (~7 min)
+#                                     lab/ab/portable_bwd_dq_defer_more.diff): its A/B, the tests and sanitizers in the copy,
+#                                     ncu source counters of its D=64 kernel and FA2's at S=8k (~8 min)
 #   bash lab/gpu_run.sh softcapex2fma prepared: the D=64 softcap backward with one exponential in four on the FMA pipe
 #                                     (lab/ab/bwd_softcap_ex2_fma.diff): its A/B, then the softcap tests and sanitizers in the copy (~8 min)
 #   bash lab/gpu_run.sh portabledqorder measured, not adopted: the portable backward's dV, dQ, dK order
@@ -374,6 +375,11 @@ case "${1:-verify}" in
     step ab_defermore 420 env PATCH=portable_bwd_dq_defer_more.diff REVERSE=0 AB_COPY="$copy" OUT="$OUT/ab" \
       AB_CMD="python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128" bash lab/ab/run_ab.sh
     portable_copy_checks "$copy" defermore 200 120
+    # Where D=64's long non-causal rows (0.94-0.96x FlashAttention-2) still lose, in the patched copy.
+    step ncu_source_defermore 300 bash -c "cd '$copy' && PYTHONPATH='$copy' OUT='$OUT' NCU_KERNEL=flash_bwd_kernel \
+      NCU_SCRIPT=lab/ncu_bwd.py NCU_BWD_BACKEND=portable NCU_BWD_PEERS=0 NCU_TAG=portable_64_8192_0 bash lab/ncu_source.sh 64:8192:0"
+    step ncu_source_fa2 300 env NCU_KERNEL=flash_bwd_dq_dk_dv_loop NCU_SCRIPT=lab/ncu_bwd.py NCU_BWD_BACKEND=portable \
+      NCU_TAG=fa2_64_8192_0 bash lab/ncu_source.sh 64:8192:0
     ;;
   softcapex2fma)  # prepared 2026-11-30 (issue 27), not yet run: the Hopper backward's one-pass softcap at D=64 with
                   # one slice of exponentials in four on the FMA pipe (ex2_fma: a degree-3 polynomial, relative

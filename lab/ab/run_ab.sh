@@ -17,7 +17,20 @@
 # +1.3-3.7% but ptxas spills 8-16 bytes on every target; not adopted).
 # portable_bwd_d128_a4x2.diff: the portable backward's D=128 large tile with phase A as 4 x 2 warps (keys x
 # queries), its k-steps unrolled two at a time (0 spills on sm_80/89/90a; fully unrolled it spilled 44 B):
-# REVERSE=0 (bash lab/gpu_run.sh portabled128a4x2; prepared 2026-11-30, not yet run).
+# REVERSE=0 on commit 62ab7b0 (bash lab/gpu_run.sh portabled128a4x2; measured 2026-11-30 on an H200: D=128
+# +2.3-3.6% from S=2k, landed in ce2272d).
+# portable_bwd_dq_before_dk.diff (dV, then dQ and its reductions, then dK; bash lab/gpu_run.sh portabledqorder),
+# portable_bwd_dq_first_d128.diff (D=128: phase C before phase B) and portable_bwd_l2_128.diff (the portable
+# backward's copies with the 128-byte L2 hint): REVERSE=0 with the AB_CMD above, on commit e0906e1; measured
+# 2026-11-30 on an H200: 6-8% slower, 2-5% slower, +-1%; none adopted.
+# portable_bwd_dq_defer.diff: the last dQ reductions of an unmasked step issued after the next step's
+# barrier (REVERSE=0 on commit e0906e1; measured 2026-11-30 on an H200: D=128 +3-6%, D=64 +1-2%; landed in
+# 0487442 with sm_89 left out). portable_bwd_dq_defer_more.diff: more of them (D=64 6, D=128 8), the Q/dO
+# loader's offsets derived again each step (REVERSE=0; bash lab/gpu_run.sh portabledefermore; prepared,
+# not yet run).
+# bwd_softcap_ex2_fma.diff: the Hopper backward's one-pass D=64 softcap with one slice of exponentials in
+# four on the FMA pipe: REVERSE=0 AB_CMD="python3 lab/bwd_softcap_time.py --hopper-only" (bash lab/gpu_run.sh
+# softcapex2fma; prepared 2026-11-30, not yet run).
 # portable_bwd_swizzle_d128_lean.diff: that D=128 tile swizzled without a spill (the epilogue's indices derived
 # again; in the tree: REVERSE=1; bash lab/gpu_run.sh portableswz128ab; measured 2026-11-30 on an H200 with the
 # re-derivation in the D=64 tile too: D=128 +1-5%, landed; D=64 8% slower from it, hence D=128's alone).
