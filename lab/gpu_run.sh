@@ -195,6 +195,16 @@ portable_copy_checks() {
       --tool $tool $extra --error-exitcode 99 python3 lab/sanitize_small.py --only dense --quick"
   done
 }
+# A portable-backward change as a patch against the tree (lab/ab/PATCH, REVERSE=0: B is the patched copy,
+# kept in build/ab-NAME): its A/B on the D=64/128 grid with FlashAttention-2 alongside, then
+# portable_copy_checks in that copy.
+portable_patch_ab() {
+  local name=$1 patch=$2 copy="$PWD/build/ab-$1"
+  env_info > "$OUT/env.txt" 2>&1
+  step "ab_$name" 420 env PATCH="$patch" REVERSE=0 AB_COPY="$copy" OUT="$OUT/ab" \
+    AB_CMD="python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128" bash lab/ab/run_ab.sh
+  portable_copy_checks "$copy" "$name" 200 120
+}
 # The small dense cases, the Hopper paths where the GPU has them.
 sanitize_dense_steps() { sanitize_steps "$1" auto dense dense; }
 
@@ -370,13 +380,9 @@ case "${1:-verify}" in
                       # at D=64 2 -> 6 and D=128 4 -> 8, the Q/dO loader's offsets derived again each step (opaque)
                       # so that they fit (lab/ab/portable_bwd_dq_defer_more.diff, REVERSE=0: B is the patched copy,
                       # kept in build/ab-defermore); then in that copy the backward tests and the sanitizers
-    env_info > "$OUT/env.txt" 2>&1
-    copy="$PWD/build/ab-defermore"
-    step ab_defermore 420 env PATCH=portable_bwd_dq_defer_more.diff REVERSE=0 AB_COPY="$copy" OUT="$OUT/ab" \
-      AB_CMD="python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128" bash lab/ab/run_ab.sh
-    portable_copy_checks "$copy" defermore 200 120
+    portable_patch_ab defermore portable_bwd_dq_defer_more.diff
     # Where D=64's long non-causal rows (0.94-0.96x FlashAttention-2) still lose, in the patched copy.
-    step ncu_source_defermore 300 bash -c "cd '$copy' && PYTHONPATH='$copy' OUT='$OUT' NCU_KERNEL=flash_bwd_kernel \
+    step ncu_source_defermore 300 bash -c "cd '$PWD/build/ab-defermore' && PYTHONPATH='$PWD/build/ab-defermore' OUT='$OUT' NCU_KERNEL=flash_bwd_kernel \
       NCU_SCRIPT=lab/ncu_bwd.py NCU_BWD_BACKEND=portable NCU_BWD_PEERS=0 NCU_TAG=portable_64_8192_0 bash lab/ncu_source.sh 64:8192:0"
     step ncu_source_fa2 300 env NCU_KERNEL=flash_bwd_dq_dk_dv_loop NCU_SCRIPT=lab/ncu_bwd.py NCU_BWD_BACKEND=portable \
       NCU_TAG=fa2_64_8192_0 bash lab/ncu_source.sh 64:8192:0
@@ -403,21 +409,13 @@ case "${1:-verify}" in
                     # (dQ and its reductions), then dK, FlashAttention-2's order (lab/ab/portable_bwd_dq_before_dk.diff,
                     # REVERSE=0: B is the patched copy, kept in build/ab-dqorder); then in that copy the backward
                     # tests and the sanitizers
-    env_info > "$OUT/env.txt" 2>&1
-    copy="$PWD/build/ab-dqorder"
-    step ab_dqorder 420 env PATCH=portable_bwd_dq_before_dk.diff REVERSE=0 AB_COPY="$copy" OUT="$OUT/ab" \
-      AB_CMD="python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128" bash lab/ab/run_ab.sh
-    portable_copy_checks "$copy" dqorder 200 120
+    portable_patch_ab dqorder portable_bwd_dq_before_dk.diff
     ;;
   portabled128a4x2)  # 2026-11-30 (issue 27), landed in ce2272d (D=128 +2.3-3.6% from S=2k): the portable backward's D=128 large tile with
                      # phase A as 4 (keys) x 2 (queries) warps, FlashAttention-2's layout, its k-steps unrolled
                      # two at a time (lab/ab/portable_bwd_d128_a4x2.diff, REVERSE=0: B is the patched copy,
                      # kept in build/ab-a4x2); then in that copy the backward tests and the sanitizers
-    env_info > "$OUT/env.txt" 2>&1
-    copy="$PWD/build/ab-a4x2"
-    step ab_a4x2 420 env PATCH=portable_bwd_d128_a4x2.diff REVERSE=0 AB_COPY="$copy" OUT="$OUT/ab" \
-      AB_CMD="python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128" bash lab/ab/run_ab.sh
-    portable_copy_checks "$copy" a4x2 200 120
+    portable_patch_ab a4x2 portable_bwd_d128_a4x2.diff
     ;;
   portableswz128ab)  # 2026-11-30 (measured on an H200 in a form that also changed D=64's epilogue: D=128 +1-5%,
                      # landed for D=128 alone): the portable backward's D=128 large tile with swizzled Q/dO rows,

@@ -319,14 +319,17 @@ __global__ void __launch_bounds__(Traits::kNThreads, kVarlen ? 1 : 0)
   static_assert(kDqDefer == 0 || (Traits::kCChunks == 1 && kDqDefer <= kDqPairs), "deferred dQ reductions");
   [[maybe_unused]] float dq_defer[kDqDefer > 0 ? kDqDefer : 1][2];
   [[maybe_unused]] float* dq_defer_base = nullptr;
+  // Where reduction (mt, r, nt) of phase C's unmasked path adds, from its base: accumulator tile
+  // (mt, nt), row half r. Phase C issues them in the order i = (mt * 2 + r) * kCNTiles + nt.
+  auto dq_pair_offset = [](int mt, int r, int nt) { return (mt * 16 + r * 8) * Traits::kHeadDim + nt * 8; };
   auto flush_dq_defer = [&]() {
     if constexpr (kDqDefer > 0) {
       if (dq_defer_base != nullptr) {
 #pragma unroll
         for (int j = 0; j < kDqDefer; ++j) {
-          const int i = kDqPairs - kDqDefer + j;  // (mt, r, nt) in phase C's order
+          const int i = kDqPairs - kDqDefer + j;
           const int nt = i % Traits::kCNTiles, r = (i / Traits::kCNTiles) % 2, mt = i / Traits::kCNTiles / 2;
-          atomic_add_pair(dq_defer_base + (mt * 16 + r * 8) * Traits::kHeadDim + nt * 8, dq_defer[j][0], dq_defer[j][1]);
+          atomic_add_pair(dq_defer_base + dq_pair_offset(mt, r, nt), dq_defer[j][0], dq_defer[j][1]);
         }
         dq_defer_base = nullptr;
       }
@@ -584,15 +587,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, kVarlen ? 1 : 0)
 #pragma unroll
             for (int nt = 0; nt < kCNTiles; ++nt) {
               const int i = (mt * 2 + r) * kCNTiles + nt;
-              if (kDqDefer > 0 && i >= kDqPairs - kDqDefer && defer) {
+              if (defer && i >= kDqPairs - kDqDefer) {
                 dq_defer[i - (kDqPairs - kDqDefer)][0] = dq[mt][nt][2 * r];
                 dq_defer[i - (kDqPairs - kDqDefer)][1] = dq[mt][nt][2 * r + 1];
               } else {
-                atomic_add_pair(base + (mt * 16 + r * 8) * Traits::kHeadDim + nt * 8, dq[mt][nt][2 * r],
-                                dq[mt][nt][2 * r + 1]);
+                atomic_add_pair(base + dq_pair_offset(mt, r, nt), dq[mt][nt][2 * r], dq[mt][nt][2 * r + 1]);
               }
             }
-        if (kDqDefer > 0 && defer) dq_defer_base = base;
+        if (defer) dq_defer_base = base;
       } else {
 #pragma unroll
         for (int mt = 0; mt < kCMTiles; ++mt)
