@@ -38,11 +38,13 @@
 #   bash lab/gpu_run.sh tailsplit build, the backward tests, the split last wave's A/B vs no split and cuDNN (~5 min)
 #   bash lab/gpu_run.sh portableab the portable backward: lab/ab/portable_bwd_lean_dq.diff's A/B with FA2 alongside (~8 min)
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
-#   bash lab/gpu_run.sh portabledefermore prepared: more deferred dQ reductions in the portable backward (D=64 6, D=128 8;
-#                                     lab/ab/portable_bwd_dq_defer_more.diff): its A/B, the tests and sanitizers in the copy,
-#                                     ncu source counters of its D=64 kernel and FA2's at S=8k (~8 min)
-#   bash lab/gpu_run.sh softcapex2fma prepared: the D=64 softcap backward with one exponential in four on the FMA pipe
-#                                     (lab/ab/bwd_softcap_ex2_fma.diff): its A/B, then the softcap tests and sanitizers in the copy (~8 min)
+#   bash lab/gpu_run.sh portableplan landed: the portable backward's next Q/dO copy planned before phase B (lab/ab/
+#                                     portable_bwd_plan_q_do.diff): its A/B at D=64/128/256, the tests, sanitizers, ncu in the copy (~6 min)
+#   bash lab/gpu_run.sh portabledefermore measured, not adopted: more deferred dQ reductions in the portable backward
+#                                     (D=64 6, D=128 8; lab/ab/portable_bwd_dq_defer_more.diff): its A/B, the tests and
+#                                     sanitizers in the copy, ncu source counters of its D=64 kernel and FA2's at S=8k (~5 min)
+#   bash lab/gpu_run.sh softcapex2fma measured, not adopted: the D=64 softcap backward with one exponential in four on the
+#                                     FMA pipe (lab/ab/bwd_softcap_ex2_fma.diff): its A/B, the softcap tests and sanitizers in the copy (~4 min)
 #   bash lab/gpu_run.sh portabledqorder measured, not adopted: the portable backward's dV, dQ, dK order
 #                                     (lab/ab/portable_bwd_dq_before_dk.diff): its A/B, then the tests and sanitizers in the copy (~6 min)
 #   bash lab/gpu_run.sh portabled128a4x2 landed: the portable backward's D=128 phase A as 4 x 2 warps (lab/ab/
@@ -199,10 +201,10 @@ portable_copy_checks() {
 # kept in build/ab-NAME): its A/B on the D=64/128 grid with FlashAttention-2 alongside, then
 # portable_copy_checks in that copy.
 portable_patch_ab() {
-  local name=$1 patch=$2 copy="$PWD/build/ab-$1"
+  local name=$1 patch=$2 dims=${3:-64,128} copy="$PWD/build/ab-$1"
   env_info > "$OUT/env.txt" 2>&1
   step "ab_$name" 420 env PATCH="$patch" REVERSE=0 AB_COPY="$copy" OUT="$OUT/ab" \
-    AB_CMD="python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128" bash lab/ab/run_ab.sh
+    AB_CMD="python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims $dims" bash lab/ab/run_ab.sh
   portable_copy_checks "$copy" "$name" 200 120
 }
 # The small dense cases, the Hopper paths where the GPU has them.
@@ -376,7 +378,20 @@ case "${1:-verify}" in
     env_info > "$OUT/env.txt" 2>&1
     step ab_tma_l2 560 env PATCH=tma_l2_128.diff REVERSE=0 OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
     ;;
-  portabledefermore)  # prepared 2026-11-30 (issue 27), not yet run: the portable backward's deferred dQ reductions
+  portableplan)  # 2026-11-30 (issue 27; measured on an H200: D=64 +1.0-1.7% from S=2k, D=256 +0.4-1.7%, D=128
+                 # +-0.3%; landed with the early plan on the compact tiles too): the portable backward's D=64
+                 # swizzled tile works out the next step's Q/dO copy (the division by the query-block count,
+                 # the 64-bit offsets, the loaders' lanes) before phase B instead of after the barrier that
+                 # ends it; lse/dpsum rows planned with the copy on every tile (lab/ab/portable_bwd_plan_q_do.diff
+                 # on commit 19632f5, REVERSE=0: B is the patched copy, kept in build/ab-plan), D=64/128/256;
+                 # then in that copy the backward and packed-batch tests, the sanitizers and ncu at D=64 S=8k
+    portable_patch_ab plan portable_bwd_plan_q_do.diff 64,128,256
+    step pytest_varlen_plan 200 bash -c "cd '$PWD/build/ab-plan' && PYTHONPATH='$PWD/build/ab-plan' \
+      FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider tests/kernels/test_varlen_gpu.py -k gradients -ra"
+    step ncu_source_plan 300 bash -c "cd '$PWD/build/ab-plan' && PYTHONPATH='$PWD/build/ab-plan' OUT='$OUT' NCU_KERNEL=flash_bwd_kernel \
+      NCU_SCRIPT=lab/ncu_bwd.py NCU_BWD_BACKEND=portable NCU_BWD_PEERS=0 NCU_TAG=portable_64_8192_0 bash lab/ncu_source.sh 64:8192:0"
+    ;;
+  portabledefermore)  # 2026-11-30 (issue 27; measured on an H200: D=64 1-4% slower, D=128 1-5%; not adopted): the portable backward's deferred dQ reductions
                       # at D=64 2 -> 6 and D=128 4 -> 8, the Q/dO loader's offsets derived again each step (opaque)
                       # so that they fit (lab/ab/portable_bwd_dq_defer_more.diff, REVERSE=0: B is the patched copy,
                       # kept in build/ab-defermore); then in that copy the backward tests and the sanitizers
@@ -387,7 +402,7 @@ case "${1:-verify}" in
     step ncu_source_fa2 300 env NCU_KERNEL=flash_bwd_dq_dk_dv_loop NCU_SCRIPT=lab/ncu_bwd.py NCU_BWD_BACKEND=portable \
       NCU_TAG=fa2_64_8192_0 bash lab/ncu_source.sh 64:8192:0
     ;;
-  softcapex2fma)  # prepared 2026-11-30 (issue 27), not yet run: the Hopper backward's one-pass softcap at D=64 with
+  softcapex2fma)  # 2026-11-30 (issue 27; measured on an H200: D=64 softcap 3-4% slower; not adopted): the Hopper backward's one-pass softcap at D=64 with
                   # one slice of exponentials in four on the FMA pipe (ex2_fma: a degree-3 polynomial, relative
                   # error 1e-4), the SFU's load a score 2 -> 1.75 (lab/ab/bwd_softcap_ex2_fma.diff, REVERSE=0: B is
                   # the patched copy, kept in build/ab-ex2fma); then in that copy the softcap tests and the
@@ -726,7 +741,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

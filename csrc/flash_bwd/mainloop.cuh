@@ -202,40 +202,53 @@ __global__ void __launch_bounds__(Traits::kNThreads, kVarlen ? 1 : 0)
   }
 
   // Step t is query block m_begin + t % m_steps of query head head_kv * group + t / m_steps.
-  auto load_q_do = [&](int t) {
+  // Its Q/dO copy in two parts: where each thread reads (plan_q_do: a division, 64-bit offsets, the
+  // loaders' lanes; a few registers) and the copies themselves (issue_q_do). Traits::kPlanQdoEarly
+  // works out step t + 1's plan before phase B, where the tensor pipe is busy, rather than after
+  // the barrier that ends phase B, where every warp does this integer work at once with no matrix
+  // work beside it.
+  using QLoader = GmemTileLoader<Traits, kBlockM, Element, Traits::kQStride, Traits::kSwizzleQdO>;
+  struct QdoPlan {
+    QLoader q, dout;     // their row 0 is the step's first query row
+    const float* lse;    // this thread's row of lse and dpsum (threads < kBlockM; the tensors'
+    const float* dpsum;  // first row where it lies past the sequence)
+    int rows_valid;      // query rows of the step inside the sequence
+  };
+  auto plan_q_do = [&](int t) -> QdoPlan {
     const int hq = head_kv * group + t / m_steps;
     const int m0 = (m_begin + t % m_steps) * kBlockM;
-    const int stage = Traits::kStages == 2 ? t % 2 : 0;
-    const uint32_t stage_bytes = stage * Traits::kSmemQStage * 2;
     // Base pointers recomputed from the (constant-bank) params each step rather than kept live
     // across the loop: registers are the scarce resource of this kernel.
     const Element* q_head;
     const Element* do_head;
+    int64_t lse_row;  // lse and dpsum: [B, Hq, Sq] dense, [Hq, total_q] packed
     if constexpr (kVarlen) {
       const int64_t q_row0 = bwd_seq_smem().q_row0;
       q_head = static_cast<const Element*>(p.q) + q_row0 * p.q_row_stride + hq * p.q_head_stride;
       do_head = static_cast<const Element*>(p.dout) + q_row0 * p.do_row_stride + hq * p.do_head_stride;
+      lse_row = static_cast<int64_t>(hq) * p.total_q + q_row0 + m0;
     } else {
       q_head = static_cast<const Element*>(p.q) + batch * p.q_batch_stride + hq * p.q_head_stride;
       do_head = static_cast<const Element*>(p.dout) + batch * p.do_batch_stride + hq * p.do_head_stride;
+      lse_row = (static_cast<int64_t>(batch) * p.heads_q + hq) * p.seqlen_q + m0;
     }
-    using QLoader = GmemTileLoader<Traits, kBlockM, Element, Traits::kQStride, Traits::kSwizzleQdO>;
-    const QLoader ql(q_head, p.q_row_stride, sQ, p.head_dim);
-    const QLoader dl(do_head, p.do_row_stride, sdO, p.head_dim);
-    ql.load(m0, seqlen_q() - m0, stage_bytes, p.q_row_stride);
-    dl.load(m0, seqlen_q() - m0, stage_bytes, p.do_row_stride);
+    const int rows_valid = seqlen_q() - m0;
+    const int64_t row = static_cast<int64_t>(threadIdx.x) < rows_valid ? lse_row + threadIdx.x : 0;
+    return QdoPlan{QLoader(q_head + m0 * p.q_row_stride, p.q_row_stride, sQ, p.head_dim),
+                   QLoader(do_head + m0 * p.do_row_stride, p.do_row_stride, sdO, p.head_dim), p.lse + row,
+                   p.dpsum + row, rows_valid};
+  };
+  auto issue_q_do = [&](const QdoPlan& plan, int stage) {
+    const uint32_t stage_bytes = stage * Traits::kSmemQStage * 2;
+    plan.q.load(0, plan.rows_valid, stage_bytes, p.q_row_stride);
+    plan.dout.load(0, plan.rows_valid, stage_bytes, p.do_row_stride);
     if (threadIdx.x < kBlockM) {
-      // lse and dpsum: [B, Hq, Sq] dense, [Hq, total_q] packed.
-      int64_t row;
-      if constexpr (kVarlen)
-        row = static_cast<int64_t>(hq) * p.total_q + bwd_seq_smem().q_row0 + m0 + threadIdx.x;
-      else
-        row = (static_cast<int64_t>(batch) * p.heads_q + hq) * p.seqlen_q + m0 + threadIdx.x;
-      const bool ok = m0 + static_cast<int>(threadIdx.x) < seqlen_q();
-      cp_async_4(smem_addr(sLse + stage * kBlockM + threadIdx.x), ok ? p.lse + row : p.lse, ok);
-      cp_async_4(smem_addr(sDpsum + stage * kBlockM + threadIdx.x), ok ? p.dpsum + row : p.dpsum, ok);
+      const bool ok = static_cast<int>(threadIdx.x) < plan.rows_valid;
+      cp_async_4(smem_addr(sLse + stage * kBlockM + threadIdx.x), plan.lse, ok);
+      cp_async_4(smem_addr(sDpsum + stage * kBlockM + threadIdx.x), plan.dpsum, ok);
     }
   };
+  auto load_q_do = [&](int t) { issue_q_do(plan_q_do(t), Traits::kStages == 2 ? t % 2 : 0); };
 
   if (steps > 0) {
     const GmemTileLoader<Traits, kBlockN, Element> k_loader(k_gmem, p.k_row_stride, sK, p.head_dim);
@@ -459,6 +472,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, kVarlen ? 1 : 0)
         }
     __syncthreads();
 
+    // The next step's copy planned here (see plan_q_do), issued after phase B.
+    [[maybe_unused]] const auto next = [&] {
+      if constexpr (Traits::kPlanQdoEarly)
+        return plan_q_do(t + 1);
+      else
+        return 0;
+    }();
+
     // ---- Phase B: dV += P^T dO, dK += dS^T Q (k = this step's queries).
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk) {
@@ -495,7 +516,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, kVarlen ? 1 : 0)
     if constexpr (Traits::kStages == 1 && Traits::kLoadBeforeDq) {
       if (t + 1 < steps) {
         __syncthreads();
-        load_q_do(t + 1);
+        if constexpr (Traits::kPlanQdoEarly)
+          issue_q_do(next, 0);
+        else
+          load_q_do(t + 1);
         cp_async_commit();
       }
     }

@@ -81,6 +81,12 @@ struct BwdKernelTraits {
 #else
   static constexpr int kDqDefer = !kSwizzleQdO ? 0 : kHeadDim == 128 ? 4 : 2;
 #endif
+  // One-stage tiles load the next step's Q/dO after the barrier that ends phase B; kPlanQdoEarly
+  // works out where each thread reads (mainloop.cuh plan_q_do) before phase B instead, under its
+  // matrix work: every one-stage tile but D=256's large one, which measured 2-4% slower with it
+  // (the D=64 large tile +1-2%; perf-notes, 2026-11-30). The compact tiles take it also because
+  // without it ptxas squeezed sm_89's D=256 window kernels into 128 registers and spilled.
+  static constexpr bool kPlanQdoEarly = kStages == 1 && kLoadBeforeDq && !(kHeadDim == 256 && kBlockM == 64);
   static constexpr int kSmemStride = kHeadDim + 8;                           // K, V rows
   static constexpr int kQStride = kSwizzleQdO ? kHeadDim : kHeadDim + 8;   // Q, dO rows
   static constexpr int kPStride = kBlockM + 8;      // P^T, dS^T rows (one key each)

@@ -26,11 +26,17 @@
 # portable_bwd_dq_defer.diff: the last dQ reductions of an unmasked step issued after the next step's
 # barrier (REVERSE=0 on commit e0906e1; measured 2026-11-30 on an H200: D=128 +3-6%, D=64 +1-2%; landed in
 # 0487442 with sm_89 left out). portable_bwd_dq_defer_more.diff: more of them (D=64 6, D=128 8), the Q/dO
-# loader's offsets derived again each step (REVERSE=0; bash lab/gpu_run.sh portabledefermore; prepared,
-# not yet run).
+# loader's offsets derived again each step (REVERSE=0; bash lab/gpu_run.sh portabledefermore; measured
+# 2026-11-30 on an H200: D=64 1-4% slower, D=128 1-5%; not adopted).
 # bwd_softcap_ex2_fma.diff: the Hopper backward's one-pass D=64 softcap with one slice of exponentials in
 # four on the FMA pipe: REVERSE=0 AB_CMD="python3 lab/bwd_softcap_time.py --hopper-only" (bash lab/gpu_run.sh
-# softcapex2fma; prepared 2026-11-30, not yet run).
+# softcapex2fma; measured 2026-11-30 on an H200: D=64 softcap 3-4% slower; not adopted).
+# portable_bwd_plan_q_do.diff: the portable backward's D=64 swizzled tile plans the next step's Q/dO copy
+# (addresses, the division by the query-block count) before phase B instead of after the barrier that ends
+# it; every tile's lse/dpsum rows planned with the copy: REVERSE=0 on commit 19632f5 with AB_CMD="python3
+# lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128,256" (bash lab/gpu_run.sh
+# portableplan; measured 2026-11-30 on an H200: D=64 +1.0-1.7% from S=2k, D=256 +0.4-1.7%; landed, with
+# the early plan on the compact tiles too).
 # portable_bwd_swizzle_d128_lean.diff: that D=128 tile swizzled without a spill (the epilogue's indices derived
 # again; in the tree: REVERSE=1; bash lab/gpu_run.sh portableswz128ab; measured 2026-11-30 on an H200 with the
 # re-derivation in the D=64 tile too: D=128 +1-5%, landed; D=64 8% slower from it, hence D=128's alone).
