@@ -38,6 +38,9 @@
 #   bash lab/gpu_run.sh tailsplit build, the backward tests, the split last wave's A/B vs no split and cuDNN (~5 min)
 #   bash lab/gpu_run.sh portableab the portable backward: lab/ab/portable_bwd_lean_dq.diff's A/B with FA2 alongside (~8 min)
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
+#   bash lab/gpu_run.sh portableplanahead measured, not adopted: the portable backward's D=128 two-stage tile plans the
+#                                     copy its next step starts with before phase C (lab/ab/portable_bwd_plan_ahead_d128.diff):
+#                                     its A/B, then the tests and sanitizers in the copy (~5 min)
 #   bash lab/gpu_run.sh portableplan landed: the portable backward's next Q/dO copy planned before phase B (lab/ab/
 #                                     portable_bwd_plan_q_do.diff): its A/B at D=64/128/256, the tests, sanitizers, ncu in the copy (~6 min)
 #   bash lab/gpu_run.sh portabledefermore measured, not adopted: more deferred dQ reductions in the portable backward
@@ -377,6 +380,13 @@ case "${1:-verify}" in
             # L2 promotion instead of 256 (lab/ab/tma_l2_128.diff, REVERSE=0: B is the patched copy), on the FP8 forward
     env_info > "$OUT/env.txt" 2>&1
     step ab_tma_l2 560 env PATCH=tma_l2_128.diff REVERSE=0 OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
+    ;;
+  portableplanahead)  # 2026-11-30 (issue 27; its A/B measured on an H200: D=128 0.6-1.8% slower; not adopted): the portable backward's D=128 large tile (two
+                      # Q/dO stages) works out the copy step t + 1 starts with (step t + 2's Q/dO) before phase C
+                      # of step t and carries it across the step boundary, instead of after the barrier that
+                      # starts step t + 1 (lab/ab/portable_bwd_plan_ahead_d128.diff, REVERSE=0: B is the patched
+                      # copy, kept in build/ab-ahead); then in that copy the backward tests and the sanitizers
+    portable_patch_ab ahead portable_bwd_plan_ahead_d128.diff
     ;;
   portableplan)  # 2026-11-30 (issue 27; measured on an H200: D=64 +1.0-1.7% from S=2k, D=256 +0.4-1.7%, D=128
                  # +-0.3%; landed with the early plan on the compact tiles too): the portable backward's D=64
@@ -741,7 +751,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
