@@ -38,6 +38,9 @@
 #   bash lab/gpu_run.sh tailsplit build, the backward tests, the split last wave's A/B vs no split and cuDNN (~5 min)
 #   bash lab/gpu_run.sh portableab the portable backward: lab/ab/portable_bwd_lean_dq.diff's A/B with FA2 alongside (~8 min)
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
+#   bash lab/gpu_run.sh portabledeferbase prepared: the portable backward's deferred-reduction base set before phase C's
+#                                     reductions, not after them (lab/ab/portable_bwd_dq_defer_base_early.diff): its A/B,
+#                                     the tests and sanitizers in the copy, ncu source counters of its D=64 kernel at S=8k (~6 min)
 #   bash lab/gpu_run.sh portableplanahead measured, not adopted: the portable backward's D=128 two-stage tile plans the
 #                                     copy its next step starts with before phase C (lab/ab/portable_bwd_plan_ahead_d128.diff):
 #                                     its A/B, then the tests and sanitizers in the copy (~5 min)
@@ -380,6 +383,16 @@ case "${1:-verify}" in
             # L2 promotion instead of 256 (lab/ab/tma_l2_128.diff, REVERSE=0: B is the patched copy), on the FP8 forward
     env_info > "$OUT/env.txt" 2>&1
     step ab_tma_l2 560 env PATCH=tma_l2_128.diff REVERSE=0 OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
+    ;;
+  portabledeferbase)  # prepared 2026-11-30 (issue 27), not yet run: the portable backward's D=64/128 swizzled tiles
+                      # set the deferred reductions' base (dq_defer_base) before phase C's reductions instead of
+                      # after them, where ptxas wrote it into a register a queued reduction had still to read
+                      # (D=64 S=8k: 5% of the kernel's samples on that one SEL, long scoreboard)
+                      # (lab/ab/portable_bwd_dq_defer_base_early.diff, REVERSE=0: B is the patched copy, kept in
+                      # build/ab-deferbase); then in that copy the backward tests, the sanitizers, ncu at D=64 S=8k
+    portable_patch_ab deferbase portable_bwd_dq_defer_base_early.diff
+    step ncu_source_deferbase 300 bash -c "cd '$PWD/build/ab-deferbase' && PYTHONPATH='$PWD/build/ab-deferbase' OUT='$OUT' NCU_KERNEL=flash_bwd_kernel \
+      NCU_SCRIPT=lab/ncu_bwd.py NCU_BWD_BACKEND=portable NCU_BWD_PEERS=0 NCU_TAG=portable_64_8192_0 bash lab/ncu_source.sh 64:8192:0"
     ;;
   portableplanahead)  # 2026-11-30 (issue 27; its A/B measured on an H200: D=128 0.6-1.8% slower; not adopted): the portable backward's D=128 large tile (two
                       # Q/dO stages) works out the copy step t + 1 starts with (step t + 2's Q/dO) before phase C
@@ -751,7 +764,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -40,6 +40,9 @@
 # the copy its next step starts with before phase C of this one (REVERSE=0 with the same AB_CMD at
 # --dims 64,128; bash lab/gpu_run.sh portableplanahead; measured 2026-11-30 on an H200 at --dims 128: 0.6-1.8%
 # slower from S=1k; not adopted).
+# portable_bwd_dq_defer_base_early.diff: the deferred reductions' base set before phase C's reductions, not
+# after them (REVERSE=0 with AB_CMD="python3 lab/bwd_check.py --time-only --time --portable --dtype bf16
+# --dims 64,128"; bash lab/gpu_run.sh portabledeferbase; prepared 2026-11-30, not yet run).
 # portable_bwd_swizzle_d128_lean.diff: that D=128 tile swizzled without a spill (the epilogue's indices derived
 # again; in the tree: REVERSE=1; bash lab/gpu_run.sh portableswz128ab; measured 2026-11-30 on an H200 with the
 # re-derivation in the D=64 tile too: D=128 +1-5%, landed; D=64 8% slower from it, hence D=128's alone).
