@@ -203,6 +203,13 @@ portable_copy_checks() {
       --tool $tool $extra --error-exitcode 99 python3 lab/sanitize_small.py --only dense --quick"
   done
 }
+# ncu's stall samples per SASS instruction of the portable backward's main kernel in a patched copy,
+# D=64 S=8k non-causal (compare with lab/ncu_source_top.py --compare OURS.csv FA2.csv).
+#   portable_copy_ncu COPY NAME
+portable_copy_ncu() {
+  step "ncu_source_$2" 300 bash -c "cd '$1' && PYTHONPATH='$1' OUT='$OUT' NCU_KERNEL=flash_bwd_kernel \
+    NCU_SCRIPT=lab/ncu_bwd.py NCU_BWD_BACKEND=portable NCU_BWD_PEERS=0 NCU_TAG=portable_64_8192_0 bash lab/ncu_source.sh 64:8192:0"
+}
 # A portable-backward change as a patch against the tree (lab/ab/PATCH, REVERSE=0: B is the patched copy,
 # kept in build/ab-NAME): its A/B on the D=64/128 grid with FlashAttention-2 alongside, then
 # portable_copy_checks in that copy.
@@ -391,8 +398,7 @@ case "${1:-verify}" in
                       # (lab/ab/portable_bwd_dq_defer_base_early.diff, REVERSE=0: B is the patched copy, kept in
                       # build/ab-deferbase); then in that copy the backward tests, the sanitizers, ncu at D=64 S=8k
     portable_patch_ab deferbase portable_bwd_dq_defer_base_early.diff
-    step ncu_source_deferbase 300 bash -c "cd '$PWD/build/ab-deferbase' && PYTHONPATH='$PWD/build/ab-deferbase' OUT='$OUT' NCU_KERNEL=flash_bwd_kernel \
-      NCU_SCRIPT=lab/ncu_bwd.py NCU_BWD_BACKEND=portable NCU_BWD_PEERS=0 NCU_TAG=portable_64_8192_0 bash lab/ncu_source.sh 64:8192:0"
+    portable_copy_ncu "$PWD/build/ab-deferbase" deferbase
     ;;
   portableplanahead)  # 2026-11-30 (issue 27; its A/B measured on an H200: D=128 0.6-1.8% slower; not adopted): the portable backward's D=128 large tile (two
                       # Q/dO stages) works out the copy step t + 1 starts with (step t + 2's Q/dO) before phase C
@@ -411,8 +417,7 @@ case "${1:-verify}" in
     portable_patch_ab plan portable_bwd_plan_q_do.diff 64,128,256
     step pytest_varlen_plan 200 bash -c "cd '$PWD/build/ab-plan' && PYTHONPATH='$PWD/build/ab-plan' \
       FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider tests/kernels/test_varlen_gpu.py -k gradients -ra"
-    step ncu_source_plan 300 bash -c "cd '$PWD/build/ab-plan' && PYTHONPATH='$PWD/build/ab-plan' OUT='$OUT' NCU_KERNEL=flash_bwd_kernel \
-      NCU_SCRIPT=lab/ncu_bwd.py NCU_BWD_BACKEND=portable NCU_BWD_PEERS=0 NCU_TAG=portable_64_8192_0 bash lab/ncu_source.sh 64:8192:0"
+    portable_copy_ncu "$PWD/build/ab-plan" plan
     ;;
   portabledefermore)  # 2026-11-30 (issue 27; measured on an H200: D=64 1-4% slower, D=128 1-5%; not adopted): the portable backward's deferred dQ reductions
                       # at D=64 2 -> 6 and D=128 4 -> 8, the Q/dO loader's offsets derived again each step (opaque)
@@ -420,8 +425,7 @@ case "${1:-verify}" in
                       # kept in build/ab-defermore); then in that copy the backward tests and the sanitizers
     portable_patch_ab defermore portable_bwd_dq_defer_more.diff
     # Where D=64's long non-causal rows (0.94-0.96x FlashAttention-2) still lose, in the patched copy.
-    step ncu_source_defermore 300 bash -c "cd '$PWD/build/ab-defermore' && PYTHONPATH='$PWD/build/ab-defermore' OUT='$OUT' NCU_KERNEL=flash_bwd_kernel \
-      NCU_SCRIPT=lab/ncu_bwd.py NCU_BWD_BACKEND=portable NCU_BWD_PEERS=0 NCU_TAG=portable_64_8192_0 bash lab/ncu_source.sh 64:8192:0"
+    portable_copy_ncu "$PWD/build/ab-defermore" defermore
     step ncu_source_fa2 300 env NCU_KERNEL=flash_bwd_dq_dk_dv_loop NCU_SCRIPT=lab/ncu_bwd.py NCU_BWD_BACKEND=portable \
       NCU_TAG=fa2_64_8192_0 bash lab/ncu_source.sh 64:8192:0
     ;;
