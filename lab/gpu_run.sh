@@ -38,7 +38,7 @@
 #   bash lab/gpu_run.sh tailsplit build, the backward tests, the split last wave's A/B vs no split and cuDNN (~5 min)
 #   bash lab/gpu_run.sh portableab the portable backward: lab/ab/portable_bwd_lean_dq.diff's A/B with FA2 alongside (~8 min)
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
-#   bash lab/gpu_run.sh portabledeferbase prepared: the portable backward's deferred-reduction base set before phase C's
+#   bash lab/gpu_run.sh portabledeferbase measured, not adopted: the portable backward's deferred-reduction base set before phase C's
 #                                     reductions, not after them (lab/ab/portable_bwd_dq_defer_base_early.diff): its A/B,
 #                                     the tests and sanitizers in the copy, ncu source counters of its D=64 kernel at S=8k (~6 min)
 #   bash lab/gpu_run.sh portableplanahead measured, not adopted: the portable backward's D=128 two-stage tile plans the
@@ -391,7 +391,7 @@ case "${1:-verify}" in
     env_info > "$OUT/env.txt" 2>&1
     step ab_tma_l2 560 env PATCH=tma_l2_128.diff REVERSE=0 OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
     ;;
-  portabledeferbase)  # prepared 2026-11-30 (issue 27), not yet run: the portable backward's D=64/128 swizzled tiles
+  portabledeferbase)  # 2026-11-30 (issue 27; its A/B measured on an H200: D=64/128 0.3-1.5% slower; not adopted): the portable backward's D=64/128 swizzled tiles
                       # set the deferred reductions' base (dq_defer_base) before phase C's reductions instead of
                       # after them, where ptxas wrote it into a register a queued reduction had still to read
                       # (D=64 S=8k: 5% of the kernel's samples on that one SEL, long scoreboard)
