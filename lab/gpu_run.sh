@@ -38,6 +38,9 @@
 #   bash lab/gpu_run.sh tailsplit build, the backward tests, the split last wave's A/B vs no split and cuDNN (~5 min)
 #   bash lab/gpu_run.sh portableab the portable backward: lab/ab/portable_bwd_lean_dq.diff's A/B with FA2 alongside (~8 min)
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
+#   bash lab/gpu_run.sh portabledqbulk measured, not adopted: the portable backward's D=128 dQ tile staged in shared memory and added
+#                                     by bulk reduce-adds (lab/ab/portable_bwd_dq_bulk_d128.diff): its A/B, the tests and
+#                                     sanitizers in the copy, ncu of its kernel at S=4k (~5 min)
 #   bash lab/gpu_run.sh portabledqhalves measured, not adopted: the portable backward's D=128 dQ in two column halves, the first
 #                                     half's reductions before the second half's MMAs (lab/ab/portable_bwd_dq_halves_d128.diff):
 #                                     its A/B, the tests and sanitizers in the copy, ncu of its kernel at S=4k (~5 min)
@@ -394,6 +397,15 @@ case "${1:-verify}" in
             # L2 promotion instead of 256 (lab/ab/tma_l2_128.diff, REVERSE=0: B is the patched copy), on the FP8 forward
     env_info > "$OUT/env.txt" 2>&1
     step ab_tma_l2 560 env PATCH=tma_l2_128.diff REVERSE=0 OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
+    ;;
+  portabledqbulk)  # 2026-11-30 (issue 27; its A/B measured on an H200 in two forms: D=128 4-6% slower; not adopted): the portable backward's D=128 swizzled tile on sm90
+                   # stages an unmasked step's float32 dQ tile in shared memory and adds it to dq_accum with
+                   # one bulk reduce-add a row (cp.reduce.async.bulk), issued after the next step's first
+                   # barrier, instead of 16 reductions a thread (lab/ab/portable_bwd_dq_bulk_d128.diff,
+                   # REVERSE=0: B is the patched copy, kept in build/ab-dqbulk); then in that copy the
+                   # backward tests, the sanitizers, ncu at D=128 S=4k
+    portable_patch_ab dqbulk portable_bwd_dq_bulk_d128.diff 128
+    portable_copy_ncu "$PWD/build/ab-dqbulk" dqbulk 128:4096:0
     ;;
   portabledqhalves)  # 2026-11-30 (issue 27; its A/B measured on an H200: D=128 2.0-3.9% slower; not adopted): the portable backward's D=128 swizzled tile
                      # computes phase C's dQ in two column halves and issues the first half's reductions
@@ -781,7 +793,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
