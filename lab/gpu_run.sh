@@ -38,6 +38,9 @@
 #   bash lab/gpu_run.sh tailsplit build, the backward tests, the split last wave's A/B vs no split and cuDNN (~5 min)
 #   bash lab/gpu_run.sh portableab the portable backward: lab/ab/portable_bwd_lean_dq.diff's A/B with FA2 alongside (~8 min)
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
+#   bash lab/gpu_run.sh detwriterlanes measured, not adopted: the Hopper backward's D=256 dQ writer with a lane a stage (lab/ab/
+#                                     bwd_dq_writer_lanes.diff): its A/B with deterministic mode's cost, the Hopper backward
+#                                     tests and the sanitizers in the copy (~7 min)
 #   bash lab/gpu_run.sh portabledqbulk measured, not adopted: the portable backward's D=128 dQ tile staged in shared memory and added
 #                                     by bulk reduce-adds (lab/ab/portable_bwd_dq_bulk_d128.diff): its A/B, the tests and
 #                                     sanitizers in the copy, ncu of its kernel at S=4k (~5 min)
@@ -77,7 +80,7 @@
 #                                     bf16 causal forward grid against cuDNN and FlashAttention-3 (~7 min)
 #   bash lab/gpu_run.sh portableland build, the backward and packed-batch tests, memcheck/racecheck/synccheck
 #                                     on the portable path's small cases, its timing vs FA2 and cuDNN (~8 min)
-#   bash lab/gpu_run.sh twocta   prepared: the one-consumer two-CTA forward variants against the shipped configs
+#   bash lab/gpu_run.sh twocta   measured 2026-11-28, not adopted: the one-consumer two-CTA forward variants against the shipped configs
 #                                     (lab), then the FP8 calls' kernel breakdown (lab/fp8_time.py --breakdown) (~5 min)
 #   bash lab/gpu_run.sh fp8vtk   the FP8 D=128 forward's in-kernel V transpose, on a tree with lab/ab/fp8_vt_in_kernel*.diff
 #                                     applied: build, a smoke run, the FP8 tests, the four sanitizers on it, errors and
@@ -198,14 +201,14 @@ portable_land_steps() {
 }
 # A patched copy of the tree (an A/B's side, lab/ab/run_ab.sh AB_COPY) checked on the portable path: the
 # backward tests, then memcheck, racecheck and synccheck on the small dense cases, each in that copy.
-#   portable_copy_checks COPY NAME PYTEST_LIMIT SANITIZER_LIMIT
+#   portable_copy_checks COPY NAME PYTEST_LIMIT SANITIZER_LIMIT [PYTEST_K (portable) [SANITIZE_BACKENDS (portable)]]
 portable_copy_checks() {
-  local copy=$1 name=$2 tool extra
+  local copy=$1 name=$2 kexpr=${5:-portable} backends=${6:-portable} tool extra
   step "pytest_$name" "$3" bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q \
-    -p no:cacheprovider tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py -k portable -ra"
+    -p no:cacheprovider tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py -k $kexpr -ra"
   for tool in memcheck racecheck synccheck; do
     extra=""; [ "$tool" = racecheck ] && extra="--racecheck-report hazard"
-    step "${tool}_$name" "$4" bash -c "cd '$copy' && PYTHONPATH='$copy' SANITIZE_BACKENDS=portable compute-sanitizer \
+    step "${tool}_$name" "$4" bash -c "cd '$copy' && PYTHONPATH='$copy' SANITIZE_BACKENDS=$backends compute-sanitizer \
       --tool $tool $extra --error-exitcode 99 python3 lab/sanitize_small.py --only dense --quick"
   done
 }
@@ -397,6 +400,17 @@ case "${1:-verify}" in
             # L2 promotion instead of 256 (lab/ab/tma_l2_128.diff, REVERSE=0: B is the patched copy), on the FP8 forward
     env_info > "$OUT/env.txt" 2>&1
     step ab_tma_l2 560 env PATCH=tma_l2_128.diff REVERSE=0 OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
+    ;;
+  detwriterlanes)  # 2026-11-30 (issue 27; its A/B measured on an H200: det cost unchanged, the default mode 0-6% slower at S <= 4k; not adopted): the Hopper backward's D=256 dQ writer with a lane a
+                   # stage, so that deterministic mode's round trip per step (the ticket's poll, the
+                   # additions performed, the ticket moved on) overlaps the next step's
+                   # (lab/ab/bwd_dq_writer_lanes.diff, REVERSE=0: B is the patched copy, kept in
+                   # build/ab-writerlanes): its A/B on D=256 with deterministic mode's cost, then in
+                   # that copy the Hopper backward tests and the sanitizers on the small dense cases
+    env_info > "$OUT/env.txt" 2>&1
+    step ab_writerlanes 420 env PATCH=bwd_dq_writer_lanes.diff REVERSE=0 AB_COPY="$PWD/build/ab-writerlanes" OUT="$OUT/ab" \
+      AB_CMD="python3 lab/bwd_check.py --time-only --time --lean --dtype bf16 --dims 256" bash lab/ab/run_ab.sh
+    portable_copy_checks "$PWD/build/ab-writerlanes" writerlanes 200 120 hopper auto
     ;;
   portabledqbulk)  # 2026-11-30 (issue 27; its A/B measured on an H200 in two forms: D=128 4-6% slower; not adopted): the portable backward's D=128 swizzled tile on sm90
                    # stages an unmasked step's float32 dQ tile in shared memory and adds it to dq_accum with
@@ -593,7 +607,7 @@ PY
     env_info > "$OUT/env.txt" 2>&1
     step lab_ch4 560 bash lab/sm90_lab.sh variants d128-n176-otma d128-n176-otma-ch2 d128-n160-otma d128-n160-otma-ch4
     ;;
-  twocta)  # 2026-11-27, prepared: the short causal forward on one-consumer CTAs, two to an SM (lab variants,
+  twocta)  # 2026-11-27 (measured 2026-11-28 on an H100: no gain, not adopted): the short causal forward on one-consumer CTAs, two to an SM (lab variants,
            # traits.h kCtasPerSm), timed against the shipped configs; then the FP8 call's kernels (its V
            # transpose's share) against FlashAttention-3's
     env_info > "$OUT/env.txt" 2>&1
@@ -793,7 +807,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
