@@ -42,7 +42,17 @@
 # slower from S=1k; not adopted).
 # portable_bwd_dq_defer_base_early.diff: the deferred reductions' base set before phase C's reductions, not
 # after them (REVERSE=0 with AB_CMD="python3 lab/bwd_check.py --time-only --time --portable --dtype bf16
-# --dims 64,128"; bash lab/gpu_run.sh portabledeferbase; prepared 2026-11-30, not yet run).
+# --dims 64,128"; bash lab/gpu_run.sh portabledeferbase; measured 2026-11-30 on an H200: 0.3-1.5% slower; not
+# adopted). portable_bwd_dq_halves_d128.diff (D=128's dQ GEMM in two column halves, the first half's reductions
+# before the second's MMAs; --dims 128; bash lab/gpu_run.sh portabledqhalves) and portable_bwd_dq_bulk_d128.diff
+# (D=128's dQ tile staged in shared memory and added by bulk reduce-adds, lane 0 of each warp issuing; its first
+# form portable_bwd_dq_bulk_d128_row_lanes.diff, a row a thread; bash lab/gpu_run.sh portabledqbulk): measured
+# 2026-11-30 on an H200: 2-4% and 4-6% slower; not adopted.
+# bwd_dq_writer_lanes.diff: the Hopper backward's D=256 dQ writer with a lane a stage (REVERSE=0, AB_CMD="python3
+# lab/bwd_check.py --time-only --time --lean --dtype bf16 --dims 256"; bash lab/gpu_run.sh detwriterlanes;
+# measured 2026-11-30 on an H200: deterministic mode's cost unchanged, the default 0-6% slower at S <= 4k; not
+# adopted); bwd_dq_writer_lanes_handback.diff: lanes in deterministic mode only, each stage handed back once
+# read (measured on that build alone: the mode's cost unchanged).
 # portable_bwd_swizzle_d128_lean.diff: that D=128 tile swizzled without a spill (the epilogue's indices derived
 # again; in the tree: REVERSE=1; bash lab/gpu_run.sh portableswz128ab; measured 2026-11-30 on an H200 with the
 # re-derivation in the D=64 tile too: D=128 +1-5%, landed; D=64 8% slower from it, hence D=128's alone).
