@@ -38,6 +38,11 @@
 #   bash lab/gpu_run.sh tailsplit build, the backward tests, the split last wave's A/B vs no split and cuDNN (~5 min)
 #   bash lab/gpu_run.sh portableab the portable backward: lab/ab/portable_bwd_lean_dq.diff's A/B with FA2 alongside (~8 min)
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
+#   bash lab/gpu_run.sh detticketfirst prepared: the Hopper backward's dQ writers poll the deterministic ticket before
+#                                     waiting for the tile (lab/ab/det_ticket_before_tile.diff): its A/B at D=128/256 with
+#                                     the mode's cost, the Hopper backward tests and sanitizers in the copy (~9 min)
+#   bash lab/gpu_run.sh detsource prepared: ncu's source counters of the Hopper D=256 backward kernel, default and
+#                                     deterministic, at S=4k non-causal and S=8k causal, side by side (~4 min)
 #   bash lab/gpu_run.sh detwriterlanes measured, not adopted: the Hopper backward's D=256 dQ writer with a lane a stage (lab/ab/
 #                                     bwd_dq_writer_lanes.diff): its A/B with deterministic mode's cost, the Hopper backward
 #                                     tests and the sanitizers in the copy (~7 min)
@@ -400,6 +405,31 @@ case "${1:-verify}" in
             # L2 promotion instead of 256 (lab/ab/tma_l2_128.diff, REVERSE=0: B is the patched copy), on the FP8 forward
     env_info > "$OUT/env.txt" 2>&1
     step ab_tma_l2 560 env PATCH=tma_l2_128.diff REVERSE=0 OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
+    ;;
+  detticketfirst)  # prepared 2026-11-30 (issue 27), not yet run: the Hopper backward's dQ writers poll a step's
+                   # deterministic ticket before they wait for its tile, not after (lab/ab/det_ticket_before_tile.diff,
+                   # REVERSE=0: B is the patched copy, kept in build/ab-ticketfirst): its A/B at D=128/256 with
+                   # deterministic mode's cost, then in that copy the Hopper backward tests and the sanitizers
+    env_info > "$OUT/env.txt" 2>&1
+    step ab_ticketfirst 480 env PATCH=det_ticket_before_tile.diff REVERSE=0 AB_COPY="$PWD/build/ab-ticketfirst" OUT="$OUT/ab" \
+      AB_CMD="python3 lab/bwd_check.py --time-only --time --lean --dtype bf16 --dims 128,256" bash lab/ab/run_ab.sh
+    portable_copy_checks "$PWD/build/ab-ticketfirst" ticketfirst 200 120 hopper auto
+    ;;
+  detsource)  # prepared 2026-11-30 (issue 27), not yet run: where deterministic mode's D=256 cost goes, per SASS
+              # instruction: ncu's source counters of the Hopper main kernel, default and deterministic, at
+              # S=4k non-causal (rotated walks) and S=8k causal (DET_SOURCE_SHAPES), then the two side by side
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    for shape in ${DET_SOURCE_SHAPES:-256:4096:0 256:8192:1}; do
+      tag=${shape//:/_}
+      for mode in default det; do
+        skip=0; det=0; [ $mode = det ] && { skip=1; det=1; }
+        step "ncu_source_${mode}_$tag" 300 env OUT="$OUT" NCU_KERNEL=flash_bwd_sm90_kernel NCU_SCRIPT=lab/ncu_bwd.py \
+          NCU_BWD_PEERS=0 NCU_BWD_DET=$det NCU_LAUNCH_SKIP=$skip NCU_TAG="d${tag}_$mode" bash lab/ncu_source.sh "$shape"
+      done
+      step "compare_$tag" 60 python3 lab/ncu_source_top.py --compare "$OUT/ncu_source_d${tag}_det.csv" \
+        "$OUT/ncu_source_d${tag}_default.csv" stall_long_sb
+    done
     ;;
   detwriterlanes)  # 2026-11-30 (issue 27; its A/B measured on an H200: det cost unchanged, the default mode 0-6% slower at S <= 4k; not adopted): the Hopper backward's D=256 dQ writer with a lane a
                    # stage, so that deterministic mode's round trip per step (the ticket's poll, the
@@ -807,7 +837,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
