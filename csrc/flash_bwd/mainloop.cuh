@@ -432,7 +432,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, kVarlen ? 1 : 0)
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int e = r * 2 + c;
-            float pv, dcap = 1.f;
+            float pv;
+            [[maybe_unused]] float dcap = 1.f;  // the softcap's 1 - t^2
             if constexpr (kSoftcap) {
               const float t = tanh_approx(s[mt][nt][e] * p.softcap_scale);
               pv = ex2(t * p.softcap_log2 - lse2);

@@ -213,7 +213,7 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
       // Masked and out-of-range entries have P = 0, and dP = 0 there too (zero-filled rows).
       // Softcap: times 1 - t^2, recovered from P and lse (softmax_math.cuh; P as stored, 16-bit:
       // t to ~1e-4 at c = 30, below the 16-bit rounding of dS itself).
-      float lse2[kSoftcap ? kSRegs / 4 : 1][2];
+      [[maybe_unused]] float lse2[kSoftcap ? kSRegs / 4 : 1][2];
       if constexpr (kSoftcap) {
 #pragma unroll
         for (int j = 0; j < kSRegs / 4; ++j) {
