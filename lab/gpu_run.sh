@@ -204,10 +204,11 @@ portable_land_steps() {
   sanitize_steps 120 portable dense,varlen portable
   step bwd_time_portable 100 python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims 64,128,256
 }
-# A patched copy of the tree (an A/B's side, lab/ab/run_ab.sh AB_COPY) checked on the portable path: the
-# backward tests, then memcheck, racecheck and synccheck on the small dense cases, each in that copy.
-#   portable_copy_checks COPY NAME PYTEST_LIMIT SANITIZER_LIMIT [PYTEST_K (portable) [SANITIZE_BACKENDS (portable)]]
-portable_copy_checks() {
+# A patched copy of the tree (an A/B's side, lab/ab/run_ab.sh AB_COPY) checked on one backward path (the
+# portable one unless said): the backward tests, then memcheck, racecheck and synccheck on the small dense
+# cases, each in that copy.
+#   bwd_copy_checks COPY NAME PYTEST_LIMIT SANITIZER_LIMIT [PYTEST_K (portable) [SANITIZE_BACKENDS (portable)]]
+bwd_copy_checks() {
   local copy=$1 name=$2 kexpr=${5:-portable} backends=${6:-portable} tool extra
   step "pytest_$name" "$3" bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q \
     -p no:cacheprovider tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py -k $kexpr -ra"
@@ -218,8 +219,8 @@ portable_copy_checks() {
   done
 }
 # ncu's stall samples per SASS instruction of the portable backward's main kernel in a patched copy,
-# D=64 S=8k non-causal (compare with lab/ncu_source_top.py --compare OURS.csv FA2.csv).
-#   portable_copy_ncu COPY NAME
+# by default at D=64 S=8k non-causal (compare with lab/ncu_source_top.py --compare OURS.csv FA2.csv).
+#   portable_copy_ncu COPY NAME [D:S:causal]
 portable_copy_ncu() {
   local shape=${3:-64:8192:0}
   step "ncu_source_$2" 300 bash -c "cd '$1' && PYTHONPATH='$1' OUT='$OUT' NCU_KERNEL=flash_bwd_kernel \
@@ -227,13 +228,24 @@ portable_copy_ncu() {
 }
 # A portable-backward change as a patch against the tree (lab/ab/PATCH, REVERSE=0: B is the patched copy,
 # kept in build/ab-NAME): its A/B on the D=64/128 grid with FlashAttention-2 alongside, then
-# portable_copy_checks in that copy.
+# bwd_copy_checks in that copy.
 portable_patch_ab() {
   local name=$1 patch=$2 dims=${3:-64,128} copy="$PWD/build/ab-$1"
   env_info > "$OUT/env.txt" 2>&1
   step "ab_$name" 420 env PATCH="$patch" REVERSE=0 AB_COPY="$copy" OUT="$OUT/ab" \
     AB_CMD="python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims $dims" bash lab/ab/run_ab.sh
-  portable_copy_checks "$copy" "$name" 200 120
+  bwd_copy_checks "$copy" "$name" 200 120
+}
+# A Hopper-backward change as a patch against the tree (REVERSE=0: B is the patched copy, kept in
+# build/ab-NAME): its A/B on lab/bwd_check.py --lean at DIMS (deterministic mode's cost alongside),
+# then bwd_copy_checks on the Hopper path in that copy.
+#   hopper_patch_ab NAME PATCH DIMS [A/B LIMIT_S (480)]
+hopper_patch_ab() {
+  local name=$1 patch=$2 dims=$3 limit=${4:-480} copy="$PWD/build/ab-$1"
+  env_info > "$OUT/env.txt" 2>&1
+  step "ab_$name" "$limit" env PATCH="$patch" REVERSE=0 AB_COPY="$copy" OUT="$OUT/ab" \
+    AB_CMD="python3 lab/bwd_check.py --time-only --time --lean --dtype bf16 --dims $dims" bash lab/ab/run_ab.sh
+  bwd_copy_checks "$copy" "$name" 200 120 hopper auto
 }
 # The small dense cases, the Hopper paths where the GPU has them.
 sanitize_dense_steps() { sanitize_steps "$1" auto dense dense; }
@@ -410,10 +422,7 @@ case "${1:-verify}" in
                    # deterministic ticket before they wait for its tile, not after (lab/ab/det_ticket_before_tile.diff,
                    # REVERSE=0: B is the patched copy, kept in build/ab-ticketfirst): its A/B at D=128/256 with
                    # deterministic mode's cost, then in that copy the Hopper backward tests and the sanitizers
-    env_info > "$OUT/env.txt" 2>&1
-    step ab_ticketfirst 480 env PATCH=det_ticket_before_tile.diff REVERSE=0 AB_COPY="$PWD/build/ab-ticketfirst" OUT="$OUT/ab" \
-      AB_CMD="python3 lab/bwd_check.py --time-only --time --lean --dtype bf16 --dims 128,256" bash lab/ab/run_ab.sh
-    portable_copy_checks "$PWD/build/ab-ticketfirst" ticketfirst 200 120 hopper auto
+    hopper_patch_ab ticketfirst det_ticket_before_tile.diff 128,256
     ;;
   detsource)  # prepared 2026-11-30 (issue 27), not yet run: where deterministic mode's D=256 cost goes, per SASS
               # instruction: ncu's source counters of the Hopper main kernel, default and deterministic, at
@@ -422,10 +431,11 @@ case "${1:-verify}" in
     ensure_built
     for shape in ${DET_SOURCE_SHAPES:-256:4096:0 256:8192:1}; do
       tag=${shape//:/_}
-      for mode in default det; do
-        skip=0; det=0; [ $mode = det ] && { skip=1; det=1; }
+      # lab/ncu_bwd.py runs the deterministic call after the default one: its kernel is launch 1.
+      for det in 0 1; do
+        mode=default; [ $det = 1 ] && mode=det
         step "ncu_source_${mode}_$tag" 300 env OUT="$OUT" NCU_KERNEL=flash_bwd_sm90_kernel NCU_SCRIPT=lab/ncu_bwd.py \
-          NCU_BWD_PEERS=0 NCU_BWD_DET=$det NCU_LAUNCH_SKIP=$skip NCU_TAG="d${tag}_$mode" bash lab/ncu_source.sh "$shape"
+          NCU_BWD_PEERS=0 NCU_BWD_DET=$det NCU_LAUNCH_SKIP=$det NCU_TAG="d${tag}_$mode" bash lab/ncu_source.sh "$shape"
       done
       step "compare_$tag" 60 python3 lab/ncu_source_top.py --compare "$OUT/ncu_source_d${tag}_det.csv" \
         "$OUT/ncu_source_d${tag}_default.csv" stall_long_sb
@@ -437,10 +447,7 @@ case "${1:-verify}" in
                    # (lab/ab/bwd_dq_writer_lanes.diff, REVERSE=0: B is the patched copy, kept in
                    # build/ab-writerlanes): its A/B on D=256 with deterministic mode's cost, then in
                    # that copy the Hopper backward tests and the sanitizers on the small dense cases
-    env_info > "$OUT/env.txt" 2>&1
-    step ab_writerlanes 420 env PATCH=bwd_dq_writer_lanes.diff REVERSE=0 AB_COPY="$PWD/build/ab-writerlanes" OUT="$OUT/ab" \
-      AB_CMD="python3 lab/bwd_check.py --time-only --time --lean --dtype bf16 --dims 256" bash lab/ab/run_ab.sh
-    portable_copy_checks "$PWD/build/ab-writerlanes" writerlanes 200 120 hopper auto
+    hopper_patch_ab writerlanes bwd_dq_writer_lanes.diff 256 420
     ;;
   portabledqbulk)  # 2026-11-30 (issue 27; its A/B measured on an H200 in two forms: D=128 4-6% slower; not adopted): the portable backward's D=128 swizzled tile on sm90
                    # stages an unmasked step's float32 dQ tile in shared memory and adds it to dq_accum with
@@ -557,7 +564,7 @@ case "${1:-verify}" in
   portableswizzlecheck)  # after portableswizzle on the same machine: the patched copy's correctness
     env_info > "$OUT/env.txt" 2>&1
     copy="$PWD/build/ab-swizzle"
-    portable_copy_checks "$copy" swizzled 300 150
+    bwd_copy_checks "$copy" swizzled 300 150
     ;;
   portableland)  # 2026-11-27: after a portable-backward change: build, its tests, the sanitizers on the
                   # portable path alone (dense and packed small cases), the timing against FA2 and cuDNN
