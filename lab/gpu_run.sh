@@ -39,6 +39,8 @@
 #   bash lab/gpu_run.sh tailsplit build, the backward tests, the split last wave's A/B vs no split and cuDNN (~5 min)
 #   bash lab/gpu_run.sh portableab the portable backward: lab/ab/portable_bwd_lean_dq.diff's A/B with FA2 alongside (~8 min)
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
+#   bash lab/gpu_run.sh dqtraffic the Hopper backward with half its dQ reductions left out (a measurement, wrong
+#                                     results): its A/B at D=64/128 (DQ_TRAFFIC=d256: D=256, measured) (~5 min)
 #   bash lab/gpu_run.sh detticketfirst measured, not adopted: the Hopper backward's dQ writers poll the deterministic ticket before
 #                                     waiting for the tile (lab/ab/det_ticket_before_tile.diff): its A/B at D=128/256 with
 #                                     the mode's cost, the Hopper backward tests and sanitizers in the copy (~9 min)
@@ -422,6 +424,16 @@ case "${1:-verify}" in
             # L2 promotion instead of 256 (lab/ab/tma_l2_128.diff, REVERSE=0: B is the patched copy), on the FP8 forward
     env_info > "$OUT/env.txt" 2>&1
     step ab_tma_l2 560 env PATCH=tma_l2_128.diff REVERSE=0 OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
+    ;;
+  dqtraffic)  # measurements only (wrong results: no tests): the Hopper backward with half of each step's dQ
+              # reductions left out (lab/ab/lab_dq_half_traffic_*.diff, DQ_TRAFFIC=d64_d128 or d256), to price
+              # the L2's reduction traffic (measured 2026-11-30 on an H200 for d256: +8.4%, deterministic
+              # mode's cost 1.30 -> 1.10; d64_d128 prepared, not yet run)
+    env_info > "$OUT/env.txt" 2>&1
+    part=${DQ_TRAFFIC:-d64_d128}; dims=256; [ "$part" = d64_d128 ] && dims=64,128
+    step "ab_dq_half_traffic_$part" 480 env PATCH="lab_dq_half_traffic_$part.diff" REVERSE=0 \
+      AB_COPY="$PWD/build/ab-dq-half-traffic" OUT="$OUT/ab" \
+      AB_CMD="python3 lab/bwd_check.py --time-only --time --lean --dtype bf16 --dims $dims" bash lab/ab/run_ab.sh
     ;;
   detticketfirst)  # 2026-11-30 (issue 27; measured on an H200, D=256 cost unchanged: not adopted): the Hopper
                    # backward's dQ writers poll a step's deterministic ticket before they wait for its tile, not after (lab/ab/det_ticket_before_tile.diff,
@@ -849,7 +861,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

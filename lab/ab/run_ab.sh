@@ -172,6 +172,11 @@
 # -> 1.19-1.23; landed, so REVERSE=1 undoes it).
 # bwd_softcap_wide.diff: dense D=128 softcap calls on the wide config (80-query steps, the one-pass
 # form): REVERSE=1 with the AB_CMD above (bash lab/gpu_run.sh softcapwide).
+# lab_dq_half_traffic_d256.diff / lab_dq_half_traffic_d64_d128.diff: measurements only (wrong results):
+# the Hopper backward's dQ writers add half of each step's tile, to price the L2's reduction traffic:
+# REVERSE=0 AB_CMD="python3 lab/bwd_check.py --time-only --time --lean --dtype bf16 --dims 256" (or
+# 64,128) (bash lab/gpu_run.sh dqtraffic; measured 2026-11-30 on an H200 for D=256: +8.4% geomean,
+# +9-11% from 2k keys, deterministic mode's cost 1.30 -> 1.10; D=64/128 not yet run).
 # lab_softcap_no_tanh.diff: a measurement only (wrong results): the one-pass softcap kernels without
 # their tanh, to price the second SFU operation a score: REVERSE=0 with the AB_CMD above (measured
 # 2026-11-28: D=64 cost 1.18-1.22 -> 1.06-1.11).
