@@ -40,7 +40,8 @@
 #   bash lab/gpu_run.sh portableab the portable backward: lab/ab/portable_bwd_lean_dq.diff's A/B with FA2 alongside (~8 min)
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
 #   bash lab/gpu_run.sh dqtraffic the Hopper backward with half its dQ reductions left out (a measurement, wrong
-#                                     results): its A/B at D=64/128 (DQ_TRAFFIC=d256: D=256, measured) (~5 min)
+#                                     results): its A/B at D=64/128; DQ_TRAFFIC=half_traffic_d256 (measured) or
+#                                     pair_cost_d256 (+ a cluster pair's adds, prepared) at D=256 (~5 min)
 #   bash lab/gpu_run.sh detticketfirst measured, not adopted: the Hopper backward's dQ writers poll the deterministic ticket before
 #                                     waiting for the tile (lab/ab/det_ticket_before_tile.diff): its A/B at D=128/256 with
 #                                     the mode's cost, the Hopper backward tests and sanitizers in the copy (~9 min)
@@ -425,14 +426,14 @@ case "${1:-verify}" in
     env_info > "$OUT/env.txt" 2>&1
     step ab_tma_l2 560 env PATCH=tma_l2_128.diff REVERSE=0 OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
     ;;
-  dqtraffic)  # measurements only (wrong results: no tests): the Hopper backward with half of each step's dQ
-              # reductions left out (lab/ab/lab_dq_half_traffic_*.diff, DQ_TRAFFIC=d64_d128 or d256), to price
-              # the L2's reduction traffic (measured 2026-11-30 on an H200 for d256: +8.4%, deterministic
-              # mode's cost 1.30 -> 1.10; d64_d128 prepared, not yet run)
+  dqtraffic)  # measurements only (wrong results: no tests): the Hopper backward's dQ reductions priced,
+              # DQ_TRAFFIC naming lab/ab/lab_dq_$DQ_TRAFFIC.diff: half_traffic_d256 (half of each step's
+              # reductions left out; measured 2026-11-30 on an H200: +8.4%, deterministic mode's cost
+              # 1.30 -> 1.10), half_traffic_d64_d128 (the default; prepared, not yet run), pair_cost_d256
+              # (half left out plus the DSMEM reads and adds a cluster pair's sum would cost; prepared)
     env_info > "$OUT/env.txt" 2>&1
-    part=${DQ_TRAFFIC:-d64_d128}; dims=256; [ "$part" = d64_d128 ] && dims=64,128
-    step "ab_dq_half_traffic_$part" 480 env PATCH="lab_dq_half_traffic_$part.diff" REVERSE=0 \
-      AB_COPY="$PWD/build/ab-dq-half-traffic" OUT="$OUT/ab" \
+    part=${DQ_TRAFFIC:-half_traffic_d64_d128}; dims=64,128; [ "${part%d256}" != "$part" ] && dims=256
+    step "ab_dq_$part" 480 env PATCH="lab_dq_$part.diff" REVERSE=0 AB_COPY="$PWD/build/ab-dq-$part" OUT="$OUT/ab" \
       AB_CMD="python3 lab/bwd_check.py --time-only --time --lean --dtype bf16 --dims $dims" bash lab/ab/run_ab.sh
     ;;
   detticketfirst)  # 2026-11-30 (issue 27; measured on an H200, D=256 cost unchanged: not adopted): the Hopper
