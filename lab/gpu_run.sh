@@ -39,6 +39,8 @@
 #   bash lab/gpu_run.sh tailsplit build, the backward tests, the split last wave's A/B vs no split and cuDNN (~5 min)
 #   bash lab/gpu_run.sh portableab the portable backward: lab/ab/portable_bwd_lean_dq.diff's A/B with FA2 alongside (~8 min)
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
+#   bash lab/gpu_run.sh dqpair    prepared: the D=256 Hopper backward in two-CTA clusters summing their dQ tiles
+#                                     (lab/ab/bwd_dq_cluster_pair_d256.diff): tests first, then pair off/on (~8 min)
 #   bash lab/gpu_run.sh dqtraffic the Hopper backward with half its dQ reductions left out (a measurement, wrong
 #                                     results): its A/B at D=64/128; DQ_TRAFFIC=half_traffic_d256 (measured) or
 #                                     pair_cost_d256 (+ a cluster pair's adds, prepared) at D=256 (~5 min)
@@ -425,6 +427,30 @@ case "${1:-verify}" in
             # L2 promotion instead of 256 (lab/ab/tma_l2_128.diff, REVERSE=0: B is the patched copy), on the FP8 forward
     env_info > "$OUT/env.txt" 2>&1
     step ab_tma_l2 560 env PATCH=tma_l2_128.diff REVERSE=0 OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
+    ;;
+  dqpair)  # prepared 2026-11-30 (issue 27), not yet run: the D=256 Hopper backward in two-CTA clusters
+           # summing their dQ tiles over distributed shared memory, each CTA adding one column half
+           # (lab/ab/bwd_dq_cluster_pair_d256.diff; dense calls without a mask, default mode, even
+           # key blocks). Its copy built in build/ab-dqpair, the D=256 Hopper tests there first (a
+           # hang stops at 150 s), then in the same build FLASHATTN_BWD_PAIR=0/1 alternated (two
+           # rounds), the tree's own timing, then the Hopper backward tests and sanitizers in the copy.
+    env_info > "$OUT/env.txt" 2>&1
+    copy="$PWD/build/ab-dqpair"
+    step build_dqpair 420 env PATCH=bwd_dq_cluster_pair_d256.diff REVERSE=0 AB_COPY="$copy" OUT="$OUT/ab" AB_ROUNDS=0 \
+      bash lab/ab/run_ab.sh
+    before=$failed
+    step smoke_dqpair 150 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -x \
+      -p no:cacheprovider tests/kernels/test_backward_gpu.py -k 'hopper and 256' -ra"
+    if [ "$failed" = "$before" ]; then
+      for round in 1 2; do
+        for pair in 0 1; do
+          step "time_dqpair_r${round}_pair$pair" 200 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_BWD_PAIR=$pair \
+            python3 lab/bwd_check.py --time-only --time --lean --dtype bf16 --dims 256"
+        done
+      done
+      step time_tree 200 python3 lab/bwd_check.py --time-only --time --lean --dtype bf16 --dims 256
+      bwd_copy_checks "$copy" dqpair 200 120 hopper auto
+    fi
     ;;
   dqtraffic)  # measurements only (wrong results: no tests): the Hopper backward's dQ reductions priced,
               # DQ_TRAFFIC naming lab/ab/lab_dq_$DQ_TRAFFIC.diff: half_traffic_d256 (half of each step's
@@ -862,7 +888,7 @@ PY
     step sanitize 560 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-90}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|dqpair|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
