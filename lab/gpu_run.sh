@@ -430,8 +430,8 @@ case "${1:-verify}" in
     ;;
   dqpair)  # prepared 2026-11-30 (issue 27), not yet run: the D=256 Hopper backward in two-CTA clusters
            # summing their dQ tiles over distributed shared memory, each CTA adding one column half
-           # (lab/ab/bwd_dq_cluster_pair_d256.diff; dense calls without a mask, default mode, even
-           # key blocks). Its copy built in build/ab-dqpair, the D=256 Hopper tests there first (a
+           # (lab/ab/bwd_dq_cluster_pair_d256.diff; dense calls without a mask, even key blocks, both
+           # modes). Its copy built in build/ab-dqpair, the D=256 Hopper tests there first (a
            # hang stops at 150 s), then in the same build FLASHATTN_BWD_PAIR=0/1 alternated (two
            # rounds), the tree's own timing, then the Hopper backward tests and sanitizers in the copy.
     env_info > "$OUT/env.txt" 2>&1
