@@ -182,10 +182,11 @@
 # REVERSE=0 AB_CMD="python3 lab/bwd_check.py --time-only --time --lean --dtype bf16 --dims 256" (or
 # 64,128) (bash lab/gpu_run.sh dqtraffic; measured 2026-11-30 on an H200 for D=256: +8.4% geomean,
 # +9-11% from 2k keys, deterministic mode's cost 1.30 -> 1.10; D=64/128 not yet run).
-# lab_dq_pair_cost_d256.diff: also a measurement (wrong results): warpgroup 0's half of the D=256 dQ
-# tile alone added to dq_accum, after warpgroup 0 has read warpgroup 1's half through the
-# shared::cluster window and added it into its own values as it stores them (what a CTA of a
-# cluster pair does with its partner's half, less the handshake and the remote latency): the same AB_CMD at D=256
+# lab_dq_pair_cost_d256.diff: also a measurement (wrong results): rank 0's part of
+# bwd_dq_cluster_pair_d256.diff in one CTA (each warpgroup stores its dO-side piece, reads the other
+# warpgroup's through the shared::cluster window and adds it into its Q-side piece as it stores it;
+# the writer adds the Q-side pieces alone): the pair's work less the handshake and the remote latency,
+# the same AB_CMD at D=256
 # (DQ_TRAFFIC=pair_cost_d256 bash lab/gpu_run.sh dqtraffic; not yet run).
 # lab_softcap_no_tanh.diff: a measurement only (wrong results): the one-pass softcap kernels without
 # their tanh, to price the second SFU operation a score: REVERSE=0 with the AB_CMD above (measured
