@@ -429,7 +429,7 @@ case "${1:-verify}" in
     step ab_tma_l2 560 env PATCH=tma_l2_128.diff REVERSE=0 OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
     ;;
   dqpair)  # prepared 2026-11-30 (issue 27), not yet run: the D=256 Hopper backward in two-CTA clusters
-           # summing their dQ tiles over distributed shared memory, each CTA adding one column half
+           # summing their dQ tiles over distributed shared memory, each CTA adding half the tile
            # (lab/ab/bwd_dq_cluster_pair_d256.diff; dense calls without a mask, even key blocks, both
            # modes). Its copy built in build/ab-dqpair, the D=256 Hopper tests there first (a
            # hang stops at 150 s), then in the same build FLASHATTN_BWD_PAIR=0/1 alternated (two

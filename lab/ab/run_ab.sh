@@ -173,7 +173,7 @@
 # bwd_softcap_wide.diff: dense D=128 softcap calls on the wide config (80-query steps, the one-pass
 # form): REVERSE=1 with the AB_CMD above (bash lab/gpu_run.sh softcapwide).
 # bwd_dq_cluster_pair_d256.diff: the D=256 Hopper backward in two-CTA clusters (key blocks 2j, 2j + 1)
-# summing their dQ tiles over distributed shared memory, each CTA bulk-adding one column half
+# summing their dQ tiles over distributed shared memory, each CTA bulk-adding half the tile
 # (dense calls without a mask, even key blocks, both modes; FLASHATTN_BWD_PAIR=0 turns it off in
 # the same build): bash lab/gpu_run.sh dqpair (AB_ROUNDS=0 here only builds the copy; prepared
 # 2026-11-30, not yet run: predicted D=256 +3-6% where it applies).
