@@ -242,16 +242,22 @@ portable_patch_ab() {
     AB_CMD="python3 lab/bwd_check.py --time-only --time --portable --dtype bf16 --dims $dims" bash lab/ab/run_ab.sh
   bwd_copy_checks "$copy" "$name" 200 120
 }
+# The Hopper backward timed alone with deterministic mode's cost and cuDNN alongside, bf16, at the
+# head dims appended (a comma-separated list).
+bwd_time_lean="python3 lab/bwd_check.py --time-only --time --lean --dtype bf16 --dims"
 # A Hopper-backward change as a patch against the tree (REVERSE=0: B is the patched copy, kept in
-# build/ab-NAME): its A/B on lab/bwd_check.py --lean at DIMS (deterministic mode's cost alongside),
-# then bwd_copy_checks on the Hopper path in that copy.
+# build/ab-NAME): its A/B on $bwd_time_lean DIMS.
+#   hopper_ab NAME PATCH DIMS [A/B LIMIT_S (480)]
+hopper_ab() {
+  env_info > "$OUT/env.txt" 2>&1
+  step "ab_$1" "${4:-480}" env PATCH="$2" REVERSE=0 AB_COPY="$PWD/build/ab-$1" OUT="$OUT/ab" \
+    AB_CMD="$bwd_time_lean $3" bash lab/ab/run_ab.sh
+}
+# hopper_ab, then bwd_copy_checks on the Hopper path in that copy.
 #   hopper_patch_ab NAME PATCH DIMS [A/B LIMIT_S (480)]
 hopper_patch_ab() {
-  local name=$1 patch=$2 dims=$3 limit=${4:-480} copy="$PWD/build/ab-$1"
-  env_info > "$OUT/env.txt" 2>&1
-  step "ab_$name" "$limit" env PATCH="$patch" REVERSE=0 AB_COPY="$copy" OUT="$OUT/ab" \
-    AB_CMD="python3 lab/bwd_check.py --time-only --time --lean --dtype bf16 --dims $dims" bash lab/ab/run_ab.sh
-  bwd_copy_checks "$copy" "$name" 200 120 hopper auto
+  hopper_ab "$@"
+  bwd_copy_checks "$PWD/build/ab-$1" "$1" 200 120 hopper auto
 }
 # The small dense cases, the Hopper paths where the GPU has them.
 sanitize_dense_steps() { sanitize_steps "$1" auto dense dense; }
@@ -445,10 +451,10 @@ case "${1:-verify}" in
       for round in 1 2; do
         for pair in 0 1; do
           step "time_dqpair_r${round}_pair$pair" 200 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_BWD_PAIR=$pair \
-            python3 lab/bwd_check.py --time-only --time --lean --dtype bf16 --dims 256"
+            $bwd_time_lean 256"
         done
       done
-      step time_tree 200 python3 lab/bwd_check.py --time-only --time --lean --dtype bf16 --dims 256
+      step time_tree 200 $bwd_time_lean 256
       bwd_copy_checks "$copy" dqpair 200 120 hopper auto
     fi
     ;;
@@ -457,10 +463,8 @@ case "${1:-verify}" in
               # reductions left out; measured 2026-11-30 on an H200: +8.4%, deterministic mode's cost
               # 1.30 -> 1.10), half_traffic_d64_d128 (the default; prepared, not yet run), pair_cost_d256
               # (half left out plus the DSMEM reads and adds a cluster pair's sum would cost; prepared)
-    env_info > "$OUT/env.txt" 2>&1
     part=${DQ_TRAFFIC:-half_traffic_d64_d128}; dims=64,128; [ "${part%d256}" != "$part" ] && dims=256
-    step "ab_dq_$part" 480 env PATCH="lab_dq_$part.diff" REVERSE=0 AB_COPY="$PWD/build/ab-dq-$part" OUT="$OUT/ab" \
-      AB_CMD="python3 lab/bwd_check.py --time-only --time --lean --dtype bf16 --dims $dims" bash lab/ab/run_ab.sh
+    hopper_ab "dq_$part" "lab_dq_$part.diff" "$dims"
     ;;
   detticketfirst)  # 2026-11-30 (issue 27; measured on an H200, D=256 cost unchanged: not adopted): the Hopper
                    # backward's dQ writers poll a step's deterministic ticket before they wait for its tile, not after (lab/ab/det_ticket_before_tile.diff,
