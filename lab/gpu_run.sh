@@ -39,11 +39,11 @@
 #   bash lab/gpu_run.sh tailsplit build, the backward tests, the split last wave's A/B vs no split and cuDNN (~5 min)
 #   bash lab/gpu_run.sh portableab the portable backward: lab/ab/portable_bwd_lean_dq.diff's A/B with FA2 alongside (~8 min)
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
-#   bash lab/gpu_run.sh dqpair    prepared: the D=256 Hopper backward in two-CTA clusters summing their dQ tiles
-#                                     (lab/ab/bwd_dq_cluster_pair_d256.diff): tests first, then pair off/on (~8 min)
+#   bash lab/gpu_run.sh dqpair    measured, not adopted: the D=256 Hopper backward in two-CTA clusters summing their
+#                                     dQ tiles (lab/ab/bwd_dq_cluster_pair_d256.diff): tests first, then pair off/on (~6 min)
 #   bash lab/gpu_run.sh dqtraffic the Hopper backward with half its dQ reductions left out (a measurement, wrong
-#                                     results): its A/B at D=64/128; DQ_TRAFFIC=half_traffic_d256 (measured) or
-#                                     pair_cost_d256 (+ a cluster pair's adds, prepared) at D=256 (~5 min)
+#                                     results): its A/B at D=64/128; DQ_TRAFFIC=half_traffic_d256 or pair_cost_d256
+#                                     (+ a cluster pair's adds) at D=256; all measured (~4 min)
 #   bash lab/gpu_run.sh detticketfirst measured, not adopted: the Hopper backward's dQ writers poll the deterministic ticket before
 #                                     waiting for the tile (lab/ab/det_ticket_before_tile.diff): its A/B at D=128/256 with
 #                                     the mode's cost, the Hopper backward tests and sanitizers in the copy (~9 min)
@@ -434,7 +434,8 @@ case "${1:-verify}" in
     env_info > "$OUT/env.txt" 2>&1
     step ab_tma_l2 560 env PATCH=tma_l2_128.diff REVERSE=0 OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
     ;;
-  dqpair)  # prepared 2026-11-30 (issue 27), not yet run: the D=256 Hopper backward in two-CTA clusters
+  dqpair)  # 2026-11-30 (issue 27; measured on an H200: correct, 1.005x from 2k keys, 0.68-0.73x at S <= 1k,
+           # deterministic mode's cost 1.3 -> 1.45: not adopted): the D=256 Hopper backward in two-CTA clusters
            # summing their dQ tiles over distributed shared memory, each CTA adding half the tile
            # (lab/ab/bwd_dq_cluster_pair_d256.diff; dense calls without a mask, even key blocks, both
            # modes). Its copy built in build/ab-dqpair, the D=256 Hopper tests there first (a
@@ -461,8 +462,8 @@ case "${1:-verify}" in
   dqtraffic)  # measurements only (wrong results: no tests): the Hopper backward's dQ reductions priced,
               # DQ_TRAFFIC naming lab/ab/lab_dq_$DQ_TRAFFIC.diff: half_traffic_d256 (half of each step's
               # reductions left out; measured 2026-11-30 on an H200: +8.4%, deterministic mode's cost
-              # 1.30 -> 1.10), half_traffic_d64_d128 (the default; prepared, not yet run), pair_cost_d256
-              # (half left out plus the DSMEM reads and adds a cluster pair's sum would cost; prepared)
+              # 1.30 -> 1.10), half_traffic_d64_d128 (the default; +2.2% D=64, +2.5% D=128), pair_cost_d256
+              # (half left out plus the DSMEM reads and adds a cluster pair's sum would cost; +5.4%)
     part=${DQ_TRAFFIC:-half_traffic_d64_d128}; dims=64,128; [ "${part%d256}" != "$part" ] && dims=256
     hopper_ab "dq_$part" "lab_dq_$part.diff" "$dims"
     ;;
