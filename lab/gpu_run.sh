@@ -41,8 +41,9 @@
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
 #   bash lab/gpu_run.sh dqpair    measured, not adopted: the D=256 Hopper backward in two-CTA clusters summing their
 #                                     dQ tiles (lab/ab/bwd_dq_cluster_pair_d256.diff): tests first, then pair off/on (~6 min)
-#   bash lab/gpu_run.sh detchains prepared: deterministic mode's tickets in two chains by key-block parity (a
-#                                     measurement, lab/ab/lab_det_two_chains.diff): its cost at D=128/256 (~5 min)
+#   bash lab/gpu_run.sh detchains measured 2026-11-30 (the mode's cost unchanged): deterministic mode's tickets in two
+#                                     chains by key-block parity (lab/ab/lab_det_two_chains.diff; DET_CHAINS_DIFF=
+#                                     lab_det_two_chains_handback.diff adds the stage handed back once read) (~4 min)
 #   bash lab/gpu_run.sh dqtraffic the Hopper backward with half its dQ reductions left out (a measurement, wrong
 #                                     results): its A/B at D=64/128; DQ_TRAFFIC=half_traffic_d256 or pair_cost_d256
 #                                     (+ a cluster pair's adds) at D=256; all measured (~4 min)
@@ -461,21 +462,25 @@ case "${1:-verify}" in
       bwd_copy_checks "$copy" dqpair 200 120 hopper auto
     fi
     ;;
-  detchains)  # prepared 2026-11-30 (issue 27), a measurement (the order across the two chains is not fixed: no
+  detchains)  # 2026-11-30 (issue 27; measured on an H200: the mode's cost unchanged, with and without the hand-back),
+              # a measurement (the order across the two chains is not fixed: no
               # tests): deterministic mode with the key blocks of each parity in a ticket chain of their own
               # (lab/ab/lab_det_two_chains.diff), so a key block waits for the one two above it. Both sides built
               # (run_ab.sh, AB_ROUNDS=0), the copy timed first (a deadlock stops at 150 s), then tree and copy
               # alternated, D=128/256 with deterministic mode's cost.
     env_info > "$OUT/env.txt" 2>&1
     copy="$PWD/build/ab-detchains"
-    step build_detchains 420 env PATCH=lab_det_two_chains.diff REVERSE=0 AB_COPY="$copy" OUT="$OUT/ab" AB_ROUNDS=0 \
-      bash lab/ab/run_ab.sh
+    # DET_CHAINS_DIFF: lab_det_two_chains.diff (the default) or lab_det_two_chains_handback.diff (the same
+    # with the dQ stage handed back once read, before the additions are waited for); DET_CHAINS_DIMS.
+    dims=${DET_CHAINS_DIMS:-128,256}
+    step build_detchains 420 env PATCH="${DET_CHAINS_DIFF:-lab_det_two_chains.diff}" REVERSE=0 AB_COPY="$copy" \
+      OUT="$OUT/ab" AB_ROUNDS=0 bash lab/ab/run_ab.sh
     before=$failed
-    step time_detchains_r1_B 150 bash -c "cd '$copy' && PYTHONPATH='$copy' $bwd_time_lean 128,256"
+    step time_detchains_r1_B 150 bash -c "cd '$copy' && PYTHONPATH='$copy' $bwd_time_lean $dims"
     if [ "$failed" = "$before" ]; then
-      step time_detchains_r1_A 150 $bwd_time_lean 128,256
-      step time_detchains_r2_B 150 bash -c "cd '$copy' && PYTHONPATH='$copy' $bwd_time_lean 128,256"
-      step time_detchains_r2_A 150 $bwd_time_lean 128,256
+      step time_detchains_r1_A 150 $bwd_time_lean "$dims"
+      step time_detchains_r2_B 150 bash -c "cd '$copy' && PYTHONPATH='$copy' $bwd_time_lean $dims"
+      step time_detchains_r2_A 150 $bwd_time_lean "$dims"
     fi
     ;;
   dqtraffic)  # measurements only (wrong results: no tests): the Hopper backward's dQ reductions priced,
