@@ -41,9 +41,9 @@
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
 #   bash lab/gpu_run.sh dqpair    measured, not adopted: the D=256 Hopper backward in two-CTA clusters summing their
 #                                     dQ tiles (lab/ab/bwd_dq_cluster_pair_d256.diff): tests first, then pair off/on (~6 min)
-#   bash lab/gpu_run.sh detchains measured 2026-11-30 (the mode's cost unchanged): deterministic mode's tickets in two
-#                                     chains by key-block parity (lab/ab/lab_det_two_chains.diff; DET_CHAINS_DIFF=
-#                                     lab_det_two_chains_handback.diff adds the stage handed back once read) (~4 min)
+#   bash lab/gpu_run.sh detprobe  deterministic mode's cost under a probe diff (DET_PROBE_DIFF): its tickets in two chains
+#                                     by key-block parity (measured: unchanged), + the stage handed back (measured:
+#                                     unchanged), lab_det_no_tickets.diff (its schedule alone; prepared) (~4 min)
 #   bash lab/gpu_run.sh dqtraffic the Hopper backward with half its dQ reductions left out (a measurement, wrong
 #                                     results): its A/B at D=64/128; DQ_TRAFFIC=half_traffic_d256 or pair_cost_d256
 #                                     (+ a cluster pair's adds) at D=256; all measured (~4 min)
@@ -462,25 +462,25 @@ case "${1:-verify}" in
       bwd_copy_checks "$copy" dqpair 200 120 hopper auto
     fi
     ;;
-  detchains)  # 2026-11-30 (issue 27; measured on an H200: the mode's cost unchanged, with and without the hand-back),
-              # a measurement (the order across the two chains is not fixed: no
-              # tests): deterministic mode with the key blocks of each parity in a ticket chain of their own
-              # (lab/ab/lab_det_two_chains.diff), so a key block waits for the one two above it. Both sides built
-              # (run_ab.sh, AB_ROUNDS=0), the copy timed first (a deadlock stops at 150 s), then tree and copy
-              # alternated, D=128/256 with deterministic mode's cost.
+  detprobe)  # 2026-11-30 (issue 27): deterministic mode's D=128/256 cost under a lab diff that makes the mode
+             # non-deterministic (timing only, no tests), DET_PROBE_DIFF in lab/ab/: lab_det_two_chains.diff (the
+             # key blocks of each parity in a ticket chain of their own, so a key block waits for the one two above
+             # it; the default; measured on an H200, the stage then named detchains: the cost unchanged),
+             # lab_det_two_chains_handback.diff (the same with the dQ stage handed back once read; measured:
+             # unchanged), lab_det_no_tickets.diff (the mode's schedule without its tickets: is the cost the
+             # schedule or the order? prepared). Both sides built (run_ab.sh, AB_ROUNDS=0), the copy timed first
+             # (a deadlock stops at 150 s), then tree and copy alternated, DET_PROBE_DIMS (default 128,256).
     env_info > "$OUT/env.txt" 2>&1
-    copy="$PWD/build/ab-detchains"
-    # DET_CHAINS_DIFF: lab_det_two_chains.diff (the default) or lab_det_two_chains_handback.diff (the same
-    # with the dQ stage handed back once read, before the additions are waited for); DET_CHAINS_DIMS.
-    dims=${DET_CHAINS_DIMS:-128,256}
-    step build_detchains 420 env PATCH="${DET_CHAINS_DIFF:-lab_det_two_chains.diff}" REVERSE=0 AB_COPY="$copy" \
+    copy="$PWD/build/ab-detprobe"
+    dims=${DET_PROBE_DIMS:-128,256}
+    step build_detprobe 420 env PATCH="${DET_PROBE_DIFF:-lab_det_two_chains.diff}" REVERSE=0 AB_COPY="$copy" \
       OUT="$OUT/ab" AB_ROUNDS=0 bash lab/ab/run_ab.sh
     before=$failed
-    step time_detchains_r1_B 150 bash -c "cd '$copy' && PYTHONPATH='$copy' $bwd_time_lean $dims"
+    step time_detprobe_r1_B 150 bash -c "cd '$copy' && PYTHONPATH='$copy' $bwd_time_lean $dims"
     if [ "$failed" = "$before" ]; then
-      step time_detchains_r1_A 150 $bwd_time_lean "$dims"
-      step time_detchains_r2_B 150 bash -c "cd '$copy' && PYTHONPATH='$copy' $bwd_time_lean $dims"
-      step time_detchains_r2_A 150 $bwd_time_lean "$dims"
+      step time_detprobe_r1_A 150 $bwd_time_lean "$dims"
+      step time_detprobe_r2_B 150 bash -c "cd '$copy' && PYTHONPATH='$copy' $bwd_time_lean $dims"
+      step time_detprobe_r2_A 150 $bwd_time_lean "$dims"
     fi
     ;;
   dqtraffic)  # measurements only (wrong results: no tests): the Hopper backward's dQ reductions priced,
@@ -917,7 +917,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|dqpair|detchains|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|dqpair|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
