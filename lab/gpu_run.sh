@@ -41,6 +41,8 @@
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
 #   bash lab/gpu_run.sh dqpair    measured, not adopted: the D=256 Hopper backward in two-CTA clusters summing their
 #                                     dQ tiles (lab/ab/bwd_dq_cluster_pair_d256.diff): tests first, then pair off/on (~6 min)
+#   bash lab/gpu_run.sh fwdtimeline prepared: the Hopper forward's phases per tile from SM clock stamps (lab/ab/
+#                                     lab_fwd_tile_timeline.diff, lab/fwd_tile_timeline.py) on short causal cells (~4 min)
 #   bash lab/gpu_run.sh detprobe  deterministic mode's cost under a probe diff (DET_PROBE_DIFF): its tickets in two chains
 #                                     by key-block parity (measured: unchanged), + the stage handed back (measured:
 #                                     unchanged), lab_det_no_tickets.diff (its schedule alone; prepared) (~4 min)
@@ -461,6 +463,17 @@ case "${1:-verify}" in
       step time_tree 200 $bwd_time_lean 256
       bwd_copy_checks "$copy" dqpair 200 120 hopper auto
     fi
+    ;;
+  fwdtimeline)  # prepared 2026-11-30 (issue 29), not yet run: where a Hopper forward tile's time goes, phase by
+                # phase (lab/ab/lab_fwd_tile_timeline.diff: SM clock stamps of each consumer warpgroup per tile;
+                # lab/fwd_tile_timeline.py reads them), on the short causal cells where cuDNN leads and on a
+                # long one for the steady block; FWD_TIMELINE_CELLS overrides the cells.
+    env_info > "$OUT/env.txt" 2>&1
+    copy="$PWD/build/ab-timeline"
+    step build_timeline 420 env PATCH=lab_fwd_tile_timeline.diff REVERSE=0 AB_COPY="$copy" OUT="$OUT/ab" AB_ROUNDS=0 \
+      bash lab/ab/run_ab.sh
+    step timeline 400 bash -c "cd '$copy' && PYTHONPATH='$copy' python3 lab/fwd_tile_timeline.py --all-wgs \
+      --json '$OUT/timeline.json' ${FWD_TIMELINE_CELLS:-}"
     ;;
   detprobe)  # 2026-11-30 (issue 27): deterministic mode's D=128/256 cost under a lab diff that makes the mode
              # non-deterministic (timing only, no tests), DET_PROBE_DIFF in lab/ab/: lab_det_two_chains.diff (the
@@ -917,7 +930,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|dqpair|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|dqpair|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
