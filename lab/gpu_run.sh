@@ -48,7 +48,7 @@
 #                                     unchanged), lab_det_no_tickets.diff (its schedule alone; prepared) (~4 min)
 #   bash lab/gpu_run.sh dqtraffic the Hopper backward with half its dQ reductions left out (a measurement, wrong
 #                                     results): its A/B at D=64/128; DQ_TRAFFIC=half_traffic_d256 or pair_cost_d256
-#                                     (+ a cluster pair's adds) at D=256; all measured (~4 min)
+#                                     (+ a cluster pair's adds) at D=256, measured; half_loads_d256 prepared (~4 min)
 #   bash lab/gpu_run.sh detticketfirst measured, not adopted: the Hopper backward's dQ writers poll the deterministic ticket before
 #                                     waiting for the tile (lab/ab/det_ticket_before_tile.diff): its A/B at D=128/256 with
 #                                     the mode's cost, the Hopper backward tests and sanitizers in the copy (~9 min)
@@ -500,7 +500,9 @@ case "${1:-verify}" in
               # DQ_TRAFFIC naming lab/ab/lab_dq_$DQ_TRAFFIC.diff: half_traffic_d256 (half of each step's
               # reductions left out; measured 2026-11-30 on an H200: +8.4%, deterministic mode's cost
               # 1.30 -> 1.10), half_traffic_d64_d128 (the default; +2.2% D=64, +2.5% D=128), pair_cost_d256
-              # (half left out plus the DSMEM reads and adds a cluster pair's sum would cost; +5.4%)
+              # (half left out plus the DSMEM reads and adds a cluster pair's sum would cost; +5.4%),
+              # half_loads_d256 (no reduction left out: Q and dO loaded on half the steps, half the L2
+              # reads; prepared: is it the reductions or any L2 traffic?)
     part=${DQ_TRAFFIC:-half_traffic_d64_d128}; dims=64,128; [ "${part%d256}" != "$part" ] && dims=256
     hopper_ab "dq_$part" "lab_dq_$part.diff" "$dims"
     ;;
