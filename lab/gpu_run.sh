@@ -41,6 +41,8 @@
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
 #   bash lab/gpu_run.sh dqpair    measured, not adopted: the D=256 Hopper backward in two-CTA clusters summing their
 #                                     dQ tiles (lab/ab/bwd_dq_cluster_pair_d256.diff): tests first, then pair off/on (~6 min)
+#   bash lab/gpu_run.sh bwdmulticast prepared: the D=256 Hopper backward's Q/dO loaded once per two-CTA cluster by TMA
+#                                     multicast (lab/ab/bwd_qdo_multicast_d256.diff): tests first, then off/on (~6 min)
 #   bash lab/gpu_run.sh fwdtimeline prepared: the Hopper forward's phases per tile from SM clock stamps (lab/ab/
 #                                     lab_fwd_tile_timeline.diff, lab/fwd_tile_timeline.py) on short causal cells (~4 min)
 #   bash lab/gpu_run.sh detprobe  deterministic mode's cost under a probe diff (DET_PROBE_DIFF): its tickets in two chains
@@ -462,6 +464,30 @@ case "${1:-verify}" in
       done
       step time_tree 200 $bwd_time_lean 256
       bwd_copy_checks "$copy" dqpair 200 120 hopper auto
+    fi
+    ;;
+  bwdmulticast)  # prepared 2026-11-30 (issue 27), not yet run; worth its time if `DQ_TRAFFIC=half_loads_d256
+                 # bash lab/gpu_run.sh dqtraffic` gains >= 3%: the D=256 Hopper backward in two-CTA clusters,
+                 # each step's Q and dO loaded once for both by TMA multicast (lab/ab/bwd_qdo_multicast_d256.diff;
+                 # dense calls without a mask, default mode, even key blocks). Its copy built in
+                 # build/ab-multicast, the D=256 Hopper tests there first (a hang stops at 150 s), then in the
+                 # same build FLASHATTN_BWD_MULTICAST=0/1 alternated (two rounds), then the Hopper backward
+                 # tests and sanitizers in the copy.
+    env_info > "$OUT/env.txt" 2>&1
+    copy="$PWD/build/ab-multicast"
+    step build_multicast 420 env PATCH=bwd_qdo_multicast_d256.diff REVERSE=0 AB_COPY="$copy" OUT="$OUT/ab" \
+      AB_ROUNDS=0 bash lab/ab/run_ab.sh
+    before=$failed
+    step smoke_multicast 150 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest \
+      -q -x -p no:cacheprovider tests/kernels/test_backward_gpu.py -k 'hopper and 256' -ra"
+    if [ "$failed" = "$before" ]; then
+      for round in 1 2; do
+        for mc in 0 1; do
+          step "time_multicast_r${round}_mc$mc" 200 bash -c "cd '$copy' && PYTHONPATH='$copy' \
+            FLASHATTN_BWD_MULTICAST=$mc $bwd_time_lean 256"
+        done
+      done
+      bwd_copy_checks "$copy" multicast 200 120 hopper auto
     fi
     ;;
   fwdtimeline)  # prepared 2026-11-30 (issue 29), not yet run: where a Hopper forward tile's time goes, phase by
@@ -932,7 +958,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|dqpair|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
