@@ -163,19 +163,9 @@ def main(argv: list[str]) -> int:
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import torch
+    from gpu_timing import median_ms  # lab/ is the script's own folder
 
     from benchmarks import bench_common as bc
-
-    def call_ms(fn, reps: int = 30) -> float:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        for _ in range(reps):
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        return statistics.median(times)
 
     results = {}
     buf = torch.zeros(MAX_CTAS * MAX_TILES * ROWS * SLOTS, dtype=torch.int64, device="cuda")
@@ -186,12 +176,11 @@ def main(argv: list[str]) -> int:
         q, k, v = bc.make_inputs(shape)
         fn, ctx = bc.make_callable("flashattn", shape, q, k, v)
         with ctx():
-            fn()
-            plain_ms = call_ms(fn)
+            plain_ms = median_ms(fn, samples=15, reps=2)
             buf.zero_()
             os.environ["FLASHATTN_LAB_STAMPS"] = str(buf.data_ptr())
             try:
-                stamped_ms = call_ms(fn, reps=5)  # every call rewrites the same slots
+                stamped_ms = median_ms(fn, samples=5, reps=1, warmup=0)  # every call rewrites the same slots
                 buf.zero_()
                 fn()
                 torch.cuda.synchronize()
@@ -201,8 +190,7 @@ def main(argv: list[str]) -> int:
         try:
             sfn, sctx = bc.make_callable("sdpa-default", shape, q, k, v)
             with sctx():
-                sfn()
-                sdpa_ms = call_ms(sfn)
+                sdpa_ms = median_ms(sfn, samples=15, reps=2)
         except bc.Unavailable:
             pass
         stamps = buf.view(MAX_CTAS, MAX_TILES, ROWS, SLOTS).cpu().tolist()

@@ -266,6 +266,36 @@ hopper_patch_ab() {
   hopper_ab "$@"
   bwd_copy_checks "$PWD/build/ab-$1" "$1" 200 120 hopper auto
 }
+# A patched copy of the tree built in build/ab-NAME (lab/ab/run_ab.sh without timing rounds), the
+# tree's own build beside it unless TREE is 0 (a stage that runs only the copy).
+#   build_patched NAME PATCH [TREE (1)]
+build_patched() {
+  local copy_only=1
+  [ "${3:-1}" = 1 ] && copy_only=0
+  step "build_$1" 420 env PATCH="$2" REVERSE=0 AB_COPY="$PWD/build/ab-$1" OUT="$OUT/ab" AB_ROUNDS=0 \
+    AB_COPY_ONLY=$copy_only bash lab/ab/run_ab.sh
+}
+# A D=256 Hopper-backward form behind a run-time switch (SWITCH=0 off, 1 on) in a patched copy: the
+# copy built, its D=256 Hopper tests first (a hang stops at 150 s), then SWITCH=0/1 alternated twice
+# in that build (steps time_NAME_rR_TAG0/1), with TREE=1 the tree's own timing after them, then the
+# Hopper backward tests and sanitizers in the copy.
+#   hopper_switch_ab NAME PATCH SWITCH TAG [TREE (0)]
+hopper_switch_ab() {
+  local name=$1 switch=$3 tag=$4 tree=${5:-0} copy="$PWD/build/ab-$1" before round v
+  env_info > "$OUT/env.txt" 2>&1
+  build_patched "$name" "$2" "$tree"
+  before=$failed
+  step "smoke_$name" 150 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q \
+    -x -p no:cacheprovider tests/kernels/test_backward_gpu.py -k 'hopper and 256' -ra"
+  [ "$failed" = "$before" ] || return 0
+  for round in 1 2; do
+    for v in 0 1; do
+      step "time_${name}_r${round}_$tag$v" 200 bash -c "cd '$copy' && PYTHONPATH='$copy' $switch=$v $bwd_time_lean 256"
+    done
+  done
+  [ "$tree" = 1 ] && step time_tree 200 $bwd_time_lean 256
+  bwd_copy_checks "$copy" "$name" 200 120 hopper auto
+}
 # The small dense cases, the Hopper paths where the GPU has them.
 sanitize_dense_steps() { sanitize_steps "$1" auto dense dense; }
 
@@ -445,50 +475,14 @@ case "${1:-verify}" in
            # deterministic mode's cost 1.3 -> 1.45: not adopted): the D=256 Hopper backward in two-CTA clusters
            # summing their dQ tiles over distributed shared memory, each CTA adding half the tile
            # (lab/ab/bwd_dq_cluster_pair_d256.diff; dense calls without a mask, even key blocks, both
-           # modes). Its copy built in build/ab-dqpair, the D=256 Hopper tests there first (a
-           # hang stops at 150 s), then in the same build FLASHATTN_BWD_PAIR=0/1 alternated (two
-           # rounds), the tree's own timing, then the Hopper backward tests and sanitizers in the copy.
-    env_info > "$OUT/env.txt" 2>&1
-    copy="$PWD/build/ab-dqpair"
-    step build_dqpair 420 env PATCH=bwd_dq_cluster_pair_d256.diff REVERSE=0 AB_COPY="$copy" OUT="$OUT/ab" AB_ROUNDS=0 \
-      bash lab/ab/run_ab.sh
-    before=$failed
-    step smoke_dqpair 150 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -x \
-      -p no:cacheprovider tests/kernels/test_backward_gpu.py -k 'hopper and 256' -ra"
-    if [ "$failed" = "$before" ]; then
-      for round in 1 2; do
-        for pair in 0 1; do
-          step "time_dqpair_r${round}_pair$pair" 200 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_BWD_PAIR=$pair \
-            $bwd_time_lean 256"
-        done
-      done
-      step time_tree 200 $bwd_time_lean 256
-      bwd_copy_checks "$copy" dqpair 200 120 hopper auto
-    fi
+           # modes): hopper_switch_ab's steps, the tree's own timing among them.
+    hopper_switch_ab dqpair bwd_dq_cluster_pair_d256.diff FLASHATTN_BWD_PAIR pair 1
     ;;
   bwdmulticast)  # prepared 2026-11-30 (issue 27), not yet run; worth its time if `DQ_TRAFFIC=half_loads_d256
                  # bash lab/gpu_run.sh dqtraffic` gains >= 3%: the D=256 Hopper backward in two-CTA clusters,
                  # each step's Q and dO loaded once for both by TMA multicast (lab/ab/bwd_qdo_multicast_d256.diff;
-                 # dense calls without a mask, default mode, even key blocks). Its copy built in
-                 # build/ab-multicast, the D=256 Hopper tests there first (a hang stops at 150 s), then in the
-                 # same build FLASHATTN_BWD_MULTICAST=0/1 alternated (two rounds), then the Hopper backward
-                 # tests and sanitizers in the copy.
-    env_info > "$OUT/env.txt" 2>&1
-    copy="$PWD/build/ab-multicast"
-    step build_multicast 420 env PATCH=bwd_qdo_multicast_d256.diff REVERSE=0 AB_COPY="$copy" OUT="$OUT/ab" \
-      AB_ROUNDS=0 bash lab/ab/run_ab.sh
-    before=$failed
-    step smoke_multicast 150 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest \
-      -q -x -p no:cacheprovider tests/kernels/test_backward_gpu.py -k 'hopper and 256' -ra"
-    if [ "$failed" = "$before" ]; then
-      for round in 1 2; do
-        for mc in 0 1; do
-          step "time_multicast_r${round}_mc$mc" 200 bash -c "cd '$copy' && PYTHONPATH='$copy' \
-            FLASHATTN_BWD_MULTICAST=$mc $bwd_time_lean 256"
-        done
-      done
-      bwd_copy_checks "$copy" multicast 200 120 hopper auto
-    fi
+                 # dense calls without a mask, default mode, even key blocks): hopper_switch_ab's steps.
+    hopper_switch_ab multicast bwd_qdo_multicast_d256.diff FLASHATTN_BWD_MULTICAST mc
     ;;
   fwdtimeline)  # prepared 2026-11-30 (issue 29), not yet run: where a Hopper forward tile's time goes, phase by
                 # phase (lab/ab/lab_fwd_tile_timeline.diff: SM clock stamps of each consumer warpgroup per tile;
@@ -496,8 +490,7 @@ case "${1:-verify}" in
                 # long one for the steady block; FWD_TIMELINE_CELLS overrides the cells.
     env_info > "$OUT/env.txt" 2>&1
     copy="$PWD/build/ab-timeline"
-    step build_timeline 420 env PATCH=lab_fwd_tile_timeline.diff REVERSE=0 AB_COPY="$copy" OUT="$OUT/ab" AB_ROUNDS=0 \
-      bash lab/ab/run_ab.sh
+    build_patched timeline lab_fwd_tile_timeline.diff 0
     step timeline 400 bash -c "cd '$copy' && PYTHONPATH='$copy' python3 lab/fwd_tile_timeline.py --all-wgs \
       --json '$OUT/timeline.json' ${FWD_TIMELINE_CELLS:-}"
     ;;
@@ -512,8 +505,7 @@ case "${1:-verify}" in
     env_info > "$OUT/env.txt" 2>&1
     copy="$PWD/build/ab-detprobe"
     dims=${DET_PROBE_DIMS:-128,256}
-    step build_detprobe 420 env PATCH="${DET_PROBE_DIFF:-lab_det_two_chains.diff}" REVERSE=0 AB_COPY="$copy" \
-      OUT="$OUT/ab" AB_ROUNDS=0 bash lab/ab/run_ab.sh
+    build_patched detprobe "${DET_PROBE_DIFF:-lab_det_two_chains.diff}"
     before=$failed
     step time_detprobe_r1_B 150 bash -c "cd '$copy' && PYTHONPATH='$copy' $bwd_time_lean $dims"
     if [ "$failed" = "$before" ]; then

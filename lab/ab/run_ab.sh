@@ -175,19 +175,20 @@
 # bwd_dq_cluster_pair_d256.diff: the D=256 Hopper backward in two-CTA clusters (key blocks 2j, 2j + 1)
 # summing their dQ tiles over distributed shared memory, each CTA bulk-adding half the tile
 # (dense calls without a mask, even key blocks, both modes; FLASHATTN_BWD_PAIR=0 turns it off in
-# the same build): bash lab/gpu_run.sh dqpair (AB_ROUNDS=0 here only builds the copy; prepared
-# 2026-11-30, not yet run: predicted D=256 +3-6% where it applies).
+# the same build): bash lab/gpu_run.sh dqpair (AB_ROUNDS=0 here builds the two sides; measured
+# 2026-11-30 on an H200: correct, 1.005x from 2k keys, 0.68-0.73x at S <= 1k; not adopted).
 # lab_dq_half_traffic_d256.diff / lab_dq_half_traffic_d64_d128.diff: measurements only (wrong results):
 # the Hopper backward's dQ writers add half of each step's tile, to price the L2's reduction traffic:
 # REVERSE=0 AB_CMD="python3 lab/bwd_check.py --time-only --time --lean --dtype bf16 --dims 256" (or
 # 64,128) (bash lab/gpu_run.sh dqtraffic; measured 2026-11-30 on an H200 for D=256: +8.4% geomean,
-# +9-11% from 2k keys, deterministic mode's cost 1.30 -> 1.10; D=64/128 not yet run).
+# +9-11% from 2k keys, deterministic mode's cost 1.30 -> 1.10; D=64/128 +2.2% / +2.5%).
 # lab_dq_pair_cost_d256.diff: also a measurement (wrong results): rank 0's part of
 # bwd_dq_cluster_pair_d256.diff in one CTA (each warpgroup stores its dO-side piece, reads the other
 # warpgroup's through the shared::cluster window and adds it into its Q-side piece as it stores it;
 # the writer adds the Q-side pieces alone): the pair's work less the handshake and the remote latency,
 # the same AB_CMD at D=256
-# (DQ_TRAFFIC=pair_cost_d256 bash lab/gpu_run.sh dqtraffic; not yet run).
+# (DQ_TRAFFIC=pair_cost_d256 bash lab/gpu_run.sh dqtraffic; measured 2026-11-30 on an H200: +5.4%).
+# AB_COPY_ONLY=1 (with AB_ROUNDS=0): the patched copy alone is built, for a caller that times only it.
 # lab_softcap_no_tanh.diff: a measurement only (wrong results): the one-pass softcap kernels without
 # their tanh, to price the second SFU operation a score: REVERSE=0 with the AB_CMD above (measured
 # 2026-11-28: D=64 cost 1.18-1.22 -> 1.06-1.11).
@@ -241,10 +242,13 @@ else
   (cd "$copy" && patch -p1 < "$root/lab/ab/${PATCH:?}") > "$out/ab_patch.log" 2>&1 || { echo "patch failed"; exit 2; }
   side_a=$root side_b=$copy
 fi
-(cd "$side_a" && MAX_JOBS=8 bash lab/gpu_build.sh > "$out/ab_build_a.log" 2>&1) &
-(cd "$side_b" && MAX_JOBS=8 bash lab/gpu_build.sh > "$out/ab_build_b.log" 2>&1) &
+for side in a b; do
+  dir=$side_b; [ $side = a ] && dir=$side_a
+  [ "${AB_COPY_ONLY:-0}" = 1 ] && [ "$dir" != "$copy" ] && continue
+  (cd "$dir" && MAX_JOBS=8 bash lab/gpu_build.sh > "$out/ab_build_$side.log" 2>&1) &
+done
 wait
-tail -n 1 "$out/ab_build_a.log" "$out/ab_build_b.log"
+tail -n 1 "$out"/ab_build_?.log
 for round in $(seq 1 "${AB_ROUNDS:-2}"); do  # AB_ROUNDS: 2 unless said (1 for a profiler run)
   for side in A B; do
     dir=$side_b; [ $side = A ] && dir=$side_a
