@@ -7,8 +7,10 @@ one): each consumer warpgroup's first thread writes SM clock stamps at the phase
 (csrc/flash_fwd_sm90/lab_stamps.cuh in that build) into a buffer whose address this script passes in
 FLASHATTN_LAB_STAMPS for one call. Per tile (standard grid: B*S = 16k, H = 2048 / D), phases in us:
 
-  gap       the previous tile's end to this tile's start (the schedule: next tile, its coordinates)
-  q_wait    the tile's start to its Q in shared memory
+  gap       the previous tile's end to this tile's start (the schedule: next tile; and the previous
+            tile's own stamp stores, which the diff issues at a tile's end, not at its start)
+  setup     the tile's start to its Q wait: coordinates, key window, registers cleared
+  q_wait    then to its Q in shared memory
   k_wait    Q to the first K block
   turn      waiting for the ping-pong turn of the first S = Q K^T
   first_s   the first S GEMM, issue to completion
@@ -37,8 +39,8 @@ from pathlib import Path
 MAX_CTAS, MAX_TILES, ROWS, SLOTS = 256, 256, 4, 16
 # Slots: clock64 at the phase boundaries, the tile's (blocks << 32 | m_block) and index, globaltimer.
 (S_START, S_Q, S_K, S_TURN, S_FIRST_S, S_FIRST_SM, S_LOOP_END, S_LAST_PV, S_END, S_META, S_TILE, G_START,
- G_END) = range(13)
-PHASES = ("gap", "q_wait", "k_wait", "turn", "first_s", "first_sm", "loop", "last_pv", "epilogue")
+ G_END, S_SETUP) = range(14)
+PHASES = ("gap", "setup", "q_wait", "k_wait", "turn", "first_s", "first_sm", "loop", "last_pv", "epilogue")
 DEFAULT_CELLS = "64:512:1 64:1024:1 64:4096:1 64:512:0 128:512:1 128:4096:1"
 
 
@@ -65,7 +67,7 @@ def tiles_of(stamps, row: int) -> list[dict]:
                  "ns_per_cycle": ns_per_cycle, "total": s[S_END] - s[S_START],
                  "gap": s[S_START] - prev_end if prev_end is not None else None}
             if blocks > 0:
-                t.update(q_wait=s[S_Q] - s[S_START], k_wait=s[S_K] - s[S_Q], turn=s[S_TURN] - s[S_K],
+                t.update(setup=s[S_SETUP] - s[S_START], q_wait=s[S_Q] - s[S_SETUP], k_wait=s[S_K] - s[S_Q], turn=s[S_TURN] - s[S_K],
                          first_s=s[S_FIRST_S] - s[S_TURN], first_sm=s[S_FIRST_SM] - s[S_FIRST_S],
                          loop=s[S_LOOP_END] - s[S_FIRST_SM], last_pv=s[S_LAST_PV] - s[S_LOOP_END],
                          epilogue=s[S_END] - s[S_LAST_PV])
@@ -116,7 +118,7 @@ def print_summary(title: str, summary: dict) -> None:
 def selftest() -> int:
     """Synthetic stamps: two CTAs, tiles of 1..3 blocks with known phases; the summary must give them back."""
     stamps = [[[[0] * SLOTS for _ in range(ROWS)] for _ in range(MAX_TILES)] for _ in range(MAX_CTAS)]
-    phase_cycles = {"q_wait": 100, "k_wait": 50, "turn": 10, "first_s": 300, "first_sm": 200, "last_pv": 250,
+    phase_cycles = {"setup": 40, "q_wait": 100, "k_wait": 50, "turn": 10, "first_s": 300, "first_sm": 200, "last_pv": 250,
                     "epilogue": 400}
     block_cycles = 1000
     for cta in (0, 5):
@@ -125,7 +127,8 @@ def selftest() -> int:
             s = stamps[cta][i][0]
             clock += 70  # the gap
             s[S_START] = clock
-            s[S_Q] = s[S_START] + phase_cycles["q_wait"]
+            s[S_SETUP] = s[S_START] + phase_cycles["setup"]
+            s[S_Q] = s[S_SETUP] + phase_cycles["q_wait"]
             s[S_K] = s[S_Q] + phase_cycles["k_wait"]
             s[S_TURN] = s[S_K] + phase_cycles["turn"]
             s[S_FIRST_S] = s[S_TURN] + phase_cycles["first_s"]

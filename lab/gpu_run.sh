@@ -41,16 +41,18 @@
 #   bash lab/gpu_run.sh portablelab the portable backward's D=64 tile lab and ncu against FA2 (~4 min)
 #   bash lab/gpu_run.sh dqpair    measured, not adopted: the D=256 Hopper backward in two-CTA clusters summing their
 #                                     dQ tiles (lab/ab/bwd_dq_cluster_pair_d256.diff): tests first, then pair off/on (~6 min)
-#   bash lab/gpu_run.sh bwdmulticast prepared: the D=256 Hopper backward's Q/dO loaded once per two-CTA cluster by TMA
+#   bash lab/gpu_run.sh bwdmulticast measured, not adopted: the D=256 Hopper backward's Q/dO loaded once per two-CTA cluster by TMA
 #                                     multicast (lab/ab/bwd_qdo_multicast_d256.diff): tests first, then off/on (~6 min)
-#   bash lab/gpu_run.sh fwdtimeline prepared: the Hopper forward's phases per tile from SM clock stamps (lab/ab/
+#   bash lab/gpu_run.sh fwdq2     the Hopper forward with two Q buffers at D=64/128 (lab/ab/fwd_q_double_buffer.diff): its A/B
+#                                     on short and long cells, then the forward/split/FP8 tests and sanitizers in the copy (~8 min)
+#   bash lab/gpu_run.sh fwdtimeline the Hopper forward's phases per tile from SM clock stamps (lab/ab/
 #                                     lab_fwd_tile_timeline.diff, lab/fwd_tile_timeline.py) on short causal cells (~4 min)
 #   bash lab/gpu_run.sh detprobe  deterministic mode's cost under a probe diff (DET_PROBE_DIFF): its tickets in two chains
 #                                     by key-block parity (measured: unchanged), + the stage handed back (measured:
-#                                     unchanged), lab_det_no_tickets.diff (its schedule alone; prepared) (~4 min)
+#                                     unchanged), lab_det_no_tickets.diff (its schedule alone; measured: ~1.0) (~4 min)
 #   bash lab/gpu_run.sh dqtraffic the Hopper backward with half its dQ reductions left out (a measurement, wrong
 #                                     results): its A/B at D=64/128; DQ_TRAFFIC=half_traffic_d256 or pair_cost_d256
-#                                     (+ a cluster pair's adds) at D=256, measured; half_loads_d256 prepared (~4 min)
+#                                     (+ a cluster pair's adds) at D=256, half_loads_d256: all measured (~4 min)
 #   bash lab/gpu_run.sh detticketfirst measured, not adopted: the Hopper backward's dQ writers poll the deterministic ticket before
 #                                     waiting for the tile (lab/ab/det_ticket_before_tile.diff): its A/B at D=128/256 with
 #                                     the mode's cost, the Hopper backward tests and sanitizers in the copy (~9 min)
@@ -478,19 +480,39 @@ case "${1:-verify}" in
            # modes): hopper_switch_ab's steps, the tree's own timing among them.
     hopper_switch_ab dqpair bwd_dq_cluster_pair_d256.diff FLASHATTN_BWD_PAIR pair 1
     ;;
-  bwdmulticast)  # prepared 2026-11-30 (issue 27), not yet run; worth its time if `DQ_TRAFFIC=half_loads_d256
-                 # bash lab/gpu_run.sh dqtraffic` gains >= 3%: the D=256 Hopper backward in two-CTA clusters,
+  bwdmulticast)  # measured 2026-11-30 on an H200, not adopted (issue 27; -4..+2% from 2k keys, -22..-25% at S <= 1k
+                 # non-causal; perf-notes "The prepared probes answered"): the D=256 Hopper backward in two-CTA clusters,
                  # each step's Q and dO loaded once for both by TMA multicast (lab/ab/bwd_qdo_multicast_d256.diff;
                  # dense calls without a mask, default mode, even key blocks): hopper_switch_ab's steps.
     hopper_switch_ab multicast bwd_qdo_multicast_d256.diff FLASHATTN_BWD_MULTICAST mc
     ;;
-  fwdtimeline)  # prepared 2026-11-30 (issue 29), not yet run: where a Hopper forward tile's time goes, phase by
+  fwdq2)  # 2026-11-30 (issue 29): the Hopper forward with two Q buffers at D=64/128 (lab/ab/fwd_q_double_buffer.diff),
+          # after the tile timeline measured 0.8-1.0 us a tile before Q (measured 2026-11-30 on an H200: no gain,
+          # not adopted; perf-notes "The prepared probes answered"): its A/B on the short and long
+          # D=64/128 cells (lab/fwd_time.py, cuDNN alongside), then in the copy the forward, window, split and
+          # FP8 tests and memcheck/racecheck/synccheck on the small dense, split and FP8 cases
+    env_info > "$OUT/env.txt" 2>&1
+    copy="$PWD/build/ab-fwdq2"
+    step ab_fwdq2 400 env PATCH=fwd_q_double_buffer.diff REVERSE=0 AB_COPY="$copy" OUT="$OUT/ab" \
+      AB_CMD="python3 lab/fwd_time.py --rounds 8 ${FWD_Q2_CELLS:-64:512:1 64:1024:1 64:4096:1 64:512:0 64:4096:0 128:512:1 128:1024:1 128:512:0 128:4096:0 128:16384:1}" \
+      bash lab/ab/run_ab.sh
+    step pytest_fwdq2 200 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q \
+      -p no:cacheprovider tests/kernels/test_attention_gpu.py tests/kernels/test_window_gpu.py tests/kernels/test_fwd_split_gpu.py \
+      tests/kernels/test_fp8_gpu.py -ra"
+    for tool in memcheck racecheck synccheck; do
+      extra=""; [ "$tool" = racecheck ] && extra="--racecheck-report hazard"
+      step "${tool}_fwdq2" 90 bash -c "cd '$copy' && PYTHONPATH='$copy' SANITIZE_BACKENDS=auto compute-sanitizer \
+        --tool $tool $extra --error-exitcode 99 python3 lab/sanitize_small.py --only dense,split,fp8 --quick"
+    done
+    ;;
+  fwdtimeline)  # 2026-11-30 (issue 29; measured on an H200, the start stamps since moved): where a Hopper forward tile's time goes, phase by
                 # phase (lab/ab/lab_fwd_tile_timeline.diff: SM clock stamps of each consumer warpgroup per tile;
                 # lab/fwd_tile_timeline.py reads them), on the short causal cells where cuDNN leads and on a
-                # long one for the steady block; FWD_TIMELINE_CELLS overrides the cells.
+                # long one for the steady block; FWD_TIMELINE_CELLS overrides the cells, FWD_TIMELINE_DIFF the diff
+                # (lab_fwd_tile_timeline_q2.diff: the stamps with two Q buffers, fwd_q_double_buffer.diff).
     env_info > "$OUT/env.txt" 2>&1
     copy="$PWD/build/ab-timeline"
-    build_patched timeline lab_fwd_tile_timeline.diff 0
+    build_patched timeline "${FWD_TIMELINE_DIFF:-lab_fwd_tile_timeline.diff}" 0
     step timeline 400 bash -c "cd '$copy' && PYTHONPATH='$copy' python3 lab/fwd_tile_timeline.py --all-wgs \
       --json '$OUT/timeline.json' ${FWD_TIMELINE_CELLS:-}"
     ;;
@@ -500,7 +522,7 @@ case "${1:-verify}" in
              # it; the default; measured on an H200, the stage then named detchains: the cost unchanged),
              # lab_det_two_chains_handback.diff (the same with the dQ stage handed back once read; measured:
              # unchanged), lab_det_no_tickets.diff (the mode's schedule without its tickets: is the cost the
-             # schedule or the order? prepared). Both sides built (run_ab.sh, AB_ROUNDS=0), the copy timed first
+             # schedule or the order? measured: the order, ~1.0 without). Both sides built (run_ab.sh, AB_ROUNDS=0), the copy timed first
              # (a deadlock stops at 150 s), then tree and copy alternated, DET_PROBE_DIMS (default 128,256).
     env_info > "$OUT/env.txt" 2>&1
     copy="$PWD/build/ab-detprobe"
@@ -520,7 +542,7 @@ case "${1:-verify}" in
               # 1.30 -> 1.10), half_traffic_d64_d128 (the default; +2.2% D=64, +2.5% D=128), pair_cost_d256
               # (half left out plus the DSMEM reads and adds a cluster pair's sum would cost; +5.4%),
               # half_loads_d256 (no reduction left out: Q and dO loaded on half the steps, half the L2
-              # reads; prepared: is it the reductions or any L2 traffic?)
+              # reads; +6-9% from 8k keys: any L2 traffic bounds)
     part=${DQ_TRAFFIC:-half_traffic_d64_d128}; dims=64,128; [ "${part%d256}" != "$part" ] && dims=256
     hopper_ab "dq_$part" "lab_dq_$part.diff" "$dims"
     ;;
@@ -950,7 +972,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
