@@ -209,8 +209,13 @@ def main(argv: list[str]) -> int:
                     return 1
                 continue
             summary = summarize(tiles)
-            print_summary(f"{title}; consumer warpgroup {row}, {len(tiles)} tiles on "
-                          f"{len({t['cta'] for t in tiles})} CTAs", summary)
+            ctas = len({t['cta'] for t in tiles})
+            # What the stamps cost a tile: the stamped call's excess over the plain one, over a CTA's
+            # tiles. A phase of about this size may be the stamps' own doing (2026-11-30: the
+            # "Q wait" was about its size while the start stamps were stored at the tile's start).
+            summary["stamp_cost_us_per_tile"] = (stamped_ms - plain_ms) * 1e3 / (len(tiles) / ctas)
+            print_summary(f"{title}; consumer warpgroup {row}, {len(tiles)} tiles on {ctas} CTAs; "
+                          f"the stamps cost {summary['stamp_cost_us_per_tile']:.2f} us a tile", summary)
             cell_result[f"wg{row}"] = summary
         results[cell] = cell_result
     if args.json:
