@@ -43,6 +43,8 @@
 #                                     dQ tiles (lab/ab/bwd_dq_cluster_pair_d256.diff): tests first, then pair off/on (~6 min)
 #   bash lab/gpu_run.sh bwdmulticast measured, not adopted: the D=256 Hopper backward's Q/dO loaded once per two-CTA cluster by TMA
 #                                     multicast (lab/ab/bwd_qdo_multicast_d256.diff): tests first, then off/on (~6 min)
+#   bash lab/gpu_run.sh fwdtilework prepared: the Hopper forward's dynamic schedule publishing each tile's decoded index
+#                                     (lab/ab/fwd_tile_decode_published.diff): its A/B, then the fwdq2 checks in the copy (~8 min)
 #   bash lab/gpu_run.sh fwdq2     the Hopper forward with two Q buffers at D=64/128 (lab/ab/fwd_q_double_buffer.diff): its A/B
 #                                     on short and long cells, then the forward/split/FP8 tests and sanitizers in the copy (~8 min)
 #   bash lab/gpu_run.sh fwdtimeline the Hopper forward's phases per tile from SM clock stamps (lab/ab/
@@ -298,6 +300,21 @@ hopper_switch_ab() {
   [ "$tree" = 1 ] && step time_tree 200 $bwd_time_lean 256
   bwd_copy_checks "$copy" "$name" 200 120 hopper auto
 }
+# A patched copy of the tree (an A/B's side) checked on the Hopper forward: the forward, window, split and
+# FP8 tests, then memcheck, racecheck and synccheck on the small dense, split and FP8 cases, each in that
+# copy (the steps took 29, 5, 22 and 4 s on an H200).
+#   fwd_copy_checks COPY NAME
+fwd_copy_checks() {
+  local copy=$1 name=$2 tool extra
+  step "pytest_$name" 200 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q \
+    -p no:cacheprovider tests/kernels/test_attention_gpu.py tests/kernels/test_window_gpu.py tests/kernels/test_fwd_split_gpu.py \
+    tests/kernels/test_fp8_gpu.py -ra"
+  for tool in memcheck racecheck synccheck; do
+    extra=""; [ "$tool" = racecheck ] && extra="--racecheck-report hazard"
+    step "${tool}_$name" 90 bash -c "cd '$copy' && PYTHONPATH='$copy' SANITIZE_BACKENDS=auto compute-sanitizer \
+      --tool $tool $extra --error-exitcode 99 python3 lab/sanitize_small.py --only dense,split,fp8 --quick"
+  done
+}
 # The small dense cases, the Hopper paths where the GPU has them.
 sanitize_dense_steps() { sanitize_steps "$1" auto dense dense; }
 
@@ -496,14 +513,18 @@ case "${1:-verify}" in
     step ab_fwdq2 400 env PATCH=fwd_q_double_buffer.diff REVERSE=0 AB_COPY="$copy" OUT="$OUT/ab" \
       AB_CMD="python3 lab/fwd_time.py --rounds 8 ${FWD_Q2_CELLS:-64:512:1 64:1024:1 64:4096:1 64:512:0 64:4096:0 128:512:1 128:1024:1 128:512:0 128:4096:0 128:16384:1}" \
       bash lab/ab/run_ab.sh
-    step pytest_fwdq2 200 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q \
-      -p no:cacheprovider tests/kernels/test_attention_gpu.py tests/kernels/test_window_gpu.py tests/kernels/test_fwd_split_gpu.py \
-      tests/kernels/test_fp8_gpu.py -ra"
-    for tool in memcheck racecheck synccheck; do
-      extra=""; [ "$tool" = racecheck ] && extra="--racecheck-report hazard"
-      step "${tool}_fwdq2" 90 bash -c "cd '$copy' && PYTHONPATH='$copy' SANITIZE_BACKENDS=auto compute-sanitizer \
-        --tool $tool $extra --error-exitcode 99 python3 lab/sanitize_small.py --only dense,split,fp8 --quick"
-    done
+    fwd_copy_checks "$copy" fwdq2
+    ;;
+  fwdtilework)  # prepared 2026-11-30 (issue 29), not yet run: the Hopper forward's dynamic schedule publishing each
+                # tile's decoded coordinates and split with its index (lab/ab/fwd_tile_decode_published.diff), so
+                # the consumers start a tile without its integer divisions: its A/B on the causal short cells and
+                # two long ones (lab/fwd_time.py, cuDNN alongside), then the fwdq2 stage's tests and sanitizers in the copy
+    env_info > "$OUT/env.txt" 2>&1
+    copy="$PWD/build/ab-fwdtilework"
+    step ab_fwdtilework 400 env PATCH=fwd_tile_decode_published.diff REVERSE=0 AB_COPY="$copy" OUT="$OUT/ab" \
+      AB_CMD="python3 lab/fwd_time.py --rounds 8 ${FWD_TILEWORK_CELLS:-64:512:1 64:1024:1 64:2048:1 128:512:1 128:1024:1 256:1024:1 64:4096:1 128:16384:1}" \
+      bash lab/ab/run_ab.sh
+    fwd_copy_checks "$copy" fwdtilework
     ;;
   fwdtimeline)  # 2026-11-30 (issue 29; measured on an H200, the start stamps since moved): where a Hopper forward tile's time goes, phase by
                 # phase (lab/ab/lab_fwd_tile_timeline.diff: SM clock stamps of each consumer warpgroup per tile;
@@ -972,7 +993,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
