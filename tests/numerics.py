@@ -156,7 +156,10 @@ def sdpa_same_dtype(
 
     Causal alignments and the local window through an explicit boolean mask, GQA by
     repeat_interleave of K/V heads. With a softcap, `softcap_math_same_dtype` (module docstring).
-    Rows that see no key come out as 0 or NaN depending on the torch version: exclude them.
+    Rows that see no key are given every key instead: their output is meaningless (callers
+    exclude those rows), but finite. Left fully masked, their softmax is NaN, and the CPU's 16-bit
+    P V GEMM (torch 2.13) carried that NaN into a neighbouring visible row (2026-11-30: Sq=31,
+    Sk=5, top-left causal, window (0, 0), bf16: row 4 NaN).
     """
     hq, hk = q.shape[2], k.shape[2]
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
@@ -164,6 +167,8 @@ def sdpa_same_dtype(
         kt = kt.repeat_interleave(hq // hk, dim=1)
         vt = vt.repeat_interleave(hq // hk, dim=1)
     mask = causal_mask(q.shape[1], k.shape[1], causal_mode, q.device, window)
+    if mask is not None:
+        mask = mask | ~mask.any(dim=-1, keepdim=True)
     if softcap != 0.0:
         out = softcap_math_same_dtype(qt, kt, vt, resolve_scale(scale, q.shape[-1]), mask, softcap)
     else:
