@@ -315,6 +315,15 @@ fwd_copy_checks() {
       --tool $tool $extra --error-exitcode 99 python3 lab/sanitize_small.py --only dense,split,fp8 --quick"
   done
 }
+# A Hopper-forward change as a patch against the tree (REVERSE=0: B is the patched copy, kept in
+# build/ab-NAME): its A/B on lab/fwd_time.py's CELLS (cuDNN alongside), then fwd_copy_checks in that copy.
+#   fwd_patch_ab NAME PATCH CELLS
+fwd_patch_ab() {
+  env_info > "$OUT/env.txt" 2>&1
+  step "ab_$1" 400 env PATCH="$2" REVERSE=0 AB_COPY="$PWD/build/ab-$1" OUT="$OUT/ab" \
+    AB_CMD="python3 lab/fwd_time.py --rounds 8 $3" bash lab/ab/run_ab.sh
+  fwd_copy_checks "$PWD/build/ab-$1" "$1"
+}
 # The small dense cases, the Hopper paths where the GPU has them.
 sanitize_dense_steps() { sanitize_steps "$1" auto dense dense; }
 
@@ -508,23 +517,15 @@ case "${1:-verify}" in
           # not adopted; perf-notes "The prepared probes answered"): its A/B on the short and long
           # D=64/128 cells (lab/fwd_time.py, cuDNN alongside), then in the copy the forward, window, split and
           # FP8 tests and memcheck/racecheck/synccheck on the small dense, split and FP8 cases
-    env_info > "$OUT/env.txt" 2>&1
-    copy="$PWD/build/ab-fwdq2"
-    step ab_fwdq2 400 env PATCH=fwd_q_double_buffer.diff REVERSE=0 AB_COPY="$copy" OUT="$OUT/ab" \
-      AB_CMD="python3 lab/fwd_time.py --rounds 8 ${FWD_Q2_CELLS:-64:512:1 64:1024:1 64:4096:1 64:512:0 64:4096:0 128:512:1 128:1024:1 128:512:0 128:4096:0 128:16384:1}" \
-      bash lab/ab/run_ab.sh
-    fwd_copy_checks "$copy" fwdq2
+    fwd_patch_ab fwdq2 fwd_q_double_buffer.diff \
+      "${FWD_Q2_CELLS:-64:512:1 64:1024:1 64:4096:1 64:512:0 64:4096:0 128:512:1 128:1024:1 128:512:0 128:4096:0 128:16384:1}"
     ;;
   fwdtilework)  # prepared 2026-11-30 (issue 29), not yet run: the Hopper forward's dynamic schedule publishing each
                 # tile's decoded coordinates and split with its index (lab/ab/fwd_tile_decode_published.diff), so
                 # the consumers start a tile without its integer divisions: its A/B on the causal short cells and
                 # two long ones (lab/fwd_time.py, cuDNN alongside), then the fwdq2 stage's tests and sanitizers in the copy
-    env_info > "$OUT/env.txt" 2>&1
-    copy="$PWD/build/ab-fwdtilework"
-    step ab_fwdtilework 400 env PATCH=fwd_tile_decode_published.diff REVERSE=0 AB_COPY="$copy" OUT="$OUT/ab" \
-      AB_CMD="python3 lab/fwd_time.py --rounds 8 ${FWD_TILEWORK_CELLS:-64:512:1 64:1024:1 64:2048:1 128:512:1 128:1024:1 256:1024:1 64:4096:1 128:16384:1}" \
-      bash lab/ab/run_ab.sh
-    fwd_copy_checks "$copy" fwdtilework
+    fwd_patch_ab fwdtilework fwd_tile_decode_published.diff \
+      "${FWD_TILEWORK_CELLS:-64:512:1 64:1024:1 64:2048:1 128:512:1 128:1024:1 256:1024:1 64:4096:1 128:16384:1}"
     ;;
   fwdtimeline)  # 2026-11-30 (issue 29; measured on an H200, the start stamps since moved): where a Hopper forward tile's time goes, phase by
                 # phase (lab/ab/lab_fwd_tile_timeline.diff: SM clock stamps of each consumer warpgroup per tile;
