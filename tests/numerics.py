@@ -143,6 +143,20 @@ def same_dtype_math_sdpa() -> Iterator[None]:
         torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(previous)
 
 
+def with_dummy_key(mask: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The [Sq, Sk] visibility `mask` with key 0 made visible to the rows that see no key, and
+    those rows ([Sq] bool; None without a mask). A same-dtype baseline's results for them are then
+    finite, and the caller leaves them out. Fully masked, their softmax is NaN, and the CPU's
+    16-bit P V GEMM (torch 2.13) carried that NaN into a neighbouring visible row (2026-11-30:
+    Sq=31, Sk=5, top-left causal, window (0, 0), bf16: row 4 NaN)."""
+    if mask is None:
+        return None, None
+    empty = ~mask.any(dim=-1)
+    mask = mask.clone()
+    mask[empty, 0] = True
+    return mask, empty
+
+
 def sdpa_same_dtype(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -156,19 +170,15 @@ def sdpa_same_dtype(
 
     Causal alignments and the local window through an explicit boolean mask, GQA by
     repeat_interleave of K/V heads. With a softcap, `softcap_math_same_dtype` (module docstring).
-    Rows that see no key are given every key instead: their output is meaningless (callers
-    exclude those rows), but finite. Left fully masked, their softmax is NaN, and the CPU's 16-bit
-    P V GEMM (torch 2.13) carried that NaN into a neighbouring visible row (2026-11-30: Sq=31,
-    Sk=5, top-left causal, window (0, 0), bf16: row 4 NaN).
+    Rows that see no key get a dummy key (`with_dummy_key`): their output is meaningless (callers
+    exclude those rows), but finite.
     """
     hq, hk = q.shape[2], k.shape[2]
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
     if hq != hk:
         kt = kt.repeat_interleave(hq // hk, dim=1)
         vt = vt.repeat_interleave(hq // hk, dim=1)
-    mask = causal_mask(q.shape[1], k.shape[1], causal_mode, q.device, window)
-    if mask is not None:
-        mask = mask | ~mask.any(dim=-1, keepdim=True)
+    mask, _ = with_dummy_key(causal_mask(q.shape[1], k.shape[1], causal_mode, q.device, window))
     if softcap != 0.0:
         out = softcap_math_same_dtype(qt, kt, vt, resolve_scale(scale, q.shape[-1]), mask, softcap)
     else:
@@ -455,12 +465,7 @@ def _same_dtype_grads_windowed(
     sk, hk = k.shape[1], k.shape[2]
     group = hq // hk
     sc = resolve_scale(scale, d)
-    mask = causal_mask(sq, sk, causal_mode, q.device, window)
-    empty = None
-    if mask is not None:
-        empty = ~mask.any(dim=-1)  # [Sq]
-        mask = mask.clone()
-        mask[empty, 0] = True
+    mask, empty = with_dummy_key(causal_mask(sq, sk, causal_mode, q.device, window))
     qt = q.transpose(1, 2).detach().requires_grad_(True)
     kt = k.transpose(1, 2).repeat_interleave(group, dim=1).detach().requires_grad_(True)
     vt = v.transpose(1, 2).repeat_interleave(group, dim=1).detach().requires_grad_(True)
