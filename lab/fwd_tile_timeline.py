@@ -67,8 +67,8 @@ def tiles_of(stamps, row: int) -> list[dict]:
                  "ns_per_cycle": ns_per_cycle, "total": s[S_END] - s[S_START],
                  "gap": s[S_START] - prev_end if prev_end is not None else None}
             if blocks > 0:
-                t.update(setup=s[S_SETUP] - s[S_START], q_wait=s[S_Q] - s[S_SETUP], k_wait=s[S_K] - s[S_Q], turn=s[S_TURN] - s[S_K],
-                         first_s=s[S_FIRST_S] - s[S_TURN], first_sm=s[S_FIRST_SM] - s[S_FIRST_S],
+                t.update(setup=s[S_SETUP] - s[S_START], q_wait=s[S_Q] - s[S_SETUP], k_wait=s[S_K] - s[S_Q],
+                         turn=s[S_TURN] - s[S_K], first_s=s[S_FIRST_S] - s[S_TURN], first_sm=s[S_FIRST_SM] - s[S_FIRST_S],
                          loop=s[S_LOOP_END] - s[S_FIRST_SM], last_pv=s[S_LAST_PV] - s[S_LOOP_END],
                          epilogue=s[S_END] - s[S_LAST_PV])
             else:
@@ -118,8 +118,8 @@ def print_summary(title: str, summary: dict) -> None:
 def selftest() -> int:
     """Synthetic stamps: two CTAs, tiles of 1..3 blocks with known phases; the summary must give them back."""
     stamps = [[[[0] * SLOTS for _ in range(ROWS)] for _ in range(MAX_TILES)] for _ in range(MAX_CTAS)]
-    phase_cycles = {"setup": 40, "q_wait": 100, "k_wait": 50, "turn": 10, "first_s": 300, "first_sm": 200, "last_pv": 250,
-                    "epilogue": 400}
+    phase_cycles = {"setup": 40, "q_wait": 100, "k_wait": 50, "turn": 10, "first_s": 300, "first_sm": 200,
+                    "last_pv": 250, "epilogue": 400}
     block_cycles = 1000
     for cta in (0, 5):
         clock = 10_000 * (cta + 1)

@@ -226,13 +226,20 @@ portable_land_steps() {
 # cases, each in that copy.
 #   bwd_copy_checks COPY NAME PYTEST_LIMIT SANITIZER_LIMIT [PYTEST_K (portable) [SANITIZE_BACKENDS (portable)]]
 bwd_copy_checks() {
-  local copy=$1 name=$2 kexpr=${5:-portable} backends=${6:-portable} tool extra
+  local copy=$1 name=$2 kexpr=${5:-portable} backends=${6:-portable}
   step "pytest_$name" "$3" bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q \
     -p no:cacheprovider tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py -k $kexpr -ra"
+  copy_sanitize_steps "$copy" "$name" "$4" "$backends" dense
+}
+# memcheck, racecheck and synccheck in a patched copy on lab/sanitize_small.py's quick cases of GROUPS
+# (comma list) on BACKENDS, one step each of at most LIMIT seconds, named <tool>_NAME.
+#   copy_sanitize_steps COPY NAME LIMIT BACKENDS GROUPS
+copy_sanitize_steps() {
+  local copy=$1 name=$2 tool extra
   for tool in memcheck racecheck synccheck; do
     extra=""; [ "$tool" = racecheck ] && extra="--racecheck-report hazard"
-    step "${tool}_$name" "$4" bash -c "cd '$copy' && PYTHONPATH='$copy' SANITIZE_BACKENDS=$backends compute-sanitizer \
-      --tool $tool $extra --error-exitcode 99 python3 lab/sanitize_small.py --only dense --quick"
+    step "${tool}_$name" "$3" bash -c "cd '$copy' && PYTHONPATH='$copy' SANITIZE_BACKENDS=$4 compute-sanitizer \
+      --tool $tool $extra --error-exitcode 99 python3 lab/sanitize_small.py --only $5 --quick"
   done
 }
 # ncu's stall samples per SASS instruction of the portable backward's main kernel in a patched copy,
@@ -305,15 +312,11 @@ hopper_switch_ab() {
 # copy (the steps took 29, 5, 22 and 4 s on an H200).
 #   fwd_copy_checks COPY NAME
 fwd_copy_checks() {
-  local copy=$1 name=$2 tool extra
+  local copy=$1 name=$2
   step "pytest_$name" 200 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q \
     -p no:cacheprovider tests/kernels/test_attention_gpu.py tests/kernels/test_window_gpu.py tests/kernels/test_fwd_split_gpu.py \
     tests/kernels/test_fp8_gpu.py -ra"
-  for tool in memcheck racecheck synccheck; do
-    extra=""; [ "$tool" = racecheck ] && extra="--racecheck-report hazard"
-    step "${tool}_$name" 90 bash -c "cd '$copy' && PYTHONPATH='$copy' SANITIZE_BACKENDS=auto compute-sanitizer \
-      --tool $tool $extra --error-exitcode 99 python3 lab/sanitize_small.py --only dense,split,fp8 --quick"
-  done
+  copy_sanitize_steps "$copy" "$name" 90 auto dense,split,fp8
 }
 # A Hopper-forward change as a patch against the tree (REVERSE=0: B is the patched copy, kept in
 # build/ab-NAME): its A/B on lab/fwd_time.py's CELLS (cuDNN alongside), then fwd_copy_checks in that copy.
@@ -530,8 +533,8 @@ case "${1:-verify}" in
   fwdtimeline)  # 2026-11-30 (issue 29; measured on an H200, the start stamps since moved): where a Hopper forward tile's time goes, phase by
                 # phase (lab/ab/lab_fwd_tile_timeline.diff: SM clock stamps of each consumer warpgroup per tile;
                 # lab/fwd_tile_timeline.py reads them), on the short causal cells where cuDNN leads and on a
-                # long one for the steady block; FWD_TIMELINE_CELLS overrides the cells, FWD_TIMELINE_DIFF the diff
-                # (lab_fwd_tile_timeline_q2.diff: the stamps with two Q buffers, fwd_q_double_buffer.diff).
+                # long one for the steady block; FWD_TIMELINE_CELLS overrides the cells, FWD_TIMELINE_DIFF the diffs
+                # (with "lab_fwd_tile_timeline.diff fwd_q_double_buffer.diff": the stamps with two Q buffers).
     env_info > "$OUT/env.txt" 2>&1
     copy="$PWD/build/ab-timeline"
     build_patched timeline "${FWD_TIMELINE_DIFF:-lab_fwd_tile_timeline.diff}" 0
@@ -666,11 +669,7 @@ case "${1:-verify}" in
       AB_CMD="python3 lab/bwd_softcap_time.py --hopper-only" bash lab/ab/run_ab.sh
     step pytest_ex2fma 300 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q \
       -p no:cacheprovider tests/kernels/test_backward_gpu.py tests/kernels/test_varlen_gpu.py -k 'softcap or cap' -ra"
-    for tool in memcheck racecheck synccheck; do
-      extra=""; [ "$tool" = racecheck ] && extra="--racecheck-report hazard"
-      step "${tool}_ex2fma" 150 bash -c "cd '$copy' && PYTHONPATH='$copy' SANITIZE_BACKENDS=auto compute-sanitizer \
-        --tool $tool $extra --error-exitcode 99 python3 lab/sanitize_small.py --only dense --quick"
-    done
+    copy_sanitize_steps "$copy" ex2fma 150 auto dense
     ;;
   portabledqorder)  # 2026-11-30 (issue 27; measured on an H200: 6-8% slower at D=64 and D=128, not adopted):
                     # the portable backward's large D=64/128 tiles with dV, then phase C

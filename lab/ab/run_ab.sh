@@ -235,11 +235,18 @@ root=$PWD
 copy=${AB_COPY:-/tmp/flashattn-ab-copy}  # the other side's tree (AB_COPY: where; a caller may test in it afterwards)
 rm -rf "$copy" && mkdir -p "$copy"
 tar --exclude=./build --exclude='*.so' --exclude=./.git -cf - . | tar -C "$copy" -xf -
+# PATCH may name several diffs (space-separated): applied in order, or reversed in the reverse order.
+read -r -a patches <<< "${PATCH:?}"
+: > "$out/ab_patch.log"
 if [ "${REVERSE:-1}" = 1 ]; then
-  (cd "$copy" && patch -R -p1 < "$root/lab/ab/${PATCH:?}") > "$out/ab_patch.log" 2>&1 || { echo "patch failed"; exit 2; }
+  for ((i = ${#patches[@]} - 1; i >= 0; i--)); do
+    (cd "$copy" && patch -R -p1 < "$root/lab/ab/${patches[i]}") >> "$out/ab_patch.log" 2>&1 || { echo "patch failed"; exit 2; }
+  done
   side_a=$copy side_b=$root
 else
-  (cd "$copy" && patch -p1 < "$root/lab/ab/${PATCH:?}") > "$out/ab_patch.log" 2>&1 || { echo "patch failed"; exit 2; }
+  for p in "${patches[@]}"; do
+    (cd "$copy" && patch -p1 < "$root/lab/ab/$p") >> "$out/ab_patch.log" 2>&1 || { echo "patch failed"; exit 2; }
+  done
   side_a=$root side_b=$copy
 fi
 for side in a b; do
