@@ -43,8 +43,8 @@
 #                                     dQ tiles (lab/ab/bwd_dq_cluster_pair_d256.diff): tests first, then pair off/on (~6 min)
 #   bash lab/gpu_run.sh bwdmulticast measured, not adopted: the D=256 Hopper backward's Q/dO loaded once per two-CTA cluster by TMA
 #                                     multicast (lab/ab/bwd_qdo_multicast_d256.diff): tests first, then off/on (~6 min)
-#   bash lab/gpu_run.sh fwdtilework prepared: the Hopper forward's dynamic schedule publishing each tile's decoded index
-#                                     (lab/ab/fwd_tile_decode_published.diff): its A/B, then the fwdq2 checks in the copy (~8 min)
+#   bash lab/gpu_run.sh fwdtilework measured, landed: the Hopper forward's dynamic schedule publishing each tile's decoded
+#                                     index (lab/ab/fwd_tile_decode_published.diff): its A/B, then the fwdq2 checks in the copy (~8 min)
 #   bash lab/gpu_run.sh fwdq2     the Hopper forward with two Q buffers at D=64/128 (lab/ab/fwd_q_double_buffer.diff): its A/B
 #                                     on short and long cells, then the forward/split/FP8 tests and sanitizers in the copy (~8 min)
 #   bash lab/gpu_run.sh fwdtimeline the Hopper forward's phases per tile from SM clock stamps (lab/ab/
@@ -318,12 +318,13 @@ fwd_copy_checks() {
     tests/kernels/test_fp8_gpu.py -ra"
   copy_sanitize_steps "$copy" "$name" 90 auto dense,split,fp8
 }
-# A Hopper-forward change as a patch against the tree (REVERSE=0: B is the patched copy, kept in
-# build/ab-NAME): its A/B on lab/fwd_time.py's CELLS (cuDNN alongside), then fwd_copy_checks in that copy.
-#   fwd_patch_ab NAME PATCH CELLS
+# A Hopper-forward change as a patch against the tree (REVERSE 0, the default: B is the patched copy,
+# kept in build/ab-NAME; 1 for a landed patch: the copy is the tree without it): its A/B on
+# lab/fwd_time.py's CELLS (cuDNN alongside), then fwd_copy_checks in that copy.
+#   fwd_patch_ab NAME PATCH CELLS [REVERSE]
 fwd_patch_ab() {
   env_info > "$OUT/env.txt" 2>&1
-  step "ab_$1" 400 env PATCH="$2" REVERSE=0 AB_COPY="$PWD/build/ab-$1" OUT="$OUT/ab" \
+  step "ab_$1" 400 env PATCH="$2" REVERSE="${4:-0}" AB_COPY="$PWD/build/ab-$1" OUT="$OUT/ab" \
     AB_CMD="python3 lab/fwd_time.py --rounds 8 $3" bash lab/ab/run_ab.sh
   fwd_copy_checks "$PWD/build/ab-$1" "$1"
 }
@@ -523,12 +524,13 @@ case "${1:-verify}" in
     fwd_patch_ab fwdq2 fwd_q_double_buffer.diff \
       "${FWD_Q2_CELLS:-64:512:1 64:1024:1 64:4096:1 64:512:0 64:4096:0 128:512:1 128:1024:1 128:512:0 128:4096:0 128:16384:1}"
     ;;
-  fwdtilework)  # prepared 2026-11-30 (issue 29), not yet run: the Hopper forward's dynamic schedule publishing each
-                # tile's decoded coordinates and split with its index (lab/ab/fwd_tile_decode_published.diff), so
-                # the consumers start a tile without its integer divisions: its A/B on the causal short cells and
-                # two long ones (lab/fwd_time.py, cuDNN alongside), then the fwdq2 stage's tests and sanitizers in the copy
+  fwdtilework)  # 2026-11-30 (issue 29; measured on an H200: D=64 causal +2-3%, landed): the Hopper forward's
+                # dynamic schedule publishing each tile's decoded coordinates and split with its index
+                # (lab/ab/fwd_tile_decode_published.diff, applied in reverse since it landed: REVERSE=1 measures the tree
+                # without it): its A/B on the causal short cells and two long ones (lab/fwd_time.py, cuDNN alongside),
+                # then the fwdq2 stage's tests and sanitizers in the copy
     fwd_patch_ab fwdtilework fwd_tile_decode_published.diff \
-      "${FWD_TILEWORK_CELLS:-64:512:1 64:1024:1 64:2048:1 128:512:1 128:1024:1 256:1024:1 64:4096:1 128:16384:1}"
+      "${FWD_TILEWORK_CELLS:-64:512:1 64:1024:1 64:2048:1 128:512:1 128:1024:1 256:1024:1 64:4096:1 128:16384:1}" 1
     ;;
   fwdtimeline)  # 2026-11-30 (issue 29; measured on an H200, the start stamps since moved): where a Hopper forward tile's time goes, phase by
                 # phase (lab/ab/lab_fwd_tile_timeline.diff: SM clock stamps of each consumer warpgroup per tile;

@@ -125,7 +125,6 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
 
   PipeState<Traits::kStages> kst, vst;
   PipeState<Traits::kQStages> qst;
-  const int batch_heads = params.batch * params.heads_q;
   float scale_log2 = params.scale_log2;
   // With a positive scale (every real call) the scale is folded into the exponent: max over raw
   // scores, then p = exp2(s * scale_log2 - max) is one FFMA per element instead of an FMUL here
@@ -154,7 +153,7 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
 
   ConsumerSchedule<Traits, kDynamic> sched{params, sm};
   for (int t = sched.first(); t < params.num_tiles; t = sched.next(t)) {
-    const TileWork st = tile_work<Traits>(params, t, batch_heads);
+    const TileWork st = sched.work;
     const TileCoord& tc = st.coord;
     const KeyBlocks& r = st.blocks;
     const int row0 = tc.m_block * kBlockM + row_in_tile;  // sequence index of this thread's first row

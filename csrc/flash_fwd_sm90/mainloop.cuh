@@ -31,12 +31,10 @@ __device__ __forceinline__ void producer_loop(const Sm90Params& params, const Sm
 
   PipeState<Traits::kStages> kst, vst;
   PipeState<Traits::kQStages> qst;
-  const int batch_heads = params.batch * params.heads_q;
 
   ProducerSchedule<Traits, kDynamic> sched{params, sm};
 
-  auto load_tile = [&](int t) {
-    const TileWork st = tile_work<Traits>(params, t, batch_heads);
+  auto load_tile = [&](const TileWork& st) {
     const TileCoord& tc = st.coord;
     const KeyBlocks& r = st.blocks;
     if (r.count() <= 0) return;  // the consumers write O = 0, LSE = -inf without any load
@@ -89,9 +87,9 @@ __device__ __forceinline__ void producer_loop(const Sm90Params& params, const Sm
   };
 
   for (int t = sched.first();; t = sched.next(t)) {
-    sched.publish(t);
+    const TileWork w = sched.publish(t);
     if (t >= params.num_tiles) break;
-    load_tile(t);
+    load_tile(w);
   }
 }
 

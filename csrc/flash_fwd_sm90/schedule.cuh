@@ -14,7 +14,9 @@
 // so the atomic's round trip stays off their path, while the choice is still made late enough to
 // balance (the CTA that frees up first takes the next, longest remaining tile: greedy
 // longest-first). The producer publishes each index to its consumers through a kTileRing-slot
-// ring in shared memory; an index >= num_tiles tells them to stop.
+// ring in shared memory, with the tile's decoded coordinates and split, which it computes for its
+// own loads anyway: the consumers then start a tile without its integer divisions on their path;
+// an index >= num_tiles tells them to stop.
 #pragma once
 
 #include <cstdint>
@@ -50,14 +52,23 @@ struct TileWork {
   KeyBlocks blocks;
 };
 
+// The tile's key blocks from its decoded index (split_tile: the integer divisions).
 template <typename Traits>
-__device__ __forceinline__ TileWork tile_work(const Sm90Params& params, int t, int batch_heads) {
-  const SplitTile st = split_tile(t, params.num_splits, params.num_m_blocks, params.heads_q, batch_heads,
-                                  params.group_heads);
+__device__ __forceinline__ TileWork tile_work_of(const Sm90Params& params, const SplitTile& st) {
   const KeyBlocks r = block_range(st.coord.m_block, Traits::kBlockM, Traits::kBlockN, params.seqlen_q, params.seqlen_k,
                                   params.causal_offset, Traits::kLocal ? params.window_left : -1,
                                   Traits::kLocal ? params.window_right : -1);
   return TileWork{st.coord, st.split, split_blocks(r, st.split, params.num_splits)};
+}
+
+__device__ __forceinline__ SplitTile decode_split_tile(const Sm90Params& params, int t) {
+  return split_tile(t, params.num_splits, params.num_m_blocks, params.heads_q, params.batch * params.heads_q,
+                    params.group_heads);
+}
+
+template <typename Traits>
+__device__ __forceinline__ TileWork tile_work(const Sm90Params& params, int t) {
+  return tile_work_of<Traits>(params, decode_split_tile(params, t));
 }
 
 // The static schedule's next tile of this CTA (tile_scheduler.h's static_next_tile).
@@ -74,15 +85,32 @@ struct ProducerSchedule {
 
   __device__ __forceinline__ int first() const { return static_cast<int>(blockIdx.x); }
 
-  // Tells the consumers which tile comes next (dynamic only; an index >= num_tiles: none).
-  __device__ __forceinline__ void publish(int tile) {
+  // Tile `tile`'s work (valid while tile < num_tiles), and for the dynamic schedule the tile told
+  // to the consumers (an index >= num_tiles: none) with its decoded index (coordinates and split:
+  // the integer divisions, off the consumers' path at the start of every tile). The key blocks
+  // are not published: the consumers derive them (no division), and the producer, on 24
+  // registers, spilled with them.
+  __device__ __forceinline__ TileWork publish(int tile) {
+    TileWork w{};
     if constexpr (kDynamic) {
       const int slot = tile_ring_slot<Traits>(published);
       sm.wait(sm.tile_empty(slot), tile_ring_parity<Traits>(published) ^ 1u, kTagProducerTileEmpty);  // fresh: no wait
-      st_shared_s32(sm.tile_slot(slot), tile);
+      const uint32_t a = sm.tile_slot(slot);
+      st_shared_s32(a, tile);
+      if (tile < params.num_tiles) {
+        const SplitTile st = decode_split_tile(params, tile);
+        st_shared_s32(a + 4, st.coord.m_block);
+        st_shared_s32(a + 8, st.coord.batch);
+        st_shared_s32(a + 12, st.coord.head_q);
+        st_shared_s32(a + 16, st.split);
+        w = tile_work_of<Traits>(params, st);
+      }
       mbar_arrive(sm.tile_full(slot));
       ++published;
+    } else {
+      if (tile < params.num_tiles) w = tile_work<Traits>(params, tile);
     }
+    return w;
   }
 
   __device__ __forceinline__ int next(int tile) const {
@@ -99,17 +127,20 @@ struct ProducerSchedule {
   }
 };
 
+// first() and next() return the consumers' next tile and leave its TileWork in `work` (valid while
+// the index is < num_tiles): read from the ring (dynamic), or computed here (static).
 template <typename Traits, bool kDynamic>
 struct ConsumerSchedule {
   const Sm90Params& params;
   const SmemMap<Traits>& sm;
   uint32_t received = 0;  // tiles received so far
+  TileWork work;
 
   __device__ __forceinline__ int first() {
     if constexpr (kDynamic) {
       return receive();
     } else {
-      return static_cast<int>(blockIdx.x);
+      return compute(static_cast<int>(blockIdx.x));
     }
   }
 
@@ -117,18 +148,32 @@ struct ConsumerSchedule {
     if constexpr (kDynamic) {
       return receive();
     } else {
-      return static_next_tile<Traits::kStaticSnake>(tile);
+      return compute(static_next_tile<Traits::kStaticSnake>(tile));
     }
   }
 
  private:
+  __device__ __forceinline__ int compute(int tile) {
+    if (tile < params.num_tiles) work = tile_work<Traits>(params, tile);
+    return tile;
+  }
+
   // Every consumer thread reads the slot, then releases it (tile_empty counts every consumer thread).
   __device__ __forceinline__ int receive() {
     const int slot = tile_ring_slot<Traits>(received);
     sm.wait(sm.tile_full(slot), tile_ring_parity<Traits>(received), kTagConsumerTileFull);
-    const int tile = ld_shared_s32(sm.tile_slot(slot));
+    const uint32_t a = sm.tile_slot(slot);
+    const int tile = ld_shared_s32(a);
+    SplitTile st;
+    if (tile < params.num_tiles) {  // the stop index comes alone
+      st.coord.m_block = ld_shared_s32(a + 4);
+      st.coord.batch = ld_shared_s32(a + 8);
+      st.coord.head_q = ld_shared_s32(a + 12);
+      st.split = ld_shared_s32(a + 16);
+    }
     mbar_arrive(sm.tile_empty(slot));
     ++received;
+    if (tile < params.num_tiles) work = tile_work_of<Traits>(params, st);
     return tile;
   }
 };

@@ -41,13 +41,13 @@ struct SmemMap {
   __device__ __forceinline__ uint32_t k_empty(int s) const { return bar(2 * kQ + Traits::kStages + s); }
   __device__ __forceinline__ uint32_t v_full(int s) const { return bar(2 * kQ + 2 * Traits::kStages + s); }
   __device__ __forceinline__ uint32_t v_empty(int s) const { return bar(2 * kQ + 3 * Traits::kStages + s); }
-  // The dynamic schedule's tile ring (schedule.cuh): slot i holds a tile index; tile_full(i):
+  // The dynamic schedule's tile ring (schedule.cuh): slot i holds a tile index and its TileWork; tile_full(i):
   // the producer's arrival (count 1); tile_empty(i): one arrival from each consumer thread.
   __device__ __forceinline__ uint32_t tile_full(int i) const { return bar(2 * kQ + 4 * Traits::kStages + i); }
   __device__ __forceinline__ uint32_t tile_empty(int i) const {
     return bar(2 * kQ + 4 * Traits::kStages + Traits::kTileRing + i);
   }
-  __device__ __forceinline__ uint32_t tile_slot(int i) const { return base + Traits::kOffTileSlots + 4 * i; }
+  __device__ __forceinline__ uint32_t tile_slot(int i) const { return base + Traits::kOffTileSlots + Traits::kTileSlotBytes * i; }
 };
 
 // Position in a ring of kStages buffers: the buffer index and the parity of the ring's lap. A

@@ -22,6 +22,9 @@ namespace sm90 {
 
 // Consumer warpgroups unless a config says otherwise (Sm90FwdTraits::kConsumerWGs).
 constexpr int kConsumerWarpgroups = 2;
+// Bytes of one slot of the dynamic schedule's tile ring (schedule.cuh): the tile index and its
+// decoded coordinates and split, 5 ints, rounded up to whole 16-byte words.
+constexpr int kSm90TileSlotBytes = 32;
 // setmaxnreg budgets per warpgroup, by tile schedule (schedule.cuh), consumer count and head dim:
 // the producer 24, two consumers 240 each, three 160. The dynamic schedule's producer also runs the
 // atomic and the tile ring; it reads the grid size at each tile so that ptxas does not keep it
@@ -142,11 +145,12 @@ struct Sm90FwdTraits {
   static constexpr int kOffV = kOffK + kStages * kKVBytes;
   static constexpr int kOffO = kOffV + kStages * kKVBytes;
   // mbarriers (8 bytes each): q_full[Q], q_empty[Q], k_full[S], k_empty[S], v_full[S], v_empty[S],
-  // and for the dynamic schedule tile_full[R], tile_empty[R]; then its R tile-index slots
-  // (schedule.cuh).
+  // and for the dynamic schedule tile_full[R], tile_empty[R]; then its R tile slots
+  // (kTileSlotBytes each, schedule.cuh).
   static constexpr int kTileRing = 2;
+  static constexpr int kTileSlotBytes = kSm90TileSlotBytes;
   static constexpr int kNumBarriers = 2 * kQStages + 4 * kStages + 2 * kTileRing;
-  static constexpr int kTailBytes = 8 * kNumBarriers + 4 * kTileRing + kSwizzleAtomBytes;  // + alignment slack
+  static constexpr int kTailBytes = 8 * kNumBarriers + kTileSlotBytes * kTileRing + kSwizzleAtomBytes;  // + alignment slack
   // O buffer of the TMA-store epilogue, in 64-column planes of all kBlockM rows (16 KB each at 128
   // rows): the whole tile when it fits (D=128), else two planes that the epilogue streams the tile
   // through (D=256 with 64-key blocks; an even plane count, see below), else one.
@@ -156,7 +160,7 @@ struct Sm90FwdTraits {
   static constexpr int kOBytes = kOBufPlanes * kQChunkBytes;
   static constexpr int kOffBarriers = kOffO + kOBytes;
   static constexpr int kOffTileSlots = kOffBarriers + 8 * kNumBarriers;
-  static constexpr int kSmemUsed = kOffTileSlots + 4 * kTileRing;
+  static constexpr int kSmemUsed = kOffTileSlots + kTileSlotBytes * kTileRing;
   // Dynamic shared memory is only 16-byte aligned: ask for 1024 more and align by hand.
   static constexpr int kSmemBytes = kSmemUsed + kSwizzleAtomBytes;
 
@@ -243,15 +247,16 @@ struct Sm90Fp8FwdTraits {
   static constexpr int kOffV = kOffK + kStages * kKVBytes;
   static constexpr int kOffO = kOffV + kStages * kKVBytes;
   static constexpr int kTileRing = 2;
+  static constexpr int kTileSlotBytes = kSm90TileSlotBytes;
   static constexpr int kNumBarriers = 2 * kQStages + 4 * kStages + 2 * kTileRing;
-  static constexpr int kTailBytes = 8 * kNumBarriers + 4 * kTileRing + kSwizzleAtomBytes;
+  static constexpr int kTailBytes = 8 * kNumBarriers + kTileSlotBytes * kTileRing + kSwizzleAtomBytes;
   // O planes are kBlockM rows of 64 bfloat16 columns: kQChunkBytes each (epilogue.cuh).
   static constexpr bool o_planes_fit(int n) { return kOffO + n * kQChunkBytes + kTailBytes <= kMaxSmemSm90; }
   static constexpr int kOBufPlanes = o_planes_fit(kOChunks) ? kOChunks : (o_planes_fit(2) && kOChunks % 2 == 0) ? 2 : 1;
   static constexpr int kOBytes = kOBufPlanes * kQChunkBytes;
   static constexpr int kOffBarriers = kOffO + kOBytes;
   static constexpr int kOffTileSlots = kOffBarriers + 8 * kNumBarriers;
-  static constexpr int kSmemUsed = kOffTileSlots + 4 * kTileRing;
+  static constexpr int kSmemUsed = kOffTileSlots + kTileSlotBytes * kTileRing;
   static constexpr int kSmemBytes = kSmemUsed + kSwizzleAtomBytes;
   static_assert(o_planes_fit(1), "no shared memory left for even one O plane");
   static_assert(kOChunks % kOBufPlanes == 0, "O planes a multiple of the plane buffers");
