@@ -43,6 +43,8 @@
 #                                     dQ tiles (lab/ab/bwd_dq_cluster_pair_d256.diff): tests first, then pair off/on (~6 min)
 #   bash lab/gpu_run.sh bwdmulticast measured, not adopted: the D=256 Hopper backward's Q/dO loaded once per two-CTA cluster by TMA
 #                                     multicast (lab/ab/bwd_qdo_multicast_d256.diff): tests first, then off/on (~6 min)
+#   bash lab/gpu_run.sh fwdhalffirst prepared: the Hopper forward's first key block at half width for a warpgroup that sees
+#                                     none of its later half (lab/ab/fwd_half_first_block.diff): its A/B, then the fwdq2 checks (~8 min)
 #   bash lab/gpu_run.sh fwdtilework measured, landed: the Hopper forward's dynamic schedule publishing each tile's decoded
 #                                     index (lab/ab/fwd_tile_decode_published.diff): its A/B, then the fwdq2 checks in the copy (~8 min)
 #   bash lab/gpu_run.sh fwdq2     the Hopper forward with two Q buffers at D=64/128 (lab/ab/fwd_q_double_buffer.diff): its A/B
@@ -524,6 +526,14 @@ case "${1:-verify}" in
     fwd_patch_ab fwdq2 fwd_q_double_buffer.diff \
       "${FWD_Q2_CELLS:-64:512:1 64:1024:1 64:4096:1 64:512:0 64:4096:0 128:512:1 128:1024:1 128:512:0 128:4096:0 128:16384:1}"
     ;;
+  fwdhalffirst)  # prepared 2026-11-30 (issue 29), not yet run: the Hopper forward's first key block of a tile at half
+                 # width (N = kBlockN / 2 GEMM, half the softmax) for a consumer warpgroup whose rows see none of its
+                 # later half, the causal diagonal's upper triangle for warpgroup 0 (lab/ab/fwd_half_first_block.diff):
+                 # its A/B on the causal short cells, one long and one unmasked (lab/fwd_time.py, cuDNN alongside), then
+                 # the fwdq2 stage's tests and sanitizers in the copy
+    fwd_patch_ab fwdhalffirst fwd_half_first_block.diff \
+      "${FWD_HALF_FIRST_CELLS:-64:512:1 64:1024:1 64:2048:1 128:512:1 128:1024:1 128:4096:1 64:4096:1 64:1024:0}"
+    ;;
   fwdtilework)  # 2026-11-30 (issue 29; measured on an H200: D=64 causal +2-3%, landed): the Hopper forward's
                 # dynamic schedule publishing each tile's decoded coordinates and split with its index
                 # (lab/ab/fwd_tile_decode_published.diff, applied in reverse since it landed: REVERSE=1 measures the tree
@@ -995,7 +1005,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

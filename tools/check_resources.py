@@ -7,9 +7,10 @@
    with nvcc's ptxas -v (the report `nvcc -c -Xptxas -v` prints; host code is left to the real
    build), then parses the report per kernel. --also-ptxas assembles the same PTX with a second
    ptxas (CUDA 12.8's), so the other toolkit's check costs no second front-end pass.
-3. Fails unless, for every kernel and target: 0 spill bytes, 0 stack frame, registers <= 255 and
-   registers x threads <= 64K (the launch bounds), and every head dim 8..256 selects a config whose
-   shared memory fits the target's per-block limit (L4/sm89: 99 KB).
+3. Fails unless, for every kernel and target: 0 spill bytes, 0 stack frame, no wgmma serialized by
+   ptxas (its C751x warnings), registers <= 255 and registers x threads <= 64K (the launch
+   bounds), and every head dim 8..256 selects a config whose shared memory fits the target's
+   per-block limit (L4/sm89: 99 KB).
 
 usage: tools/check_resources.py [--nvcc PATH] [--archs sm_80,sm_89,sm_90a] [--jobs N] [--only PATH_PART] [--json OUT]
                                [--progress] [--ptxas PATH [--ptx-isa X.Y]]
@@ -56,6 +57,10 @@ SM90_KERNEL = re.compile(
 # The FP8 Hopper forward (flash_fwd_sm90_fp8_kernel): D, block N, stages, dynamic schedule; two consumer
 # warpgroups (384 threads, 128 query rows).
 SM90_FP8_KERNEL = re.compile(r"flash_fwd_sm90_fp8_kernelINS0_16Sm90Fp8FwdTraitsILi(\d+)ELi(\d+)ELi(\d+)EEELb([01])E")
+# ptxas's warning that it serialized a kernel's wgmma instructions (C7510-C7515: an accumulator
+# defined or read by another instruction while a wgmma is in flight, a spill, a call...): the
+# kernel then waits for each wgmma before the next, a silent large slowdown.
+_WGMMA_SERIAL = re.compile(r"\((C75\d\d)\)[^\n]*wgmma\.mma_async instructions are serialized[^\n]*?function '(\S+?)'")
 _PTX_VERSION = re.compile(r"^\.version\s+(\d+\.\d+)\s*$", re.MULTILINE)
 
 
@@ -73,6 +78,10 @@ def parse_ptxas(text: str) -> list[dict]:
             cur["regs"] = int(m.group(1))
             if s := _SMEM.search(line):
                 cur["smem"] = int(s.group(1))
+    serialized = {m.group(2): m.group(1) for m in _WGMMA_SERIAL.finditer(text)}
+    for k in kernels:
+        if k["name"] in serialized:
+            k["wgmma_serialized"] = serialized[k["name"]]
     for k in kernels:
         if t := _TRAITS.search(k["name"]):
             k["head_dim"], k["block_m"], k["block_n"], k["warps"] = map(int, t.groups())
@@ -204,6 +213,8 @@ def check(kernels: list[dict], configs: dict, archs: list[str]) -> list[str]:
             errors.append(f"{where}: spills {k['spill_st']} B stores / {k['spill_ld']} B loads")
         if k["stack"]:
             errors.append(f"{where}: {k['stack']} B stack frame (local memory)")
+        if k.get("wgmma_serialized"):
+            errors.append(f"{where}: ptxas serialized its wgmma instructions ({k['wgmma_serialized']})")
         if k["regs"] > MAX_REGS_PER_THREAD or k["regs"] * k.get("threads", 32) > REGS_PER_SM:
             errors.append(f"{where}: {k['regs']} registers x {k.get('threads')} threads exceeds the launch bounds")
     for arch in archs:

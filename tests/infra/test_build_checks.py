@@ -282,6 +282,26 @@ def test_checker_rejects_spills_and_oversized_selection() -> None:
     assert "sm_90a: no selection report" in text
 
 
+_SM90_D64 = "_ZN9flashattn4sm9021flash_fwd_sm90_kernelINS0_13Sm90FwdTraitsILi64ELi128ELi2ELb1ELi1ELb0ELi1ELi2ELb1EEE13__nv_bfloat16Lb1EEEvNS0_10Sm90ParamsE"
+# What ptxas 13.0 printed for a forward whose first key block's two GEMMs (full and half width) were
+# waited for after the branch: no spill, no stack, and every wgmma of the kernel serialized.
+SERIALIZED_PTXAS_SAMPLE = f"""\
+ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non wgmma instructions defining accumulator registers of a wgmma between start and end of the pipeline stage in the function '{_SM90_D64}'
+ptxas info    : Compiling entry function '{_SM90_D64}' for 'sm_90a'
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 168 registers, used 16 barriers
+"""
+
+
+def test_checker_rejects_serialized_wgmma() -> None:
+    [k] = checker.parse_ptxas(SERIALIZED_PTXAS_SAMPLE)
+    assert k["wgmma_serialized"] == "C7515"
+    errors = checker.check([k], {"selection": {}}, [])
+    assert len(errors) == 1 and "serialized its wgmma instructions (C7515)" in errors[0]
+    [clean] = checker.parse_ptxas(SERIALIZED_PTXAS_SAMPLE.split("\n", 1)[1])
+    assert "wgmma_serialized" not in clean and checker.check([clean], {"selection": {}}, []) == []
+
+
 # ---- tools/kernel_identity.py: matching kernels by body (no nvcc) -------------------------------------------
 
 _PTX_KERNEL = """
