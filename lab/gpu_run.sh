@@ -43,7 +43,9 @@
 #                                     dQ tiles (lab/ab/bwd_dq_cluster_pair_d256.diff): tests first, then pair off/on (~6 min)
 #   bash lab/gpu_run.sh bwdmulticast measured, not adopted: the D=256 Hopper backward's Q/dO loaded once per two-CTA cluster by TMA
 #                                     multicast (lab/ab/bwd_qdo_multicast_d256.diff): tests first, then off/on (~6 min)
-#   bash lab/gpu_run.sh fwdhalffirst prepared: the Hopper forward's first key block at half width for a warpgroup that sees
+#   bash lab/gpu_run.sh fwdostore measured, not adopted (1.000): the Hopper forward's register epilogue (D=64) storing O 16 bytes a lane after
+#                                     a transpose across each quad (lab/ab/fwd_o_store_16b.diff): its A/B, then the fwdq2 checks (~8 min)
+#   bash lab/gpu_run.sh fwdhalffirst measured, not adopted (0.995): the Hopper forward's first key block at half width for a warpgroup that sees
 #                                     none of its later half (lab/ab/fwd_half_first_block.diff): its A/B, then the fwdq2 checks (~8 min)
 #   bash lab/gpu_run.sh fwdtilework measured, landed: the Hopper forward's dynamic schedule publishing each tile's decoded
 #                                     index (lab/ab/fwd_tile_decode_published.diff): its A/B, then the fwdq2 checks in the copy (~8 min)
@@ -526,7 +528,13 @@ case "${1:-verify}" in
     fwd_patch_ab fwdq2 fwd_q_double_buffer.diff \
       "${FWD_Q2_CELLS:-64:512:1 64:1024:1 64:4096:1 64:512:0 64:4096:0 128:512:1 128:1024:1 128:512:0 128:4096:0 128:16384:1}"
     ;;
-  fwdhalffirst)  # prepared 2026-11-30 (issue 29), not yet run: the Hopper forward's first key block of a tile at half
+  fwdostore)  # 2026-11-30 (issue 29; measured on an H200: 1.000, not adopted): the Hopper forward's register epilogue (D=64's configs) with
+              # O transposed across each quad of lanes and stored 16 bytes a lane (lab/ab/fwd_o_store_16b.diff): its A/B
+              # on short cells of both masks, then the fwdq2 stage's tests and sanitizers in the copy
+    fwd_patch_ab fwdostore fwd_o_store_16b.diff \
+      "${FWD_O_STORE_CELLS:-64:512:1 64:1024:1 64:2048:1 64:4096:1 64:512:0 64:1024:0 64:4096:0 128:1024:1}"
+    ;;
+  fwdhalffirst)  # 2026-11-30 (issue 29; measured on an H200: 0.995, not adopted): the Hopper forward's first key block of a tile at half
                  # width (N = kBlockN / 2 GEMM, half the softmax) for a consumer warpgroup whose rows see none of its
                  # later half, the causal diagonal's upper triangle for warpgroup 0 (lab/ab/fwd_half_first_block.diff):
                  # its A/B on the causal short cells, one long and one unmasked (lab/fwd_time.py, cuDNN alongside), then
@@ -1005,7 +1013,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
