@@ -43,6 +43,8 @@
 #                                     dQ tiles (lab/ab/bwd_dq_cluster_pair_d256.diff): tests first, then pair off/on (~6 min)
 #   bash lab/gpu_run.sh bwdmulticast measured, not adopted: the D=256 Hopper backward's Q/dO loaded once per two-CTA cluster by TMA
 #                                     multicast (lab/ab/bwd_qdo_multicast_d256.diff): tests first, then off/on (~6 min)
+#   bash lab/gpu_run.sh fwdstream prepared: the Hopper forward's tiles streamed, a tile's last P V and the next tile's first
+#                                     S in one step (lab/ab/fwd_stream_tiles.diff): its A/B, then the fwdq2 checks (~8 min)
 #   bash lab/gpu_run.sh fwdostore measured, not adopted (1.000): the Hopper forward's register epilogue (D=64) storing O 16 bytes a lane after
 #                                     a transpose across each quad (lab/ab/fwd_o_store_16b.diff): its A/B, then the fwdq2 checks (~8 min)
 #   bash lab/gpu_run.sh fwdhalffirst measured, not adopted (0.995): the Hopper forward's first key block at half width for a warpgroup that sees
@@ -324,12 +326,16 @@ fwd_copy_checks() {
 }
 # A Hopper-forward change as a patch against the tree (REVERSE 0, the default: B is the patched copy,
 # kept in build/ab-NAME; 1 for a landed patch: the copy is the tree without it): its A/B on
-# lab/fwd_time.py's CELLS (cuDNN alongside), then fwd_copy_checks in that copy.
+# lab/fwd_time.py's CELLS (cuDNN alongside), after a smoke of the many-tile forward tests in the copy,
+# then fwd_copy_checks in that copy.
 #   fwd_patch_ab NAME PATCH CELLS [REVERSE]
 fwd_patch_ab() {
   env_info > "$OUT/env.txt" 2>&1
+  local before=$failed
   step "ab_$1" 400 env PATCH="$2" REVERSE="${4:-0}" AB_COPY="$PWD/build/ab-$1" OUT="$OUT/ab" \
+    AB_SMOKE="python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_attention_gpu.py -k tiles" \
     AB_CMD="python3 lab/fwd_time.py --rounds 8 $3" bash lab/ab/run_ab.sh
+  [ "$failed" = "$before" ] || return 0  # the smoke (the many-tile tests) failed: no checks of a broken copy
   fwd_copy_checks "$PWD/build/ab-$1" "$1"
 }
 # The small dense cases, the Hopper paths where the GPU has them.
@@ -527,6 +533,13 @@ case "${1:-verify}" in
           # FP8 tests and memcheck/racecheck/synccheck on the small dense, split and FP8 cases
     fwd_patch_ab fwdq2 fwd_q_double_buffer.diff \
       "${FWD_Q2_CELLS:-64:512:1 64:1024:1 64:4096:1 64:512:0 64:4096:0 128:512:1 128:1024:1 128:512:0 128:4096:0 128:16384:1}"
+    ;;
+  fwdstream)  # prepared 2026-11-30 (issue 29), not yet run: the Hopper forward's tiles streamed (lab/ab/fwd_stream_tiles.diff,
+              # consumer_stream.cuh: a tile's last P V and the next tile's first S = Q K^T in one step, the next tile's
+              # first softmax under the last P V): its A/B on short and long cells of both masks, then the fwdq2
+              # stage's tests and sanitizers in the copy
+    fwd_patch_ab fwdstream fwd_stream_tiles.diff \
+      "${FWD_STREAM_CELLS:-64:512:1 64:1024:1 64:2048:1 64:512:0 128:512:1 128:1024:1 128:4096:1 128:512:0 128:16384:0}"
     ;;
   fwdostore)  # 2026-11-30 (issue 29; measured on an H200: 1.000, not adopted): the Hopper forward's register epilogue (D=64's configs) with
               # O transposed across each quad of lanes and stored 16 bytes a lane (lab/ab/fwd_o_store_16b.diff): its A/B
@@ -1013,7 +1026,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

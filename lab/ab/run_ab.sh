@@ -189,6 +189,7 @@
 # the same AB_CMD at D=256
 # (DQ_TRAFFIC=pair_cost_d256 bash lab/gpu_run.sh dqtraffic; measured 2026-11-30 on an H200: +5.4%).
 # AB_COPY_ONLY=1 (with AB_ROUNDS=0): the patched copy alone is built, for a caller that times only it.
+# AB_SMOKE: a command (e.g. a few GPU tests) run in the patched copy before any round, 90 s at most.
 # lab_softcap_no_tanh.diff: a measurement only (wrong results): the one-pass softcap kernels without
 # their tanh, to price the second SFU operation a score: REVERSE=0 with the AB_CMD above (measured
 # 2026-11-28: D=64 cost 1.18-1.22 -> 1.06-1.11).
@@ -256,6 +257,13 @@ for side in a b; do
 done
 wait
 tail -n 1 "$out"/ab_build_?.log
+# AB_SMOKE: a command run first in the patched copy (90 s at most); if it fails (a wrong result, a
+# hang) no round is timed and the script fails.
+if [ -n "${AB_SMOKE:-}" ]; then
+  echo "=== smoke in the patched copy: $AB_SMOKE"
+  # shellcheck disable=SC2086  # AB_SMOKE is a command line, split into words on purpose
+  (cd "$copy" && PYTHONPATH=$copy timeout 90 $AB_SMOKE 2>&1) || { echo "smoke failed: no rounds timed"; exit 3; }
+fi
 for round in $(seq 1 "${AB_ROUNDS:-2}"); do  # AB_ROUNDS: 2 unless said (1 for a profiler run)
   for side in A B; do
     dir=$side_b; [ $side = A ] && dir=$side_a

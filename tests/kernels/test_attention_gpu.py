@@ -102,6 +102,9 @@ EDGES = [
     Edge("causal-1296-tiles,GQA", 3, 1100, 1300, 48, 8, 128, modes=(TOP_LEFT, BOTTOM_RIGHT)),
     Edge("causal-960-tiles,Sq>Sk", 2, 1500, 700, 40, 8, 64, modes=(BOTTOM_RIGHT,)),
     Edge("causal-400-tiles,D=256", 1, 1200, 1200, 40, 40, 256, modes=(TOP_LEFT,)),
+    # Without a mask, several tiles of several key blocks per CTA (the static schedule's rounds).
+    Edge("full-480-tiles,D=64,GQA", 2, 1000, 1000, 40, 8, 64, modes=(NONE,)),
+    Edge("full-480-tiles,D=128,GQA", 2, 1000, 1000, 30, 6, 128, modes=(NONE,)),
 ]
 EDGE_PARAMS = [
     pytest.param(edge, mode, id=f"{edge.id}-{MODE_IDS[mode]}", marks=[pytest.mark.slow] if edge.slow else [])
