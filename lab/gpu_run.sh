@@ -43,7 +43,8 @@
 #                                     dQ tiles (lab/ab/bwd_dq_cluster_pair_d256.diff): tests first, then pair off/on (~6 min)
 #   bash lab/gpu_run.sh bwdmulticast measured, not adopted: the D=256 Hopper backward's Q/dO loaded once per two-CTA cluster by TMA
 #                                     multicast (lab/ab/bwd_qdo_multicast_d256.diff): tests first, then off/on (~6 min)
-#   bash lab/gpu_run.sh fwdstream prepared: the Hopper forward's tiles streamed, a tile's last P V and the next tile's first
+#   bash lab/gpu_run.sh fwdstreamq2 measured, not adopted (0.938): fwdstream with two Q buffers (+ lab/ab/fwd_q_double_buffer.diff): its A/B, the checks (~8 min)
+#   bash lab/gpu_run.sh fwdstream measured, not adopted (0.942): the Hopper forward's tiles streamed, a tile's last P V and the next tile's first
 #                                     S in one step (lab/ab/fwd_stream_tiles.diff): its A/B, then the fwdq2 checks (~8 min)
 #   bash lab/gpu_run.sh fwdostore measured, not adopted (1.000): the Hopper forward's register epilogue (D=64) storing O 16 bytes a lane after
 #                                     a transpose across each quad (lab/ab/fwd_o_store_16b.diff): its A/B, then the fwdq2 checks (~8 min)
@@ -534,7 +535,12 @@ case "${1:-verify}" in
     fwd_patch_ab fwdq2 fwd_q_double_buffer.diff \
       "${FWD_Q2_CELLS:-64:512:1 64:1024:1 64:4096:1 64:512:0 64:4096:0 128:512:1 128:1024:1 128:512:0 128:4096:0 128:16384:1}"
     ;;
-  fwdstream)  # prepared 2026-11-30 (issue 29), not yet run: the Hopper forward's tiles streamed (lab/ab/fwd_stream_tiles.diff,
+  fwdstreamq2)  # 2026-11-30 (issue 29; measured on an H200: 0.938, not adopted): fwdstream with two Q buffers (lab/ab/fwd_q_double_buffer.diff on top), so the
+                # next tile's Q is resident when the streamed step needs it (the D=128 dynamic kernels spill 8 B with both)
+    fwd_patch_ab fwdstreamq2 "fwd_stream_tiles.diff fwd_q_double_buffer.diff" \
+      "${FWD_STREAM_CELLS:-64:512:1 64:1024:1 64:2048:1 64:512:0 128:512:1 128:1024:1 128:4096:1 128:512:0 128:16384:0}"
+    ;;
+  fwdstream)  # 2026-11-30 (issue 29; measured on an H200: 0.942, not adopted): the Hopper forward's tiles streamed (lab/ab/fwd_stream_tiles.diff,
               # consumer_stream.cuh: a tile's last P V and the next tile's first S = Q K^T in one step, the next tile's
               # first softmax under the last P V): its A/B on short and long cells of both masks, then the fwdq2
               # stage's tests and sanitizers in the copy
@@ -1026,7 +1032,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
