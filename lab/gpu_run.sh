@@ -43,6 +43,8 @@
 #                                     dQ tiles (lab/ab/bwd_dq_cluster_pair_d256.diff): tests first, then pair off/on (~6 min)
 #   bash lab/gpu_run.sh bwdmulticast measured, not adopted: the D=256 Hopper backward's Q/dO loaded once per two-CTA cluster by TMA
 #                                     multicast (lab/ab/bwd_qdo_multicast_d256.diff): tests first, then off/on (~6 min)
+#   bash lab/gpu_run.sh fwdland  after a Hopper forward change lands: build, the four sanitizers on the small dense, split
+#                                     and FP8 cases, the kernel tests whole                                  (~7 min)
 #   bash lab/gpu_run.sh fwdstreamq2 measured, not adopted (0.938): fwdstream with two Q buffers (+ lab/ab/fwd_q_double_buffer.diff): its A/B, the checks (~8 min)
 #   bash lab/gpu_run.sh fwdstream measured, not adopted (0.942): the Hopper forward's tiles streamed, a tile's last P V and the next tile's first
 #                                     S in one step (lab/ab/fwd_stream_tiles.diff): its A/B, then the fwdq2 checks (~8 min)
@@ -977,6 +979,13 @@ PY
     step det_cost_rotated 300 python3 lab/bwd_check.py --time-only --time --lean --dtype bf16
     step det_cost_countdown 300 env FLASHATTN_BWD_ROTATE=0 python3 lab/bwd_check.py --time-only --time --lean --dtype bf16
     ;;
+  fwdland)  # after a Hopper forward change lands: build, memcheck/racecheck/synccheck/initcheck on the small dense,
+            # split and FP8 cases, then the kernel tests whole (tests/kernels)
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash lab/gpu_build.sh
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 sanitize_steps 120 auto dense,split,fp8 fwd memcheck racecheck synccheck initcheck
+    step pytest_ci 330 "${pytest_kernels[@]}" --durations=15
+    ;;
   sanitizedense)  # memcheck/racecheck/synccheck on lab/sanitize_small.py's dense cases, on a built tree
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
@@ -1032,7 +1041,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
