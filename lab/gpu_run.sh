@@ -43,8 +43,8 @@
 #                                     dQ tiles (lab/ab/bwd_dq_cluster_pair_d256.diff): tests first, then pair off/on (~6 min)
 #   bash lab/gpu_run.sh bwdmulticast measured, not adopted: the D=256 Hopper backward's Q/dO loaded once per two-CTA cluster by TMA
 #                                     multicast (lab/ab/bwd_qdo_multicast_d256.diff): tests first, then off/on (~6 min)
-#   bash lab/gpu_run.sh fwdland  after a Hopper forward change lands: build, the four sanitizers on the small dense, split
-#                                     and FP8 cases, the kernel tests whole                                  (~7 min)
+#   bash lab/gpu_run.sh fwdland  after a Hopper forward change lands: build, memcheck/racecheck/synccheck on the small
+#                                     dense, split and FP8 cases, the kernel tests whole                     (~5 min)
 #   bash lab/gpu_run.sh fwdstreamq2 measured, not adopted (0.938): fwdstream with two Q buffers (+ lab/ab/fwd_q_double_buffer.diff): its A/B, the checks (~8 min)
 #   bash lab/gpu_run.sh fwdstream measured, not adopted (0.942): the Hopper forward's tiles streamed, a tile's last P V and the next tile's first
 #                                     S in one step (lab/ab/fwd_stream_tiles.diff): its A/B, then the fwdq2 checks (~8 min)
@@ -979,11 +979,13 @@ PY
     step det_cost_rotated 300 python3 lab/bwd_check.py --time-only --time --lean --dtype bf16
     step det_cost_countdown 300 env FLASHATTN_BWD_ROTATE=0 python3 lab/bwd_check.py --time-only --time --lean --dtype bf16
     ;;
-  fwdland)  # after a Hopper forward change lands: build, memcheck/racecheck/synccheck/initcheck on the small dense,
-            # split and FP8 cases, then the kernel tests whole (tests/kernels)
+  fwdland)  # after a Hopper forward change lands: build, memcheck/racecheck/synccheck on the small dense, split and
+            # FP8 cases, then the kernel tests whole (tests/kernels). No initcheck: on the Hopper forward it reports
+            # every read of a TMA-stored output (docs/sanitizer.md; run 2026-11-30: 100 such reports in 120 s, all
+            # in torch's elementwise add); lab/sanitize.sh runs the gated one on the portable forward.
     env_info > "$OUT/env.txt" 2>&1
     step build 420 bash lab/gpu_build.sh
-    PYTORCH_NO_CUDA_MEMORY_CACHING=1 sanitize_steps 120 auto dense,split,fp8 fwd memcheck racecheck synccheck initcheck
+    sanitize_steps 120 auto dense,split,fp8 fwd
     step pytest_ci 330 "${pytest_kernels[@]}" --durations=15
     ;;
   sanitizedense)  # memcheck/racecheck/synccheck on lab/sanitize_small.py's dense cases, on a built tree
