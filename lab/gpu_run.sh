@@ -43,6 +43,8 @@
 #                                     dQ tiles (lab/ab/bwd_dq_cluster_pair_d256.diff): tests first, then pair off/on (~6 min)
 #   bash lab/gpu_run.sh bwdmulticast measured, not adopted: the D=256 Hopper backward's Q/dO loaded once per two-CTA cluster by TMA
 #                                     multicast (lab/ab/bwd_qdo_multicast_d256.diff): tests first, then off/on (~6 min)
+#   bash lab/gpu_run.sh fwdsource prepared: the short causal D=64 forward and cuDNN's under ncu side by side, then each
+#                                     kernel's source counters at D=64 S=512 causal, compared                (~6 min)
 #   bash lab/gpu_run.sh fwdland  after a Hopper forward change lands: build, memcheck/racecheck/synccheck on the small
 #                                     dense, split and FP8 cases, the kernel tests whole                     (~5 min)
 #   bash lab/gpu_run.sh fwdstreamq2 measured, not adopted (0.938): fwdstream with two Q buffers (+ lab/ab/fwd_q_double_buffer.diff): its A/B, the checks (~8 min)
@@ -618,6 +620,21 @@ case "${1:-verify}" in
                    # deterministic mode's cost, then in that copy the Hopper backward tests and the sanitizers
     hopper_patch_ab ticketfirst det_ticket_before_tile.diff 128,256
     ;;
+  fwdsource)  # prepared 2026-11-30 (issue 29), not yet run: where the short causal D=64 forward loses to cuDNN (0.82x at
+              # S=512): both kernels under ncu side by side (instructions, IPC, stalls, tensor pipe) on short cells,
+              # then each kernel's source counters at D=64 S=512 causal and the two side by side (FWD_SOURCE_SHAPE)
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    step ncu_fwd 300 bash lab/ncu_fwd.sh 64:512:1 64:512:0 64:1024:1
+    shape=${FWD_SOURCE_SHAPE:-64:512:1}
+    tag=${shape//:/_}
+    step "ncu_source_ours_$tag" 300 env OUT="$OUT" NCU_KERNEL=flash_fwd_sm90_kernel NCU_TAG="fwd_${tag}_ours" \
+      bash lab/ncu_source.sh "$shape"
+    step "ncu_source_cudnn_$tag" 300 env OUT="$OUT" NCU_KERNEL=flash_fprop NCU_TAG="fwd_${tag}_cudnn" \
+      bash lab/ncu_source.sh "$shape"
+    step "compare_$tag" 60 python3 lab/ncu_source_top.py --compare "$OUT/ncu_source_fwd_${tag}_ours.csv" \
+      "$OUT/ncu_source_fwd_${tag}_cudnn.csv" stall_wait
+    ;;
   detsource)  # 2026-11-30 (issue 27; measured on an H200: the consumers wait for their stage): where
               # deterministic mode's D=256 cost goes, per SASS instruction: ncu's source counters of the Hopper main kernel, default and deterministic, at
               # S=4k non-causal (rotated walks) and S=8k causal (DET_SOURCE_SHAPES), then the two side by side
@@ -1043,7 +1060,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
