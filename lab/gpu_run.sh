@@ -43,6 +43,8 @@
 #                                     dQ tiles (lab/ab/bwd_dq_cluster_pair_d256.diff): tests first, then pair off/on (~6 min)
 #   bash lab/gpu_run.sh bwdmulticast measured, not adopted: the D=256 Hopper backward's Q/dO loaded once per two-CTA cluster by TMA
 #                                     multicast (lab/ab/bwd_qdo_multicast_d256.diff): tests first, then off/on (~6 min)
+#   bash lab/gpu_run.sh fwdmasklean prepared: the Hopper forward's masked blocks as a compare and a select an entry
+#                                     (lab/ab/fwd_mask_lean.diff): its A/B, then the fwdq2 checks in the copy (~6 min)
 #   bash lab/gpu_run.sh fwdsource prepared: the short causal D=64 forward and cuDNN's under ncu side by side, then each
 #                                     kernel's source counters at D=64 S=512 causal, compared                (~6 min)
 #   bash lab/gpu_run.sh fwdland  after a Hopper forward change lands: build, memcheck/racecheck/synccheck on the small
@@ -620,6 +622,13 @@ case "${1:-verify}" in
                    # deterministic mode's cost, then in that copy the Hopper backward tests and the sanitizers
     hopper_patch_ab ticketfirst det_ticket_before_tile.diff 128,256
     ;;
+  fwdmasklean)  # prepared 2026-11-30 (issue 29), not yet run: the Hopper forward's masked key blocks as one compare with an
+                # immediate and a select an entry (the window's left limit only where it cuts the block for the thread's
+                # rows; the score scale's multiply only where it is not folded), lab/ab/fwd_mask_lean.diff: the D=64
+                # masked block's code 292 -> 129 instructions a thread (SASS): its A/B, then the fwdq2 checks in the copy
+    fwd_patch_ab fwdmasklean fwd_mask_lean.diff \
+      "${FWD_MASK_CELLS:-64:512:1 64:1024:1 64:2048:1 64:4096:1 128:512:1 128:1024:1 128:4096:1 256:1024:1 64:1024:0}"
+    ;;
   fwdsource)  # prepared 2026-11-30 (issue 29), not yet run: where the short causal D=64 forward loses to cuDNN (0.82x at
               # S=512): both kernels under ncu side by side (instructions, IPC, stalls, tensor pipe) on short cells,
               # then each kernel's source counters at D=64 S=512 causal and the two side by side (FWD_SOURCE_SHAPE)
@@ -1060,7 +1069,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
