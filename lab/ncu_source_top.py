@@ -5,7 +5,8 @@ with their share of all samples, how often they ran, their main stall reason and
 before them (what a scoreboard stall usually waits on).
 usage: python3 lab/ncu_source_top.py build/ncu_source_256_4096_1.csv[.gz] [N]
        python3 lab/ncu_source_top.py --compare OURS.csv THEIRS.csv [REASON]
---compare: two kernels' samples by stall reason side by side (largest excess first), REASON's
+--compare: two kernels' samples by stall reason side by side (largest excess first), their executed
+instructions by opcode family side by side, REASON's
 samples (default stall_mio) by opcode family for each, and each kernel's executed shared-memory,
 tensor and reduction instructions with their shared-memory wavefronts.
 """
@@ -42,6 +43,15 @@ def opcode(sass: str) -> str:
     return words[0] if words else "?"
 
 
+def executed_by_family(ix: dict[str, int], rows: list[list[str]]) -> dict[str, float]:
+    """Warp instructions executed per opcode family (the opcode without its modifiers)."""
+    fam: dict[str, float] = {}
+    for r in rows:
+        family = opcode(r[1]).split(".")[0]
+        fam[family] = fam.get(family, 0.0) + num(r[ix["Instructions Executed"]])
+    return fam
+
+
 def compare(ours: str, theirs: str, reason: str) -> int:
     (ia, ra), (ib, rb) = load(ours), load(theirs)
     reasons = [k for k in stall_reasons(ia) if k in ib]
@@ -52,6 +62,15 @@ def compare(ours: str, theirs: str, reason: str) -> int:
         if a or b:
             print(f"{k[6:]:24s} {a:9.0f} {b:9.0f} {a - b:+9.0f}")
     print(f"{'total':24s} {sum(a for a, _ in tot.values()):9.0f} {sum(b for _, b in tot.values()):9.0f}")
+    # What each kernel executes, by opcode family (warp instructions): the same work in more
+    # instructions, or the same instructions at a lower rate?
+    executed = [executed_by_family(ia, ra), executed_by_family(ib, rb)]
+    print(f"{'executed (M)':24s} {'ours':>9s} {'theirs':>9s} {'ratio':>9s}")
+    for fam in sorted(set(executed[0]) | set(executed[1]), key=lambda f: -(executed[0].get(f, 0) + executed[1].get(f, 0)))[:16]:
+        a, b = executed[0].get(fam, 0.0), executed[1].get(fam, 0.0)
+        print(f"{fam:24s} {a / 1e6:9.2f} {b / 1e6:9.2f} {a / b if b else float('inf'):9.2f}")
+    a, b = sum(executed[0].values()), sum(executed[1].values())
+    print(f"{'total':24s} {a / 1e6:9.2f} {b / 1e6:9.2f} {a / b if b else float('inf'):9.2f}")
     for name, ix, rows in (("ours", ia, ra), ("theirs", ib, rb)):
         fam: dict[str, float] = {}
         for r in rows:
