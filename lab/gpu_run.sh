@@ -210,17 +210,18 @@ install_carried_wheels
 
 # memcheck, racecheck and synccheck (or the tools given after $4) on lab/sanitize_small.py's quick
 # cases of groups $3 (comma list) on backends $2 (SANITIZE_BACKENDS), one step each of at most $1
-# seconds, named <tool>_$4.
+# seconds, named <tool>_$4; in the tree SANITIZE_IN names (a patched copy) where it is set.
 sanitize_steps() {
-  local limit=$1 backends=$2 groups=$3 name=$4 tool extra
+  local limit=$1 backends=$2 groups=$3 name=$4 tool extra in=()
   shift 4
   local tools=("$@")
   [ ${#tools[@]} -eq 0 ] && tools=(memcheck racecheck synccheck)
+  [ -n "${SANITIZE_IN:-}" ] && in=(env -C "$SANITIZE_IN" PYTHONPATH="$SANITIZE_IN")
   for tool in "${tools[@]}"; do
     extra=()
     [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
-    step "${tool}_$name" "$limit" env SANITIZE_BACKENDS="$backends" compute-sanitizer --tool "$tool" "${extra[@]}" \
-      --error-exitcode 99 python3 lab/sanitize_small.py --only "$groups" --quick
+    step "${tool}_$name" "$limit" "${in[@]}" env SANITIZE_BACKENDS="$backends" compute-sanitizer --tool "$tool" \
+      "${extra[@]}" --error-exitcode 99 python3 lab/sanitize_small.py --only "$groups" --quick
   done
 }
 # After a portable-backward change, on the tree: build (incremental after an A/B), the backward,
@@ -244,17 +245,9 @@ bwd_copy_checks() {
     -p no:cacheprovider tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py -k $kexpr -ra"
   copy_sanitize_steps "$copy" "$name" "$4" "$backends" dense
 }
-# memcheck, racecheck and synccheck in a patched copy on lab/sanitize_small.py's quick cases of GROUPS
-# (comma list) on BACKENDS, one step each of at most LIMIT seconds, named <tool>_NAME.
+# sanitize_steps' three tools in a patched copy on lab/sanitize_small.py's quick cases of GROUPS.
 #   copy_sanitize_steps COPY NAME LIMIT BACKENDS GROUPS
-copy_sanitize_steps() {
-  local copy=$1 name=$2 tool extra
-  for tool in memcheck racecheck synccheck; do
-    extra=""; [ "$tool" = racecheck ] && extra="--racecheck-report hazard"
-    step "${tool}_$name" "$3" bash -c "cd '$copy' && PYTHONPATH='$copy' SANITIZE_BACKENDS=$4 compute-sanitizer \
-      --tool $tool $extra --error-exitcode 99 python3 lab/sanitize_small.py --only $5 --quick"
-  done
-}
+copy_sanitize_steps() { SANITIZE_IN=$1 sanitize_steps "$3" "$4" "$5" "$2"; }
 # ncu's stall samples per SASS instruction of the portable backward's main kernel in a patched copy,
 # by default at D=64 S=8k non-causal (compare with lab/ncu_source_top.py --compare OURS.csv FA2.csv).
 #   portable_copy_ncu COPY NAME [D:S:causal]

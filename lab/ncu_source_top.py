@@ -43,13 +43,19 @@ def opcode(sass: str) -> str:
     return words[0] if words else "?"
 
 
-def executed_by_family(ix: dict[str, int], rows: list[list[str]]) -> dict[str, float]:
-    """Warp instructions executed per opcode family (the opcode without its modifiers)."""
+def by_family(ix: dict[str, int], rows: list[list[str]], column: str) -> dict[str, float]:
+    """`column` (a stall reason's samples, the instructions executed) summed per opcode family (the
+    opcode without its modifiers)."""
     fam: dict[str, float] = {}
     for r in rows:
         family = opcode(r[1]).split(".")[0]
-        fam[family] = fam.get(family, 0.0) + num(r[ix["Instructions Executed"]])
+        fam[family] = fam.get(family, 0.0) + num(r[ix[column]])
     return fam
+
+
+def executed_by_family(ix: dict[str, int], rows: list[list[str]]) -> dict[str, float]:
+    """Warp instructions executed per opcode family."""
+    return by_family(ix, rows, "Instructions Executed")
 
 
 def compare(ours: str, theirs: str, reason: str) -> int:
@@ -72,10 +78,7 @@ def compare(ours: str, theirs: str, reason: str) -> int:
     a, b = sum(executed[0].values()), sum(executed[1].values())
     print(f"{'total':24s} {a / 1e6:9.2f} {b / 1e6:9.2f} {a / b if b else float('inf'):9.2f}")
     for name, ix, rows in (("ours", ia, ra), ("theirs", ib, rb)):
-        fam: dict[str, float] = {}
-        for r in rows:
-            family = opcode(r[1]).split(".")[0]
-            fam[family] = fam.get(family, 0.0) + num(r[ix[reason]])
+        fam = by_family(ix, rows, reason)
         total = sum(fam.values()) or 1.0
         top = sorted(fam.items(), key=lambda kv: -kv[1])[:6]
         print(f"{name} {reason[6:]} by opcode: " + ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in top))

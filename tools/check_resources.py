@@ -82,7 +82,6 @@ def parse_ptxas(text: str) -> list[dict]:
     for k in kernels:
         if k["name"] in serialized:
             k["wgmma_serialized"] = serialized[k["name"]]
-    for k in kernels:
         if t := _TRAITS.search(k["name"]):
             k["head_dim"], k["block_m"], k["block_n"], k["warps"] = map(int, t.groups())
             k["threads"] = k["warps"] * 32
