@@ -43,10 +43,13 @@
 #                                     dQ tiles (lab/ab/bwd_dq_cluster_pair_d256.diff): tests first, then pair off/on (~6 min)
 #   bash lab/gpu_run.sh bwdmulticast measured, not adopted: the D=256 Hopper backward's Q/dO loaded once per two-CTA cluster by TMA
 #                                     multicast (lab/ab/bwd_qdo_multicast_d256.diff): tests first, then off/on (~6 min)
-#   bash lab/gpu_run.sh fwdmasklean prepared: the Hopper forward's masked blocks as a compare and a select an entry
-#                                     (lab/ab/fwd_mask_lean.diff): its A/B, then the fwdq2 checks in the copy (~6 min)
-#   bash lab/gpu_run.sh fwdsource prepared: the short causal D=64 forward and cuDNN's under ncu side by side, then each
-#                                     kernel's source counters at D=64 S=512 causal, compared                (~6 min)
+#   bash lab/gpu_run.sh fwdgrid  the forward grid against cuDNN and FlashAttention-3 (FWDGRID_K: bf16 | fp16), then the
+#                                     FP8 forward's errors and speed against FlashAttention-3's               (~8 min)
+#   bash lab/gpu_run.sh fp8ab    FP8_AB_DIFF's A/B on the FP8 forward (lab/fp8_time.py; FP8_AB_REVERSE=1 for a landed diff) (~8 min)
+#   bash lab/gpu_run.sh fwdmasklean measured, landed (1.020): the Hopper forward's masked blocks as a compare and a select an entry
+#                                     (lab/ab/fwd_mask_lean.diff, applied in reverse since): its A/B, then the fwdq2 checks (~6 min)
+#   bash lab/gpu_run.sh fwdsource the short causal D=64 forward and cuDNN's under ncu side by side, then each
+#                                     kernel's source counters at D=64 S=512 causal, compared                (~1 min)
 #   bash lab/gpu_run.sh fwdland  after a Hopper forward change lands: build, memcheck/racecheck/synccheck on the small
 #                                     dense, split and FP8 cases, the kernel tests whole                     (~5 min)
 #   bash lab/gpu_run.sh fwdstreamq2 measured, not adopted (0.938): fwdstream with two Q buffers (+ lab/ab/fwd_q_double_buffer.diff): its A/B, the checks (~8 min)
@@ -324,6 +327,11 @@ fwd_copy_checks() {
     tests/kernels/test_fp8_gpu.py -ra"
   copy_sanitize_steps "$copy" "$name" 90 auto dense,split,fp8
 }
+# An FP8-forward A/B of lab/ab/$2 (REVERSE=$3) on lab/fp8_time.py, as step ab_$1.
+fp8_patch_ab() {
+  step "ab_$1" 580 env PATCH="$2" REVERSE="$3" OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
+}
+
 # A Hopper-forward change as a patch against the tree (REVERSE 0, the default: B is the patched copy,
 # kept in build/ab-NAME; 1 for a landed patch: the copy is the tree without it): its A/B on
 # lab/fwd_time.py's CELLS (cuDNN alongside), after a smoke of the many-tile forward tests in the copy,
@@ -508,10 +516,19 @@ case "${1:-verify}" in
     step bench_fwd_causal 300 env FLASHATTN_BENCH_IMPLS="${FLASHATTN_BENCH_IMPLS:-flashattn,sdpa-default,fa3}" \
       BENCH_MARKERS="bench and standard" BENCH_K="bf16 and causal" bash benchmarks/run_benchmarks.sh "$OUT/bench"
     ;;
+  fwdgrid)  # issue 29's forward grid (benchmarks' "standard": D 64/128/256, S 512..16k, causal on/off, the GQA
+            # shapes) against cuDNN/SDPA and FlashAttention-3 (tokenspeed-fa3 carried in .whl/), FWDGRID_K (default
+            # bf16; fp16 the other half), then the FP8 forward's errors and speed against FlashAttention-3's
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    step bench_fwd 480 env FLASHATTN_BENCH_IMPLS="${FLASHATTN_BENCH_IMPLS:-flashattn,sdpa-default,fa3}" \
+      BENCH_MARKERS="bench and standard" BENCH_K="${FWDGRID_K:-bf16}" bash benchmarks/run_benchmarks.sh "$OUT/bench"
+    [ "${FWDGRID_FP8:-1}" = 1 ] && step fp8_time 120 python3 lab/fp8_time.py --check
+    ;;
   tmal2ab)  # 2026-11-29 (measured on an H200: within +-0.7%, not adopted): the Hopper paths' TMA maps with 128-byte
             # L2 promotion instead of 256 (lab/ab/tma_l2_128.diff, REVERSE=0: B is the patched copy), on the FP8 forward
     env_info > "$OUT/env.txt" 2>&1
-    step ab_tma_l2 560 env PATCH=tma_l2_128.diff REVERSE=0 OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
+    fp8_patch_ab tma_l2 tma_l2_128.diff 0
     ;;
   dqpair)  # 2026-11-30 (issue 27; measured on an H200: correct, 1.005x from 2k keys, 0.68-0.73x at S <= 1k,
            # deterministic mode's cost 1.3 -> 1.45: not adopted): the D=256 Hopper backward in two-CTA clusters
@@ -615,14 +632,15 @@ case "${1:-verify}" in
                    # deterministic mode's cost, then in that copy the Hopper backward tests and the sanitizers
     hopper_patch_ab ticketfirst det_ticket_before_tile.diff 128,256
     ;;
-  fwdmasklean)  # prepared 2026-11-30 (issue 29), not yet run: the Hopper forward's masked key blocks as one compare with an
-                # immediate and a select an entry (the window's left limit only where it cuts the block for the thread's
-                # rows; the score scale's multiply only where it is not folded), lab/ab/fwd_mask_lean.diff: the D=64
-                # masked block's code 292 -> 129 instructions a thread (SASS): its A/B, then the fwdq2 checks in the copy
+  fwdmasklean)  # landed 2026-11-30 (issue 29; measured on an H200: 1.020, D=64 causal +0.4-2.4%, D=128 causal
+                # +1.6-4.4%): the Hopper forward's masked key blocks as one compare with an immediate and a select an
+                # entry (the window's left limit only where it cuts the block for the thread's rows; the score scale's
+                # multiply only where it is not folded), lab/ab/fwd_mask_lean.diff, applied in reverse since (REVERSE=1:
+                # B is the tree, A the copy without it): its A/B, then the fwdq2 checks in the copy
     fwd_patch_ab fwdmasklean fwd_mask_lean.diff \
-      "${FWD_MASK_CELLS:-64:512:1 64:1024:1 64:2048:1 64:4096:1 128:512:1 128:1024:1 128:4096:1 256:1024:1 64:1024:0}"
+      "${FWD_MASK_CELLS:-64:512:1 64:1024:1 64:2048:1 64:4096:1 128:512:1 128:1024:1 128:4096:1 256:1024:1 64:1024:0}" 1
     ;;
-  fwdsource)  # prepared 2026-11-30 (issue 29), not yet run: where the short causal D=64 forward loses to cuDNN (0.82x at
+  fwdsource)  # measured 2026-11-30 (issue 29) on an H200: where the short causal D=64 forward loses to cuDNN (0.84x at
               # S=512): both kernels under ncu side by side (instructions, IPC, stalls, tensor pipe) on short cells,
               # then each kernel's source counters at D=64 S=512 causal and the two side by side (FWD_SOURCE_SHAPE)
     env_info > "$OUT/env.txt" 2>&1
@@ -866,8 +884,13 @@ PY
              # (fp8_vt_in_kernel_lean.diff); both measured on an H200: 10-14% and 0-11% slower. The diffs
              # apply to commit 24e6e7b's csrc
     env_info > "$OUT/env.txt" 2>&1
-    step ab_fp8_vt 580 env PATCH="${FP8_VT_DIFF:-fp8_vt_in_kernel_lean.diff}" REVERSE=0 OUT="$OUT/ab" \
-      AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
+    fp8_patch_ab fp8_vt "${FP8_VT_DIFF:-fp8_vt_in_kernel_lean.diff}" 0
+    ;;
+  fp8ab)  # any forward diff's A/B on the FP8 forward (lab/fp8_time.py A B A B in two builds): FP8_AB_DIFF in
+          # lab/ab, FP8_AB_REVERSE=1 for a landed diff (B is the tree). 2026-11-30: fwd_mask_lean.diff, landed,
+          # which changes the FP8 kernels' code too (kernel_identity)
+    env_info > "$OUT/env.txt" 2>&1
+    fp8_patch_ab fp8 "${FP8_AB_DIFF:?FP8_AB_DIFF names a diff in lab/ab}" "${FP8_AB_REVERSE:-0}"
     ;;
   fp8vtkncu)  # prepared 2026-11-30: why the in-kernel V transpose slows the FP8 D=128 forward: ncu on the tree's
               # kernel and the patched copy's (FP8_VT_DIFF, as fp8vtkab), FlashAttention-3's alongside, one
@@ -1062,7 +1085,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

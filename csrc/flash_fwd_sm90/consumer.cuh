@@ -196,21 +196,35 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
 #pragma unroll
           for (int i = 0; i < kSRegs; ++i) s[i] = tanh_approx(s[i] * params.softcap_scale) * params.softcap_log2;
         }
-        const float pre = fold_scale || softcap ? 1.f : scale_log2;
-        if (masked) {
-#pragma unroll
-          for (int j = 0; j < kSRegs / 4; ++j)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int col = n * kBlockN + 8 * j + col_in_quad + e;
-                const float x = s[4 * j + 2 * h + e] * pre;
-                s[4 * j + 2 * h + e] = col >= lo[h] && col < hi[h] ? x : -INFINITY;
-              }
-        } else if (!fold_scale && !softcap) {
+        if (!fold_scale && !softcap) {
 #pragma unroll
           for (int i = 0; i < kSRegs; ++i) s[i] *= scale_log2;
+        }
+        if (masked) {
+          // Against limits relative to this thread's first column of the block, so that each entry is
+          // one compare with an immediate; the window's left limit only where it cuts this block
+          // for one of the thread's rows (never without a window: lo = 0): a causal block's entries
+          // then cost a compare and a select each.
+          const int base = n * kBlockN + col_in_quad;
+          const int hi_rel[2] = {hi[0] - base, hi[1] - base};
+          if (lo[0] <= base && lo[1] <= base) {
+#pragma unroll
+            for (int j = 0; j < kSRegs / 4; ++j)
+#pragma unroll
+              for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                  if (8 * j + e >= hi_rel[h]) s[4 * j + 2 * h + e] = -INFINITY;
+          } else {
+            const int lo_rel[2] = {lo[0] - base, lo[1] - base};
+#pragma unroll
+            for (int j = 0; j < kSRegs / 4; ++j)
+#pragma unroll
+              for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                  if (8 * j + e < lo_rel[h] || 8 * j + e >= hi_rel[h]) s[4 * j + 2 * h + e] = -INFINITY;
+          }
         }
       };
       // P in the A-operand register layout of k-step kk (keys 16 kk .. 16 kk + 15): the
