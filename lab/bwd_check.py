@@ -5,7 +5,7 @@ shapes, deterministic mode bitwise, and a timing against SDPA's backends with bo
 A developer's instrument, not part of the suite (tests/ has the specification).
 
 usage: python lab/bwd_check.py [--quick] [--time] [--backend auto|portable|hopper] [--dtype bf16|fp16]
-       [--dims 64,128,256] [--lean] [--time-only] [--portable] [--autograd]
+       [--dims 64,128,256] [--lean] [--time-only] [--portable] [--autograd] [--causal-only]
 Exit status 1 when any case fails the criterion (error <= 2x the same-dtype torch error + atol).
 """
 
@@ -138,12 +138,13 @@ def bench(fn, iters=20):
     return ts[len(ts) // 2]
 
 
-def timing(dtype, dims=(64, 128, 256), lean=False, portable=False, autograd=False):
+def timing(dtype, dims=(64, 128, 256), lean=False, portable=False, autograd=False, causal_only=False):
     """The timing grid; lean: flashattn (default and deterministic) and cuDNN only (an A/B of a
     kernel change in a minute or two); portable: the portable backward as "ours" and SDPA's
     FlashAttention-2 only ("x flash": FlashAttention-2's time / the portable one's); autograd: ours
     timed as the peers are, `torch.autograd.grad` of the public function's output (the op's
-    backward plus the autograd engine and the gradients' allocation), not the bwd op alone."""
+    backward plus the autograd engine and the gradients' allocation), not the bwd op alone;
+    causal_only: the causal cells alone (a change to the masked steps)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     ours = "portable" if portable else "auto"
     print(f"{dtype}, B*S = 16k, H = 2048 / D; ms, medians; x = their time / ours ({ours})")
@@ -153,7 +154,7 @@ def timing(dtype, dims=(64, 128, 256), lean=False, portable=False, autograd=Fals
     nan = float("nan")
     for d in dims:
         for s in (512, 1024, 2048, 4096, 8192, 16384):
-            for causal in (False, True):
+            for causal in (True,) if causal_only else (False, True):
                 h = 2048 // d
                 b = 16384 // s
                 q = torch.randn(b, s, h, d, device="cuda", dtype=dtype)
@@ -207,6 +208,7 @@ def main():
     ap.add_argument("--time-only", action="store_true", help="skip the numerics cases")
     ap.add_argument("--autograd", action="store_true",
                     help="time ours through torch.autograd.grad of flash_attn_func, as the peers are timed")
+    ap.add_argument("--causal-only", action="store_true", help="time the causal cells of the grid alone")
     ap.add_argument("--portable", action="store_true",
                     help="time the portable backward and SDPA's FlashAttention-2 only (x flash: theirs / the portable's)")
     args = ap.parse_args()
@@ -224,7 +226,8 @@ def main():
     print(f"bwd_check: {n - failed}/{n} cases pass")
     if args.time:
         timing(torch.bfloat16 if args.dtype == "bf16" else torch.float16,
-               tuple(int(x) for x in args.dims.split(",")), args.lean, args.portable, args.autograd)
+               tuple(int(x) for x in args.dims.split(",")), args.lean, args.portable, args.autograd,
+               args.causal_only)
     sys.exit(1 if failed else 0)
 
 

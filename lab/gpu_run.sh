@@ -43,6 +43,8 @@
 #                                     dQ tiles (lab/ab/bwd_dq_cluster_pair_d256.diff): tests first, then pair off/on (~6 min)
 #   bash lab/gpu_run.sh bwdmulticast measured, not adopted: the D=256 Hopper backward's Q/dO loaded once per two-CTA cluster by TMA
 #                                     multicast (lab/ab/bwd_qdo_multicast_d256.diff): tests first, then off/on (~6 min)
+#   bash lab/gpu_run.sh bwdmasklean measured, not adopted (+0.5%): the Hopper backward's masked steps as a compare with an
+#                                     immediate and a select an entry (lab/ab/bwd_mask_lean.diff): its A/B on causal cells, then the checks (~4 min)
 #   bash lab/gpu_run.sh fwdgrid  the forward grid against cuDNN and FlashAttention-3 (FWDGRID_K: bf16 | fp16), then the
 #                                     FP8 forward's errors and speed against FlashAttention-3's               (~8 min)
 #   bash lab/gpu_run.sh fp8ab    FP8_AB_DIFF's A/B on the FP8 forward (lab/fp8_time.py; FP8_AB_REVERSE=1 for a landed diff) (~8 min)
@@ -632,6 +634,19 @@ case "${1:-verify}" in
                    # deterministic mode's cost, then in that copy the Hopper backward tests and the sanitizers
     hopper_patch_ab ticketfirst det_ticket_before_tile.diff 128,256
     ;;
+  bwdmasklean)  # measured 2026-12-01 on an H200 (issue 27): +0.5% on the causal cells, not adopted. The Hopper
+                # backward's masked steps tested against two limits relative to a thread's first column
+                # (step_limits in the diff's common/mask.cuh, checked on the CPU by its test_window_cpu.py probe),
+                # the upper one only where it cuts the thread's columns: lab/ab/bwd_mask_lean.diff's A/B on the
+                # causal cells (D 64/128/256, cuDNN and deterministic mode alongside), then the Hopper backward
+                # tests and sanitizers in the copy. The measured form failed the non-causal tail tests (a 32-bit
+                # INT_MIN sentinel minus m0, wrapped in nvcc's PTX); the diff holds the 64-bit form since
+    hopper_ab bwdmasklean bwd_mask_lean.diff "${BWD_MASK_DIMS:-64,128,256} --causal-only" 420
+    step pytest_bwdmasklean 240 bash -c "cd '$PWD/build/ab-bwdmasklean' && PYTHONPATH='$PWD/build/ab-bwdmasklean' \
+      FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider tests/kernels/test_backward_gpu.py \
+      tests/kernels/test_public_gradients.py tests/kernels/test_varlen_gpu.py tests/kernels/test_window_gpu.py -k hopper -ra"
+    copy_sanitize_steps "$PWD/build/ab-bwdmasklean" bwdmasklean 100 hopper dense
+    ;;
   fwdmasklean)  # landed 2026-11-30 (issue 29; measured on an H200: 1.020, D=64 causal +0.4-2.4%, D=128 causal
                 # +1.6-4.4%): the Hopper forward's masked key blocks as one compare with an immediate and a select an
                 # entry (the window's left limit only where it cuts the block for the thread's rows; the score scale's
@@ -1085,7 +1100,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
