@@ -520,8 +520,8 @@ case "${1:-verify}" in
     step bench_fwd_causal 300 env FLASHATTN_BENCH_IMPLS="${FLASHATTN_BENCH_IMPLS:-flashattn,sdpa-default,fa3}" \
       BENCH_MARKERS="bench and standard" BENCH_K="bf16 and causal" bash benchmarks/run_benchmarks.sh "$OUT/bench"
     ;;
-  fwdgrid)  # issue 29's forward grid (benchmarks' "standard": D 64/128/256, S 512..16k, causal on/off, the GQA
-            # shapes) against cuDNN/SDPA and FlashAttention-3 (tokenspeed-fa3 carried in .whl/), FWDGRID_K (default
+  fwdgrid)  # issue 29's forward grid (benchmarks' "standard": D 64/128/256, S 512..16k, causal on/off; 36 shapes a
+            # dtype) against cuDNN/SDPA and FlashAttention-3 (tokenspeed-fa3 carried in .whl/), FWDGRID_K (default
             # bf16; fp16 the other half), then the FP8 forward's errors and speed against FlashAttention-3's
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
