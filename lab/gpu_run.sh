@@ -244,12 +244,12 @@ portable_land_steps() {
 }
 # A patched copy of the tree (an A/B's side, lab/ab/run_ab.sh AB_COPY) checked on one backward path (the
 # portable one unless said): the backward tests, then memcheck, racecheck and synccheck on the small dense
-# cases, each in that copy.
-#   bwd_copy_checks COPY NAME PYTEST_LIMIT SANITIZER_LIMIT [PYTEST_K (portable) [SANITIZE_BACKENDS (portable)]]
+# cases, each in that copy. MORE_TESTS: further test files run with the backward's.
+#   bwd_copy_checks COPY NAME PYTEST_LIMIT SANITIZER_LIMIT [PYTEST_K (portable) [SANITIZE_BACKENDS (portable) [MORE_TESTS]]]
 bwd_copy_checks() {
-  local copy=$1 name=$2 kexpr=${5:-portable} backends=${6:-portable}
+  local copy=$1 name=$2 kexpr=${5:-portable} backends=${6:-portable} more=${7:-}
   step "pytest_$name" "$3" bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q \
-    -p no:cacheprovider tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py -k $kexpr -ra"
+    -p no:cacheprovider tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py $more -k $kexpr -ra"
   copy_sanitize_steps "$copy" "$name" "$4" "$backends" dense
 }
 # sanitize_steps' three tools in a patched copy on lab/sanitize_small.py's quick cases of GROUPS.
@@ -652,10 +652,8 @@ case "${1:-verify}" in
                 # tests and sanitizers in the copy. The measured form failed the non-causal tail tests (a 32-bit
                 # INT_MIN sentinel minus m0, wrapped in nvcc's PTX); the diff holds the 64-bit form since
     hopper_ab bwdmasklean bwd_mask_lean.diff "${BWD_MASK_DIMS:-64,128,256} --causal-only" 420
-    step pytest_bwdmasklean 240 bash -c "cd '$PWD/build/ab-bwdmasklean' && PYTHONPATH='$PWD/build/ab-bwdmasklean' \
-      FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider tests/kernels/test_backward_gpu.py \
-      tests/kernels/test_public_gradients.py tests/kernels/test_varlen_gpu.py tests/kernels/test_window_gpu.py -k hopper -ra"
-    copy_sanitize_steps "$PWD/build/ab-bwdmasklean" bwdmasklean 100 hopper dense
+    bwd_copy_checks "$PWD/build/ab-bwdmasklean" bwdmasklean 240 100 hopper hopper \
+      "tests/kernels/test_varlen_gpu.py tests/kernels/test_window_gpu.py"
     ;;
   fwdmasklean)  # landed 2026-11-30 (issue 29; measured on an H200: 1.020, D=64 causal +0.4-2.4%, D=128 causal
                 # +1.6-4.4%): the Hopper forward's masked key blocks as one compare with an immediate and a select an
