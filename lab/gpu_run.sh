@@ -43,8 +43,14 @@
 #                                     dQ tiles (lab/ab/bwd_dq_cluster_pair_d256.diff): tests first, then pair off/on (~6 min)
 #   bash lab/gpu_run.sh bwdmulticast measured, not adopted: the D=256 Hopper backward's Q/dO loaded once per two-CTA cluster by TMA
 #                                     multicast (lab/ab/bwd_qdo_multicast_d256.diff): tests first, then off/on (~6 min)
-#   bash lab/gpu_run.sh fwdwaitsuspend prepared: the Hopper forward's producer waits suspended, not spinning
-#                                     (lab/ab/fwd_producer_wait_suspend.diff): its A/B, then the fwdq2 checks (~6 min)
+#   bash lab/gpu_run.sh fwddynlean measured, landed (16-bit 1.003, FP8 D=256 causal +4-5%): the Hopper forward's dynamic
+#                                     schedule leaner (lab/ab/fwd_dynamic_lean.diff, applied in reverse since: no key
+#                                     split, the producer's rings as counts, LSE before O; D=64 on 240 registers, an FP8
+#                                     D=256 dynamic kernel): its A/B on the 16-bit forward, then the fwdq2 checks (~5 min)
+#   bash lab/gpu_run.sh fwddynleanfp8 the same diff's A/B on lab/fp8_time.py, reusing fwddynlean's copy when the
+#                                     machine still has it (~2 min then)
+#   bash lab/gpu_run.sh fwdwaitsuspend measured, not adopted (1.002): the Hopper forward's producer waits suspended,
+#                                     not spinning (lab/ab/fwd_producer_wait_suspend.diff): its A/B, then the fwdq2 checks (~6 min)
 #   bash lab/gpu_run.sh bwdmasklean measured, not adopted (+0.5%): the Hopper backward's masked steps as a compare with an
 #                                     immediate and a select an entry (lab/ab/bwd_mask_lean.diff): its A/B on causal cells, then the checks (~4 min)
 #   bash lab/gpu_run.sh fwdgrid  the forward grid against cuDNN and FlashAttention-3 (FWDGRID_K: bf16 | fp16), then the
@@ -636,10 +642,26 @@ case "${1:-verify}" in
                    # deterministic mode's cost, then in that copy the Hopper backward tests and the sanitizers
     hopper_patch_ab ticketfirst det_ticket_before_tile.diff 128,256
     ;;
-  fwdwaitsuspend)  # prepared 2026-12-01 (issue 29), not yet run: the Hopper forward's producer waits (K/V/Q buffers and
-                   # tile slots freed) with try_wait's suspend-time hint (NANOSLEEP.SYNCS in SASS) instead of spinning:
-                   # ncu at D=64 S=512 causal counted 1.47 M retries of its waits (2.9 M issued instructions, 5% of
-                   # the kernel's, all on the producer's scheduler) and ~0 for the consumers'
+  fwddynlean)  # measured 2026-12-01 on an H200 (issue 29), landed: the 16-bit forward 1.003 geomean, the FP8 D=256
+               # causal cells +4-5%. lab/ab/fwd_dynamic_lean.diff (the dynamic schedule without a key split, the
+               # producer's rings as counts, the LSE stored before O: the D=64 dynamic kernels on 24 / 240 / 240
+               # registers instead of 32 / 232 / 232, and an FP8 D=256 dynamic kernel, whose causal calls ran the
+               # static snake), applied in reverse since (A = the tree before it). Its A/B on the 16-bit forward
+               # (short and long causal cells, two unmasked ones), then the fwdq2 checks in the copy (FP8 tests
+               # and sanitizers included); fwddynleanfp8 next
+    fwd_patch_ab fwddynlean fwd_dynamic_lean.diff \
+      "${FWD_DYN_CELLS:-64:512:1 64:1024:1 64:2048:1 128:512:1 128:1024:1 128:4096:1 256:1024:1 256:4096:1 64:1024:0 128:16384:0}" 1
+    ;;
+  fwddynleanfp8)  # the same diff's A/B on lab/fp8_time.py (FP8 D=256 causal: the dynamic schedule against the snake),
+                  # in fwddynlean's copy when this machine still has it built (run_ab.sh AB_REUSE)
+    env_info > "$OUT/env.txt" 2>&1
+    step ab_fwddynleanfp8 580 env PATCH=fwd_dynamic_lean.diff REVERSE=1 AB_REUSE=1 AB_COPY="$PWD/build/ab-fwddynlean" \
+      OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
+    ;;
+  fwdwaitsuspend)  # measured 2026-12-01 on an H200 (issue 29): 1.002 geomean, not adopted. The Hopper forward's
+                   # producer waits (K/V/Q buffers and tile slots freed) with try_wait's suspend-time hint
+                   # (NANOSLEEP.SYNCS in SASS) instead of spinning: ncu at D=64 S=512 causal counted 1.47 M retries
+                   # of its waits (2.9 M issued instructions, 5% of the kernel's) and ~0 for the consumers'
                    # (lab/ab/fwd_producer_wait_suspend.diff): its A/B, then the fwdq2 checks in the copy
     fwd_patch_ab fwdwaitsuspend fwd_producer_wait_suspend.diff \
       "${FWD_WAIT_CELLS:-64:512:1 64:1024:1 64:2048:1 64:512:0 128:512:1 128:1024:1 128:4096:1 256:1024:1 128:16384:0}"
@@ -1108,7 +1130,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -182,8 +182,9 @@ def fp8() -> None:
     with torch.no_grad():
         for b, sq, sk, hq, hk, d, causal in ((3, 65, 130, 4, 2, 128, True), (1, 1, 77, 2, 1, 64, False),
                                              (2, 200, 129, 2, 2, 256, True), (1, 300, 300, 8, 1, 128, False),
-                                             (2, 70, 400, 2, 2, 112, True)):
-            # The last case: D=128's third 192-key block lies past V^T's 512 keys (TMA zero fill).
+                                             (2, 70, 400, 2, 2, 112, True), (1, 1100, 1100, 18, 2, 256, True)):
+            # (2, 70, 400, ...): D=128's third 192-key block lies past V^T's 512 keys (TMA zero fill).
+            # The last case: more tiles than an H100/H200 has SMs, so D=256 runs the dynamic schedule.
             q8, k8, v8 = (torch.randn(b, s, h, d, device=dev).to(torch.float8_e4m3fn)
                           for s, h in ((sq, hq), (sk, hk), (sk, hk)))
             scales = [torch.rand(b, hk, device=dev, dtype=torch.float32) + 0.5 for _ in range(3)]

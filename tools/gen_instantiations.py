@@ -63,8 +63,8 @@ SM90_CONFIGS = {
 # of 16 run on the next one up), each in both tile schedules. Its own registry (registry_fp8.inc) in
 # the same folder, so the 16-bit files stay as they are.
 SM90_FP8_HEAD_DIMS = (128, 256)
-# Schedules per FP8 head dim: D=256 only static (Sm90Fp8FwdTraits::kDynamicSchedule says why).
-SM90_FP8_SCHEDULES = {128: ("static", "dynamic"), 256: ("static",)}
+# Schedules per FP8 head dim (Sm90Fp8FwdTraits::kDynamicSchedule).
+SM90_FP8_SCHEDULES = {128: ("static", "dynamic"), 256: ("static", "dynamic")}
 
 # Backward (portable path): head dim -> variants with a config in csrc/flash_bwd/traits.h.
 BWD_HEAD_DIMS = {

@@ -340,7 +340,7 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
     // Tiles with no visible key (no key block) come here directly: O = 0, LSE = -inf.
     float lse[2];
     softmax.finalize(o, lse, o_scale);
-    if (!kFp8 && params.num_splits > 1) {  // the FP8 path runs no split (the binding sets none)
+    if (!kFp8 && !kDynamic && params.num_splits > 1) {  // the FP8 path and the dynamic schedule run no split
       if constexpr (!kFp8 && !kDynamic && Traits::kClusterMerge) {
         if (params.o_accum == nullptr) {  // the splits merge in their cluster (kernel.cuh)
           // Every consumer warpgroup of this CTA is past its key blocks: the Q, K and V buffers

@@ -172,6 +172,14 @@ template <typename Traits, typename Element, int kORegs>
 __device__ __forceinline__ void store_o_tma(const Sm90Params& params, uint32_t o_tile, const float (&o)[kORegs],
                                             const float (&lse)[2], int batch, int head_q, int m_block, int wg,
                                             int row0, bool write_lse) {
+  // LSE first: its registers are then free before the O stores' barriers (kept until after them, the
+  // FP8 D=256 dynamic kernel spilled them).
+  if (write_lse) {
+    float* lse_head = params.lse + (static_cast<int64_t>(batch) * params.heads_q + head_q) * params.seqlen_q;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      if (row0 + 8 * h < params.seqlen_q) lse_head[row0 + 8 * h] = lse[h];
+  }
   const int tid = threadIdx.x % 128;
   const int r0 = (tid / 32) * 16 + (tid % 32) / 4;  // this thread's rows in the warpgroup: r0, r0 + 8
   const uint32_t base = o_tile + wg * 64 * kChunkRowBytes + (tid % 4) * 4;
@@ -223,12 +231,6 @@ __device__ __forceinline__ void store_o_tma(const Sm90Params& params, uint32_t o
         bulk_commit_group();
       }
     }
-  }
-  if (write_lse) {
-    float* lse_head = params.lse + (static_cast<int64_t>(batch) * params.heads_q + head_q) * params.seqlen_q;
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      if (row0 + 8 * h < params.seqlen_q) lse_head[row0 + 8 * h] = lse[h];
   }
 }
 

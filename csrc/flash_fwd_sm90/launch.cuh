@@ -131,7 +131,9 @@ bool make_sm90_params(const FwdParams& p, Sm90Params& k, bool dynamic_schedule, 
   k.lse_accum = p.lse_accum;
   // A split writes float32 partials for the combine kernel (o_accum and lse_accum), or, with
   // neither, merges in its cluster (run_fwd_sm90 checks that this instantiation can).
-  if (k.num_splits > 1 && ((k.o_accum == nullptr) != (k.lse_accum == nullptr) || k.num_splits > kMaxKeySplits))
+  // The dynamic schedule runs whole query tiles only (schedule.cuh).
+  if (k.num_splits > 1 && ((k.o_accum == nullptr) != (k.lse_accum == nullptr) || k.num_splits > kMaxKeySplits ||
+                           dynamic_schedule))
     return false;
   k.num_tiles = k.num_m_blocks * p.batch * p.heads_q * k.num_splits;
   k.group_heads = l2_group_heads(p, dynamic_schedule);

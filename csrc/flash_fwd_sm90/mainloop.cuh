@@ -29,8 +29,8 @@ __device__ __forceinline__ void producer_loop(const Sm90Params& params, const Sm
   prefetch_tmap(&params.tma_k);
   prefetch_tmap(&params.tma_v);
 
-  PipeState<Traits::kStages> kst, vst;
-  PipeState<Traits::kQStages> qst;
+  PipeCount<Traits::kStages> kst, vst;
+  PipeCount<Traits::kQStages> qst;
 
   ProducerSchedule<Traits, kDynamic> sched{params, sm};
 
@@ -40,9 +40,9 @@ __device__ __forceinline__ void producer_loop(const Sm90Params& params, const Sm
     if (r.count() <= 0) return;  // the consumers write O = 0, LSE = -inf without any load
     const int head_kv = tc.head_q / params.q_per_kv;
 
-    auto load_kv = [&](const CUtensorMap* tmap, PipeState<Traits::kStages>& st, uint32_t tile_base, uint32_t full,
+    auto load_kv = [&](const CUtensorMap* tmap, PipeCount<Traits::kStages>& st, uint32_t tile_base, uint32_t full,
                        uint32_t empty, int n, int tag) {
-      sm.wait(empty, st.phase ^ 1u, tag);
+      sm.wait(empty, st.phase() ^ 1u, tag);
       mbar_arrive_expect_tx(full, Traits::kKVBytes);
 #pragma unroll
       for (int c = 0; c < Traits::kChunks; ++c)
@@ -51,30 +51,30 @@ __device__ __forceinline__ void producer_loop(const Sm90Params& params, const Sm
       st.advance();
     };
     auto load_k = [&](int n) {
-      load_kv(&params.tma_k, kst, sm.k(kst.index), sm.k_full(kst.index), sm.k_empty(kst.index), n, kTagProducerKEmpty);
+      load_kv(&params.tma_k, kst, sm.k(kst.index()), sm.k_full(kst.index()), sm.k_empty(kst.index()), n, kTagProducerKEmpty);
     };
     auto load_v = [&](int n) {
       if constexpr (Traits::kFp8) {
         // V^T [B, Hk, D, Sk_pad]: planes of kVtPlaneKeys keys x all kHeadDim rows (traits.h).
-        sm.wait(sm.v_empty(vst.index), vst.phase ^ 1u, kTagProducerVEmpty);
-        mbar_arrive_expect_tx(sm.v_full(vst.index), Traits::kKVBytes);
+        sm.wait(sm.v_empty(vst.index()), vst.phase() ^ 1u, kTagProducerVEmpty);
+        mbar_arrive_expect_tx(sm.v_full(vst.index()), Traits::kKVBytes);
 #pragma unroll
         for (int c = 0; c < Traits::kVtPlanes; ++c)
-          tma_load_4d(sm.v(vst.index) + c * Traits::kVtPlaneBytes, &params.tma_v, sm.v_full(vst.index),
+          tma_load_4d(sm.v(vst.index()) + c * Traits::kVtPlaneBytes, &params.tma_v, sm.v_full(vst.index()),
                       n * kBlockN + c * Traits::kVtPlaneKeys, 0, head_kv, tc.batch);
         vst.advance();
       } else {
-        load_kv(&params.tma_v, vst, sm.v(vst.index), sm.v_full(vst.index), sm.v_empty(vst.index), n, kTagProducerVEmpty);
+        load_kv(&params.tma_v, vst, sm.v(vst.index()), sm.v_full(vst.index()), sm.v_empty(vst.index()), n, kTagProducerVEmpty);
       }
     };
 
     load_k(r.n_end - 1);
     // Q: the consumers release the previous tile's Q after their last S = Q K^T of it.
-    sm.wait(sm.q_empty(qst.index), qst.phase ^ 1u, kTagProducerQEmpty);
-    mbar_arrive_expect_tx(sm.q_full(qst.index), Traits::kQBytes);
+    sm.wait(sm.q_empty(qst.index()), qst.phase() ^ 1u, kTagProducerQEmpty);
+    mbar_arrive_expect_tx(sm.q_full(qst.index()), Traits::kQBytes);
 #pragma unroll
     for (int c = 0; c < Traits::kChunks; ++c)
-      tma_load_4d(sm.q(qst.index) + c * Traits::kQChunkBytes, &params.tma_q, sm.q_full(qst.index), c * Traits::kChunkElems,
+      tma_load_4d(sm.q(qst.index()) + c * Traits::kQChunkBytes, &params.tma_q, sm.q_full(qst.index()), c * Traits::kChunkElems,
                   tc.m_block * kBlockM,
                   tc.head_q, tc.batch);
     qst.advance();

@@ -5,8 +5,7 @@
 // Static (kDynamic = false): CTA c runs tiles c, c + grid, c + 2 grid, ... (or, with the traits'
 // kStaticSnake, position c and grid - 1 - c of alternate rounds: static_next_tile). The producer and
 // the consumers compute the same sequence, nothing is exchanged. Right when every tile costs the
-// same (no causal mask) or when there is at most one wave of tiles; the snake order is the FP8
-// D=256 forward's answer to causal calls, which have no dynamic schedule (traits.h).
+// same (no causal mask) or when there is at most one wave of tiles.
 //
 // Dynamic (kDynamic = true): CTA c runs tile c first; each later tile is the next value of a
 // per-call atomic counter (+ grid), taken by the producer thread once it has issued every load of
@@ -14,9 +13,10 @@
 // so the atomic's round trip stays off their path, while the choice is still made late enough to
 // balance (the CTA that frees up first takes the next, longest remaining tile: greedy
 // longest-first). The producer publishes each index to its consumers through a kTileRing-slot
-// ring in shared memory, with the tile's decoded coordinates and split, which it computes for its
-// own loads anyway: the consumers then start a tile without its integer divisions on their path;
-// an index >= num_tiles tells them to stop.
+// ring in shared memory, with the tile's decoded coordinates, which it computes for its own loads
+// anyway: the consumers then start a tile without its integer divisions on their path; an index
+// >= num_tiles tells them to stop. The dynamic schedule never runs a split over the keys (the
+// launchers refuse it), so its tiles are whole query tiles: no split to decode, publish or apply.
 #pragma once
 
 #include <cstdint>
@@ -71,6 +71,15 @@ __device__ __forceinline__ TileWork tile_work(const Sm90Params& params, int t) {
   return tile_work_of<Traits>(params, decode_split_tile(params, t));
 }
 
+// A whole query tile's work (the dynamic schedule: no split).
+template <typename Traits>
+__device__ __forceinline__ TileWork unsplit_tile_work(const Sm90Params& params, const TileCoord& c) {
+  const KeyBlocks r = block_range(c.m_block, Traits::kBlockM, Traits::kBlockN, params.seqlen_q, params.seqlen_k,
+                                  params.causal_offset, Traits::kLocal ? params.window_left : -1,
+                                  Traits::kLocal ? params.window_right : -1);
+  return TileWork{c, 0, r};
+}
+
 // The static schedule's next tile of this CTA (tile_scheduler.h's static_next_tile).
 template <bool kSnake>
 __device__ __forceinline__ int static_next_tile(int tile) {
@@ -98,12 +107,12 @@ struct ProducerSchedule {
       const uint32_t a = sm.tile_slot(slot);
       st_shared_s32(a, tile);
       if (tile < params.num_tiles) {
-        const SplitTile st = decode_split_tile(params, tile);
-        st_shared_s32(a + 4, st.coord.m_block);
-        st_shared_s32(a + 8, st.coord.batch);
-        st_shared_s32(a + 12, st.coord.head_q);
-        st_shared_s32(a + 16, st.split);
-        w = tile_work_of<Traits>(params, st);
+        const TileCoord c = decode_tile(tile, params.num_m_blocks, params.heads_q, params.batch * params.heads_q,
+                                        params.group_heads);
+        st_shared_s32(a + 4, c.m_block);
+        st_shared_s32(a + 8, c.batch);
+        st_shared_s32(a + 12, c.head_q);
+        w = unsplit_tile_work<Traits>(params, c);
       }
       mbar_arrive(sm.tile_full(slot));
       ++published;
@@ -164,16 +173,15 @@ struct ConsumerSchedule {
     sm.wait(sm.tile_full(slot), tile_ring_parity<Traits>(received), kTagConsumerTileFull);
     const uint32_t a = sm.tile_slot(slot);
     const int tile = ld_shared_s32(a);
-    SplitTile st;
+    TileCoord c;
     if (tile < params.num_tiles) {  // the stop index comes alone
-      st.coord.m_block = ld_shared_s32(a + 4);
-      st.coord.batch = ld_shared_s32(a + 8);
-      st.coord.head_q = ld_shared_s32(a + 12);
-      st.split = ld_shared_s32(a + 16);
+      c.m_block = ld_shared_s32(a + 4);
+      c.batch = ld_shared_s32(a + 8);
+      c.head_q = ld_shared_s32(a + 12);
     }
     mbar_arrive(sm.tile_empty(slot));
     ++received;
-    if (tile < params.num_tiles) work = tile_work_of<Traits>(params, st);
+    if (tile < params.num_tiles) work = unsplit_tile_work<Traits>(params, c);
     return tile;
   }
 };

@@ -65,6 +65,16 @@ struct PipeState {
   }
 };
 
+// The same ring position as one count of uses (the producer's form: one register a ring where
+// PipeState takes two; the dynamic FP8 D=256 producer, on 24 registers, spilled with PipeState).
+template <int kStages>
+struct PipeCount {
+  uint32_t n = 0;
+  __device__ __forceinline__ int index() const { return static_cast<int>(n % kStages); }
+  __device__ __forceinline__ uint32_t phase() const { return (n / kStages) & 1u; }
+  __device__ __forceinline__ void advance() { ++n; }
+};
+
 // Tags printed by the hang check (FLASHATTN_SM90_HANG_CHECK) to name the stuck wait.
 enum WaitTag : int {
   kTagProducerKEmpty = 1,

@@ -23,16 +23,17 @@ namespace sm90 {
 // Consumer warpgroups unless a config says otherwise (Sm90FwdTraits::kConsumerWGs).
 constexpr int kConsumerWarpgroups = 2;
 // Bytes of one slot of the dynamic schedule's tile ring (schedule.cuh): the tile index and its
-// decoded coordinates and split, 5 ints, rounded up to whole 16-byte words.
-constexpr int kSm90TileSlotBytes = 32;
+// decoded coordinates, 4 ints.
+constexpr int kSm90TileSlotBytes = 16;
 // setmaxnreg budgets per warpgroup, by tile schedule (schedule.cuh), consumer count and head dim:
 // the producer 24, two consumers 240 each, three 160. The dynamic schedule's producer also runs the
 // atomic and the tile ring; it reads the grid size at each tile so that ptxas does not keep it
-// live (it spilled it at 24 registers), and then fits 24 at D=128 and D=256. At D=64 ptxas still
-// spills 8 bytes there at 24 (and so does a three-consumer D=128 one), so the D=64 dynamic kernels
-// keep 32 for the producer and 232 for each of two consumers, and three-consumer dynamic kernels
-// 32 and 160. 232 cost the dynamic kernels 3-5% against the static ones on the same unmasked calls
-// at D=64 and D=128 (perf-notes "v16").
+// live (it spilled it at 24 registers), and keeps its rings as counts (smem.cuh PipeCount): then
+// it fits 24 at every head dim with two consumers (the D=64 ones spilled 8 bytes at 24 before the
+// counts, and ran 32 / 232 / 232, which cost the dynamic kernels 3-5% against the static ones on
+// the same unmasked calls at D=64 and D=128: perf-notes "v16"). Three-consumer dynamic kernels
+// keep 32 and 160 (3 x 160 is all the 512-thread launch leaves them either way), the lab's
+// one-consumer ones 32 and 224.
 // A lab config with one consumer runs two CTAs to an SM (Sm90FwdTraits::kCtasPerSm), each with
 // half the register file: the producer's budget and 256 - it for the consumer.
 constexpr int sm90_ctas_per_sm(int consumers) { return consumers == 1 ? 2 : 1; }
@@ -40,7 +41,7 @@ constexpr int sm90_ctas_per_sm(int consumers) { return consumers == 1 ? 2 : 1; }
 template <bool kDynamic, int kConsumers = kConsumerWarpgroups, int kHeadDim = 128>
 struct RegisterSplit {
   static constexpr int kCtasPerSm = sm90_ctas_per_sm(kConsumers);
-  static constexpr bool kWideProducer = kDynamic && (kHeadDim == 64 || kConsumers == 3);
+  static constexpr bool kWideProducer = kDynamic && kConsumers != 2;
   static constexpr int kProducer = kWideProducer ? 32 : 24;  // setmaxnreg.dec
   static constexpr int kConsumer = kConsumers == 1   ? 256 - kProducer
                                    : kConsumers == 2 ? (kWideProducer ? 232 : 240)
@@ -266,15 +267,16 @@ struct Sm90Fp8FwdTraits {
   static constexpr int kORegs = kHeadDim / 2;
   static constexpr int kPRegs = kBlockN / 8;  // P packed four e4m3 per register
 
-  // The dynamic tile schedule (schedule.cuh) where it fits the registers. D=256 holds 64 S + 128 O +
-  // 16 P accumulator registers per consumer thread: with the dynamic schedule's split (32 / 232 /
-  // 232) ptxas spilled 32 B and serialized the wgmmas (C7512); with 24 for the dynamic producer it
-  // spilled 8 B there; 32 / 240 / 240 would exceed the 168 x 384 registers the CTA launches with,
-  // which setmaxnreg only redistributes. So D=256 runs the static schedule for every call (no
-  // dynamic instantiation: tools/gen_instantiations.py, SM90_FP8_SCHEDULES).
-  static constexpr bool kDynamicSchedule = kHeadDim != 256;
-  // So causal calls at D=256 run the static schedule: in snake order (schedule.cuh,
-  // static_next_tile), the CTA with a round's longest tile takes the next round's shortest.
+  // The dynamic tile schedule (schedule.cuh) at both head dims. D=256 holds 64 S + 128 O + 16 P
+  // accumulator registers per consumer thread, so it needs the 24 / 240 / 240 split: it spilled
+  // (8 B in the producer, 16 B in the consumers) until the producer kept its rings as counts
+  // (smem.cuh PipeCount), the dynamic schedule stopped carrying a key split and the epilogue
+  // stored the LSE before O (2026-12-01). Before that D=256 ran the static schedule, in snake
+  // order, for every call (balance 0.97 in lab/sm90_schedule_model.py's terms on lab/fp8_time.py's
+  // causal shapes, against 0.997-0.999 for the dynamic one).
+  static constexpr bool kDynamicSchedule = true;
+  // Static calls (no mask, or one wave of tiles): the snake order (schedule.cuh, static_next_tile),
+  // the CTA with a round's longest tile takes the next round's shortest.
   static constexpr bool kStaticSnake = true;
   // Sm90FwdTraits says what it means. Order 2 measured 1-3% slower at D=256 (2026-11-27) and -1..+1% at
   // D=128 on 128-key blocks, -3..-6% on 192 with 4 chains (2026-11-30; docs/perf-notes.md).

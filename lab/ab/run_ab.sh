@@ -189,6 +189,13 @@
 # the same AB_CMD at D=256
 # (DQ_TRAFFIC=pair_cost_d256 bash lab/gpu_run.sh dqtraffic; measured 2026-11-30 on an H200: +5.4%).
 # AB_COPY_ONLY=1 (with AB_ROUNDS=0): the patched copy alone is built, for a caller that times only it.
+# AB_REUSE=1: the copy in AB_COPY as an earlier run on the same machine patched and built it (the same
+# PATCH and REVERSE, recorded in its .ab_patch), for a second A/B on other shapes without a second build.
+# fwd_dynamic_lean.diff: the Hopper forward's dynamic schedule without a key split (16-byte tile slots),
+# the producer's rings as counts (PipeCount), the LSE stored before O: the D=64 dynamic kernels on 24 /
+# 240 / 240 registers (were 32 / 232 / 232) and an FP8 D=256 dynamic kernel (causal calls ran the static
+# snake): bash lab/gpu_run.sh fwddynlean, then fwddynleanfp8 on the same machine (measured 2026-12-01 on an
+# H200 with REVERSE=0: the 16-bit forward 1.003, FP8 D=256 causal +4-5%; landed, so REVERSE=1 now undoes it).
 # AB_SMOKE: a command (e.g. a few GPU tests) run in the patched copy before any round, 90 s at most.
 # lab_softcap_no_tanh.diff: a measurement only (wrong results): the one-pass softcap kernels without
 # their tanh, to price the second SFU operation a score: REVERSE=0 with the AB_CMD above (measured
@@ -234,12 +241,19 @@ out=${OUT:-build}
 mkdir -p "$out"
 root=$PWD
 copy=${AB_COPY:-/tmp/flashattn-ab-copy}  # the other side's tree (AB_COPY: where; a caller may test in it afterwards)
-rm -rf "$copy" && mkdir -p "$copy"
-tar --exclude=./build --exclude='*.so' --exclude=./.git -cf - . | tar -C "$copy" -xf -
+# AB_REUSE=1: a copy that an earlier run on this machine built with the same PATCH and REVERSE is used
+# as it is (no copy, patch or build of it; the tree's own build is brought up to date as usual).
+reuse=0
+[ "${AB_REUSE:-0}" = 1 ] && [ -f "$copy/.ab_patch" ] && [ "$(cat "$copy/.ab_patch")" = "${PATCH:?} ${REVERSE:-1}" ] && reuse=1
+[ $reuse = 1 ] || { rm -rf "$copy" && mkdir -p "$copy"; }
+[ $reuse = 1 ] || tar --exclude=./build --exclude='*.so' --exclude=./.git -cf - . | tar -C "$copy" -xf -
 # PATCH may name several diffs (space-separated): applied in order, or reversed in the reverse order.
 read -r -a patches <<< "${PATCH:?}"
 : > "$out/ab_patch.log"
-if [ "${REVERSE:-1}" = 1 ]; then
+if [ $reuse = 1 ]; then
+  echo "reusing the patched copy $copy" >> "$out/ab_patch.log"
+  if [ "${REVERSE:-1}" = 1 ]; then side_a=$copy side_b=$root; else side_a=$root side_b=$copy; fi
+elif [ "${REVERSE:-1}" = 1 ]; then
   for ((i = ${#patches[@]} - 1; i >= 0; i--)); do
     (cd "$copy" && patch -R -p1 < "$root/lab/ab/${patches[i]}") >> "$out/ab_patch.log" 2>&1 || { echo "patch failed"; exit 2; }
   done
@@ -250,9 +264,11 @@ else
   done
   side_a=$root side_b=$copy
 fi
+[ $reuse = 1 ] || echo "${PATCH} ${REVERSE:-1}" > "$copy/.ab_patch"
 for side in a b; do
   dir=$side_b; [ $side = a ] && dir=$side_a
   [ "${AB_COPY_ONLY:-0}" = 1 ] && [ "$dir" != "$copy" ] && continue
+  [ $reuse = 1 ] && [ "$dir" = "$copy" ] && continue
   (cd "$dir" && MAX_JOBS=8 bash lab/gpu_build.sh > "$out/ab_build_$side.log" 2>&1) &
 done
 wait

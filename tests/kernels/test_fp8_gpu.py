@@ -33,6 +33,7 @@ CASES = [
     (2, 129, 4099, 3, 3, 80, BOTTOM_RIGHT),
     (1, 200, 200, 2, 2, 144, TOP_LEFT),
     (4, 2048, 2048, 8, 2, 128, BOTTOM_RIGHT),  # more tiles than SMs: the dynamic schedule
+    (2, 2048, 2100, 8, 4, 256, TOP_LEFT),  # the same at D=256
     (1, 192, 193, 2, 1, 128, BOTTOM_RIGHT),  # one key past a 192-key block (D=128's block)
     (2, 70, 400, 2, 2, 112, NONE),  # the third block's last 64-key V^T plane lies past V^T's 512 keys
 ]
