@@ -5,7 +5,9 @@ timed by the benchmark suite's own method (benchmarks/bench_common.measure_inter
 back-to-back calls between CUDA events, the implementations interleaved in rotating order). A
 minute for a handful of cells, so that a kernel change can be timed on both sides of an A/B
 (lab/ab/run_ab.sh AB_CMD="python3 lab/fwd_time.py ...") without the whole suite.
-usage: python3 lab/fwd_time.py [--dtype bf16|fp16] [--rounds N] D:S:causal ...
+A cell D:S:causal:B:H takes that batch and head count instead (a grid off the standard one, e.g.
+a tile count that fills whole waves of the SMs: lab/gpu_run.sh waveprobe).
+usage: python3 lab/fwd_time.py [--dtype bf16|fp16] [--rounds N] D:S:causal[:B:H] ...
        (default cells: 64:1024:1 64:4096:0 128:1024:1 128:4096:0 128:4096:1 128:16384:1 256:4096:1 256:16384:0)
 """
 
@@ -33,13 +35,16 @@ def main(argv: list[str]) -> int:
     import torch
 
     settings = bc.Settings(args.rounds, 2, 2.0, 1000, 0)
-    print(f"{args.dtype}, B*S = 16k, H = 2048 / D, TFLOP/s (median of {args.rounds} interleaved rounds); "
-          "x = their time / flashattn's")
-    print(f"{'D':>4} {'S':>6} {'causal':>6} " + " ".join(f"{n:>13}" for n in IMPLS) + "  x cudnn   x fa3")
+    print(f"{args.dtype}, B*S = 16k, H = 2048 / D unless a cell says B:H, TFLOP/s (median of {args.rounds} "
+          "interleaved rounds); x = their time / flashattn's")
+    print(f"{'D':>4} {'S':>6} {'causal':>6} " + " ".join(f"{n:>13}" for n in IMPLS) + "  x cudnn   x fa3   B   H")
     ratios: dict[str, list[float]] = {"sdpa-default": [], "fa3": []}
     for cell in args.cells:
-        d, s, causal = (int(x) for x in cell.split(":"))
-        h, b = 2048 // d, 16384 // s
+        fields = [int(x) for x in cell.split(":")]
+        if len(fields) not in (3, 5):
+            ap.error(f"cell {cell!r}: D:S:causal or D:S:causal:B:H")
+        d, s, causal = fields[:3]
+        b, h = fields[3:] if len(fields) == 5 else (16384 // s, 2048 // d)
         shape = bc.Shape("standard", args.dtype, b, h, h, s, s, d, bool(causal))
         q, k, v = bc.make_inputs(shape)
         runnables, times = {}, {}
@@ -60,7 +65,7 @@ def main(argv: list[str]) -> int:
             if n in times:
                 ratios[n].append(x[n])
         print(f"{d:>4} {s:>6} {causal:>6} " + " ".join(f"{tf[n]:13.1f}" for n in IMPLS) +
-              f"  {x['sdpa-default']:7.3f} {x['fa3']:7.3f}")
+              f"  {x['sdpa-default']:7.3f} {x['fa3']:7.3f} {b:3d} {h:3d}")
         del q, k, v
     for n, r in ratios.items():
         if r:

@@ -49,6 +49,8 @@
 #                                     D=256 dynamic kernel): its A/B on the 16-bit forward, then the fwdq2 checks (~5 min)
 #   bash lab/gpu_run.sh fwddynleanfp8 the same diff's A/B on lab/fp8_time.py, reusing fwddynlean's copy when the
 #                                     machine still has it (~2 min then)
+#   bash lab/gpu_run.sh waveprobe what the last partial wave of non-causal tiles costs each implementation: the
+#                                     standard cells beside B:H that fill whole waves of 132 SMs (lab/fwd_time.py) (~3 min)
 #   bash lab/gpu_run.sh fwdwaitsuspend measured, not adopted (1.002): the Hopper forward's producer waits suspended,
 #                                     not spinning (lab/ab/fwd_producer_wait_suspend.diff): its A/B, then the fwdq2 checks (~6 min)
 #   bash lab/gpu_run.sh bwdmasklean measured, not adopted (+0.5%): the Hopper backward's masked steps as a compare with an
@@ -658,6 +660,15 @@ case "${1:-verify}" in
     step ab_fwddynleanfp8 580 env PATCH=fwd_dynamic_lean.diff REVERSE=1 AB_REUSE=1 AB_COPY="$PWD/build/ab-fwddynlean" \
       OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
     ;;
+  waveprobe)  # issue 29: the non-causal standard cells run 7.76-23.3 waves of equal tiles on 132 SMs (a persistent
+              # static schedule), so the last partial wave costs up to 1/ceil(waves) of the call (~3%). Each cell
+              # beside B:H with a tile count of whole waves (the same S and D): if our TFLOP/s rises by ~3% there and
+              # the peers' less, splitting the tail's tiles over the keys is a lever of ours
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    step waveprobe 300 python3 lab/fwd_time.py --rounds 8 \
+      ${WAVE_CELLS:-128:4096:0 128:4096:0:6:11 128:16384:0 128:16384:0:3:11 256:4096:0 256:4096:0:3:11 64:4096:0 64:4096:0:3:42 64:1024:0 64:1024:0:16:33}
+    ;;
   fwdwaitsuspend)  # measured 2026-12-01 on an H200 (issue 29): 1.002 geomean, not adopted. The Hopper forward's
                    # producer waits (K/V/Q buffers and tile slots freed) with try_wait's suspend-time hint
                    # (NANOSLEEP.SYNCS in SASS) instead of spinning: ncu at D=64 S=512 causal counted 1.47 M retries
@@ -1130,7 +1141,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
