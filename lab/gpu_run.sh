@@ -49,6 +49,7 @@
 #                                     D=256 dynamic kernel): its A/B on the 16-bit forward, then the fwdq2 checks (~5 min)
 #   bash lab/gpu_run.sh fwddynleanfp8 the same diff's A/B on lab/fp8_time.py, reusing fwddynlean's copy when the
 #                                     machine still has it (~2 min then)
+#   bash lab/gpu_run.sh fwdncu   ncu on the forward of ours, cuDNN and FlashAttention-3 side by side (NCU_FWD_SHAPES) (~3 min)
 #   bash lab/gpu_run.sh waveprobe what the last partial wave of non-causal tiles costs each implementation: the
 #                                     standard cells beside B:H that fill whole waves of 132 SMs (lab/fwd_time.py) (~3 min)
 #   bash lab/gpu_run.sh fwdwaitsuspend measured, not adopted (1.002): the Hopper forward's producer waits suspended,
@@ -474,6 +475,13 @@ case "${1:-verify}" in
     step decode_lab 200 bash lab/decode_lab.sh
     step ceilings 120 python3 lab/ceilings.py
     ;;
+  fwdncu)  # issue 29: ncu on our forward, cuDNN's and FlashAttention-3's (carried in .whl/) side by side on
+           # NCU_FWD_SHAPES (default: D=128 S=16k causal and not, where FlashAttention-3 leads the causal cell
+           # by 4% and not the other)
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    step ncu_fwd 420 bash lab/ncu_fwd.sh ${NCU_FWD_SHAPES:-128:16384:1 128:16384:0}
+    ;;
   diagnose)
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
@@ -698,18 +706,25 @@ case "${1:-verify}" in
     ;;
   fwdsource)  # measured 2026-11-30 (issue 29) on an H200: where the short causal D=64 forward loses to cuDNN (0.84x at
               # S=512): both kernels under ncu side by side (instructions, IPC, stalls, tensor pipe) on short cells,
-              # then each kernel's source counters at D=64 S=512 causal and the two side by side (FWD_SOURCE_SHAPE)
+              # then each kernel's source counters at D=64 S=512 causal and the two side by side (FWD_SOURCE_SHAPE;
+              # FWD_SOURCE_PEER=fa3 takes FlashAttention-3's kernel, carried in .whl/, in cuDNN's place, e.g. at
+              # FWD_SOURCE_SHAPE=128:16384:1 FWD_NCU_SHAPES=128:16384:1, where it leads; FWD_NCU_SHAPES: the first step's)
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
-    step ncu_fwd 300 bash lab/ncu_fwd.sh 64:512:1 64:512:0 64:1024:1
+    step ncu_fwd 300 bash lab/ncu_fwd.sh ${FWD_NCU_SHAPES:-64:512:1 64:512:0 64:1024:1}
     shape=${FWD_SOURCE_SHAPE:-64:512:1}
     tag=${shape//:/_}
+    peer=${FWD_SOURCE_PEER:-cudnn}
+    peer_kernel=flash_fprop
+    # FlashAttention-3's kernel is cutlass::device_kernel<flash::FlashAttnFwdSm90<...>>: the base name
+    # matches whether ncu's function name keeps the template arguments or not (none other in the script)
+    [ "$peer" = fa3 ] && peer_kernel=device_kernel
     step "ncu_source_ours_$tag" 300 env OUT="$OUT" NCU_KERNEL=flash_fwd_sm90_kernel NCU_TAG="fwd_${tag}_ours" \
       bash lab/ncu_source.sh "$shape"
-    step "ncu_source_cudnn_$tag" 300 env OUT="$OUT" NCU_KERNEL=flash_fprop NCU_TAG="fwd_${tag}_cudnn" \
+    step "ncu_source_${peer}_$tag" 300 env OUT="$OUT" NCU_KERNEL="$peer_kernel" NCU_TAG="fwd_${tag}_$peer" \
       bash lab/ncu_source.sh "$shape"
     step "compare_$tag" 60 python3 lab/ncu_source_top.py --compare "$OUT/ncu_source_fwd_${tag}_ours.csv" \
-      "$OUT/ncu_source_fwd_${tag}_cudnn.csv" stall_wait
+      "$OUT/ncu_source_fwd_${tag}_$peer.csv" stall_wait
     ;;
   detsource)  # 2026-11-30 (issue 27; measured on an H200: the consumers wait for their stage): where
               # deterministic mode's D=256 cost goes, per SASS instruction: ncu's source counters of the Hopper main kernel, default and deterministic, at
@@ -1141,7 +1156,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
