@@ -67,7 +67,7 @@ __device__ __forceinline__ void fwd_sm90_body(const Params& params) {
   // branches joined would run under the producer's setmaxnreg budget, and ptxas spills the merge.
   constexpr bool kMayMerge = !Traits::kFp8 && !kDynamic && Traits::kClusterMerge;
   if (warpgroup == 0) {
-    setmaxnreg_dec<RegisterSplit<kDynamic, Traits::kConsumerWGs, Traits::kHeadDim>::kProducer>();
+    setmaxnreg_dec<RegisterSplit<kDynamic, Traits::kConsumerWGs>::kProducer>();
     if (threadIdx.x == 0) producer_loop<Traits, kDynamic>(params, sm);
     if constexpr (kMayMerge) {
       if (params.num_splits > 1 && params.o_accum == nullptr) {
@@ -76,7 +76,7 @@ __device__ __forceinline__ void fwd_sm90_body(const Params& params) {
       }
     }
   } else {
-    setmaxnreg_inc<RegisterSplit<kDynamic, Traits::kConsumerWGs, Traits::kHeadDim>::kConsumer>();
+    setmaxnreg_inc<RegisterSplit<kDynamic, Traits::kConsumerWGs>::kConsumer>();
     consumer_loop<Traits, Element, kDynamic>(params, sm, warpgroup - 1);
     if constexpr (kMayMerge) {
       if (params.num_splits > 1 && params.o_accum == nullptr) {

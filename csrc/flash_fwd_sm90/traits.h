@@ -25,7 +25,7 @@ constexpr int kConsumerWarpgroups = 2;
 // Bytes of one slot of the dynamic schedule's tile ring (schedule.cuh): the tile index and its
 // decoded coordinates, 4 ints.
 constexpr int kSm90TileSlotBytes = 16;
-// setmaxnreg budgets per warpgroup, by tile schedule (schedule.cuh), consumer count and head dim:
+// setmaxnreg budgets per warpgroup, by tile schedule (schedule.cuh) and consumer count:
 // the producer 24, two consumers 240 each, three 160. The dynamic schedule's producer also runs the
 // atomic and the tile ring; it reads the grid size at each tile so that ptxas does not keep it
 // live (it spilled it at 24 registers), and keeps its rings as counts (smem.cuh PipeCount): then
@@ -38,7 +38,7 @@ constexpr int kSm90TileSlotBytes = 16;
 // half the register file: the producer's budget and 256 - it for the consumer.
 constexpr int sm90_ctas_per_sm(int consumers) { return consumers == 1 ? 2 : 1; }
 
-template <bool kDynamic, int kConsumers = kConsumerWarpgroups, int kHeadDim = 128>
+template <bool kDynamic, int kConsumers = kConsumerWarpgroups>
 struct RegisterSplit {
   static constexpr int kCtasPerSm = sm90_ctas_per_sm(kConsumers);
   static constexpr bool kWideProducer = kDynamic && kConsumers != 2;

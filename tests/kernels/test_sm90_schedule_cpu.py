@@ -229,7 +229,7 @@ _BUDGET_PROBE = r"""
 #include "flash_fwd_sm90/traits.h"
 using namespace flashattn::sm90;
 template <typename T, bool kDynamic> void budget(const char* name) {
-  using R = RegisterSplit<kDynamic, T::kConsumerWGs, T::kHeadDim>;
+  using R = RegisterSplit<kDynamic, T::kConsumerWGs>;
   std::printf("%s %d %d %d %d %d %d %d\n", name, T::kConsumerWGs, T::kThreads, T::kCtasPerSm, T::kSmemBytes,
               R::kLaunchRegs, R::kProducer, R::kConsumer);
 }
