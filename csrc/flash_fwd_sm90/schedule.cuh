@@ -71,7 +71,8 @@ __device__ __forceinline__ TileWork tile_work(const Sm90Params& params, int t) {
   return tile_work_of<Traits>(params, decode_split_tile(params, t));
 }
 
-// A whole query tile's work (the dynamic schedule: no split).
+// A whole query tile's work (the dynamic schedule: no split). tile_work_of's key range without the
+// split (written apart: tile_work_of built on it changed the static FP8 kernels' PTX).
 template <typename Traits>
 __device__ __forceinline__ TileWork unsplit_tile_work(const Sm90Params& params, const TileCoord& c) {
   const KeyBlocks r = block_range(c.m_block, Traits::kBlockM, Traits::kBlockN, params.seqlen_q, params.seqlen_k,
