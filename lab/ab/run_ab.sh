@@ -6,6 +6,8 @@
 # command line run in each side's tree, e.g. AB_CMD="python3 lab/bwd_check.py --time-only --time
 # --lean --dims 128,256": deterministic mode's cost) in its place.
 #   PATCH=lse_log2_early_loads.diff REVERSE=0 bash lab/ab/run_ab.sh D:S:causal ...
+# With AB_CMD lab/fwd_time.py or lab/fp8_time.py, python3 lab/ab_summary.py LOG reads the log's rounds
+# back as B / A per cell and its geomean.
 # lse_log2_early_loads.diff: the backward's lse stored in log2 units and the row statistics read
 # before the score GEMMs (measured 2026-11-26: D=128 +1%, D=64 -2%; not adopted).
 # dq_store_after_next_s.diff: D <= 128 stores step t's dQ after step t+1's S^T GEMM is issued
