@@ -49,6 +49,8 @@
 #                                     D=256 dynamic kernel): its A/B on the 16-bit forward, then the fwdq2 checks (~5 min)
 #   bash lab/gpu_run.sh fwddynleanfp8 the same diff's A/B on lab/fp8_time.py, reusing fwddynlean's copy when the
 #                                     machine still has it (~2 min then)
+#   bash lab/gpu_run.sh fwdorder2 prepared: the 16-bit D=128 forward in step order 2 (lab/ab/fwd_d128_order2.diff: a
+#                                     ping-pong turn holds only the GEMMs' issue, as FlashAttention-3's): its A/B, the checks (~5 min)
 #   bash lab/gpu_run.sh fwdncu   ncu on the forward of ours, cuDNN and FlashAttention-3 side by side (NCU_FWD_SHAPES) (~3 min)
 #   bash lab/gpu_run.sh waveprobe what the last partial wave of non-causal tiles costs each implementation: the
 #                                     standard cells beside B:H that fill whole waves of 132 SMs (lab/fwd_time.py) (~3 min)
@@ -474,6 +476,15 @@ case "${1:-verify}" in
     step sm90_lab_variants 240 bash lab/sm90_lab.sh variants
     step decode_lab 200 bash lab/decode_lab.sh
     step ceilings 120 python3 lab/ceilings.py
+    ;;
+  fwdorder2)  # prepared 2026-12-01 (issue 29), not yet run: the 16-bit D=128 forward in step order 2
+              # (lab/ab/fwd_d128_order2.diff; traits.h kStepOrder): P converted and O rescaled after the step's
+              # softmax, so that a ping-pong turn issues the two GEMMs and nothing else, as FlashAttention-3's
+              # D=128 step does (SASS: order 0's turn converts P, 32 F2FP, and rescales O when a maximum moved).
+              # ncu at D=128 S=16k: FlashAttention-3's tensor pipe 88% busy to our 82.5%. Its A/B on D=128 cells of
+              # both masks (cuDNN and FlashAttention-3 alongside: carry .whl/), then the fwdq2 checks in the copy
+    fwd_patch_ab fwdorder2 fwd_d128_order2.diff \
+      "${FWD_ORDER_CELLS:-128:512:1 128:1024:1 128:4096:1 128:8192:1 128:16384:1 128:512:0 128:4096:0 128:16384:0}"
     ;;
   fwdncu)  # issue 29: ncu on our forward, cuDNN's and FlashAttention-3's (carried in .whl/) side by side on
            # NCU_FWD_SHAPES (default: D=128 S=16k causal and not, where FlashAttention-3 leads the causal cell
@@ -1156,7 +1167,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
