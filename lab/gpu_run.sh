@@ -49,8 +49,9 @@
 #                                     D=256 dynamic kernel): its A/B on the 16-bit forward, then the fwdq2 checks (~5 min)
 #   bash lab/gpu_run.sh fwddynleanfp8 the same diff's A/B on lab/fp8_time.py, reusing fwddynlean's copy when the
 #                                     machine still has it (~2 min then)
-#   bash lab/gpu_run.sh fwdorder2 prepared: the 16-bit D=128 forward in step order 2 (lab/ab/fwd_d128_order2.diff: a
-#                                     ping-pong turn holds only the GEMMs' issue, as FlashAttention-3's): its A/B, the checks (~5 min)
+#   bash lab/gpu_run.sh fwdorder2 prepared: the 16-bit forward in step order 2 at every head dim (FWD_ORDER_DIFF, default
+#                                     lab/ab/fwd_step_order2.diff; fwd_d128_order2.diff: D=128 alone): a ping-pong turn
+#                                     holds only the GEMMs' issue, as FlashAttention-3's: its A/B, the checks (~5 min)
 #   bash lab/gpu_run.sh fwdncu   ncu on the forward of ours, cuDNN and FlashAttention-3 side by side (NCU_FWD_SHAPES) (~3 min)
 #   bash lab/gpu_run.sh waveprobe what the last partial wave of non-causal tiles costs each implementation: the
 #                                     standard cells beside B:H that fill whole waves of 132 SMs (lab/fwd_time.py) (~3 min)
@@ -477,14 +478,15 @@ case "${1:-verify}" in
     step decode_lab 200 bash lab/decode_lab.sh
     step ceilings 120 python3 lab/ceilings.py
     ;;
-  fwdorder2)  # prepared 2026-12-01 (issue 29), not yet run: the 16-bit D=128 forward in step order 2
-              # (lab/ab/fwd_d128_order2.diff; traits.h kStepOrder): P converted and O rescaled after the step's
-              # softmax, so that a ping-pong turn issues the two GEMMs and nothing else, as FlashAttention-3's
-              # D=128 step does (SASS: order 0's turn converts P, 32 F2FP, and rescales O when a maximum moved).
-              # ncu at D=128 S=16k: FlashAttention-3's tensor pipe 88% busy to our 82.5%. Its A/B on D=128 cells of
-              # both masks (cuDNN and FlashAttention-3 alongside: carry .whl/), then the fwdq2 checks in the copy
-    fwd_patch_ab fwdorder2 fwd_d128_order2.diff \
-      "${FWD_ORDER_CELLS:-128:512:1 128:1024:1 128:4096:1 128:8192:1 128:16384:1 128:512:0 128:4096:0 128:16384:0}"
+  fwdorder2)  # prepared 2026-12-01 (issue 29), not yet run: the 16-bit forward in step order 2 (traits.h
+              # kStepOrder; FWD_ORDER_DIFF: lab/ab/fwd_step_order2.diff, every head dim, the default, or
+              # fwd_d128_order2.diff, D=128 alone): P converted and O rescaled after the step's softmax, so that a
+              # ping-pong turn issues the two GEMMs and nothing else, as FlashAttention-3's step does (SASS: order
+              # 0's turn converts P, 32 F2FP, and rescales O when a maximum moved). ncu at D=128 S=16k:
+              # FlashAttention-3's tensor pipe 88% busy to our 82.5%. Its A/B on D=64 and D=128 cells of both masks
+              # (cuDNN and FlashAttention-3 alongside: carry .whl/), then the fwdq2 checks in the copy
+    fwd_patch_ab fwdorder2 "${FWD_ORDER_DIFF:-fwd_step_order2.diff}" \
+      "${FWD_ORDER_CELLS:-64:512:1 64:1024:1 64:4096:1 64:1024:0 128:512:1 128:1024:1 128:4096:1 128:16384:1 128:512:0 128:16384:0}"
     ;;
   fwdncu)  # issue 29: ncu on our forward, cuDNN's and FlashAttention-3's (carried in .whl/) side by side on
            # NCU_FWD_SHAPES (default: D=128 S=16k causal and not, where FlashAttention-3 leads the causal cell

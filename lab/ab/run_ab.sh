@@ -193,8 +193,9 @@
 # AB_COPY_ONLY=1 (with AB_ROUNDS=0): the patched copy alone is built, for a caller that times only it.
 # AB_REUSE=1: the copy in AB_COPY as an earlier run on the same machine patched and built it (the same
 # PATCH and REVERSE, recorded in its .ab_patch), for a second A/B on other shapes without a second build.
-# fwd_d128_order2.diff: the 16-bit D=128 forward in step order 2 (traits.h kStepOrder; a ping-pong turn
-# issues the GEMMs alone): REVERSE=0 (bash lab/gpu_run.sh fwdorder2; prepared 2026-12-01, not yet run).
+# fwd_step_order2.diff / fwd_d128_order2.diff: the 16-bit forward in step order 2 (traits.h kStepOrder; a
+# ping-pong turn issues the GEMMs alone) at every head dim / at D=128 alone: REVERSE=0 (bash lab/gpu_run.sh
+# fwdorder2, FWD_ORDER_DIFF; prepared 2026-12-01, not yet run).
 # fwd_dynamic_lean.diff: the Hopper forward's dynamic schedule without a key split (16-byte tile slots),
 # the producer's rings as counts (PipeCount), the LSE stored before O: the D=64 dynamic kernels on 24 /
 # 240 / 240 registers (were 32 / 232 / 232) and an FP8 D=256 dynamic kernel (causal calls ran the static
