@@ -613,7 +613,8 @@ case "${1:-verify}" in
   fwdtilework)  # 2026-11-30 (issue 29; measured on an H200: D=64 causal +2-3%, landed): the Hopper forward's
                 # dynamic schedule publishing each tile's decoded coordinates and split with its index
                 # (lab/ab/fwd_tile_decode_published.diff, applied in reverse since it landed: REVERSE=1 measures the tree
-                # without it): its A/B on the causal short cells and two long ones (lab/fwd_time.py, cuDNN alongside),
+                # without it; it reverses on commit 8b08062's csrc, the dynamic schedule has carried no split since):
+                # its A/B on the causal short cells and two long ones (lab/fwd_time.py, cuDNN alongside),
                 # then the fwdq2 stage's tests and sanitizers in the copy
     fwd_patch_ab fwdtilework fwd_tile_decode_published.diff \
       "${FWD_TILEWORK_CELLS:-64:512:1 64:1024:1 64:2048:1 128:512:1 128:1024:1 256:1024:1 64:4096:1 128:16384:1}" 1
@@ -694,7 +695,8 @@ case "${1:-verify}" in
                    # producer waits (K/V/Q buffers and tile slots freed) with try_wait's suspend-time hint
                    # (NANOSLEEP.SYNCS in SASS) instead of spinning: ncu at D=64 S=512 causal counted 1.47 M retries
                    # of its waits (2.9 M issued instructions, 5% of the kernel's) and ~0 for the consumers'
-                   # (lab/ab/fwd_producer_wait_suspend.diff): its A/B, then the fwdq2 checks in the copy
+                   # (lab/ab/fwd_producer_wait_suspend.diff, which applies to commit 8b08062's csrc: the producer's
+                   # rings have been counts since): its A/B, then the fwdq2 checks in the copy
     fwd_patch_ab fwdwaitsuspend fwd_producer_wait_suspend.diff \
       "${FWD_WAIT_CELLS:-64:512:1 64:1024:1 64:2048:1 64:512:0 128:512:1 128:1024:1 128:4096:1 256:1024:1 128:16384:0}"
     ;;

@@ -196,7 +196,8 @@
 # fwd_step_order2.diff / fwd_d128_order2.diff: the 16-bit forward in step order 2 (traits.h kStepOrder; a
 # ping-pong turn issues the GEMMs alone) at every head dim / at D=128 alone: REVERSE=0 (bash lab/gpu_run.sh
 # fwdorder2, FWD_ORDER_DIFF; prepared 2026-12-01, not yet run).
-# fwd_dynamic_lean.diff: the Hopper forward's dynamic schedule without a key split (16-byte tile slots),
+# fwd_dynamic_lean.diff (the csrc of commits 8b08062..4e3735c, RegisterSplit's unused head-dim parameter
+# dropped with it): the Hopper forward's dynamic schedule without a key split (16-byte tile slots),
 # the producer's rings as counts (PipeCount), the LSE stored before O: the D=64 dynamic kernels on 24 /
 # 240 / 240 registers (were 32 / 232 / 232) and an FP8 D=256 dynamic kernel (causal calls ran the static
 # snake): bash lab/gpu_run.sh fwddynlean, then fwddynleanfp8 on the same machine (measured 2026-12-01 on an
