@@ -343,9 +343,14 @@ fwd_copy_checks() {
     tests/kernels/test_fp8_gpu.py -ra"
   copy_sanitize_steps "$copy" "$name" 90 auto dense,split,fp8
 }
-# An FP8-forward A/B of lab/ab/$2 (REVERSE=$3) on lab/fp8_time.py, as step ab_$1.
+# An FP8-forward A/B of lab/ab/$2 (REVERSE=$3) on lab/fp8_time.py, as step ab_$1; with $4, the patched copy
+# an earlier stage on this machine built for the same diff, reused (run_ab.sh AB_REUSE) or else made there.
+#   fp8_patch_ab NAME PATCH REVERSE [COPY]
 fp8_patch_ab() {
-  step "ab_$1" 580 env PATCH="$2" REVERSE="$3" OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
+  local reuse=()
+  [ -n "${4:-}" ] && reuse=(AB_REUSE=1 AB_COPY="$4")
+  step "ab_$1" 580 env PATCH="$2" REVERSE="$3" "${reuse[@]}" OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" \
+    bash lab/ab/run_ab.sh
 }
 
 # A Hopper-forward change as a patch against the tree (REVERSE 0, the default: B is the patched copy,
@@ -679,8 +684,7 @@ case "${1:-verify}" in
   fwddynleanfp8)  # the same diff's A/B on lab/fp8_time.py (FP8 D=256 causal: the dynamic schedule against the snake),
                   # in fwddynlean's copy when this machine still has it built (run_ab.sh AB_REUSE)
     env_info > "$OUT/env.txt" 2>&1
-    step ab_fwddynleanfp8 580 env PATCH=fwd_dynamic_lean.diff REVERSE=1 AB_REUSE=1 AB_COPY="$PWD/build/ab-fwddynlean" \
-      OUT="$OUT/ab" AB_CMD="python3 lab/fp8_time.py" bash lab/ab/run_ab.sh
+    fp8_patch_ab fwddynleanfp8 fwd_dynamic_lean.diff 1 "$PWD/build/ab-fwddynlean"
     ;;
   waveprobe)  # issue 29: the non-causal standard cells run 7.76-23.3 waves of equal tiles on 132 SMs (a persistent
               # static schedule), so the last partial wave costs up to 1/ceil(waves) of the call (~3%). Each cell

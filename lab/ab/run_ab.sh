@@ -251,8 +251,10 @@ copy=${AB_COPY:-/tmp/flashattn-ab-copy}  # the other side's tree (AB_COPY: where
 # as it is (no copy, patch or build of it; the tree's own build is brought up to date as usual).
 reuse=0
 [ "${AB_REUSE:-0}" = 1 ] && [ -f "$copy/.ab_patch" ] && [ "$(cat "$copy/.ab_patch")" = "${PATCH:?} ${REVERSE:-1}" ] && reuse=1
-[ $reuse = 1 ] || { rm -rf "$copy" && mkdir -p "$copy"; }
-[ $reuse = 1 ] || tar --exclude=./build --exclude='*.so' --exclude=./.git -cf - . | tar -C "$copy" -xf -
+if [ $reuse = 0 ]; then
+  rm -rf "$copy" && mkdir -p "$copy"
+  tar --exclude=./build --exclude='*.so' --exclude=./.git -cf - . | tar -C "$copy" -xf -
+fi
 # PATCH may name several diffs (space-separated): applied in order, or reversed in the reverse order.
 read -r -a patches <<< "${PATCH:?}"
 : > "$out/ab_patch.log"
