@@ -49,7 +49,10 @@
 #                                     D=256 dynamic kernel): its A/B on the 16-bit forward, then the fwdq2 checks (~5 min)
 #   bash lab/gpu_run.sh fwddynleanfp8 the same diff's A/B on lab/fp8_time.py, reusing fwddynlean's copy when the
 #                                     machine still has it (~2 min then)
-#   bash lab/gpu_run.sh fwdorder2 prepared: the 16-bit forward in step order 2 at every head dim (FWD_ORDER_DIFF, default
+#   bash lab/gpu_run.sh fwdwg0waits prepared: only consumer warpgroup 0 of the ping-pong forward waits for K and V
+#                                     (lab/ab/fwd_wg0_waits.diff): its A/B on the 16-bit forward, the checks, then its
+#                                     A/B on lab/fp8_time.py in the same copy (~8 min)
+#   bash lab/gpu_run.sh fwdorder2 measured, not adopted (1.005): the 16-bit forward in step order 2 at every head dim (FWD_ORDER_DIFF, default
 #                                     lab/ab/fwd_step_order2.diff; fwd_d128_order2.diff: D=128 alone): a ping-pong turn
 #                                     holds only the GEMMs' issue, as FlashAttention-3's: its A/B, the checks (~5 min)
 #   bash lab/gpu_run.sh fwdncu   ncu on the forward of ours, cuDNN and FlashAttention-3 side by side (NCU_FWD_SHAPES) (~3 min)
@@ -483,7 +486,18 @@ case "${1:-verify}" in
     step decode_lab 200 bash lab/decode_lab.sh
     step ceilings 120 python3 lab/ceilings.py
     ;;
-  fwdorder2)  # prepared 2026-12-01 (issue 29), not yet run: the 16-bit forward in step order 2 (traits.h
+  fwdwg0waits)  # prepared 2026-12-01 (issue 29): in the ping-pong forward only consumer warpgroup 0 waits for K and V to
+                # land (consumer.cuh waits_kv, as FlashAttention-3's consumers do): the others' sections follow its
+                # section for the same block, so the named barrier already orders the load before their GEMMs. ncu
+                # at D=128 S=16k causal: every one of our consumer K/V waits succeeds on its first try_wait, yet the
+                # branch after it holds ~50 cycles of long-scoreboard stall a step (FlashAttention-3 runs half as
+                # many such waits). lab/ab/fwd_wg0_waits.diff's A/B on the 16-bit forward (FWD_WG0_CELLS), the fwdq2
+                # checks in the copy, then its A/B on lab/fp8_time.py in the same copy
+    fwd_patch_ab fwdwg0waits fwd_wg0_waits.diff \
+      "${FWD_WG0_CELLS:-64:512:1 64:1024:1 64:4096:1 64:1024:0 128:512:1 128:1024:1 128:4096:1 128:16384:1 128:512:0 128:16384:0 256:1024:1 256:4096:0}"
+    fp8_patch_ab fwdwg0waitsfp8 fwd_wg0_waits.diff 0 "$PWD/build/ab-fwdwg0waits"
+    ;;
+  fwdorder2)  # measured 2026-12-01 (issue 29), not adopted (1.005 geomean): the 16-bit forward in step order 2 (traits.h
               # kStepOrder; FWD_ORDER_DIFF: lab/ab/fwd_step_order2.diff, every head dim, the default, or
               # fwd_d128_order2.diff, D=128 alone): P converted and O rescaled after the step's softmax, so that a
               # ping-pong turn issues the two GEMMs and nothing else, as FlashAttention-3's step does (SASS: order
@@ -1175,7 +1189,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -5,10 +5,15 @@ with their share of all samples, how often they ran, their main stall reason and
 before them (what a scoreboard stall usually waits on).
 usage: python3 lab/ncu_source_top.py build/ncu_source_256_4096_1.csv[.gz] [N]
        python3 lab/ncu_source_top.py --compare OURS.csv THEIRS.csv [REASON]
+       python3 lab/ncu_source_top.py --waits A.csv [B.csv ...]
 --compare: two kernels' samples by stall reason side by side (largest excess first), their executed
 instructions by opcode family side by side, REASON's
 samples (default stall_mio) by opcode family for each, and each kernel's executed shared-memory,
 tensor and reduction instructions with their shared-memory wavefronts.
+--waits: each barrier wait and arrival (mbarrier try_wait, bar.sync, bar.arrive) with how often it
+ran, its samples and those of the instruction after it (the branch on a try_wait's result holds
+the wait), then the samples by stall reason split into the hot loop (instructions run at least
+half as often as the most-run one) and the rest, for each CSV given.
 """
 
 from __future__ import annotations
@@ -95,9 +100,39 @@ def compare(ours: str, theirs: str, reason: str) -> int:
     return 0
 
 
+def hot_loop(ix: dict[str, int], rows: list[list[str]]) -> list[bool]:
+    """Whether each instruction belongs to the hot loop: run at least half as often as the most-run
+    instruction outside spin loops (a 2x unrolled loop's instructions run half as often as a
+    plain one's; a spin loop's, far more often, so the reference is the most-run non-wait one)."""
+    executed = [num(r[ix["Instructions Executed"]]) for r in rows]
+    spin = ("SYNCS", "YIELD", "BRA", "NANOSLEEP")
+    ref = max((e for e, r in zip(executed, rows) if not opcode(r[1]).startswith(spin)), default=0.0)
+    return [ref / 2 <= e <= ref for e in executed]
+
+
+def waits(paths: list[str]) -> int:
+    for path in paths:
+        ix, rows = load(path)
+        samples, executed = ix["Warp Stall Sampling (All Samples)"], ix["Instructions Executed"]
+        print(path)
+        print(f"  {'addr':>6s} {'ran':>10s} {'here':>6s} {'next':>6s}  instruction")
+        for i, r in enumerate(rows):
+            if any(k in r[1] for k in ("TRYWAIT", "BAR.SYNC", "BAR.ARV")):
+                after = num(rows[i + 1][samples]) if i + 1 < len(rows) else 0.0
+                print(f"  {r[0][-6:]:>6s} {num(r[executed]):10.0f} {num(r[samples]):6.0f} {after:6.0f}  {r[1].strip()[:64]}")
+        hot = hot_loop(ix, rows)
+        for name, keep in (("hot loop", True), ("rest", False)):
+            tot = {k[6:]: sum(num(r[ix[k]]) for r, h in zip(rows, hot) if h == keep) for k in stall_reasons(ix)}
+            top = sorted(((v, k) for k, v in tot.items() if v), reverse=True)
+            print(f"  {name}: {sum(tot.values()):.0f} samples, " + " ".join(f"{k} {v:.0f}" for v, k in top[:11]))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "--compare":
         return compare(argv[1], argv[2], argv[3] if len(argv) > 3 else "stall_mio")
+    if argv and argv[0] == "--waits":
+        return waits(argv[1:])
     path, n = argv[0], int(argv[1]) if len(argv) > 1 else 25
     ix, rows = load(path)
     reasons = stall_reasons(ix)

@@ -104,8 +104,12 @@ struct Sm90FwdTraits {
   // step and O inside its ping-pong turn; 1, both once the step's P V has completed; 2, as 1 with
   // the wait for the next K block at the top of the step (FlashAttention-3's order: ptxas then
   // places the P V wait among the step's exponentials). Measured (sm90_lab variants, 2026-11-27):
-  // 2 gains 2.7% at D=256 (up to 6%), is neutral at D=128 and order 1 loses 8% at D=64.
-  static constexpr int kStepOrder = kHeadDim >= 256 ? 2 : 0;
+  // 2 gains 2.7% at D=256 (up to 6%), is neutral at D=128 and order 1 loses 8% at D=64. Order 2
+  // measured again after the dynamic schedule and the lean mask (2026-12-01, two A/B runs): on
+  // D=64's two-consumer config (causal calls below kSm90LongKeysMin keys) +1.5-2.0% at S=512,
+  // +1.0-1.5% at 1k, +0.2% at 2k; on the three-consumer D=64 configs -0.6..-1.6%; at D=128 +1-3.6%
+  // from S <= 1k but -0.3..-1.8% from 4k keys, where the cells against FlashAttention-3 are.
+  static constexpr int kStepOrder = kHeadDim >= 256 || (kHeadDim == 64 && kConsumerWGs == 2) ? 2 : 0;
   static constexpr int kChunkElems = kChunkCols;
   static constexpr int kOChunks = kChunks;
   static constexpr int kQKSteps = kHeadDim / 16;

@@ -40,3 +40,25 @@ def test_compare_prints_executed_instructions_by_family(tmp_path, capsys) -> Non
     assert rows["HGMMA"][:2] == ["0.50", "0.50"]
     assert "6.50" in out and "4.50" in out  # the totals
     assert top.executed_by_family(*top.load(str(theirs))) == {"ISETP": 2e6, "MUFU": 2e6, "HGMMA": 5e5}
+
+
+def test_waits_lists_barrier_waits_and_splits_the_hot_loop(tmp_path, capsys) -> None:
+    path = tmp_path / "k.csv"
+    path.write_text(_csv([
+        ("0x0010", "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4+0x30030], R11", 7, 1_000_000, 3, 0, 0),
+        ("0x0020", "@!P0 BRA 0x0090", 40, 1_000_000, 1, 0, 0),
+        ("0x0030", "MUFU.EX2 R4, R5", 100, 1_000_000, 20, 10, 0),
+        ("0x0040", "FADD R6, R6, R4", 30, 600_000, 30, 0, 0),  # a 2x unrolled part: still the loop
+        ("0x0050", "BAR.ARV R11, 0x100", 2, 1_000_000, 0, 0, 0),
+        ("0x0060", "STS [R2], R3", 9, 16_000, 4, 5, 0),  # the epilogue: not the loop
+        ("0x0090", "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4+0x30040], R3", 0, 9_000_000, 6, 0, 0),  # a spin
+    ]))
+    assert top.main(["--waits", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    tryw = next(line for line in lines if "0x30030" in line).split()
+    assert tryw[:4] == ["0x0010", "1000000", "7", "40"]  # ran, samples here, samples of the branch after it
+    assert any("BAR.ARV" in line for line in lines)
+    hot = next(line for line in lines if "hot loop:" in line)
+    rest = next(line for line in lines if "rest:" in line)
+    assert hot.split(":", 1)[1].split() == ["64", "samples,", "wait", "54", "mio", "10"]  # wait 3 + 1 + 20 + 30
+    assert rest.split(":", 1)[1].split() == ["15", "samples,", "wait", "10", "mio", "5"]  # the STS and the spin
