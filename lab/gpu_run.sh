@@ -49,7 +49,7 @@
 #                                     D=256 dynamic kernel): its A/B on the 16-bit forward, then the fwdq2 checks (~5 min)
 #   bash lab/gpu_run.sh fwddynleanfp8 the same diff's A/B on lab/fp8_time.py, reusing fwddynlean's copy when the
 #                                     machine still has it (~2 min then)
-#   bash lab/gpu_run.sh fwdwg0waits prepared: only consumer warpgroup 0 of the ping-pong forward waits for K and V
+#   bash lab/gpu_run.sh fwdwg0waits measured, not adopted (0.997, FP8 0.983): only consumer warpgroup 0 of the ping-pong forward waits for K and V
 #                                     (lab/ab/fwd_wg0_waits.diff): its A/B on the 16-bit forward, the checks, then its
 #                                     A/B on lab/fp8_time.py in the same copy (~8 min)
 #   bash lab/gpu_run.sh fwdorder2 measured, not adopted (1.005): the 16-bit forward in step order 2 at every head dim (FWD_ORDER_DIFF, default
@@ -486,7 +486,7 @@ case "${1:-verify}" in
     step decode_lab 200 bash lab/decode_lab.sh
     step ceilings 120 python3 lab/ceilings.py
     ;;
-  fwdwg0waits)  # prepared 2026-12-01 (issue 29): in the ping-pong forward only consumer warpgroup 0 waits for K and V to
+  fwdwg0waits)  # measured 2026-12-01 (issue 29), not adopted: 0.997 on the 16-bit forward, 0.983 on FP8. In the ping-pong forward only consumer warpgroup 0 waits for K and V to
                 # land (consumer.cuh waits_kv, as FlashAttention-3's consumers do): the others' sections follow its
                 # section for the same block, so the named barrier already orders the load before their GEMMs. ncu
                 # at D=128 S=16k causal: every one of our consumer K/V waits succeeds on its first try_wait, yet the
@@ -499,7 +499,8 @@ case "${1:-verify}" in
     ;;
   fwdorder2)  # measured 2026-12-01 (issue 29), not adopted (1.005 geomean): the 16-bit forward in step order 2 (traits.h
               # kStepOrder; FWD_ORDER_DIFF: lab/ab/fwd_step_order2.diff, every head dim, the default, or
-              # fwd_d128_order2.diff, D=128 alone): P converted and O rescaled after the step's softmax, so that a
+              # fwd_d128_order2.diff, D=128 alone; fwd_order2_two_consumers.diff, every two-consumer config, 1.005,
+              # of which D=64's landed): P converted and O rescaled after the step's softmax, so that a
               # ping-pong turn issues the two GEMMs and nothing else, as FlashAttention-3's step does (SASS: order
               # 0's turn converts P, 32 F2FP, and rescales O when a maximum moved). ncu at D=128 S=16k:
               # FlashAttention-3's tensor pipe 88% busy to our 82.5%. Its A/B on D=64 and D=128 cells of both masks
