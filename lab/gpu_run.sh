@@ -49,6 +49,8 @@
 #                                     D=256 dynamic kernel): its A/B on the 16-bit forward, then the fwdq2 checks (~5 min)
 #   bash lab/gpu_run.sh fwddynleanfp8 the same diff's A/B on lab/fp8_time.py, reusing fwddynlean's copy when the
 #                                     machine still has it (~2 min then)
+#   bash lab/gpu_run.sh fwdpfirst prepared: step order 2 with P converted before O's rescale, D=128 on order 2 too
+#                                     (lab/ab/fwd_order2_p_first.diff): its A/B over D=64/128/256, the checks (~6 min)
 #   bash lab/gpu_run.sh fwdwg0waits measured, not adopted (0.997, FP8 0.983): only consumer warpgroup 0 of the ping-pong forward waits for K and V
 #                                     (lab/ab/fwd_wg0_waits.diff): its A/B on the 16-bit forward, the checks, then its
 #                                     A/B on lab/fp8_time.py in the same copy (~8 min)
@@ -485,6 +487,15 @@ case "${1:-verify}" in
     step sm90_lab_variants 240 bash lab/sm90_lab.sh variants
     step decode_lab 200 bash lab/decode_lab.sh
     step ceilings 120 python3 lab/ceilings.py
+    ;;
+  fwdpfirst)  # prepared 2026-12-01 (issue 29), not yet run: step order 2 with P converted before O's rescale
+              # (lab/ab/fwd_order2_p_first.diff; FWD_PFIRST_DIFF=fwd_p_first_swap_only.diff for the swap alone, D=128
+              # left on order 0). SASS: order 2 ran P's 32 conversions after rescale_o's branch, alone once the last
+              # exponential had landed (what cost it the long D=128 cells); converted first they fill the gaps
+              # between the exponentials, as in FlashAttention-3's step, at D=64, 128 and 256. Its A/B on the 16-bit
+              # forward over all three head dims (FWD_PFIRST_CELLS), then the fwdq2 checks in the copy
+    fwd_patch_ab fwdpfirst "${FWD_PFIRST_DIFF:-fwd_order2_p_first.diff}" \
+      "${FWD_PFIRST_CELLS:-64:512:1 64:1024:1 64:2048:1 128:512:1 128:1024:1 128:4096:1 128:16384:1 128:512:0 128:4096:0 128:16384:0 256:1024:1 256:4096:1 256:16384:0}"
     ;;
   fwdwg0waits)  # measured 2026-12-01 (issue 29), not adopted: 0.997 on the 16-bit forward, 0.983 on FP8. In the ping-pong forward only consumer warpgroup 0 waits for K and V to
                 # land (consumer.cuh waits_kv, as FlashAttention-3's consumers do): the others' sections follow its
@@ -1190,7 +1201,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|fwdpfirst|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
