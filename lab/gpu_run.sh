@@ -490,7 +490,7 @@ case "${1:-verify}" in
     ;;
   fwdpfirst)  # prepared 2026-12-01 (issue 29), not yet run: step order 2 with P converted before O's rescale
               # (lab/ab/fwd_order2_p_first.diff; FWD_PFIRST_DIFF=fwd_p_first_swap_only.diff for the swap alone, D=128
-              # left on order 0). SASS: order 2 ran P's 32 conversions after rescale_o's branch, alone once the last
+              # left on order 0; fwd_order2_all_p_first.diff: every config on order 2, the three-consumer D=64 ones too). SASS: order 2 ran P's 32 conversions after rescale_o's branch, alone once the last
               # exponential had landed (what cost it the long D=128 cells); converted first they fill the gaps
               # between the exponentials, as in FlashAttention-3's step, at D=64, 128 and 256. Its A/B on the 16-bit
               # forward over all three head dims (FWD_PFIRST_CELLS), then the fwdq2 checks in the copy
