@@ -13,7 +13,8 @@ tensor and reduction instructions with their shared-memory wavefronts.
 --waits: each barrier wait and arrival (mbarrier try_wait, bar.sync, bar.arrive) with how often it
 ran, its samples and those of the instruction after it (the branch on a try_wait's result holds
 the wait), then the samples by stall reason split into the hot loop (instructions run at least
-half as often as the most-run one) and the rest, for each CSV given.
+half as often as the most-run one outside the spin loops, and no more often) and the rest, for
+each CSV given.
 """
 
 from __future__ import annotations
