@@ -63,8 +63,6 @@ SM90_CONFIGS = {
 # of 16 run on the next one up), each in both tile schedules. Its own registry (registry_fp8.inc) in
 # the same folder, so the 16-bit files stay as they are.
 SM90_FP8_HEAD_DIMS = (128, 256)
-# Schedules per FP8 head dim (Sm90Fp8FwdTraits::kDynamicSchedule).
-SM90_FP8_SCHEDULES = {128: ("static", "dynamic"), 256: ("static", "dynamic")}
 
 # Backward (portable path): head dim -> variants with a config in csrc/flash_bwd/traits.h.
 BWD_HEAD_DIMS = {
@@ -175,10 +173,10 @@ def fwd_sm90_fp8() -> KernelPath:
                 "    const FwdParams&, const Fp8FwdArgs&, const DeviceLimits&, cudaStream_t);\n",
                 f"template bool fp8_kernel_is_real<Sm90Fp8Config<{d}>::Traits, {dynamic}>();\n",
             ]
-            for sched, dynamic in SM90_SCHEDULES.items() if sched in SM90_FP8_SCHEDULES[d]
+            for sched, dynamic in SM90_SCHEDULES.items()
         }))
     return KernelPath("flash_fwd_sm90", "../launch.cuh", ("flashattn", "sm90"),
-                      "FLASHATTN_FWD_SM90_FP8_INSTANCE(config, head dim): static and, where the traits allow, dynamic schedule; "
+                      "FLASHATTN_FWD_SM90_FP8_INSTANCE(config, head dim): static and dynamic schedules; "
                       "e4m3 in, bf16 out",
                       entries, "registry_fp8.inc")
 

@@ -25,9 +25,8 @@ struct Sm90Fp8Launcher {
   int head_dim;
   int block_m, block_n;
   int smem_bytes;
-  bool dynamic;  // has a dynamic-schedule instantiation (traits kDynamicSchedule)
   Fp8LaunchFn launch_static;
-  Fp8LaunchFn launch_dynamic;  // needs FwdParams::tile_counter; the static one where !dynamic
+  Fp8LaunchFn launch_dynamic;  // needs FwdParams::tile_counter
   RealFn real_static;
   RealFn real_dynamic;
 };
@@ -37,11 +36,10 @@ struct Sm90Fp8Launcher {
                   CONFIG<D>::Traits::kBlockM,                                                                   \
                   CONFIG<D>::Traits::kBlockN,                                                                   \
                   CONFIG<D>::Traits::kSmemBytes,                                                                \
-                  CONFIG<D>::Traits::kDynamicSchedule,                                                          \
                   &run_fwd_sm90_fp8<CONFIG<D>::Traits, false>,                                                  \
-                  &run_fwd_sm90_fp8<CONFIG<D>::Traits, CONFIG<D>::Traits::kDynamicSchedule>,                    \
+                  &run_fwd_sm90_fp8<CONFIG<D>::Traits, true>,                                                   \
                   &fp8_kernel_is_real<CONFIG<D>::Traits, false>,                                                \
-                  &fp8_kernel_is_real<CONFIG<D>::Traits, CONFIG<D>::Traits::kDynamicSchedule>},
+                  &fp8_kernel_is_real<CONFIG<D>::Traits, true>},
 constexpr Sm90Fp8Launcher kFp8Launchers[] = {
 #include "instantiations/registry_fp8.inc"
 };
@@ -108,9 +106,9 @@ bool flash_fwd_sm90_fp8_supported(const FwdParams& p, const DeviceLimits& dev) {
 bool flash_fwd_sm90_fp8_wants_tile_counter(const FwdParams& p, const DeviceLimits& dev) {
   if (dev.cc_major != 9 || dev.cc_minor != 0) return false;
   const int i = sm90::find_fp8_launcher(p);
-  return i >= 0 && sm90::kFp8Launchers[i].dynamic && sm90::dynamic_schedule_pays(p.causal || p.has_window(), p.seqlen_q,
-                                               static_cast<long long>(p.batch) * p.heads_q,
-                                               sm90::kFp8Launchers[i].block_m, dev.sm_count);
+  return i >= 0 && sm90::dynamic_schedule_pays(p.causal || p.has_window(), p.seqlen_q,
+                                              static_cast<long long>(p.batch) * p.heads_q,
+                                              sm90::kFp8Launchers[i].block_m, dev.sm_count);
 }
 
 cudaError_t flash_fwd_sm90_fp8(const FwdParams& p, const Fp8FwdArgs& x, const DeviceLimits& dev, cudaStream_t stream) {
@@ -118,7 +116,7 @@ cudaError_t flash_fwd_sm90_fp8(const FwdParams& p, const Fp8FwdArgs& x, const De
   if (i < 0) return cudaErrorNotSupported;
   if (x.vt == nullptr || x.vt_keys != flash_fwd_sm90_fp8_vt_keys(p.seqlen_k)) return cudaErrorInvalidValue;
   const sm90::Sm90Fp8Launcher& l = sm90::kFp8Launchers[i];
-  return p.tile_counter != nullptr && l.dynamic ? l.launch_dynamic(p, x, dev, stream) : l.launch_static(p, x, dev, stream);
+  return p.tile_counter != nullptr ? l.launch_dynamic(p, x, dev, stream) : l.launch_static(p, x, dev, stream);
 }
 
 }  // namespace flashattn

@@ -271,14 +271,13 @@ struct Sm90Fp8FwdTraits {
   static constexpr int kORegs = kHeadDim / 2;
   static constexpr int kPRegs = kBlockN / 8;  // P packed four e4m3 per register
 
-  // The dynamic tile schedule (schedule.cuh) at both head dims. D=256 holds 64 S + 128 O + 16 P
-  // accumulator registers per consumer thread, so it needs the 24 / 240 / 240 split: it spilled
-  // (8 B in the producer, 16 B in the consumers) until the producer kept its rings as counts
-  // (smem.cuh PipeCount), the dynamic schedule stopped carrying a key split and the epilogue
-  // stored the LSE before O (2026-12-01). Before that D=256 ran the static schedule, in snake
-  // order, for every call (balance 0.97 in lab/sm90_schedule_model.py's terms on lab/fp8_time.py's
-  // causal shapes, against 0.997-0.999 for the dynamic one).
-  static constexpr bool kDynamicSchedule = true;
+  // Both tile schedules (schedule.cuh) at both head dims, as the 16-bit configs. D=256 holds 64 S +
+  // 128 O + 16 P accumulator registers per consumer thread, so its dynamic kernel needs the 24 /
+  // 240 / 240 split: it spilled (8 B in the producer, 16 B in the consumers) until the producer kept
+  // its rings as counts (smem.cuh PipeCount), the dynamic schedule stopped carrying a key split and
+  // the epilogue stored the LSE before O (2026-12-01). Before that D=256 ran the static schedule, in
+  // snake order, for every call (balance 0.97 in lab/sm90_schedule_model.py's terms on
+  // lab/fp8_time.py's causal shapes, against 0.997-0.999 for the dynamic one).
   // Static calls (no mask, or one wave of tiles): the snake order (schedule.cuh, static_next_tile),
   // the CTA with a round's longest tile takes the next round's shortest.
   static constexpr bool kStaticSnake = true;
