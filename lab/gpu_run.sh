@@ -511,7 +511,7 @@ case "${1:-verify}" in
   fwdorder2)  # measured 2026-12-01 (issue 29), not adopted (1.005 geomean): the 16-bit forward in step order 2 (traits.h
               # kStepOrder; FWD_ORDER_DIFF: lab/ab/fwd_step_order2.diff, every head dim, the default, or
               # fwd_d128_order2.diff, D=128 alone; fwd_order2_two_consumers.diff, every two-consumer config, 1.005,
-              # of which D=64's landed): P converted and O rescaled after the step's softmax, so that a
+              # of which D=64's landed, so these diffs apply to commit ad6e730's csrc): P converted and O rescaled after the step's softmax, so that a
               # ping-pong turn issues the two GEMMs and nothing else, as FlashAttention-3's step does (SASS: order
               # 0's turn converts P, 32 F2FP, and rescales O when a maximum moved). ncu at D=128 S=16k:
               # FlashAttention-3's tensor pipe 88% busy to our 82.5%. Its A/B on D=64 and D=128 cells of both masks

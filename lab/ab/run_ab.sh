@@ -193,9 +193,17 @@
 # AB_COPY_ONLY=1 (with AB_ROUNDS=0): the patched copy alone is built, for a caller that times only it.
 # AB_REUSE=1: the copy in AB_COPY as an earlier run on the same machine patched and built it (the same
 # PATCH and REVERSE, recorded in its .ab_patch), for a second A/B on other shapes without a second build.
-# fwd_step_order2.diff / fwd_d128_order2.diff: the 16-bit forward in step order 2 (traits.h kStepOrder; a
-# ping-pong turn issues the GEMMs alone) at every head dim / at D=128 alone: REVERSE=0 (bash lab/gpu_run.sh
-# fwdorder2, FWD_ORDER_DIFF; prepared 2026-12-01, not yet run).
+# fwd_step_order2.diff / fwd_d128_order2.diff / fwd_order2_two_consumers.diff: the 16-bit forward in step
+# order 2 (traits.h kStepOrder; a ping-pong turn issues the GEMMs alone) at every head dim / at D=128 alone /
+# in every two-consumer config: REVERSE=0 (bash lab/gpu_run.sh fwdorder2, FWD_ORDER_DIFF; measured 2026-12-01
+# on an H200: 1.005 either way, short cells up, D=128 from 4k keys down; landed for D=64's two-consumer
+# config alone, so the three apply to commit ad6e730's csrc, not the tree's).
+# fwd_wg0_waits.diff: only consumer warpgroup 0 waits for K and V: REVERSE=0 (bash lab/gpu_run.sh fwdwg0waits;
+# measured 2026-12-01 on an H200: 0.997, FP8 0.983; not adopted).
+# fwd_order2_p_first.diff (with fwd_p_first_swap_only.diff, fwd_order2_all_p_first.diff and the FP8 form
+# fwd_fp8_order2_p_first.diff): step order 2 with P converted before O's rescale, so that the conversions
+# share the exponentials' basic block: REVERSE=0 (bash lab/gpu_run.sh fwdpfirst, FWD_PFIRST_DIFF; the FP8
+# one through fp8ab; prepared 2026-12-01, not yet run).
 # fwd_dynamic_lean.diff (the csrc of commits 8b08062..4e3735c, RegisterSplit's unused head-dim parameter
 # dropped with it): the Hopper forward's dynamic schedule without a key split (16-byte tile slots),
 # the producer's rings as counts (PipeCount), the LSE stored before O: the D=64 dynamic kernels on 24 /
