@@ -205,7 +205,7 @@
 # share the exponentials' basic block: REVERSE=0 (bash lab/gpu_run.sh fwdpfirst, FWD_PFIRST_DIFF; the FP8
 # one through fp8ab; prepared 2026-12-01, not yet run).
 # fwd_dynamic_lean.diff (the csrc of commits 8b08062..4e3735c, RegisterSplit's unused head-dim parameter
-# dropped with it): the Hopper forward's dynamic schedule without a key split (16-byte tile slots),
+# dropped with it, and 219c81c's removal of the FP8 traits' kDynamicSchedule flag that it made dead): the Hopper forward's dynamic schedule without a key split (16-byte tile slots),
 # the producer's rings as counts (PipeCount), the LSE stored before O: the D=64 dynamic kernels on 24 /
 # 240 / 240 registers (were 32 / 232 / 232) and an FP8 D=256 dynamic kernel (causal calls ran the static
 # snake): bash lab/gpu_run.sh fwddynlean, then fwddynleanfp8 on the same machine (measured 2026-12-01 on an
