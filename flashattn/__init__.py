@@ -1,5 +1,7 @@
 """flashattn: exact, fast attention kernels for NVIDIA GPUs as PyTorch custom ops."""
 
+from __future__ import annotations
+
 from ._ext import build_info, extension_available, extension_error
 from ._ops import CAUSAL_BOTTOM_RIGHT, CAUSAL_NONE, CAUSAL_TOP_LEFT
 from .interface import (

@@ -9,6 +9,7 @@ switches are read when, what double backward raises.
 from __future__ import annotations
 
 import math
+from typing import Any, NoReturn
 
 import torch
 
@@ -20,12 +21,12 @@ DOUBLE_BACKWARD_MESSAGE = (
 )
 
 
-def _scale_of(softmax_scale, q) -> float:
+def _scale_of(softmax_scale: float | None, q: torch.Tensor) -> float:
     """The forward's scale as the backward op takes it (None is 1/sqrt(head dim))."""
     return 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
 
 
-def _setup_context(ctx, inputs, output) -> None:
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, torch.Tensor]) -> None:
     """Saves what the backward needs: q, k, v, out and lse (O(S) memory, never an S x S matrix),
     the scalars, the backend and the deterministic switch as they were at forward time. lse is
     not differentiable (its gradient is never computed: a loss through lse gets no gradient from
@@ -43,12 +44,13 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.deterministic = _ops.deterministic_backward()
 
 
-def _grads_for(ctx, dq, dk, dv):
+def _grads_for(ctx: Any, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     need = ctx.needs_input_grad
     return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None) + (None,) * (ctx.num_inputs - 3)
 
 
-def _bwd_for(ctx, dout, q, k, v, out, lse):
+def _bwd_for(ctx: Any, dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+             lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward op with the forward's scalars; window/softcap only when set (fewer arguments
     on the common path)."""
     args = (dout, q, k, v, out, lse, ctx.softmax_scale, ctx.causal_mode, ctx.deterministic, ctx.backend)
@@ -57,7 +59,7 @@ def _bwd_for(ctx, dout, q, k, v, out, lse):
     return _ops._bwd(*args, *ctx.mask)
 
 
-def _fwd_backward(ctx, dout, dlse):
+def _fwd_backward(ctx: Any, dout: torch.Tensor | None, dlse: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
     if dout is None:
         return (None,) * ctx.num_inputs
     q, k, v, out, lse = ctx.saved_tensors
@@ -65,7 +67,8 @@ def _fwd_backward(ctx, dout, dlse):
     return _grads_for(ctx, dq, dk, dv)
 
 
-def _fwd_bhsd_backward(ctx, dout, dlse):
+def _fwd_bhsd_backward(ctx: Any, dout: torch.Tensor | None,
+                       dlse: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
     """The same kernel on [B, S, H, D] views of the torch-layout tensors; the gradients come back
     as [B, H, S, D] views of contiguous [B, S, H, D] buffers (like the forward's out)."""
     if dout is None:
@@ -77,17 +80,17 @@ def _fwd_bhsd_backward(ctx, dout, dlse):
     return _grads_for(ctx, dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2))
 
 
-def _no_setup_context(ctx, inputs, output) -> None:
+def _no_setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...]) -> None:
     pass
 
 
-def _double_backward(ctx, *grads):
+def _double_backward(ctx: Any, *grads: torch.Tensor | None) -> NoReturn:
     # Without an autograd kernel, torch would let a double backward through the backward ops run
     # and silently leave gradients out; say so instead.
     raise RuntimeError(DOUBLE_BACKWARD_MESSAGE)
 
 
-def _fwd_varlen_setup_context(ctx, inputs, output) -> None:
+def _fwd_varlen_setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, torch.Tensor]) -> None:
     """As _setup_context, plus the packing (cu_seqlens, the max_seqlen bounds) the backward walks
     exactly as the forward did."""
     q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal_mode, backend, *mask = inputs
@@ -103,11 +106,13 @@ def _fwd_varlen_setup_context(ctx, inputs, output) -> None:
     ctx.deterministic = _ops.deterministic_backward()
 
 
-def _fwd_varlen_backward(ctx, dout, dlse):
+def _fwd_varlen_backward(ctx: Any, dout: torch.Tensor | None,
+                         dlse: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
     if dout is None:
         return (None,) * ctx.num_inputs
     q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
-    dq, dk, dv = _ops.bwd_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *ctx.max_seqlen,
+    max_seqlen_q, max_seqlen_k = ctx.max_seqlen
+    dq, dk, dv = _ops.bwd_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                  ctx.softmax_scale, ctx.causal_mode, ctx.deterministic, ctx.backend, *ctx.mask)
     return _grads_for(ctx, dq, dk, dv)
 

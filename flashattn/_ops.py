@@ -11,6 +11,8 @@ CPU suite runs with stand-in kernels. Defining a schema here or in C++ costs a c
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -35,7 +37,9 @@ _lib.define("fwd" + _FWD_SIGNATURE)
 
 
 @torch.library.register_fake("flashattn::fwd")
-def _fwd_fake(q, k, v, softmax_scale, causal_mode, backend, window_left=-1, window_right=-1, softcap=0.0):
+def _fwd_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None, causal_mode: int,
+              backend: str, window_left: int = -1, window_right: int = -1,
+              softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     b, sq, hq, d = q.shape
     out = q.new_empty((b, sq, hq, d))
     lse = q.new_empty((b, hq, sq), dtype=torch.float32)
@@ -48,7 +52,9 @@ _lib.define("fwd_bhsd" + _FWD_SIGNATURE)
 
 
 @torch.library.register_fake("flashattn::fwd_bhsd")
-def _fwd_bhsd_fake(q, k, v, softmax_scale, causal_mode, backend, window_left=-1, window_right=-1, softcap=0.0):
+def _fwd_bhsd_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None, causal_mode: int,
+                   backend: str, window_left: int = -1, window_right: int = -1,
+                   softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     out, lse = _fwd_fake(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), softmax_scale, causal_mode, backend)
     return out.transpose(1, 2), lse
 
@@ -66,7 +72,9 @@ _lib.define(
 
 
 @torch.library.register_fake("flashattn::fwd_fp8")
-def _fwd_fp8_fake(q, k, v, q_descale, k_descale, v_descale, softmax_scale, causal_mode):
+def _fwd_fp8_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_descale: torch.Tensor, k_descale: torch.Tensor,
+                  v_descale: torch.Tensor, softmax_scale: float | None,
+                  causal_mode: int) -> tuple[torch.Tensor, torch.Tensor]:
     _validate.fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale)
     b, sq, hq, d = q.shape
     out = q.new_empty((b, sq, hq, d), dtype=torch.bfloat16)
@@ -94,8 +102,10 @@ _lib.define(
 
 
 @torch.library.register_fake("flashattn::bwd")
-def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal_mode, deterministic, backend, window_left=-1,
-              window_right=-1, softcap=0.0):
+def _bwd_fake(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+              lse: torch.Tensor, softmax_scale: float, causal_mode: int, deterministic: bool, backend: str,
+              window_left: int = -1, window_right: int = -1,
+              softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     _validate.bwd(dout, q, k, v, out, lse)
     return (
         q.new_empty(q.shape, dtype=q.dtype),
@@ -121,8 +131,10 @@ _lib.define(
 
 
 @torch.library.register_fake("flashattn::fwd_varlen")
-def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal_mode,
-                     backend, window_left=-1, window_right=-1, softcap=0.0):
+def _fwd_varlen_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                     cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float | None,
+                     causal_mode: int, backend: str, window_left: int = -1, window_right: int = -1,
+                     softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     total_q, hq, d = q.shape
     return q.new_empty((total_q, hq, d)), q.new_empty((hq, total_q), dtype=torch.float32)
 
@@ -144,8 +156,11 @@ _lib.define(
 
 
 @torch.library.register_fake("flashattn::bwd_varlen")
-def _bwd_varlen_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-                     causal_mode, deterministic, backend, window_left=-1, window_right=-1, softcap=0.0):
+def _bwd_varlen_fake(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                     lse: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int,
+                     max_seqlen_k: int, softmax_scale: float, causal_mode: int, deterministic: bool, backend: str,
+                     window_left: int = -1, window_right: int = -1,
+                     softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     _validate.bwd_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, backend)
     return (
         q.new_empty(q.shape, dtype=q.dtype),
@@ -172,8 +187,11 @@ _lib.define(
 
 
 @torch.library.register_fake("flashattn::fwd_kvcache")
-def _fwd_kvcache_fake(q, k_cache, v_cache, k, v, cache_seqlens, cache_seqlen, softmax_scale, causal, num_splits,
-                      window_left=-1, window_right=-1, softcap=0.0, block_table=None, seqused_k=None):
+def _fwd_kvcache_fake(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor | None,
+                      v: torch.Tensor | None, cache_seqlens: torch.Tensor | None, cache_seqlen: int,
+                      softmax_scale: float | None, causal: bool, num_splits: int, window_left: int = -1,
+                      window_right: int = -1, softcap: float = 0.0, block_table: torch.Tensor | None = None,
+                      seqused_k: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     b, sq, hq, d = q.shape
     out = q.new_empty((b, sq, hq, d))
     lse = q.new_empty((b, hq, sq), dtype=torch.float32)
@@ -236,7 +254,7 @@ def get_check_indices() -> bool:
     return _check_indices
 
 
-def _checks_apply(*tensors) -> bool:
+def _checks_apply(*tensors: torch.Tensor | None) -> bool:
     """Whether the checked mode validates this call now: off while torch.compile traces; an error
     under CUDA-graph capture, where the one synchronization it needs is illegal."""
     if torch.compiler.is_compiling():
@@ -254,8 +272,8 @@ def _first_true(mask: torch.Tensor) -> tuple[int, ...]:
     return tuple(int(i) for i in mask.nonzero()[0].tolist())
 
 
-def check_varlen_indices(op: str, cu_seqlens_q, cu_seqlens_k, total_q: int, total_k: int, max_seqlen_q: int,
-                         max_seqlen_k: int) -> None:
+def check_varlen_indices(op: str, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, total_q: int, total_k: int,
+                         max_seqlen_q: int, max_seqlen_k: int) -> None:
     """The packed batch's contract, checked on the device (one synchronization): for each of
     cu_seqlens_q (rows of q) and cu_seqlens_k (rows of k/v), cu[0] == 0, nondecreasing, cu[B] <= the
     packed rows, and every sequence's length <= its max_seqlen bound. Raises ValueError naming the
@@ -295,8 +313,9 @@ def check_varlen_indices(op: str, cu_seqlens_q, cu_seqlens_k, total_q: int, tota
             )
 
 
-def check_kvcache_indices(cache_seqlens, cache_seqlen: int, sq_new: int, sk_max: int, block_table, page_size: int,
-                          num_pages: int, seqused_k) -> None:
+def check_kvcache_indices(cache_seqlens: torch.Tensor | None, cache_seqlen: int, sq_new: int, sk_max: int,
+                          block_table: torch.Tensor | None, page_size: int, num_pages: int,
+                          seqused_k: torch.Tensor | None) -> None:
     """flash_attn_with_kvcache's device-side indices, checked on the device (one synchronization):
     cache_seqlens[b] in [0, Sk_max - Sq_new]; seqused_k[b] in [0, Sk_max]; with a paged cache,
     every block_table entry the call reads (pages of keys 0 .. seqlen_k(b) - 1 and of the appended
@@ -340,6 +359,8 @@ def check_kvcache_indices(cache_seqlens, cache_seqlen: int, sq_new: int, sk_max:
             (i,) = _first_true(bad)
             raise ValueError(f"{op}: seqused_k[b] must be in [0, Sk_max = {sk_max}], got seqused_k[{i}] = "
                              f"{int(seqused_k[i])}")
+    if TYPE_CHECKING:  # only the block table's flag is left: the table and its read mask were built above
+        assert block_table is not None and read is not None
     bad = read & ((block_table < 0) | (block_table >= num_pages))
     i, j = _first_true(bad)
     used = (f"seqused_k[{i}] = {int(seqused_k[i])}" if seqused_k is not None
@@ -378,15 +399,15 @@ _fwd_fp8 = torch.ops.flashattn.fwd_fp8.default
 DIRECT_PATH = os.environ.get("FLASHATTN_DIRECT_PATH", "1").strip() not in ("", "0")
 
 
-def eager_callable(overload):
+def eager_callable(overload: torch._ops.OpOverload[..., Any]) -> Callable[..., Any]:
     """What OpOverload.__call__ forwards to (its underlying builtin): the public entry points' direct
     path calls it, a Python frame less per call (~0.6 us on a slow CPU). Eager only: torch.compile
     traces the checked path, which calls the overloads."""
     return getattr(overload, "_op", overload)
 
 
-def fwd(q, k, v, softmax_scale: float | None, causal_mode: int, backend: str, window_left: int = -1,
-        window_right: int = -1, softcap: float = 0.0):
+def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None, causal_mode: int, backend: str,
+        window_left: int = -1, window_right: int = -1, softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """q [B, Sq, Hq, D], k/v [B, Sk, Hk, D] (any strides, unit last stride) -> (out [B, Sq, Hq, D], lse [B, Hq, Sq]).
     The window and softcap go to the op only when set (fewer arguments on the common path)."""
     if window_left == -1 and window_right == -1 and softcap == 0.0:
@@ -394,8 +415,9 @@ def fwd(q, k, v, softmax_scale: float | None, causal_mode: int, backend: str, wi
     return _fwd(q, k, v, softmax_scale, causal_mode, backend, window_left, window_right, softcap)
 
 
-def fwd_bhsd(q, k, v, softmax_scale: float | None, causal_mode: int, backend: str, window_left: int = -1,
-             window_right: int = -1, softcap: float = 0.0):
+def fwd_bhsd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None, causal_mode: int,
+             backend: str, window_left: int = -1, window_right: int = -1,
+             softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """q [B, Hq, Sq, D], k/v [B, Hk, Sk, D] (any strides, unit last stride) -> (out [B, Hq, Sq, D] (a view
     of a [B, Sq, Hq, D] buffer), lse [B, Hq, Sq])."""
     if window_left == -1 and window_right == -1 and softcap == 0.0:
@@ -403,9 +425,10 @@ def fwd_bhsd(q, k, v, softmax_scale: float | None, causal_mode: int, backend: st
     return _fwd_bhsd(q, k, v, softmax_scale, causal_mode, backend, window_left, window_right, softcap)
 
 
-def fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,
-               softmax_scale: float | None, causal_mode: int, backend: str, window_left: int = -1,
-               window_right: int = -1, softcap: float = 0.0):
+def fwd_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+               cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float | None,
+               causal_mode: int, backend: str, window_left: int = -1, window_right: int = -1,
+               softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """q [total_q, Hq, D], k/v [total_k, Hk, D], cu_seqlens int32 [B + 1] -> (out [total_q, Hq, D],
     lse float32 [Hq, total_q]). No validation of the metadata here (see
     flashattn.interface.flash_attn_varlen_func); the checked indices mode validates cu_seqlens
@@ -418,9 +441,11 @@ def fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqle
                        backend, window_left, window_right, softcap)
 
 
-def bwd_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,
-               softmax_scale: float, causal_mode: int, deterministic: bool, backend: str, window_left: int = -1,
-               window_right: int = -1, softcap: float = 0.0):
+def bwd_varlen(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+               lse: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int,
+               max_seqlen_k: int, softmax_scale: float, causal_mode: int, deterministic: bool, backend: str,
+               window_left: int = -1, window_right: int = -1,
+               softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dout/q/out [total_q, Hq, D], k/v [total_k, Hk, D] (any row/head strides, unit last stride), lse
     float32 [Hq, total_q] from fwd_varlen, cu_seqlens int32 [B + 1] and the forward's max_seqlen,
     scalars, window and softcap -> (dq [total_q, Hq, D], dk, dv [total_k, Hk, D]): contiguous, q's
@@ -435,14 +460,17 @@ def bwd_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
                        causal_mode, deterministic, backend, window_left, window_right, softcap)
 
 
-def fwd_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale: float | None, causal_mode: int):
+def fwd_fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_descale: torch.Tensor, k_descale: torch.Tensor,
+            v_descale: torch.Tensor, softmax_scale: float | None,
+            causal_mode: int) -> tuple[torch.Tensor, torch.Tensor]:
     """q, k, v float8_e4m3fn [B, S, H, D], descales float32 [B, Hk] -> (out bfloat16 [B, Sq, Hq, D],
     lse float32 [B, Hq, Sq])."""
     return _fwd_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale, causal_mode)
 
 
-def bwd(dout, q, k, v, out, lse, softmax_scale: float, causal_mode: int, deterministic: bool, backend: str,
-        window_left: int = -1, window_right: int = -1, softcap: float = 0.0):
+def bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+        softmax_scale: float, causal_mode: int, deterministic: bool, backend: str, window_left: int = -1,
+        window_right: int = -1, softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dout/q/out [B, Sq, Hq, D], k/v [B, Sk, Hk, D], lse float32 [B, Hq, Sq] from fwd (any strides,
     unit last stride) -> (dq, dk, dv): contiguous, q's dtype, shaped like q, k, v; window_left,
     window_right and softcap those the forward ran with."""

@@ -13,7 +13,7 @@ Nothing here reads tensor values: no host-device synchronization.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
@@ -36,7 +36,7 @@ VARLEN_HOPPER_MESSAGE = (
 # ==== one tensor, one scalar ========================================================================
 
 
-def tensor(name: str, t, rank_min: int) -> None:
+def tensor(name: str, t: object, rank_min: int) -> None:
     """A float16/bfloat16 CUDA tensor of at least rank_min dimensions, last dimension contiguous."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -52,7 +52,7 @@ def tensor(name: str, t, rank_min: int) -> None:
         )
 
 
-def common(q, k, v) -> None:
+def common(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     """query, key and value together: one dtype, one device, a head dim the kernels take."""
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"query, key and value must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
@@ -70,7 +70,7 @@ def common(q, k, v) -> None:
         raise ValueError(f"key head dim must equal query head dim {d}, got key shape {tuple(k_shape)}")
 
 
-def softmax_scale(scale, d: int) -> float:
+def softmax_scale(scale: float | None, d: int) -> float:
     """The scale as a float: 1/sqrt(d) for None, else finite."""
     if scale is None:
         return 1.0 / math.sqrt(d)
@@ -80,7 +80,7 @@ def softmax_scale(scale, d: int) -> float:
     return scale
 
 
-def window(window_size) -> tuple[int, int]:
+def window(window_size: tuple[int, int]) -> tuple[int, int]:
     """(left, right) from window_size: a pair of ints, each -1 (unbounded on that side) or >= 0."""
     if window_size == (-1, -1):
         return -1, -1
@@ -97,7 +97,7 @@ def window(window_size) -> tuple[int, int]:
     return int(left), int(right)
 
 
-def softcap(value) -> float:
+def softcap(value: object) -> float:
     """softcap as a float: 0 (off) or a finite value > 0 within float32's normal range."""
     if value == 0.0 and not isinstance(value, bool):
         return 0.0
@@ -111,7 +111,7 @@ def softcap(value) -> float:
     return value
 
 
-def cu_seqlens(name: str, cu, q: torch.Tensor) -> None:
+def cu_seqlens(name: str, cu: object, q: torch.Tensor) -> None:
     """Cumulative sequence lengths: int32 [batch + 1], contiguous, on q's device."""
     if not isinstance(cu, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor (int32 [batch + 1]), got {type(cu).__name__}")
@@ -125,7 +125,7 @@ def cu_seqlens(name: str, cu, q: torch.Tensor) -> None:
         raise ValueError(f"{name} must be contiguous, got strides {tuple(cu.stride())}")
 
 
-def max_seqlen(name: str, value) -> int:
+def max_seqlen(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be a Python int (a bound the caller knows, never read from the device), "
                         f"got {type(value).__name__}")
@@ -134,7 +134,7 @@ def max_seqlen(name: str, value) -> int:
     return int(value)
 
 
-def backend(name) -> None:
+def backend(name: str) -> None:
     if name not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
 
@@ -150,7 +150,8 @@ def varlen_backend(op: str, name: str) -> None:
 # ==== the public entry points (flashattn.interface) =================================================
 
 
-def sdpa(query, key, value, attn_mask, dropout_p, scale, enable_gqa) -> float:
+def sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None, dropout_p: float,
+         scale: float | None, enable_gqa: bool) -> float:
     """scaled_dot_product_attention's arguments but the emptiness of keys (empty_keys(), on the
     [B, S, H, D] views); returns the scale."""
     if attn_mask is not None:
@@ -183,7 +184,7 @@ def sdpa(query, key, value, attn_mask, dropout_p, scale, enable_gqa) -> float:
     return softmax_scale(scale, query.shape[-1])
 
 
-def empty_keys(q4, k4, bhsd: bool) -> None:
+def empty_keys(q4: torch.Tensor, k4: torch.Tensor, bhsd: bool) -> None:
     """Attention over no keys is undefined: refused unless there is no query either."""
     if q4.numel() > 0 and k4.shape[2 if bhsd else 1] == 0:
         order = "[B, H, S, D]" if bhsd else "[B, S, H, D]"
@@ -193,7 +194,8 @@ def empty_keys(q4, k4, bhsd: bool) -> None:
         )
 
 
-def flash_attn_func(q, k, v, scale, window_size, cap) -> tuple[float, tuple[int, int], float]:
+def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None,
+                    window_size: tuple[int, int], cap: float) -> tuple[float, tuple[int, int], float]:
     """flash_attn_func's arguments: q [B, Sq, Hq, D], k/v [B, Sk, Hk, D], Hq a multiple of Hk.
     Returns (scale, (window_left, window_right), softcap)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -220,7 +222,8 @@ _FP8_DTYPES = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", 
                     if hasattr(torch, n))
 
 
-def is_fp8_call(q, k, v, q_descale, k_descale, v_descale) -> bool:
+def is_fp8_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_descale: torch.Tensor | None,
+                k_descale: torch.Tensor | None, v_descale: torch.Tensor | None) -> bool:
     """Whether flash_attn_func's call asks for the FP8 forward: a descale factor given, or any of q,
     k, v in an 8-bit float dtype (the checks in fp8() then say what is wrong with the mix)."""
     if q_descale is not None or k_descale is not None or v_descale is not None:
@@ -228,7 +231,9 @@ def is_fp8_call(q, k, v, q_descale, k_descale, v_descale) -> bool:
     return any(isinstance(t, torch.Tensor) and t.dtype in _FP8_DTYPES for t in (q, k, v))
 
 
-def fp8(q, k, v, q_descale, k_descale, v_descale, scale, window_size=(-1, -1), cap=0.0) -> float:
+def fp8(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_descale: torch.Tensor | None,
+        k_descale: torch.Tensor | None, v_descale: torch.Tensor | None, scale: float | None,
+        window_size: tuple[int, int] = (-1, -1), cap: float = 0.0) -> float:
     """The FP8 forward's arguments: q [B, Sq, Hq, D], k/v [B, Sk, Hk, D], all float8_e4m3fn on one
     CUDA device (last dim contiguous, head dim a multiple of 16 in [16, 256], Hq a multiple of Hk);
     q_descale, k_descale, v_descale float32 [B, Hk] on q's device, all three required; no window, no
@@ -275,21 +280,21 @@ def fp8(q, k, v, q_descale, k_descale, v_descale, scale, window_size=(-1, -1), c
         raise ValueError(f"q and k batch sizes differ: {b} vs {k.shape[0]}")
     if hk == 0 or hq % hk != 0:
         raise ValueError(f"q heads ({hq}) must be a multiple of k/v heads ({hk})")
-    for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
-        if t is None:
+    for name, descale in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
+        if descale is None:
             raise ValueError(
                 f"{name} is required for float8_e4m3fn inputs: a float32 tensor [batch, k/v heads] = [{b}, {hk}] "
                 "(FlashAttention-3's form; torch.ones for unscaled inputs)"
             )
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype != torch.float32:
-            raise TypeError(f"{name} must be float32, got {t.dtype}")
-        if tuple(t.shape) != (b, hk):
-            raise ValueError(f"{name} must have shape [batch, k/v heads] = [{b}, {hk}], got {tuple(t.shape)}")
-        if t.device != q.device:
-            raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
-        if t.requires_grad:
+        if not isinstance(descale, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(descale).__name__}")
+        if descale.dtype != torch.float32:
+            raise TypeError(f"{name} must be float32, got {descale.dtype}")
+        if tuple(descale.shape) != (b, hk):
+            raise ValueError(f"{name} must have shape [batch, k/v heads] = [{b}, {hk}], got {tuple(descale.shape)}")
+        if descale.device != q.device:
+            raise ValueError(f"{name} must be on q's device {q.device}, got {descale.device}")
+        if descale.requires_grad:
             raise RuntimeError(f"the FP8 forward has no backward: {name} must not require grad")
     if window(window_size) != (-1, -1):
         raise ValueError(f"window_size is not supported by the FP8 forward, got {tuple(window_size)}")
@@ -300,7 +305,7 @@ def fp8(q, k, v, q_descale, k_descale, v_descale, scale, window_size=(-1, -1), c
     return scale
 
 
-def fp8_device(q) -> None:
+def fp8_device(q: torch.Tensor) -> None:
     """What the FP8 forward needs of the machine, for an eager call on a real tensor: an sm_90 GPU,
     an extension built with 9.0a. RuntimeError otherwise."""
     major, minor = torch.cuda.get_device_capability(q.device)
@@ -317,7 +322,9 @@ def fp8_device(q) -> None:
         )
 
 
-def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, scale, window_size, cap, backend_name):
+def varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+           max_q: int, max_k: int, scale: float | None, window_size: tuple[int, int], cap: float,
+           backend_name: str) -> tuple[int, int, float, tuple[int, int], float]:
     """flash_attn_varlen_func's arguments. Returns (max_seqlen_q, max_seqlen_k, scale,
     (window_left, window_right), softcap)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -348,7 +355,7 @@ def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, scale, window_size
 # Each check reads tensor metadata once: a decode step's GPU work can be a few microseconds.
 
 
-def _meta(name: str, t) -> tuple[torch.Size, tuple[int, ...]]:
+def _meta(name: str, t: object) -> tuple[torch.Size, tuple[int, ...]]:
     """(shape, strides) of a 4-D fp16/bf16 CUDA tensor with a contiguous last dimension."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -367,7 +374,7 @@ def _meta(name: str, t) -> tuple[torch.Size, tuple[int, ...]]:
     return shape, stride
 
 
-def _cache_layout(name: str, t: torch.Tensor, shape, stride) -> None:
+def _cache_layout(name: str, t: torch.Tensor, shape: torch.Size, stride: tuple[int, ...]) -> None:
     # The caches are read and appended to in place, so a layout the kernels cannot stream 16 bytes
     # at a time cannot be fixed by a copy: refuse it. Under torch.compile the storage offset is not
     # traceable (a graph break); the binding still checks the data pointer's alignment there.
@@ -385,7 +392,8 @@ def _cache_layout(name: str, t: torch.Tensor, shape, stride) -> None:
         )
 
 
-def kvcache_grad(q, k_cache, v_cache, k, v) -> None:
+def kvcache_grad(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor | None,
+                 v: torch.Tensor | None) -> None:
     """The decode op has no backward: an input that requires grad would get none, silently."""
     if not torch.is_grad_enabled():
         return
@@ -398,7 +406,7 @@ def kvcache_grad(q, k_cache, v_cache, k, v) -> None:
             )
 
 
-def _block_table(block_table, b: int, device, c_shape) -> int:
+def _block_table(block_table: object, b: int, device: torch.device, c_shape: torch.Size) -> int:
     """Validates a paged cache's block table against q and k_cache; returns Sk_max, the capacity of
     one sequence (max_blocks_per_seq * page_size). Reads metadata only: page indices are the
     caller's contract (checking them would synchronize with the GPU)."""
@@ -433,7 +441,7 @@ def _block_table(block_table, b: int, device, c_shape) -> int:
     return sk_max
 
 
-def _seqused_k(seqused_k, b: int, device) -> None:
+def _seqused_k(seqused_k: object, b: int, device: torch.device) -> None:
     if not isinstance(seqused_k, torch.Tensor):
         raise TypeError(f"seqused_k must be an int32 tensor or None, got {type(seqused_k).__name__}")
     if seqused_k.dtype != torch.int32:
@@ -457,7 +465,10 @@ class KvcacheArgs(NamedTuple):
     num_pages: int
 
 
-def kvcache(q, k_cache, v_cache, k, v, cache_seqlens, scale, window_size, cap, num_splits, block_table, seqused_k):
+def kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor | None,
+            v: torch.Tensor | None, cache_seqlens: torch.Tensor | int | None, scale: float | None,
+            window_size: tuple[int, int], cap: float, num_splits: int, block_table: torch.Tensor | None,
+            seqused_k: torch.Tensor | None) -> KvcacheArgs:
     """flash_attn_with_kvcache's arguments. Returns KvcacheArgs: the cache lengths as the op takes
     them (seqlens None stands for seqlen on every batch), the scale, window and softcap, and what
     the checked indices mode needs."""
@@ -493,6 +504,8 @@ def kvcache(q, k_cache, v_cache, k, v, cache_seqlens, scale, window_size, cap, n
                          f"v {'None' if v is None else 'a tensor'})")
     sq_new = 0
     if k is not None:
+        if TYPE_CHECKING:  # v is given with k (checked above)
+            assert v is not None
         k_shape, _ = _meta("k", k)
         vn_shape, _ = _meta("v", v)
         if k.dtype != dtype or v.dtype != dtype:
@@ -548,7 +561,8 @@ def kvcache(q, k_cache, v_cache, k, v, cache_seqlens, scale, window_size, cap, n
 # ==== the backward ops (flashattn._ops: fake kernels and the Python wrapper) ==========================
 
 
-def _bwd_tensors(op: str, dout, q, k, v, out, ndim: int, layout: str) -> None:
+def _bwd_tensors(op: str, dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                 ndim: int, layout: str) -> None:
     """The shapes both backward ops check alike: ranks, and out, dout, v against q's and k's (lse's
     shape is each op's own)."""
     if q.dim() != ndim or k.dim() != ndim or v.dim() != ndim:
@@ -563,7 +577,8 @@ def _bwd_tensors(op: str, dout, q, k, v, out, ndim: int, layout: str) -> None:
         raise ValueError(f"{op}: k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
 
 
-def _bwd_dtypes(op: str, dout, q, k, v, out, lse) -> None:
+def _bwd_dtypes(op: str, dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                lse: torch.Tensor) -> None:
     """lse float32, every other tensor q's dtype."""
     if lse.dtype != torch.float32:
         raise TypeError(f"{op}: lse must be float32, got {lse.dtype}")
@@ -572,7 +587,8 @@ def _bwd_dtypes(op: str, dout, q, k, v, out, lse) -> None:
             raise TypeError(f"{op}: {name}.dtype must be q's dtype {q.dtype}, got {t.dtype}")
 
 
-def bwd(dout, q, k, v, out, lse) -> None:
+def bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+        lse: torch.Tensor) -> None:
     """flashattn::bwd's tensors (the fake kernel runs this, so a compiled graph fails at trace time;
     the binding checks the same)."""
     op = "flashattn::bwd"
@@ -583,7 +599,9 @@ def bwd(dout, q, k, v, out, lse) -> None:
     _bwd_dtypes(op, dout, q, k, v, out, lse)
 
 
-def bwd_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, backend_name) -> None:
+def bwd_varlen(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+               lse: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int,
+               max_seqlen_k: int, backend_name: str) -> None:
     """flashattn::bwd_varlen's arguments (its fake kernel and the Python wrapper run this; the
     binding checks the same)."""
     op = "flashattn::bwd_varlen"
@@ -617,7 +635,7 @@ def bwd_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
 # ==== torch's flash-attention ops (flashattn.torch_impl) =============================================
 
 
-def aten_dense(query, key, value) -> None:
+def aten_dense(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
     """The forward's tensors, FlashAttention's layout: query [B, Sq, Hq, D], key/value [B, Sk, Hk, D]."""
     for name, t in (("query", query), ("key", key), ("value", value)):
         tensor(name, t, 4)
@@ -639,7 +657,8 @@ def aten_dense(query, key, value) -> None:
         )
 
 
-def aten_packed(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k) -> tuple[int, int]:
+def aten_packed(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cum_seq_q: torch.Tensor,
+                cum_seq_k: torch.Tensor, max_q: int, max_k: int) -> tuple[int, int]:
     """A packed batch's tensors: query [total_q, Hq, D], key/value [total_k, Hk, D], cum_seq_q /
     cum_seq_k int32 [B + 1] on query's device, max_q / max_k ints. Returns (max_q, max_k)."""
     for name, t in (("query", query), ("key", key), ("value", value)):
@@ -663,7 +682,7 @@ def aten_packed(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k) -> tuple[
     return max_seqlen("max_q", max_q), max_seqlen("max_k", max_k)
 
 
-def like_query(query, **tensors) -> None:
+def like_query(query: torch.Tensor, **tensors: object) -> None:
     """The backward's grad_out and out: query's shape, dtype and device (any strides)."""
     for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
@@ -676,7 +695,7 @@ def like_query(query, **tensors) -> None:
             raise ValueError(f"{name} must be on query's device {query.device}, got {t.device}")
 
 
-def logsumexp(lse, query, layout: str, shape: tuple[int, ...]) -> None:
+def logsumexp(lse: object, query: torch.Tensor, layout: str, shape: tuple[int, ...]) -> None:
     if not isinstance(lse, torch.Tensor):
         raise TypeError(f"logsumexp must be a torch.Tensor, got {type(lse).__name__}")
     if lse.dtype != torch.float32 or tuple(lse.shape) != shape:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -117,8 +118,8 @@ def use_backend(name: str) -> Iterator[None]:
         set_backend(previous)
 
 
-def _run(q4, k4, v4, scale: float, causal_mode: int, bhsd: bool = False, window: tuple[int, int] = (-1, -1),
-         softcap: float = 0.0):
+def _run(q4: torch.Tensor, k4: torch.Tensor, v4: torch.Tensor, scale: float, causal_mode: int, bhsd: bool = False,
+         window: tuple[int, int] = (-1, -1), softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """The checked path's call, after validation: q4 [B, Sq, Hq, D], k4/v4 [B, Sk, Hk, D] -> (out
     [B, Sq, Hq, D], lse [B, Hq, Sq]); with bhsd, the sequence and head dims swapped in the inputs
     and in out."""
@@ -199,7 +200,7 @@ def flash_attn_func(
     q_descale: torch.Tensor | None = None,
     k_descale: torch.Tensor | None = None,
     v_descale: torch.Tensor | None = None,
-):
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """FlashAttention-style forward: q [B, Sq, Hq, D], k/v [B, Sk, Hk, D] with Hq a multiple of
     Hk (GQA/MQA). `causal=True` is bottom-right aligned (query i attends to keys
     j <= i + Sk - Sq, as with a KV cache); query rows that see no key give output 0 and LSE -inf.
@@ -236,6 +237,8 @@ def flash_attn_func(
         if not _tracing() and type(q) is _Tensor:
             _validate.fp8_device(q)
         _ready()
+        if TYPE_CHECKING:  # _validate.fp8 refused a missing descale
+            assert q_descale is not None and k_descale is not None and v_descale is not None
         out, lse = _ops.fwd_fp8(q, k, v, q_descale, k_descale, v_descale, scale, _BOTTOM_RIGHT if causal else _NONE)
         return (out, lse) if return_lse else out
     scale, window, softcap = _validate.flash_attn_func(q, k, v, softmax_scale, window_size, softcap)
@@ -256,7 +259,7 @@ def flash_attn_varlen_func(
     window_size: tuple[int, int] = (-1, -1),
     softcap: float = 0.0,
     return_lse: bool = False,
-):
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """FlashAttention-style forward over a packed batch of variable-length sequences.
 
     q [total_q, Hq, D], k/v [total_k, Hk, D] (Hq a multiple of Hk; float16/bfloat16 on one CUDA

@@ -39,7 +39,7 @@ def flash_attn_with_kvcache(
     softcap: float = 0.0,
     block_table: torch.Tensor | None = None,
     seqused_k: torch.Tensor | None = None,
-):
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention of new queries against a KV cache, optionally appending new keys/values first.
 
     Shapes (FlashAttention's layout, heads before head_dim):

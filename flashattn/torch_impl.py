@@ -60,6 +60,8 @@ torch's kernels).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -78,7 +80,7 @@ OPS = (
 OPTIONAL_OPS = ("_flash_attention_forward_no_dropout_inplace",)
 
 
-def _registry():
+def _registry() -> ModuleType | None:
     """torch.nn.attention when it has the flash-attention implementation registry, else None."""
     try:
         import torch.nn.attention as attention
@@ -101,7 +103,7 @@ def _unsupported(op: str, message: str) -> NotImplementedError:
     return NotImplementedError(f"flashattn ({op}): {message}")
 
 
-def _is_packed(op: str, cum_seq_q, cum_seq_k) -> bool:
+def _is_packed(op: str, cum_seq_q: torch.Tensor | None, cum_seq_k: torch.Tensor | None) -> bool:
     """Whether the call is a packed variable-length batch: both cumulative lengths given (torch's
     kernels take the varlen path on cum_seq_q); one without the other is refused."""
     if cum_seq_q is None and cum_seq_k is None:
@@ -120,7 +122,8 @@ def _check_dropout(op: str, dropout_p: float) -> None:
         raise _unsupported(op, f"dropout_p must be 0.0 (flashattn has no dropout), got {dropout_p}")
 
 
-def _mask(is_causal: bool, window_size_left, window_size_right, seqlen_k: int) -> tuple[int, int, int]:
+def _mask(is_causal: bool, window_size_left: int | None, window_size_right: int | None,
+          seqlen_k: int) -> tuple[int, int, int]:
     """(causal_mode, window_left, window_right) for flashattn's kernels giving the masks of torch's
     FlashAttention-2 kernels; seqlen_k is Sk for dense tensors and max_k for packed batches (the
     bound those kernels normalize against):
@@ -140,7 +143,8 @@ def _mask(is_causal: bool, window_size_left, window_size_right, seqlen_k: int) -
     return _ops.CAUSAL_NONE, left, right
 
 
-def _check_forward_options(op: str, dropout_p: float, return_debug_mask: bool, **optional) -> None:
+def _check_forward_options(op: str, dropout_p: float, return_debug_mask: bool,
+                           **optional: torch.Tensor | int | None) -> None:
     _check_dropout(op, dropout_p)
     if return_debug_mask:
         raise _unsupported(op, "return_debug_mask must be False (flashattn does not return attention probabilities)")
@@ -159,7 +163,8 @@ def _check_forward_options(op: str, dropout_p: float, return_debug_mask: bool, *
             raise _unsupported(op, f"{what} are not supported: {name} must be None")
 
 
-def _check_backward(grad_out, query, key, value, out, logsumexp) -> None:
+def _check_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                    out: torch.Tensor, logsumexp: torch.Tensor) -> None:
     """The backward's tensors (FlashAttention's layout); grad_out may have any strides (a loss like
     out.sum() hands a stride-0 one: the binding copies what it cannot load)."""
     _validate.aten_dense(query, key, value)
@@ -186,7 +191,9 @@ def _laid_out_like(result: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return target.copy_(result)
 
 
-def _forward_dense(op: str, query, key, value, is_causal: bool, scale, window_size_left=None, window_size_right=None):
+def _forward_dense(op: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool,
+                   scale: float | None, window_size_left: int | None = None,
+                   window_size_right: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """query [B, Sq, Hq, D], key/value [B, Sk, Hk, D] -> (out like empty_like(query), lse [B, Hq, Sq])."""
     _validate.aten_dense(query, key, value)
     causal_mode, left, right = _mask(is_causal, window_size_left, window_size_right, key.shape[1])
@@ -204,8 +211,10 @@ def _no_dropout_state(query: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, 
     return rng_state, offset, debug_mask
 
 
-def _backward_dense(op: str, grad_out, query, key, value, out, logsumexp, is_causal: bool, scale,
-                    window_size_left=None, window_size_right=None):
+def _backward_dense(op: str, grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                    out: torch.Tensor, logsumexp: torch.Tensor, is_causal: bool, scale: float | None,
+                    window_size_left: int | None = None,
+                    window_size_right: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """FlashAttention's layout -> (dq, dk, dv), each laid out like empty_like of its input."""
     _check_backward(grad_out, query, key, value, out, logsumexp)
     causal_mode, left, right = _mask(is_causal, window_size_left, window_size_right, key.shape[1])
@@ -222,8 +231,10 @@ def _packed_backend(op: str) -> str:
     return backend
 
 
-def _forward_packed(op: str, query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, is_causal: bool, scale,
-                    window_size_left=None, window_size_right=None):
+def _forward_packed(op: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cum_seq_q: torch.Tensor,
+                    cum_seq_k: torch.Tensor, max_q: int, max_k: int, is_causal: bool, scale: float | None,
+                    window_size_left: int | None = None,
+                    window_size_right: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """query [total_q, Hq, D], key/value [total_k, Hk, D], cum_seq int32 [B + 1] -> (out like
     empty_like(query), lse float32 [Hq, total_q]); masks aligned per sequence."""
     max_q, max_k = _validate.aten_packed(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k)
@@ -233,8 +244,10 @@ def _forward_packed(op: str, query, key, value, cum_seq_q, cum_seq_k, max_q, max
     return _laid_out_like(out, query), lse
 
 
-def _backward_packed(op: str, grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k,
-                     is_causal: bool, scale, window_size_left=None, window_size_right=None):
+def _backward_packed(op: str, grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                     out: torch.Tensor, logsumexp: torch.Tensor, cum_seq_q: torch.Tensor, cum_seq_k: torch.Tensor,
+                     max_q: int, max_k: int, is_causal: bool, scale: float | None, window_size_left: int | None = None,
+                     window_size_right: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The packed batch's gradients (see _forward_packed), each laid out like empty_like of its input."""
     max_q, max_k = _validate.aten_packed(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k)
     _validate.like_query(query, grad_out=grad_out, out=out)
@@ -249,11 +262,16 @@ def _backward_packed(op: str, grad_out, query, key, value, out, logsumexp, cum_s
     return _laid_out_like(dq, query), _laid_out_like(dk, key), _laid_out_like(dv, value)
 
 
-def _flash_forward(op: str, query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p: float,
-                   is_causal: bool, return_debug_mask: bool, scale, window_size_left, window_size_right, **optional):
+def _flash_forward(op: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cum_seq_q: torch.Tensor | None,
+                   cum_seq_k: torch.Tensor | None, max_q: int, max_k: int, dropout_p: float, is_causal: bool,
+                   return_debug_mask: bool, scale: float | None, window_size_left: int | None,
+                   window_size_right: int | None,
+                   **optional: torch.Tensor | int | None) -> tuple[torch.Tensor, torch.Tensor]:
     """The _flash_attention_forward ops: every refusal, then the packed or the dense forward."""
     _check_forward_options(op, dropout_p, return_debug_mask, **optional)
     if _is_packed(op, cum_seq_q, cum_seq_k):
+        if TYPE_CHECKING:  # both given (_is_packed)
+            assert cum_seq_q is not None and cum_seq_k is not None
         return _forward_packed(op, query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, is_causal, scale,
                                window_size_left, window_size_right)
     return _forward_dense(op, query, key, value, is_causal, scale, window_size_left, window_size_right)
@@ -369,6 +387,8 @@ def flash_attention_backward(
     op = "aten::_flash_attention_backward"
     _check_dropout(op, dropout_p)
     if _is_packed(op, cum_seq_q, cum_seq_k):
+        if TYPE_CHECKING:  # both given (_is_packed)
+            assert cum_seq_q is not None and cum_seq_k is not None
         return _backward_packed(op, grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k,
                                 is_causal, scale, window_size_left, window_size_right)
     return _backward_dense(op, grad_out, query, key, value, out, logsumexp, is_causal, scale,
@@ -397,7 +417,7 @@ def scaled_dot_product_flash_attention(
     return_debug_mask: bool = False,
     *,
     scale: float | None = None,
-):
+) -> tuple[torch.Tensor, torch.Tensor, None, None, int, int, torch.Tensor, torch.Tensor, torch.Tensor]:
     """aten::_scaled_dot_product_flash_attention on flashattn's kernels (what SDPA's flash backend calls).
 
     query [B, Hq, Sq, D], key/value [B, Hk, Sk, D] (float16/bfloat16, CUDA, last dim contiguous);
@@ -407,7 +427,8 @@ def scaled_dot_product_flash_attention(
     op = "aten::_scaled_dot_product_flash_attention"
     _check_forward_options(op, dropout_p, return_debug_mask)
     _check_rank4(query=query, key=key, value=value)
-    out, lse = _forward_dense(op, *_bshd(query, key, value), is_causal, scale)
+    q_bshd, k_bshd, v_bshd = _bshd(query, key, value)
+    out, lse = _forward_dense(op, q_bshd, k_bshd, v_bshd, is_causal, scale)
     rng_state, offset, debug_mask = _no_dropout_state(query)
     return (_laid_out_like(out.transpose(1, 2), query), lse, None, None, query.shape[2], key.shape[2],
             rng_state, offset, debug_mask)
@@ -444,7 +465,8 @@ def scaled_dot_product_flash_attention_backward(
         )
     _check_dropout(op, dropout_p)
     _check_rank4(grad_out=grad_out, query=query, key=key, value=value, out=out)
-    dq, dk, dv = _backward_dense(op, *_bshd(grad_out, query, key, value, out), logsumexp, is_causal, scale)
+    grad_out_bshd, q_bshd, k_bshd, v_bshd, out_bshd = _bshd(grad_out, query, key, value, out)
+    dq, dk, dv = _backward_dense(op, grad_out_bshd, q_bshd, k_bshd, v_bshd, out_bshd, logsumexp, is_causal, scale)
     dq, dk, dv = _bshd(dq, dk, dv)  # back to [B, H, S, D]
     return _laid_out_like(dq, query), _laid_out_like(dk, key), _laid_out_like(dv, value)
 
@@ -506,7 +528,7 @@ def _register_fn() -> FlashattnHandle:
     return register_kernels("CUDA")
 
 
-def _require_registry():
+def _require_registry() -> ModuleType:
     attention = _registry()
     if attention is None:
         raise RuntimeError(

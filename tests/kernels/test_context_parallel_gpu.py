@@ -256,12 +256,20 @@ def _worker(rank: int, world: int, mode: str, store: str, result: str) -> None:
 
 
 class RingFailure(Exception):
-    """The workers failed, ran past their time, or did not finish; the message holds their logs."""
+    """The workers failed, ran past their time, or did not finish; the message holds their logs.
+    `signalled`: a worker was killed by a signal (an abort or a fault inside the process, not a
+    failed check, which exits with a status)."""
+
+    def __init__(self, message: str, signalled: bool = False) -> None:
+        super().__init__(message)
+        self.signalled = signalled
 
 
 def worker_env() -> dict[str, str]:
     path = os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])
-    return dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **MULTICAST_OFF)
+    # PYTHONFAULTHANDLER: a worker that aborts or faults leaves every thread's Python stack in its log
+    return dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1",
+                **MULTICAST_OFF)
 
 
 def worker_command(rank: int, world: int, mode: str, store: Path, result: Path) -> list[str]:
@@ -281,12 +289,13 @@ def run_ring(world: int, mode: str, tmp: Path, timeout_s: float = WORKER_TIMEOUT
             procs.append(subprocess.Popen(worker_command(rank, world, mode, store, result), env=worker_env(),
                                           stdout=f, stderr=subprocess.STDOUT))
     deadline = time.monotonic() + timeout_s
-    problem = None
+    problem, signalled = None, False
     try:
         while problem is None:
             codes = [p.poll() for p in procs]
             failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
             if failed:  # the others wait on it in a collective until their timeout: stop them now
+                signalled = any(c < 0 for _, c in failed)
                 problem = "; ".join(f"rank {r} exited with {c}" for r, c in failed)
             elif all(c == 0 for c in codes):
                 break
@@ -306,7 +315,7 @@ def run_ring(world: int, mode: str, tmp: Path, timeout_s: float = WORKER_TIMEOUT
             problem = f"ranks {unfinished} exited 0 without finishing their cases"
     if problem is not None:
         tails = "\n".join(f"--- rank {r} ---\n{text[-4000:]}" for r, text in enumerate(texts))
-        raise RingFailure(f"{world} context-parallel workers ({mode}): {problem}\n{tails}")
+        raise RingFailure(f"{world} context-parallel workers ({mode}): {problem}\n{tails}", signalled)
     return torch.load(result)
 
 

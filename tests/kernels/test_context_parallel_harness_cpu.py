@@ -20,6 +20,7 @@ import math
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -46,11 +47,30 @@ CPU_CASES = cpg.cases_for("cpu")
 CPU_WORKER_TIMEOUT_S = 240
 
 
+def run_cpu_ring(world: int, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """cpg.run_ring on the CPU, run a second time when a worker was killed by a signal.
+
+    Why the second run: on 2026-12-01 one run of the 2-rank CPU ring in the CUDA 13.0 image (torch
+    2.11, gloo) lost rank 0 to glibc's "malloc(): unaligned tcache chunk detected" inside the
+    backward's all-to-all of dK/dV; the same 2-rank ring then passed 90 runs in a row in that image.
+    No kernel of flashattn's runs in these workers (its ops run the Python stand-ins on CPU tensors
+    inside torch's ring), so a heap corruption there is torch's or gloo's, not what this harness
+    checks. A second signal, or any failure with an exit status (a failed check), still fails; the
+    first signal's logs are kept as a warning in the test report, with every thread's Python stack
+    (PYTHONFAULTHANDLER)."""
+    try:
+        return cpg.run_ring(world, "cpu", tmp_path_factory.mktemp(f"cp_harness_{world}"), CPU_WORKER_TIMEOUT_S)
+    except cpg.RingFailure as e:
+        if not e.signalled:
+            raise
+        warnings.warn(f"the CPU ring is run again after a worker was killed by a signal: {e}", stacklevel=2)
+    return cpg.run_ring(world, "cpu", tmp_path_factory.mktemp(f"cp_harness_{world}_again"), CPU_WORKER_TIMEOUT_S)
+
+
 @pytest.fixture(scope="module", params=[2, 4], ids=["2-ranks", "4-ranks"])
 def cpu_ring(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict:
     try:
-        return cpg.run_ring(request.param, "cpu", tmp_path_factory.mktemp(f"cp_harness_{request.param}"),
-                            CPU_WORKER_TIMEOUT_S)
+        return run_cpu_ring(request.param, tmp_path_factory)
     except cpg.RingFailure as e:
         pytest.fail(str(e), pytrace=False)
 
@@ -119,6 +139,41 @@ def test_the_launcher_stops_the_others_when_one_fails(tmp_path: Path, monkeypatc
         cpg.run_ring(2, "cpu", tmp_path, timeout_s=100)
     assert time.monotonic() - start < 30
     assert "rank 1 broke" in str(info.value)
+
+
+def test_a_worker_killed_by_a_signal_is_named_as_such(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    abort = "import os; print('rank 0 aborts', flush=True); os.abort()"
+    monkeypatch.setattr(cpg, "worker_command", lambda rank, *a: [sys.executable, "-c", abort if rank == 0 else
+                                                                  "import time; time.sleep(120)"])
+    with pytest.raises(cpg.RingFailure, match="rank 0 exited with -6") as info:
+        cpg.run_ring(2, "cpu", tmp_path, timeout_s=100)
+    assert info.value.signalled
+    assert "rank 0 aborts" in str(info.value)
+    assert "Fatal Python error: Aborted" in str(info.value)  # PYTHONFAULTHANDLER's stack dump
+
+
+def test_the_cpu_ring_runs_again_after_one_signal_only(tmp_path_factory: pytest.TempPathFactory,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = []
+
+    def ring(world, mode, tmp, timeout_s):
+        runs.append(tmp)
+        if len(runs) <= len(outcomes_signalled):  # a failure for each outcome listed, then a clean run
+            signalled = outcomes_signalled[len(runs) - 1]
+            raise cpg.RingFailure(f"rank 0 exited with {-6 if signalled else 3}", signalled)
+        return {"world": world}
+
+    monkeypatch.setattr(cpg, "run_ring", ring)
+    outcomes_signalled = [True]  # one abort, then a clean run: the result, and a warning with the logs
+    with pytest.warns(UserWarning, match="run again after a worker was killed by a signal: rank 0 exited with -6"):
+        assert run_cpu_ring(2, tmp_path_factory) == {"world": 2}
+    assert len(runs) == 2 and runs[0] != runs[1]
+    for outcomes_signalled in ([True, True], [False]):  # a second abort, or a failed check: a failure
+        runs.clear()
+        with pytest.raises(cpg.RingFailure), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            run_cpu_ring(2, tmp_path_factory)
+        assert len(runs) == len(outcomes_signalled)
 
 
 def test_a_worker_that_exits_without_finishing_is_a_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
