@@ -1,7 +1,8 @@
 """setup.py's decision to build the kernels, without building: a machine that can run the kernels
 never gets a quiet install without them; a CPU machine gets the pure-Python package and the reason.
 
-The functions are taken from setup.py without running its setup() call.
+The functions are taken from setup.py without running its setup() call. Last, the pure-Python
+wheel is built once, from a copy of the package, for what it holds.
 """
 
 from __future__ import annotations
@@ -69,3 +70,29 @@ def test_cpu_only_torch(setup_py, monkeypatch) -> None:
     _machine(monkeypatch, setup_py, gpu=True, nvcc=True)  # a GPU machine: an error, never kernel-less
     with pytest.raises(SystemExit, match="CPU-only build, but this machine has a GPU"):
         setup_py._cuda_build_possible()
+
+
+def test_the_wheel_holds_every_module_and_the_typed_marker(tmp_path: pathlib.Path) -> None:
+    """What a user installs from a wheel: every module of flashattn/ and py.typed (PEP 561), so that
+    their type checker reads the package's annotations (tests/infra/test_typing.py checks them)."""
+    import os
+    import subprocess
+    import sys
+    import zipfile
+
+    import shutil
+
+    # from a copy: an in-tree build would reuse the checkout's build/ (a stale py.typed passes)
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "flashattn", src / "flashattn", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    for name in ("setup.py", "pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    env = dict(os.environ, FLASHATTN_SKIP_CUDA_BUILD="1")  # the pure-Python wheel: no kernels to build here
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                        str(tmp_path / "dist"), str(src)], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (wheel,) = (tmp_path / "dist").glob("flashattn-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    modules = {f"flashattn/{p.name}" for p in (ROOT / "flashattn").glob("*.py")}
+    want = modules | {"flashattn/py.typed"}
+    assert want <= names, f"the wheel lacks {sorted(want - names)}"
