@@ -10,6 +10,8 @@ so the call can be captured in a CUDA graph and traced by torch.compile.
 
 from __future__ import annotations
 
+from typing import Literal, overload
+
 import torch
 
 from . import _ext, _ops, _validate
@@ -22,6 +24,65 @@ _FWD_KVCACHE_DIRECT = _ops.eager_callable(_ops._fwd_kvcache)
 _DIRECT = _ext._EXT is not None and _ops.DIRECT_PATH
 _Tensor = torch.Tensor
 _tracing = torch.compiler.is_compiling
+
+
+# The return type follows return_lse as the call site spells it (tests/infra/data/typed_usage.py).
+@overload
+def flash_attn_with_kvcache(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k: torch.Tensor | None = None,
+    v: torch.Tensor | None = None,
+    cache_seqlens: torch.Tensor | int | None = None,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    num_splits: int = 0,
+    return_lse: Literal[False] = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    block_table: torch.Tensor | None = None,
+    seqused_k: torch.Tensor | None = None,
+) -> torch.Tensor: ...
+
+
+@overload
+def flash_attn_with_kvcache(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k: torch.Tensor | None = None,
+    v: torch.Tensor | None = None,
+    cache_seqlens: torch.Tensor | int | None = None,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    num_splits: int = 0,
+    *,
+    return_lse: Literal[True],
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    block_table: torch.Tensor | None = None,
+    seqused_k: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+@overload
+def flash_attn_with_kvcache(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k: torch.Tensor | None = None,
+    v: torch.Tensor | None = None,
+    cache_seqlens: torch.Tensor | int | None = None,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    num_splits: int = 0,
+    return_lse: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    block_table: torch.Tensor | None = None,
+    seqused_k: torch.Tensor | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]: ...
 
 
 def flash_attn_with_kvcache(
