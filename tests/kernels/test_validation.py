@@ -5,7 +5,9 @@ FakeTensorMode carries device, dtype, shape and strides without memory or a GPU)
 entry points' checked path, flashattn/_validate.py, before any kernel. On a GPU the same rows run
 with real tensors, each followed by a valid call that must still be right: there a call takes the
 direct path, the C++ binding refuses it, and the checked path names the argument, so the table
-also proves the binding refuses every row.
+also proves the binding refuses every row. A property closes the file: inputs drawn at random,
+valid by construction or with anything wrong, get a result or a clear refusal, never another
+exception.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import flashattn
@@ -159,3 +163,109 @@ def test_valid_call_after_bad_input_is_right(row: BadInput, device: torch.device
     else:
         out, lse = fa(q, k, v, causal=True, return_lse=True)
         assert_attention_matches(out, lse, q, k, v, None, flashattn.CAUSAL_BOTTOM_RIGHT, context=f"after {row.id}")
+
+
+# ==== any input: a result or a clear refusal ===========================================================
+# Beyond the table: shapes, dtypes, devices, strides and scalars drawn at random, the metadata only
+# (FakeTensorMode). Half the calls are valid by construction and must reach the op (its fake
+# kernel: the output has q's shape and dtype); the other half have anything wrong, and every call
+# either returns such an output or raises TypeError / ValueError / NotImplementedError with a
+# message: never another exception (an IndexError from a short shape, an AttributeError from a
+# list, a RuntimeError from the op's own checks) and never a result of another shape.
+
+REFUSALS = (TypeError, ValueError, NotImplementedError)
+_DIMS = st.sampled_from([0, 1, 2, 3, 7, 8, 16, 33, 64, 65, 128, 256, 264])
+_DTYPES = st.sampled_from([F16, BF16, F32, torch.float64, torch.int32, torch.bool, torch.float8_e4m3fn])
+_SCALARS = st.sampled_from([None, 0, 1, -1, 0.5, -0.5, math.nan, math.inf, True, "x", (1,), (1, 2), (-2, 3),
+                            [0, 0], 1e40, 2**40])
+_VALID = {  # values each keyword takes in a valid call
+    "softmax_scale": [None, 0.125, 1.0], "scale": [None, 0.125], "causal": [False, True],
+    "is_causal": [False, True], "window_size": [(-1, -1), (3, 0), (0, 0), (-1, 2)], "softcap": [0.0, 30.0],
+    "dropout_p": [0.0], "attn_mask": [None], "num_splits": [0, 1, 3],
+}
+
+
+@st.composite
+def _tensor(draw: st.DrawFn, shape: tuple[int, ...] | None = None, dtype: torch.dtype = F16,
+            bad: bool = True) -> torch.Tensor:
+    """A fake CUDA tensor of the given shape and dtype, contiguous; when `bad`, sometimes any shape,
+    any dtype, on the CPU, or with a non-unit last stride."""
+    device, strides = "cuda", None
+    if bad:
+        if shape is None or draw(st.integers(0, 9)) == 0:
+            shape = tuple(draw(st.lists(_DIMS, min_size=0, max_size=6)))
+        if draw(st.integers(0, 9)) == 0:
+            dtype = draw(_DTYPES)
+        if draw(st.integers(0, 19)) == 0:
+            device = "cpu"
+        if shape and draw(st.integers(0, 9)) == 0:
+            strides = tuple(torch.empty(shape, device="meta").stride()[:-1]) + (draw(st.sampled_from([0, 2, 3])),)
+    assert shape is not None
+    return fake_maker(*shape, dtype=dtype, device=device, strides=strides)
+
+
+@st.composite
+def _qkv_bshd(draw: st.DrawFn, bad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    b, s, h = draw(st.sampled_from([1, 2])), draw(st.sampled_from([0, 1, 16, 33])), draw(st.sampled_from([1, 2, 4]))
+    d = draw(st.sampled_from([8, 16, 64, 72, 128, 256]))
+    sk, hk, dv = draw(st.sampled_from([1, 5, 40])), draw(st.sampled_from([h, 1])), d
+    if bad:
+        d = draw(st.one_of(st.just(d), _DIMS))
+        sk, hk, dv = draw(st.sampled_from([s, 5, 0])), draw(st.sampled_from([h, 1, 3])), draw(st.sampled_from([d, d, 16]))
+    dtype = draw(st.sampled_from([F16, BF16]))
+    return (draw(_tensor((b, s, h, d), dtype, bad)), draw(_tensor((b, sk, hk, d), dtype, bad)),
+            draw(_tensor((b, sk, hk, dv), dtype, bad)))
+
+
+def _kwargs(draw: st.DrawFn, names: tuple[str, ...], bad: bool) -> dict[str, object]:
+    return {name: draw(_SCALARS if bad else st.sampled_from(_VALID[name]))
+            for name in names if draw(st.integers(0, 3)) == 0}
+
+
+@st.composite
+def _any_call(draw: st.DrawFn) -> tuple[str, bool, Callable[[], object], torch.Tensor]:
+    """(entry point, whether anything may be wrong, the call, q as the entry point takes it)."""
+    bad = draw(st.booleans())
+    q, k, v = draw(_qkv_bshd(bad))
+    entry = draw(st.sampled_from(["sdpa", "flash_attn_func", "varlen", "kvcache"]))
+    if entry == "sdpa":
+        q, k, v = (t.transpose(1, 2) if t.dim() == 4 else t for t in (q, k, v))
+        kw = _kwargs(draw, ("dropout_p", "is_causal", "scale", "attn_mask"), bad)
+        kw["enable_gqa"] = True if not bad else draw(st.sampled_from([True, False, None]))
+        return entry, bad, lambda: sdpa(q, k, v, **kw), q
+    if entry == "flash_attn_func":
+        kw = _kwargs(draw, ("softmax_scale", "causal", "window_size", "softcap"), bad)
+        return entry, bad, lambda: fa(q, k, v, **kw), q
+    if entry == "varlen":
+        batch = q.shape[0] if q.dim() else 1
+        q, k, v = (t.flatten(0, 1) if t.dim() == 4 else t for t in (q, k, v))
+        cu = draw(_tensor((batch + 1,), torch.int32, bad))
+        max_q, max_k = (draw(st.sampled_from([0, 1, 16, -1, 2**31, None, 1.5] if bad else [1, 16, 64])) for _ in "qk")
+        kw = _kwargs(draw, ("softmax_scale", "causal", "window_size", "softcap"), bad)
+        return entry, bad, lambda: flashattn.flash_attn_varlen_func(q, k, v, cu, cu, max_q, max_k, **kw), q
+    kw = _kwargs(draw, ("softmax_scale", "causal", "window_size", "softcap", "num_splits"), bad)
+    batch = q.shape[0] if q.dim() else 1
+    if draw(st.booleans()):
+        kw["cache_seqlens"] = draw(_tensor((batch,), torch.int32, bad))
+    elif bad and draw(st.booleans()):
+        kw["cache_seqlens"] = draw(_SCALARS)
+    if bad and draw(st.integers(0, 3)) == 0:
+        kw["block_table"] = draw(_tensor((batch, 2), torch.int32, bad))
+    if bad and draw(st.integers(0, 4)) == 0:
+        kw["k"], kw["v"] = draw(_tensor()), draw(_tensor())
+    return entry, bad, lambda: flashattn.flash_attn_with_kvcache(q, k, v, **kw), q
+
+
+@given(data=st.data())
+def test_any_input_gets_a_result_or_a_clear_refusal(data: st.DataObject) -> None:
+    with pytest.MonkeyPatch.context() as mp, FakeTensorMode():
+        mp.setattr(flashattn._ext, "require_extension", lambda: None)  # valid calls reach the fake kernels
+        entry, bad, call, q = data.draw(_any_call())
+        try:
+            out = call()
+        except REFUSALS as e:
+            assert bad, f"{entry}: a valid call refused: {type(e).__name__}: {e}"
+            assert str(e), f"{entry}: {type(e).__name__} without a message"
+            return
+    assert isinstance(out, torch.Tensor), f"{entry} returned {type(out).__name__}"
+    assert out.shape == q.shape and out.dtype == q.dtype, f"{entry}: out {tuple(out.shape)} {out.dtype}, q {tuple(q.shape)} {q.dtype}"
