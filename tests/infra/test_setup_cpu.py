@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import ast
 import builtins
+import os
 import pathlib
+import shutil
+import subprocess
+import sys
 import types
+import zipfile
 
 import pytest
 
@@ -75,13 +80,6 @@ def test_cpu_only_torch(setup_py, monkeypatch) -> None:
 def test_the_wheel_holds_every_module_and_the_typed_marker(tmp_path: pathlib.Path) -> None:
     """What a user installs from a wheel: every module of flashattn/ and py.typed (PEP 561), so that
     their type checker reads the package's annotations (tests/infra/test_typing.py checks them)."""
-    import os
-    import subprocess
-    import sys
-    import zipfile
-
-    import shutil
-
     # from a copy: an in-tree build would reuse the checkout's build/ (a stale py.typed passes)
     src = tmp_path / "src"
     shutil.copytree(ROOT / "flashattn", src / "flashattn", ignore=shutil.ignore_patterns("__pycache__", "*.so"))

@@ -154,26 +154,31 @@ def test_a_worker_killed_by_a_signal_is_named_as_such(tmp_path: Path, monkeypatc
 
 def test_the_cpu_ring_runs_again_after_one_signal_only(tmp_path_factory: pytest.TempPathFactory,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    runs = []
+    def scripted(signalled: list[bool]) -> list[Path]:
+        """run_ring fails once per entry (killed by a signal or with a status), then succeeds; returns
+        the folders it was given, one per run."""
+        runs: list[Path] = []
 
-    def ring(world, mode, tmp, timeout_s):
-        runs.append(tmp)
-        if len(runs) <= len(outcomes_signalled):  # a failure for each outcome listed, then a clean run
-            signalled = outcomes_signalled[len(runs) - 1]
-            raise cpg.RingFailure(f"rank 0 exited with {-6 if signalled else 3}", signalled)
-        return {"world": world}
+        def ring(world: int, mode: str, tmp: Path, timeout_s: float) -> dict:
+            runs.append(tmp)
+            if len(runs) <= len(signalled):
+                by_signal = signalled[len(runs) - 1]
+                raise cpg.RingFailure(f"rank 0 exited with {-6 if by_signal else 3}", by_signal)
+            return {"world": world}
 
-    monkeypatch.setattr(cpg, "run_ring", ring)
-    outcomes_signalled = [True]  # one abort, then a clean run: the result, and a warning with the logs
+        monkeypatch.setattr(cpg, "run_ring", ring)
+        return runs
+
+    runs = scripted([True])  # one abort, then a clean run: the result, and a warning with the logs
     with pytest.warns(UserWarning, match="run again after a worker was killed by a signal: rank 0 exited with -6"):
         assert run_cpu_ring(2, tmp_path_factory) == {"world": 2}
     assert len(runs) == 2 and runs[0] != runs[1]
-    for outcomes_signalled in ([True, True], [False]):  # a second abort, or a failed check: a failure
-        runs.clear()
+    for signalled in ([True, True], [False]):  # a second abort, or a failed check: a failure
+        runs = scripted(signalled)
         with pytest.raises(cpg.RingFailure), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             run_cpu_ring(2, tmp_path_factory)
-        assert len(runs) == len(outcomes_signalled)
+        assert len(runs) == len(signalled)
 
 
 def test_a_worker_that_exits_without_finishing_is_a_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
