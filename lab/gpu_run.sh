@@ -49,8 +49,10 @@
 #                                     D=256 dynamic kernel): its A/B on the 16-bit forward, then the fwdq2 checks (~5 min)
 #   bash lab/gpu_run.sh fwddynleanfp8 the same diff's A/B on lab/fp8_time.py, reusing fwddynlean's copy when the
 #                                     machine still has it (~2 min then)
-#   bash lab/gpu_run.sh fwdpfirst prepared: step order 2 with P converted before O's rescale, D=128 on order 2 too
+#   bash lab/gpu_run.sh fwdpfirst measured, landed in part (fwdpfirstsel): step order 2 with P converted before O's rescale, D=128 on order 2 too
 #                                     (lab/ab/fwd_order2_p_first.diff): its A/B over D=64/128/256, the checks (~6 min)
+#   bash lab/gpu_run.sh fwdpfirstsel P converted before O's rescale where it gained (lab/ab/fwd_pfirst_select.diff):
+#                                     its A/B on the 16-bit forward, the checks, its A/B on lab/fp8_time.py (~9 min)
 #   bash lab/gpu_run.sh fwdwg0waits measured, not adopted (0.997, FP8 0.983): only consumer warpgroup 0 of the ping-pong forward waits for K and V
 #                                     (lab/ab/fwd_wg0_waits.diff): its A/B on the 16-bit forward, the checks, then its
 #                                     A/B on lab/fp8_time.py in the same copy (~8 min)
@@ -488,7 +490,9 @@ case "${1:-verify}" in
     step decode_lab 200 bash lab/decode_lab.sh
     step ceilings 120 python3 lab/ceilings.py
     ;;
-  fwdpfirst)  # prepared 2026-12-01 (issue 29), not yet run: step order 2 with P converted before O's rescale
+  fwdpfirst)  # measured 2026-12-01 (issue 29; 1.002, swap only 1.003: D=64 +1.4-2.3%, D=128 from 4k keys -1.9..-3.0%,
+              # D=256 S=16k -4.3%; the D=64 part landed through fwdpfirstsel; these diffs apply to commit e6fcfeb's csrc):
+              # step order 2 with P converted before O's rescale
               # (lab/ab/fwd_order2_p_first.diff; FWD_PFIRST_DIFF=fwd_p_first_swap_only.diff for the swap alone, D=128
               # left on order 0; fwd_order2_all_p_first.diff: every config on order 2, the three-consumer D=64 ones too). SASS: order 2 ran P's 32 conversions after rescale_o's branch, alone once the last
               # exponential had landed (what cost it the long D=128 cells); converted first they fill the gaps
@@ -496,6 +500,15 @@ case "${1:-verify}" in
               # forward over all three head dims (FWD_PFIRST_CELLS), then the fwdq2 checks in the copy
     fwd_patch_ab fwdpfirst "${FWD_PFIRST_DIFF:-fwd_order2_p_first.diff}" \
       "${FWD_PFIRST_CELLS:-64:512:1 64:1024:1 64:2048:1 128:512:1 128:1024:1 128:4096:1 128:16384:1 128:512:0 128:4096:0 128:16384:0 256:1024:1 256:4096:1 256:16384:0}"
+    ;;
+  fwdpfirstsel)  # measured 2026-12-01 (issue 29), landed (16-bit D=64 causal +1.6-2.5%, FP8 1.015; FWD_PFIRSTSEL_REVERSE=1
+                 # times it against the tree without it): P converted before O's rescale where it measured a gain
+                 # (lab/ab/fwd_pfirst_select.diff: traits.h kConvertPFirst; the 16-bit D=64 two-consumer config,
+                 # the FP8 forward at D=256 on step order 2). Its A/B on the 16-bit cells it changes (D=128 and
+                 # D=256 as controls), the fwdq2 checks in the copy, then its A/B on lab/fp8_time.py in the same copy
+    fwd_patch_ab fwdpfirstsel "${FWD_PFIRSTSEL_DIFF:-fwd_pfirst_select.diff}" \
+      "${FWD_PFIRSTSEL_CELLS:-64:512:1 64:1024:1 64:2048:1 128:4096:1 256:16384:0}" "${FWD_PFIRSTSEL_REVERSE:-0}"
+    fp8_patch_ab fwdpfirstselfp8 "${FWD_PFIRSTSEL_DIFF:-fwd_pfirst_select.diff}" "${FWD_PFIRSTSEL_REVERSE:-0}" "$PWD/build/ab-fwdpfirstsel"
     ;;
   fwdwg0waits)  # measured 2026-12-01 (issue 29), not adopted: 0.997 on the 16-bit forward, 0.983 on FP8. In the ping-pong forward only consumer warpgroup 0 waits for K and V to
                 # land (consumer.cuh waits_kv, as FlashAttention-3's consumers do): the others' sections follow its

@@ -313,8 +313,11 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
         for (int kk = 0; kk < kPV_K; ++kk) reg_fence(p[kk]);
         mbar_arrive(sm.v_empty(vst.index));
         vst.advance();
-        if constexpr (kOrder > 0) {
+        if constexpr (kOrder > 0 && Traits::kConvertPFirst) {
+          convert_p(s, p);
           rescale_o(o, rescale);  // to block n's maximum, before P[n] V[n] accumulates onto it
+        } else if constexpr (kOrder > 0) {
+          rescale_o(o, rescale);
           convert_p(s, p);
         }
       }

@@ -110,6 +110,11 @@ struct Sm90FwdTraits {
   // +1.0-1.5% at 1k, +0.2% at 2k; on the three-consumer D=64 configs -0.6..-1.6%; at D=128 +1-3.6%
   // from S <= 1k but -0.3..-1.8% from 4k keys, where the cells against FlashAttention-3 are.
   static constexpr int kStepOrder = kHeadDim >= 256 || (kHeadDim == 64 && kConsumerWGs == 2) ? 2 : 0;
+  // At order > 0, whether P is converted before O's rescale: the conversions then share a basic
+  // block with the exponentials and fill their gaps (FlashAttention-3's step); after rescale_o's
+  // branch they ran alone once the last exponential had landed. Measured 2026-12-01 (H200, two A/B
+  // runs): D=64's two-consumer config +1.4-2.3%; D=256 -4.3% at S=16k without a mask.
+  static constexpr bool kConvertPFirst = kHeadDim == 64;
   static constexpr int kChunkElems = kChunkCols;
   static constexpr int kOChunks = kChunks;
   static constexpr int kQKSteps = kHeadDim / 16;
@@ -282,8 +287,11 @@ struct Sm90Fp8FwdTraits {
   // the CTA with a round's longest tile takes the next round's shortest.
   static constexpr bool kStaticSnake = true;
   // Sm90FwdTraits says what it means. Order 2 measured 1-3% slower at D=256 (2026-11-27) and -1..+1% at
-  // D=128 on 128-key blocks, -3..-6% on 192 with 4 chains (2026-11-30; docs/perf-notes.md).
-  static constexpr int kStepOrder = 0;
+  // D=128 on 128-key blocks, -3..-6% on 192 with 4 chains (2026-11-30; docs/perf-notes.md), with P
+  // converted after O's rescale. With P converted first (2026-12-01, H200): D=256 +2.0-4.0%, D=128
+  // -6.5..-9.7%.
+  static constexpr int kStepOrder = kHeadDim >= 256 ? 2 : 0;
+  static constexpr bool kConvertPFirst = true;
 };
 
 // The FP8 configs by instantiated head dim, two K and V^T stages. D=128: 128 x 192 tiles (Q 16 KB,
