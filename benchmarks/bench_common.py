@@ -225,6 +225,17 @@ class Settings:
     round_ms: float  # calls per round are chosen so one round takes at least this long
     max_calls_per_round: int
     latency_samples: int  # single-call latency samples (0: not measured)
+    host_probe_calls: int = 16  # back-to-back calls whose host time measure_interleaved takes (0: none)
+
+
+# An implementation whose host work per call (Python, dispatch, allocation, launch) is at least
+# this fraction of its GPU time per call ran back to back at its launch rate, not its kernels':
+# its ratio is then partly host time (the report marks it).
+HOST_BOUND_FRACTION = 0.9
+
+
+def is_host_bound(host_ms: float | None, gpu_ms: float | None) -> bool:
+    return host_ms is not None and gpu_ms is not None and gpu_ms > 0 and host_ms >= HOST_BOUND_FRACTION * gpu_ms
 
 
 def settings_for(grid: str) -> Settings:
@@ -258,6 +269,23 @@ MAX_REL_ERR = 0.05
 _EVENTS: list = []  # one reused start/end pair: no cudaEventCreate inside a timed span
 
 
+def host_calls_ms(fn, calls: int) -> float:
+    """Host milliseconds to issue `calls` back-to-back calls of fn, starting from an idle GPU: a
+    host clock around the calls alone (no wait on the GPU inside it). So few calls never fill the
+    launch queue, so the host is not held back by the GPU: this is each call's own host work."""
+    import time
+
+    import torch
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) * 1e3
+
+
 def time_calls_ms(fn, calls: int) -> float:
     """GPU milliseconds for `calls` back-to-back calls of fn: a CUDA event recorded before and
     after them on the current stream, then a wait for the second (never a host clock around
@@ -289,6 +317,7 @@ class ImplTiming:
     samples_ms: list  # per-call GPU ms, one per timed round
     calls_per_round: int
     latency_ms: list  # single calls from an idle GPU (empty unless settings.latency_samples)
+    host_ms: float | None = None  # host time per call, back to back (None unless settings.host_probe_calls)
 
 
 def round_order(names: list, r: int) -> list:
@@ -303,7 +332,7 @@ def round_order(names: list, r: int) -> list:
     return base[k:] + base[:k]
 
 
-def measure_interleaved(runnables: dict, settings: Settings, time_calls=None, synchronize=None) -> dict:
+def measure_interleaved(runnables: dict, settings: Settings, time_calls=None, synchronize=None, host_calls=None) -> dict:
     """Times every implementation of one case in interleaved rounds: round r times each of them
     once (settings.round_ms worth of back-to-back calls), in the order round_order(names, r).
 
@@ -315,9 +344,14 @@ def measure_interleaved(runnables: dict, settings: Settings, time_calls=None, sy
     the reversed cycles any "who runs after whom" effect (with rotation alone each implementation
     always followed the same one: the same kernel, listed twice, then measured a steady 2% apart).
 
+    Then each implementation's host time per call (settings.host_probe_calls calls from an idle
+    GPU): where it reaches HOST_BOUND_FRACTION of the GPU time per call, back-to-back calls ran
+    at the host's launch rate, and the report says so instead of calling it kernel speed.
+
     time_calls(fn, n) -> GPU ms for n back-to-back calls (default: CUDA events); synchronize()
-    idles the GPU before a latency sample. Both are parameters so the schedule can be tested on
-    a CPU. Returns {name: ImplTiming}.
+    idles the GPU before a latency sample; host_calls(fn, n) -> host ms to issue n calls
+    (default: host_calls_ms). All three are parameters so the schedule can be tested on a CPU.
+    Returns {name: ImplTiming}.
     """
     import contextlib
 
@@ -327,12 +361,14 @@ def measure_interleaved(runnables: dict, settings: Settings, time_calls=None, sy
         import torch
 
         synchronize = torch.cuda.synchronize
+    if host_calls is None:
+        host_calls = host_calls_ms
     names = list(runnables)
 
-    def timed(name: str, calls: int) -> float:
+    def timed(name: str, calls: int, clock=None) -> float:
         r = runnables[name]
         with r.ctx() if r.ctx is not None else contextlib.nullcontext():
-            return time_calls(r.fn, calls)
+            return (clock or time_calls)(r.fn, calls)
 
     calls = {}
     for name in names:  # warm-up (compilation, autotuning, caches), then the per-call estimate
@@ -351,7 +387,11 @@ def measure_interleaved(runnables: dict, settings: Settings, time_calls=None, sy
         for name in round_order(names, r):
             synchronize()
             latency[name].append(timed(name, 1))
-    return {name: ImplTiming(samples[name], calls[name], latency[name]) for name in names}
+    host = {name: None for name in names}
+    if settings.host_probe_calls > 0:
+        for name in names:
+            host[name] = timed(name, settings.host_probe_calls, host_calls) / settings.host_probe_calls
+    return {name: ImplTiming(samples[name], calls[name], latency[name], host[name]) for name in names}
 
 
 class ReplayTimer:
@@ -455,6 +495,8 @@ def add_timing_info(benchmark, timing: ImplTiming, flops: float, io_bytes: float
     info.update(calls_per_round=timing.calls_per_round, rounds=len(timing.samples_ms), timing="interleaved")
     if latency:
         info["latency_ms"] = median(latency)
+    if timing.host_ms is not None:
+        info["host_ms"] = timing.host_ms
     if benchmark.stats:  # None / empty with --benchmark-disable
         st = benchmark.stats.stats
         med_ms = st.median * 1e3
@@ -465,6 +507,8 @@ def add_timing_info(benchmark, timing: ImplTiming, flops: float, io_bytes: float
             tflops=flops / (med_ms * 1e-3) / 1e12,
             gbps=io_bytes / (med_ms * 1e-3) / 1e9,
         )
+        if timing.host_ms is not None:
+            info["host_bound"] = is_host_bound(timing.host_ms, med_ms)
 
 
 def median(xs):

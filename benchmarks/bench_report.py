@@ -54,6 +54,10 @@ MISSING = "—"
 BEST_PEER = "best peer"
 NOT_PEERS = ("sdpa-math", "copy-floor")
 NOISE_MARGIN = 0.98  # a speedup below this against the best peer marks a shape where a peer wins
+# Marks a speedup where either side was host-bound (extra_info.host_bound, set by the suite where an
+# implementation's host time per call reached 90% of its GPU time per call): back to back it ran at
+# its launch rate, so the ratio is partly host work, not kernel speed.
+HOST_MARK = "†"
 
 
 def is_peer(impl: str, ours: str = OURS) -> bool:
@@ -85,6 +89,7 @@ class Row:
     ms: float  # median GPU time per call (back-to-back)
     latency_ms: float | None = None  # median single-call latency, where measured
     pass_: str = "fwd"  # "fwd", "bwd" or "fwd+bwd"
+    host_bound: bool = False  # its host work per call nearly or wholly covered its GPU time per call
 
     @property
     def tflops(self) -> float:
@@ -186,6 +191,7 @@ def _row_from_bench(bench: dict) -> Row:
         ms=ms,
         latency_ms=float(info["latency_ms"]) if info.get("latency_ms") is not None else None,
         pass_=pass_,
+        host_bound=bool(info.get("host_bound", False)),
     )
 
 
@@ -263,6 +269,34 @@ def speedup(shape: Shape, ours: str, other: str, latency: bool = False) -> float
             return None
         return b.latency_ms / a.latency_ms
     return b.ms / a.ms
+
+
+def host_mark(shape: Shape, ours: str, other: str) -> str:
+    """HOST_MARK where ours or `other` (BEST_PEER: the fastest peer) ran host-bound on this shape."""
+    if other == BEST_PEER:
+        other = best_peer(shape, ours) or ""
+    rows = [shape.rows.get(ours), shape.rows.get(other)]
+    return HOST_MARK if any(r is not None and r.host_bound for r in rows) else ""
+
+
+def host_bound_counts(report: Report) -> dict:
+    """{implementation: shapes where it ran host-bound}, in report order."""
+    counts: dict = {}
+    for sh in report.shapes:
+        for impl, r in sh.rows.items():
+            if r.host_bound:
+                counts[impl] = counts.get(impl, 0) + 1
+    return {i: counts[i] for i in report.impls if i in counts}
+
+
+def host_bound_note(report: Report) -> str | None:
+    counts = host_bound_counts(report)
+    if not counts:
+        return None
+    who = ", ".join(f"{impl} on {n} shape{'s' if n > 1 else ''}" for impl, n in counts.items())
+    return (f"{HOST_MARK}: host-bound ({who}): that implementation's host work per call (Python, dispatch, "
+            "launch; timed apart from an idle GPU) was at least 90% of its GPU time per call, so back to back it "
+            "ran at its launch rate: the ratio is partly host time, not kernel speed.")
 
 
 def geomean(xs) -> float | None:
@@ -465,7 +499,8 @@ def shape_table(report: Report, grid: str, pass_: str = "fwd"):
                 cells.append(MISSING if r is None or not r.io_bytes else _gbps(r.gbps))
             else:
                 cells.append(_tf(r))
-        cells += [_x(speedup(sh, report.ours, b)) for b in report.baselines() if b != BEST_PEER]
+        cells += [_x(speedup(sh, report.ours, b)) + host_mark(sh, report.ours, b)
+                  for b in report.baselines() if b != BEST_PEER]
         if BEST_PEER in report.baselines():
             cells.append(_best_peer_cell(sh, report.ours))
         rows.append(cells)
@@ -477,7 +512,7 @@ def _best_peer_cell(sh: Shape, ours: str) -> str:
     x, who = speedup(sh, ours, BEST_PEER), best_peer(sh, ours)
     if x is None:
         return MISSING
-    return f"{_x(x)} {who}" + (" (peer wins)" if x < NOISE_MARGIN else "")
+    return f"{_x(x)}{host_mark(sh, ours, BEST_PEER)} {who}" + (" (peer wins)" if x < NOISE_MARGIN else "")
 
 
 def grids(report: Report) -> list:
@@ -526,6 +561,9 @@ def markdown(report: Report) -> str:
         f"{report.ours}'s own variants excluded), named in the shape tables; \"peer wins\": "
         f"{report.ours} is slower than it by more than the noise margin (speedup < {NOISE_MARGIN}).",
     ]
+    note = host_bound_note(report)
+    if note is not None:
+        out.append(note)
     return "\n".join(out) + "\n"
 
 
@@ -546,7 +584,8 @@ def print_report(report: Report, file=None) -> None:
             if ours.latency_ms is not None:
                 body += f" (1-call {ours.latency_ms * 1e3:.1f} µs)"
             body += " |"
-        others = [f"{b} {_x(speedup(sh, report.ours, b))}" for b in report.baselines() if b in sh.rows]
+        others = [f"{b} {_x(speedup(sh, report.ours, b))}{host_mark(sh, report.ours, b)}"
+                  for b in report.baselines() if b in sh.rows]
         if BEST_PEER in report.baselines() and best_peer(sh, report.ours) is not None:
             others.append(f"best peer {_best_peer_cell(sh, report.ours)}")
         print(head + body + (" vs " + ", ".join(others) if others else " no other implementation"), file=file)
@@ -565,6 +604,10 @@ def print_report(report: Report, file=None) -> None:
         print("single-call latency, geometric-mean speedup:", file=file)
         for line in _text_table(*summary_table(report, latency=True)):
             print(line, file=file)
+    note = host_bound_note(report)
+    if note is not None:
+        print(file=file)
+        print(note, file=file)
 
 
 # ---------------------------------------------------------------------------------------------

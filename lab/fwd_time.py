@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     import torch
 
-    settings = bc.Settings(args.rounds, 2, 2.0, 1000, 0)
+    settings = bc.Settings(args.rounds, 2, 2.0, 1000, 0, host_probe_calls=0)
     print(f"{args.dtype}, B*S = 16k, H = 2048 / D unless a cell says B:H, TFLOP/s (median of {args.rounds} "
           "interleaved rounds); x = their time / flashattn's")
     print(f"{'D':>4} {'S':>6} {'causal':>6} " + " ".join(f"{n:>13}" for n in IMPLS) + "  x cudnn   x fa3   B   H")

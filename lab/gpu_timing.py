@@ -50,7 +50,7 @@ def interleaved_ms(fns: dict[Any, Callable[[], object]], round_ms: float = 2.0, 
     (docs/benchmarks.md)."""
     bc = _bench_common()
     settings = bc.Settings(rounds=rounds, warmup_rounds=1, round_ms=round_ms, max_calls_per_round=1000,
-                           latency_samples=0)
+                           latency_samples=0, host_probe_calls=0)
     timings = bc.measure_interleaved({name: bc.Runnable(fn) for name, fn in fns.items()}, settings)
     return {name: statistics.median(t.samples_ms) for name, t in timings.items()}
 

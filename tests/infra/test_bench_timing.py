@@ -4,6 +4,7 @@ GPU clock stands in for CUDA events, so the schedule's properties are checked ex
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 
 import pytest
@@ -41,10 +42,19 @@ class DriftingGpu:
     def synchronize(self):
         self.syncs += 1
 
+    def host_calls(self, fn, n: int) -> float:
+        """Host ms to issue n calls: each implementation's own host cost (fn.host_ms), apart from
+        its GPU time."""
+        self.log.append(f"host:{fn.impl_name}")
+        return n * getattr(fn, "host_ms", 0.0)
 
-def _measure(gpu: DriftingGpu, costs: dict, settings=SETTINGS):
+
+def _measure(gpu: DriftingGpu, costs: dict, settings=SETTINGS, host_ms: dict | None = None):
     runnables = {name: bc.Runnable(gpu.impl(name, c)) for name, c in costs.items()}
-    return bc.measure_interleaved(runnables, settings, time_calls=gpu.time_calls, synchronize=gpu.synchronize)
+    for name, ms in (host_ms or {}).items():
+        runnables[name].fn.host_ms = ms
+    return bc.measure_interleaved(runnables, settings, time_calls=gpu.time_calls, synchronize=gpu.synchronize,
+                                  host_calls=gpu.host_calls)
 
 
 def test_every_round_times_every_impl_in_a_rotated_order():
@@ -83,8 +93,27 @@ def test_samples_are_per_call_and_rounds_last_round_ms():
         assert all(s == pytest.approx(cost) for s in res[name].samples_ms)
         assert res[name].latency_ms == [pytest.approx(cost)] * SETTINGS.latency_samples
     assert gpu.syncs == 2 * SETTINGS.latency_samples  # the GPU idles before every latency sample
-    latency_log = gpu.log[-2 * SETTINGS.latency_samples :]
+    latency_log = [e for e in gpu.log if not e.startswith("host:")][-2 * SETTINGS.latency_samples :]
     assert latency_log[0::2] == ["fast", "slow", "slow"]  # single calls alternate their order too
+
+
+def test_host_time_per_call_is_probed_after_the_rounds_and_marks_host_bound_impls():
+    """Each implementation's host time per call is measured apart (settings.host_probe_calls calls
+    from an idle GPU), after its rounds; where it reaches HOST_BOUND_FRACTION of the GPU time per
+    call, back-to-back timing measured the launch rate, and add_timing_info says so."""
+    gpu = DriftingGpu()
+    res = _measure(gpu, {"kernel_bound": 1.0, "host_bound": 0.1}, host_ms={"kernel_bound": 0.03, "host_bound": 0.1})
+    assert res["kernel_bound"].host_ms == pytest.approx(0.03) and res["host_bound"].host_ms == pytest.approx(0.1)
+    probes = [e for e in gpu.log if e.startswith("host:")]
+    assert sorted(probes) == ["host:host_bound", "host:kernel_bound"]
+    assert gpu.log[-2:] == probes  # last: the probes never sit between timed rounds
+    assert not bc.is_host_bound(0.03, 1.0)
+    assert bc.is_host_bound(0.1, 0.1) and bc.is_host_bound(0.095, 0.1) and not bc.is_host_bound(0.085, 0.1)
+    assert not bc.is_host_bound(None, 0.1) and not bc.is_host_bound(0.1, None)
+
+    off = DriftingGpu()
+    res = _measure(off, {"a": 1.0}, settings=dataclasses.replace(SETTINGS, host_probe_calls=0))
+    assert res["a"].host_ms is None and not any(e.startswith("host:") for e in off.log)
 
 
 def test_drift_does_not_favour_either_of_two_equal_kernels():
@@ -125,6 +154,11 @@ def test_record_timing_puts_the_measured_rounds_into_pytest_benchmark(benchmark)
     assert info["median_ms"] == pytest.approx(3.0) and info["calls_per_round"] == 7
     assert info["tflops"] == pytest.approx(2.0)  # 6 GFLOP in 3 ms
     assert info["timing"] == "interleaved"
+    assert "host_ms" not in info and "host_bound" not in info  # no probe, no claim
+
+    probed = bc.ImplTiming(samples_ms=[2.0, 1.0, 4.0, 3.0, 5.0], calls_per_round=7, latency_ms=[], host_ms=2.9)
+    bc.add_timing_info(benchmark, probed, flops=6e9, io_bytes=3e6)
+    assert info["host_ms"] == pytest.approx(2.9) and info["host_bound"] is True  # 2.9 >= 0.9 x 3.0
 
 
 def test_case_bench_measures_a_case_once_for_all_its_impls(monkeypatch):

@@ -145,6 +145,32 @@ def test_best_peer_is_the_fastest_other_library_per_shape(report):
     assert br.BEST_PEER not in one_peer.baselines()
 
 
+def test_host_bound_rows_mark_their_ratios(capsys):
+    """A row the suite found host-bound (extra_info.host_bound) marks every speedup it takes part
+    in, in the printed report and the markdown, and the report says which implementation and why;
+    without such a row nothing is marked."""
+    data = json.loads(FIXTURE.read_text())
+    for b in data["benchmarks"]:
+        if b["name"] == "test_standard[bf16-D64-S1024-B16-H32-full-sdpa-cudnn]":
+            b["extra_info"].update(host_ms=0.45, host_bound=True)
+    rep = br.build(data)
+    nc1, nc2 = _shape(rep, NC1), _shape(rep, NC2)
+    assert br.host_mark(nc1, "flashattn", "sdpa-cudnn") == br.HOST_MARK
+    assert br.host_mark(nc1, "flashattn", br.BEST_PEER) == br.HOST_MARK  # cuDNN is NC1's best peer
+    assert br.host_mark(nc1, "flashattn", "sdpa-flash") == "" and br.host_mark(nc2, "flashattn", "sdpa-cudnn") == ""
+    assert br.host_bound_counts(rep) == {"sdpa-cudnn": 1}
+    br.print_report(rep)
+    out = capsys.readouterr().out
+    assert f"{NC1}: flashattn 500.0 µs 274.9 TFLOP/s | vs sdpa-flash 1.25x, sdpa-cudnn 0.80x{br.HOST_MARK}," in out
+    assert br.HOST_MARK not in out.split(f"{NC2}:")[1].split("\n")[0]  # no host-bound row there
+    assert f"{br.HOST_MARK}: host-bound (sdpa-cudnn on 1 shape)" in out
+    md = br.markdown(rep)
+    assert f"| 0.80x{br.HOST_MARK} | 0.80x{br.HOST_MARK} sdpa-cudnn (peer wins) |" in md
+    assert f"{br.HOST_MARK}: host-bound (sdpa-cudnn on 1 shape)" in md
+    plain = br.load(str(FIXTURE))
+    assert br.host_bound_counts(plain) == {} and br.HOST_MARK not in br.markdown(plain)
+
+
 def test_geomean():
     assert br.geomean([1.25, 2.0]) == pytest.approx(math.sqrt(2.5))
     assert br.geomean([0.5, 2.0]) == pytest.approx(1.0)
