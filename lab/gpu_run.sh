@@ -53,6 +53,8 @@
 #                                     (lab/ab/fwd_order2_p_first.diff): its A/B over D=64/128/256, the checks (~6 min)
 #   bash lab/gpu_run.sh fwdpfirstsel P converted before O's rescale where it gained (lab/ab/fwd_pfirst_select.diff):
 #                                     its A/B on the 16-bit forward, the checks, its A/B on lab/fp8_time.py (~9 min)
+#   bash lab/gpu_run.sh fwdchains the softmax's row max and sum in 4 chains on D=64's two-consumer and D=128's default configs
+#                                     (lab/ab/fwd_softmax_chains.diff): its A/B on the 16-bit forward, then the checks (~7 min)
 #   bash lab/gpu_run.sh fwdwg0waits measured, not adopted (0.997, FP8 0.983): only consumer warpgroup 0 of the ping-pong forward waits for K and V
 #                                     (lab/ab/fwd_wg0_waits.diff): its A/B on the 16-bit forward, the checks, then its
 #                                     A/B on lab/fp8_time.py in the same copy (~8 min)
@@ -500,6 +502,15 @@ case "${1:-verify}" in
               # forward over all three head dims (FWD_PFIRST_CELLS), then the fwdq2 checks in the copy
     fwd_patch_ab fwdpfirst "${FWD_PFIRST_DIFF:-fwd_order2_p_first.diff}" \
       "${FWD_PFIRST_CELLS:-64:512:1 64:1024:1 64:2048:1 128:512:1 128:1024:1 128:4096:1 128:16384:1 128:512:0 128:4096:0 128:16384:0 256:1024:1 256:4096:1 256:16384:0}"
+    ;;
+  fwdchains)  # prepared 2026-12-02 (issue 29), not yet run: kSoftmaxChains 4 on D=64's two-consumer config and
+              # D=128's default (lab/ab/fwd_softmax_chains.diff; 0 spills; the key-block loop's longest FADD
+              # chain 17 -> 7 and FMNMX chain 18 -> 8 in the D=128 dynamic kernel's SASS, 6 more FADDs a block).
+              # The ncu source counters at D=128 S=16k causal put 3.5x FlashAttention-3's FADD waits on ours
+              # (perf-notes "The forward's waits named"); v11 measured 4 chains neutral before step order 2 and
+              # P converted first. Its A/B on the cells it changes, FWD_CHAINS_CELLS, then the checks in the copy
+    fwd_patch_ab fwdchains "${FWD_CHAINS_DIFF:-fwd_softmax_chains.diff}" \
+      "${FWD_CHAINS_CELLS:-64:512:1 64:1024:1 64:2048:1 128:512:1 128:4096:1 128:16384:1 128:4096:0 128:16384:0}"
     ;;
   fwdpfirstsel)  # measured 2026-12-01 (issue 29), landed (16-bit D=64 causal +1.6-2.5%, FP8 1.015; FWD_PFIRSTSEL_REVERSE=1
                  # times it against the tree without it): P converted before O's rescale where it measured a gain
@@ -1214,7 +1225,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
