@@ -667,6 +667,18 @@ def fa3_func():
     return fn
 
 
+def fa3_varlen_func():
+    """FlashAttention-3's flash_attn_varlen_func (the packed-batch benchmark's comparator), or
+    Unavailable saying why."""
+    fa3_kvcache()  # the same module: absent for the same reason
+    import importlib
+
+    fn = getattr(importlib.import_module(FA3_MODULE), "flash_attn_varlen_func", None)
+    if fn is None:
+        raise Unavailable(f"FlashAttention-3's {FA3_MODULE} has no flash_attn_varlen_func")
+    return fn
+
+
 def fa3_status() -> str:
     """"<distribution> <version>" where FlashAttention-3 imports, else "absent (<why>)"."""
     try:

@@ -10,6 +10,10 @@ q and k/v packed alike (self-attention). Timed together in interleaved rounds
   dense          flash_attn_func on the portable path, [8, 2048, H, D]: 16384 tokens of the mean
                  length, the dense kernel's rate on comparable work (TFLOP/s, each from its own
                  exact FLOP count: 4 D per visible (query, key) pair)
+  dense-default  the same dense call on the default backend (the Hopper forward on an H100/H200):
+                 what packed batches give up by running the portable kernel there
+  fa3-varlen     FlashAttention-3's flash_attn_varlen_func on the same packed tensors, where its
+                 wheel is installed (tokenspeed-fa3; skipped with the reason elsewhere)
   per-sequence   one portable flash_attn_func call per sequence: exactly the same work as varlen,
                  what a caller without varlen would run (launch overhead included)
   sdpa-padded    torch SDPA (default backend choice) on the sequences padded to the longest:
@@ -95,6 +99,7 @@ def test_varlen_against_dense_and_padded_sdpa(benchmark, d: int, causal: bool) -
                                                            v[None, cu[b]:cu[b + 1]], causal=causal)
                                  for b in range(len(lens))],
         "sdpa-padded": sdpa_padded,
+        "dense-default": lambda: flashattn.flash_attn_func(dq, dk, dv, causal=causal),
     }
     with flashattn.use_backend("portable"):
         out = calls["varlen"]()
@@ -102,6 +107,21 @@ def test_varlen_against_dense_and_padded_sdpa(benchmark, d: int, causal: bool) -
     ref_packed = torch.cat([ref[b, :n] for b, n in enumerate(lens)])
     err = bc.rel_err(out, ref_packed)
     assert err < bc.MAX_REL_ERR, f"varlen output differs from SDPA on the padded batch: rel err {err:.3g}"
+    fa3_note = None
+    try:
+        fa3_varlen = bc.fa3_varlen_func()
+    except bc.Unavailable as exc:
+        fa3_note = str(exc)
+    else:
+        def fa3_call():
+            res = fa3_varlen(q, k, v, cu_t, cu_t, max_len, max_len, causal=causal)
+            return res[0] if isinstance(res, tuple) else res
+
+        fa3_err = bc.rel_err(fa3_call(), ref_packed)
+        if fa3_err < bc.MAX_REL_ERR:
+            calls["fa3-varlen"] = fa3_call
+        else:  # a peer's wrong result is reported, never timed
+            fa3_note = f"FlashAttention-3's varlen output differs from SDPA on the padded batch: rel err {fa3_err:.3g}"
 
     portable = {"varlen", "dense", "per-sequence"}
     runnables = {name: bc.Runnable(fn, (lambda: flashattn.use_backend("portable")) if name in portable else None)
@@ -115,7 +135,10 @@ def test_varlen_against_dense_and_padded_sdpa(benchmark, d: int, causal: bool) -
         "dense": dense_flops / med["dense"] / 1e9,
         "per-sequence": varlen_flops / med["per-sequence"] / 1e9,
         "sdpa-padded": varlen_flops / med["sdpa-padded"] / 1e9,  # useful work only
+        "dense-default": dense_flops / med["dense-default"] / 1e9,
     }
+    if "fa3-varlen" in med:
+        tflops["fa3-varlen"] = varlen_flops / med["fa3-varlen"] / 1e9
     benchmark.extra_info.update({f"{name}_ms": ms for name, ms in med.items()})
     benchmark.extra_info.update({f"{name}_tflops": t for name, t in tflops.items()})
     benchmark.extra_info.update({
@@ -123,6 +146,9 @@ def test_varlen_against_dense_and_padded_sdpa(benchmark, d: int, causal: bool) -
                  f"bf16 causal={causal}; dense [{DENSE_B}, {DENSE_S}]",
         "lengths": lens,
         "varlen_vs_dense_tflops": tflops["varlen"] / tflops["dense"],
+        "varlen_vs_dense_default_tflops": tflops["varlen"] / tflops["dense-default"],
+        "speedup_vs_fa3_varlen": med["fa3-varlen"] / med["varlen"] if "fa3-varlen" in med else None,
+        "fa3_varlen": fa3_note or "timed",
         "speedup_vs_per_sequence": med["per-sequence"] / med["varlen"],
         "speedup_vs_sdpa_padded": med["sdpa-padded"] / med["varlen"],
         "varlen_rel_err": err,
