@@ -153,4 +153,6 @@ def test_varlen_against_dense_and_padded_sdpa(benchmark, d: int, causal: bool) -
         "speedup_vs_sdpa_padded": med["sdpa-padded"] / med["varlen"],
         "varlen_rel_err": err,
     })
+    print(f"\nvarlen D={d} causal={causal}: TFLOP/s " + ", ".join(f"{name} {tf:.0f}" for name, tf in tflops.items())
+          + (f" ({fa3_note})" if fa3_note else ""))  # shown with -s (lab/gpu_run.sh fwdgrid)
     bc.record_timing(benchmark, timings["varlen"], f"varlen-d{d}-{'causal' if causal else 'noncausal'}")

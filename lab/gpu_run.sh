@@ -69,7 +69,9 @@
 #   bash lab/gpu_run.sh bwdmasklean measured, not adopted (+0.5%): the Hopper backward's masked steps as a compare with an
 #                                     immediate and a select an entry (lab/ab/bwd_mask_lean.diff): its A/B on causal cells, then the checks (~4 min)
 #   bash lab/gpu_run.sh fwdgrid  the forward grid against cuDNN and FlashAttention-3 (FWDGRID_K: bf16 | fp16), then the
-#                                     FP8 forward's errors and speed against FlashAttention-3's               (~8 min)
+#                                     FP8 forward's errors and speed against FlashAttention-3's, then packed
+#                                     batches beside the dense call and FlashAttention-3's varlen (~5 min: build 2,
+#                                     the grid 1, FP8 0.5, varlen ~1)
 #   bash lab/gpu_run.sh fp8ab    FP8_AB_DIFF's A/B on the FP8 forward (lab/fp8_time.py; FP8_AB_REVERSE=1 for a landed diff) (~8 min)
 #   bash lab/gpu_run.sh fwdmasklean measured, landed (1.020): the Hopper forward's masked blocks as a compare and a select an entry
 #                                     (lab/ab/fwd_mask_lean.diff, applied in reverse since): its A/B, then the fwdq2 checks (~6 min)
@@ -607,11 +609,15 @@ case "${1:-verify}" in
   fwdgrid)  # issue 29's forward grid (benchmarks' "standard": D 64/128/256, S 512..16k, causal on/off; 36 shapes a
             # dtype) against cuDNN/SDPA and FlashAttention-3 (tokenspeed-fa3 carried in .whl/), FWDGRID_K (default
             # bf16; fp16 the other half), then the FP8 forward's errors and speed against FlashAttention-3's
+            # (FWDGRID_FP8=0: not), then the packed-batch benchmark (FWDGRID_VARLEN=0: not)
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
     step bench_fwd 480 env FLASHATTN_BENCH_IMPLS="${FLASHATTN_BENCH_IMPLS:-flashattn,sdpa-default,fa3}" \
       BENCH_MARKERS="bench and standard" BENCH_K="${FWDGRID_K:-bf16}" bash benchmarks/run_benchmarks.sh "$OUT/bench"
     [ "${FWDGRID_FP8:-1}" = 1 ] && step fp8_time 120 python3 lab/fp8_time.py --check
+    # Packed batches beside the dense Hopper call and FlashAttention-3's varlen (TFLOP/s printed per case)
+    [ "${FWDGRID_VARLEN:-1}" = 1 ] && step bench_varlen 240 python3 -m pytest -q -s -p no:cacheprovider \
+      benchmarks/test_bench_varlen.py -m "bench and varlen" -ra --benchmark-json="$OUT/bench-varlen.json"
     ;;
   tmal2ab)  # 2026-11-29 (measured on an H200: within +-0.7%, not adopted): the Hopper paths' TMA maps with 128-byte
             # L2 promotion instead of 256 (lab/ab/tma_l2_128.diff, REVERSE=0: B is the patched copy), on the FP8 forward
