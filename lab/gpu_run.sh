@@ -53,6 +53,9 @@
 #                                     (lab/ab/fwd_order2_p_first.diff): its A/B over D=64/128/256, the checks (~6 min)
 #   bash lab/gpu_run.sh fwdpfirstsel P converted before O's rescale where it gained (lab/ab/fwd_pfirst_select.diff):
 #                                     its A/B on the 16-bit forward, the checks, its A/B on lab/fp8_time.py (~9 min)
+#   bash lab/gpu_run.sh fwdfinalize the forward's finalize without the IEEE division's branch (both rows' sums first,
+#                                     __fdividef, selects; lab/ab/fwd_finalize_fast.diff): its A/B on the 16-bit
+#                                     forward, the checks, then its A/B on lab/fp8_time.py in the same copy (~10 min)
 #   bash lab/gpu_run.sh fwdchains the softmax's row max and sum in 4 chains on D=64's two-consumer and D=128's default configs
 #                                     (lab/ab/fwd_softmax_chains.diff): its A/B on the 16-bit forward, then the checks (~7 min)
 #   bash lab/gpu_run.sh fwdwg0waits measured, not adopted (0.997, FP8 0.983): only consumer warpgroup 0 of the ping-pong forward waits for K and V
@@ -504,6 +507,17 @@ case "${1:-verify}" in
               # forward over all three head dims (FWD_PFIRST_CELLS), then the fwdq2 checks in the copy
     fwd_patch_ab fwdpfirst "${FWD_PFIRST_DIFF:-fwd_order2_p_first.diff}" \
       "${FWD_PFIRST_CELLS:-64:512:1 64:1024:1 64:2048:1 128:512:1 128:1024:1 128:4096:1 128:16384:1 128:512:0 128:4096:0 128:16384:0 256:1024:1 256:4096:1 256:16384:0}"
+    ;;
+  fwdfinalize)  # prepared 2026-12-02 (issue 29), not yet run: the tile's finalize (softmax.cuh) with both rows'
+                # quad sums first, the normalization by __fdividef (MUFU.RCP and a multiply) instead of the IEEE
+                # division, whose slow-path call put a branch into each row's chain so that the two rows ran one
+                # after the other at every tile's end, and dead rows selected away (SASS of the D=64 dynamic kernel:
+                # no branch, the rows' shuffles and reciprocals interleaved with the epilogue's address math; 0 spills
+                # in the 16-bit and FP8 kernels checked). Every Hopper forward kernel changes: its A/B on the 16-bit
+                # cells, FWD_FINALIZE_CELLS, the checks in the copy, then on lab/fp8_time.py in the same copy
+    fwd_patch_ab fwdfinalize "${FWD_FINALIZE_DIFF:-fwd_finalize_fast.diff}" \
+      "${FWD_FINALIZE_CELLS:-64:512:1 64:1024:1 64:512:0 128:512:1 128:512:0 128:4096:1 256:1024:1 128:16384:0}"
+    fp8_patch_ab fwdfinalizefp8 "${FWD_FINALIZE_DIFF:-fwd_finalize_fast.diff}" 0 "$PWD/build/ab-fwdfinalize"
     ;;
   fwdchains)  # prepared 2026-12-02 (issue 29), not yet run: kSoftmaxChains 4 on D=64's two-consumer config and
               # D=128's default (lab/ab/fwd_softmax_chains.diff; 0 spills; the key-block loop's longest FADD
@@ -1231,7 +1245,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
