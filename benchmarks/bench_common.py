@@ -656,27 +656,26 @@ def fa3_kvcache():
     return _FA3["fn"]
 
 
-def fa3_func():
-    """FlashAttention-3's flash_attn_func (the forward grids' comparator), or Unavailable saying why."""
+def _fa3_entry(name: str):
+    """FlashAttention-3's entry point `name`, or Unavailable saying why."""
     fa3_kvcache()  # the same module: absent for the same reason
     import importlib
 
-    fn = getattr(importlib.import_module(FA3_MODULE), "flash_attn_func", None)
+    fn = getattr(importlib.import_module(FA3_MODULE), name, None)
     if fn is None:
-        raise Unavailable(f"FlashAttention-3's {FA3_MODULE} has no flash_attn_func")
+        raise Unavailable(f"FlashAttention-3's {FA3_MODULE} has no {name}")
     return fn
+
+
+def fa3_func():
+    """FlashAttention-3's flash_attn_func (the forward grids' comparator), or Unavailable saying why."""
+    return _fa3_entry("flash_attn_func")
 
 
 def fa3_varlen_func():
     """FlashAttention-3's flash_attn_varlen_func (the packed-batch benchmark's comparator), or
     Unavailable saying why."""
-    fa3_kvcache()  # the same module: absent for the same reason
-    import importlib
-
-    fn = getattr(importlib.import_module(FA3_MODULE), "flash_attn_varlen_func", None)
-    if fn is None:
-        raise Unavailable(f"FlashAttention-3's {FA3_MODULE} has no flash_attn_varlen_func")
-    return fn
+    return _fa3_entry("flash_attn_varlen_func")
 
 
 def fa3_status() -> str:
