@@ -1,8 +1,9 @@
 // The torch binding of packed variable-length batches: the CUDA implementation of
 // flashattn::fwd_varlen (schema in flashattn/_ops.py, autograd in csrc/autograd.cpp). Thin by
-// design: checks (csrc/host_args.h), fills FwdParams, calls the portable forward's packed flavour
-// (flash_fwd_varlen, csrc/flash_fwd/). Never reads cu_seqlens on the host, so a call is CUDA-graph
-// capturable.
+// design: checks (csrc/host_args.h), fills FwdParams, calls a forward's packed flavour: the Hopper
+// one under backend 'auto' where it runs the call (flash_fwd_sm90_varlen, csrc/flash_fwd_sm90/),
+// else the portable one (flash_fwd_varlen, csrc/flash_fwd/). Never reads cu_seqlens on the host, so
+// a call is CUDA-graph capturable.
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
@@ -15,6 +16,7 @@
 #include "common/unowned_rows.h"
 #include "device_limits.h"
 #include "flash_fwd/api.h"
+#include "flash_fwd_sm90/api.h"
 #include "host_args.h"
 
 namespace {
@@ -40,7 +42,10 @@ std::tuple<at::Tensor, at::Tensor> fwd_varlen_cuda(const at::Tensor& q_in, const
 
   const c10::cuda::CUDAGuard guard(q_in.device());
   at::Tensor out = at::empty({total_q, Hq, D}, q_in.options());
-  at::Tensor lse = at::empty({Hq, total_q}, q_in.options().dtype(at::kFloat));
+  // lse, and behind it one int32 word for the Hopper path's tile counter (the dense binding's form).
+  const int64_t lse_numel = Hq * total_q;
+  at::Tensor lse_storage = at::empty({lse_numel + 1}, q_in.options().dtype(at::kFloat));
+  at::Tensor lse = lse_storage.narrow(0, 0, lse_numel).view({Hq, total_q});
   if (out.numel() == 0) return {out, lse};
   if (B == 0) {  // no sequence: every row is unowned
     out.zero_();
@@ -60,7 +65,16 @@ std::tuple<at::Tensor, at::Tensor> fwd_varlen_cuda(const at::Tensor& q_in, const
 
   const flashattn::DeviceLimits dev = flashattn::device_limits(q.get_device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
-  cudaError_t err = flashattn::flash_fwd_varlen(p, dev, stream);
+  // The Hopper path hands its query tiles out through a zeroed counter private to the call (the
+  // word behind lse, zeroed stream-ordered, so CUDA-graph capture records it).
+  cudaError_t err = cudaErrorNotSupported;
+  if (backend == "auto" && flashattn::flash_fwd_sm90_varlen_supported(p, dev)) {
+    p.tile_counter = reinterpret_cast<int*>(lse_storage.data_ptr<float>() + lse_numel);
+    err = cudaMemsetAsync(p.tile_counter, 0, sizeof(int), stream);
+    FLASHATTN_CHECK(err == cudaSuccess, op, ": zeroing the tile counter failed: ", cudaGetErrorString(err));
+    err = flashattn::flash_fwd_sm90_varlen(p, dev, stream);
+  }
+  if (err == cudaErrorNotSupported) err = flashattn::flash_fwd_varlen(p, dev, stream);
   FLASHATTN_CHECK(err == cudaSuccess, op, ": kernel launch failed: ", cudaGetErrorString(err));
   // Rows no sequence owns (padding at the end of a packed buffer): out 0 and lse -inf, as for a
   // row that sees no key, rather than whatever memory the allocator handed out.

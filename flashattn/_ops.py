@@ -121,8 +121,9 @@ def _bwd_fake(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
 # the host). max_seqlen_q / max_seqlen_k bound every sequence's lengths (grid sizing only: rows of
 # a longer sequence are not computed). softmax_scale, causal_mode, window, softcap as fwd's, aligned
 # per sequence (offset Sk_b - Sq_b, or 0 for causal_mode 1). Returns out [total_q, Hq, D] and lse
-# float32 [Hq, total_q] (FlashAttention's varlen layout). The portable kernel runs on every GPU
-# ('auto' and 'portable'); 'hopper' is refused. Differentiable with respect to q, k, v (bwd_varlen).
+# float32 [Hq, total_q] (FlashAttention's varlen layout). 'auto' runs the Hopper forward's packed
+# flavour on an H100, the portable kernel elsewhere; 'portable' the portable kernel everywhere;
+# 'hopper' is refused. Differentiable with respect to q, k, v (bwd_varlen).
 _lib.define(
     "fwd_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, "
     "int max_seqlen_k, float? softmax_scale, int causal_mode, str backend, int window_left=-1, "

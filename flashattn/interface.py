@@ -390,8 +390,9 @@ def flash_attn_varlen_func(
     scaled scores as float32 [Hq, total_q] (FlashAttention's varlen layout: head-major, one column
     per packed query row; not [B, Hq, S]).
 
-    Runs the portable kernel on every GPU (the Hopper path needs dense tensors): under
-    set_backend("hopper") it raises a ValueError.
+    On an H100 under set_backend("auto") the Hopper forward's packed flavour runs it, elsewhere and
+    under "portable" the portable kernel; set_backend("hopper") raises a ValueError (that backend
+    names the dense Hopper kernels).
 
     out is differentiable with respect to q, k and v (on an H100 the Hopper backward's packed kernels,
     elsewhere the portable backward's packed flavour; memory O(total)); rows of k/v and q that no sequence owns get gradient 0. The lse is NOT differentiable, as in flash_attn_func. See

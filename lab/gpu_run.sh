@@ -53,7 +53,7 @@
 #                                     (lab/ab/fwd_order2_p_first.diff): its A/B over D=64/128/256, the checks (~6 min)
 #   bash lab/gpu_run.sh fwdpfirstsel P converted before O's rescale where it gained (lab/ab/fwd_pfirst_select.diff):
 #                                     its A/B on the 16-bit forward, the checks, its A/B on lab/fp8_time.py (~9 min)
-#   bash lab/gpu_run.sh fwdfinalize the forward's finalize without the IEEE division's branch (both rows' sums first,
+#   bash lab/gpu_run.sh fwdfinalize measured, not adopted (D=128 -2.5..-4%): the forward's finalize without the IEEE division's branch (both rows' sums first,
 #                                     __fdividef, selects; lab/ab/fwd_finalize_fast.diff): its A/B on the 16-bit
 #                                     forward, the checks, then its A/B on lab/fp8_time.py in the same copy (~10 min)
 #   bash lab/gpu_run.sh fwdchains the softmax's row max and sum in 4 chains on D=64's two-consumer and D=128's default configs
@@ -71,6 +71,9 @@
 #                                     not spinning (lab/ab/fwd_producer_wait_suspend.diff): its A/B, then the fwdq2 checks (~6 min)
 #   bash lab/gpu_run.sh bwdmasklean measured, not adopted (+0.5%): the Hopper backward's masked steps as a compare with an
 #                                     immediate and a select an entry (lab/ab/bwd_mask_lean.diff): its A/B on causal cells, then the checks (~4 min)
+#   bash lab/gpu_run.sh fwdpacked packed batches on the Hopper forward's packed flavour: build, the packed-batch and
+#                                     forward tests, the sanitizers on the small packed cases, the packed-batch
+#                                     benchmark with FlashAttention-3's varlen alongside (~8 min)
 #   bash lab/gpu_run.sh fwdgrid  the forward grid against cuDNN and FlashAttention-3 (FWDGRID_K: bf16 | fp16), then the
 #                                     FP8 forward's errors and speed against FlashAttention-3's, then packed
 #                                     batches beside the dense call and FlashAttention-3's varlen (~5 min: build 2,
@@ -508,7 +511,7 @@ case "${1:-verify}" in
     fwd_patch_ab fwdpfirst "${FWD_PFIRST_DIFF:-fwd_order2_p_first.diff}" \
       "${FWD_PFIRST_CELLS:-64:512:1 64:1024:1 64:2048:1 128:512:1 128:1024:1 128:4096:1 128:16384:1 128:512:0 128:4096:0 128:16384:0 256:1024:1 256:4096:1 256:16384:0}"
     ;;
-  fwdfinalize)  # prepared 2026-12-02 (issue 29), not yet run: the tile's finalize (softmax.cuh) with both rows'
+  fwdfinalize)  # measured 2026-12-02 on an H200 (issue 29), not adopted (D=128 -2.5..-4%, perf-notes "The forward grid again"): the tile's finalize (softmax.cuh) with both rows'
                 # quad sums first, the normalization by __fdividef (MUFU.RCP and a multiply) instead of the IEEE
                 # division, whose slow-path call put a branch into each row's chain so that the two rows ran one
                 # after the other at every tile's end, and dead rows selected away (SASS of the D=64 dynamic kernel:
@@ -619,6 +622,26 @@ case "${1:-verify}" in
     sanitize_dense_steps 150
     step bench_fwd_causal 300 env FLASHATTN_BENCH_IMPLS="${FLASHATTN_BENCH_IMPLS:-flashattn,sdpa-default,fa3}" \
       BENCH_MARKERS="bench and standard" BENCH_K="bf16 and causal" bash benchmarks/run_benchmarks.sh "$OUT/bench"
+    ;;
+  fwdpacked)  # 2026-12-02: packed batches on the Hopper forward's packed flavour (flash_fwd_sm90_packed_kernel):
+              # build, the packed-batch tests (both forward paths), the dense forward tests, memcheck on the
+              # small packed and bad-index cases, racecheck/synccheck/initcheck on the packed ones, then the
+              # packed-batch benchmark beside the dense call and FlashAttention-3's varlen (tokenspeed-fa3 in .whl/)
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    step pytest_varlen 420 "${pytest_ci[@]}" tests/kernels/test_varlen_gpu.py tests/kernels/test_torch_impl_gpu.py \
+      tests/kernels/test_check_indices_gpu.py tests/kernels/test_attention_gpu.py -ra
+    # initcheck is left out: it reports every read of what a TMA store wrote (docs/sanitizer.md), and
+    # the Hopper forward stores O with TMA; lab/sanitize.sh runs it gated on the portable paths.
+    for tool in memcheck racecheck synccheck; do
+      groups=varlen; quick=--quick; extra=()
+      [ "$tool" = memcheck ] && groups=varlen,bad && quick=
+      [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
+      step "${tool}_varlen" 240 env SANITIZE_BACKENDS=auto compute-sanitizer --tool "$tool" "${extra[@]}" \
+        --error-exitcode 99 python3 lab/sanitize_small.py --only "$groups" $quick
+    done
+    step bench_varlen 240 python3 -m pytest -q -s -p no:cacheprovider benchmarks/test_bench_varlen.py \
+      -m "bench and varlen" -ra --benchmark-json="$OUT/bench-varlen.json"
     ;;
   fwdgrid)  # issue 29's forward grid (benchmarks' "standard": D 64/128/256, S 512..16k, causal on/off; 36 shapes a
             # dtype) against cuDNN/SDPA and FlashAttention-3 (tokenspeed-fa3 carried in .whl/), FWDGRID_K (default
@@ -1245,7 +1268,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|fwdpacked|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

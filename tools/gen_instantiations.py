@@ -5,8 +5,9 @@ a hand-written list that can drift from what is compiled:
   csrc/flash_fwd/instantiations/       the portable forward: (dtype, head dim, tile variant), each
                                        config dense (fwd_*) and for packed batches (fwd_varlen_*)
   csrc/flash_fwd_sm90/instantiations/  the Hopper forward: (dtype, config kind, head dim), each in
-                                       both tile schedules (_static, _dynamic); and the FP8
-                                       forward's (head dim; fwd_sm90_fp8_*, registry_fp8.inc)
+                                       both tile schedules (_static, _dynamic); its packed flavour
+                                       (the same rows; fwd_sm90_packed_*, registry_packed.inc); and
+                                       the FP8 forward's (head dim; fwd_sm90_fp8_*, registry_fp8.inc)
   csrc/flash_bwd/instantiations/       the portable backward: (dtype, head dim, tile variant), dense
                                        and, where the compact route picks it, packed
   csrc/flash_bwd_sm90/instantiations/  the Hopper backward: (dtype, head dim, softcap, wide), dense
@@ -164,6 +165,25 @@ def fwd_sm90() -> KernelPath:
                       entries)
 
 
+def fwd_sm90_packed() -> KernelPath:
+    """The packed flavour of every 16-bit config (dynamic schedule only), in files and a registry of
+    its own, so that the dense files and their kernels' code stay as they are."""
+    entries = []
+    for dname, ctype in DTYPES.items():
+        for infix, (config, kind, head_dims) in SM90_CONFIGS.items():
+            for d in head_dims:
+                entries.append(Entry(f"FLASHATTN_FWD_SM90_PACKED_INSTANCE({config}, {kind}, {ctype}, {d})", {
+                    f"fwd_sm90_packed_{dname}_hdim{d}{infix}.cu": [
+                        f"template cudaError_t run_fwd_sm90_packed<{config}<{d}>::Traits, {ctype}>(\n",
+                        "    const FwdParams&, const DeviceLimits&, cudaStream_t);\n",
+                        f"template bool packed_kernel_is_real<{config}<{d}>::Traits, {ctype}>();\n",
+                    ]
+                }))
+    return KernelPath("flash_fwd_sm90", "../launch.cuh", ("flashattn", "sm90"),
+                      "FLASHATTN_FWD_SM90_PACKED_INSTANCE(config, config kind, element type, head dim): packed batches",
+                      entries, "registry_packed.inc")
+
+
 def fwd_sm90_fp8() -> KernelPath:
     entries = []
     for d in SM90_FP8_HEAD_DIMS:
@@ -248,7 +268,7 @@ def decode() -> KernelPath:
 
 
 def kernel_paths() -> list[KernelPath]:
-    return [fwd(), fwd_sm90(), fwd_sm90_fp8(), bwd(), bwd_sm90(), decode()]
+    return [fwd(), fwd_sm90(), fwd_sm90_packed(), fwd_sm90_fp8(), bwd(), bwd_sm90(), decode()]
 
 
 def sync(out_dir: pathlib.Path, files: dict[str, str], check: bool) -> list[str]:
@@ -273,7 +293,7 @@ def main() -> int:
     args = ap.parse_args()
     paths = kernel_paths()
     bad: list[str] = []
-    # Paths sharing a folder (the 16-bit and FP8 Hopper forwards) are written together.
+    # Paths sharing a folder (the Hopper forward's 16-bit, packed and FP8 kernels) are written together.
     by_folder: dict[str, dict[str, str]] = {}
     for kp in paths:
         files = by_folder.setdefault(kp.folder, {})

@@ -77,10 +77,9 @@ struct FwdParams {
   // seqlen_q / seqlen_k are the caller's bounds on every sequence's lengths (grid sizing only: the
   // kernel reads each sequence's own lengths on the device, so the host never synchronizes).
   // lse is float32 [heads_q, total_q] (FlashAttention's varlen layout). Set by set_varlen().
-  // Read only by the portable forward's packed flavour (flash_fwd_varlen, kVarlen in
-  // csrc/flash_fwd/kernel.cuh); flash_fwd refuses them. The Hopper path's TMA descriptors describe
-  // dense tensors and it does not read these, so a packed batch must never be handed to
-  // flash_fwd_sm90 (csrc/binding_varlen.cpp calls flash_fwd_varlen on every GPU).
+  // Read by the forwards' packed flavours: the portable one (flash_fwd_varlen, kVarlen in
+  // csrc/flash_fwd/kernel.cuh) and the Hopper one (flash_fwd_sm90_varlen, whose maps describe the
+  // packed rows). flash_fwd and flash_fwd_sm90 (dense) refuse them.
   // The last fields of the struct, and to stay there: the fields before them keep their offsets,
   // so the dense kernels' code is the one they had before packed batches (tools/kernel_identity.py).
   const int* cu_seqlens_q = nullptr;

@@ -50,6 +50,17 @@ FwdSplitPlan flash_fwd_sm90_split_plan(const FwdParams& p, const DeviceLimits& d
 // flash_fwd_sm90_supported() is false, else the launch status.
 cudaError_t flash_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream_t stream);
 
+// ---- packed variable-length batches (FwdParams::set_varlen; docs/varlen.md) -----------------------
+// True when this build and device run the packed batch `p` on the Hopper path: what
+// flash_fwd_sm90_supported() asks of a dense call, on the packed rows ([1, total, H, D] as TMA sees
+// them), with at least one row of q and of k/v and no split over the keys.
+bool flash_fwd_sm90_varlen_supported(const FwdParams& p, const DeviceLimits& dev);
+
+// Runs the packed batch `p` on the Hopper forward's packed flavour (the dynamic schedule: p.tile_counter, a
+// zeroed int32 private to the call, is required). lse [Hq, total_q]; rows no sequence owns are not
+// written. cudaErrorNotSupported when flash_fwd_sm90_varlen_supported() is false, before any launch.
+cudaError_t flash_fwd_sm90_varlen(const FwdParams& p, const DeviceLimits& dev, cudaStream_t stream);
+
 // ---- FP8 forward (issue 29; docs/hopper.md "FP8 forward") -------------------------------------------
 // q, k, v float8_e4m3fn (FwdParams::dtype kFloat8E4M3), o bfloat16 [B, Sq, Hq, D], lse as the
 // 16-bit path's. What the FP8 kernel needs besides FwdParams:

@@ -57,6 +57,28 @@ __device__ __forceinline__ void pingpong_leave(int wg) {
   }
 }
 
+// The packed flavour: rows [kept, kBlockN) of V stage `stage` to zero (the next sequence's rows, see
+// packed.cuh), once the stage has landed, every consumer thread a share of 16-byte stores; the
+// stores are made visible to the async proxy (wgmma's reads) and the consumers meet at a named
+// barrier before any of them reads the stage. Zeroing whole 128-byte rows of each plane leaves the
+// swizzle (a permutation within a row) out of it. Called by every consumer warpgroup at the same
+// point of the tile (after its first S, outside the ping-pong sections), so the barrier cannot
+// wait on a warpgroup that waits for a turn.
+template <typename Traits>
+__device__ __forceinline__ void zero_v_rows(const SmemMap<Traits>& sm, int stage, uint32_t phase, int kept) {
+  static_assert(!Traits::kFp8, "the packed flavour is 16-bit (V^T's keys are columns)");
+  constexpr int kPieces = kChunkRowBytes / 16;  // 16-byte pieces of a plane row
+  sm.wait(sm.v_full(stage), phase, kTagConsumerVFull);
+  const int per_plane = (Traits::kBlockN - kept) * kPieces;
+  const int tid = static_cast<int>(threadIdx.x) - kWarpgroupThreads;  // consumer threads: [0, kConsumerThreads)
+  for (int i = tid; i < per_plane * Traits::kChunks; i += Traits::kConsumerThreads) {
+    const int c = i / per_plane;
+    st_shared_zero_v4(sm.v(stage) + c * Traits::kKVChunkBytes + kept * kChunkRowBytes + (i - c * per_plane) * 16);
+  }
+  fence_proxy_async();
+  named_barrier_sync(Traits::kPackedZeroBarrier, Traits::kConsumerThreads);
+}
+
 // Params: Sm90Params, or Sm90Fp8Params for the FP8 traits (Traits::kFp8: Element __nv_fp8_e4m3,
 // O bfloat16, the descale factors read per tile; see traits.h for the layouts).
 template <typename Traits, typename Element, bool kDynamic, typename Params>
@@ -151,11 +173,16 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
   if (Traits::kPingPong && wg == Traits::kConsumerWGs - 1)
     named_barrier_arrive(kPingPongBarrierBase + 0, kPingPongBarrierThreads);
 
-  ConsumerSchedule<Traits, kDynamic> sched{params, sm};
+  constexpr bool kPacked = kIsPacked<Params>;
+  using ScheduleParams = typename std::conditional<kPacked, Sm90PackedParams, Sm90Params>::type;
+  ConsumerSchedule<Traits, kDynamic, ScheduleParams> sched{params, sm};
   for (int t = sched.first(); t < params.num_tiles; t = sched.next(t)) {
-    const TileWork st = sched.work;
+    const TileWorkOf<ScheduleParams> st = sched.work;
     const TileCoord& tc = st.coord;
     const KeyBlocks& r = st.blocks;
+    if constexpr (kPacked) {
+      if (!st.template has_rows<Traits>()) continue;  // past its sequence's queries: nothing to store
+    }
     const int row0 = tc.m_block * kBlockM + row_in_tile;  // sequence index of this thread's first row
     if constexpr (kFp8) {
       // Per (batch, KV head): q_descale * k_descale joins the softmax scale (uniform over the CTA,
@@ -177,9 +204,13 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
       // tile: recomputing them in the masked branch instead spilled the D=64 long-keys config.
       int lo[2], hi[2];
       {
-        const KeyWindow window =
-            make_key_window(params.seqlen_k, params.causal_offset, Traits::kLocal ? params.window_left : -1,
-                            Traits::kLocal ? params.window_right : -1);
+        int seqlen_k = params.seqlen_k, causal_offset = params.causal_offset;
+        if constexpr (kPacked) {
+          seqlen_k = st.seq.seqlen_k;
+          causal_offset = st.seq.causal_offset;
+        }
+        const KeyWindow window = make_key_window(seqlen_k, causal_offset, Traits::kLocal ? params.window_left : -1,
+                                                 Traits::kLocal ? params.window_right : -1);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           lo[h] = window.lo(row0 + 8 * h);
@@ -271,6 +302,13 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
       if (r.count() == 1) mbar_arrive(sm.q_empty(qst.index));
       scale_and_mask(s, n, r.masked(n));
       softmax.update(s, rescale, softmax_scale_log2);  // rescale is 0 here and O is still 0
+      if constexpr (kPacked) {
+        // The first V block is the only one that can run past the sequence's keys (the walk starts at
+        // the highest block); its rows past them hold the next sequence's values, which P's zeros
+        // there would turn into NaN where they are inf or NaN.
+        const int kept = st.seq.seqlen_k - n * kBlockN;
+        if (kept < kBlockN) zero_v_rows<Traits>(sm, vst.index, vst.phase, kept);
+      }
       constexpr int kOrder = Traits::kStepOrder;
       if constexpr (kOrder > 0) convert_p(s, p);  // no P V in flight yet
       if (kOrder < 2 && r.count() > 1) sm.wait(sm.k_full(kst.index), kst.phase, kTagConsumerKFull);
@@ -354,6 +392,11 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
         }
       }
       store_o_partial(params, o, lse, st.split, tc.batch, tc.head_q, row0, col_in_quad, lane % 4 == 0);
+    } else if constexpr (kPacked) {
+      // The sequence read again (an L1 hit: its start read it) rather than held through the key
+      // blocks: the D=64 two-consumer kernel, at 240 registers, spilled with its rows kept.
+      store_o_packed<Traits, OutElement>(params, packed_seq(params, tc.batch), sm.o(), o, lse, tc.head_q, tc.m_block,
+                                         wg, row0, col_in_quad, lane % 4 == 0);
     } else if constexpr (Traits::kOTma)
       store_o_tma<Traits, OutElement>(params, sm.o(), o, lse, tc.batch, tc.head_q, tc.m_block, wg, row0, lane % 4 == 0);
     else

@@ -119,6 +119,33 @@ int find_launcher(const FwdParams& p, const DeviceLimits& dev) {
   return i;
 }
 
+// The packed flavour's launchers (registry_packed.inc): one per config, the dynamic schedule.
+struct Sm90PackedLauncher {
+  DType dtype;
+  int head_dim;
+  Sm90ConfigKind kind;
+  int block_m;
+  int smem_bytes;
+  bool o_tma;
+  LaunchFn launch;  // needs FwdParams::tile_counter
+  RealFn real;
+};
+#define FLASHATTN_FWD_SM90_PACKED_INSTANCE(CONFIG, KIND, T, D)           \
+  Sm90PackedLauncher{dtype_of<T>(),                                       \
+                     D,                                                   \
+                     Sm90ConfigKind::KIND,                                \
+                     CONFIG<D>::Traits::kBlockM,                          \
+                     CONFIG<D>::Traits::kSmemBytes,                       \
+                     CONFIG<D>::Traits::kOTma,                            \
+                     &run_fwd_sm90_packed<CONFIG<D>::Traits, T>,          \
+                     &packed_kernel_is_real<CONFIG<D>::Traits, T>},
+constexpr Sm90PackedLauncher kPackedLaunchers[] = {
+#include "instantiations/registry_packed.inc"
+};
+#undef FLASHATTN_FWD_SM90_PACKED_INSTANCE
+constexpr int kNumPackedLaunchers = sizeof(kPackedLaunchers) / sizeof(kPackedLaunchers[0]);
+static_assert(kNumPackedLaunchers == kNumLaunchers, "one packed launcher per 16-bit config");
+
 // Whether instantiation i holds real sm_90a code for the device, asked once per process.
 bool launcher_available(int i) {
   static std::atomic<int> cache[kNumLaunchers] = {};  // 0 unknown, 1 yes, 2 no
@@ -134,6 +161,7 @@ bool launcher_available(int i) {
 // flash_fwd_sm90_supported() answers; flash_fwd_sm90() launches the one it returns).
 int supported_launcher(const FwdParams& p, const DeviceLimits& dev) {
   if (dev.cc_major != 9 || dev.cc_minor != 0) return -1;
+  if (p.cu_seqlens_q != nullptr || p.cu_seqlens_k != nullptr) return -1;  // packed: supported_packed_launcher
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return -1;
   if (p.head_dim < 8 || p.head_dim > 256 || p.head_dim % 8 != 0) return -1;
   if (p.batch < 1 || p.seqlen_q < 1 || p.seqlen_k < 1 || p.heads_q < 1 || p.heads_kv < 1) return -1;
@@ -153,6 +181,42 @@ int supported_launcher(const FwdParams& p, const DeviceLimits& dev) {
   if ((p.head_dim < kChunkCols || p.seqlen_q < kLaunchers[i].block_m || p.seqlen_k < 256) && !small_tensor_boxes_ok(p.q))
     return -1;
   return launcher_available(i) ? i : -1;
+}
+
+// The packed launcher that serves `p` (a packed batch) on this device, or -1: the dense rules on the
+// packed rows (the maps describe [1, total, H, D]), the config the dense call of the bounds would
+// take (no small-grid rule: a packed batch's tiles vary), the dynamic schedule.
+int supported_packed_launcher(const FwdParams& p, const DeviceLimits& dev) {
+  if (dev.cc_major != 9 || dev.cc_minor != 0) return -1;
+  if (p.cu_seqlens_q == nullptr || p.cu_seqlens_k == nullptr || p.num_splits > 1) return -1;
+  if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return -1;
+  if (p.head_dim < 8 || p.head_dim > 256 || p.head_dim % 8 != 0) return -1;
+  if (p.batch < 1 || p.seqlen_q < 0 || p.seqlen_k < 0 || p.total_q < 1 || p.total_k < 1) return -1;
+  if (p.heads_q < 1 || p.heads_kv < 1 || p.heads_q % p.heads_kv != 0) return -1;
+  if (!std::isfinite(p.softmax_scale) || !std::isfinite(p.scale_log2)) return -1;
+  if (p.o == nullptr || p.lse == nullptr || reinterpret_cast<uintptr_t>(p.o) % 4 != 0) return -1;
+  if (p.o_row_stride % 2 != 0 || p.o_head_stride % 2 != 0) return -1;
+  const int d = sm90_round_head_dim(p.head_dim);
+  const Sm90ConfigKind kind = sm90_config_kind(d, p.seqlen_k, p.causal || p.has_window());
+  int i = -1;
+  for (int j = 0; j < kNumPackedLaunchers; ++j)
+    if (kPackedLaunchers[j].dtype == p.dtype && kPackedLaunchers[j].head_dim == d && kPackedLaunchers[j].kind == kind) i = j;
+  if (i < 0 || kPackedLaunchers[i].smem_bytes > dev.max_smem_per_block) return -1;
+  const int64_t m_blocks = query_blocks(p, kPackedLaunchers[i].block_m);
+  if (m_blocks * p.batch * p.heads_q >= (int64_t(1) << 31)) return -1;
+  const FwdTmaTensors t = fwd_packed_tma_tensors(p);
+  if (!tma_tensor_ok(t.q) || !tma_tensor_ok(t.k) || !tma_tensor_ok(t.v)) return -1;
+  if (kPackedLaunchers[i].o_tma && !tma_tensor_ok(t.o)) return -1;
+  if ((p.head_dim < kChunkCols || p.total_q < kPackedLaunchers[i].block_m || p.total_k < 256) &&
+      !small_tensor_boxes_ok(p.q))
+    return -1;
+  static std::atomic<int> cache[kNumPackedLaunchers] = {};  // 0 unknown, 1 real, 2 not
+  int v = cache[i].load(std::memory_order_relaxed);
+  if (v == 0) {
+    v = kPackedLaunchers[i].real() ? 1 : 2;
+    cache[i].store(v, std::memory_order_relaxed);
+  }
+  return v == 1 ? i : -1;
 }
 
 // Whether the CTAs of every query tile of launcher i, `splits` to a tile, fit as clusters in one
@@ -216,6 +280,16 @@ FwdSplitPlan flash_fwd_sm90_split_plan(const FwdParams& p, const DeviceLimits& d
   plan.num_splits = c.num_splits;
   plan.in_cluster = c.in_cluster;
   return plan;
+}
+
+bool flash_fwd_sm90_varlen_supported(const FwdParams& p, const DeviceLimits& dev) {
+  return sm90::supported_packed_launcher(p, dev) >= 0;
+}
+
+cudaError_t flash_fwd_sm90_varlen(const FwdParams& p, const DeviceLimits& dev, cudaStream_t stream) {
+  const int i = sm90::supported_packed_launcher(p, dev);
+  if (i < 0) return cudaErrorNotSupported;
+  return sm90::kPackedLaunchers[i].launch(p, dev, stream);
 }
 
 cudaError_t flash_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream_t stream) {

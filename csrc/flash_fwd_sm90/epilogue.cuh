@@ -22,6 +22,7 @@
 #include "../common/lse_merge.cuh"
 #include "../common/sm90/ptx.cuh"
 #include "kernel_params.h"
+#include "packed.cuh"
 #include "tile_scheduler.h"
 #include "traits.h"
 
@@ -52,26 +53,35 @@ __device__ __forceinline__ uint32_t pack4_e4m3(float a, float b, float c, float 
 }
 
 // o: this thread's m64 x kHeadDim fragment (normalized), rows (row0, row0 + 8) of the query tile
-// relative to the sequence start; col0 = 2 (lane % 4).
+// relative to the sequence start, into a head's rows [0, rows) (o_head, o_row_stride elements apart;
+// lse_head contiguous); col0 = 2 (lane % 4).
 template <typename Element, int kORegs>
-__device__ __forceinline__ void store_o_lse(const Sm90Params& params, const float (&o)[kORegs], const float (&lse)[2],
-                                            int batch, int head_q, int row0, int col0, bool write_lse) {
-  Element* o_head = static_cast<Element*>(params.o) + batch * params.o_batch_stride + head_q * params.o_head_stride;
-  float* lse_head = params.lse + (static_cast<int64_t>(batch) * params.heads_q + head_q) * params.seqlen_q;
+__device__ __forceinline__ void store_o_rows(Element* o_head, int64_t o_row_stride, float* lse_head, int rows,
+                                             int head_dim, const float (&o)[kORegs], const float (&lse)[2], int row0,
+                                             int col0, bool write_lse) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = row0 + 8 * h;
-    if (row < params.seqlen_q) {
-      Element* o_row = o_head + row * params.o_row_stride;
+    if (row < rows) {
+      Element* o_row = o_head + row * o_row_stride;
 #pragma unroll
       for (int j = 0; j < kORegs / 4; ++j) {
         const int col = 8 * j + col0;
-        if (col < params.head_dim)
+        if (col < head_dim)
           *reinterpret_cast<uint32_t*>(o_row + col) = pack2<Element>(o[4 * j + 2 * h], o[4 * j + 2 * h + 1]);
       }
       if (write_lse) lse_head[row] = lse[h];
     }
   }
+}
+
+template <typename Element, int kORegs>
+__device__ __forceinline__ void store_o_lse(const Sm90Params& params, const float (&o)[kORegs], const float (&lse)[2],
+                                            int batch, int head_q, int row0, int col0, bool write_lse) {
+  Element* o_head = static_cast<Element*>(params.o) + batch * params.o_batch_stride + head_q * params.o_head_stride;
+  float* lse_head = params.lse + (static_cast<int64_t>(batch) * params.heads_q + head_q) * params.seqlen_q;
+  store_o_rows<Element>(o_head, params.o_row_stride, lse_head, params.seqlen_q, params.head_dim, o, lse, row0, col0,
+                        write_lse);
 }
 
 // o: this thread's m64 x kHeadDim fragment, normalized over the split's keys, and the split's LSE:
@@ -168,18 +178,10 @@ __device__ __forceinline__ void merge_split_in_cluster(const Sm90Params& params,
 // o: this warpgroup's m64 x kHeadDim fragment (normalized). The warpgroup's rows are rows
 // [64 wg, 64 wg + 64) of each kBlockM-row plane buffer, 1024-byte aligned, so its box is one 8 KB TMA
 // store per 64-column plane. Thread 0 of the warpgroup owns the bulk groups.
+// o_row: the map's row of the warpgroup's first row (the tile's row 64 wg), batch its batch.
 template <typename Traits, typename Element, int kORegs>
-__device__ __forceinline__ void store_o_tma(const Sm90Params& params, uint32_t o_tile, const float (&o)[kORegs],
-                                            const float (&lse)[2], int batch, int head_q, int m_block, int wg,
-                                            int row0, bool write_lse) {
-  // LSE first: its registers are then free before the O stores' barriers (kept until after them, the
-  // FP8 D=256 dynamic kernel spilled them).
-  if (write_lse) {
-    float* lse_head = params.lse + (static_cast<int64_t>(batch) * params.heads_q + head_q) * params.seqlen_q;
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      if (row0 + 8 * h < params.seqlen_q) lse_head[row0 + 8 * h] = lse[h];
-  }
+__device__ __forceinline__ void store_o_tile_tma(const Sm90Params& params, uint32_t o_tile, const float (&o)[kORegs],
+                                                 int batch, int head_q, int o_row, int wg) {
   const int tid = threadIdx.x % 128;
   const int r0 = (tid / 32) * 16 + (tid % 32) / 4;  // this thread's rows in the warpgroup: r0, r0 + 8
   const uint32_t base = o_tile + wg * 64 * kChunkRowBytes + (tid % 4) * 4;
@@ -199,8 +201,8 @@ __device__ __forceinline__ void store_o_tma(const Sm90Params& params, uint32_t o
     }
   };
   auto store_plane = [&](int c, int slot) {
-    tma_store_4d(&params.tma_o, o_tile + slot * Traits::kQChunkBytes + wg * 64 * kChunkRowBytes, c * kChunkCols,
-                 m_block * Traits::kBlockM + wg * 64, head_q, batch);
+    tma_store_4d(&params.tma_o, o_tile + slot * Traits::kQChunkBytes + wg * 64 * kChunkRowBytes, c * kChunkCols, o_row,
+                 head_q, batch);
   };
   if constexpr (Traits::kOBufPlanes == Traits::kOChunks) {
     // The whole tile fits: one wait for the previous tile's store to have read the buffer, one
@@ -232,6 +234,47 @@ __device__ __forceinline__ void store_o_tma(const Sm90Params& params, uint32_t o
       }
     }
   }
+}
+
+template <typename Traits, typename Element, int kORegs>
+__device__ __forceinline__ void store_o_tma(const Sm90Params& params, uint32_t o_tile, const float (&o)[kORegs],
+                                            const float (&lse)[2], int batch, int head_q, int m_block, int wg,
+                                            int row0, bool write_lse) {
+  // LSE first: its registers are then free before the O stores' barriers (kept until after them, the
+  // FP8 D=256 dynamic kernel spilled them).
+  if (write_lse) {
+    float* lse_head = params.lse + (static_cast<int64_t>(batch) * params.heads_q + head_q) * params.seqlen_q;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      if (row0 + 8 * h < params.seqlen_q) lse_head[row0 + 8 * h] = lse[h];
+  }
+  store_o_tile_tma<Traits, Element>(params, o_tile, o, batch, head_q, m_block * Traits::kBlockM + wg * 64, wg);
+}
+
+// The packed flavour (packed.cuh): the sequence's rows only, LSE [Hq, total_q]. A warpgroup whose 64
+// rows all lie in the sequence stores O through the TMA map over the packed rows (kOTma configs);
+// one whose rows run past the sequence's end stores from registers, row-bounded, as the TMA store
+// would write on into the next sequence's rows (another CTA's).
+template <typename Traits, typename Element, int kORegs>
+__device__ __forceinline__ void store_o_packed(const Sm90PackedParams& params, const PackedSeq& seq, uint32_t o_tile,
+                                               const float (&o)[kORegs], const float (&lse)[2], int head_q,
+                                               int m_block, int wg, int row0, int col0, bool write_lse) {
+  float* lse_head = params.lse + static_cast<int64_t>(head_q) * params.total_q + seq.q_row0;
+  const int wg_row0 = m_block * Traits::kBlockM + wg * kRowsPerConsumer;
+  if constexpr (Traits::kOTma) {
+    if (wg_row0 + kRowsPerConsumer <= seq.seqlen_q) {  // uniform across the warpgroup
+      if (write_lse) {
+        lse_head[row0] = lse[0];
+        lse_head[row0 + 8] = lse[1];
+      }
+      store_o_tile_tma<Traits, Element>(params, o_tile, o, 0, head_q, seq.q_row0 + wg_row0, wg);
+      return;
+    }
+  }
+  Element* o_head = static_cast<Element*>(params.o) + static_cast<int64_t>(seq.q_row0) * params.o_row_stride +
+                    static_cast<int64_t>(head_q) * params.o_head_stride;
+  store_o_rows<Element>(o_head, params.o_row_stride, lse_head, seq.seqlen_q, params.head_dim, o, lse, row0, col0,
+                        write_lse);
 }
 
 #endif  // FLASHATTN_SM90A_ENABLED

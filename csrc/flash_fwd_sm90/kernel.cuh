@@ -12,6 +12,7 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../common/sm90/ptx.cuh"
 #include "consumer.cuh"
@@ -68,7 +69,8 @@ __device__ __forceinline__ void fwd_sm90_body(const Params& params) {
   constexpr bool kMayMerge = !Traits::kFp8 && !kDynamic && Traits::kClusterMerge;
   if (warpgroup == 0) {
     setmaxnreg_dec<RegisterSplit<kDynamic, Traits::kConsumerWGs>::kProducer>();
-    if (threadIdx.x == 0) producer_loop<Traits, kDynamic>(params, sm);
+    using ProducerParams = typename std::conditional<kIsPacked<Params>, Sm90PackedParams, Sm90Params>::type;
+    if (threadIdx.x == 0) producer_loop<Traits, kDynamic, ProducerParams>(params, sm);
     if constexpr (kMayMerge) {
       if (params.num_splits > 1 && params.o_accum == nullptr) {
         cluster_sync();
@@ -97,6 +99,20 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm)
   fwd_sm90_body<Traits, Element, kDynamic>(params);
 #else
   sm90_stub_body();  // not sm_90a: never launched (flash_fwd_sm90_supported() says no)
+#endif
+}
+
+// A packed variable-length batch (Sm90PackedParams, packed.cuh) on the 16-bit configs: the same
+// roles and pipeline, always the dynamic schedule (the tiles' work varies with their sequences). Its
+// own kernel, so that the dense kernels keep their code (tools/kernel_identity.py).
+template <typename Traits, typename Element>
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kCtasPerSm)
+    flash_fwd_sm90_packed_kernel(const __grid_constant__ Sm90PackedParams params) {
+#if defined(FLASHATTN_SM90A_ENABLED)
+  static_assert(!Traits::kFp8, "16-bit traits");
+  fwd_sm90_body<Traits, Element, true>(params);
+#else
+  sm90_stub_body();  // not sm_90a: never launched (flash_fwd_sm90_varlen_supported() says no)
 #endif
 }
 

@@ -63,5 +63,17 @@ struct Sm90Fp8Params : Sm90Params {
   const float* v_descale;
 };
 
+// The packed flavour's parameters (flash_fwd_sm90_packed_kernel: a packed variable-length batch,
+// FwdParams::set_varlen). The maps tma_q/k/v/o describe the packed rows as one batch ([1, total, H,
+// D]); batch is the number of sequences, seqlen_q / seqlen_k the caller's bounds (the grid's
+// query blocks), lse float32 [Hq, total_q]. Each tile reads its sequence from cu_seqlens on the
+// device (packed.cuh), so the host never synchronizes.
+struct Sm90PackedParams : Sm90Params {
+  const int* cu_seqlens_q;  // int32 [batch + 1]
+  const int* cu_seqlens_k;
+  int total_q, total_k;  // packed rows of q / o and of k / v
+  int mask_top_left;     // the causal mask / window aligned top-left per sequence, else bottom-right
+};
+
 }  // namespace sm90
 }  // namespace flashattn

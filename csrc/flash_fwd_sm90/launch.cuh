@@ -88,10 +88,11 @@ int max_active_clusters(int splits) {
 
 // Fills the kernel parameters (tensor maps included). False when TMA cannot describe the tensors.
 // FP8 traits: q and k as one-byte tensors, V^T (`vt`, fp8_vt_tensor) in place of v, o bfloat16.
+// t: the tensors the maps describe (fwd_tma_tensors, or fwd_packed_tma_tensors for a packed batch).
 template <typename Traits>
-bool make_sm90_params(const FwdParams& p, Sm90Params& k, bool dynamic_schedule, const TmaTensor* vt = nullptr) {
+bool make_sm90_params(const FwdParams& p, const FwdTmaTensors& t, Sm90Params& k, bool dynamic_schedule,
+                      const TmaTensor* vt = nullptr) {
   const bool bf16 = p.dtype == DType::kBFloat16;
-  const FwdTmaTensors t = fwd_tma_tensors(p);
   if constexpr (Traits::kFp8) {
     if (vt == nullptr) return false;
     if (!encode_tma_4d_u8(&k.tma_q, t.q, Traits::kBlockM)) return false;
@@ -148,7 +149,7 @@ cudaError_t run_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream
   static_assert(Traits::kSmemBytes <= kMaxSmemSm90, "shared memory");
   if (Traits::kSmemBytes > dev.max_smem_per_block) return cudaErrorNotSupported;
   Sm90Params k;
-  if (!make_sm90_params<Traits>(p, k, kDynamic)) return cudaErrorNotSupported;
+  if (!make_sm90_params<Traits>(p, fwd_tma_tensors(p), k, kDynamic)) return cudaErrorNotSupported;
   if (k.num_tiles == 0) return cudaSuccess;
   if (kDynamic && k.tile_counter == nullptr) return cudaErrorInvalidValue;
   constexpr auto kernel = flash_fwd_sm90_kernel<Traits, Element, kDynamic>;
@@ -175,6 +176,41 @@ cudaError_t run_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream
   return launch_split_combine<Element>(c, stream, /*programmatic=*/true);
 }
 
+// ---- packed variable-length batches (flash_fwd_sm90_packed_kernel, packed.cuh) ----------------------
+
+template <typename Traits, typename Element>
+bool packed_kernel_is_real() {
+  return sm90_kernel_is_real(flash_fwd_sm90_packed_kernel<Traits, Element>);
+}
+
+// p: a packed batch (FwdParams::set_varlen) with p.tile_counter (the dynamic schedule, always).
+template <typename Traits, typename Element>
+cudaError_t run_fwd_sm90_packed(const FwdParams& p, const DeviceLimits& dev, cudaStream_t stream) {
+  static_assert(!Traits::kFp8 && Traits::kSmemBytes <= kMaxSmemSm90, "16-bit traits within shared memory");
+  if (Traits::kSmemBytes > dev.max_smem_per_block) return cudaErrorNotSupported;
+  if (p.cu_seqlens_q == nullptr || p.cu_seqlens_k == nullptr || p.num_splits > 1) return cudaErrorInvalidValue;
+  Sm90PackedParams k;
+  if (!make_sm90_params<Traits>(p, fwd_packed_tma_tensors(p), k, /*dynamic_schedule=*/true))
+    return cudaErrorNotSupported;
+  k.cu_seqlens_q = p.cu_seqlens_q;
+  k.cu_seqlens_k = p.cu_seqlens_k;
+  k.total_q = p.total_q;
+  k.total_k = p.total_k;
+  k.mask_top_left = p.mask_top_left ? 1 : 0;
+  if (k.num_tiles == 0) return cudaSuccess;
+  if (k.tile_counter == nullptr) return cudaErrorInvalidValue;
+  constexpr auto kernel = flash_fwd_sm90_packed_kernel<Traits, Element>;
+  cudaError_t err = set_max_dynamic_smem_once<kernel>(Traits::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  if constexpr (Traits::kCtasPerSm > 1) {
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    if (err != cudaSuccess) return err;
+  }
+  const int grid = std::min(k.num_tiles, std::max(1, dev.sm_count) * Traits::kCtasPerSm);
+  kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(k);
+  return cudaGetLastError();
+}
+
 // ---- the FP8 forward (Sm90Fp8FwdTraits) -----------------------------------------------------------
 
 template <typename Traits, bool kDynamic>
@@ -191,7 +227,7 @@ cudaError_t run_fwd_sm90_fp8(const FwdParams& p, const Fp8FwdArgs& x, const Devi
   if (x.q_descale == nullptr || x.k_descale == nullptr || x.v_descale == nullptr) return cudaErrorInvalidValue;
   Sm90Fp8Params k;
   const TmaTensor vt = fp8_vt_tensor(p, x);
-  if (!make_sm90_params<Traits>(p, k, kDynamic, &vt)) return cudaErrorNotSupported;
+  if (!make_sm90_params<Traits>(p, fwd_tma_tensors(p), k, kDynamic, &vt)) return cudaErrorNotSupported;
   k.q_descale = x.q_descale;
   k.k_descale = x.k_descale;
   k.v_descale = x.v_descale;

@@ -21,8 +21,10 @@ namespace sm90 {
 
 #if defined(FLASHATTN_SM90A_ENABLED)
 
-template <typename Traits, bool kDynamic>
-__device__ __forceinline__ void producer_loop(const Sm90Params& params, const SmemMap<Traits>& sm) {
+// Params: Sm90Params or Sm90Fp8Params, or Sm90PackedParams (the packed flavour: the maps span the
+// packed rows as one batch, and a tile's rows start at its sequence's first rows, packed.cuh).
+template <typename Traits, bool kDynamic, typename Params>
+__device__ __forceinline__ void producer_loop(const Params& params, const SmemMap<Traits>& sm) {
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   prefetch_tmap(&params.tma_q);
@@ -32,13 +34,32 @@ __device__ __forceinline__ void producer_loop(const Sm90Params& params, const Sm
   PipeCount<Traits::kStages> kst, vst;
   PipeCount<Traits::kQStages> qst;
 
-  ProducerSchedule<Traits, kDynamic> sched{params, sm};
+  using Schedule = ProducerSchedule<Traits, kDynamic, Params>;
+  Schedule sched{params, sm};
 
-  auto load_tile = [&](const TileWork& st) {
+  auto load_tile = [&](const typename Schedule::Work& st) {
     const TileCoord& tc = st.coord;
     const KeyBlocks& r = st.blocks;
     if (r.count() <= 0) return;  // the consumers write O = 0, LSE = -inf without any load
     const int head_kv = tc.head_q / params.q_per_kv;
+    // The maps' batch coordinate and the rows of a key block (index n) and of the tile's queries. The
+    // packed flavour's maps hold the packed rows as one batch, and it walks its key blocks by their
+    // first rows (from the sequence's first row): the producer's 24 registers then hold one bound
+    // where block indices and a row base spilled.
+    int batch = tc.batch;
+    if constexpr (kIsPacked<Params>) batch = 0;
+    auto key_row = [&](int n) {
+      if constexpr (kIsPacked<Params>)
+        return n;
+      else
+        return n * kBlockN;
+    };
+    auto query_row = [&]() {
+      if constexpr (kIsPacked<Params>)
+        return st.seq.q_row0 + tc.m_block * kBlockM;
+      else
+        return tc.m_block * kBlockM;
+    };
 
     auto load_kv = [&](const CUtensorMap* tmap, PipeCount<Traits::kStages>& st, uint32_t tile_base, uint32_t full,
                        uint32_t empty, int n, int tag) {
@@ -46,8 +67,8 @@ __device__ __forceinline__ void producer_loop(const Sm90Params& params, const Sm
       mbar_arrive_expect_tx(full, Traits::kKVBytes);
 #pragma unroll
       for (int c = 0; c < Traits::kChunks; ++c)
-        tma_load_4d(tile_base + c * Traits::kKVChunkBytes, tmap, full, c * Traits::kChunkElems, n * kBlockN, head_kv,
-                    tc.batch);
+        tma_load_4d(tile_base + c * Traits::kKVChunkBytes, tmap, full, c * Traits::kChunkElems, key_row(n), head_kv,
+                    batch);
       st.advance();
     };
     auto load_k = [&](int n) {
@@ -68,26 +89,41 @@ __device__ __forceinline__ void producer_loop(const Sm90Params& params, const Sm
       }
     };
 
-    load_k(r.n_end - 1);
     // Q: the consumers release the previous tile's Q after their last S = Q K^T of it.
-    sm.wait(sm.q_empty(qst.index()), qst.phase() ^ 1u, kTagProducerQEmpty);
-    mbar_arrive_expect_tx(sm.q_full(qst.index()), Traits::kQBytes);
+    auto load_q = [&]() {
+      sm.wait(sm.q_empty(qst.index()), qst.phase() ^ 1u, kTagProducerQEmpty);
+      mbar_arrive_expect_tx(sm.q_full(qst.index()), Traits::kQBytes);
 #pragma unroll
-    for (int c = 0; c < Traits::kChunks; ++c)
-      tma_load_4d(sm.q(qst.index()) + c * Traits::kQChunkBytes, &params.tma_q, sm.q_full(qst.index()), c * Traits::kChunkElems,
-                  tc.m_block * kBlockM,
-                  tc.head_q, tc.batch);
-    qst.advance();
+      for (int c = 0; c < Traits::kChunks; ++c)
+        tma_load_4d(sm.q(qst.index()) + c * Traits::kQChunkBytes, &params.tma_q, sm.q_full(qst.index()),
+                    c * Traits::kChunkElems, query_row(), tc.head_q, batch);
+      qst.advance();
+    };
 
-    for (int n = r.n_end - 1; n > r.n_begin; --n) {
-      load_k(n - 1);
-      load_v(n);
+    if constexpr (kIsPacked<Params>) {
+      // "Blocks" by their first rows: n_end - 1 .. n_begin become last .. first, kBlockN apart.
+      const int first = st.seq.k_row0 + r.n_begin * kBlockN;
+      int row = st.seq.k_row0 + (r.n_end - 1) * kBlockN;
+      load_k(row);
+      load_q();
+      for (; row > first; row -= kBlockN) {
+        load_k(row - kBlockN);
+        load_v(row);
+      }
+      load_v(first);
+    } else {
+      load_k(r.n_end - 1);
+      load_q();
+      for (int n = r.n_end - 1; n > r.n_begin; --n) {
+        load_k(n - 1);
+        load_v(n);
+      }
+      load_v(r.n_begin);
     }
-    load_v(r.n_begin);
   };
 
   for (int t = sched.first();; t = sched.next(t)) {
-    const TileWork w = sched.publish(t);
+    const typename Schedule::Work w = sched.publish(t);
     if (t >= params.num_tiles) break;
     load_tile(w);
   }

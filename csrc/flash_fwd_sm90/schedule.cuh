@@ -20,9 +20,11 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../common/sm90/ptx.cuh"
 #include "kernel_params.h"
+#include "packed.cuh"
 #include "smem.cuh"
 #include "tile_scheduler.h"
 
@@ -42,15 +44,6 @@ template <typename Traits>
 __device__ __forceinline__ uint32_t tile_ring_parity(uint32_t n) {
   return (n / Traits::kTileRing) & 1u;
 }
-
-// What tile index t means, the same for the producer (which loads its key blocks) and the
-// consumers (which walk them): its query tile, its key split and the key blocks of that split
-// (the causal mask / local window's range, then the split's share of it).
-struct TileWork {
-  TileCoord coord;
-  int split;
-  KeyBlocks blocks;
-};
 
 // The tile's key blocks from its decoded index (split_tile: the integer divisions).
 template <typename Traits>
@@ -87,9 +80,18 @@ __device__ __forceinline__ int static_next_tile(int tile) {
   return static_next_tile(tile, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), kSnake);
 }
 
-template <typename Traits, bool kDynamic>
+// Params: Sm90Params, Sm90Fp8Params, or Sm90PackedParams (the packed flavour, dynamic schedule only:
+// each tile's work then carries its sequence, packed.cuh).
+template <typename Params>
+constexpr bool kIsPacked = std::is_same<Params, Sm90PackedParams>::value;
+template <typename Params>
+using TileWorkOf = typename std::conditional<kIsPacked<Params>, PackedTileWork, TileWork>::type;
+
+template <typename Traits, bool kDynamic, typename Params>
 struct ProducerSchedule {
-  const Sm90Params& params;
+  static_assert(kDynamic || !kIsPacked<Params>, "the packed flavour runs the dynamic schedule");
+  using Work = TileWorkOf<Params>;
+  const Params& params;
   const SmemMap<Traits>& sm;
   uint32_t published = 0;  // tiles published so far
 
@@ -100,8 +102,8 @@ struct ProducerSchedule {
   // the integer divisions, off the consumers' path at the start of every tile). The key blocks
   // are not published: the consumers derive them (no division), and the producer, on 24
   // registers, spilled with them.
-  __device__ __forceinline__ TileWork publish(int tile) {
-    TileWork w{};
+  __device__ __forceinline__ Work publish(int tile) {
+    Work w{};
     if constexpr (kDynamic) {
       const int slot = tile_ring_slot<Traits>(published);
       sm.wait(sm.tile_empty(slot), tile_ring_parity<Traits>(published) ^ 1u, kTagProducerTileEmpty);  // fresh: no wait
@@ -113,7 +115,10 @@ struct ProducerSchedule {
         st_shared_s32(a + 4, c.m_block);
         st_shared_s32(a + 8, c.batch);
         st_shared_s32(a + 12, c.head_q);
-        w = unsplit_tile_work<Traits>(params, c);
+        if constexpr (kIsPacked<Params>)
+          w = packed_tile_work<Traits>(params, c);
+        else
+          w = unsplit_tile_work<Traits>(params, c);
       }
       mbar_arrive(sm.tile_full(slot));
       ++published;
@@ -139,12 +144,12 @@ struct ProducerSchedule {
 
 // first() and next() return the consumers' next tile and leave its TileWork in `work` (valid while
 // the index is < num_tiles): read from the ring (dynamic), or computed here (static).
-template <typename Traits, bool kDynamic>
+template <typename Traits, bool kDynamic, typename Params>
 struct ConsumerSchedule {
-  const Sm90Params& params;
+  const Params& params;
   const SmemMap<Traits>& sm;
   uint32_t received = 0;  // tiles received so far
-  TileWork work;
+  TileWorkOf<Params> work;
 
   __device__ __forceinline__ int first() {
     if constexpr (kDynamic) {
@@ -182,7 +187,12 @@ struct ConsumerSchedule {
     }
     mbar_arrive(sm.tile_empty(slot));
     ++received;
-    if (tile < params.num_tiles) work = unsplit_tile_work<Traits>(params, c);
+    if (tile < params.num_tiles) {
+      if constexpr (kIsPacked<Params>)
+        work = packed_tile_work<Traits>(params, c);
+      else
+        work = unsplit_tile_work<Traits>(params, c);
+    }
     return tile;
   }
 };

@@ -15,6 +15,15 @@ struct TileCoord {
   int head_q;
 };
 
+// What tile index t means, the same for the producer (which loads its key blocks) and the
+// consumers (which walk them): its query tile, its key split and the key blocks of that split
+// (the causal mask / local window's range, then the split's share of it). schedule.cuh.
+struct TileWork {
+  TileCoord coord;
+  int split;
+  KeyBlocks blocks;
+};
+
 // Tiles are walked in groups of `group_heads` consecutive (batch, head) pairs, sized on the host so
 // that a group's K and V stay resident in L2 while the CTAs stream through them. Inside a group the
 // query blocks go last-first (under causal masking the last block sees the most keys: longest work

@@ -20,6 +20,15 @@ inline FwdTmaTensors fwd_tma_tensors(const FwdParams& p) {
           {p.o, p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.o_batch_stride, p.o_row_stride, p.o_head_stride}};
 }
 
+// The same four of a packed variable-length batch (FwdParams::set_varlen): the packed rows as one
+// batch, [1, total, H, D] (the packed flavour addresses a sequence by its first row).
+inline FwdTmaTensors fwd_packed_tma_tensors(const FwdParams& p) {
+  return {{p.q, 1, p.total_q, p.heads_q, p.head_dim, 0, p.q_row_stride, p.q_head_stride},
+          {p.k, 1, p.total_k, p.heads_kv, p.head_dim, 0, p.k_row_stride, p.k_head_stride},
+          {p.v, 1, p.total_k, p.heads_kv, p.head_dim, 0, p.v_row_stride, p.v_head_stride},
+          {p.o, 1, p.total_q, p.heads_q, p.head_dim, 0, p.o_row_stride, p.o_head_stride}};
+}
+
 // The FP8 forward's V^T [B, Hk, D, vt_keys] (contiguous, one byte per element) as a TMA tensor: its
 // "rows" are the head dim, its innermost extent the (permuted, zero-padded) keys.
 inline TmaTensor fp8_vt_tensor(const FwdParams& p, const Fp8FwdArgs& x) {

@@ -184,6 +184,9 @@ struct Sm90FwdTraits {
   static constexpr bool kClusterMerge = kStashLseOffset + kBlockM * 4 <= kOffBarriers;
   static constexpr int kMergeBarrier = kEpilogueBarrierBase + kConsumerWGs;
   static_assert(kMergeBarrier < 16, "named barriers");
+  // The packed flavour's V rows zeroed before its first P V (consumer.cuh zero_v_rows): the merge's
+  // barrier, which only the static schedule's split uses (the packed flavour runs the dynamic one).
+  static constexpr int kPackedZeroBarrier = kMergeBarrier;
   static_assert(kQChunkBytes % kSwizzleAtomBytes == 0 && kKVChunkBytes % kSwizzleAtomBytes == 0, "alignment");
   static_assert(!kOTma || o_planes_fit(1), "no shared memory left for even one O plane");
   // The streamed epilogue reuses a buffer kOBufPlanes store groups after its last use, also

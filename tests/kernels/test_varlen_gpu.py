@@ -1,14 +1,16 @@
 """Packed variable-length batches on the GPU (flash_attn_varlen_func / flashattn::fwd_varlen,
-issue 16): the portable forward on every GPU (the Hopper forward needs dense tensors and is
-refused); the backward on the Hopper kernels' packed flavour where they run (an H100 under
-"auto"), the portable one's elsewhere and under "portable".
+issue 16): the forward and the backward on the Hopper kernels' packed flavours where they run (an
+H100 under "auto"), the portable ones elsewhere and under "portable" (the forced Hopper backend is
+refused).
 
   * numerics against the float64 reference by the suite's one criterion, applied to each sequence
     (tests/numerics.py `assert_varlen_attention_matches`), out and LSE ([Hq, total_q]), over
     Hypothesis-drawn packed batches (lengths 0 and 1 included, GQA, causal, windows, softcap,
     every head dim, strided layouts) and explicit edge cases; outputs from NaN-poisoned memory;
   * the padded-equivalence property: every sequence's rows are bitwise those of a dense
-    flash_attn_func call on that sequence alone (same portable kernel, same tiles);
+    flash_attn_func call on that sequence alone (same portable kernel, same tiles); on an H100 the
+    Hopper packed forward's too (a packed call of the sequence alone; the dense Hopper call where
+    both take one tile config); which forward kernels run under each backend;
   * max_seqlen larger than the sequences changes nothing; rows of a sequence never leak into
     another's (a poisoned neighbour);
   * CUDA-graph capture, replayed with new cu_seqlens values (no host synchronization), and
@@ -28,6 +30,7 @@ Validation and the autograd glue are also checked on CPU: tests/kernels/test_var
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 
@@ -47,20 +50,25 @@ NONE, TOP_LEFT, BOTTOM_RIGHT = flashattn.CAUSAL_NONE, flashattn.CAUSAL_TOP_LEFT,
 I32 = torch.int32
 
 
-def run_varlen(spec: VarlenSpec, device: torch.device, *, max_extra: int = 0, op: bool = False):
+def run_varlen(spec: VarlenSpec, device: torch.device, *, max_extra: int = 0, op: bool = False, backend: str = "auto"):
     x = spec.make(device)
     poison_cuda_allocator()
     max_q, max_k = spec.max_seqlen_q + max_extra, spec.max_seqlen_k + max_extra
     if op:  # the op itself: all three causal modes (top-left included)
         scale = 1 / math.sqrt(spec.head_dim) if spec.scale is None else spec.scale
         out, lse = torch.ops.flashattn.fwd_varlen(x.q, x.k, x.v, x.cu_seqlens_q, x.cu_seqlens_k, max_q, max_k, scale,
-                                                  spec.causal_mode, "auto", spec.window[0], spec.window[1], spec.softcap)
+                                                  spec.causal_mode, backend, spec.window[0], spec.window[1], spec.softcap)
     else:
         assert spec.causal_mode in (NONE, BOTTOM_RIGHT)
-        out, lse = flashattn.flash_attn_varlen_func(
-            x.q, x.k, x.v, x.cu_seqlens_q, x.cu_seqlens_k, max_q, max_k, softmax_scale=spec.scale,
-            causal=spec.causal_mode == BOTTOM_RIGHT, window_size=spec.window, softcap=spec.softcap, return_lse=True)
+        with flashattn.use_backend(backend):
+            out, lse = flashattn.flash_attn_varlen_func(
+                x.q, x.k, x.v, x.cu_seqlens_q, x.cu_seqlens_k, max_q, max_k, softmax_scale=spec.scale,
+                causal=spec.causal_mode == BOTTOM_RIGHT, window_size=spec.window, softcap=spec.softcap, return_lse=True)
     return x, out, lse
+
+
+# The forward's two packed flavours: "auto" runs the Hopper one on an H100.
+PATHS = pytest.mark.parametrize("path", ["portable", pytest.param("auto", marks=pytest.mark.sm90, id="hopper")])
 
 
 def check(spec: VarlenSpec, x, out, lse, context: str = ""):
@@ -71,23 +79,25 @@ def check(spec: VarlenSpec, x, out, lse, context: str = ""):
 # ---- Hypothesis -----------------------------------------------------------------------------------
 
 
+@PATHS
 @given(spec=varlen_specs())
-def test_varlen_matches_reference(spec: VarlenSpec, device: torch.device) -> None:
-    x, out, lse = run_varlen(spec, device)
-    check(spec, x, out, lse)
+def test_varlen_matches_reference(path: str, spec: VarlenSpec, device: torch.device) -> None:
+    x, out, lse = run_varlen(spec, device, backend=path)
+    check(spec, x, out, lse, path)
 
 
+@PATHS
 @given(spec=varlen_specs(causal_choices=(NONE, TOP_LEFT, BOTTOM_RIGHT)))
-def test_op_matches_reference_in_every_causal_mode(spec: VarlenSpec, device: torch.device) -> None:
-    x, out, lse = run_varlen(spec, device, op=True)
-    check(spec, x, out, lse, "op")
+def test_op_matches_reference_in_every_causal_mode(path: str, spec: VarlenSpec, device: torch.device) -> None:
+    x, out, lse = run_varlen(spec, device, op=True, backend=path)
+    check(spec, x, out, lse, f"op {path}")
 
 
 @given(spec=varlen_specs(max_seqlen=300))
 def test_varlen_equals_per_sequence_dense_calls(spec: VarlenSpec, device: torch.device) -> None:
     """Padded equivalence: sequence b's rows of out and lse are bitwise those of flash_attn_func on
-    q[cu_q[b]:cu_q[b+1]], k/v[cu_k[b]:cu_k[b+1]] alone (the portable path, as varlen takes)."""
-    x, out, lse = run_varlen(spec, device)
+    q[cu_q[b]:cu_q[b+1]], k/v[cu_k[b]:cu_k[b+1]] alone (the portable path: same kernel, same tiles)."""
+    x, out, lse = run_varlen(spec, device, backend="portable")
     with flashattn.use_backend("portable"):
         for b in range(len(x.cu_q) - 1):
             q0, q1, k0, k1 = x.cu_q[b], x.cu_q[b + 1], x.cu_k[b], x.cu_k[b + 1]
@@ -100,11 +110,59 @@ def test_varlen_equals_per_sequence_dense_calls(spec: VarlenSpec, device: torch.
             assert torch.equal(lse[:, q0:q1], lse_b[0]), f"sequence {b}: lse differs from the dense call, {spec!r}"
 
 
+@pytest.mark.sm90
+@given(spec=varlen_specs(max_seqlen=300))
+def test_hopper_varlen_equals_per_sequence_calls(spec: VarlenSpec, device: torch.device) -> None:
+    """The Hopper packed forward ("auto" on an H100): sequence b's rows of out and lse are bitwise
+    those of a packed call holding sequence b alone with the same bounds (the same kernel: nothing of
+    a neighbour reaches a sequence), and, where the head dim runs on one tile config (D > 64), those
+    of the dense Hopper call on the sequence (no split over the keys: the packed flavour has none)."""
+    x, out, lse = run_varlen(spec, device)
+    causal = spec.causal_mode == BOTTOM_RIGHT
+    with forced_splits(1):
+        _check_each_sequence_alone(spec, x, out, lse, causal, device)
+
+
+@contextlib.contextmanager
+def forced_splits(n: int):
+    """FLASHATTN_FWD_SPLITS=n for the dense Hopper calls inside (read at every call)."""
+    old = os.environ.get("FLASHATTN_FWD_SPLITS")
+    os.environ["FLASHATTN_FWD_SPLITS"] = str(n)
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["FLASHATTN_FWD_SPLITS"]
+        else:
+            os.environ["FLASHATTN_FWD_SPLITS"] = old
+
+
+def _check_each_sequence_alone(spec: VarlenSpec, x, out, lse, causal: bool, device: torch.device) -> None:
+    for b in range(len(x.cu_q) - 1):
+        q0, q1, k0, k1 = x.cu_q[b], x.cu_q[b + 1], x.cu_k[b], x.cu_k[b + 1]
+        if q1 == q0:
+            continue
+        cq, ck = (torch.tensor([0, n], dtype=I32, device=device) for n in (q1 - q0, k1 - k0))
+        o_b, lse_b = flashattn.flash_attn_varlen_func(
+            x.q[q0:q1], x.k[k0:k1], x.v[k0:k1], cq, ck, spec.max_seqlen_q, spec.max_seqlen_k, softmax_scale=spec.scale,
+            causal=causal, window_size=spec.window, softcap=spec.softcap, return_lse=True)
+        assert torch.equal(out[q0:q1], o_b), f"sequence {b}: out differs from the call on it alone, {spec!r}"
+        assert torch.equal(lse[:, q0:q1], lse_b), f"sequence {b}: lse differs from the call on it alone, {spec!r}"
+        if spec.head_dim > 64 and k1 > k0:
+            o_d, lse_d = flashattn.flash_attn_func(
+                x.q[None, q0:q1], x.k[None, k0:k1], x.v[None, k0:k1], softmax_scale=spec.scale, causal=causal,
+                window_size=spec.window, softcap=spec.softcap, return_lse=True)
+            assert torch.equal(out[q0:q1], o_d[0]), f"sequence {b}: out differs from the dense call, {spec!r}"
+            assert torch.equal(lse[:, q0:q1], lse_d[0]), f"sequence {b}: lse differs from the dense call, {spec!r}"
+
+
+@PATHS
 @given(spec=varlen_specs(max_seqlen=200), extra=st.sampled_from((1, 64, 1000)))
-def test_larger_max_seqlen_changes_nothing(spec: VarlenSpec, extra: int, device: torch.device) -> None:
-    """max_seqlen only sizes the grid: blocks past a sequence's end exit without writing."""
-    _, out, lse = run_varlen(spec, device)
-    _, out2, lse2 = run_varlen(spec, device, max_extra=extra)
+def test_larger_max_seqlen_changes_nothing(path: str, spec: VarlenSpec, extra: int, device: torch.device) -> None:
+    """max_seqlen only sizes the grid: blocks past a sequence's end exit without writing. (On the
+    Hopper path a bound past 4096 keys can pick another D=64 config: the extras stay below it.)"""
+    _, out, lse = run_varlen(spec, device, backend=path)
+    _, out2, lse2 = run_varlen(spec, device, max_extra=extra, backend=path)
     assert torch.equal(out, out2) and torch.equal(lse, lse2)
 
 
@@ -141,29 +199,55 @@ EDGES = [
 ]
 
 
+@PATHS
 @pytest.mark.parametrize("dtype", [pytest.param(torch.float16, id="fp16"), pytest.param(torch.bfloat16, id="bf16")])
 @pytest.mark.parametrize("spec", [pytest.param(s, id=i) for i, s in EDGES])
-def test_edge_case(spec: VarlenSpec, dtype, device: torch.device) -> None:
+def test_edge_case(path: str, spec: VarlenSpec, dtype, device: torch.device) -> None:
     spec = VarlenSpec(**{**spec.__dict__, "dtype": dtype})
-    x, out, lse = run_varlen(spec, device)
-    check(spec, x, out, lse)
+    x, out, lse = run_varlen(spec, device, backend=path)
+    check(spec, x, out, lse, path)
 
 
-def test_rows_of_one_sequence_never_reach_another(device: torch.device) -> None:
+@PATHS
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_rows_of_one_sequence_never_reach_another(path: str, d: int, device: torch.device) -> None:
     """A neighbour full of NaN (or huge values) changes nothing in its neighbours: tiles and K/V
-    loads stop at each sequence's end."""
-    spec = _spec([100, 70, 129], [130, 70, 64], mode=NONE, d=64)
+    loads stop at each sequence's end (the Hopper path reads on into the neighbour's rows, masks its
+    keys and zeroes its V rows)."""
+    spec = _spec([100, 70, 129], [130, 70, 64], mode=NONE, d=d)
     x = spec.make(device)
-    ref, ref_lse = flashattn.flash_attn_varlen_func(x.q, x.k, x.v, x.cu_seqlens_q, x.cu_seqlens_k, 129, 130,
-                                                    return_lse=True)
-    q, k, v = x.q.clone(), x.k.clone(), x.v.clone()
-    q[100:170] = float("nan")
-    k[130:200] = float("nan")
-    v[130:200] = float("inf")
-    out, lse = flashattn.flash_attn_varlen_func(q, k, v, x.cu_seqlens_q, x.cu_seqlens_k, 129, 130, return_lse=True)
+    with flashattn.use_backend(path):
+        ref, ref_lse = flashattn.flash_attn_varlen_func(x.q, x.k, x.v, x.cu_seqlens_q, x.cu_seqlens_k, 129, 130,
+                                                        return_lse=True)
+        q, k, v = x.q.clone(), x.k.clone(), x.v.clone()
+        q[100:170] = float("nan")
+        k[130:200] = float("nan")
+        v[130:200] = float("inf")
+        out, lse = flashattn.flash_attn_varlen_func(q, k, v, x.cu_seqlens_q, x.cu_seqlens_k, 129, 130, return_lse=True)
     keep = torch.ones(q.shape[0], dtype=torch.bool, device=device)
     keep[100:170] = False
     assert torch.equal(out[keep], ref[keep]) and torch.equal(lse[:, keep], ref_lse[:, keep])
+
+
+def _forward_kernels(backend: str, device: torch.device) -> set[str]:
+    x = _spec([300, 200], d=128, mode=BOTTOM_RIGHT).make(device)
+    with flashattn.use_backend(backend), torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        flashattn.flash_attn_varlen_func(x.q, x.k, x.v, x.cu_seqlens_q, x.cu_seqlens_k, 300, 300, causal=True)
+        torch.cuda.synchronize(device)
+    return {e.name for e in prof.events() if "flash_fwd" in e.name}
+
+
+def test_forward_kernels_by_backend(device: torch.device) -> None:
+    """Under "auto" the Hopper forward's packed flavour on an H100 (flash_fwd_sm90_varlen_supported),
+    the portable packed kernel on every other GPU and under "portable"."""
+    portable = _forward_kernels("portable", device)
+    assert portable and not any("sm90" in n for n in portable), portable
+    names = _forward_kernels("auto", device)
+    if torch.cuda.get_device_capability(device) == (9, 0):
+        assert names and all("flash_fwd_sm90_packed_kernel" in n for n in names), names
+    else:
+        assert names == portable, names
 
 
 def test_lse_layout_is_heads_by_packed_rows(device: torch.device) -> None:

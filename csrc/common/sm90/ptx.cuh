@@ -289,6 +289,10 @@ __device__ __forceinline__ void bulk_wait_group_read() {
 }
 // This thread's bulk groups have completed (the writes are done).
 __device__ __forceinline__ void bulk_wait_group_0() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+// 16 zero bytes at a 16-byte-aligned shared address.
+__device__ __forceinline__ void st_shared_zero_v4(uint32_t addr) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0u) : "memory");
+}
 __device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
 }
