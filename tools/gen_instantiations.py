@@ -31,6 +31,7 @@ import dataclasses
 import pathlib
 import re
 import sys
+from collections.abc import Iterator
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
@@ -146,20 +147,27 @@ def fwd() -> KernelPath:
                       "FLASHATTN_FWD_INSTANCE(element type, head dim, tile variant): dense and packed flavours", entries)
 
 
-def fwd_sm90() -> KernelPath:
-    entries = []
+def sm90_configs() -> Iterator[tuple[str, str, str, str, str, int]]:
+    """Every 16-bit Hopper forward config: (dtype name, C++ type, file-name infix, config template,
+    config kind, head dim)."""
     for dname, ctype in DTYPES.items():
         for infix, (config, kind, head_dims) in SM90_CONFIGS.items():
             for d in head_dims:
-                entries.append(Entry(f"FLASHATTN_FWD_SM90_INSTANCE({config}, {kind}, {ctype}, {d})", {
-                    f"fwd_sm90_{dname}_hdim{d}{infix}_{sched}.cu": [
-                        f"template cudaError_t run_fwd_sm90<{config}<{d}>::Traits, {ctype}, {dynamic}>(\n",
-                        "    const FwdParams&, const DeviceLimits&, cudaStream_t);\n",
-                        f"template bool kernel_is_real<{config}<{d}>::Traits, {ctype}, {dynamic}>();\n",
-                    ] + ([] if dynamic == "true" else [
-                        f"template int max_active_clusters<{config}<{d}>::Traits, {ctype}>(int);\n"])
-                    for sched, dynamic in SM90_SCHEDULES.items()
-                }))
+                yield dname, ctype, infix, config, kind, d
+
+
+def fwd_sm90() -> KernelPath:
+    entries = []
+    for dname, ctype, infix, config, kind, d in sm90_configs():
+        entries.append(Entry(f"FLASHATTN_FWD_SM90_INSTANCE({config}, {kind}, {ctype}, {d})", {
+            f"fwd_sm90_{dname}_hdim{d}{infix}_{sched}.cu": [
+                f"template cudaError_t run_fwd_sm90<{config}<{d}>::Traits, {ctype}, {dynamic}>(\n",
+                "    const FwdParams&, const DeviceLimits&, cudaStream_t);\n",
+                f"template bool kernel_is_real<{config}<{d}>::Traits, {ctype}, {dynamic}>();\n",
+            ] + ([] if dynamic == "true" else [
+                f"template int max_active_clusters<{config}<{d}>::Traits, {ctype}>(int);\n"])
+            for sched, dynamic in SM90_SCHEDULES.items()
+        }))
     return KernelPath("flash_fwd_sm90", "../launch.cuh", ("flashattn", "sm90"),
                       "FLASHATTN_FWD_SM90_INSTANCE(config, config kind, element type, head dim): static and dynamic schedules",
                       entries)
@@ -169,16 +177,14 @@ def fwd_sm90_packed() -> KernelPath:
     """The packed flavour of every 16-bit config (dynamic schedule only), in files and a registry of
     its own, so that the dense files and their kernels' code stay as they are."""
     entries = []
-    for dname, ctype in DTYPES.items():
-        for infix, (config, kind, head_dims) in SM90_CONFIGS.items():
-            for d in head_dims:
-                entries.append(Entry(f"FLASHATTN_FWD_SM90_PACKED_INSTANCE({config}, {kind}, {ctype}, {d})", {
-                    f"fwd_sm90_packed_{dname}_hdim{d}{infix}.cu": [
-                        f"template cudaError_t run_fwd_sm90_packed<{config}<{d}>::Traits, {ctype}>(\n",
-                        "    const FwdParams&, const DeviceLimits&, cudaStream_t);\n",
-                        f"template bool packed_kernel_is_real<{config}<{d}>::Traits, {ctype}>();\n",
-                    ]
-                }))
+    for dname, ctype, infix, config, kind, d in sm90_configs():
+        entries.append(Entry(f"FLASHATTN_FWD_SM90_PACKED_INSTANCE({config}, {kind}, {ctype}, {d})", {
+            f"fwd_sm90_packed_{dname}_hdim{d}{infix}.cu": [
+                f"template cudaError_t run_fwd_sm90_packed<{config}<{d}>::Traits, {ctype}>(\n",
+                "    const FwdParams&, const DeviceLimits&, cudaStream_t);\n",
+                f"template bool packed_kernel_is_real<{config}<{d}>::Traits, {ctype}>();\n",
+            ]
+        }))
     return KernelPath("flash_fwd_sm90", "../launch.cuh", ("flashattn", "sm90"),
                       "FLASHATTN_FWD_SM90_PACKED_INSTANCE(config, config kind, element type, head dim): packed batches",
                       entries, "registry_packed.inc")

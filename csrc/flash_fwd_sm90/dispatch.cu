@@ -157,18 +157,25 @@ bool launcher_available(int i) {
   return v == 1;
 }
 
+// What every 16-bit Hopper kernel (dense or packed) asks of a call besides its tensors' maps: an
+// H100/H200, float16 or bfloat16, a head dim it instantiates, a query-head group, a finite scale, and
+// o / lse where the register epilogue's 4-byte stores can write them.
+bool sm90_call_ok(const FwdParams& p, const DeviceLimits& dev) {
+  if (dev.cc_major != 9 || dev.cc_minor != 0) return false;
+  if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return false;
+  if (p.head_dim < 8 || p.head_dim > 256 || p.head_dim % 8 != 0) return false;
+  if (p.heads_q < 1 || p.heads_kv < 1 || p.heads_q % p.heads_kv != 0) return false;
+  if (!std::isfinite(p.softmax_scale) || !std::isfinite(p.scale_log2)) return false;
+  if (p.o == nullptr || p.lse == nullptr || reinterpret_cast<uintptr_t>(p.o) % 4 != 0) return false;
+  return p.o_row_stride % 2 == 0 && p.o_head_stride % 2 == 0 && p.o_batch_stride % 2 == 0;
+}
+
 // The launcher that serves `p` on this device, or -1 when the Hopper path cannot run it (what
 // flash_fwd_sm90_supported() answers; flash_fwd_sm90() launches the one it returns).
 int supported_launcher(const FwdParams& p, const DeviceLimits& dev) {
-  if (dev.cc_major != 9 || dev.cc_minor != 0) return -1;
+  if (!sm90_call_ok(p, dev)) return -1;
   if (p.cu_seqlens_q != nullptr || p.cu_seqlens_k != nullptr) return -1;  // packed: supported_packed_launcher
-  if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return -1;
-  if (p.head_dim < 8 || p.head_dim > 256 || p.head_dim % 8 != 0) return -1;
-  if (p.batch < 1 || p.seqlen_q < 1 || p.seqlen_k < 1 || p.heads_q < 1 || p.heads_kv < 1) return -1;
-  if (p.heads_q % p.heads_kv != 0) return -1;
-  if (!std::isfinite(p.softmax_scale) || !std::isfinite(p.scale_log2)) return -1;
-  if (p.o == nullptr || p.lse == nullptr || reinterpret_cast<uintptr_t>(p.o) % 4 != 0) return -1;
-  if (p.o_row_stride % 2 != 0 || p.o_head_stride % 2 != 0 || p.o_batch_stride % 2 != 0) return -1;
+  if (p.batch < 1 || p.seqlen_q < 1 || p.seqlen_k < 1) return -1;
   const int i = find_launcher(p, dev);
   if (i < 0 || kLaunchers[i].smem_bytes > dev.max_smem_per_block) return -1;
   if (!kLaunchers[i].local && (p.window_left >= 0 || p.window_right >= 0)) return -1;  // never: find_launcher
@@ -187,15 +194,9 @@ int supported_launcher(const FwdParams& p, const DeviceLimits& dev) {
 // packed rows (the maps describe [1, total, H, D]), the config the dense call of the bounds would
 // take (no small-grid rule: a packed batch's tiles vary), the dynamic schedule.
 int supported_packed_launcher(const FwdParams& p, const DeviceLimits& dev) {
-  if (dev.cc_major != 9 || dev.cc_minor != 0) return -1;
+  if (!sm90_call_ok(p, dev)) return -1;
   if (p.cu_seqlens_q == nullptr || p.cu_seqlens_k == nullptr || p.num_splits > 1) return -1;
-  if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return -1;
-  if (p.head_dim < 8 || p.head_dim > 256 || p.head_dim % 8 != 0) return -1;
   if (p.batch < 1 || p.seqlen_q < 0 || p.seqlen_k < 0 || p.total_q < 1 || p.total_k < 1) return -1;
-  if (p.heads_q < 1 || p.heads_kv < 1 || p.heads_q % p.heads_kv != 0) return -1;
-  if (!std::isfinite(p.softmax_scale) || !std::isfinite(p.scale_log2)) return -1;
-  if (p.o == nullptr || p.lse == nullptr || reinterpret_cast<uintptr_t>(p.o) % 4 != 0) return -1;
-  if (p.o_row_stride % 2 != 0 || p.o_head_stride % 2 != 0) return -1;
   const int d = sm90_round_head_dim(p.head_dim);
   const Sm90ConfigKind kind = sm90_config_kind(d, p.seqlen_k, p.causal || p.has_window());
   int i = -1;
