@@ -90,7 +90,8 @@ def dense() -> None:
 def varlen() -> None:
     for dtype in dtypes():
         for q_lens, k_lens, hq, hk, d in (([37, 0, 1, 70], [53, 9, 1, 66], 4, 2, 64), ([129, 5], [3, 200], 2, 2, 128),
-                                          ([17, 40], [17, 41], 3, 1, 96), ([65, 3], [70, 130], 2, 1, 256)):
+                                          ([17, 40], [17, 41], 3, 1, 96), ([65, 3], [70, 130], 2, 1, 256),
+                                          ([300, 9], [4100, 9], 1, 1, 64)):  # 4k keys: D=64's long-keys config
             cu_q = torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist(), dtype=I32, device=dev)
             cu_k = torch.tensor([0] + torch.tensor(k_lens).cumsum(0).tolist(), dtype=I32, device=dev)
             q = rand(sum(q_lens) + 3, hq, d, dtype=dtype, grad=True)  # 3 rows owned by no sequence
