@@ -74,6 +74,8 @@
 #   bash lab/gpu_run.sh fwdpacked packed batches on the Hopper forward's packed flavour: build, the packed-batch and
 #                                     forward tests, the sanitizers on the small packed cases, the packed-batch
 #                                     benchmark with FlashAttention-3's varlen alongside (~8 min)
+#   bash lab/gpu_run.sh varlenloop hunts the rare `misaligned address` of 2026-12-02: packed batches drawn as the
+#                                     padded-equivalence test draws them, each spec printed first (~5 min)
 #   bash lab/gpu_run.sh fwdpackedkeys the packed Hopper forward's config by the mean key count (lab/ab/fwd_packed_mean_keys.diff):
 #                                     its A/B on lab/varlen_time.py, then the packed-batch tests in the copy (~6 min)
 #   bash lab/gpu_run.sh fwdgrid  the forward grid against cuDNN and FlashAttention-3 (FWDGRID_K: bf16 | fp16), then the
@@ -644,6 +646,16 @@ case "${1:-verify}" in
     done
     step bench_varlen 240 python3 -m pytest -q -s -p no:cacheprovider benchmarks/test_bench_varlen.py \
       -m "bench and varlen" -ra --benchmark-json="$OUT/bench-varlen.json"
+    ;;
+  varlenloop)  # the rare `misaligned address` of 2026-12-02 hunted: packed batches drawn as the padded-equivalence
+               # test draws them, each spec printed before its calls, CUDA_LAUNCH_BLOCKING=1 (VARLEN_LOOP_N iterations a
+               # backend, default 300): the last spec printed names the failing call
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    for backend in portable auto; do
+      step "varlenloop_$backend" 280 env CUDA_LAUNCH_BLOCKING=1 python3 lab/varlen_equivalence_loop.py \
+        --iterations "${VARLEN_LOOP_N:-300}" --backend "$backend"
+    done
     ;;
   fwdpackedkeys)  # prepared 2026-12-02, not yet run: the packed Hopper forward's config by the sequences' mean key
                   # count instead of the bound (lab/ab/fwd_packed_mean_keys.diff: D=64 causal packed batches of mostly
@@ -1280,7 +1292,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|fwdpacked|fwdpackedkeys|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
