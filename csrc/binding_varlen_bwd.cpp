@@ -28,8 +28,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
     int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, int64_t causal_mode, bool deterministic,
     c10::string_view backend, int64_t window_left, int64_t window_right, double softcap) {
   constexpr const char* op = "flashattn::bwd_varlen";
-  // `backend` is the forward's, which refuses "hopper" for packed batches (its TMA path needs dense
-  // tensors); "auto" runs the Hopper backward where flash_bwd_sm90_supported() says yes.
+  // `backend` is the forward's, which refuses "hopper" for packed batches (it names the dense Hopper
+  // kernels); "auto" runs the Hopper backward where flash_bwd_sm90_supported() says yes.
   flashattn::check_packed_backend(op, backend);
   flashattn::check_qkv(op, q_in, k_in, v_in, 3, "[total, H, D]");
   FLASHATTN_CHECK(dout_in.sizes() == q_in.sizes() && out_in.sizes() == q_in.sizes(), op,

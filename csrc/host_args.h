@@ -207,12 +207,13 @@ inline void check_backend(const char* op, c10::string_view backend) {
               ": backend must be 'auto', 'portable' or 'hopper', got '", std::string(backend), "'");
 }
 
-// Packed batches: the Hopper paths' TMA descriptors describe dense [B, S, H, D] tensors, so the
-// portable kernels run them on every GPU, and a forced 'hopper' says so rather than running
-// another path (the text of flashattn/_validate.py's VARLEN_HOPPER_MESSAGE).
+// Packed batches: 'auto' runs them on the Hopper kernels' packed flavours on an H100 and on the
+// portable ones elsewhere; 'hopper' names the dense Hopper kernels, and a forced 'hopper' says so
+// rather than running another path (the text of flashattn/_validate.py's VARLEN_HOPPER_MESSAGE).
 constexpr const char* kVarlenHopperMessage =
-    "backend 'hopper' does not support packed variable-length batches (its TMA path needs dense [B, S, H, D] "
-    "tensors); use set_backend('auto') or 'portable', which run the portable kernels for them on every GPU";
+    "backend 'hopper' does not support packed variable-length batches (it names the dense Hopper kernels); "
+    "use set_backend('auto'), which runs the Hopper kernels' packed flavours on an H100 and the portable ones "
+    "elsewhere, or 'portable'";
 
 inline void check_packed_backend(const char* op, c10::string_view backend) {
   check_backend(op, backend);

@@ -28,8 +28,9 @@ PAGE_SIZE_MULTIPLE = 16
 _INT32_MAX = 2**31 - 1
 
 VARLEN_HOPPER_MESSAGE = (
-    "backend 'hopper' does not support packed variable-length batches (its TMA path needs dense [B, S, H, D] "
-    "tensors); use set_backend('auto') or 'portable', which run the portable kernels for them on every GPU"
+    "backend 'hopper' does not support packed variable-length batches (it names the dense Hopper kernels); "
+    "use set_backend('auto'), which runs the Hopper kernels' packed flavours on an H100 and the portable ones "
+    "elsewhere, or 'portable'"
 )
 
 

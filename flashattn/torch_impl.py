@@ -51,8 +51,8 @@ Not supported, refused with an error naming the argument and what is supported (
 fallback to another implementation): dropout_p > 0, return_debug_mask=True, alibi_slopes,
 seqused_k, block_table (paged KV), num_splits > 1 (NotImplementedError, a RuntimeError); only one
 of cum_seq_q / cum_seq_k, packed tensors that are not 3-D, cumulative lengths that are not int32
-[B + 1] on query's device, and the 'hopper' backend for packed batches (its TMA path needs dense
-tensors; 'auto' runs them on the portable kernels) (ValueError / TypeError); dtypes other than
+[B + 1] on query's device, and the 'hopper' backend for packed batches (it names the dense Hopper
+kernels; 'auto' runs the packed ones) (ValueError / TypeError); dtypes other than
 float16/bfloat16 (e.g. float32); and the fp8 `.quantized` overloads (not overridden: they keep
 torch's kernels).
 """
