@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 import flashattn  # noqa: E402
-from gpu_helpers import poison_cuda_allocator  # noqa: E402
+from gpu_helpers import dense_calls_per_sequence, poison_cuda_allocator  # noqa: E402
 from strategies import varlen_specs  # noqa: E402
 
 
@@ -49,18 +49,11 @@ def main() -> int:
                     x.q, x.k, x.v, x.cu_seqlens_q, x.cu_seqlens_k, spec.max_seqlen_q, spec.max_seqlen_k,
                     softmax_scale=spec.scale, causal=causal, window_size=spec.window, softcap=spec.softcap,
                     return_lse=True)
-            with flashattn.use_backend("portable"):
-                for b in range(len(x.cu_q) - 1):
-                    q0, q1, k0, k1 = x.cu_q[b], x.cu_q[b + 1], x.cu_k[b], x.cu_k[b + 1]
-                    if q1 == q0 or k1 == k0:
-                        continue
-                    o_b, lse_b = flashattn.flash_attn_func(
-                        x.q[None, q0:q1], x.k[None, k0:k1], x.v[None, k0:k1], softmax_scale=spec.scale, causal=causal,
-                        window_size=spec.window, softcap=spec.softcap, return_lse=True)
-                    if args.backend == "portable" and not (torch.equal(out[q0:q1], o_b[0])
-                                                           and torch.equal(lse[:, q0:q1], lse_b[0])):
-                        print(f"[{it}] sequence {b}: differs from the dense call", flush=True)
-                        return 1
+            for b, q0, q1, o_b, lse_b in dense_calls_per_sequence(x, spec):
+                same = torch.equal(out[q0:q1], o_b) and torch.equal(lse[:, q0:q1], lse_b)
+                if args.backend == "portable" and not same:
+                    print(f"[{it}] sequence {b}: differs from the dense call", flush=True)
+                    return 1
             torch.cuda.synchronize()
         except RuntimeError as exc:  # torch.AcceleratorError is a RuntimeError
             print(f"[{it}] FAILED: {type(exc).__name__}: {exc}", flush=True)

@@ -123,3 +123,20 @@ def assert_bitwise_equal(got: torch.Tensor, want: torch.Tensor, what: str) -> No
     assert got.shape == want.shape and got.dtype == want.dtype, f"{what}: {got.shape}/{got.dtype} vs {want.shape}/{want.dtype}"
     differ = int((bits(got) != bits(want)).sum())
     assert differ == 0, f"{what}: {differ} of {got.numel()} elements differ bitwise"
+
+
+def dense_calls_per_sequence(x, spec, backend: str = "portable"
+                             ) -> Iterator[tuple[int, int, int, torch.Tensor, torch.Tensor]]:
+    """Each sequence b of a packed batch (x = spec.make(...), tests/strategies.py VarlenSpec) that has
+    queries and keys, as a dense flash_attn_func call on it alone on `backend`: (b, q0, q1, out_b,
+    lse_b), out_b [Sq_b, Hq, D], lse_b [Hq, Sq_b] (the padded-equivalence property's other side)."""
+    causal = spec.causal_mode == flashattn.CAUSAL_BOTTOM_RIGHT
+    with flashattn.use_backend(backend):
+        for b in range(len(x.cu_q) - 1):
+            q0, q1, k0, k1 = x.cu_q[b], x.cu_q[b + 1], x.cu_k[b], x.cu_k[b + 1]
+            if q1 == q0 or k1 == k0:
+                continue
+            o_b, lse_b = flashattn.flash_attn_func(
+                x.q[None, q0:q1], x.k[None, k0:k1], x.v[None, k0:k1], softmax_scale=spec.scale, causal=causal,
+                window_size=spec.window, softcap=spec.softcap, return_lse=True)
+            yield b, q0, q1, o_b[0], lse_b[0]

@@ -40,7 +40,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import flashattn
-from gpu_helpers import assert_bitwise_equal, backward_mode, finished_within, poison_cuda_allocator
+from gpu_helpers import (assert_bitwise_equal, backward_mode, dense_calls_per_sequence, finished_within,
+                         poison_cuda_allocator)
 from numerics import assert_varlen_attention_matches, assert_varlen_gradients_match
 from strategies import Layout, VarlenSpec, cumulative, varlen_specs
 
@@ -98,16 +99,9 @@ def test_varlen_equals_per_sequence_dense_calls(spec: VarlenSpec, device: torch.
     """Padded equivalence: sequence b's rows of out and lse are bitwise those of flash_attn_func on
     q[cu_q[b]:cu_q[b+1]], k/v[cu_k[b]:cu_k[b+1]] alone (the portable path: same kernel, same tiles)."""
     x, out, lse = run_varlen(spec, device, backend="portable")
-    with flashattn.use_backend("portable"):
-        for b in range(len(x.cu_q) - 1):
-            q0, q1, k0, k1 = x.cu_q[b], x.cu_q[b + 1], x.cu_k[b], x.cu_k[b + 1]
-            if q1 == q0 or k1 == k0:
-                continue
-            o_b, lse_b = flashattn.flash_attn_func(
-                x.q[None, q0:q1], x.k[None, k0:k1], x.v[None, k0:k1], softmax_scale=spec.scale,
-                causal=spec.causal_mode == BOTTOM_RIGHT, window_size=spec.window, softcap=spec.softcap, return_lse=True)
-            assert torch.equal(out[q0:q1], o_b[0]), f"sequence {b}: out differs from the dense call, {spec!r}"
-            assert torch.equal(lse[:, q0:q1], lse_b[0]), f"sequence {b}: lse differs from the dense call, {spec!r}"
+    for b, q0, q1, o_b, lse_b in dense_calls_per_sequence(x, spec):
+        assert torch.equal(out[q0:q1], o_b), f"sequence {b}: out differs from the dense call, {spec!r}"
+        assert torch.equal(lse[:, q0:q1], lse_b), f"sequence {b}: lse differs from the dense call, {spec!r}"
 
 
 @pytest.mark.sm90
