@@ -66,11 +66,8 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
   // it before the Hopper kernel's prologue does.
   const bool portable =
       backend == "portable" || (backend == "auto" && flashattn::flash_fwd_sm90_prefers_portable(p, dev));
-  if (!portable && flashattn::flash_fwd_sm90_wants_tile_counter(p, dev)) {
-    p.tile_counter = reinterpret_cast<int*>(lse_storage.data_ptr<float>() + lse_numel);
-    const cudaError_t zero = cudaMemsetAsync(p.tile_counter, 0, sizeof(int), stream);
-    FLASHATTN_CHECK(zero == cudaSuccess, op, ": zeroing the tile counter failed: ", cudaGetErrorString(zero));
-  }
+  if (!portable && flashattn::flash_fwd_sm90_wants_tile_counter(p, dev))
+    flashattn::set_zeroed_tile_counter(op, p, lse_storage, lse_numel, stream);
   // Few query tiles for the SMs (short prefills, B=1 H=1): the Hopper path splits each tile's keys
   // over several CTAs, which merge in shared memory as one cluster where they can, else write
   // float32 partials (one allocation: o_accum, then lse_accum) that a second kernel merges into

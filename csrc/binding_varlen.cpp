@@ -65,13 +65,10 @@ std::tuple<at::Tensor, at::Tensor> fwd_varlen_cuda(const at::Tensor& q_in, const
 
   const flashattn::DeviceLimits dev = flashattn::device_limits(q.get_device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
-  // The Hopper path hands its query tiles out through a zeroed counter private to the call (the
-  // word behind lse, zeroed stream-ordered, so CUDA-graph capture records it).
+  // The Hopper path hands its query tiles out through a zeroed counter private to the call.
   cudaError_t err = cudaErrorNotSupported;
   if (backend == "auto" && flashattn::flash_fwd_sm90_varlen_supported(p, dev)) {
-    p.tile_counter = reinterpret_cast<int*>(lse_storage.data_ptr<float>() + lse_numel);
-    err = cudaMemsetAsync(p.tile_counter, 0, sizeof(int), stream);
-    FLASHATTN_CHECK(err == cudaSuccess, op, ": zeroing the tile counter failed: ", cudaGetErrorString(err));
+    flashattn::set_zeroed_tile_counter(op, p, lse_storage, lse_numel, stream);
     err = flashattn::flash_fwd_sm90_varlen(p, dev, stream);
   }
   if (err == cudaErrorNotSupported) err = flashattn::flash_fwd_varlen(p, dev, stream);

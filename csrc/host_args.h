@@ -6,6 +6,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <cuda_runtime.h>
 #include <c10/util/Exception.h>
 #include <c10/util/string_view.h>
 
@@ -40,6 +41,16 @@ inline bool has_broadcast_dim(const at::Tensor& t) {
   for (int64_t dim = 0; dim < t.dim(); ++dim)
     if (t.size(dim) > 1 && t.stride(dim) == 0) return true;
   return false;
+}
+
+// The Hopper path's tile counter (FwdParams::tile_counter): the int32 word behind a forward's lse in
+// `lse_storage` (lse_numel floats, then that word: one allocation for both), zeroed by a
+// stream-ordered memset, so concurrent streams never share one and CUDA-graph capture records it.
+inline void set_zeroed_tile_counter(const char* op, FwdParams& p, const at::Tensor& lse_storage, int64_t lse_numel,
+                                    cudaStream_t stream) {
+  p.tile_counter = reinterpret_cast<int*>(lse_storage.data_ptr<float>() + lse_numel);
+  const cudaError_t zero = cudaMemsetAsync(p.tile_counter, 0, sizeof(int), stream);
+  FLASHATTN_CHECK(zero == cudaSuccess, op, ": zeroing the tile counter failed: ", cudaGetErrorString(zero));
 }
 
 // A view the kernels cannot read 16 bytes at a time is copied once (the API promises any strides,

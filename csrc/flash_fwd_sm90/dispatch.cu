@@ -70,11 +70,16 @@ constexpr Sm90Launcher kLaunchers[] = {
 #undef FLASHATTN_FWD_SM90_INSTANCE
 constexpr int kNumLaunchers = sizeof(kLaunchers) / sizeof(kLaunchers[0]);
 
+// The row of `table` (the dense or the packed launchers) for (dtype, head dim, kind), or -1.
+template <typename Launcher, int N>
+constexpr int row_of(const Launcher (&table)[N], DType dtype, int head_dim, Sm90ConfigKind kind) {
+  for (int i = 0; i < N; ++i)
+    if (table[i].dtype == dtype && table[i].head_dim == head_dim && table[i].kind == kind) return i;
+  return -1;
+}
 // The instantiation of (dtype, head dim, kind), or -1.
 constexpr int launcher_of(DType dtype, int head_dim, Sm90ConfigKind kind) {
-  for (int i = 0; i < kNumLaunchers; ++i)
-    if (kLaunchers[i].dtype == dtype && kLaunchers[i].head_dim == head_dim && kLaunchers[i].kind == kind) return i;
-  return -1;
+  return row_of(kLaunchers, dtype, head_dim, kind);
 }
 constexpr bool has_launcher(DType dtype, int head_dim, Sm90ConfigKind kind) {
   return launcher_of(dtype, head_dim, kind) >= 0;
@@ -146,15 +151,30 @@ constexpr Sm90PackedLauncher kPackedLaunchers[] = {
 constexpr int kNumPackedLaunchers = sizeof(kPackedLaunchers) / sizeof(kPackedLaunchers[0]);
 static_assert(kNumPackedLaunchers == kNumLaunchers, "one packed launcher per 16-bit config");
 
-// Whether instantiation i holds real sm_90a code for the device, asked once per process.
-bool launcher_available(int i) {
-  static std::atomic<int> cache[kNumLaunchers] = {};  // 0 unknown, 1 yes, 2 no
-  int v = cache[i].load(std::memory_order_relaxed);
+// `ask()`'s answer, asked once per process and kept in `slot` (0 unknown, 1 yes, 2 no).
+template <typename Ask>
+bool asked_once(std::atomic<int>& slot, Ask&& ask) {
+  int v = slot.load(std::memory_order_relaxed);
   if (v == 0) {
-    v = kLaunchers[i].real_static() && kLaunchers[i].real_dynamic() ? 1 : 2;
-    cache[i].store(v, std::memory_order_relaxed);
+    v = ask() ? 1 : 2;
+    slot.store(v, std::memory_order_relaxed);
   }
   return v == 1;
+}
+
+// Whether instantiation i holds real sm_90a code for the device, asked once per process.
+bool launcher_available(int i) {
+  static std::atomic<int> cache[kNumLaunchers] = {};
+  return asked_once(cache[i], [i] { return kLaunchers[i].real_static() && kLaunchers[i].real_dynamic(); });
+}
+
+// Whether TMA describes a call's tensors `t` as a config of `block_m`-row tiles loads them: q, k and v,
+// o too where it leaves by a TMA store, and a box taller or wider than its tensor (Q's box is the
+// tile's block M rows, 128 or 192; K/V's at most 256; 64 columns) where the driver encodes one.
+bool tma_maps_ok(const FwdTmaTensors& t, bool o_tma, int block_m) {
+  if (!tma_tensor_ok(t.q) || !tma_tensor_ok(t.k) || !tma_tensor_ok(t.v)) return false;
+  if (o_tma && !tma_tensor_ok(t.o)) return false;
+  return (t.q.head_dim >= kChunkCols && t.q.seqlen >= block_m && t.k.seqlen >= 256) || small_tensor_boxes_ok(t.q.ptr);
 }
 
 // What every 16-bit Hopper kernel (dense or packed) asks of a call besides its tensors' maps: an
@@ -181,12 +201,7 @@ int supported_launcher(const FwdParams& p, const DeviceLimits& dev) {
   if (!kLaunchers[i].local && (p.window_left >= 0 || p.window_right >= 0)) return -1;  // never: find_launcher
   const int64_t m_blocks = query_blocks(p, kLaunchers[i].block_m);
   if (m_blocks * p.batch * p.heads_q >= (int64_t(1) << 31)) return -1;
-  const FwdTmaTensors t = fwd_tma_tensors(p);
-  if (!tma_tensor_ok(t.q) || !tma_tensor_ok(t.k) || !tma_tensor_ok(t.v)) return -1;
-  if (kLaunchers[i].o_tma && !tma_tensor_ok(t.o)) return -1;
-  // A box taller than the tensor: Q's box is the tile's block M rows (128 or 192), K/V's at most 256.
-  if ((p.head_dim < kChunkCols || p.seqlen_q < kLaunchers[i].block_m || p.seqlen_k < 256) && !small_tensor_boxes_ok(p.q))
-    return -1;
+  if (!tma_maps_ok(fwd_tma_tensors(p), kLaunchers[i].o_tma, kLaunchers[i].block_m)) return -1;
   return launcher_available(i) ? i : -1;
 }
 
@@ -199,25 +214,13 @@ int supported_packed_launcher(const FwdParams& p, const DeviceLimits& dev) {
   if (p.batch < 1 || p.seqlen_q < 0 || p.seqlen_k < 0 || p.total_q < 1 || p.total_k < 1) return -1;
   const int d = sm90_round_head_dim(p.head_dim);
   const Sm90ConfigKind kind = sm90_config_kind(d, p.seqlen_k, p.causal || p.has_window());
-  int i = -1;
-  for (int j = 0; j < kNumPackedLaunchers; ++j)
-    if (kPackedLaunchers[j].dtype == p.dtype && kPackedLaunchers[j].head_dim == d && kPackedLaunchers[j].kind == kind) i = j;
+  const int i = row_of(kPackedLaunchers, p.dtype, d, kind);
   if (i < 0 || kPackedLaunchers[i].smem_bytes > dev.max_smem_per_block) return -1;
   const int64_t m_blocks = query_blocks(p, kPackedLaunchers[i].block_m);
   if (m_blocks * p.batch * p.heads_q >= (int64_t(1) << 31)) return -1;
-  const FwdTmaTensors t = fwd_packed_tma_tensors(p);
-  if (!tma_tensor_ok(t.q) || !tma_tensor_ok(t.k) || !tma_tensor_ok(t.v)) return -1;
-  if (kPackedLaunchers[i].o_tma && !tma_tensor_ok(t.o)) return -1;
-  if ((p.head_dim < kChunkCols || p.total_q < kPackedLaunchers[i].block_m || p.total_k < 256) &&
-      !small_tensor_boxes_ok(p.q))
-    return -1;
-  static std::atomic<int> cache[kNumPackedLaunchers] = {};  // 0 unknown, 1 real, 2 not
-  int v = cache[i].load(std::memory_order_relaxed);
-  if (v == 0) {
-    v = kPackedLaunchers[i].real() ? 1 : 2;
-    cache[i].store(v, std::memory_order_relaxed);
-  }
-  return v == 1 ? i : -1;
+  if (!tma_maps_ok(fwd_packed_tma_tensors(p), kPackedLaunchers[i].o_tma, kPackedLaunchers[i].block_m)) return -1;
+  static std::atomic<int> cache[kNumPackedLaunchers] = {};
+  return asked_once(cache[i], kPackedLaunchers[i].real) ? i : -1;
 }
 
 // Whether the CTAs of every query tile of launcher i, `splits` to a tile, fit as clusters in one
