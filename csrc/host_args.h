@@ -55,7 +55,11 @@ inline void set_zeroed_tile_counter(const char* op, FwdParams& p, const at::Tens
 
 // A view the kernels cannot read 16 bytes at a time is copied once (the API promises any strides,
 // not speed for every one of them). Tensors used in place (the KV caches) are checked instead.
-inline at::Tensor aligned_or_copy(const at::Tensor& t) { return aligned16(t) ? t : t.contiguous(); }
+// A clone, not contiguous(): a contiguous view at an unaligned address (a slice of a flat buffer, one
+// row of a padded tensor) is contiguous by torch's rule, and contiguous() hands it back unchanged.
+inline at::Tensor aligned_or_copy(const at::Tensor& t) {
+  return aligned16(t) ? t : t.clone(at::MemoryFormat::Contiguous);
+}
 
 // ---- filling a parameter block -------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ CAUSAL_MODES = (flashattn.CAUSAL_NONE, flashattn.CAUSAL_TOP_LEFT, flashattn.CAUS
 HEAD_DIMS = tuple(range(8, 257, 8))
 # Sequence lengths around the kernels' tile sizes (query blocks of 64/128 rows, key blocks of 32/64/128).
 TILE_EDGES = (31, 32, 33, 63, 64, 65, 127, 128, 129, 191, 255, 256, 257)
-LAYOUT_KINDS = ("contiguous", "bhsd", "pad_dim", "slice_heads", "slice_seq")
+LAYOUT_KINDS = ("contiguous", "bhsd", "pad_dim", "slice_heads", "slice_seq", "offset")
 MAGNITUDES = (1.0, 30.0)
 
 
@@ -39,6 +39,9 @@ class Layout:
                  (pad not a multiple of 8 gives strides the kernel cannot load 16 bytes at a time)
     slice_heads  [:, :, pad:] of a [B, S, H + pad, D] tensor: offset base pointer, head stride D
     slice_seq    [:, pad:] of a [B, S + pad, H, D] tensor: offset base pointer
+    offset       a contiguous [B, S, H, D] view `pad` elements into a flat buffer: torch calls it
+                 contiguous, its base is not 16-byte aligned for pad % 8 != 0 (the kernels' loads
+                 need a copy that contiguous() does not make)
     """
 
     kind: str
@@ -74,6 +77,8 @@ def make_operand(
         return randn(b, s, h + pad, d)[:, :, pad:]
     if layout.kind == "slice_seq":
         return randn(b, s + pad, h, d)[:, pad:]
+    if layout.kind == "offset":
+        return randn(pad + b * s * h * d)[pad:].view(b, s, h, d)
     raise ValueError(f"unknown layout {layout.kind!r}")
 
 
@@ -202,6 +207,7 @@ def layouts() -> st.SearchStrategy[Layout]:
         st.builds(Layout, st.just("pad_dim"), st.sampled_from((8, 5, 64))),
         st.builds(Layout, st.just("slice_heads"), st.integers(1, 3)),
         st.builds(Layout, st.just("slice_seq"), st.integers(1, 5)),
+        st.builds(Layout, st.just("offset"), st.integers(1, 7)),
     )
 
 

@@ -92,6 +92,10 @@ EDGES = [
     Edge("scale<0", 2, 70, 90, 4, 2, 64, scale=-0.7),
     Edge("logits-x30", 2, 129, 129, 2, 2, 64, magnitude=30.0),
     Edge("kv-rows-unaligned", 2, 100, 100, 4, 2, 64, layout_kv=Layout("pad_dim", 5)),
+    # Contiguous by torch's rule at an address 6 bytes past 16: a copy is needed (contiguous() makes none);
+    # one row of one head is the shape a sliced packed batch hands a dense call.
+    Edge("kv-address-unaligned", 2, 100, 100, 4, 2, 64, layout_kv=Layout("offset", 3)),
+    Edge("kv-address-unaligned,Sk=1", 1, 5, 1, 2, 1, 96, layout_kv=Layout("offset", 3)),
     Edge("causal-2k", 1, 2048, 2048, 2, 1, 128, modes=(TOP_LEFT, BOTTOM_RIGHT)),
     # Sk >= 4096 at D <= 64: the Hopper path's long-keys config (three warpgroups, 192-row tiles), ragged last block.
     Edge("long-keys,D=40,GQA", 2, 333, 4100, 6, 2, 40),

@@ -177,6 +177,10 @@ EDGES = [
     Edge("scale<0", 2, 70, 90, 4, 2, 64, scale=-0.7),
     Edge("logits-x30", 2, 129, 129, 2, 2, 64, magnitude=30.0),
     Edge("kv-rows-unaligned", 2, 100, 100, 4, 2, 64, layout_kv=Layout("pad_dim", 5)),
+    # Contiguous by torch's rule at an address 6 bytes past 16: a copy is needed (contiguous() makes none);
+    # one row of one head is the shape a sliced packed batch hands a dense call.
+    Edge("kv-address-unaligned", 2, 100, 100, 4, 2, 64, layout_kv=Layout("offset", 3)),
+    Edge("kv-address-unaligned,Sk=1", 1, 5, 1, 2, 1, 96, layout_kv=Layout("offset", 3)),
     # many query and key blocks, GQA: the dQ accumulation over key blocks and dK/dV over query blocks
     Edge("causal-1100x1300,GQA", 1, 1100, 1300, 8, 2, 128, modes=(TOP_LEFT, BOTTOM_RIGHT)),
 ]

@@ -83,6 +83,25 @@ def test_fp8_flash_attn_func(causal: bool, d: int, device: torch.device) -> None
     assert_fp8_attention_matches(out, lse, q8, k8, v8, qd, kd, vd, 0.1, case[6], context="flash_attn_func")
 
 
+def test_fp8_inputs_at_unaligned_addresses(device: torch.device) -> None:
+    """Contiguous q/k/v views 3 and 5 bytes into flat buffers (torch calls them contiguous; TMA cannot
+    read them): the op copies them, never a misaligned access."""
+    case = (2, 129, 200, 2, 1, 128, BOTTOM_RIGHT)
+    q8, k8, v8, qd, kd, vd = make(case, device)
+
+    def at_offset(t: torch.Tensor, offset: int) -> torch.Tensor:
+        flat = torch.empty(offset + t.numel(), device=device, dtype=t.dtype)
+        view = flat[offset:].view(t.shape)
+        view.copy_(t)
+        assert view.is_contiguous() and view.data_ptr() % 16 != 0
+        return view
+
+    qo, ko, vo = at_offset(q8, 3), at_offset(k8, 5), at_offset(v8, 5)
+    out, lse = torch.ops.flashattn.fwd_fp8(qo, ko, vo, qd, kd, vd, None, BOTTOM_RIGHT)
+    torch.cuda.synchronize()
+    assert_fp8_attention_matches(out, lse, q8, k8, v8, qd, kd, vd, None, BOTTOM_RIGHT, context="unaligned addresses")
+
+
 def test_fp8_under_torch_compile(device: torch.device) -> None:
     case = (1, 200, 300, 2, 2, 128, BOTTOM_RIGHT)
     q8, k8, v8, qd, kd, vd = make(case, device)

@@ -49,7 +49,8 @@ def test_materialization_is_deterministic(spec: AttentionSpec) -> None:
 
 @pytest.mark.parametrize(
     "layout",
-    [Layout("contiguous"), Layout("bhsd"), Layout("pad_dim", 5), Layout("pad_dim", 8), Layout("slice_heads", 2), Layout("slice_seq", 3)],
+    [Layout("contiguous"), Layout("bhsd"), Layout("pad_dim", 5), Layout("pad_dim", 8), Layout("slice_heads", 2), Layout("slice_seq", 3),
+     Layout("offset", 3)],
     ids=str,
 )
 def test_each_layout_holds_the_same_kind_of_values(layout: Layout) -> None:
@@ -57,6 +58,8 @@ def test_each_layout_holds_the_same_kind_of_values(layout: Layout) -> None:
     t = fst.make_operand((2, 50, 3, 16), layout, torch.float16, "cpu", gen, magnitude=30.0)
     assert t.shape == (2, 50, 3, 16) and t.stride(-1) == 1
     assert 20 < float(t.float().std()) < 40  # N(0, 30^2)
+    if layout.kind == "offset":  # the kind exists for this: contiguous to torch, not 16-byte aligned
+        assert t.is_contiguous() and t.data_ptr() % 16 != 0
 
 
 def test_spec_repr_names_the_shape() -> None:
@@ -84,6 +87,7 @@ COVERAGE: list[tuple[str, Callable[[AttentionSpec], bool]]] = [
     ("kv rows not 16-byte aligned", lambda s: s.layout_kv.kind == "pad_dim" and s.layout_kv.pad % 8 != 0),
     ("sliced heads", lambda s: s.layout_kv.kind == "slice_heads"),
     ("offset sequence", lambda s: s.layout_q.kind == "slice_seq"),
+    ("contiguous q at an unaligned address", lambda s: s.layout_q.kind == "offset" and s.layout_q.pad % 8 != 0),
 ]
 
 

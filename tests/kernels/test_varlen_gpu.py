@@ -189,6 +189,8 @@ EDGES = [
     ("D=192", _spec([130, 65], d=192, hq=2, hk=1)),
     ("strided", _spec([100, 200, 33], layout_q=Layout("pad_dim", 8), layout_kv=Layout("bhsd"), d=64)),
     ("unaligned-strides", _spec([100, 33], layout_q=Layout("pad_dim", 5), layout_kv=Layout("slice_seq", 3), d=64)),
+    ("unaligned-address", _spec([100, 1, 33], [7, 1, 40], layout_q=Layout("offset", 5), layout_kv=Layout("offset", 3), d=96,
+                                hq=1, hk=1)),
     ("many-heads", _spec([1100, 1300, 50], hq=48, hk=8, d=128)),
     # A 4096-key bound: D=64 causal runs the three-consumer long-keys config on the Hopper path.
     ("long-keys-config,D=64", _spec([4500, 130, 4097], mode=BOTTOM_RIGHT, d=64, hq=2, hk=1)),
