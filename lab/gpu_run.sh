@@ -56,7 +56,7 @@
 #   bash lab/gpu_run.sh fwdfinalize measured, not adopted (D=128 -2.5..-4%): the forward's finalize without the IEEE division's branch (both rows' sums first,
 #                                     __fdividef, selects; lab/ab/fwd_finalize_fast.diff): its A/B on the 16-bit
 #                                     forward, the checks, then its A/B on lab/fp8_time.py in the same copy (~10 min)
-#   bash lab/gpu_run.sh fwdchains the softmax's row max and sum in 4 chains on D=64's two-consumer and D=128's default configs
+#   bash lab/gpu_run.sh fwdchains measured, not adopted (0 to -1.7%): the softmax's row max and sum in 4 chains on D=64's two-consumer and D=128's default configs
 #                                     (lab/ab/fwd_softmax_chains.diff): its A/B on the 16-bit forward, then the checks (~7 min)
 #   bash lab/gpu_run.sh fwdwg0waits measured, not adopted (0.997, FP8 0.983): only consumer warpgroup 0 of the ping-pong forward waits for K and V
 #                                     (lab/ab/fwd_wg0_waits.diff): its A/B on the 16-bit forward, the checks, then its
@@ -74,9 +74,9 @@
 #   bash lab/gpu_run.sh fwdpacked packed batches on the Hopper forward's packed flavour: build, the packed-batch and
 #                                     forward tests, the sanitizers on the small packed cases, the packed-batch
 #                                     benchmark with FlashAttention-3's varlen alongside (~8 min)
-#   bash lab/gpu_run.sh varlenloop hunts the rare `misaligned address` of 2026-12-02: packed batches drawn as the
-#                                     padded-equivalence test draws them, each spec printed first (~5 min)
-#   bash lab/gpu_run.sh fwdpackedkeys the packed Hopper forward's config by the mean key count (lab/ab/fwd_packed_mean_keys.diff):
+#   bash lab/gpu_run.sh varlenloop found the `misaligned address` of 2026-12-02 (fixed: inputs at unaligned addresses): packed
+#                                     batches drawn as the padded-equivalence test draws them, each spec printed first (~1 min)
+#   bash lab/gpu_run.sh fwdpackedkeys measured, not adopted (no change): the packed Hopper forward's config by the mean key count (lab/ab/fwd_packed_mean_keys.diff):
 #                                     its A/B on lab/varlen_time.py, then the packed-batch tests in the copy (~6 min)
 #   bash lab/gpu_run.sh fwdgrid  the forward grid against cuDNN and FlashAttention-3 (FWDGRID_K: bf16 | fp16), then the
 #                                     FP8 forward's errors and speed against FlashAttention-3's, then packed
@@ -526,7 +526,7 @@ case "${1:-verify}" in
       "${FWD_FINALIZE_CELLS:-64:512:1 64:1024:1 64:512:0 128:512:1 128:512:0 128:4096:1 256:1024:1 128:16384:0}"
     fp8_patch_ab fwdfinalizefp8 "${FWD_FINALIZE_DIFF:-fwd_finalize_fast.diff}" 0 "$PWD/build/ab-fwdfinalize"
     ;;
-  fwdchains)  # prepared 2026-12-02 (issue 29), not yet run: kSoftmaxChains 4 on D=64's two-consumer config and
+  fwdchains)  # measured 2026-12-02 on an H200, not adopted (issue 29; 0 to -1.7%): kSoftmaxChains 4 on D=64's two-consumer config and
               # D=128's default (lab/ab/fwd_softmax_chains.diff; 0 spills; the key-block loop's longest FADD
               # chain 17 -> 7 and FMNMX chain 18 -> 8 in the D=128 dynamic kernel's SASS, 6 more FADDs a block).
               # The ncu source counters at D=128 S=16k causal put 3.5x FlashAttention-3's FADD waits on ours
@@ -647,7 +647,7 @@ case "${1:-verify}" in
     step bench_varlen 240 python3 -m pytest -q -s -p no:cacheprovider benchmarks/test_bench_varlen.py \
       -m "bench and varlen" -ra --benchmark-json="$OUT/bench-varlen.json"
     ;;
-  varlenloop)  # the rare `misaligned address` of 2026-12-02 hunted: packed batches drawn as the padded-equivalence
+  varlenloop)  # the rare `misaligned address` of 2026-12-02 found by it (a contiguous view at an unaligned address, fixed): packed batches drawn as the padded-equivalence
                # test draws them, each spec printed before its calls, CUDA_LAUNCH_BLOCKING=1 (VARLEN_LOOP_N iterations a
                # backend, default 300): the last spec printed names the failing call
     env_info > "$OUT/env.txt" 2>&1
@@ -657,7 +657,7 @@ case "${1:-verify}" in
         --iterations "${VARLEN_LOOP_N:-300}" --backend "$backend"
     done
     ;;
-  fwdpackedkeys)  # prepared 2026-12-02, not yet run: the packed Hopper forward's config by the sequences' mean key
+  fwdpackedkeys)  # measured 2026-12-02 on an H200, not adopted (the two configs tie on the mix): the packed Hopper forward's config by the sequences' mean key
                   # count instead of the bound (lab/ab/fwd_packed_mean_keys.diff: D=64 causal packed batches of mostly
                   # short sequences on the 128-row default config, not the long-keys one): its A/B on lab/varlen_time.py
                   # (forward and backward ms of the varlen benchmark's packing), then the packed-batch tests in the copy
@@ -1297,9 +1297,11 @@ esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
 # Everything but the summary and the benchmark report travels as one archive (tar -xzf logs.tgz),
-# so a run hands back three files.
+# so a run hands back three files. A second stage in the same $OUT (one call, two stages) adds its
+# logs to the first one's archive, never replaces it.
 (
   cd "$OUT" || exit 0
+  [ -f logs.tgz ] && tar -xzf logs.tgz && rm -f logs.tgz
   keep="summary.txt bench/report.txt bench/bench.json"
   files=$(find . -type f ! -name logs.tgz | sed 's#^\./##' | grep -vxF -f <(tr ' ' '\n' <<< "$keep"))
   [ -n "$files" ] && tar -czf logs.tgz $files && rm -f $files

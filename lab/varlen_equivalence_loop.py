@@ -3,8 +3,9 @@
 test_varlen_equals_per_sequence_dense_calls does (tests/strategies.py varlen_specs, NaN-filled
 allocations) and runs that test's calls, each spec printed and flushed before its first kernel, so
 that under CUDA_LAUNCH_BLOCKING=1 the last spec printed is the one whose call failed. A `misaligned
-address` was seen once in that test on 2026-12-02 (H200) and not in 12 reruns (docs/perf-notes.md,
-"Packed batches on the Hopper forward").
+address` was seen once in that test on 2026-12-02 (H200) and not in 12 reruns; this loop named its
+input the same day (a contiguous view at an unaligned address, since copied by the bindings:
+docs/perf-notes.md, "An input at an unaligned address").
 
     CUDA_LAUNCH_BLOCKING=1 python3 lab/varlen_equivalence_loop.py [--iterations N] [--backend portable|auto]
 
