@@ -39,7 +39,7 @@ pytestmark = pytest.mark.gpu
 
 NONE, TOP_LEFT, BOTTOM_RIGHT = flashattn.CAUSAL_NONE, flashattn.CAUSAL_TOP_LEFT, flashattn.CAUSAL_BOTTOM_RIGHT
 MODE_IDS = {NONE: "none", TOP_LEFT: "top-left", BOTTOM_RIGHT: "bottom-right"}
-DOUT_KINDS = ("contiguous", "bhsd", "pad_dim", "broadcast")
+DOUT_KINDS = ("contiguous", "bhsd", "pad_dim", "broadcast", "offset")
 
 
 def training_backend(backend: str) -> str:
@@ -50,8 +50,9 @@ def training_backend(backend: str) -> str:
 def make_dout(x: AttentionInputs, kind: str, seed: int) -> torch.Tensor:
     """An upstream gradient shaped like out [B, Sq, Hq, D], laid out as `kind`: contiguous, a
     [B, H, S, D] buffer's transpose (a loss computed in the torch layout), rows padded by 5
-    elements (strides the kernels cannot load 16 bytes at a time: the binding copies), or one row
-    broadcast with stride 0 (what a sum-like loss hands the backward)."""
+    elements (strides the kernels cannot load 16 bytes at a time: the binding copies), one row
+    broadcast with stride 0 (what a sum-like loss hands the backward), or a contiguous view 3
+    elements into a flat buffer (contiguous to torch, not 16-byte aligned: the binding copies)."""
     b, s, h, d = x.q.shape
     gen = torch.Generator(device=x.q.device).manual_seed(seed)
 
@@ -66,6 +67,8 @@ def make_dout(x: AttentionInputs, kind: str, seed: int) -> torch.Tensor:
         return randn(b, s, h, d + 5)[..., :d]
     if kind == "broadcast":
         return randn(1, 1, 1, d).expand(b, s, h, d)
+    if kind == "offset":
+        return randn(3 + b * s * h * d)[3:].view(b, s, h, d)
     raise ValueError(kind)
 
 

@@ -754,6 +754,29 @@ def test_rows_that_see_no_key_are_zero_with_lse_minus_inf(device: torch.device) 
 
 
 @gpu_test
+def test_inputs_at_unaligned_addresses_give_the_aligned_result(device: torch.device) -> None:
+    """q and the appended k/v as contiguous views 3 elements into flat buffers (contiguous to torch,
+    not 16-byte aligned: the binding copies them): output, lse and the appended caches bitwise equal
+    to the same call on aligned tensors."""
+    gen = torch.Generator(device=device).manual_seed(11)
+
+    def randn(*shape: int, offset: int = 0) -> torch.Tensor:
+        n = math.prod(shape)
+        return torch.randn(offset + n, generator=gen, device=device).to(BF16)[offset:].view(shape)
+
+    q, k_new, v_new = randn(2, 1, 4, 64, offset=3), randn(2, 1, 2, 64, offset=3), randn(2, 1, 2, 64, offset=5)
+    assert q.is_contiguous() and q.data_ptr() % 16 != 0
+    kc, vc = randn(2, 40, 2, 64), randn(2, 40, 2, 64)
+    kc2, vc2 = kc.clone(), vc.clone()
+    lens = torch.tensor([9, 30], dtype=I32, device=device)
+    out, lse = kvcache(q, kc, vc, k_new, v_new, cache_seqlens=lens, causal=True, return_lse=True)
+    ref, ref_lse = kvcache(q.clone(), kc2, vc2, k_new.clone(), v_new.clone(), cache_seqlens=lens, causal=True,
+                           return_lse=True)
+    assert torch.equal(out, ref) and torch.equal(lse, ref_lse)
+    assert torch.equal(kc, kc2) and torch.equal(vc, vc2)
+
+
+@gpu_test
 def test_split_count_does_not_change_the_result_beyond_rounding(device: torch.device) -> None:
     gen = torch.Generator(device=device).manual_seed(3)
     q = torch.randn(1, 1, 32, 128, generator=gen, device=device).to(BF16)

@@ -342,14 +342,15 @@ def test_forced_hopper_backend_is_refused(device: torch.device) -> None:
 
 # ==== the backward (flashattn::bwd_varlen through the autograd of flash_attn_varlen_func) ============
 
-DOUT_KINDS = ("contiguous", "pad_dim", "broadcast", "scalar")
+DOUT_KINDS = ("contiguous", "pad_dim", "broadcast", "scalar", "offset")
 
 
 def make_varlen_dout(x, kind: str, seed: int) -> torch.Tensor:
     """An upstream gradient shaped like out [total_q, Hq, D]: contiguous, rows padded by 5 elements
     (strides the kernels cannot load 16 bytes at a time: the binding copies), one row broadcast
-    with stride 0 (what a sum-like loss hands the backward), or one value with every stride 0
-    (out.sum()'s own gradient: the last stride is 0 too)."""
+    with stride 0 (what a sum-like loss hands the backward), one value with every stride 0
+    (out.sum()'s own gradient: the last stride is 0 too), or a contiguous view 3 elements into a flat
+    buffer (contiguous to torch, not 16-byte aligned: the binding copies)."""
     t, h, d = x.q.shape
     gen = torch.Generator(device=x.q.device).manual_seed(seed)
 
@@ -364,6 +365,8 @@ def make_varlen_dout(x, kind: str, seed: int) -> torch.Tensor:
         return randn(1, 1, d).expand(t, h, d)
     if kind == "scalar":
         return randn(1, 1, 1).expand(t, h, d)
+    if kind == "offset":
+        return randn(3 + t * h * d)[3:].view(t, h, d)
     raise ValueError(kind)
 
 
