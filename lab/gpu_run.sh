@@ -1257,12 +1257,15 @@ PY
     step pytest_gpu 330 "${pytest_kernels[@]}" -ra --durations=10
     step host_profile 180 python3 lab/host_profile_gpu.py
     ;;
-  pytest)  # a part of the suite on a built tree (built first if not): PYTEST_ARGS, PYTEST_TIMEOUT_S
-           # (default 540). The whole GPU suite takes longer than one call: run it in parts.
+  pytest)  # a part of the suite on a built tree (built first if not): PYTEST_ARGS (split on spaces),
+           # PYTEST_K (one -k expression, spaces allowed), PYTEST_TIMEOUT_S (default 540). The whole GPU
+           # suite takes longer than one call: run it in parts.
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
+    k_args=()
+    [ -n "${PYTEST_K:-}" ] && k_args=(-k "$PYTEST_K")
     # shellcheck disable=SC2086
-    step pytest_part "${PYTEST_TIMEOUT_S:-540}" "${pytest_ci[@]}" ${PYTEST_ARGS:-} -ra --durations=10
+    step pytest_part "${PYTEST_TIMEOUT_S:-540}" "${pytest_ci[@]}" ${PYTEST_ARGS:-} "${k_args[@]}" -ra --durations=10
     ;;
   fp8)  # issue 29's FP8 forward, first run: build, its tests, compute-sanitizer memcheck on it, the
         # comparison with FlashAttention-3's FP8 forward (tokenspeed-fa3 carried in .whl/)
