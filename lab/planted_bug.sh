@@ -4,8 +4,8 @@
 #
 # usage: lab/planted_bug.sh [BUG] [extra pytest args...]
 #   BUG (default: causal):
-#     causal      off-by-one causal mask: query i also sees key i + offset + 1   (kernel.cuh)
-#     kv_tail     the key-length mask lets key Sk (past the end) in             (kernel.cuh)
+#     causal      off-by-one causal mask: query i also sees key i + offset + 1   (common/mask.cuh)
+#     kv_tail     the key-length mask lets key Sk (past the end) in             (common/mask.cuh)
 #     scale       softmax scale 1% too large                                     (binding.cpp)
 #     empty_rows  blocks whose rows see no key leave O unwritten (only the NaN poisoning of the
 #                 outputs can see this)                                          (epilogue.cuh)
@@ -15,10 +15,16 @@
 #     bwd90_mask  Hopper backward: key i + offset + 1 counts as visible to query i
 #                                                                           (flash_bwd_sm90/mainloop.cuh)
 #     bwd90_gqa   Hopper backward: every step of a GQA group walks the group's first query head
-#                                                                           (flash_bwd_sm90/mainloop.cuh)
+#                                                                           (flash_bwd_sm90/block.h)
+#     fwd90_packed  Hopper forward, packed batches: bottom-right causal one key too far per sequence
+#                                                                           (flash_fwd_sm90/packed.cuh)
+#     unaligned   inputs at unaligned addresses passed on through contiguous(), which returns a
+#                 contiguous view unchanged (the bug fixed on 2026-12-02)     (host_args.h)
 #     list        print the bugs and exit
+#     patterns    check that every bug's pattern still matches its file (no GPU needed) and exit
 # Forward bugs run the whole GPU suite; bwd* bugs run the backward tests (tests/kernels/test_backward_gpu.py,
-# tests/kernels/test_public_gradients.py).
+# tests/kernels/test_public_gradients.py); fwd90_packed the packed-batch tests (whose Hopper cases run
+# on "auto"); unaligned the forward, backward, packed-batch and decode tests.
 # env: TORCH_CUDA_ARCH_LIST (default 9.0a), MAX_JOBS (default 16), KEEP_SCRATCH=1 to keep the copy.
 # exit status: 0 the suite caught the bug (tests failed), 1 it did not (tests passed),
 #              2 the experiment itself went wrong (bug not applied, build failed, pytest error).
@@ -28,35 +34,60 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUG=${1:-causal}
 [ $# -gt 0 ] && shift
 
+# FILE and SED of bug $1 (1 if there is no such bug).
+bug_def() {
+  case "$1" in
+    causal)
+      FILE=csrc/common/mask.cuh
+      SED='s/w\.hi_shift = w\.has_hi ? offset + window_right + 1 : 0;/w.hi_shift = w.has_hi ? offset + window_right + 2 : 0;/' ;;
+    kv_tail)
+      FILE=csrc/common/mask.cuh
+      SED='s/if (!has_hi) return seqlen_k;/if (!has_hi) return seqlen_k + 1;/' ;;
+    scale)
+      FILE=csrc/binding.cpp
+      SED='s/  p\.set_scale(scale);/  p.set_scale(scale * 1.01);/' ;;
+    empty_rows)
+      FILE=csrc/flash_fwd/epilogue.cuh
+      SED='s/for (int idx = threadIdx\.x; idx < rows \* chunks; idx += Traits::kNThreads) {/for (int idx = threadIdx.x; idx < 0 * rows * chunks; idx += Traits::kNThreads) {/' ;;
+    bwd_causal)
+      FILE=csrc/flash_bwd/mainloop.cuh
+      SED='s/(p\.causal \&\& key > query + causal_offset()))/(p.causal \&\& key > query + causal_offset() + 1))/' ;;
+    bwd_gqa)
+      FILE=csrc/flash_bwd/mainloop.cuh
+      SED='s/const int hq = head_kv \* group + t \/ m_steps;/const int hq = head_kv * group;/' ;;
+    bwd90_mask)
+      FILE=csrc/flash_bwd_sm90/mainloop.cuh
+      SED='s/window\.has_hi ? key - window\.hi_shift + 1 : INT_MIN;/window.has_hi ? key - window.hi_shift : INT_MIN;/' ;;
+    bwd90_gqa)
+      FILE=csrc/flash_bwd_sm90/block.h
+      SED='s/int head_q(int t) const { return head_q0 + (t0 + t) \/ m_steps; }/int head_q(int t) const { return head_q0; }/' ;;
+    fwd90_packed)
+      FILE=csrc/flash_fwd_sm90/packed.cuh
+      SED='s/s\.causal_offset = p\.mask_top_left ? 0 : s\.seqlen_k - s\.seqlen_q;/s.causal_offset = p.mask_top_left ? 0 : s.seqlen_k - s.seqlen_q + 1;/' ;;
+    unaligned)
+      FILE=csrc/host_args.h
+      SED='s/return aligned16(t) ? t : t\.clone(at::MemoryFormat::Contiguous);/return aligned16(t) ? t : t.contiguous();/' ;;
+    *) return 1 ;;
+  esac
+}
+BUGS="causal kv_tail scale empty_rows bwd_causal bwd_gqa bwd90_mask bwd90_gqa fwd90_packed unaligned"
+
 case "$BUG" in
-  causal)
-    FILE=csrc/common/mask.cuh
-    SED='s/w\.hi_shift = w\.has_hi ? offset + window_right + 1 : 0;/w.hi_shift = w.has_hi ? offset + window_right + 2 : 0;/' ;;
-  kv_tail)
-    FILE=csrc/common/mask.cuh
-    SED='s/if (!has_hi) return seqlen_k;/if (!has_hi) return seqlen_k + 1;/' ;;
-  scale)
-    FILE=csrc/binding.cpp
-    SED='s/p\.set_scale(static_cast<float>(softmax_scale));/p.set_scale(static_cast<float>(softmax_scale) * 1.01f);/' ;;
-  empty_rows)
-    FILE=csrc/flash_fwd/epilogue.cuh
-    SED='s/for (int idx = threadIdx\.x; idx < rows \* chunks; idx += Traits::kNThreads) {/for (int idx = threadIdx.x; idx < 0 * rows * chunks; idx += Traits::kNThreads) {/' ;;
-  bwd_causal)
-    FILE=csrc/flash_bwd/mainloop.cuh
-    SED='s/(p\.causal \&\& key > query + p\.causal_offset)/(p.causal \&\& key > query + p.causal_offset + 1)/' ;;
-  bwd_gqa)
-    FILE=csrc/flash_bwd/mainloop.cuh
-    SED='s/const int hq = head_kv \* group + t \/ m_steps;/const int hq = head_kv * group;/' ;;
-  bwd90_mask)
-    FILE=csrc/flash_bwd_sm90/mainloop.cuh
-    SED='s/window\.has_hi ? key - window\.hi_shift + 1 : INT_MIN;/window.has_hi ? key - window.hi_shift : INT_MIN;/' ;;
-  bwd90_gqa)
-    FILE=csrc/flash_bwd_sm90/mainloop.cuh
-    SED='s/return head_kv \* group + t \/ m_steps;/return head_kv * group;/' ;;
   list)
-    sed -n '5,18p' "$0"; exit 0 ;;
+    sed -n '6,24p' "$0"; exit 0 ;;
+  patterns)  # every bug's pattern still matches its file (CPU only: tests/infra/test_planted_bugs.py)
+    bad=0
+    for b in $BUGS; do
+      bug_def "$b"
+      if [ "$(sed "$SED" "$ROOT/$FILE")" = "$(cat "$ROOT/$FILE")" ]; then
+        echo "planted_bug: the pattern of '$b' no longer matches $FILE" >&2; bad=1
+      else
+        echo "$b: $FILE"
+      fi
+    done
+    exit $bad ;;
   *)
-    echo "planted_bug: unknown bug '$BUG' (try: $0 list)" >&2; exit 2 ;;
+    bug_def "$BUG" || { echo "planted_bug: unknown bug '$BUG' (try: $0 list)" >&2; exit 2; } ;;
 esac
 
 SCRATCH=$(mktemp -d /tmp/flashattn-planted-"$BUG"-XXXXXX)
@@ -99,6 +130,9 @@ BACKEND=portable
 case "$BUG" in
   bwd90*) TESTS=(tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py); BACKEND=hopper ;;
   bwd*) TESTS=(tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py) ;;
+  fwd90_packed) TESTS=(tests/kernels/test_varlen_gpu.py) ;;
+  unaligned) TESTS=(tests/kernels/test_attention_gpu.py tests/kernels/test_backward_gpu.py tests/kernels/test_varlen_gpu.py
+                    tests/kernels/test_kvcache.py tests/kernels/test_fp8_gpu.py) ;;
   *)     TESTS=(tests) ;;
 esac
 echo "== running the GPU tests of ${TESTS[*]} (stops at the first failure)"
