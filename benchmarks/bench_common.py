@@ -187,7 +187,10 @@ DECODE_IMPLS = ("flashattn", "flashattn-fwd", "sdpa-default", "sdpa-flash", "sdp
 # backward) and "flashattn-portable" (both passes portable); no "flashattn-hopper": a forward with
 # "hopper" forced has no backward yet. Every SDPA backend's own backward, on the same tensors.
 TRAINING_IMPLS = ("flashattn", "flashattn-portable", "sdpa-default", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
-OPTIONAL_IMPLS = ("flashattn-portable", "sdpa-math")
+# flex: torch's FlexAttention (flex_attention under torch.compile, a block mask for causal), a peer
+# the mission names; opt-in (FLASHATTN_BENCH_IMPLS) because each shape compiles its own kernels
+# (seconds a shape), which the default grids would pay on every run.
+OPTIONAL_IMPLS = ("flashattn-portable", "sdpa-math", "flex")
 # The decode variants' own implementations (benchmarks/test_bench_decode.py builds its grids from
 # these): known names for FLASHATTN_BENCH_IMPLS, which every grid reads, so that one list can name
 # them all. The paged ones run the same caches as pools of DECODE_PAGE_SIZES-row pages.
@@ -610,6 +613,17 @@ def make_callable(impl: str, shape: Shape, q, k, v):
 
         return fn, ctx
 
+    if impl == "flex":
+        if shape.grid == "decode":
+            raise Unavailable("flex is not timed on the decode grid (a decode call there needs a block mask per "
+                              "cache length)")
+        flex, block_mask = flex_call(shape, q.device)
+
+        def fn():
+            return flex(q, k, v, block_mask=block_mask, enable_gqa=gqa)
+
+        return fn, contextlib.nullcontext
+
     if impl == "fa3":
         fa3 = fa3_func()
         # The same memory as every other implementation: [B, S, H, D] views of the [B, H, S, D]
@@ -623,6 +637,37 @@ def make_callable(impl: str, shape: Shape, q, k, v):
         return fn, contextlib.nullcontext
 
     raise ValueError(f"unknown implementation {impl!r}")
+
+
+_FLEX: dict = {}
+
+
+def flex_call(shape: Shape, device, compiled: bool = True):
+    """(flex_attention, block mask) for `shape`: the function compiled once per process (torch.compile
+    specializes it per shape on first call, as a user's model would), the mask built once per shape
+    outside the timing (a model builds it once for all its layers). Causal is SDPA's is_causal, top
+    left (query i sees keys j <= i); no mask otherwise. compiled=False: flex_attention eager (the
+    reference math, for tests of this glue without a GPU)."""
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    except ImportError as exc:
+        raise Unavailable(f"this torch has no FlexAttention: {exc}") from exc
+    if not compiled:
+        fn = flex_attention
+    else:
+        if "compiled" not in _FLEX:
+            import torch
+
+            _FLEX["compiled"] = torch.compile(flex_attention, dynamic=False)
+        fn = _FLEX["compiled"]
+    block_mask = None
+    if shape.causal:
+
+        def causal(b, h, q_idx, kv_idx):
+            return q_idx >= kv_idx
+
+        block_mask = create_block_mask(causal, B=None, H=None, Q_LEN=shape.sq, KV_LEN=shape.sk, device=device)
+    return fn, block_mask
 
 
 # FlashAttention-3, an optional comparator of the forward and decode benchmarks: the tokenspeed-fa3 wheel installs

@@ -45,6 +45,7 @@ IMPL_ORDER = (
     "fa3-paged16",
     "fa3-paged64",
     "fa3-paged256",
+    "flex",
     "copy-floor",
 )
 MISSING = "—"

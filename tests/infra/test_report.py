@@ -781,3 +781,35 @@ def test_report_of_the_decode_kv_grid():
     assert br.speedup(sh, "flashattn", "flashattn-paged64") == pytest.approx(1.03)  # time(paged) / time(contiguous)
     assert br.speedup(sh, "flashattn", "copy-floor") == pytest.approx(0.95)  # floor / time
     assert br.speedup(sh, "flashattn-paged64", "fa3-paged64") == pytest.approx(0.03 / 0.0206)
+
+
+# ---- FlexAttention, an opt-in peer (bench_common.flex_call) -----------------------------------
+
+
+def test_flex_is_an_opt_in_peer_of_the_forward_and_training_grids(monkeypatch):
+    monkeypatch.delenv("FLASHATTN_BENCH_IMPLS", raising=False)
+    assert "flex" not in bc.selected_impls(bc.DEFAULT_IMPLS)  # each shape compiles: never by default
+    monkeypatch.setenv("FLASHATTN_BENCH_IMPLS", "flashattn,flex")
+    assert bc.selected_impls(bc.DEFAULT_IMPLS) == ["flashattn", "flex"]
+    assert bc.selected_impls(bc.TRAINING_IMPLS) == ["flashattn", "flex"]
+    assert br.is_peer("flex")
+    decode = bc.decode_shapes()[0]
+    with pytest.raises(bc.Unavailable, match="decode grid"):
+        bc.make_callable("flex", decode, None, None, None)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_flex_glue_computes_sdpa_semantics(causal):
+    """The mask and GQA flex is called with give SDPA's result (is_causal top-left, Sq != Sk),
+    through eager flex_attention on the CPU (the glue, not the compiled kernels)."""
+    import torch
+    import torch.nn.functional as F
+
+    shape = bc.Shape("standard", "bf16", 2, 4, 2, 5, 9, 16, causal)
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, h, s, 16, generator=gen) for h, s in ((4, 5), (2, 9), (2, 9)))
+    flex, block_mask = bc.flex_call(shape, "cpu", compiled=False)
+    assert (block_mask is None) == (not causal)
+    got = flex(q, k, v, block_mask=block_mask, enable_gqa=True)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
