@@ -4,7 +4,10 @@ Hopper backward), bf16, B=1, H=16, S=16k, D 64/128, window widths 256..8192 keys
 causal call without a window; ms per call and the time per useful FLOP relative to the causal call.
 --wide: the Hopper backward's 64- and 80-query configs on every row (FLASHATTN_BWD_WIDE=0 and 3,
 D=128) in alternating rounds, and the 80-query time over the 64-query one.
-usage: python lab/bwd_window_time.py [--wide]"""
+--flex: torch's FlexAttention beside them (compiled flex_attention, a block mask of the same causal
+window, its backward through autograd after one forward): its ms and its own cost per useful FLOP
+against its causal call, i.e. whether a peer's tiles pay the same geometry on narrow windows.
+usage: python lab/bwd_window_time.py [--wide] [--flex]"""
 
 from __future__ import annotations
 
@@ -30,10 +33,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--wide", action="store_true", help="also the 64- and 80-query configs side by side (D=128)")
     ap.add_argument("--rounds", type=int, default=7, help="alternating rounds of the --wide pair")
+    ap.add_argument("--flex", action="store_true", help="also FlexAttention's backward with the same window")
     args = ap.parse_args()
     s, h = 16384, 16
     print(f"{'D':>4} {'window':>7} {'portable ms':>12} {'hopper ms':>10} {'hopper/port':>11} {'cost/FLOP vs causal (hopper)':>29}"
-          + (f" {'64q ms':>8} {'80q ms':>8} {'80q/64q':>8}" if args.wide else ""))
+          + (f" {'64q ms':>8} {'80q ms':>8} {'80q/64q':>8}" if args.wide else "")
+          + (f" {'flex ms':>8} {'hopper/flex':>11} {'flex cost/FLOP':>14}" if args.flex else ""))
+    flex_base: dict[int, float] = {}
     for d in (64, 128):
         scale = d**-0.5
         q, k, v, dout = (torch.randn(1, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
@@ -62,8 +68,39 @@ def main() -> None:
             per_pair = t["hopper"] / useful_pairs(s, window)
             if window < 0:
                 base = per_pair
+            flex = ""
+            if args.flex:
+                t_flex = flex_bwd_ms(q, k, v, dout, window)
+                flex_pair = t_flex / useful_pairs(s, window)
+                flex_base.setdefault(d, flex_pair)  # the causal row comes first
+                flex = f" {t_flex:8.3f} {t['hopper'] / t_flex:11.2f} {flex_pair / flex_base[d]:14.2f}"
             print(f"{d:>4} {window:>7} {t['portable']:12.3f} {t['hopper']:10.3f} {t['hopper'] / t['portable']:11.2f} "
-                  f"{per_pair / base:29.2f}" + wide)
+                  f"{per_pair / base:29.2f}" + wide + flex)
+
+
+_FLEX: dict = {}
+
+
+def flex_bwd_ms(q, k, v, dout, window: int) -> float:
+    """FlexAttention's backward (ms, median) on [B, S, H, D] inputs, causal (bottom-right = top-left
+    here: Sq = Sk) with the left window edge `window` (-1: none), through autograd after one forward,
+    as the training grid times a backward."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    if "fn" not in _FLEX:
+        _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
+
+    def mask(b, h, q_idx, kv_idx):
+        visible = q_idx >= kv_idx
+        return visible & (q_idx - kv_idx <= window) if window >= 0 else visible
+
+    s = q.shape[1]
+    block_mask = create_block_mask(mask, B=None, H=None, Q_LEN=s, KV_LEN=s, device=q.device)
+    qt, kt, vt = (x.transpose(1, 2).contiguous().requires_grad_(True) for x in (q, k, v))
+    out = _FLEX["fn"](qt, kt, vt, block_mask=block_mask)
+    grad = dout.transpose(1, 2).contiguous()
+    return triton.testing.do_bench(lambda: torch.autograd.grad(out, (qt, kt, vt), grad, retain_graph=True),
+                                   warmup=30, rep=200, return_mode="median")
 
 
 if __name__ == "__main__":

@@ -80,6 +80,7 @@
 #                                     its A/B on lab/varlen_time.py, then the packed-batch tests in the copy (~6 min)
 #   bash lab/gpu_run.sh flexgrid torch's FlexAttention (compiled, opt-in `flex`) beside ours, cuDNN and FlashAttention-3
 #                                     on the quick shapes: forward, then backward and forward+backward (~8 min)
+#   bash lab/gpu_run.sh windowflex the windowed backward's cost per useful FLOP, ours and FlexAttention's (~5 min)
 #   bash lab/gpu_run.sh fwdgrid  the forward grid against cuDNN and FlashAttention-3 (FWDGRID_K: bf16 | fp16), then the
 #                                     FP8 forward's errors and speed against FlashAttention-3's, then packed
 #                                     batches beside the dense call and FlashAttention-3's varlen (~5 min: build 2,
@@ -692,6 +693,13 @@ case "${1:-verify}" in
       BENCH_MARKERS="bench and standard and quick" bash benchmarks/run_benchmarks.sh "$OUT/bench-flex-fwd"
     step bench_flex_training 280 env FLASHATTN_BENCH_IMPLS="flashattn,sdpa-default,flex" \
       BENCH_MARKERS="bench and training and quick" bash benchmarks/run_benchmarks.sh "$OUT/bench-flex-training"
+    ;;
+  windowflex)  # prepared 2026-12-02, not yet run (issue 27's windows bar): the causal sliding-window backward's cost
+               # per useful FLOP against the causal call, ours and FlexAttention's (its own causal call), D 64/128,
+               # S=16k, windows 256..8192 (lab/bwd_window_time.py --flex)
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    step window_flex 420 python3 lab/bwd_window_time.py --flex
     ;;
   tmal2ab)  # 2026-11-29 (measured on an H200: within +-0.7%, not adopted): the Hopper paths' TMA maps with 128-byte
             # L2 promotion instead of 256 (lab/ab/tma_l2_128.diff, REVERSE=0: B is the patched copy), on the FP8 forward
@@ -1308,7 +1316,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|flexgrid|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
