@@ -80,7 +80,8 @@
 #                                     its A/B on lab/varlen_time.py, then the packed-batch tests in the copy (~6 min)
 #   bash lab/gpu_run.sh flexgrid torch's FlexAttention (compiled, opt-in `flex`) beside ours, cuDNN and FlashAttention-3
 #                                     on the quick shapes: forward, then backward and forward+backward (~8 min)
-#   bash lab/gpu_run.sh windowflex the windowed backward's cost per useful FLOP, ours and FlexAttention's (~5 min)
+#   bash lab/gpu_run.sh windowflex the windowed and the softcapped backward's cost per useful FLOP, ours and
+#                                     FlexAttention's, each against its own plain call (~8 min)
 #   bash lab/gpu_run.sh fwdgrid  the forward grid against cuDNN and FlashAttention-3 (FWDGRID_K: bf16 | fp16), then the
 #                                     FP8 forward's errors and speed against FlashAttention-3's, then packed
 #                                     batches beside the dense call and FlashAttention-3's varlen (~5 min: build 2,
@@ -694,12 +695,14 @@ case "${1:-verify}" in
     step bench_flex_training 280 env FLASHATTN_BENCH_IMPLS="flashattn,sdpa-default,flex" \
       BENCH_MARKERS="bench and training and quick" bash benchmarks/run_benchmarks.sh "$OUT/bench-flex-training"
     ;;
-  windowflex)  # prepared 2026-12-02, not yet run (issue 27's windows bar): the causal sliding-window backward's cost
-               # per useful FLOP against the causal call, ours and FlexAttention's (its own causal call), D 64/128,
-               # S=16k, windows 256..8192 (lab/bwd_window_time.py --flex)
+  windowflex)  # prepared 2026-12-02, not yet run (issue 27's windows and softcap bars): the causal sliding-window
+               # backward's cost per useful FLOP against the causal call, ours and FlexAttention's (its own causal
+               # call), D 64/128, S=16k, windows 256..8192 (lab/bwd_window_time.py --flex); then the softcap's
+               # cost on the backward, ours and FlexAttention's (lab/bwd_softcap_time.py --flex)
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
-    step window_flex 420 python3 lab/bwd_window_time.py --flex
+    step window_flex 300 python3 lab/bwd_window_time.py --flex
+    step softcap_flex 240 python3 lab/bwd_softcap_time.py --hopper-only --flex
     ;;
   tmal2ab)  # 2026-11-29 (measured on an H200: within +-0.7%, not adopted): the Hopper paths' TMA maps with 128-byte
             # L2 promotion instead of 256 (lab/ab/tma_l2_128.diff, REVERSE=0: B is the patched copy), on the FP8 forward
