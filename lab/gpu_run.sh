@@ -6,6 +6,7 @@
 #                                     paths, decode check                          (~6-8 min on an H100)
 #   bash lab/gpu_run.sh suite    the kernel tests, ci profile, timed; the planted bugs (~95 s each;
 #                                     PLANTED_BUGS picks them: all four outlast one 600 s call)
+#   bash lab/gpu_run.sh planted  the planted bugs alone, PLANTED_BUGS (default fwd90_packed unaligned; ~2-4 min each)
 #   bash lab/gpu_run.sh bench    benchmark suite + report (latency, standard and decode grids)
 #   bash lab/gpu_run.sh check    verify + the GPU test suite (no planted bugs) in one call      (~7 min)
 #   bash lab/gpu_run.sh hopper   after a Hopper-path change: lab check + schedule A/B, numerics, the
@@ -443,6 +444,13 @@ case "${1:-verify}" in
     step pytest_ci 330 "${pytest_kernels[@]}" --durations=15
     for bug in ${PLANTED_BUGS:-causal kv_tail scale empty_rows}; do
       step "planted_$bug" 200 bash lab/planted_bug.sh "$bug"
+    done
+    ;;
+  planted)  # the planted bugs alone (lab/planted_bug.sh, each in its own scratch build): PLANTED_BUGS, default the two
+            # added 2026-12-02 and not yet run on a GPU
+    env_info > "$OUT/env.txt" 2>&1
+    for bug in ${PLANTED_BUGS:-fwd90_packed unaligned}; do
+      step "planted_$bug" 280 bash lab/planted_bug.sh "$bug"
     done
     ;;
   bench)
@@ -1319,7 +1327,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|planted|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
