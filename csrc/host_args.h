@@ -1,8 +1,8 @@
 // What every torch binding checks of its arguments and how it hands a tensor to a kernel: the one
 // host helper of csrc/binding*.cpp. Each check names the op and the argument; the public entry
 // points (flashattn/_validate.py) check the same conditions first on their checked path, so these
-// messages reach only direct callers of the ops. Torch-only (no CUDA header): what a check needs
-// of a tensor is its metadata.
+// messages reach only direct callers of the ops. Torch and the CUDA runtime's declarations (for the
+// tile counter's memset): what a check needs of a tensor is its metadata.
 #pragma once
 
 #include <ATen/ATen.h>
