@@ -4,15 +4,13 @@ torch's c10 library raises one check per kind of message part; its output must r
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-torch = pytest.importorskip("torch")
+from repo_modules import ROOT, run_torch_program
+
+pytest.importorskip("torch")
 
 EXPECTED = [
     "no error",
@@ -28,17 +26,5 @@ EXPECTED = [
 
 
 def test_check_messages(tmp_path: Path) -> None:
-    cxx = shutil.which(os.environ.get("CXX", "g++"))
-    if cxx is None:
-        pytest.skip("no C++ compiler (g++ or $CXX) on PATH")
-    torch_dir = Path(torch.__file__).parent
-    lib_dir = torch_dir / "lib"
-    exe = tmp_path / "check_messages"
-    abi = int(torch.compiled_with_cxx11_abi())
-    subprocess.run(
-        [cxx, "-std=c++17", "-O0", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-I", str(ROOT / "csrc"),
-         "-I", str(torch_dir / "include"), str(ROOT / "tests" / "infra" / "data" / "check_messages.cpp"),
-         "-L", str(lib_dir), "-lc10", f"-Wl,-rpath,{lib_dir}", "-o", str(exe)],
-        check=True, capture_output=True, text=True)
-    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
-    assert out.splitlines() == EXPECTED
+    out = run_torch_program(tmp_path, ROOT / "tests" / "infra" / "data" / "check_messages.cpp")
+    assert out == EXPECTED
