@@ -34,41 +34,33 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUG=${1:-causal}
 [ $# -gt 0 ] && shift
 
-# FILE and SED of bug $1 (1 if there is no such bug).
+# FILE and SED of bug $1 (1 if there is no such bug): the file it is planted in, the sed expression that plants it.
 bug_def() {
+  local f s
   case "$1" in
-    causal)
-      FILE=csrc/common/mask.cuh
-      SED='s/w\.hi_shift = w\.has_hi ? offset + window_right + 1 : 0;/w.hi_shift = w.has_hi ? offset + window_right + 2 : 0;/' ;;
-    kv_tail)
-      FILE=csrc/common/mask.cuh
-      SED='s/if (!has_hi) return seqlen_k;/if (!has_hi) return seqlen_k + 1;/' ;;
-    scale)
-      FILE=csrc/binding.cpp
-      SED='s/  p\.set_scale(scale);/  p.set_scale(scale * 1.01);/' ;;
-    empty_rows)
-      FILE=csrc/flash_fwd/epilogue.cuh
-      SED='s/for (int idx = threadIdx\.x; idx < rows \* chunks; idx += Traits::kNThreads) {/for (int idx = threadIdx.x; idx < 0 * rows * chunks; idx += Traits::kNThreads) {/' ;;
-    bwd_causal)
-      FILE=csrc/flash_bwd/mainloop.cuh
-      SED='s/(p\.causal \&\& key > query + causal_offset()))/(p.causal \&\& key > query + causal_offset() + 1))/' ;;
-    bwd_gqa)
-      FILE=csrc/flash_bwd/mainloop.cuh
-      SED='s/const int hq = head_kv \* group + t \/ m_steps;/const int hq = head_kv * group;/' ;;
-    bwd90_mask)
-      FILE=csrc/flash_bwd_sm90/mainloop.cuh
-      SED='s/window\.has_hi ? key - window\.hi_shift + 1 : INT_MIN;/window.has_hi ? key - window.hi_shift : INT_MIN;/' ;;
-    bwd90_gqa)
-      FILE=csrc/flash_bwd_sm90/block.h
-      SED='s/int head_q(int t) const { return head_q0 + (t0 + t) \/ m_steps; }/int head_q(int t) const { return head_q0; }/' ;;
-    fwd90_packed)
-      FILE=csrc/flash_fwd_sm90/packed.cuh
-      SED='s/s\.causal_offset = p\.mask_top_left ? 0 : s\.seqlen_k - s\.seqlen_q;/s.causal_offset = p.mask_top_left ? 0 : s.seqlen_k - s.seqlen_q + 1;/' ;;
-    unaligned)
-      FILE=csrc/host_args.h
-      SED='s/return aligned16(t) ? t : t\.clone(at::MemoryFormat::Contiguous);/return aligned16(t) ? t : t.contiguous();/' ;;
+    causal) f=csrc/common/mask.cuh
+      s='s/w\.hi_shift = w\.has_hi ? offset + window_right + 1 : 0;/w.hi_shift = w.has_hi ? offset + window_right + 2 : 0;/' ;;
+    kv_tail) f=csrc/common/mask.cuh
+      s='s/if (!has_hi) return seqlen_k;/if (!has_hi) return seqlen_k + 1;/' ;;
+    scale) f=csrc/binding.cpp
+      s='s/  p\.set_scale(scale);/  p.set_scale(scale * 1.01);/' ;;
+    empty_rows) f=csrc/flash_fwd/epilogue.cuh
+      s='s/for (int idx = threadIdx\.x; idx < rows \* chunks; idx += Traits::kNThreads) {/for (int idx = threadIdx.x; idx < 0 * rows * chunks; idx += Traits::kNThreads) {/' ;;
+    bwd_causal) f=csrc/flash_bwd/mainloop.cuh
+      s='s/(p\.causal \&\& key > query + causal_offset()))/(p.causal \&\& key > query + causal_offset() + 1))/' ;;
+    bwd_gqa) f=csrc/flash_bwd/mainloop.cuh
+      s='s/const int hq = head_kv \* group + t \/ m_steps;/const int hq = head_kv * group;/' ;;
+    bwd90_mask) f=csrc/flash_bwd_sm90/mainloop.cuh
+      s='s/window\.has_hi ? key - window\.hi_shift + 1 : INT_MIN;/window.has_hi ? key - window.hi_shift : INT_MIN;/' ;;
+    bwd90_gqa) f=csrc/flash_bwd_sm90/block.h
+      s='s/int head_q(int t) const { return head_q0 + (t0 + t) \/ m_steps; }/int head_q(int t) const { return head_q0; }/' ;;
+    fwd90_packed) f=csrc/flash_fwd_sm90/packed.cuh
+      s='s/s\.causal_offset = p\.mask_top_left ? 0 : s\.seqlen_k - s\.seqlen_q;/s.causal_offset = p.mask_top_left ? 0 : s.seqlen_k - s.seqlen_q + 1;/' ;;
+    unaligned) f=csrc/host_args.h
+      s='s/return aligned16(t) ? t : t\.clone(at::MemoryFormat::Contiguous);/return aligned16(t) ? t : t.contiguous();/' ;;
     *) return 1 ;;
   esac
+  FILE=$f SED=$s
 }
 BUGS="causal kv_tail scale empty_rows bwd_causal bwd_gqa bwd90_mask bwd90_gqa fwd90_packed unaligned"
 
