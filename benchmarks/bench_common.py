@@ -658,6 +658,11 @@ def flex_call(shape: Shape, device, compiled: bool = True):
         if "compiled" not in _FLEX:
             import torch
 
+            # One compiled graph per shape (dynamic=False): past dynamo's default of 8 recompiles a
+            # function falls back to eager, which for flex materializes every score (S=16k: GBs).
+            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
+            torch._dynamo.config.accumulated_cache_size_limit = max(
+                torch._dynamo.config.accumulated_cache_size_limit, 1024)
             _FLEX["compiled"] = torch.compile(flex_attention, dynamic=False)
         fn = _FLEX["compiled"]
     block_mask = None

@@ -59,6 +59,9 @@ def flex_bwd_ms(q, k, v, dout, causal: int, cap: float) -> float:
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     if "fn" not in _FLEX:
+        # A compiled graph per shape and mask (the window or cap is a constant of it): past dynamo's
+        # default of 8 recompiles flex would fall back to eager, which materializes every score.
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
         _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
 
     def causal_mask(b, h, q_idx, kv_idx):
