@@ -174,7 +174,7 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
     named_barrier_arrive(kPingPongBarrierBase + 0, kPingPongBarrierThreads);
 
   constexpr bool kPacked = kIsPacked<Params>;
-  using ScheduleParams = typename std::conditional<kPacked, Sm90PackedParams, Sm90Params>::type;
+  using ScheduleParams = ScheduleParamsOf<Params>;
   ConsumerSchedule<Traits, kDynamic, ScheduleParams> sched{params, sm};
   for (int t = sched.first(); t < params.num_tiles; t = sched.next(t)) {
     const TileWorkOf<ScheduleParams> st = sched.work;

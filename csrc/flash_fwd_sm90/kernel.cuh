@@ -12,7 +12,6 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "../common/sm90/ptx.cuh"
 #include "consumer.cuh"
@@ -69,8 +68,7 @@ __device__ __forceinline__ void fwd_sm90_body(const Params& params) {
   constexpr bool kMayMerge = !Traits::kFp8 && !kDynamic && Traits::kClusterMerge;
   if (warpgroup == 0) {
     setmaxnreg_dec<RegisterSplit<kDynamic, Traits::kConsumerWGs>::kProducer>();
-    using ProducerParams = typename std::conditional<kIsPacked<Params>, Sm90PackedParams, Sm90Params>::type;
-    if (threadIdx.x == 0) producer_loop<Traits, kDynamic, ProducerParams>(params, sm);
+    if (threadIdx.x == 0) producer_loop<Traits, kDynamic, ScheduleParamsOf<Params>>(params, sm);
     if constexpr (kMayMerge) {
       if (params.num_splits > 1 && params.o_accum == nullptr) {
         cluster_sync();

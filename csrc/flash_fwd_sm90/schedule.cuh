@@ -86,6 +86,19 @@ template <typename Params>
 constexpr bool kIsPacked = std::is_same<Params, Sm90PackedParams>::value;
 template <typename Params>
 using TileWorkOf = typename std::conditional<kIsPacked<Params>, PackedTileWork, TileWork>::type;
+// The parameter block the schedule reads: the packed flavour's own, else Sm90Params (the FP8 kernels
+// too: their descales are read outside the schedule, and one schedule type keeps their code).
+template <typename Params>
+using ScheduleParamsOf = typename std::conditional<kIsPacked<Params>, Sm90PackedParams, Sm90Params>::type;
+
+// A whole query tile's work under the dynamic schedule, the producer's and the consumers' alike.
+template <typename Traits, typename Params>
+__device__ __forceinline__ TileWorkOf<Params> dynamic_tile_work(const Params& params, const TileCoord& c) {
+  if constexpr (kIsPacked<Params>)
+    return packed_tile_work<Traits>(params, c);
+  else
+    return unsplit_tile_work<Traits>(params, c);
+}
 
 template <typename Traits, bool kDynamic, typename Params>
 struct ProducerSchedule {
@@ -115,10 +128,7 @@ struct ProducerSchedule {
         st_shared_s32(a + 4, c.m_block);
         st_shared_s32(a + 8, c.batch);
         st_shared_s32(a + 12, c.head_q);
-        if constexpr (kIsPacked<Params>)
-          w = packed_tile_work<Traits>(params, c);
-        else
-          w = unsplit_tile_work<Traits>(params, c);
+        w = dynamic_tile_work<Traits>(params, c);
       }
       mbar_arrive(sm.tile_full(slot));
       ++published;
@@ -187,12 +197,7 @@ struct ConsumerSchedule {
     }
     mbar_arrive(sm.tile_empty(slot));
     ++received;
-    if (tile < params.num_tiles) {
-      if constexpr (kIsPacked<Params>)
-        work = packed_tile_work<Traits>(params, c);
-      else
-        work = unsplit_tile_work<Traits>(params, c);
-    }
+    if (tile < params.num_tiles) work = dynamic_tile_work<Traits>(params, c);
     return tile;
   }
 };
