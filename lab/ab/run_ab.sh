@@ -27,7 +27,7 @@
 # 2026-11-30 on an H200: 6-8% slower, 2-5% slower, +-1%; none adopted.
 # fwd_packed_mean_keys.diff: the packed Hopper forward's config by the sequences' mean key count (total_k / B)
 # instead of max_seqlen_k: REVERSE=0 AB_CMD="python3 lab/varlen_time.py" (bash lab/gpu_run.sh fwdpackedkeys;
-# prepared 2026-12-02, not yet run).
+# measured 2026-12-02 on an H200: no change, not adopted).
 # portable_bwd_dq_defer.diff: the last dQ reductions of an unmasked step issued after the next step's
 # barrier (REVERSE=0 on commit e0906e1; measured 2026-11-30 on an H200: D=128 +3-6%, D=64 +1-2%; landed in
 # 0487442 with sm_89 left out). portable_bwd_dq_defer_more.diff: more of them (D=64 6, D=128 8), the Q/dO
