@@ -642,6 +642,22 @@ def make_callable(impl: str, shape: Shape, q, k, v):
 _FLEX: dict = {}
 
 
+def compiled_flex():
+    """flex_attention under torch.compile, compiled once per process (and specialized per shape and
+    mask on first call; lab/gpu_timing.py's flex_backward_ms uses it too)."""
+    if "compiled" not in _FLEX:
+        import torch
+        from torch.nn.attention.flex_attention import flex_attention
+
+        # One compiled graph per shape (dynamic=False): past dynamo's default of 8 recompiles a
+        # function falls back to eager, which for flex materializes every score (S=16k: GBs).
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
+        torch._dynamo.config.accumulated_cache_size_limit = max(
+            torch._dynamo.config.accumulated_cache_size_limit, 1024)
+        _FLEX["compiled"] = torch.compile(flex_attention, dynamic=False)
+    return _FLEX["compiled"]
+
+
 def flex_call(shape: Shape, device, compiled: bool = True):
     """(flex_attention, block mask) for `shape`: the function compiled once per process (torch.compile
     specializes it per shape on first call, as a user's model would), the mask built once per shape
@@ -652,19 +668,7 @@ def flex_call(shape: Shape, device, compiled: bool = True):
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     except ImportError as exc:
         raise Unavailable(f"this torch has no FlexAttention: {exc}") from exc
-    if not compiled:
-        fn = flex_attention
-    else:
-        if "compiled" not in _FLEX:
-            import torch
-
-            # One compiled graph per shape (dynamic=False): past dynamo's default of 8 recompiles a
-            # function falls back to eager, which for flex materializes every score (S=16k: GBs).
-            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
-            torch._dynamo.config.accumulated_cache_size_limit = max(
-                torch._dynamo.config.accumulated_cache_size_limit, 1024)
-            _FLEX["compiled"] = torch.compile(flex_attention, dynamic=False)
-        fn = _FLEX["compiled"]
+    fn = compiled_flex() if compiled else flex_attention
     block_mask = None
     if shape.causal:
 

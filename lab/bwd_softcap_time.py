@@ -16,6 +16,7 @@ import torch
 import triton.testing
 
 import flashattn  # noqa: F401  (registers torch.ops.flashattn)
+from gpu_timing import flex_backward_ms
 
 BWD = torch.ops.flashattn.bwd.default
 FWD = torch.ops.flashattn.fwd.default
@@ -43,41 +44,27 @@ def main() -> None:
                         warmup=20, rep=150, return_mode="median")
                 flex = ""
                 if with_flex:
-                    f0, f1 = flex_bwd_ms(q, k, v, dout, causal, 0.0), flex_bwd_ms(q, k, v, dout, causal, 30.0)
+                    mask = causal_mask if causal else None
+                    f0, f1 = (flex_backward_ms(q, k, v, dout, mask_mod=mask, score_mod=mod, warmup=20, rep=150)
+                              for mod in (None, softcap_mod(30.0)))
                     flex = f" {f0:8.3f} {f1:9.3f} {f1 / f0:10.2f} {t['cap'] / f1:15.2f}"
                 print(f"{d:>4} {s:>6} {causal:>6} {t['dense']:10.3f} {t['cap']:9.3f} {t['port']:17.3f} "
                       f"{t['cap'] / t['dense']:13.2f}" + flex)
 
 
-_FLEX: dict = {}
+
+def causal_mask(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
 
 
-def flex_bwd_ms(q, k, v, dout, causal: int, cap: float) -> float:
-    """FlexAttention's backward (ms, median) on [B, S, H, D] inputs: causal (Sq = Sk) as a block mask,
-    the softcap c * tanh(s / c) of the scaled score as a score_mod (FlashAttention's order, as ours),
-    through autograd after one forward."""
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-
-    if "fn" not in _FLEX:
-        # A compiled graph per shape and mask (the window or cap is a constant of it): past dynamo's
-        # default of 8 recompiles flex would fall back to eager, which materializes every score.
-        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
-        _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
-
-    def causal_mask(b, h, q_idx, kv_idx):
-        return q_idx >= kv_idx
+def softcap_mod(cap: float):
+    """The softcap c * tanh(s / c) of the scaled score as a FlexAttention score_mod (FlashAttention's
+    order, as ours)."""
 
     def softcap(score, b, h, q_idx, kv_idx):
         return cap * torch.tanh(score / cap)
 
-    s = q.shape[1]
-    block_mask = create_block_mask(causal_mask, B=None, H=None, Q_LEN=s, KV_LEN=s, device=q.device) if causal else None
-    qt, kt, vt = (x.transpose(1, 2).contiguous().requires_grad_(True) for x in (q, k, v))
-    out = _FLEX["fn"](qt, kt, vt, block_mask=block_mask, score_mod=softcap if cap else None)
-    grad = dout.transpose(1, 2).contiguous()
-    return triton.testing.do_bench(lambda: torch.autograd.grad(out, (qt, kt, vt), grad, retain_graph=True),
-                                   warmup=20, rep=150, return_mode="median")
-
+    return softcap
 
 if __name__ == "__main__":
     main()

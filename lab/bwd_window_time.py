@@ -18,6 +18,7 @@ import torch
 import triton.testing
 
 import flashattn  # noqa: F401  (registers torch.ops.flashattn)
+from gpu_timing import flex_backward_ms
 
 BWD = torch.ops.flashattn.bwd.default
 FWD = torch.ops.flashattn.fwd.default
@@ -70,7 +71,7 @@ def main() -> None:
                 base = per_pair
             flex = ""
             if args.flex:
-                t_flex = flex_bwd_ms(q, k, v, dout, window)
+                t_flex = flex_backward_ms(q, k, v, dout, mask_mod=window_mask(window), warmup=30, rep=200)
                 flex_pair = t_flex / useful_pairs(s, window)
                 flex_base.setdefault(d, flex_pair)  # the causal row comes first
                 flex = f" {t_flex:8.3f} {t['hopper'] / t_flex:11.2f} {flex_pair / flex_base[d]:14.2f}"
@@ -78,33 +79,16 @@ def main() -> None:
                   f"{per_pair / base:29.2f}" + wide + flex)
 
 
-_FLEX: dict = {}
 
-
-def flex_bwd_ms(q, k, v, dout, window: int) -> float:
-    """FlexAttention's backward (ms, median) on [B, S, H, D] inputs, causal (bottom-right = top-left
-    here: Sq = Sk) with the left window edge `window` (-1: none), through autograd after one forward,
-    as the training grid times a backward."""
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-
-    if "fn" not in _FLEX:
-        # A compiled graph per shape and mask (the window or cap is a constant of it): past dynamo's
-        # default of 8 recompiles flex would fall back to eager, which materializes every score.
-        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
-        _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
+def window_mask(window: int):
+    """Causal (Sq = Sk: bottom-right = top-left) with the left window edge `window` (-1: none), as a
+    FlexAttention mask_mod: the visibility of our window_size=(window, 0)."""
 
     def mask(b, h, q_idx, kv_idx):
         visible = q_idx >= kv_idx
         return visible & (q_idx - kv_idx <= window) if window >= 0 else visible
 
-    s = q.shape[1]
-    block_mask = create_block_mask(mask, B=None, H=None, Q_LEN=s, KV_LEN=s, device=q.device)
-    qt, kt, vt = (x.transpose(1, 2).contiguous().requires_grad_(True) for x in (q, k, v))
-    out = _FLEX["fn"](qt, kt, vt, block_mask=block_mask)
-    grad = dout.transpose(1, 2).contiguous()
-    return triton.testing.do_bench(lambda: torch.autograd.grad(out, (qt, kt, vt), grad, retain_graph=True),
-                                   warmup=30, rep=200, return_mode="median")
-
+    return mask
 
 if __name__ == "__main__":
     main()

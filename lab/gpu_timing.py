@@ -1,5 +1,6 @@
 """The CUDA-event timers the GPU tools share (lab/ceilings.py, quick_check.py, sm90_check.py,
-decode_check.py; do_bench_ms, cudnn_backward_ms and geomean for the backward A/B scripts), on top of
+decode_check.py; do_bench_ms, cudnn_backward_ms, flex_backward_ms and geomean for the backward A/B
+scripts), on top of
 the benchmark suite's primitives (benchmarks/bench_common.py: time_calls_ms, one event pair around
 back-to-back calls; measure_interleaved, the round schedule); and kernel_table, a call's kernels
 under torch.profiler (decode_profile.py, fp8_time.py --breakdown, bwd_softcap_kernels.py).
@@ -69,6 +70,24 @@ def cudnn_backward_ms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: t
         return do_bench_ms(lambda: torch.autograd.grad(o, (qt, kt, vt), dout.transpose(1, 2), retain_graph=True))
     except RuntimeError:  # cuDNN refuses the shape
         return float("nan")
+
+
+def flex_backward_ms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor, mask_mod=None,
+                     score_mod=None, warmup: int = 5, rep: int = 40) -> float:
+    """FlexAttention's backward (bench_common's compiled flex_attention, the forward once, then
+    torch.autograd.grad) on the same [B, S, H, D] tensors as ours (Sq = Sk), mask_mod as a block
+    mask, score_mod as given; triton's do_bench median with the caller's warmup and rep. The windowed
+    and softcapped backward scripts' peer column (lab/bwd_window_time.py, bwd_softcap_time.py --flex)."""
+    import triton.testing
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    s = q.shape[1]
+    block_mask = create_block_mask(mask_mod, B=None, H=None, Q_LEN=s, KV_LEN=s, device=q.device) if mask_mod else None
+    qt, kt, vt = (x.transpose(1, 2).contiguous().requires_grad_(True) for x in (q, k, v))
+    out = _bench_common().compiled_flex()(qt, kt, vt, block_mask=block_mask, score_mod=score_mod)
+    grad = dout.transpose(1, 2).contiguous()
+    return triton.testing.do_bench(lambda: torch.autograd.grad(out, (qt, kt, vt), grad, retain_graph=True),
+                                   warmup=warmup, rep=rep, return_mode="median")
 
 
 def do_bench_ms(fn: Callable[[], object]) -> float:
