@@ -7,7 +7,10 @@ causal off/on) and short prefills (B=1, H 8/16, D 128, bf16).
 --counts: instead, the seed shapes' kernel time at every forced split count (FLASHATTN_FWD_SPLITS),
 each merged in a cluster where it fits and through the combine kernel
 (FLASHATTN_FWD_SPLIT_MERGE=combine), against the rule's and SDPA's: which count each shape wants.
-usage: python lab/fwd_split_time.py [--counts]"""
+--small-grid: instead, the one-consumer config of small grids (dispatch.cu small_grid_launcher: D <= 64,
+at most two key blocks, 64-row tiles on at most half the SMs) against the call without it
+(FLASHATTN_FWD_SMALL_GRID=0), kernel time in alternating rounds, SDPA's beside.
+usage: python lab/fwd_split_time.py [--counts | --small-grid]"""
 
 from __future__ import annotations
 
@@ -82,9 +85,41 @@ def counts() -> None:
                   + " ".join(f"{t * 1e3:7.2f}" for t in row[2:]))
 
 
+def small_grid(rounds: int = 4) -> None:
+    shapes = [(1, 1, s, s, 64, torch.float16, c) for s in (96, 128, 192, 256) for c in (False, True)]
+    shapes += [(1, 8, 256, 256, 64, torch.bfloat16, c) for c in (False, True)]
+    shapes += [(1, 1, 1000, 256, 64, torch.float16, False), (2, 4, 256, 256, 32, torch.bfloat16, True),
+               (1, 16, 128, 128, 64, torch.bfloat16, False)]
+    print(f"kernel us, median of {rounds} alternating rounds; off: FLASHATTN_FWD_SMALL_GRID=0 (the tree before)")
+    print(f"{'B':>2} {'H':>3} {'Sq':>5} {'Sk':>5} {'D':>3} {'dtype':>8} {'causal':>6} | {'off':>7} {'on':>7} {'on/off':>7} "
+          f"| {'sdpa':>7} {'x sdpa off':>10} {'x sdpa on':>10}")
+    gains, vs_sdpa = [], []
+    for b, h, sq, sk, d, dtype, causal in shapes:
+        q = torch.randn(b, sq, h, d, device="cuda", dtype=dtype)
+        k, v = (torch.randn(b, sk, h, d, device="cuda", dtype=dtype) for _ in range(2))
+        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+        cm = flashattn.CAUSAL_TOP_LEFT if causal else flashattn.CAUSAL_NONE
+        ours = lambda: FWD(q, k, v, None, cm, "auto")  # noqa: E731
+        off, on, sdpa = [], [], []
+        for _ in range(rounds):
+            off.append(with_env(ours, FLASHATTN_FWD_SMALL_GRID="0"))
+            on.append(with_env(ours, FLASHATTN_FWD_SMALL_GRID=None))
+            sdpa.append(graph_ms(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)))
+        t_off, t_on, t_sdpa = (statistics.median(x) * 1e3 for x in (off, on, sdpa))
+        gains.append(t_off / t_on)
+        vs_sdpa.append(t_sdpa / t_on)
+        print(f"{b:>2} {h:>3} {sq:>5} {sk:>5} {d:>3} {str(dtype)[6:]:>8} {str(causal):>6} | {t_off:7.2f} {t_on:7.2f} "
+              f"{t_off / t_on:7.3f} | {t_sdpa:7.2f} {t_sdpa / t_off:10.2f} {t_sdpa / t_on:10.2f}")
+    gm = lambda r: math.exp(sum(map(math.log, r)) / len(r))  # noqa: E731
+    print(f"geomean off/on {gm(gains):.3f}, x sdpa with it {gm(vs_sdpa):.3f} ({len(shapes)} shapes)")
+
+
 def main() -> None:
     if "--counts" in sys.argv[1:]:
         counts()
+        return
+    if "--small-grid" in sys.argv[1:]:
+        small_grid()
         return
     shapes = [(1, 1, s, 64, torch.float16, c) for s in (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
               for c in (False, True)]

@@ -75,6 +75,9 @@
 #   bash lab/gpu_run.sh fwdpacked packed batches on the Hopper forward's packed flavour: build, the packed-batch and
 #                                     forward tests, the sanitizers on the small packed cases, the packed-batch
 #                                     benchmark with FlashAttention-3's varlen alongside (~8 min)
+#   bash lab/gpu_run.sh fwdsmallgrid D <= 64 small grids (at most 256 keys) on the one-consumer config: build, the forward
+#                                     tests, its A/B against FLASHATTN_FWD_SMALL_GRID=0 with SDPA beside, memcheck/racecheck/
+#                                     synccheck on the small dense cases (~6 min)
 #   bash lab/gpu_run.sh varlenloop found the `misaligned address` of 2026-12-02 (fixed: inputs at unaligned addresses): packed
 #                                     batches drawn as the padded-equivalence test draws them, each spec printed first (~1 min)
 #   bash lab/gpu_run.sh fwdpackedkeys measured, not adopted (no change): the packed Hopper forward's config by the mean key count (lab/ab/fwd_packed_mean_keys.diff):
@@ -659,6 +662,16 @@ case "${1:-verify}" in
     step bench_varlen 240 python3 -m pytest -q -s -p no:cacheprovider benchmarks/test_bench_varlen.py \
       -m "bench and varlen" -ra --benchmark-json="$OUT/bench-varlen.json"
     ;;
+  fwdsmallgrid)  # 2026-12-02 (issue 28): a D <= 64 call of at most two key blocks whose 64-row tiles fill at most half
+                 # the SMs runs one consumer warpgroup a CTA (traits.h Sm90SmallGridConfig): the forward tests, the
+                 # A/B (lab/fwd_split_time.py --small-grid, FLASHATTN_FWD_SMALL_GRID=0 the tree before), the sanitizers
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    step pytest_fwd 240 "${pytest_ci[@]}" tests/kernels/test_fwd_split_gpu.py tests/kernels/test_attention_gpu.py \
+      tests/kernels/test_window_gpu.py -ra
+    step small_grid_ab 150 python3 lab/fwd_split_time.py --small-grid
+    sanitize_dense_steps 90
+    ;;
   varlenloop)  # the rare `misaligned address` of 2026-12-02 found by it (a contiguous view at an unaligned address, fixed): packed batches drawn as the padded-equivalence
                # test draws them, each spec printed before its calls, CUDA_LAUNCH_BLOCKING=1 (VARLEN_LOOP_N iterations a
                # backend, default 300): the last spec printed names the failing call
@@ -692,7 +705,7 @@ case "${1:-verify}" in
     [ "${FWDGRID_VARLEN:-1}" = 1 ] && step bench_varlen 240 python3 -m pytest -q -s -p no:cacheprovider \
       benchmarks/test_bench_varlen.py -m "bench and varlen" -ra --benchmark-json="$OUT/bench-varlen.json"
     ;;
-  flexgrid)  # prepared 2026-12-02, not yet run: torch's FlexAttention (benchmarks' opt-in `flex`, compiled, a block
+  flexgrid)  # measured 2026-12-02 (ours 1.59x forward, 1.48x backward): torch's FlexAttention (benchmarks' opt-in `flex`, compiled, a block
              # mask for causal) beside ours, cuDNN and FlashAttention-3 on the quick shapes of the forward grid
              # (bf16, D 64/128, S 1k/4k/16k, both masks), then beside ours and cuDNN on the same shapes' backward
              # and forward+backward (the training grid's quick cases)
@@ -703,7 +716,7 @@ case "${1:-verify}" in
     step bench_flex_training 280 env FLASHATTN_BENCH_IMPLS="flashattn,sdpa-default,flex" \
       BENCH_MARKERS="bench and training and quick" bash benchmarks/run_benchmarks.sh "$OUT/bench-flex-training"
     ;;
-  windowflex)  # prepared 2026-12-02, not yet run (issue 27's windows and softcap bars): the causal sliding-window
+  windowflex)  # measured 2026-12-02 (every windowed cell of ours 1.22-1.47x faster than FlexAttention; issue 27's windows and softcap bars): the causal sliding-window
                # backward's cost per useful FLOP against the causal call, ours and FlexAttention's (its own causal
                # call), D 64/128, S=16k, windows 256..8192 (lab/bwd_window_time.py --flex); then the softcap's
                # cost on the backward, ours and FlexAttention's (lab/bwd_softcap_time.py --flex)
@@ -1327,7 +1340,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|planted|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|planted|fwdsmallgrid|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -60,6 +60,7 @@ def dense() -> None:
                                              (2, 83, 150, 4, 2, 128, False),  # the wide backward (80-query steps)
                                              (1, 200, 300, 4, 1, 128, True),  # MQA: the backward's group split
                                              (1, 333, 4200, 2, 1, 64, True),  # the forward's masked 3-warpgroup config
+                                             (1, 200, 256, 2, 1, 64, True),  # the forward's small-grid config (one consumer)
                                              # the backward's split last wave (pieces of 5-9 steps), D 64/128/256
                                              (1, 600, 200, 2, 2, 64, False), (1, 700, 300, 2, 2, 128, False),
                                              (1, 400, 150, 2, 2, 256, False)):

@@ -59,7 +59,11 @@ SM90_CONFIGS = {
     "": ("Sm90DefaultConfig", "kDefault", SM90_HEAD_DIMS),
     "_longk": ("Sm90LongKeysConfig", "kLongKeys", (64,)),
     "_noncausal": ("Sm90NonCausalConfig", "kNonCausal", (64,)),
+    "_smallgrid": ("Sm90SmallGridConfig", "kSmallGrid", (64,)),
 }
+# Configs that serve dense calls only (find_launcher picks kSmallGrid by the dense grid's size):
+# no packed flavour.
+SM90_DENSE_ONLY = {"_smallgrid"}
 
 # FP8 Hopper forward (issue 29): instantiated head dims of Sm90Fp8Config (traits.h; smaller multiples
 # of 16 run on the next one up), each in both tile schedules. Its own registry (registry_fp8.inc) in
@@ -178,6 +182,8 @@ def fwd_sm90_packed() -> KernelPath:
     its own, so that the dense files and their kernels' code stay as they are."""
     entries = []
     for dname, ctype, infix, config, kind, d in sm90_configs():
+        if infix in SM90_DENSE_ONLY:
+            continue
         entries.append(Entry(f"FLASHATTN_FWD_SM90_PACKED_INSTANCE({config}, {kind}, {ctype}, {d})", {
             f"fwd_sm90_packed_{dname}_hdim{d}{infix}.cu": [
                 f"template cudaError_t run_fwd_sm90_packed<{config}<{d}>::Traits, {ctype}>(\n",

@@ -84,7 +84,7 @@ constexpr int launcher_of(DType dtype, int head_dim, Sm90ConfigKind kind) {
 constexpr bool has_launcher(DType dtype, int head_dim, Sm90ConfigKind kind) {
   return launcher_of(dtype, head_dim, kind) >= 0;
 }
-// Every kind sm90_config_kind() can pick for head dim D has its row in each dtype: the generator
+// Every kind sm90_config_kind() (or find_launcher's small-grid rule) can pick for head dim D has its row in each dtype: the generator
 // lists the long-keys and non-causal configs only for the head dims where traits.h makes them
 // distinct, and a config made distinct later must not fall back to no launcher at all.
 template <int D>
@@ -93,6 +93,7 @@ constexpr bool launchers_cover() {
     if (!has_launcher(t, D, Sm90ConfigKind::kDefault)) return false;
     if (Sm90LongKeysConfig<D>::kDistinct && !has_launcher(t, D, Sm90ConfigKind::kLongKeys)) return false;
     if (Sm90NonCausalConfig<D>::kDistinct && !has_launcher(t, D, Sm90ConfigKind::kNonCausal)) return false;
+    if (Sm90SmallGridConfig<D>::kDistinct && !has_launcher(t, D, Sm90ConfigKind::kSmallGrid)) return false;
   }
   return true;
 }
@@ -104,9 +105,26 @@ int64_t query_blocks(const FwdParams& p, int block_m) {
   return (static_cast<int64_t>(p.seqlen_q) + block_m - 1) / block_m;
 }
 
-// The instantiation that serves `p`: sm90_config_kind()'s, except on small non-causal grids.
+// The one-consumer config (traits.h kSmallGrid) serves a D <= 64 call of at most two key blocks
+// whose 64-row tiles fill at most half the SMs: each CTA then has an SM to itself, and its chain
+// (setup, first S, softmax, P V, epilogue) is one warpgroup's, without a second warpgroup's
+// exponentials on the same SFUs. Such a tile has nothing the split over the keys would take
+// (split_rule: at least 3 splits), so the plan never splits it. FLASHATTN_FWD_SMALL_GRID=0 turns
+// it off (lab/fwd_small_grid_time.py's A/B), read only for these grids.
+int small_grid_launcher(const FwdParams& p, const DeviceLimits& dev, int d) {
+  const int i = launcher_of(p.dtype, d, Sm90ConfigKind::kSmallGrid);
+  if (i < 0 || p.seqlen_k > 2 * kLaunchers[i].block_n) return -1;
+  const int64_t tiles = query_blocks(p, kLaunchers[i].block_m) * p.batch * p.heads_q;
+  if (2 * tiles > dev.sm_count) return -1;
+  const char* env = std::getenv("FLASHATTN_FWD_SMALL_GRID");
+  return env != nullptr && std::strcmp(env, "0") == 0 ? -1 : i;
+}
+
+// The instantiation that serves `p`: sm90_config_kind()'s, except on small grids.
 int find_launcher(const FwdParams& p, const DeviceLimits& dev) {
   const int d = sm90_round_head_dim(p.head_dim);
+  const int small = small_grid_launcher(p, dev, d);
+  if (small >= 0) return small;
   // A local window is banded like causal masking: the causal configs (and their schedule) serve it.
   const Sm90ConfigKind kind = sm90_config_kind(d, p.seqlen_k, p.causal || p.has_window());
   const int i = launcher_of(p.dtype, d, kind);
@@ -149,7 +167,13 @@ constexpr Sm90PackedLauncher kPackedLaunchers[] = {
 };
 #undef FLASHATTN_FWD_SM90_PACKED_INSTANCE
 constexpr int kNumPackedLaunchers = sizeof(kPackedLaunchers) / sizeof(kPackedLaunchers[0]);
-static_assert(kNumPackedLaunchers == kNumLaunchers, "one packed launcher per 16-bit config");
+// One per 16-bit config that sm90_config_kind() picks; the small-grid one serves dense calls only.
+constexpr int dense_only_launchers() {
+  int n = 0;
+  for (const Sm90Launcher& l : kLaunchers) n += l.kind == Sm90ConfigKind::kSmallGrid;
+  return n;
+}
+static_assert(kNumPackedLaunchers == kNumLaunchers - dense_only_launchers(), "one packed launcher per 16-bit config");
 
 // `ask()`'s answer, asked once per process and kept in `slot` (0 unknown, 1 yes, 2 no).
 template <typename Ask>
@@ -266,6 +290,7 @@ FwdSplitPlan flash_fwd_sm90_split_plan(const FwdParams& p, const DeviceLimits& d
   const int i = sm90::find_launcher(p, dev);
   if (i < 0) return plan;
   const sm90::Sm90Launcher& l = sm90::kLaunchers[i];
+  if (l.kind == sm90::Sm90ConfigKind::kSmallGrid) return plan;  // at most two key blocks a tile: nothing to split
   const int64_t m_blocks = sm90::query_blocks(p, l.block_m);
   const int64_t tiles = m_blocks * p.batch * p.heads_q;
   if (tiles < 1 || 2 * tiles > dev.sm_count) return plan;  // split_rule's answer too, without the reads below

@@ -360,7 +360,12 @@ struct Sm90DefaultConfig<256> {
 //     "Kernel by kernel against cuDNN"; the 128 x 192 config: "v11").
 // A head dim whose config of a kind is not distinct (kDistinct false) uses its default there, and
 // has no instantiation of it (tools/gen_instantiations.py).
-enum class Sm90ConfigKind { kDefault, kLongKeys, kNonCausal };
+//   kSmallGrid: not a kind of call but of grid (dispatch.cu find_launcher): a D=64 call of at most
+//     two key blocks whose 64-row tiles fill at most half the SMs. One consumer warpgroup a CTA and
+//     a tile of 64 rows: on such a grid every CTA is a latency chain on an SM of its own, and the
+//     two-warpgroup tile's first softmax ran both warpgroups' exponentials on one SM's SFUs at
+//     once; its rows on two SMs halve that chain.
+enum class Sm90ConfigKind { kDefault, kLongKeys, kNonCausal, kSmallGrid };
 constexpr int kSm90LongKeysMin = 4096;
 
 // A kind's primary template: not distinct, i.e. the head dim's default config.
@@ -384,6 +389,14 @@ template <>
 struct Sm90NonCausalConfig<64> {
   static constexpr bool kDistinct = true;
   using Traits = Sm90FwdTraits<64, 128, 2, true, 1, false, 1, 3>;
+};
+
+template <int kHeadDim>
+struct Sm90SmallGridConfig : Sm90SameAsDefault<kHeadDim> {};
+template <>
+struct Sm90SmallGridConfig<64> {
+  static constexpr bool kDistinct = true;
+  using Traits = Sm90FwdTraits<64, 128, 2, false, 1, false, 1, 1, true>;
 };
 
 // Head dims run by each instantiation: any multiple of 8 up to the instantiated one is served by

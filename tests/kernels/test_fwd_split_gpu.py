@@ -145,3 +145,56 @@ def test_auto_runs_tiny_calls_on_the_portable_path(device: torch.device) -> None
 
     assert not kernels(tiny, "auto"), "a tiny call under 'auto' ran the Hopper kernel"
     assert kernels(tiny, "hopper") and kernels(short, "auto")
+
+
+# The one-consumer config of small grids (traits.h Sm90SmallGridConfig<64>), as the profiler names
+# its kernel demangled or not.
+SMALL_GRID_TRAITS = ("Sm90FwdTraits<64, 128, 2, false, 1, false, 1, 1, true>",
+                     "Sm90FwdTraitsILi64ELi128ELi2ELb0ELi1ELb0ELi1ELi1ELb1EE")
+# batch, Sq, Sk, Hq, Hk, D, causal mode, window, softcap: D <= 64, Sk <= 256, 64-row tiles on at most
+# half the SMs; one query row, one key, Sq > Sk (rows that see no key), GQA, head dims under 64.
+SMALL_GRID_CASES = [
+    (1, 256, 256, 1, 1, 64, NONE, (-1, -1), 0.0),
+    (1, 1, 1, 1, 1, 64, NONE, (-1, -1), 0.0),
+    (1, 200, 256, 2, 1, 40, BOTTOM_RIGHT, (-1, -1), 0.0),
+    (1, 1000, 129, 2, 2, 64, TOP_LEFT, (-1, -1), 0.0),
+    (1, 300, 200, 1, 1, 64, BOTTOM_RIGHT, (-1, -1), 0.0),
+    (2, 65, 256, 3, 1, 64, NONE, (50, 10), 30.0),
+    (1, 64, 256, 4, 4, 16, TOP_LEFT, (-1, -1), 0.0),
+]
+
+
+def runs_small_grid_config(names: set[str]) -> bool:
+    return any(t in n for n in names for t in SMALL_GRID_TRAITS)
+
+
+@pytest.mark.parametrize("case", SMALL_GRID_CASES, ids=[
+    f"b{b}-sq{sq}-sk{sk}-h{hq}:{hk}-d{d}-c{c}-w{w[0]}:{w[1]}-cap{cap:g}" for b, sq, sk, hq, hk, d, c, w, cap in SMALL_GRID_CASES])
+def test_small_grids_run_the_one_consumer_config(case, monkeypatch, device: torch.device) -> None:
+    """A D <= 64 call of at most two key blocks whose 64-row tiles fill at most half the SMs runs
+    one consumer warpgroup a CTA (dispatch.cu small_grid_launcher), unsplit even when a split is
+    forced, and meets the criterion against the float64 reference in both dtypes;
+    FLASHATTN_FWD_SMALL_GRID=0 gives it the config it had before, also correct."""
+    monkeypatch.delenv("FLASHATTN_FWD_SPLIT_MERGE", raising=False)
+    for env, splits, expect in (("", "", True), ("", "3", True), ("0", "", False)):
+        monkeypatch.setenv("FLASHATTN_FWD_SMALL_GRID", env)
+        monkeypatch.setenv("FLASHATTN_FWD_SPLITS", splits)
+        for dtype in (torch.bfloat16, torch.float16):
+            x, out, lse = run(case, dtype, device)
+            assert_attention_matches(out, lse, x.q, x.k, x.v, x.scale, x.causal_mode, window=case[7],
+                                     softcap=case[8], context=f"FLASHATTN_FWD_SMALL_GRID={env!r} splits={splits!r} {dtype}")
+        names = forward_kernels(lambda: run(case, torch.bfloat16, device))
+        assert runs_small_grid_config(names) == expect, (env, splits, names)
+        if expect:
+            assert not any("split_combine" in n for n in names), names
+
+
+def test_larger_grids_keep_the_two_consumer_configs(device: torch.device) -> None:
+    """Past the small-grid bounds the call keeps its kind's config: 257 keys (three key blocks),
+    D=128, or 64-row tiles over more than half the SMs."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    for b, sq, sk, d in ((1, 256, 257, 64), (1, 256, 256, 128), (sms // 8 + 1, 256, 256, 64)):
+        q = torch.randn(b, sq, 1, d, device=device, dtype=torch.bfloat16)
+        k = torch.randn(b, sk, 1, d, device=device, dtype=torch.bfloat16)
+        names = forward_kernels(lambda: torch.ops.flashattn.fwd(q, k, k, None, NONE, "hopper"))
+        assert names and not runs_small_grid_config(names), (b, sq, sk, d, names)
