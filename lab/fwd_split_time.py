@@ -8,9 +8,11 @@ causal off/on) and short prefills (B=1, H 8/16, D 128, bf16).
 each merged in a cluster where it fits and through the combine kernel
 (FLASHATTN_FWD_SPLIT_MERGE=combine), against the rule's and SDPA's: which count each shape wants.
 --small-grid: instead, the one-consumer config of small grids (dispatch.cu small_grid_launcher: D <= 64,
-at most two key blocks, 64-row tiles on at most half the SMs) against the call without it
+at most 256 keys, 64-row tiles on at most half the SMs) against the call without it
 (FLASHATTN_FWD_SMALL_GRID=0), kernel time in alternating rounds, SDPA's beside.
-usage: python lab/fwd_split_time.py [--counts | --small-grid]"""
+--small-grid-keys: the same config past 256 keys (FLASHATTN_FWD_SMALL_GRID=65536, split by the rule
+on its 64-row tiles) against the tree's choice there (the 128-row default config, split).
+usage: python lab/fwd_split_time.py [--counts | --small-grid | --small-grid-keys]"""
 
 from __future__ import annotations
 
@@ -85,12 +87,19 @@ def counts() -> None:
                   + " ".join(f"{t * 1e3:7.2f}" for t in row[2:]))
 
 
-def small_grid(rounds: int = 4) -> None:
-    shapes = [(1, 1, s, s, 64, torch.float16, c) for s in (96, 128, 192, 256) for c in (False, True)]
-    shapes += [(1, 8, 256, 256, 64, torch.bfloat16, c) for c in (False, True)]
-    shapes += [(1, 1, 1000, 256, 64, torch.float16, False), (2, 4, 256, 256, 32, torch.bfloat16, True),
-               (1, 16, 128, 128, 64, torch.bfloat16, False)]
-    print(f"kernel us, median of {rounds} alternating rounds; off: FLASHATTN_FWD_SMALL_GRID=0 (the tree before)")
+def small_grid(rounds: int = 4, past_256: bool = False) -> None:
+    if past_256:
+        shapes = [(1, 1, s, s, 64, torch.float16, c) for s in (384, 512, 768, 1024, 2048, 4096) for c in (False, True)]
+        shapes += [(1, 8, s, s, 64, torch.bfloat16, c) for s in (512, 1024) for c in (False, True)]
+        off_env, on_env = None, "65536"
+    else:
+        shapes = [(1, 1, s, s, 64, torch.float16, c) for s in (96, 128, 192, 256) for c in (False, True)]
+        shapes += [(1, 8, 256, 256, 64, torch.bfloat16, c) for c in (False, True)]
+        shapes += [(1, 1, 1000, 256, 64, torch.float16, False), (2, 4, 256, 256, 32, torch.bfloat16, True),
+                   (1, 16, 128, 128, 64, torch.bfloat16, False)]
+        off_env, on_env = "0", None
+    print(f"kernel us, median of {rounds} alternating rounds; off: FLASHATTN_FWD_SMALL_GRID={off_env}, "
+          f"on: FLASHATTN_FWD_SMALL_GRID={on_env} (None: unset, the tree's rule)")
     print(f"{'B':>2} {'H':>3} {'Sq':>5} {'Sk':>5} {'D':>3} {'dtype':>8} {'causal':>6} | {'off':>7} {'on':>7} {'on/off':>7} "
           f"| {'sdpa':>7} {'x sdpa off':>10} {'x sdpa on':>10}")
     gains, vs_sdpa = [], []
@@ -102,8 +111,8 @@ def small_grid(rounds: int = 4) -> None:
         ours = lambda: FWD(q, k, v, None, cm, "auto")  # noqa: E731
         off, on, sdpa = [], [], []
         for _ in range(rounds):
-            off.append(with_env(ours, FLASHATTN_FWD_SMALL_GRID="0"))
-            on.append(with_env(ours, FLASHATTN_FWD_SMALL_GRID=None))
+            off.append(with_env(ours, FLASHATTN_FWD_SMALL_GRID=off_env))
+            on.append(with_env(ours, FLASHATTN_FWD_SMALL_GRID=on_env))
             sdpa.append(graph_ms(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)))
         t_off, t_on, t_sdpa = (statistics.median(x) * 1e3 for x in (off, on, sdpa))
         gains.append(t_off / t_on)
@@ -118,8 +127,8 @@ def main() -> None:
     if "--counts" in sys.argv[1:]:
         counts()
         return
-    if "--small-grid" in sys.argv[1:]:
-        small_grid()
+    if "--small-grid" in sys.argv[1:] or "--small-grid-keys" in sys.argv[1:]:
+        small_grid(past_256="--small-grid-keys" in sys.argv[1:])
         return
     shapes = [(1, 1, s, 64, torch.float16, c) for s in (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
               for c in (False, True)]

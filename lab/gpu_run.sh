@@ -78,6 +78,9 @@
 #   bash lab/gpu_run.sh fwdsmallgrid D <= 64 small grids (at most 256 keys) on the one-consumer config: build, the forward
 #                                     tests, its A/B against FLASHATTN_FWD_SMALL_GRID=0 with SDPA beside, memcheck/racecheck/
 #                                     synccheck on the small dense cases (~6 min)
+#   bash lab/gpu_run.sh fwdsmallgridkeys the one-consumer small-grid config past 256 keys, split by the rule on its 64-row
+#                                     tiles (FLASHATTN_FWD_SMALL_GRID=65536): the split tests with it, its A/B against the
+#                                     tree's choice, memcheck/racecheck on the split cases with it (~4 min)
 #   bash lab/gpu_run.sh varlenloop found the `misaligned address` of 2026-12-02 (fixed: inputs at unaligned addresses): packed
 #                                     batches drawn as the padded-equivalence test draws them, each spec printed first (~1 min)
 #   bash lab/gpu_run.sh fwdpackedkeys measured, not adopted (no change): the packed Hopper forward's config by the mean key count (lab/ab/fwd_packed_mean_keys.diff):
@@ -671,6 +674,14 @@ case "${1:-verify}" in
       tests/kernels/test_window_gpu.py -ra
     step small_grid_ab 150 python3 lab/fwd_split_time.py --small-grid
     sanitize_dense_steps 90
+    ;;
+  fwdsmallgridkeys)  # measured 2026-12-02 (issue 28; +14-20% to 768 keys, -6% at 4k: the bound wants 1024): Sm90SmallGridConfig past 256 keys, split
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    step pytest_split_keys 120 env FLASHATTN_FWD_SMALL_GRID=65536 "${pytest_ci[@]}" tests/kernels/test_fwd_split_gpu.py \
+      -k "split_forward_matches_reference or small_grids" -ra
+    step small_grid_keys_ab 150 python3 lab/fwd_split_time.py --small-grid-keys
+    FLASHATTN_FWD_SMALL_GRID=65536 sanitize_steps 90 auto split split_keys memcheck racecheck
     ;;
   varlenloop)  # the rare `misaligned address` of 2026-12-02 found by it (a contiguous view at an unaligned address, fixed): packed batches drawn as the padded-equivalence
                # test draws them, each spec printed before its calls, CUDA_LAUNCH_BLOCKING=1 (VARLEN_LOOP_N iterations a
@@ -1340,7 +1351,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|planted|fwdsmallgrid|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

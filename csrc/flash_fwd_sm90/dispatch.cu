@@ -105,19 +105,21 @@ int64_t query_blocks(const FwdParams& p, int block_m) {
   return (static_cast<int64_t>(p.seqlen_q) + block_m - 1) / block_m;
 }
 
-// The one-consumer config (traits.h kSmallGrid) serves a D <= 64 call of at most two key blocks
-// whose 64-row tiles fill at most half the SMs: each CTA then has an SM to itself, and its chain
-// (setup, first S, softmax, P V, epilogue) is one warpgroup's, without a second warpgroup's
-// exponentials on the same SFUs. Such a tile has nothing the split over the keys would take
-// (split_rule: at least 3 splits), so the plan never splits it. FLASHATTN_FWD_SMALL_GRID=0 turns
-// it off (lab/fwd_small_grid_time.py's A/B), read only for these grids.
+// The one-consumer config (traits.h kSmallGrid) serves a D <= 64 call of at most kSmallGridMaxKeys
+// keys whose 64-row tiles fill at most half the SMs: each CTA then has an SM to itself, and its
+// chain (setup, first S, softmax, P V, epilogue) is one warpgroup's, without a second warpgroup's
+// exponentials on the same SFUs (B=1 H=1 S=96-256 1.14-1.30x faster, perf-notes "Small grids on
+// one consumer warpgroup a CTA"). FLASHATTN_FWD_SMALL_GRID (lab/fwd_split_time.py --small-grid,
+// the tests): 0 turns the config off, a number sets the key bound; read only for these grids.
+constexpr int kSmallGridMaxKeys = 256;
 int small_grid_launcher(const FwdParams& p, const DeviceLimits& dev, int d) {
   const int i = launcher_of(p.dtype, d, Sm90ConfigKind::kSmallGrid);
-  if (i < 0 || p.seqlen_k > 2 * kLaunchers[i].block_n) return -1;
+  if (i < 0) return -1;
   const int64_t tiles = query_blocks(p, kLaunchers[i].block_m) * p.batch * p.heads_q;
   if (2 * tiles > dev.sm_count) return -1;
   const char* env = std::getenv("FLASHATTN_FWD_SMALL_GRID");
-  return env != nullptr && std::strcmp(env, "0") == 0 ? -1 : i;
+  const long long max_keys = env != nullptr && *env != '\0' ? std::atoll(env) : kSmallGridMaxKeys;
+  return p.seqlen_k <= max_keys ? i : -1;
 }
 
 // The instantiation that serves `p`: sm90_config_kind()'s, except on small grids.
@@ -290,7 +292,10 @@ FwdSplitPlan flash_fwd_sm90_split_plan(const FwdParams& p, const DeviceLimits& d
   const int i = sm90::find_launcher(p, dev);
   if (i < 0) return plan;
   const sm90::Sm90Launcher& l = sm90::kLaunchers[i];
-  if (l.kind == sm90::Sm90ConfigKind::kSmallGrid) return plan;  // at most two key blocks a tile: nothing to split
+  // The small-grid config at two key blocks or fewer: nothing to split (split_rule asks for at
+  // least 3 splits), and a forced count is not taken either. Past two blocks (a key bound set by
+  // FLASHATTN_FWD_SMALL_GRID) the rule splits its 64-row tiles like any other.
+  if (l.kind == sm90::Sm90ConfigKind::kSmallGrid && p.seqlen_k <= 2 * l.block_n) return plan;
   const int64_t m_blocks = sm90::query_blocks(p, l.block_m);
   const int64_t tiles = m_blocks * p.batch * p.heads_q;
   if (tiles < 1 || 2 * tiles > dev.sm_count) return plan;  // split_rule's answer too, without the reads below

@@ -190,10 +190,10 @@ def test_small_grids_run_the_one_consumer_config(case, monkeypatch, device: torc
 
 
 def test_larger_grids_keep_the_two_consumer_configs(device: torch.device) -> None:
-    """Past the small-grid bounds the call keeps its kind's config: 257 keys (three key blocks),
+    """Past the small-grid bounds the call keeps its kind's config: 4097 keys (beyond the key bound),
     D=128, or 64-row tiles over more than half the SMs."""
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    for b, sq, sk, d in ((1, 256, 257, 64), (1, 256, 256, 128), (sms // 8 + 1, 256, 256, 64)):
+    for b, sq, sk, d in ((1, 256, 4097, 64), (1, 256, 256, 128), (sms // 8 + 1, 256, 256, 64)):
         q = torch.randn(b, sq, 1, d, device=device, dtype=torch.bfloat16)
         k = torch.randn(b, sk, 1, d, device=device, dtype=torch.bfloat16)
         names = forward_kernels(lambda: torch.ops.flashattn.fwd(q, k, k, None, NONE, "hopper"))
