@@ -6,7 +6,10 @@ it (flashattn's fwd op, which returns the LSE; cuDNN's forward on inputs that re
 back-to-back calls (torch.profiler, CUDA activity); per kernel name: microseconds per call, and
 per implementation the sum of kernel times and the span from the first kernel's start to the last
 one's end per call (span - sum = the gaps between kernels). bf16, B*S = 16k tokens, H*D = 2048.
-usage: python lab/kernel_breakdown.py [--fwd] [--dims 64,128,256] [--seqs 512,2048,16384] [--calls 10]"""
+--window W: flashattn's causal call with a left window of W keys (window_size (W, 0)) alone: cuDNN
+has no window (where a short window's backward spends its time: the per-call passes over O, dO and
+the float32 dQ against the main kernel).
+usage: python lab/kernel_breakdown.py [--fwd] [--window W] [--dims 64,128,256] [--seqs 512,2048,16384] [--calls 10]"""
 
 from __future__ import annotations
 
@@ -56,16 +59,18 @@ def main() -> None:
     ap.add_argument("--seqs", default="512,2048,16384")
     ap.add_argument("--calls", type=int, default=10)
     ap.add_argument("--fwd", action="store_true", help="the forward (training form) instead of the backward")
+    ap.add_argument("--window", type=int, default=-1, help="flashattn alone, causal, window_size (W, 0)")
     args = ap.parse_args()
+    win = args.window
     dtype = torch.bfloat16
     summary: list[tuple[int, int, int, float, float]] = []
     for d in (int(x) for x in args.dims.split(",")):
         for s in (int(x) for x in args.seqs.split(",")):
-            for cm in (0, 1):
+            for cm in ((1,) if win >= 0 else (0, 1)):
                 b, h = 16384 // s, 2048 // d
                 q, k, v, dout = (torch.randn(b, s, h, d, device="cuda", dtype=dtype) for _ in range(4))
                 scale = d**-0.5
-                out, lse = FWD(q, k, v, scale, cm, "auto")
+                out, lse = FWD(q, k, v, scale, cm, "auto", win, 0 if win >= 0 else -1, 0.0)
                 qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(cm))
@@ -82,15 +87,19 @@ def main() -> None:
                             return F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(cm))
 
                     impls = {"flashattn": lambda: FWD(q, k, v, scale, cm, "auto"), "cudnn": cudnn_fwd}
+                if win >= 0:
+                    wr = 0
+                    impls = {"flashattn": (lambda: FWD(q, k, v, scale, cm, "auto", win, wr, 0.0)) if args.fwd else
+                             (lambda: BWD(dout, q, k, v, out, lse, scale, cm, False, "auto", win, wr, 0.0))}
                 print(f"\n== {'forward' if args.fwd else 'backward'} D={d} S={s} B={b} H={h} "
-                      f"{'causal' if cm else 'non-causal'} bf16")
+                      f"{'causal' if cm else 'non-causal'}{f' window {win}' if win >= 0 else ''} bf16")
                 totals = {}
                 for name, fn in impls.items():
                     kernels, totals[name], span = profile(fn, args.calls)
                     print(f"  {name}: kernels {totals[name]:8.1f} us, span {span:8.1f} us per call")
                     for kname, us in sorted(kernels.items(), key=lambda kv: -kv[1]):
                         print(f"    {us:8.1f} us  {short(kname)}")
-                summary.append((d, s, cm, totals["flashattn"], totals["cudnn"]))
+                summary.append((d, s, cm, totals["flashattn"], totals.get("cudnn", float("nan"))))
     print("\nkernel time per call, us (x cudnn = cuDNN's / ours)")
     print(f"{'D':>4} {'S':>6} {'causal':>6} {'flashattn':>10} {'cudnn':>10} {'x cudnn':>8}")
     for d, s, cm, ours, theirs in summary:
