@@ -9,7 +9,8 @@ splits than blocks and splits that see no key), each through both merges
 float64 reference, for odd lengths, both causal alignments, Sq > Sk (rows that see no key), GQA,
 head dims 64/128/256, a local window and the softcap; outputs allocated from NaN-poisoned memory.
 The rule splits the seed shapes (B=1 H=1) and leaves a full grid alone; a full causal grid takes
-the dynamic schedule's counter, zeroed by every call."""
+the dynamic schedule's counter, zeroed by every call. A D <= 64 grid of at most two key blocks runs
+the one-consumer small-grid config, unsplit, and larger grids keep the two-consumer configs."""
 
 from __future__ import annotations
 
