@@ -667,13 +667,21 @@ case "${1:-verify}" in
     ;;
   fwdsmallgrid)  # 2026-12-02 (issue 28): a D <= 64 call of at most two key blocks whose 64-row tiles fill at most half
                  # the SMs runs one consumer warpgroup a CTA (traits.h Sm90SmallGridConfig): the forward tests, the
-                 # A/B (lab/fwd_split_time.py --small-grid, FLASHATTN_FWD_SMALL_GRID=0 the tree before), the sanitizers
+                 # A/B (lab/fwd_split_time.py --small-grid, FLASHATTN_FWD_SMALL_GRID=0 the tree before), the sanitizers.
+                 # SMALL_GRID_KEYS=<n>: the tests and sanitizers (dense and split cases) with the key bound at n
+                 # (FLASHATTN_FWD_SMALL_GRID; the tests that set it themselves keep theirs), before a default moves
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
-    step pytest_fwd 240 "${pytest_ci[@]}" tests/kernels/test_fwd_split_gpu.py tests/kernels/test_attention_gpu.py \
+    keys=()
+    [ -n "${SMALL_GRID_KEYS:-}" ] && keys=(env FLASHATTN_FWD_SMALL_GRID="$SMALL_GRID_KEYS")
+    step pytest_fwd 240 "${keys[@]}" "${pytest_ci[@]}" tests/kernels/test_fwd_split_gpu.py tests/kernels/test_attention_gpu.py \
       tests/kernels/test_window_gpu.py -ra
     step small_grid_ab 150 python3 lab/fwd_split_time.py --small-grid
-    sanitize_dense_steps 90
+    if [ -n "${SMALL_GRID_KEYS:-}" ]; then
+      FLASHATTN_FWD_SMALL_GRID=$SMALL_GRID_KEYS sanitize_steps 90 auto dense,split small_grid_keys
+    else
+      sanitize_dense_steps 90
+    fi
     ;;
   fwdsmallgridkeys)  # measured 2026-12-02 (issue 28; +14-20% to 768 keys, -6% at 4k: the bound wants 1024): Sm90SmallGridConfig past 256 keys, split
     env_info > "$OUT/env.txt" 2>&1
