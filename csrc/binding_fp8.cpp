@@ -69,15 +69,9 @@ std::tuple<at::Tensor, at::Tensor> fwd_fp8_cuda(const at::Tensor& q_in, const at
   at::Tensor out = at::empty({B, Sq, Hq, D}, q_in.options().dtype(at::kBFloat16));
   if (out.numel() == 0) return {out, at::empty({B, Hq, Sq}, q_in.options().dtype(at::kFloat))};
 
-  // TMA reads one-byte rows 16 bytes aligned: strides multiples of 16 elements, else one copy (a clone:
-  // contiguous() returns a contiguous view at an unaligned address unchanged).
-  auto fp8_aligned = [](const at::Tensor& t) {
-    bool ok = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
-    for (int64_t dim = 0; dim < 3; ++dim)
-      if (t.size(dim) > 1 && t.stride(dim) % 16 != 0) ok = false;
-    return ok ? t : t.clone(at::MemoryFormat::Contiguous);
-  };
-  const at::Tensor q = fp8_aligned(q_in), k = fp8_aligned(k_in), v = fp8_aligned(v_in);
+  // TMA reads one-byte rows 16 bytes aligned (strides multiples of 16 elements), else one copy.
+  const at::Tensor q = flashattn::aligned_or_copy(q_in), k = flashattn::aligned_or_copy(k_in),
+                   v = flashattn::aligned_or_copy(v_in);
   const at::Tensor q_descale = q_descale_in.contiguous(), k_descale = k_descale_in.contiguous(),
                    v_descale = v_descale_in.contiguous();
   flashattn::FwdParams p;

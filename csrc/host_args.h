@@ -25,13 +25,14 @@ namespace flashattn {
 // ---- the 16-byte access rule ---------------------------------------------------------------------
 
 // 16-byte vector access (cp.async, TMA, the decode kernels' loads): base 16-byte aligned, unit last
-// stride, every other stride of a dimension longer than 1 a multiple of 8 elements (a dimension of
-// extent 1 is never stepped, so its stride does not matter).
+// stride, every other stride of a dimension longer than 1 a multiple of 16 bytes (8 elements of a
+// 16-bit tensor, 16 of an FP8 one; a dimension of extent 1 is never stepped, so its stride does not
+// matter).
 inline bool aligned16(const at::Tensor& t) {
   if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) return false;
   if (t.dim() > 0 && t.size(-1) > 1 && t.stride(-1) != 1) return false;
   for (int64_t dim = 0; dim < t.dim() - 1; ++dim)
-    if (t.size(dim) > 1 && t.stride(dim) % 8 != 0) return false;
+    if (t.size(dim) > 1 && (t.stride(dim) * t.element_size()) % 16 != 0) return false;
   return true;
 }
 

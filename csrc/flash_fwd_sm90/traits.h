@@ -361,7 +361,7 @@ struct Sm90DefaultConfig<256> {
 // A head dim whose config of a kind is not distinct (kDistinct false) uses its default there, and
 // has no instantiation of it (tools/gen_instantiations.py).
 //   kSmallGrid: not a kind of call but of grid (dispatch.cu find_launcher): a D=64 call of at most
-//     two key blocks whose 64-row tiles fill at most half the SMs. One consumer warpgroup a CTA and
+//     kSmallGridMaxKeys keys whose 64-row tiles fill at most half the SMs. One consumer warpgroup a CTA and
 //     a tile of 64 rows: on such a grid every CTA is a latency chain on an SM of its own, and the
 //     two-warpgroup tile's first softmax ran both warpgroups' exponentials on one SM's SFUs at
 //     once; its rows on two SMs halve that chain.

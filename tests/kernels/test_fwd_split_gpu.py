@@ -176,8 +176,9 @@ def test_small_grids_run_the_one_consumer_config(case, monkeypatch, device: torc
     one consumer warpgroup a CTA (dispatch.cu small_grid_launcher), unsplit even when a split is
     forced, and meets the criterion against the float64 reference in both dtypes;
     FLASHATTN_FWD_SMALL_GRID=0 gives it the config it had before, also correct."""
-    monkeypatch.delenv("FLASHATTN_FWD_SPLIT_MERGE", raising=False)
     for env, splits, expect in (("", "", True), ("", "3", True), ("0", "", False)):
+        # The forced split merging through the combine kernel: one taken would show as that kernel.
+        set_merge(monkeypatch, "combine" if splits else "cluster")
         monkeypatch.setenv("FLASHATTN_FWD_SMALL_GRID", env)
         monkeypatch.setenv("FLASHATTN_FWD_SPLITS", splits)
         for dtype in (torch.bfloat16, torch.float16):
