@@ -8,10 +8,11 @@ causal off/on) and short prefills (B=1, H 8/16, D 128, bf16).
 each merged in a cluster where it fits and through the combine kernel
 (FLASHATTN_FWD_SPLIT_MERGE=combine), against the rule's and SDPA's: which count each shape wants.
 --small-grid: instead, the one-consumer config of small grids (dispatch.cu small_grid_launcher: D <= 64,
-at most 256 keys, 64-row tiles on at most half the SMs) against the call without it
-(FLASHATTN_FWD_SMALL_GRID=0), kernel time in alternating rounds, SDPA's beside.
---small-grid-keys: the same config past 256 keys (FLASHATTN_FWD_SMALL_GRID=65536, split by the rule
-on its 64-row tiles) against the tree's choice there (the 128-row default config, split).
+at most 1024 keys, 64-row tiles on at most half the SMs) against the call without it
+(FLASHATTN_FWD_SMALL_GRID=0), kernel time in alternating rounds, SDPA's beside: to 256 keys.
+--small-grid-keys: the same config past 256 keys (FLASHATTN_FWD_SMALL_GRID=65536, split by the rule on
+its 64-row tiles) against the 128-row default config, split (FLASHATTN_FWD_SMALL_GRID=256, the bound
+before it moved to 1024), to 4096 keys: where the bound belongs.
 usage: python lab/fwd_split_time.py [--counts | --small-grid | --small-grid-keys]"""
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def small_grid(rounds: int = 4, past_256: bool = False) -> None:
     if past_256:
         shapes = [(1, 1, s, s, 64, torch.float16, c) for s in (384, 512, 768, 1024, 2048, 4096) for c in (False, True)]
         shapes += [(1, 8, s, s, 64, torch.bfloat16, c) for s in (512, 1024) for c in (False, True)]
-        off_env, on_env = None, "65536"
+        off_env, on_env = "256", "65536"
     else:
         shapes = [(1, 1, s, s, 64, torch.float16, c) for s in (96, 128, 192, 256) for c in (False, True)]
         shapes += [(1, 8, 256, 256, 64, torch.bfloat16, c) for c in (False, True)]

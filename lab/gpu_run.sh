@@ -75,12 +75,12 @@
 #   bash lab/gpu_run.sh fwdpacked packed batches on the Hopper forward's packed flavour: build, the packed-batch and
 #                                     forward tests, the sanitizers on the small packed cases, the packed-batch
 #                                     benchmark with FlashAttention-3's varlen alongside (~8 min)
-#   bash lab/gpu_run.sh fwdsmallgrid D <= 64 small grids (at most 256 keys) on the one-consumer config: build, the forward
+#   bash lab/gpu_run.sh fwdsmallgrid D <= 64 small grids (at most 1024 keys) on the one-consumer config: build, the forward
 #                                     tests, its A/B against FLASHATTN_FWD_SMALL_GRID=0 with SDPA beside, memcheck/racecheck/
-#                                     synccheck on the small dense cases (~6 min)
+#                                     synccheck on the small dense and split cases (~4 min)
 #   bash lab/gpu_run.sh fwdsmallgridkeys the one-consumer small-grid config past 256 keys, split by the rule on its 64-row
 #                                     tiles (FLASHATTN_FWD_SMALL_GRID=65536): the split tests with it, its A/B against the
-#                                     tree's choice, memcheck/racecheck on the split cases with it (~4 min)
+#                                     bound of 256, memcheck/racecheck on the split cases with it (~4 min)
 #   bash lab/gpu_run.sh varlenloop found the `misaligned address` of 2026-12-02 (fixed: inputs at unaligned addresses): packed
 #                                     batches drawn as the padded-equivalence test draws them, each spec printed first (~1 min)
 #   bash lab/gpu_run.sh fwdpackedkeys measured, not adopted (no change): the packed Hopper forward's config by the mean key count (lab/ab/fwd_packed_mean_keys.diff):
@@ -665,11 +665,12 @@ case "${1:-verify}" in
     step bench_varlen 240 python3 -m pytest -q -s -p no:cacheprovider benchmarks/test_bench_varlen.py \
       -m "bench and varlen" -ra --benchmark-json="$OUT/bench-varlen.json"
     ;;
-  fwdsmallgrid)  # 2026-12-02 (issue 28): a D <= 64 call of at most two key blocks whose 64-row tiles fill at most half
-                 # the SMs runs one consumer warpgroup a CTA (traits.h Sm90SmallGridConfig): the forward tests, the
-                 # A/B (lab/fwd_split_time.py --small-grid, FLASHATTN_FWD_SMALL_GRID=0 the tree before), the sanitizers.
-                 # SMALL_GRID_KEYS=<n>: the tests and sanitizers (dense and split cases) with the key bound at n
-                 # (FLASHATTN_FWD_SMALL_GRID; the tests that set it themselves keep theirs), before a default moves
+  fwdsmallgrid)  # 2026-12-02 (issue 28): a D <= 64 call of at most 1024 keys whose 64-row tiles fill at most half
+                 # the SMs runs one consumer warpgroup a CTA (traits.h Sm90SmallGridConfig), split past two key
+                 # blocks: the forward tests, the A/B (lab/fwd_split_time.py --small-grid, FLASHATTN_FWD_SMALL_GRID=0
+                 # the tree before), the sanitizers on the small dense and split cases.
+                 # SMALL_GRID_KEYS=<n>: the tests and sanitizers with the key bound at n (FLASHATTN_FWD_SMALL_GRID;
+                 # the tests that set it themselves keep theirs), before a default moves
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
     keys=()
@@ -680,7 +681,7 @@ case "${1:-verify}" in
     if [ -n "${SMALL_GRID_KEYS:-}" ]; then
       FLASHATTN_FWD_SMALL_GRID=$SMALL_GRID_KEYS sanitize_steps 90 auto dense,split small_grid_keys
     else
-      sanitize_dense_steps 90
+      sanitize_steps 90 auto dense,split small_grid
     fi
     ;;
   fwdsmallgridkeys)  # measured 2026-12-02 (issue 28; +14-20% to 768 keys, -6% at 4k: the bound wants 1024): Sm90SmallGridConfig past 256 keys, split

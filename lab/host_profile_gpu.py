@@ -15,7 +15,7 @@ host work tens).
    32:8, D=128, bf16) through flash_attn_with_kvcache vs SDPA; one training step's attention
    (forward + backward, B=1 S=256) through flashattn.scaled_dot_product_attention vs SDPA, and its
    host time alone (the calls enqueued while a sleep kernel holds the GPU: no kernel time, no
-   waiting on the GPU).
+   waiting on the GPU; ours and SDPA's rounds of 40 steps interleaved, 75 of each).
 3. torch.profiler over a few hundred calls of the smallest seed shape and of S=1024 with and
    without its split: host time per op and per CUDA runtime call (allocation, launch), kernel times.
 Medians of 7 rounds. usage: python3 lab/host_profile_gpu.py [--calls 2000] [--no-profiler]
@@ -61,6 +61,24 @@ def back_to_back_us(fn: Callable[[], object], calls: int, rounds: int = ROUNDS, 
         torch.cuda.synchronize()
         runs.append((t1 - t0) / calls * 1e6)
     return statistics.median(runs)
+
+
+def host_alone_pair_us(ours: Callable[[], object], ref: Callable[[], object], calls: int = 40, rounds: int = 75,
+                       warmup: int = 20) -> tuple[float, float, float]:
+    """Two callables' host time alone (back_to_back_us with the GPU held), interleaved round by
+    round (A B, then B A, ...): the host's drift (clocks, other processes) within a few
+    milliseconds hits both alike. (ours us, ref us, ref / ours): medians over rounds, the ratio the
+    median of the rounds' ratios."""
+    for fn in (ours, ref):
+        back_to_back_us(fn, calls=warmup, rounds=1, warmup=warmup)
+    pairs = []
+    for i in range(rounds):
+        t = {}
+        for side in ((0, 1) if i % 2 == 0 else (1, 0)):
+            t[side] = back_to_back_us(ours if side == 0 else ref, calls=calls, rounds=1, warmup=0, hold_gpu=True)
+        pairs.append((t[0], t[1]))
+    return (statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs),
+            statistics.median(p[1] / p[0] for p in pairs))
 
 
 def single_call_pair_us(ours: Callable[[], object], ref: Callable[[], object], calls: int) -> tuple[float, float, float]:
@@ -201,12 +219,9 @@ def grids(calls: int) -> None:
     # Issue 28's acceptance for the training step: the host time attention costs it, forward and
     # backward, without the kernels (the GPU held busy while the calls are enqueued).
     print(f"\n{'training step: host time alone (us)':34} {'flashattn':>9} {'SDPA':>9} {'ratio':>6}")
-    host_alone = dict(calls=40, rounds=25, warmup=20, hold_gpu=True)
     for label, ours, ref in steps:
-        pairs = [(back_to_back_us(ours, **host_alone), back_to_back_us(ref, **host_alone))
-                 for _ in range(3)]  # interleaved: drift hits both
-        o, r = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
-        print(f"{label:>34} {o:9.2f} {r:9.2f} {r / o:6.2f}")
+        o, r, q = host_alone_pair_us(ours, ref)
+        print(f"{label:>34} {o:9.2f} {r:9.2f} {q:6.2f}")
 
 
 def profile() -> None:

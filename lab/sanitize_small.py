@@ -169,7 +169,7 @@ def split() -> None:
             for b, sq, sk, hq, hk, d, mode, window in ((1, 1000, 1537, 2, 1, 64, flashattn.CAUSAL_BOTTOM_RIGHT, (-1, -1)),
                                                       (1, 300, 2049, 1, 1, 128, flashattn.CAUSAL_TOP_LEFT, (-1, -1)),
                                                       (1, 129, 1100, 2, 2, 256, flashattn.CAUSAL_NONE, (300, 40)),
-                                                      # D=64 past 256 keys: the one-consumer config split where FLASHATTN_FWD_SMALL_GRID sets a higher key bound
+                                                      # D=64 past 256 keys: the one-consumer config, split (key bound kSmallGridMaxKeys = 1024)
                                                       (1, 200, 1000, 2, 1, 64, flashattn.CAUSAL_TOP_LEFT, (-1, -1))):
                 for dtype in dtypes():
                     q, k, v = rand(b, sq, hq, d, dtype=dtype), rand(b, sk, hk, d, dtype=dtype), rand(b, sk, hk, d, dtype=dtype)

@@ -109,9 +109,11 @@ int64_t query_blocks(const FwdParams& p, int block_m) {
 // keys whose 64-row tiles fill at most half the SMs: each CTA then has an SM to itself, and its
 // chain (setup, first S, softmax, P V, epilogue) is one warpgroup's, without a second warpgroup's
 // exponentials on the same SFUs (B=1 H=1 S=96-256 1.14-1.30x faster, perf-notes "Small grids on
-// one consumer warpgroup a CTA"). FLASHATTN_FWD_SMALL_GRID (lab/fwd_split_time.py --small-grid,
-// the tests): 0 turns the config off, a number sets the key bound; read only for these grids.
-constexpr int kSmallGridMaxKeys = 256;
+// one consumer warpgroup a CTA"). Past two key blocks the split plan shares its tiles' keys out as
+// it does the other configs' (384-768 keys +14-20%, 1k +2-12%; 2k mixed and 4k -6%: hence 1024).
+// FLASHATTN_FWD_SMALL_GRID (lab/fwd_split_time.py --small-grid, the tests): 0 turns the config off,
+// a number sets the key bound; read only for these grids.
+constexpr int kSmallGridMaxKeys = 1024;
 int small_grid_launcher(const FwdParams& p, const DeviceLimits& dev, int d) {
   const int i = launcher_of(p.dtype, d, Sm90ConfigKind::kSmallGrid);
   if (i < 0) return -1;

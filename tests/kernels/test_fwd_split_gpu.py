@@ -9,8 +9,9 @@ splits than blocks and splits that see no key), each through both merges
 float64 reference, for odd lengths, both causal alignments, Sq > Sk (rows that see no key), GQA,
 head dims 64/128/256, a local window and the softcap; outputs allocated from NaN-poisoned memory.
 The rule splits the seed shapes (B=1 H=1) and leaves a full grid alone; a full causal grid takes
-the dynamic schedule's counter, zeroed by every call. A D <= 64 grid of at most two key blocks runs
-the one-consumer small-grid config, unsplit, and larger grids keep the two-consumer configs."""
+the dynamic schedule's counter, zeroed by every call. A D <= 64 grid of at most 1024 keys runs the
+one-consumer small-grid config, unsplit at two key blocks or fewer, split past them; larger grids
+keep the two-consumer configs."""
 
 from __future__ import annotations
 
@@ -86,9 +87,8 @@ def test_split_forward_matches_reference(case, splits: str, merge: str, monkeypa
 
 def test_the_rule_splits_small_grids_only(monkeypatch, device: torch.device) -> None:
     """B=1 H=1 S=2048 (11-16 query tiles for 132 SMs) splits: with the combine kernel when forced
-    (FLASHATTN_FWD_SPLIT_MERGE=combine); B=1 H=1 S=1024 (eight 128-row tiles, a small non-causal
-    grid's, eight splits of one key block: eight clusters of eight CTAs) as one kernel merging in
-    clusters by default; so does B=1 H=1 S=2048 causal, whose rule of 8 splits may not fit as 8-CTA
+    (FLASHATTN_FWD_SPLIT_MERGE=combine); B=1 H=1 S=1024 (sixteen 64-row tiles of the small-grid
+    config, split over their keys) as one kernel merging in clusters by default; so does B=1 H=1 S=2048 causal, whose rule of 8 splits may not fit as 8-CTA
     clusters (then fewer splits that do); a grid that fills the SMs (B=8 H=16 S=2048) runs the
     kernel alone; FLASHATTN_FWD_SPLITS=1 turns it off; more splits than a cluster takes
     (FLASHATTN_FWD_SPLITS=16) merge through the combine kernel."""
@@ -189,6 +189,38 @@ def test_small_grids_run_the_one_consumer_config(case, monkeypatch, device: torc
         assert runs_small_grid_config(names) == expect, (env, splits, names)
         if expect:
             assert not any("split_combine" in n for n in names), names
+
+
+# D <= 64 small grids past two key blocks, up to the key bound (dispatch.cu kSmallGridMaxKeys =
+# 1024): odd lengths, both causal alignments, Sq > Sk, GQA, a window with the softcap, D under 64.
+SMALL_GRID_SPLIT_CASES = [
+    (1, 1000, 1000, 1, 1, 64, NONE, (-1, -1), 0.0),
+    (1, 513, 777, 2, 1, 48, BOTTOM_RIGHT, (-1, -1), 0.0),
+    (1, 900, 300, 1, 1, 64, TOP_LEFT, (-1, -1), 0.0),
+    (2, 130, 1024, 3, 3, 64, NONE, (200, 33), 25.0),
+]
+
+
+@pytest.mark.parametrize("case", SMALL_GRID_SPLIT_CASES, ids=[
+    f"b{b}-sq{sq}-sk{sk}-h{hq}:{hk}-d{d}-c{c}-w{w[0]}:{w[1]}-cap{cap:g}" for b, sq, sk, hq, hk, d, c, w, cap in SMALL_GRID_SPLIT_CASES])
+def test_small_grids_past_two_key_blocks_split_on_the_one_consumer_config(case, monkeypatch,
+                                                                           device: torch.device) -> None:
+    """Past two key blocks and up to the key bound a small grid still runs the one-consumer config,
+    its keys shared out by the split plan: by the rule (merged in clusters), forced to 3 splits
+    merged by the combine kernel (which then shows), each meeting the criterion against the float64
+    reference in both dtypes; FLASHATTN_FWD_SMALL_GRID=0 gives it the two-consumer configs."""
+    for env, splits, expect in (("", "", True), ("", "3", True), ("0", "", False)):
+        set_merge(monkeypatch, "combine" if splits else "cluster")
+        monkeypatch.setenv("FLASHATTN_FWD_SMALL_GRID", env)
+        monkeypatch.setenv("FLASHATTN_FWD_SPLITS", splits)
+        for dtype in (torch.bfloat16, torch.float16):
+            x, out, lse = run(case, dtype, device)
+            assert_attention_matches(out, lse, x.q, x.k, x.v, x.scale, x.causal_mode, window=case[7],
+                                     softcap=case[8], context=f"FLASHATTN_FWD_SMALL_GRID={env!r} splits={splits!r} {dtype}")
+        names = forward_kernels(lambda: run(case, torch.bfloat16, device))
+        assert runs_small_grid_config(names) == expect, (env, splits, names)
+        if splits:
+            assert any("split_combine" in n for n in names), names
 
 
 def test_larger_grids_keep_the_two_consumer_configs(device: torch.device) -> None:
