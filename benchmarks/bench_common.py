@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # --------------------------------------------------------------------------------------------
 # Shapes
@@ -22,7 +22,7 @@ CAUSAL_BOTTOM_RIGHT = "bottom_right"  # query i sees keys j <= i + Sk - Sq (Flas
 
 @dataclass(frozen=True)
 class Shape:
-    grid: str  # "latency" | "standard" | "decode"
+    grid: str  # "latency" | "latency-graph" | "standard" | "decode"
     dtype: str  # "bf16" | "fp16"
     b: int
     hq: int
@@ -48,6 +48,8 @@ class Shape:
         seq = f"S={self.sq}" if self.sq == self.sk else f"Sq={self.sq} Sk={self.sk}"
         heads = f"H={self.hq}" if self.hq == self.hk else f"H={self.hq}/{self.hk}"
         group = f"{self.dtype} D={self.d} {seq} B={self.b} {heads} {'causal' if self.causal else 'noncausal'}"
+        if self.grid == "latency-graph":
+            group += " graph"
         return group if self.pass_ == "fwd" else f"{group} {self.pass_}"
 
     @property
@@ -57,6 +59,8 @@ class Shape:
             return f"{self.dtype}-D{self.d}-Sk{self.sk}-B{self.b}-H{self.hq}kv{self.hk}-decode"
         seq = f"S{self.sq}" if self.sq == self.sk else f"Sq{self.sq}-Sk{self.sk}"
         base = f"{self.dtype}-D{self.d}-{seq}-B{self.b}-H{self.hq}-{'causal' if self.causal else 'full'}"
+        if self.grid == "latency-graph":
+            base += "-graph"
         return base if self.pass_ == "fwd" else f"{base}-{self.pass_}"
 
     @property
@@ -123,13 +127,42 @@ def pass_flops(forward_flops: int, pass_: str = "fwd") -> int:
 
 
 def latency_shapes() -> list[Shape]:
-    """The earlier attempt's shapes: fp16, D=64, tiny; latency-bound (launch overhead matters)."""
+    """The seed's shapes: fp16, D=64, B=1, H=1, S 32..2048, plus one multi-head case; latency-bound
+    (a call's host work and launch matter), timed as called (host time included)."""
     out = []
     for causal in (False, True):
-        for s in (32, 64, 128, 256, 512):
+        for s in (32, 64, 128, 256, 512, 1024, 2048):
             out.append(Shape("latency", "fp16", 1, 1, 1, s, s, 64, causal, quick=(s in (128, 512))))
         out.append(Shape("latency", "fp16", 8, 16, 16, 512, 512, 64, causal, quick=True))
     return out
+
+
+def latency_graph_shapes() -> list[Shape]:
+    """The latency grid's shapes, each implementation replayed from a CUDA graph: kernel time,
+    without the host's share."""
+    return [replace(s, grid="latency-graph") for s in latency_shapes()]
+
+
+def graphed(fn):
+    """fn captured in a CUDA graph (after two warm-up calls on a side stream, as torch's capture
+    wants): a callable that replays it and returns the captured output."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+
+    def replay():
+        graph.replay()
+        return out
+
+    return replay
 
 
 STANDARD_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -245,6 +278,7 @@ def settings_for(grid: str) -> Settings:
     """Per-grid timing settings; FLASHATTN_BENCH_ROUNDS / FLASHATTN_BENCH_ROUND_MS override."""
     base = {
         "latency": Settings(rounds=30, warmup_rounds=3, round_ms=1.0, max_calls_per_round=1000, latency_samples=50),
+        "latency-graph": Settings(rounds=30, warmup_rounds=3, round_ms=1.0, max_calls_per_round=1000, latency_samples=0),
         "standard": Settings(rounds=20, warmup_rounds=2, round_ms=2.0, max_calls_per_round=1000, latency_samples=0),
         "decode": Settings(rounds=20, warmup_rounds=2, round_ms=1.0, max_calls_per_round=1000, latency_samples=30),
     }[grid]  # (the training passes run on the standard grid's shapes and settings)

@@ -25,7 +25,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 OURS = "flashattn"
-GRID_ORDER = {"latency": 0, "standard": 1, "decode": 2}
+GRID_ORDER = {"latency": 0, "latency-graph": 1, "standard": 2, "decode": 3}
 PASS_ORDER = {"fwd": 0, "bwd": 1, "fwd+bwd": 2}
 TRAINING_BASELINES = ("sdpa-default", "sdpa-flash")  # the training table's columns (sdpa-flash: FlashAttention-2)
 IMPL_ORDER = (
@@ -129,7 +129,7 @@ class Shape:
 
     def sort_key(self):
         # latency: the B=1 H=1 sweep before the multi-head case; decode: by B, then Sk
-        sub = self.b * self.hq if self.grid == "latency" else (self.b if self.grid == "decode" else 0)
+        sub = self.b * self.hq if self.grid.startswith("latency") else (self.b if self.grid == "decode" else 0)
         return (GRID_ORDER.get(self.grid, 9), self.grid, PASS_ORDER.get(self.pass_, 9), self.dtype, self.d, self.causal,
                 sub, self.sk, self.sq, self.b)
 
@@ -343,14 +343,15 @@ def summary(report: Report, latency: bool = False) -> list:
 
 # The suites of the figure's summary panel, in its order: the forward, backward and fwd+bwd passes
 # of the throughput grids, the shared decode grid (its variants, decode-step, decode-kv, ..., are
-# categories of their own in the tables, so the headline stays the grid's) and the latency grid
-# (time per call back to back, as in the tables' summary).
+# categories of their own in the tables, so the headline stays the grid's), the latency grid
+# (time per call back to back, as in the tables' summary) and its kernel time (CUDA-graph replays).
 SUITES = (
-    ("forward", lambda sh: sh.pass_ == "fwd" and sh.grid != "latency" and not sh.grid.startswith("decode")),
+    ("forward", lambda sh: sh.pass_ == "fwd" and not sh.grid.startswith(("latency", "decode"))),
     ("backward", lambda sh: sh.pass_ == "bwd"),
     ("fwd+bwd", lambda sh: sh.pass_ == "fwd+bwd"),
     ("decode", lambda sh: sh.grid == "decode"),
     ("latency", lambda sh: sh.grid == "latency"),
+    ("latency kernels", lambda sh: sh.grid == "latency-graph"),
 )
 
 
@@ -484,6 +485,8 @@ def shape_table(report: Report, grid: str, pass_: str = "fwd"):
     shapes = [sh for sh in report.shapes if sh.grid == grid and sh.pass_ == pass_]
     if grid == "latency":
         header = ["shape"] + [f"{i} µs/call (1-call)" for i in report.impls]
+    elif grid == "latency-graph":
+        header = ["shape"] + [f"{i} µs/call" for i in report.impls]
     elif grid == "decode":
         header = ["shape"] + [f"{i} GB/s" for i in report.impls]
     else:
@@ -496,6 +499,8 @@ def shape_table(report: Report, grid: str, pass_: str = "fwd"):
             r = sh.rows.get(i)
             if grid == "latency":
                 cells.append(MISSING if r is None else f"{_us(r.ms)} ({_us(r.latency_ms)})")
+            elif grid == "latency-graph":
+                cells.append(MISSING if r is None else _us(r.ms))
             elif grid == "decode":
                 cells.append(MISSING if r is None or not r.io_bytes else _gbps(r.gbps))
             else:
@@ -548,6 +553,7 @@ def markdown(report: Report) -> str:
         out += _table(*training)
     notes = {
         "latency": "µs per call back to back, single-call latency in parentheses",
+        "latency-graph": "µs per call replayed from a CUDA graph (kernel time)",
         "standard": "TFLOP/s (causal counts only the visible query/key pairs)",
         "decode": "GB/s of Q, K, V read and O written",
     }
@@ -621,15 +627,15 @@ def panels(report: Report) -> list:
     standard: TFLOP/s vs S. latency: µs per call vs S (B=1, H=1 shapes). decode: GB/s vs Sk."""
     keyed: dict = {}
     for sh in report.shapes:
-        if sh.grid == "latency" and (sh.b != 1 or sh.hq != 1):
+        if sh.grid.startswith("latency") and (sh.b != 1 or sh.hq != 1):
             continue
         if sh.grid == "decode":
             key = (GRID_ORDER.get(sh.grid, 9), sh.grid, sh.dtype, sh.d, sh.b)
             title, xl, yl = f"decode {sh.dtype} D={sh.d} B={sh.b} H={sh.hq}/{sh.hk}", "Sk", "GB/s"
-        elif sh.grid == "latency":
+        elif sh.grid.startswith("latency"):
             key = (GRID_ORDER.get(sh.grid, 9), sh.grid, sh.dtype, sh.d, sh.causal)
             title, xl, yl = (
-                f"latency {sh.dtype} D={sh.d} B=1 H=1 {'causal' if sh.causal else 'noncausal'}",
+                f"{sh.grid} {sh.dtype} D={sh.d} B=1 H=1 {'causal' if sh.causal else 'noncausal'}",
                 "S",
                 "µs per call",
             )
@@ -642,7 +648,7 @@ def panels(report: Report) -> list:
             if sh.grid == "decode":
                 if r.io_bytes:
                     p[3][impl].append((sh.sk, r.gbps))
-            elif sh.grid == "latency":
+            elif sh.grid.startswith("latency"):
                 p[3][impl].append((sh.sq, r.ms * 1e3))
             else:
                 p[3][impl].append((sh.sq, r.tflops))

@@ -123,6 +123,12 @@ def _prepare(shape: bc.Shape, impl: str):
     del out
     if err is not None and not err <= bc.MAX_REL_ERR:
         raise bc.BenchFailure(f"{impl} on {shape.group}: relative L2 error {err:.3g} vs SDPA default exceeds {bc.MAX_REL_ERR}")
+    if shape.grid == "latency-graph":  # kernel time: the call captured once, then replayed
+        try:
+            with ctx():
+                fn = bc.graphed(fn)
+        except RuntimeError as exc:
+            raise bc.Unavailable(f"{impl} cannot be captured in a CUDA graph: {str(exc).splitlines()[0]}") from exc
     return bc.Runnable(fn, ctx), err
 
 
@@ -158,7 +164,15 @@ def run_case(benchmark, shape: bc.Shape, impl: str) -> None:
     "shape,impl", list(_params(bc.latency_shapes(), bc.selected_impls(bc.DEFAULT_IMPLS), pytest.mark.latency))
 )
 def test_latency(benchmark, shape, impl):
-    """Earlier attempt's tiny shapes (fp16, D=64): launch/latency-bound."""
+    """The seed's shapes (fp16, D=64, B=1 H=1, S 32..2048): launch/latency-bound, host time included."""
+    run_case(benchmark, shape, impl)
+
+
+@pytest.mark.parametrize(
+    "shape,impl", list(_params(bc.latency_graph_shapes(), bc.selected_impls(bc.DEFAULT_IMPLS), pytest.mark.latency))
+)
+def test_latency_graph(benchmark, shape, impl):
+    """The same shapes, each implementation replayed from a CUDA graph: kernel time."""
     run_case(benchmark, shape, impl)
 
 

@@ -242,26 +242,6 @@ def _paged_reference(case: DecodeCase, page_size: int):
     return _CACHE[key]
 
 
-def _graphed(fn):
-    import torch
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fn()
-
-    def replay():
-        graph.replay()
-        return out
-
-    return replay
-
-
 def make_callable(case: DecodeCase, impl: str):
     """fn() runs one call of `impl` on the case's inputs and returns its [B, 1, Hq, D] output."""
     import torch
@@ -298,7 +278,7 @@ def make_callable(case: DecodeCase, impl: str):
         else:
             fn = lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True).transpose(1, 2)  # noqa: E731
         try:
-            return _graphed(fn)
+            return bc.graphed(fn)
         except RuntimeError as exc:
             raise bc.Unavailable(f"{impl} cannot be captured in a CUDA graph: {str(exc).splitlines()[0]}") from exc
 
@@ -307,7 +287,7 @@ def make_callable(case: DecodeCase, impl: str):
         if not case.graph:
             return fn
         try:
-            return _graphed(fn)
+            return bc.graphed(fn)
         except RuntimeError as exc:
             raise bc.Unavailable(f"{impl} cannot be captured in a CUDA graph: {str(exc).splitlines()[0]}") from exc
 

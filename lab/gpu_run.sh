@@ -75,6 +75,9 @@
 #   bash lab/gpu_run.sh fwdpacked packed batches on the Hopper forward's packed flavour: build, the packed-batch and
 #                                     forward tests, the sanitizers on the small packed cases, the packed-batch
 #                                     benchmark with FlashAttention-3's varlen alongside (~8 min)
+#   bash lab/gpu_run.sh latencygrid the benchmarks' latency grids (the seed's shapes called as a user calls them, and
+#                                     replayed from CUDA graphs: issue 28's two numbers) with every SDPA backend, then
+#                                     the host profile (lab/host_profile_gpu.py)                     (~4 min)
 #   bash lab/gpu_run.sh fwdsmallgrid D <= 64 small grids (at most 1024 keys) on the one-consumer config: build, the forward
 #                                     tests, its A/B against FLASHATTN_FWD_SMALL_GRID=0 with SDPA beside, memcheck/racecheck/
 #                                     synccheck on the small dense and split cases (~4 min)
@@ -1341,6 +1344,13 @@ PY
       python3 lab/sanitize_small.py --only fp8,split
     step fp8_time 240 python3 lab/fp8_time.py --check
     ;;
+  latencygrid)  # issue 28: the latency grid (host time included) and its CUDA-graph twin (kernel time) on the seed's
+                # shapes, side by side with every SDPA backend, and the host profile
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    step bench_latency 300 env BENCH_MARKERS="bench and latency" bash benchmarks/run_benchmarks.sh "$OUT/bench"
+    step host_profile 180 python3 lab/host_profile_gpu.py
+    ;;
   hostprofile)  # the host profile alone, on a built tree (a second look at the numbers)
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
@@ -1360,7 +1370,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

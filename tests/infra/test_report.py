@@ -4,6 +4,7 @@ parts (benchmarks/bench_common.py: grids, FLOP counting), on a hand-made pytest-
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -348,6 +349,44 @@ def test_latency_and_decode_grids():
     assert min(s.sk for s in dec) == 1024 and max(s.sk for s in dec) == 131072
     all_groups = [s.group for s in lat + bc.standard_shapes() + dec]
     assert len(set(all_groups)) == len(all_groups)
+
+
+def test_latency_graph_grid_is_the_latency_grid_replayed(tmp_path):
+    """The latency grid's kernel-time twin (issue 28's two bars on the seed shapes): the same shapes
+    as grid "latency-graph", with groups and ids of their own; the report gives it its own table
+    (µs per call, no single-call column), its own summary lines and figure panels, and keeps it out
+    of the forward suite."""
+    lat, graph = bc.latency_shapes(), bc.latency_graph_shapes()
+    assert {(1, 1, s) for s in (32, 64, 128, 256, 512, 1024, 2048)} <= {(s.b, s.hq, s.sq) for s in lat}
+    assert [(s.b, s.hq, s.sq, s.causal) for s in graph] == [(s.b, s.hq, s.sq, s.causal) for s in lat]
+    assert {s.grid for s in graph} == {"latency-graph"}
+    every = lat + graph
+    assert len({s.group for s in every}) == len(every) and len({s.id for s in every}) == len(every)
+
+    data = json.loads(FIXTURE.read_text())
+    for bench in [b for b in data["benchmarks"] if b["extra_info"]["grid"] == "latency"]:
+        twin = copy.deepcopy(bench)
+        info = twin["extra_info"]
+        info.update(grid="latency-graph", median_ms=info["median_ms"] / 2)  # kernel time: half the call
+        info.pop("latency_ms", None)
+        twin["group"] = bc.Shape("latency-graph", info["dtype"], info["b"], info["hq"], info["hk"], info["sq"],
+                                 info["sk"], info["d"], info["causal"]).group
+        twin["name"] = twin["name"].replace("test_latency[", "test_latency_graph[")
+        data["benchmarks"].append(twin)
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(data))
+    rep = br.load(str(path))
+    assert br.grids(rep) == ["latency", "latency-graph", "standard", "decode"]
+    header, rows = br.shape_table(rep, "latency-graph")
+    assert header[1] == "flashattn µs/call" and rows[0][0] == LAT + " graph"
+    assert rows[0][1] == "5.0"  # 10 us back to back in the fixture, halved
+    md = br.markdown(rep)
+    assert "### latency-graph grid: µs per call replayed from a CUDA graph (kernel time)" in md
+    assert "latency-graph fp16 D=64 noncausal" in md
+    suites = {name: n for name, n, _ in br.suite_summary(rep)}
+    assert suites["latency kernels"] == 1 and suites["latency"] == 1
+    assert suites["forward"] == len([s for s in rep.shapes if s.grid == "standard"])
+    assert any(title.startswith("latency-graph fp16 D=64 B=1 H=1") for title, *_ in br.panels(rep))
 
 
 def test_calls_per_round():
