@@ -6,6 +6,7 @@
 
 #include "../common/bwd_params.h"
 #include "../common/bwd_preprocess.cuh"
+#include "../common/kernel_attributes.h"
 #include "convert.cuh"
 #include "mainloop.cuh"
 #include "registry.h"
@@ -30,10 +31,11 @@ cudaError_t run_bwd_flavour(const BwdParams& p, cudaStream_t stream) {
   const int num_n_blocks = (p.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   const long long grid = static_cast<long long>(num_n_blocks) * p.batch * p.heads_kv;
   if (grid > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-  auto launch = [&](auto kernel) {
+  auto launch = [&](auto ref) {
+    constexpr auto kernel = decltype(ref)::value;
     constexpr int kSmem = Traits::kSmemBytes;
     if constexpr (kSmem > 48 * 1024) {
-      const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      const cudaError_t e = set_max_dynamic_smem_once<kernel>(kSmem);
       if (e != cudaSuccess) return e;
     }
     if (grid > 0) kernel<<<static_cast<unsigned>(grid), Traits::kNThreads, kSmem, stream>>>(p, num_n_blocks);
@@ -42,12 +44,12 @@ cudaError_t run_bwd_flavour(const BwdParams& p, cudaStream_t stream) {
   if (bwd_needs_window_kernel(p)) {
     // Only the configs dispatch.cu picks for such calls carry the window/softcap kernels.
     if constexpr (bwd_has_window_kernels<Traits>())
-      err = p.softcap > 0.f ? launch(flash_bwd_kernel<Traits, Element, kVarlen, true, true>)
-                            : launch(flash_bwd_kernel<Traits, Element, kVarlen, true, false>);
+      err = p.softcap > 0.f ? launch(KernelRef<flash_bwd_kernel<Traits, Element, kVarlen, true, true>>{})
+                            : launch(KernelRef<flash_bwd_kernel<Traits, Element, kVarlen, true, false>>{});
     else
       err = cudaErrorInvalidValue;
   } else {
-    err = launch(flash_bwd_kernel<Traits, Element, kVarlen, false, false>);
+    err = launch(KernelRef<flash_bwd_kernel<Traits, Element, kVarlen, false, false>>{});
   }
   if (err != cudaSuccess) return err;
   return launch_bwd_convert_dq<Element>(rows, stream);

@@ -156,7 +156,7 @@ cudaError_t run_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream
   cudaError_t err = set_max_dynamic_smem_once<kernel>(Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
   if constexpr (Traits::kCtasPerSm > 1) {  // the whole carveout as shared memory, for kCtasPerSm CTAs
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    err = set_max_shared_carveout_once<kernel>();
     if (err != cudaSuccess) return err;
   }
   const int grid = std::min(k.num_tiles, std::max(1, dev.sm_count) * Traits::kCtasPerSm);
@@ -203,7 +203,7 @@ cudaError_t run_fwd_sm90_packed(const FwdParams& p, const DeviceLimits& dev, cud
   cudaError_t err = set_max_dynamic_smem_once<kernel>(Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
   if constexpr (Traits::kCtasPerSm > 1) {
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    err = set_max_shared_carveout_once<kernel>();
     if (err != cudaSuccess) return err;
   }
   const int grid = std::min(k.num_tiles, std::max(1, dev.sm_count) * Traits::kCtasPerSm);
