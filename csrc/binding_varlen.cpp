@@ -45,7 +45,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_varlen_cuda(const at::Tensor& q_in, const
   // lse, and behind it one int32 word for the Hopper path's tile counter (the dense binding's form).
   const int64_t lse_numel = Hq * total_q;
   at::Tensor lse_storage = at::empty({lse_numel + 1}, q_in.options().dtype(at::kFloat));
-  at::Tensor lse = lse_storage.narrow(0, 0, lse_numel).view({Hq, total_q});
+  at::Tensor lse = lse_storage.as_strided({Hq, total_q}, {total_q, 1});  // one view op
   if (out.numel() == 0) return {out, lse};
   if (B == 0) {  // no sequence: every row is unowned
     out.zero_();
