@@ -36,7 +36,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import flashattn  # noqa: E402
 from gpu_helpers import nan_filled_allocations  # noqa: E402
-from gpu_timing import interleaved_ms  # noqa: E402
+from gpu_timing import _bench_common, interleaved_ms  # noqa: E402
 
 BF16, F16, I32 = torch.bfloat16, torch.float16, torch.int32
 
@@ -148,18 +148,10 @@ def numerics(quick: bool) -> int:
 
 
 def graphed(fn):
-    """fn replayed from a CUDA graph (kernel time without Python and launch overhead), or None."""
+    """fn replayed from a CUDA graph (kernel time without Python and launch overhead; the benchmark
+    suite's capture, bench_common.graphed), or None where it cannot be captured."""
     try:
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(2):
-                fn()
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            fn()
-        return g.replay
+        return _bench_common().graphed(fn)
     except Exception as exc:  # noqa: BLE001
         print(f"    (CUDA graph capture failed: {type(exc).__name__}: {str(exc).splitlines()[0][:100]})")
         return None
