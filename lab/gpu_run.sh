@@ -65,6 +65,8 @@
 #   bash lab/gpu_run.sh fwdorder2 measured, not adopted (1.005): the 16-bit forward in step order 2 at every head dim (FWD_ORDER_DIFF, default
 #                                     lab/ab/fwd_step_order2.diff; fwd_d128_order2.diff: D=128 alone): a ping-pong turn
 #                                     holds only the GEMMs' issue, as FlashAttention-3's: its A/B, the checks (~5 min)
+#   bash lab/gpu_run.sh hostbhsd prepared, not yet run: fwd_bhsd without transposed views of q, k, v
+#                                     (lab/ab/host_fwd_bhsd_no_views.diff): its A/B on the host profile, the tests (~8 min)
 #   bash lab/gpu_run.sh fwdd64otma prepared, not yet run: D=64's default config with O through shared memory and TMA
 #                                     stores (lab/ab/fwd_d64_o_tma.diff): its A/B on D=64 cells, the checks (~6 min)
 #   bash lab/gpu_run.sh fwdncu   ncu on the forward of ours, cuDNN and FlashAttention-3 side by side (NCU_FWD_SHAPES) (~3 min)
@@ -1360,6 +1362,17 @@ PY
     step bench_latency 300 env BENCH_MARKERS="bench and latency" bash benchmarks/run_benchmarks.sh "$OUT/bench"
     step host_profile 180 python3 lab/host_profile_gpu.py
     ;;
+  hostbhsd)  # prepared 2026-12-02 (issue 28's host path), not yet run: flashattn::fwd_bhsd reads q, k, v [B, H, S, D]
+             # through their strides instead of taking a transposed view of each (lab/ab/host_fwd_bhsd_no_views.diff;
+             # the kernels' parameters are the same): its A/B on the host profile, then the entry points' tests in the copy
+    env_info > "$OUT/env.txt" 2>&1
+    step ab_hostbhsd 480 env PATCH=host_fwd_bhsd_no_views.diff REVERSE=0 AB_COPY="$PWD/build/ab-hostbhsd" OUT="$OUT/ab" \
+      AB_SMOKE="python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_attention_gpu.py" \
+      AB_CMD="python3 lab/host_profile_gpu.py --no-profiler" bash lab/ab/run_ab.sh
+    step pytest_hostbhsd 200 bash -c "cd '$PWD/build/ab-hostbhsd' && PYTHONPATH='$PWD/build/ab-hostbhsd' \
+      FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_gpu.py \
+      tests/kernels/test_nonfinite_gpu.py tests/kernels/test_torch_impl_gpu.py -ra"
+    ;;
   hostprofile)  # the host profile alone, on a built tree (a second look at the numbers)
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
@@ -1379,7 +1392,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|hostbhsd|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -214,6 +214,10 @@
 # snake): bash lab/gpu_run.sh fwddynlean, then fwddynleanfp8 on the same machine (measured 2026-12-01 on an
 # H200 with REVERSE=0: the 16-bit forward 1.003, FP8 D=256 causal +4-5%; landed, so REVERSE=1 now undoes it).
 # AB_SMOKE: a command (e.g. a few GPU tests) run in the patched copy before any round, 90 s at most.
+# host_fwd_bhsd_no_views.diff: flashattn::fwd_bhsd reads q, k, v [B, H, S, D] through their strides (set_dense's
+# s_dim/h_dim) instead of taking a transposed view of each, three dispatcher ops a call fewer: REVERSE=0
+# AB_CMD="python3 lab/host_profile_gpu.py --no-profiler" (bash lab/gpu_run.sh hostbhsd; prepared 2026-12-02,
+# not yet run).
 # lab_softcap_no_tanh.diff: a measurement only (wrong results): the one-pass softcap kernels without
 # their tanh, to price the second SFU operation a score: REVERSE=0 with the AB_CMD above (measured
 # 2026-11-28: D=64 cost 1.18-1.22 -> 1.06-1.11).
