@@ -17,7 +17,6 @@ usage: python lab/fwd_split_time.py [--counts | --small-grid | --small-grid-keys
 
 from __future__ import annotations
 
-import math
 import os
 import statistics
 import sys
@@ -29,6 +28,7 @@ import triton.testing
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
+from gpu_timing import geomean
 
 FWD = torch.ops.flashattn.fwd.default
 
@@ -120,8 +120,7 @@ def small_grid(rounds: int = 4, past_256: bool = False) -> None:
         vs_sdpa.append(t_sdpa / t_on)
         print(f"{b:>2} {h:>3} {sq:>5} {sk:>5} {d:>3} {str(dtype)[6:]:>8} {str(causal):>6} | {t_off:7.2f} {t_on:7.2f} "
               f"{t_off / t_on:7.3f} | {t_sdpa:7.2f} {t_sdpa / t_off:10.2f} {t_sdpa / t_on:10.2f}")
-    gm = lambda r: math.exp(sum(map(math.log, r)) / len(r))  # noqa: E731
-    print(f"geomean off/on {gm(gains):.3f}, x sdpa with it {gm(vs_sdpa):.3f} ({len(shapes)} shapes)")
+    print(f"geomean off/on {geomean(gains):.3f}, x sdpa with it {geomean(vs_sdpa):.3f} ({len(shapes)} shapes)")
 
 
 def main() -> None:
@@ -158,8 +157,8 @@ def main() -> None:
         print(f"{b:>2} {h:>3} {s:>5} {d:>4} {str(dtype)[6:]:>8} {str(causal):>6} | {'':>10} {t_nosplit * 1e3:8.2f} "
               f"{t_rule * 1e3:8.2f} {t_port * 1e3:8.2f} {t_sdpa * 1e3:8.2f} {t_fa2 * 1e3:8.2f} {t_nosplit / t_rule:6.2f} "
               f"{t_sdpa / t_rule:7.2f} | {'':>15} {call_ours:7.1f} {call_sdpa:7.1f} {call_sdpa / call_ours:7.2f}")
-    gm = lambda r: math.exp(sum(map(math.log, r)) / len(r))  # noqa: E731
-    print(f"geomean x sdpa: kernel {gm(ratios_kernel):.3f}, single call {gm(ratios_call):.3f} ({len(shapes)} shapes)")
+    print(f"geomean x sdpa: kernel {geomean(ratios_kernel):.3f}, single call {geomean(ratios_call):.3f} "
+          f"({len(shapes)} shapes)")
 
 
 if __name__ == "__main__":

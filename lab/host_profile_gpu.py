@@ -10,15 +10,16 @@ host work tens).
    bare torch calls (an allocation, an elementwise launch) for scale.
 2. The issue-28 grids, each call timed as a user makes it (synchronized before and after, wall
    time; ours and SDPA's calls interleaved one by one, the ratio the median of the rounds' paired
-   ratios) and back to back (ours and SDPA's rounds interleaved, 21 of each): the seed shapes (B=1 H=1 D=64 fp16, S 32..2048) through
-   flashattn.scaled_dot_product_attention vs F.scaled_dot_product_attention; decode at B=1 (GQA
+   ratios) and back to back (ours and SDPA's rounds interleaved, 21 of each): the seed shapes (B=1
+   H=1 D=64 fp16, S 32..2048) through flashattn.scaled_dot_product_attention vs F.scaled_dot_product_attention; decode at B=1 (GQA
    32:8, D=128, bf16) through flash_attn_with_kvcache vs SDPA; one training step's attention
    (forward + backward, B=1 S=256) through flashattn.scaled_dot_product_attention vs SDPA, and its
    host time alone (the calls enqueued while a sleep kernel holds the GPU: no kernel time, no
    waiting on the GPU; ours and SDPA's rounds of 40 steps interleaved, 75 of each).
 3. torch.profiler over a few hundred calls of the smallest seed shape and of S=1024 with and
    without its split: host time per op and per CUDA runtime call (allocation, launch), kernel times.
-Single calls: medians of 7 rounds; back to back: 21 rounds a side, interleaved. usage: python3 lab/host_profile_gpu.py [--calls 2000] [--no-profiler]
+Single calls: medians of 7 rounds; back to back: 21 rounds a side, interleaved.
+usage: python3 lab/host_profile_gpu.py [--calls 2000] [--no-profiler]
 """
 
 from __future__ import annotations

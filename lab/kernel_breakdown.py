@@ -62,6 +62,7 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=-1, help="flashattn alone, causal, window_size (W, 0)")
     args = ap.parse_args()
     win = args.window
+    wr = 0 if win >= 0 else -1  # window_size (W, 0), or no window
     dtype = torch.bfloat16
     summary: list[tuple[int, int, int, float, float]] = []
     for d in (int(x) for x in args.dims.split(",")):
@@ -70,7 +71,7 @@ def main() -> None:
                 b, h = 16384 // s, 2048 // d
                 q, k, v, dout = (torch.randn(b, s, h, d, device="cuda", dtype=dtype) for _ in range(4))
                 scale = d**-0.5
-                out, lse = FWD(q, k, v, scale, cm, "auto", win, 0 if win >= 0 else -1, 0.0)
+                out, lse = FWD(q, k, v, scale, cm, "auto", win, wr, 0.0)
                 qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(cm))
@@ -88,7 +89,6 @@ def main() -> None:
 
                     impls = {"flashattn": lambda: FWD(q, k, v, scale, cm, "auto"), "cudnn": cudnn_fwd}
                 if win >= 0:
-                    wr = 0
                     impls = {"flashattn": (lambda: FWD(q, k, v, scale, cm, "auto", win, wr, 0.0)) if args.fwd else
                              (lambda: BWD(dout, q, k, v, out, lse, scale, cm, False, "auto", win, wr, 0.0))}
                 print(f"\n== {'forward' if args.fwd else 'backward'} D={d} S={s} B={b} H={h} "

@@ -84,9 +84,10 @@ constexpr int launcher_of(DType dtype, int head_dim, Sm90ConfigKind kind) {
 constexpr bool has_launcher(DType dtype, int head_dim, Sm90ConfigKind kind) {
   return launcher_of(dtype, head_dim, kind) >= 0;
 }
-// Every kind sm90_config_kind() (or find_launcher's small-grid rule) can pick for head dim D has its row in each dtype: the generator
-// lists the long-keys and non-causal configs only for the head dims where traits.h makes them
-// distinct, and a config made distinct later must not fall back to no launcher at all.
+// Every kind sm90_config_kind() (or find_launcher's small-grid rule) can pick for head dim D has its
+// row in each dtype: the generator lists the long-keys, non-causal and small-grid configs only for
+// the head dims where traits.h makes them distinct, and a config made distinct later must not fall
+// back to no launcher at all.
 template <int D>
 constexpr bool launchers_cover() {
   for (DType t : {DType::kFloat16, DType::kBFloat16}) {

@@ -187,6 +187,9 @@ bool packed_kernel_is_real() {
 template <typename Traits, typename Element>
 cudaError_t run_fwd_sm90_packed(const FwdParams& p, const DeviceLimits& dev, cudaStream_t stream) {
   static_assert(!Traits::kFp8 && Traits::kSmemBytes <= kMaxSmemSm90, "16-bit traits within shared memory");
+  // One CTA an SM: the one-consumer configs (kCtasPerSm 2) serve dense small grids only, and have no
+  // packed flavour (tools/gen_instantiations.py SM90_DENSE_ONLY).
+  static_assert(Traits::kCtasPerSm == 1, "no packed flavour of a several-CTAs-an-SM config");
   if (Traits::kSmemBytes > dev.max_smem_per_block) return cudaErrorNotSupported;
   if (p.cu_seqlens_q == nullptr || p.cu_seqlens_k == nullptr || p.num_splits > 1) return cudaErrorInvalidValue;
   Sm90PackedParams k;
@@ -200,13 +203,9 @@ cudaError_t run_fwd_sm90_packed(const FwdParams& p, const DeviceLimits& dev, cud
   if (k.num_tiles == 0) return cudaSuccess;
   if (k.tile_counter == nullptr) return cudaErrorInvalidValue;
   constexpr auto kernel = flash_fwd_sm90_packed_kernel<Traits, Element>;
-  cudaError_t err = set_max_dynamic_smem_once<kernel>(Traits::kSmemBytes);
+  const cudaError_t err = set_max_dynamic_smem_once<kernel>(Traits::kSmemBytes);
   if (err != cudaSuccess) return err;
-  if constexpr (Traits::kCtasPerSm > 1) {
-    err = set_max_shared_carveout_once<kernel>();
-    if (err != cudaSuccess) return err;
-  }
-  const int grid = std::min(k.num_tiles, std::max(1, dev.sm_count) * Traits::kCtasPerSm);
+  const int grid = std::min(k.num_tiles, std::max(1, dev.sm_count));
   kernel<<<grid, Traits::kThreads, Traits::kSmemBytes, stream>>>(k);
   return cudaGetLastError();
 }

@@ -37,7 +37,8 @@ CASES = [
     (1, 1500, 700, 1, 1, 64, BOTTOM_RIGHT, (-1, -1), 0.0),
     (1, 129, 9000, 3, 1, 64, NONE, (-1, -1), 0.0),
 ]
-CASE_IDS = [f"b{b}-sq{sq}-sk{sk}-h{hq}:{hk}-d{d}-c{c}-w{w[0]}:{w[1]}-cap{cap:g}" for b, sq, sk, hq, hk, d, c, w, cap in CASES]
+def case_ids(cases) -> list[str]:
+    return [f"b{b}-sq{sq}-sk{sk}-h{hq}:{hk}-d{d}-c{c}-w{w[0]}:{w[1]}-cap{cap:g}" for b, sq, sk, hq, hk, d, c, w, cap in cases]
 
 
 @pytest.fixture(autouse=True)
@@ -72,7 +73,7 @@ def set_merge(monkeypatch, merge: str) -> None:
 
 @pytest.mark.parametrize("merge", ["cluster", "combine"])
 @pytest.mark.parametrize("splits", ["rule", "1", "2", "3", "7", "8", "128"])
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("case", CASES, ids=case_ids(CASES))
 def test_split_forward_matches_reference(case, splits: str, merge: str, monkeypatch, device: torch.device) -> None:
     if splits != "rule":
         monkeypatch.setenv("FLASHATTN_FWD_SPLITS", splits)
@@ -88,8 +89,8 @@ def test_split_forward_matches_reference(case, splits: str, merge: str, monkeypa
 def test_the_rule_splits_small_grids_only(monkeypatch, device: torch.device) -> None:
     """B=1 H=1 S=2048 (11-16 query tiles for 132 SMs) splits: with the combine kernel when forced
     (FLASHATTN_FWD_SPLIT_MERGE=combine); B=1 H=1 S=1024 (sixteen 64-row tiles of the small-grid
-    config, split over their keys) as one kernel merging in clusters by default; so does B=1 H=1 S=2048 causal, whose rule of 8 splits may not fit as 8-CTA
-    clusters (then fewer splits that do); a grid that fills the SMs (B=8 H=16 S=2048) runs the
+    config, split over their keys) as one kernel merging in clusters by default; so does B=1 H=1
+    S=2048 causal, whose rule of 8 splits may not fit as 8-CTA clusters (then fewer splits that do); a grid that fills the SMs (B=8 H=16 S=2048) runs the
     kernel alone; FLASHATTN_FWD_SPLITS=1 turns it off; more splits than a cluster takes
     (FLASHATTN_FWD_SPLITS=16) merge through the combine kernel."""
     monkeypatch.delenv("FLASHATTN_FWD_SPLITS", raising=False)
@@ -176,8 +177,7 @@ def runs_small_grid_config(names: set[str]) -> bool:
     return any(t in n for n in names for t in SMALL_GRID_TRAITS)
 
 
-@pytest.mark.parametrize("case", SMALL_GRID_CASES, ids=[
-    f"b{b}-sq{sq}-sk{sk}-h{hq}:{hk}-d{d}-c{c}-w{w[0]}:{w[1]}-cap{cap:g}" for b, sq, sk, hq, hk, d, c, w, cap in SMALL_GRID_CASES])
+@pytest.mark.parametrize("case", SMALL_GRID_CASES, ids=case_ids(SMALL_GRID_CASES))
 def test_small_grids_run_the_one_consumer_config(case, monkeypatch, device: torch.device) -> None:
     """A D <= 64 call of at most 1024 keys whose 64-row tiles fill at most half the SMs runs one
     consumer warpgroup a CTA (dispatch.cu small_grid_launcher): at two key blocks or fewer unsplit
