@@ -21,15 +21,18 @@ namespace {
 
 using flashattn::CausalMode;
 
-std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+// The dense forward on q, k, v [B, S, H, D] (bhsd false) or [B, H, S, D] (bhsd true: read through
+// their strides as they are, no transposed views taken), out [B, Sq, Hq, D].
+std::tuple<at::Tensor, at::Tensor> fwd_impl(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                                             std::optional<double> softmax_scale, int64_t causal_mode,
                                             c10::string_view backend, int64_t window_left, int64_t window_right,
-                                            double softcap) {
-  constexpr const char* op = "flashattn::fwd";
-  flashattn::check_qkv(op, q_in, k_in, v_in, 4, "[B, S, H, D]");
+                                            double softcap, const bool bhsd) {
+  const char* const op = bhsd ? "flashattn::fwd_bhsd" : "flashattn::fwd";
+  const int s_dim = bhsd ? 2 : 1, h_dim = bhsd ? 1 : 2;
+  flashattn::check_qkv(op, q_in, k_in, v_in, 4, bhsd ? "[B, H, S, D]" : "[B, S, H, D]", h_dim);
   flashattn::check_unit_last_stride(op, {&q_in, &k_in, &v_in});
-  const int64_t B = q_in.size(0), Sq = q_in.size(1), Hq = q_in.size(2), D = q_in.size(3);
-  const int64_t Sk = k_in.size(1);
+  const int64_t B = q_in.size(0), Sq = q_in.size(s_dim), Hq = q_in.size(h_dim), D = q_in.size(3);
+  const int64_t Sk = k_in.size(s_dim);
   FLASHATTN_CHECK(k_in.size(0) == B, op, ": k/v batch size differs from q's");
   FLASHATTN_CHECK(Sk >= 1 || B * Sq * Hq == 0, op, ": key sequence length must be >= 1");
   flashattn::check_mask(op, causal_mode, window_left, window_right, softcap);
@@ -50,7 +53,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
   const at::Tensor q = flashattn::aligned_or_copy(q_in), k = flashattn::aligned_or_copy(k_in),
                    v = flashattn::aligned_or_copy(v_in);
   flashattn::FwdParams p;
-  flashattn::set_dense(p, q, k, v, out);
+  flashattn::set_dense(p, q, k, v, out, s_dim, h_dim);
   p.lse = lse.data_ptr<float>();
   p.dtype = flashattn::dtype_of(q);
   p.set_scale(scale);
@@ -105,16 +108,21 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
   return {out, lse};
 }
 
+std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                            std::optional<double> softmax_scale, int64_t causal_mode,
+                                            c10::string_view backend, int64_t window_left, int64_t window_right,
+                                            double softcap) {
+  return fwd_impl(q, k, v, softmax_scale, causal_mode, backend, window_left, window_right, softcap, false);
+}
+
 // flashattn::fwd on the torch layout [B, H, S, D] (SDPA's), out in that layout too (a transposed view
-// of the [B, S, H, D] buffer the kernels write). The views are taken here rather than in Python,
-// where each one costs about a microsecond of host time per call.
+// of the [B, S, H, D] buffer the kernels write). q, k, v are read through their own strides: a
+// transposed view of each cost a dispatcher op a call.
 std::tuple<at::Tensor, at::Tensor> fwd_bhsd_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                  std::optional<double> softmax_scale, int64_t causal_mode,
                                                  c10::string_view backend, int64_t window_left, int64_t window_right,
                                                  double softcap) {
-  FLASHATTN_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "flashattn::fwd_bhsd: q, k, v must be 4-D [B, H, S, D]");
-  auto [out, lse] = fwd_cuda(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), softmax_scale, causal_mode,
-                             backend, window_left, window_right, softcap);
+  auto [out, lse] = fwd_impl(q, k, v, softmax_scale, causal_mode, backend, window_left, window_right, softcap, true);
   return {out.transpose(1, 2), lse};
 }
 

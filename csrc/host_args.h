@@ -68,29 +68,32 @@ inline DType dtype_of(const at::Tensor& t) {
   return t.scalar_type() == at::kBFloat16 ? DType::kBFloat16 : DType::kFloat16;
 }
 
-// A [B, S, H, D] tensor: its pointer and the batch, row and head strides, in elements.
+// A [B, S, H, D] tensor: its pointer and the batch, row and head strides, in elements. s_dim and
+// h_dim: where its rows and heads are (2 and 1 for a tensor stored as [B, H, S, D]).
 template <class Ptr>
 inline void set_bshd(const at::Tensor& t, Ptr& ptr, int64_t& batch_stride, int64_t& row_stride,
-                     int64_t& head_stride) {
+                     int64_t& head_stride, int s_dim = 1, int h_dim = 2) {
   ptr = t.data_ptr();
   batch_stride = t.stride(0);
-  row_stride = t.stride(1);
-  head_stride = t.stride(2);
+  row_stride = t.stride(s_dim);
+  head_stride = t.stride(h_dim);
 }
 
-// A dense call: q, k, v [B, S, H, D] and o (q's shape), their pointers and strides, and the sizes
-// read from them (each binding has checked them against int32 first).
-inline void set_dense(FwdParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o) {
-  set_bshd(q, p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
-  set_bshd(k, p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
-  set_bshd(v, p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+// A dense call: q, k, v [B, S, H, D] (or stored as [B, H, S, D]: s_dim 2, h_dim 1) and o [B, Sq, Hq, D],
+// their pointers and strides, and the sizes read from them (each binding has checked them against
+// int32 first).
+inline void set_dense(FwdParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
+                      int s_dim = 1, int h_dim = 2) {
+  set_bshd(q, p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, s_dim, h_dim);
+  set_bshd(k, p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, s_dim, h_dim);
+  set_bshd(v, p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, s_dim, h_dim);
   set_bshd(o, p.o, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
   p.batch = static_cast<int>(q.size(0));
-  p.seqlen_q = static_cast<int>(q.size(1));
-  p.heads_q = static_cast<int>(q.size(2));
+  p.seqlen_q = static_cast<int>(q.size(s_dim));
+  p.heads_q = static_cast<int>(q.size(h_dim));
   p.head_dim = static_cast<int>(q.size(3));
-  p.seqlen_k = static_cast<int>(k.size(1));
-  p.heads_kv = static_cast<int>(k.size(2));
+  p.seqlen_k = static_cast<int>(k.size(s_dim));
+  p.heads_kv = static_cast<int>(k.size(h_dim));
 }
 
 // A packed [total, H, D] tensor: its pointer and the row and head strides (no batch stride: the
@@ -128,7 +131,7 @@ inline bool is_half_type(at::ScalarType s) { return s == at::kHalf || s == at::k
 // one fp16/bf16 dtype, one CUDA device, k and v alike, q's head dim, Hq a multiple of Hk, a head
 // dim the kernels take. `layout` names the expected shape in messages. Strides: unit_last_stride.
 inline void check_qkv(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t rank,
-                      const char* layout) {
+                      const char* layout, int64_t h_dim = -2) {
   FLASHATTN_CHECK(q.dim() == rank && k.dim() == rank && v.dim() == rank, op, ": q, k, v must be ", rank, "-D ", layout,
               ", got shapes ", q.sizes(), ", ", k.sizes(), ", ", v.sizes());
   const at::ScalarType dtype = q.scalar_type();
@@ -138,7 +141,7 @@ inline void check_qkv(const char* op, const at::Tensor& q, const at::Tensor& k, 
   FLASHATTN_CHECK(q.is_cuda() && k.device() == q.device() && v.device() == q.device(), op,
               ": q, k, v must be on one CUDA device, got ", q.device(), ", ", k.device(), ", ", v.device());
   FLASHATTN_CHECK(k.sizes() == v.sizes(), op, ": k and v shapes differ: ", k.sizes(), " and ", v.sizes());
-  const int64_t D = q.size(-1), Hq = q.size(-2), Hk = k.size(-2);
+  const int64_t D = q.size(-1), Hq = q.size(h_dim), Hk = k.size(h_dim);
   FLASHATTN_CHECK(k.size(-1) == D, op, ": k/v head dim differs from q's ", D);
   FLASHATTN_CHECK(Hk > 0 && Hq % Hk == 0, op, ": q heads (", Hq, ") must be a multiple of k/v heads (", Hk, ")");
   FLASHATTN_CHECK(D >= 8 && D <= 256 && D % 8 == 0, op, ": head dim must be a multiple of 8 in [8, 256], got ", D);

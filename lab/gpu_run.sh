@@ -65,10 +65,12 @@
 #   bash lab/gpu_run.sh fwdorder2 measured, not adopted (1.005): the 16-bit forward in step order 2 at every head dim (FWD_ORDER_DIFF, default
 #                                     lab/ab/fwd_step_order2.diff; fwd_d128_order2.diff: D=128 alone): a ping-pong turn
 #                                     holds only the GEMMs' issue, as FlashAttention-3's: its A/B, the checks (~5 min)
-#   bash lab/gpu_run.sh hostbhsd prepared, not yet run: fwd_bhsd without transposed views of q, k, v
-#                                     (lab/ab/host_fwd_bhsd_no_views.diff): its A/B on the host profile, the tests (~8 min)
-#   bash lab/gpu_run.sh fwdd64otma prepared, not yet run: D=64's default config with O through shared memory and TMA
-#                                     stores (lab/ab/fwd_d64_o_tma.diff): its A/B on D=64 cells, the checks (~6 min)
+#   bash lab/gpu_run.sh hostbhsd measured, landed (single calls +7% against SDPA's): fwd_bhsd without transposed views
+#                                     of q, k, v (lab/ab/host_fwd_bhsd_no_views.diff, applied in reverse since): its A/B
+#                                     on the host profile, the tests (~7 min)
+#   bash lab/gpu_run.sh fwdd64otma measured, landed (D=64 causal S=512 +3-4%): D=64's default config with O through shared
+#                                     memory and TMA stores (lab/ab/fwd_d64_o_tma.diff, applied in reverse since): its A/B
+#                                     on D=64 cells, the checks (~5 min)
 #   bash lab/gpu_run.sh fwdncu   ncu on the forward of ours, cuDNN and FlashAttention-3 side by side (NCU_FWD_SHAPES) (~3 min)
 #   bash lab/gpu_run.sh waveprobe what the last partial wave of non-causal tiles costs each implementation: the
 #                                     standard cells beside B:H that fill whole waves of 132 SMs (lab/fwd_time.py) (~3 min)
@@ -106,7 +108,7 @@
 #   bash lab/gpu_run.sh fwdsource the short causal D=64 forward and cuDNN's under ncu side by side, then each
 #                                     kernel's source counters at D=64 S=512 causal, compared                (~1 min)
 #   bash lab/gpu_run.sh fwdland  after a Hopper forward change lands: build, memcheck/racecheck/synccheck on the small
-#                                     dense, split and FP8 cases, the kernel tests whole                     (~5 min)
+#                                     dense, split, FP8 and packed cases, the kernel tests whole            (~7 min)
 #   bash lab/gpu_run.sh fwdstreamq2 measured, not adopted (0.938): fwdstream with two Q buffers (+ lab/ab/fwd_q_double_buffer.diff): its A/B, the checks (~8 min)
 #   bash lab/gpu_run.sh fwdstream measured, not adopted (0.942): the Hopper forward's tiles streamed, a tile's last P V and the next tile's first
 #                                     S in one step (lab/ab/fwd_stream_tiles.diff): its A/B, then the fwdq2 checks (~8 min)
@@ -790,12 +792,14 @@ case "${1:-verify}" in
     fwd_patch_ab fwdstream fwd_stream_tiles.diff \
       "${FWD_STREAM_CELLS:-64:512:1 64:1024:1 64:2048:1 64:512:0 128:512:1 128:1024:1 128:4096:1 128:512:0 128:16384:0}"
     ;;
-  fwdd64otma)  # prepared 2026-12-02 (issue 29), not yet run: D=64's default config (causal and windowed calls below 4k keys, split
-               # calls) with O through shared memory and TMA stores (lab/ab/fwd_d64_o_tma.diff: kOTma, as D=128's since
-               # 2026-11-23), so that the next tile's O clear no longer waits for the register stores to read their
-               # operands: its A/B on short and long D=64 cells of both masks, then the fwdq2 stage's tests and sanitizers
+  fwdd64otma)  # 2026-12-02 (issue 29; measured on an H200: causal S=512 +3.2-3.6% against cuDNN, 1k +1.1-1.3%, 2k -0.3..-2.4%,
+               # landed): D=64's default config (causal and windowed calls below 4k keys, split calls) with O through
+               # shared memory and TMA stores (lab/ab/fwd_d64_o_tma.diff: kOTma, as D=128's since 2026-11-23, applied in
+               # reverse since it landed: side B is the tree without it), so that the next tile's O clear no longer waits
+               # for the register stores to read their operands: its A/B on short and long D=64 cells of both masks,
+               # then the fwdq2 stage's tests and sanitizers in the copy
     fwd_patch_ab fwdd64otma fwd_d64_o_tma.diff \
-      "${FWD_D64_OTMA_CELLS:-64:512:1 64:1024:1 64:2048:1 64:512:0 64:1024:0 64:4096:1 128:1024:1}"
+      "${FWD_D64_OTMA_CELLS:-64:512:1 64:1024:1 64:2048:1 64:512:0 64:1024:0 64:4096:1 128:1024:1}" 1
     ;;
   fwdostore)  # 2026-11-30 (issue 29; measured on an H200: 1.000, not adopted): the Hopper forward's register epilogue (D=64's configs) with
               # O transposed across each quad of lanes and stored 16 bytes a lane (lab/ab/fwd_o_store_16b.diff): its A/B
@@ -1307,13 +1311,13 @@ PY
     step det_cost_rotated 300 python3 lab/bwd_check.py --time-only --time --lean --dtype bf16
     step det_cost_countdown 300 env FLASHATTN_BWD_ROTATE=0 python3 lab/bwd_check.py --time-only --time --lean --dtype bf16
     ;;
-  fwdland)  # after a Hopper forward change lands: build, memcheck/racecheck/synccheck on the small dense, split and
-            # FP8 cases, then the kernel tests whole (tests/kernels). No initcheck: on the Hopper forward it reports
+  fwdland)  # after a Hopper forward change lands: build, memcheck/racecheck/synccheck on the small dense, split, FP8
+            # and packed cases, then the kernel tests whole (tests/kernels). No initcheck: on the Hopper forward it reports
             # every read of a TMA-stored output (docs/sanitizer.md; run 2026-11-30: 100 such reports in 120 s, all
             # in torch's elementwise add); lab/sanitize.sh runs the gated one on the portable forward.
     env_info > "$OUT/env.txt" 2>&1
     step build 420 bash lab/gpu_build.sh
-    sanitize_steps 120 auto dense,split,fp8 fwd
+    sanitize_steps 150 auto dense,split,fp8,varlen fwd
     step pytest_ci 330 "${pytest_kernels[@]}" --durations=15
     ;;
   sanitizedense)  # memcheck/racecheck/synccheck on lab/sanitize_small.py's dense cases, on a built tree
@@ -1362,11 +1366,12 @@ PY
     step bench_latency 300 env BENCH_MARKERS="bench and latency" bash benchmarks/run_benchmarks.sh "$OUT/bench"
     step host_profile 180 python3 lab/host_profile_gpu.py
     ;;
-  hostbhsd)  # prepared 2026-12-02 (issue 28's host path), not yet run: flashattn::fwd_bhsd reads q, k, v [B, H, S, D]
-             # through their strides instead of taking a transposed view of each (lab/ab/host_fwd_bhsd_no_views.diff;
-             # the kernels' parameters are the same): its A/B on the host profile, then the entry points' tests in the copy
+  hostbhsd)  # 2026-12-02 (issue 28's host path; measured on an H200: the seed shapes' single calls 1.24 -> 1.32-1.33x SDPA's,
+             # landed): flashattn::fwd_bhsd reads q, k, v [B, H, S, D] through their strides instead of taking a
+             # transposed view of each (lab/ab/host_fwd_bhsd_no_views.diff, applied in reverse since it landed; the
+             # kernels' parameters are the same): its A/B on the host profile, then the entry points' tests in the copy
     env_info > "$OUT/env.txt" 2>&1
-    step ab_hostbhsd 480 env PATCH=host_fwd_bhsd_no_views.diff REVERSE=0 AB_COPY="$PWD/build/ab-hostbhsd" OUT="$OUT/ab" \
+    step ab_hostbhsd 480 env PATCH=host_fwd_bhsd_no_views.diff REVERSE=1 AB_COPY="$PWD/build/ab-hostbhsd" OUT="$OUT/ab" \
       AB_SMOKE="python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_attention_gpu.py" \
       AB_CMD="python3 lab/host_profile_gpu.py --no-profiler" bash lab/ab/run_ab.sh
     step pytest_hostbhsd 200 bash -c "cd '$PWD/build/ab-hostbhsd' && PYTHONPATH='$PWD/build/ab-hostbhsd' \

@@ -14,7 +14,8 @@ namespace flashattn {
 // of 8 up to 256 (64 / 128 / 256 instantiated; smaller dims run on the next one up), float16 or
 // bfloat16, both sequence lengths >= 1, and strides TMA accepts for q, k, v (16-byte aligned base
 // pointers, batch/row/head strides multiples of 8 elements, nonzero where the dimension has more
-// than one entry) and, for head dims above 64 (whose O leaves through a TMA store), for o too.
+// than one entry) and, where the config serving `p` stores O by TMA (every config above D=64, D=64's
+// default one: traits.h kOTma), for o too.
 bool flash_fwd_sm90_supported(const FwdParams& p, const DeviceLimits& dev);
 
 // True when backend "auto" should run `p` on the portable path although the Hopper path supports

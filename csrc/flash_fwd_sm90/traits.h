@@ -329,13 +329,17 @@ template <int kHeadDim>
 struct Sm90DefaultConfig;
 template <>
 struct Sm90DefaultConfig<64> {
-  using Traits = Sm90FwdTraits<64, 128, 2, true>;
+  // O through shared memory + TMA store, as D=128's: the next tile's O clear no longer waits for the
+  // register stores to read their operands. Causal S=512 +3.2-3.6% against cuDNN in the same rounds,
+  // 1k +1.1-1.3%, 2k -0.3..-2.4% (H200, 2026-12-02, perf-notes "D=64's default config with O by
+  // TMA"); neutral when first tried on an H100 (0.997, 2026-11-23), before the tile's other parts shrank.
+  using Traits = Sm90FwdTraits<64, 128, 2, true, 1, true>;
 };
 
 template <>
 struct Sm90DefaultConfig<128> {
   // O through shared memory + TMA store: +22% at S=512, +12% at 1k, +2-4% at long S in the lab's
-  // alternating A/B (docs/perf-notes.md "v8"); at D=64 it was neutral (0.997).
+  // alternating A/B (docs/perf-notes.md "v8").
   using Traits = Sm90FwdTraits<128, 128, 2, true, 1, true>;
 };
 template <>
