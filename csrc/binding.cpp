@@ -62,39 +62,37 @@ std::tuple<at::Tensor, at::Tensor> fwd_impl(const at::Tensor& q_in, const at::Te
 
   const flashattn::DeviceLimits dev = flashattn::device_limits(q.get_device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
+  // 'auto' runs a tiny call (one short tile a head, few heads) on the portable path, which finishes
+  // it before the Hopper kernel's prologue does. Otherwise the Hopper path's plan (config, schedule,
+  // split), made once for the call.
+  const bool portable =
+      backend == "portable" || (backend == "auto" && flashattn::flash_fwd_sm90_prefers_portable(p, dev));
+  const flashattn::Sm90FwdPlan plan = portable ? flashattn::Sm90FwdPlan{} : flashattn::flash_fwd_sm90_plan(p, dev);
   // The Hopper path balances causal work over the SMs by handing its tiles out through a zeroed
   // counter private to this call: the word behind lse, zeroed by a stream-ordered memset, so
   // concurrent streams never share one and CUDA-graph capture records it (at::zeros cost an
   // allocation and a fill kernel per call).
-  // 'auto' runs a tiny call (one short tile a head, few heads) on the portable path, which finishes
-  // it before the Hopper kernel's prologue does.
-  const bool portable =
-      backend == "portable" || (backend == "auto" && flashattn::flash_fwd_sm90_prefers_portable(p, dev));
-  if (!portable && flashattn::flash_fwd_sm90_wants_tile_counter(p, dev))
-    flashattn::set_zeroed_tile_counter(op, p, lse_storage, lse_numel, stream);
+  if (plan.tile_counter) flashattn::set_zeroed_tile_counter(op, p, lse_storage, lse_numel, stream);
   // Few query tiles for the SMs (short prefills, B=1 H=1): the Hopper path splits each tile's keys
   // over several CTAs, which merge in shared memory as one cluster where they can, else write
   // float32 partials (one allocation: o_accum, then lse_accum) that a second kernel merges into
   // out and lse. The portable path ignores the split.
   at::Tensor split_accum;
-  if (!portable) {
-    const flashattn::FwdSplitPlan split = flashattn::flash_fwd_sm90_split_plan(p, dev);
-    p.num_splits = split.num_splits;
-    if (split.num_splits > 1 && !split.in_cluster) {
-      const int64_t rows = split.num_splits * B * Hq * Sq;
-      split_accum = at::empty({rows * (D + 1)}, q.options().dtype(at::kFloat));
-      p.o_accum = split_accum.data_ptr<float>();
-      p.lse_accum = p.o_accum + rows * D;
-    }
+  p.num_splits = plan.split.num_splits;
+  if (plan.split.num_splits > 1 && !plan.split.in_cluster) {
+    const int64_t rows = plan.split.num_splits * B * Hq * Sq;
+    split_accum = at::empty({rows * (D + 1)}, q.options().dtype(at::kFloat));
+    p.o_accum = split_accum.data_ptr<float>();
+    p.lse_accum = p.o_accum + rows * D;
   }
   cudaError_t err;
   if (portable) {
     err = flashattn::flash_fwd(p, dev, stream);
   } else {
-    // flash_fwd_sm90 checks flash_fwd_sm90_supported() itself and answers cudaErrorNotSupported
-    // before any launch (also for a tensor map the driver refused): no sticky error, so 'auto' can
-    // run the portable path instead, and the check is made once per call.
-    err = flashattn::flash_fwd_sm90(p, dev, stream);
+    // flash_fwd_sm90 answers cudaErrorNotSupported before any launch when the plan found no
+    // instantiation or the driver refused a tensor map: no sticky error, so 'auto' can run the
+    // portable path instead.
+    err = flashattn::flash_fwd_sm90(p, plan, dev, stream);
     if (err == cudaErrorNotSupported) {
       FLASHATTN_CHECK(backend == "auto", op, ": backend 'hopper' needs a compute capability 9.0 GPU (found ",
                   dev.cc_major, ".", dev.cc_minor,

@@ -401,16 +401,17 @@ static FwdParams with_tile_counter(const FwdParams& p, bool want, cudaStream_t s
   return q;
 }
 
-// The entry point with the binding's choice of schedule.
+// The entry point with the binding's choice of schedule (the split over the keys left out).
 cudaError_t launch_default(const FwdParams& p, const DeviceLimits& dev, cudaStream_t s) {
-  return flash_fwd_sm90(with_tile_counter(p, flash_fwd_sm90_wants_tile_counter(p, dev), s), dev, s);
+  const Sm90FwdPlan plan = flash_fwd_sm90_plan(p, dev);
+  return flash_fwd_sm90(with_tile_counter(p, plan.tile_counter, s), plan, dev, s);
 }
 // Either schedule forced (correctness of both on every kind of shape; the schedule A/B).
 cudaError_t launch_static(const FwdParams& p, const DeviceLimits& dev, cudaStream_t s) {
-  return flash_fwd_sm90(p, dev, s);
+  return flash_fwd_sm90(p, flash_fwd_sm90_plan(p, dev), dev, s);
 }
 cudaError_t launch_dynamic(const FwdParams& p, const DeviceLimits& dev, cudaStream_t s) {
-  return flash_fwd_sm90(with_tile_counter(p, true, s), dev, s);
+  return flash_fwd_sm90(with_tile_counter(p, true, s), flash_fwd_sm90_plan(p, dev), dev, s);
 }
 
 template <typename Traits, typename T>
@@ -599,13 +600,12 @@ static void schedule_table() {
     for (int s : {512, 1024, 2048, 4096, 8192, 16384}) {
       double ts, td;
       tflops_ab(launch_static, launch_dynamic, d, s, true, 5, &ts, &td);
-      FwdParams p;
-      p.seqlen_q = p.seqlen_k = s;
-      p.batch = 16384 / s;
-      p.heads_q = p.heads_kv = 2048 / d;
-      p.head_dim = d;
-      p.set_causal(CausalMode::kTopLeft);
-      const bool dyn = flash_fwd_sm90_wants_tile_counter(p, g_dev);
+      // The binding's choice (flash_fwd_sm90_plan's, which wants the call's tensors): the
+      // policy on the tile shape of the causal config that serves these grids.
+      const int block_m = d == 64 ? sm90::sm90_tile_shape<64>(s, true).block_m
+                          : d == 128 ? sm90::sm90_tile_shape<128>(s, true).block_m
+                                     : sm90::sm90_tile_shape<256>(s, true).block_m;
+      const bool dyn = sm90::dynamic_schedule_pays(true, s, 16384LL / s * (2048 / d), block_m, g_dev.sm_count);
       std::printf("%4d %6d %9.1f %9.1f %7.3f %s\n", d, s, ts, td, td / ts, dyn ? "dynamic" : "static");
       std::fflush(stdout);
       lg_best += std::log(dyn ? td : ts);

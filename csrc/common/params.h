@@ -67,7 +67,7 @@ struct FwdParams {
   DType dtype = DType::kBFloat16;
 
   // Optional: one zeroed int32 in device memory, private to this call (stream-ordered). The
-  // Hopper path then hands its query tiles out dynamically (flash_fwd_sm90_wants_tile_counter
+  // Hopper path then hands its query tiles out dynamically (Sm90FwdPlan::tile_counter
   // says when that pays); null means its static schedule. The portable path ignores it.
   int* tile_counter = nullptr;
 
@@ -88,7 +88,7 @@ struct FwdParams {
   int total_k = 0;             // rows of k / v
   bool mask_top_left = false;  // alignment of the causal mask / window, per sequence (set_mask)
 
-  // Hopper forward only: a split over the keys (flash_fwd_sm90_split_plan says how many, and how
+  // Hopper forward only: a split over the keys (flash_fwd_sm90_plan says how many, and how
   // they merge). With num_splits > 1 each query tile's key blocks are shared out among num_splits
   // CTAs, which either merge in their thread-block cluster (o_accum and lse_accum unset) or write
   // float32 partials, o_accum [num_splits, B, Hq, Sq, head_dim] and lse_accum [num_splits, B, Hq,

@@ -2,7 +2,7 @@
 // output row, each normalized over its own keys, with their LSEs, into the output and its LSE:
 // lse = log sum_s exp(lse_s), out = sum_s exp(lse_s - lse) * o_s. Used by the decode path
 // (flash_attn_with_kvcache) and by the Hopper forward when a grid of query tiles would leave most
-// SMs idle and its splits do not merge in a cluster (flash_fwd_sm90_split_plan).
+// SMs idle and its splits do not merge in a cluster (flash_fwd_sm90_plan).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -25,12 +25,6 @@ bool flash_fwd_sm90_supported(const FwdParams& p, const DeviceLimits& dev);
 // kernel us: S=32 4.84 against 4.02, S=64 5.00 against 3.95; S=128 even, 5.01 against 5.07).
 bool flash_fwd_sm90_prefers_portable(const FwdParams& p, const DeviceLimits& dev);
 
-// True when `p` should come with a FwdParams::tile_counter: causal masking gives the query tiles
-// unequal work, and with more tiles than SMs the static round-robin schedule leaves the busiest
-// SM with up to 1.8x the mean work (lab/sm90_schedule_model.py on the standard grid); handing
-// the tiles out through an atomic counter, longest first, brings that to <= 1.15x.
-bool flash_fwd_sm90_wants_tile_counter(const FwdParams& p, const DeviceLimits& dev);
-
 // How a call shares each query tile's keys among several CTAs (a split over the keys), and how the
 // splits merge.
 struct FwdSplitPlan {
@@ -40,16 +34,33 @@ struct FwdSplitPlan {
                             // combine kernel runs; else it provides them and a combine kernel merges
 };
 
-// The split for `p` on this device: more than one split when the query tiles fill at most half the
-// SMs (short prefills, the B=1 H=1 latency shapes), each split keeps at least one key block, and
-// there are 3 or more splits (2 for tiles of 16+ key blocks); in a cluster where up to 8 splits of
-// every tile fit in one wave, taking fewer splits for that where each then holds at most one key
-// block more.
-FwdSplitPlan flash_fwd_sm90_split_plan(const FwdParams& p, const DeviceLimits& dev);
+// What the Hopper path runs for one dense call, decided once per call (choosing the config reads the
+// environment on small grids): which instantiation, whether the caller should provide a tile
+// counter, and the split over the keys.
+struct Sm90FwdPlan {
+  int launcher = -1;  // the instantiation; -1 when the Hopper path cannot run the call
+                      // (flash_fwd_sm90_supported() false)
+  // True when the call should come with a FwdParams::tile_counter: causal masking gives the query
+  // tiles unequal work, and with more tiles than SMs the static round-robin schedule leaves the
+  // busiest SM with up to 1.8x the mean work (lab/sm90_schedule_model.py on the standard grid);
+  // handing the tiles out through an atomic counter, longest first, brings that to <= 1.15x.
+  bool tile_counter = false;
+  // More than one split when the query tiles fill at most half the SMs (short prefills, the B=1 H=1
+  // latency shapes), each split keeps at least one key block, and there are 3 or more splits (2
+  // for tiles of 16+ key blocks); in a cluster where up to 8 splits of every tile fit in one wave,
+  // taking fewer splits for that where each then holds at most one key block more.
+  FwdSplitPlan split;
+};
 
-// Runs the forward pass asynchronously on `stream`. Returns cudaErrorNotSupported when
-// flash_fwd_sm90_supported() is false, else the launch status.
-cudaError_t flash_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream_t stream);
+// The plan for `p` (its tensors set: the plan checks their strides as TMA takes them) on this device.
+Sm90FwdPlan flash_fwd_sm90_plan(const FwdParams& p, const DeviceLimits& dev);
+
+// Runs the forward pass of `p` asynchronously on `stream` with the instantiation `plan` chose for
+// it: `p` as it was planned, plus the tile counter and split the plan asked for (the dynamic
+// schedule runs when p.tile_counter is set and the call is not split). Returns
+// cudaErrorNotSupported when plan.launcher < 0 or the driver refuses a tensor map, before any
+// launch; else the launch status.
+cudaError_t flash_fwd_sm90(const FwdParams& p, const Sm90FwdPlan& plan, const DeviceLimits& dev, cudaStream_t stream);
 
 // ---- packed variable-length batches (FwdParams::set_varlen; docs/varlen.md) -----------------------
 // True when this build and device run the packed batch `p` on the Hopper path: what
@@ -86,7 +97,7 @@ int64_t flash_fwd_sm90_fp8_vt_keys(int64_t seqlen_k);
 // bfloat16 with even strides TMA takes, no split, no softcap.
 bool flash_fwd_sm90_fp8_supported(const FwdParams& p, const DeviceLimits& dev);
 
-// As flash_fwd_sm90_wants_tile_counter, for the FP8 configs.
+// As Sm90FwdPlan::tile_counter, for the FP8 configs.
 bool flash_fwd_sm90_fp8_wants_tile_counter(const FwdParams& p, const DeviceLimits& dev);
 
 // Writes V^T (Fp8FwdArgs::vt) from p.v: vt[b, h, d, 32 g + k] = v[b, 32 g + fp8_key_of_position(k),

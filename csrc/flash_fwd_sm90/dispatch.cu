@@ -282,19 +282,16 @@ bool flash_fwd_sm90_prefers_portable(const FwdParams& p, const DeviceLimits& dev
          2 * static_cast<int64_t>(p.batch) * p.heads_q <= dev.sm_count;
 }
 
-bool flash_fwd_sm90_wants_tile_counter(const FwdParams& p, const DeviceLimits& dev) {
-  if (dev.cc_major != 9 || dev.cc_minor != 0) return false;
-  const int i = sm90::find_launcher(p, dev);
-  return i >= 0 && sm90::dynamic_schedule_pays(p.causal || p.has_window(), p.seqlen_q, static_cast<long long>(p.batch) * p.heads_q,
-                                               sm90::kLaunchers[i].block_m, dev.sm_count);
-}
-
-FwdSplitPlan flash_fwd_sm90_split_plan(const FwdParams& p, const DeviceLimits& dev) {
-  FwdSplitPlan plan;
-  if (dev.cc_major != 9 || dev.cc_minor != 0 || p.cu_seqlens_q != nullptr || dev.sm_count < 2) return plan;
-  const int i = sm90::find_launcher(p, dev);
+Sm90FwdPlan flash_fwd_sm90_plan(const FwdParams& p, const DeviceLimits& dev) {
+  Sm90FwdPlan plan;
+  const int i = sm90::supported_launcher(p, dev);
   if (i < 0) return plan;
+  plan.launcher = i;
   const sm90::Sm90Launcher& l = sm90::kLaunchers[i];
+  const bool banded = p.causal || p.has_window();
+  plan.tile_counter = sm90::dynamic_schedule_pays(banded, p.seqlen_q, static_cast<long long>(p.batch) * p.heads_q,
+                                                  l.block_m, dev.sm_count);
+  if (dev.sm_count < 2) return plan;
   // The small-grid config at two key blocks or fewer: nothing to split (split_rule asks for at
   // least 3 splits), and a forced count is not taken either. Past two blocks (a key bound set by
   // FLASHATTN_FWD_SMALL_GRID) the rule splits its 64-row tiles like any other.
@@ -314,8 +311,8 @@ FwdSplitPlan flash_fwd_sm90_split_plan(const FwdParams& p, const DeviceLimits& d
       sm90::SplitGrid{tiles, r.count(), dev.sm_count, kMaxKeySplits},
       forced != nullptr && *forced != '\0' ? std::max<int64_t>(0, std::atoll(forced)) : -1,
       merge != nullptr && std::strcmp(merge, "combine") == 0, [&](int s) { return sm90::clusters_fit(i, tiles, s, dev); });
-  plan.num_splits = c.num_splits;
-  plan.in_cluster = c.in_cluster;
+  plan.split.num_splits = c.num_splits;
+  plan.split.in_cluster = c.in_cluster;
   return plan;
 }
 
@@ -329,10 +326,10 @@ cudaError_t flash_fwd_sm90_varlen(const FwdParams& p, const DeviceLimits& dev, c
   return sm90::kPackedLaunchers[i].launch(p, dev, stream);
 }
 
-cudaError_t flash_fwd_sm90(const FwdParams& p, const DeviceLimits& dev, cudaStream_t stream) {
-  const int i = sm90::supported_launcher(p, dev);
-  if (i < 0) return cudaErrorNotSupported;
-  const sm90::Sm90Launcher& l = sm90::kLaunchers[i];
+cudaError_t flash_fwd_sm90(const FwdParams& p, const Sm90FwdPlan& plan, const DeviceLimits& dev, cudaStream_t stream) {
+  if (plan.launcher < 0) return cudaErrorNotSupported;
+  if (plan.launcher >= sm90::kNumLaunchers) return cudaErrorInvalidValue;
+  const sm90::Sm90Launcher& l = sm90::kLaunchers[plan.launcher];
   // A split call runs the static schedule: its tiles fit in one wave.
   return p.tile_counter != nullptr && p.num_splits <= 1 ? l.launch_dynamic(p, dev, stream) : l.launch_static(p, dev, stream);
 }

@@ -71,7 +71,7 @@ struct ClusterLaunch {
 
 // How many clusters of `splits` CTAs of this instantiation's static kernel the device holds at
 // once (cudaOccupancyMaxActiveClusters; 0 when it cannot say): a split merged in clusters must fit
-// in one wave of them (dispatch.cu flash_fwd_sm90_split_plan).
+// in one wave of them (dispatch.cu flash_fwd_sm90_plan).
 template <typename Traits, typename Element>
 int max_active_clusters(int splits) {
   if (!Traits::kClusterMerge || splits < 2 || splits > kMaxClusterSplits) return 0;

@@ -1,6 +1,6 @@
 // The split over the keys of a small grid, as arithmetic on the grid and its longest tile: how many
 // CTAs share each query tile's key blocks, and whether they merge in a thread-block cluster.
-// dispatch.cu (flash_fwd_sm90_split_plan) feeds it a launcher's tile count, the longest tile's key
+// dispatch.cu (flash_fwd_sm90_plan) feeds it a launcher's tile count, the longest tile's key
 // blocks and an occupancy query; tests/kernels/test_fwd_split_cpu.py checks it on the host.
 #pragma once
 

@@ -123,7 +123,7 @@ FLASHATTN_HD int l2_group_heads(long long seqlen_k, int head_dim, int heads_q, i
   return static_cast<int>(group < total ? group : total);
 }
 
-// The policy behind flash_fwd_sm90_wants_tile_counter() (dispatch.cu): the dynamic schedule of
+// The policy behind Sm90FwdPlan::tile_counter (dispatch.cu flash_fwd_sm90_plan): the dynamic schedule of
 // schedule.cuh pays when the tiles have unequal work (causal masking or a local window, and more
 // than one query block per head) and there is more than one wave of them (with at most one tile per CTA there
 // is nothing to balance). Measured on the H100: 1.08x geomean over the causal standard grid,

@@ -1,4 +1,4 @@
-"""The Hopper forward's split over the keys (csrc/flash_fwd_sm90: flash_fwd_sm90_split_plan, the
+"""The Hopper forward's split over the keys (csrc/flash_fwd_sm90: flash_fwd_sm90_plan's split, the
 split tiles of tile_scheduler.h, and the two merges: up to 8 splits as one thread-block cluster
 that merges in shared memory (epilogue.cuh stash_o_partial / merge_split_in_cluster), otherwise
 float32 partials and the combine kernel of csrc/common/split_combine.cuh) on an H100: where the
