@@ -71,6 +71,9 @@
 #   bash lab/gpu_run.sh fwdd64otma measured, landed (D=64 causal S=512 +3-4%): D=64's default config with O through shared
 #                                     memory and TMA stores (lab/ab/fwd_d64_o_tma.diff, applied in reverse since): its A/B
 #                                     on D=64 cells, the checks (~5 min)
+#   bash lab/gpu_run.sh fwdd64widetma prepared, not yet run: D=64's three-warpgroup configs (non-causal; causal from 4k
+#                                     keys) with O through shared memory and TMA stores (lab/ab/fwd_d64_wide_o_tma.diff):
+#                                     its A/B on D=64 cells of both masks, the checks (~5 min)
 #   bash lab/gpu_run.sh fwdncu   ncu on the forward of ours, cuDNN and FlashAttention-3 side by side (NCU_FWD_SHAPES) (~3 min)
 #   bash lab/gpu_run.sh waveprobe what the last partial wave of non-causal tiles costs each implementation: the
 #                                     standard cells beside B:H that fill whole waves of 132 SMs (lab/fwd_time.py) (~3 min)
@@ -801,6 +804,14 @@ case "${1:-verify}" in
     fwd_patch_ab fwdd64otma fwd_d64_o_tma.diff \
       "${FWD_D64_OTMA_CELLS:-64:512:1 64:1024:1 64:2048:1 64:512:0 64:1024:0 64:4096:1 128:1024:1}" 1
     ;;
+  fwdd64widetma)  # prepared 2026-12-02 (issue 29), not yet run: D=64's three-warpgroup configs, the non-causal one (192-row
+                  # tiles) and the long-keys causal one (from 4096 keys), with O through shared memory and TMA stores
+                  # (lab/ab/fwd_d64_wide_o_tma.diff: kOTma, as D=64's default config since 2026-12-02, where causal
+                  # S=512 gained 3.2-3.6% against cuDNN): its A/B on the cells those configs serve and a default-config
+                  # control, then the fwdq2 stage's tests and sanitizers in the copy (packed batches: `fwdland` after landing)
+    fwd_patch_ab fwdd64widetma fwd_d64_wide_o_tma.diff \
+      "${FWD_D64_WIDE_OTMA_CELLS:-64:512:0 64:1024:0 64:4096:0 64:16384:0 64:4096:1 64:16384:1 64:1024:1}"
+    ;;
   fwdostore)  # 2026-11-30 (issue 29; measured on an H200: 1.000, not adopted): the Hopper forward's register epilogue (D=64's configs) with
               # O transposed across each quad of lanes and stored 16 bytes a lane (lab/ab/fwd_o_store_16b.diff): its A/B
               # on short cells of both masks, then the fwdq2 stage's tests and sanitizers in the copy
@@ -1397,7 +1408,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|hostbhsd|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|hostbhsd|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
