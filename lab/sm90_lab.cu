@@ -410,6 +410,7 @@ cudaError_t launch_default(const FwdParams& p, const DeviceLimits& dev, cudaStre
 cudaError_t launch_static(const FwdParams& p, const DeviceLimits& dev, cudaStream_t s) {
   return flash_fwd_sm90(p, flash_fwd_sm90_plan(p, dev), dev, s);
 }
+// (A small grid's call runs its static kernel even so: the small-grid config has no dynamic one.)
 cudaError_t launch_dynamic(const FwdParams& p, const DeviceLimits& dev, cudaStream_t s) {
   return flash_fwd_sm90(with_tile_counter(p, true, s), flash_fwd_sm90_plan(p, dev), dev, s);
 }

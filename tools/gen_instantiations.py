@@ -5,7 +5,8 @@ a hand-written list that can drift from what is compiled:
   csrc/flash_fwd/instantiations/       the portable forward: (dtype, head dim, tile variant), each
                                        config dense (fwd_*) and for packed batches (fwd_varlen_*)
   csrc/flash_fwd_sm90/instantiations/  the Hopper forward: (dtype, config kind, head dim), each in
-                                       both tile schedules (_static, _dynamic); its packed flavour
+                                       both tile schedules (_static, _dynamic; the small-grid config
+                                       static only); its packed flavour
                                        (the same rows; fwd_sm90_packed_*, registry_packed.inc); and
                                        the FP8 forward's (head dim; fwd_sm90_fp8_*, registry_fp8.inc)
   csrc/flash_bwd/instantiations/       the portable backward: (dtype, head dim, tile variant), dense
@@ -64,6 +65,10 @@ SM90_CONFIGS = {
 # Configs that serve dense calls only (find_launcher picks kSmallGrid by the dense grid's size):
 # no packed flavour.
 SM90_DENSE_ONLY = {"_smallgrid"}
+# Configs whose grids fit in one wave (kSmallGrid: its tiles fill at most half the SMs), which the
+# dynamic schedule never serves (it pays only past one wave, tile_scheduler.h dynamic_schedule_pays):
+# the static schedule only, registered with FLASHATTN_FWD_SM90_STATIC_INSTANCE.
+SM90_STATIC_ONLY = {"_smallgrid"}
 
 # FP8 Hopper forward (issue 29): instantiated head dims of Sm90Fp8Config (traits.h; smaller multiples
 # of 16 run on the next one up), each in both tile schedules. Its own registry (registry_fp8.inc) in
@@ -163,7 +168,9 @@ def sm90_configs() -> Iterator[tuple[str, str, str, str, str, int]]:
 def fwd_sm90() -> KernelPath:
     entries = []
     for dname, ctype, infix, config, kind, d in sm90_configs():
-        entries.append(Entry(f"FLASHATTN_FWD_SM90_INSTANCE({config}, {kind}, {ctype}, {d})", {
+        static_only = infix in SM90_STATIC_ONLY
+        macro = "FLASHATTN_FWD_SM90_STATIC_INSTANCE" if static_only else "FLASHATTN_FWD_SM90_INSTANCE"
+        entries.append(Entry(f"{macro}({config}, {kind}, {ctype}, {d})", {
             f"fwd_sm90_{dname}_hdim{d}{infix}_{sched}.cu": [
                 f"template cudaError_t run_fwd_sm90<{config}<{d}>::Traits, {ctype}, {dynamic}>(\n",
                 "    const FwdParams&, const DeviceLimits&, cudaStream_t);\n",
@@ -171,9 +178,11 @@ def fwd_sm90() -> KernelPath:
             ] + ([] if dynamic == "true" else [
                 f"template int max_active_clusters<{config}<{d}>::Traits, {ctype}>(int);\n"])
             for sched, dynamic in SM90_SCHEDULES.items()
+            if not (static_only and dynamic == "true")
         }))
     return KernelPath("flash_fwd_sm90", "../launch.cuh", ("flashattn", "sm90"),
-                      "FLASHATTN_FWD_SM90_INSTANCE(config, config kind, element type, head dim): static and dynamic schedules",
+                      "FLASHATTN_FWD_SM90_INSTANCE(config, config kind, element type, head dim): static and dynamic "
+                      "schedules; FLASHATTN_FWD_SM90_STATIC_INSTANCE: the static one only",
                       entries)
 
 

@@ -57,7 +57,8 @@ Sm90FwdPlan flash_fwd_sm90_plan(const FwdParams& p, const DeviceLimits& dev);
 
 // Runs the forward pass of `p` asynchronously on `stream` with the instantiation `plan` chose for
 // it: `p` as it was planned, plus the tile counter and split the plan asked for (the dynamic
-// schedule runs when p.tile_counter is set and the call is not split). Returns
+// schedule runs when p.tile_counter is set, the call is not split and the config has a dynamic
+// kernel: the small-grid config, whose grids fit in one wave, has none). Returns
 // cudaErrorNotSupported when plan.launcher < 0 or the driver refuses a tensor map, before any
 // launch; else the launch status.
 cudaError_t flash_fwd_sm90(const FwdParams& p, const Sm90FwdPlan& plan, const DeviceLimits& dev, cudaStream_t stream);

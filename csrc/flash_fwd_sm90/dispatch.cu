@@ -41,15 +41,16 @@ struct Sm90Launcher {
   bool local;  // applies causal masking / a local window (traits kLocal)
   bool cluster_merge;  // a split over the keys can merge in a cluster (traits kClusterMerge)
   LaunchFn launch_static;
-  LaunchFn launch_dynamic;  // needs FwdParams::tile_counter
+  LaunchFn launch_dynamic;  // needs FwdParams::tile_counter; null for a config of one-wave grids
   RealFn real_static;
-  RealFn real_dynamic;
+  RealFn real_dynamic;      // null where launch_dynamic is
   ClustersFn max_clusters;  // clusters of n CTAs of the static kernel resident at once
 };
 
 // registry.inc (tools/gen_instantiations.py) holds one call per config, whose two schedules it
-// writes as two files.
-#define FLASHATTN_FWD_SM90_INSTANCE(CONFIG, KIND, T, D)                                \
+// writes as two files; FLASHATTN_FWD_SM90_STATIC_INSTANCE, a config of one-wave grids (kSmallGrid),
+// whose static schedule alone it writes: the dynamic one only pays past one wave.
+#define FLASHATTN_FWD_SM90_LAUNCHER(CONFIG, KIND, T, D, LAUNCH_DYNAMIC, REAL_DYNAMIC) \
   Sm90Launcher{dtype_of<T>(),                                                           \
                D,                                                                       \
                Sm90ConfigKind::KIND,                                                    \
@@ -60,15 +61,32 @@ struct Sm90Launcher {
                CONFIG<D>::Traits::kLocal,                                               \
                CONFIG<D>::Traits::kClusterMerge,                                        \
                &run_fwd_sm90<CONFIG<D>::Traits, T, false>,                              \
-               &run_fwd_sm90<CONFIG<D>::Traits, T, true>,                               \
+               LAUNCH_DYNAMIC,                                                          \
                &kernel_is_real<CONFIG<D>::Traits, T, false>,                            \
-               &kernel_is_real<CONFIG<D>::Traits, T, true>,                             \
+               REAL_DYNAMIC,                                                            \
                &max_active_clusters<CONFIG<D>::Traits, T>},
+#define FLASHATTN_FWD_SM90_INSTANCE(CONFIG, KIND, T, D)                                  \
+  FLASHATTN_FWD_SM90_LAUNCHER(CONFIG, KIND, T, D, (&run_fwd_sm90<CONFIG<D>::Traits, T, true>), \
+                              (&kernel_is_real<CONFIG<D>::Traits, T, true>))
+#define FLASHATTN_FWD_SM90_STATIC_INSTANCE(CONFIG, KIND, T, D) \
+  FLASHATTN_FWD_SM90_LAUNCHER(CONFIG, KIND, T, D, nullptr, nullptr)
 constexpr Sm90Launcher kLaunchers[] = {
 #include "instantiations/registry.inc"
 };
+#undef FLASHATTN_FWD_SM90_STATIC_INSTANCE
 #undef FLASHATTN_FWD_SM90_INSTANCE
+#undef FLASHATTN_FWD_SM90_LAUNCHER
 constexpr int kNumLaunchers = sizeof(kLaunchers) / sizeof(kLaunchers[0]);
+// Only the small-grid config goes without a dynamic kernel: every other config serves grids of
+// more than one wave, where causal masking wants the dynamic schedule.
+constexpr bool dynamic_kernels_where_needed() {
+  for (const Sm90Launcher& l : kLaunchers)
+    if ((l.launch_dynamic == nullptr) != (l.kind == Sm90ConfigKind::kSmallGrid) ||
+        (l.real_dynamic == nullptr) != (l.launch_dynamic == nullptr))
+      return false;
+  return true;
+}
+static_assert(dynamic_kernels_where_needed(), "a config without its dynamic kernel, or a small-grid one with it");
 
 // The row of `table` (the dense or the packed launchers) for (dtype, head dim, kind), or -1.
 template <typename Launcher, int N>
@@ -194,7 +212,9 @@ bool asked_once(std::atomic<int>& slot, Ask&& ask) {
 // Whether instantiation i holds real sm_90a code for the device, asked once per process.
 bool launcher_available(int i) {
   static std::atomic<int> cache[kNumLaunchers] = {};
-  return asked_once(cache[i], [i] { return kLaunchers[i].real_static() && kLaunchers[i].real_dynamic(); });
+  return asked_once(cache[i], [i] {
+    return kLaunchers[i].real_static() && (kLaunchers[i].real_dynamic == nullptr || kLaunchers[i].real_dynamic());
+  });
 }
 
 // Whether TMA describes a call's tensors `t` as a config of `block_m`-row tiles loads them: q, k and v,
@@ -289,7 +309,8 @@ Sm90FwdPlan flash_fwd_sm90_plan(const FwdParams& p, const DeviceLimits& dev) {
   plan.launcher = i;
   const sm90::Sm90Launcher& l = sm90::kLaunchers[i];
   const bool banded = p.causal || p.has_window();
-  plan.tile_counter = sm90::dynamic_schedule_pays(banded, p.seqlen_q, static_cast<long long>(p.batch) * p.heads_q,
+  plan.tile_counter = l.launch_dynamic != nullptr &&
+                      sm90::dynamic_schedule_pays(banded, p.seqlen_q, static_cast<long long>(p.batch) * p.heads_q,
                                                   l.block_m, dev.sm_count);
   if (dev.sm_count < 2) return plan;
   // The small-grid config at two key blocks or fewer: nothing to split (split_rule asks for at
@@ -330,8 +351,10 @@ cudaError_t flash_fwd_sm90(const FwdParams& p, const Sm90FwdPlan& plan, const De
   if (plan.launcher < 0) return cudaErrorNotSupported;
   if (plan.launcher >= sm90::kNumLaunchers) return cudaErrorInvalidValue;
   const sm90::Sm90Launcher& l = sm90::kLaunchers[plan.launcher];
-  // A split call runs the static schedule: its tiles fit in one wave.
-  return p.tile_counter != nullptr && p.num_splits <= 1 ? l.launch_dynamic(p, dev, stream) : l.launch_static(p, dev, stream);
+  // A split call runs the static schedule: its tiles fit in one wave (as a small-grid call's do,
+  // whose config has no dynamic kernel).
+  const bool dynamic = p.tile_counter != nullptr && p.num_splits <= 1 && l.launch_dynamic != nullptr;
+  return dynamic ? l.launch_dynamic(p, dev, stream) : l.launch_static(p, dev, stream);
 }
 
 }  // namespace flashattn

@@ -368,7 +368,8 @@ struct Sm90DefaultConfig<256> {
 //     kSmallGridMaxKeys keys whose 64-row tiles fill at most half the SMs. One consumer warpgroup a CTA and
 //     a tile of 64 rows: on such a grid every CTA is a latency chain on an SM of its own, and the
 //     two-warpgroup tile's first softmax ran both warpgroups' exponentials on one SM's SFUs at
-//     once; its rows on two SMs halve that chain.
+//     once; its rows on two SMs halve that chain. Its grids fit in one wave, so it has the static
+//     schedule only (tools/gen_instantiations.py SM90_STATIC_ONLY).
 enum class Sm90ConfigKind { kDefault, kLongKeys, kNonCausal, kSmallGrid };
 constexpr int kSm90LongKeysMin = 4096;
 
