@@ -68,6 +68,9 @@
 #   bash lab/gpu_run.sh hostbhsd measured, landed (single calls +7% against SDPA's): fwd_bhsd without transposed views
 #                                     of q, k, v (lab/ab/host_fwd_bhsd_no_views.diff, applied in reverse since): its A/B
 #                                     on the host profile, the tests (~7 min)
+#   bash lab/gpu_run.sh hostbhsdout prepared, not yet run: fwd_bhsd's out allocated as [B, H, S, D] over [B, S, H, D]
+#                                     memory, no transpose after (lab/ab/host_fwd_bhsd_out_strided.diff): its A/B on
+#                                     the host profile, the tests (~7 min)
 #   bash lab/gpu_run.sh fwdd64otma measured, landed (D=64 causal S=512 +3-4%): D=64's default config with O through shared
 #                                     memory and TMA stores (lab/ab/fwd_d64_o_tma.diff, applied in reverse since): its A/B
 #                                     on D=64 cells, the checks (~5 min)
@@ -424,6 +427,21 @@ fp8_land_steps() {
   step pytest_fp8 200 "${pytest_ci[@]}" tests/kernels/test_fp8_gpu.py tests/kernels/test_fp8_cpu.py -ra
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 sanitize_steps 150 auto fp8 fp8 memcheck racecheck synccheck initcheck
   step fp8_check 300 python3 lab/fp8_time.py --check --breakdown
+}
+
+# A host-path change as a patch against the tree (lab/ab/PATCH; REVERSE=1 for a landed one): its A/B
+# on the host profile (lab/host_profile_gpu.py --no-profiler, rounds alternated), then the entry
+# points' tests in the patched copy (build/ab-NAME).
+#   host_patch_ab NAME PATCH REVERSE
+host_patch_ab() {
+  local copy="$PWD/build/ab-$1"
+  env_info > "$OUT/env.txt" 2>&1
+  step "ab_$1" 480 env PATCH="$2" REVERSE="$3" AB_COPY="$copy" OUT="$OUT/ab" \
+    AB_SMOKE="python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_attention_gpu.py" \
+    AB_CMD="python3 lab/host_profile_gpu.py --no-profiler" bash lab/ab/run_ab.sh
+  step "pytest_$1" 200 bash -c "cd '$copy' && PYTHONPATH='$copy' \
+    FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_gpu.py \
+    tests/kernels/test_nonfinite_gpu.py tests/kernels/test_torch_impl_gpu.py -ra"
 }
 
 ensure_built() {
@@ -1381,13 +1399,13 @@ PY
              # landed): flashattn::fwd_bhsd reads q, k, v [B, H, S, D] through their strides instead of taking a
              # transposed view of each (lab/ab/host_fwd_bhsd_no_views.diff, applied in reverse since it landed; the
              # kernels' parameters are the same): its A/B on the host profile, then the entry points' tests in the copy
-    env_info > "$OUT/env.txt" 2>&1
-    step ab_hostbhsd 480 env PATCH=host_fwd_bhsd_no_views.diff REVERSE=1 AB_COPY="$PWD/build/ab-hostbhsd" OUT="$OUT/ab" \
-      AB_SMOKE="python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_attention_gpu.py" \
-      AB_CMD="python3 lab/host_profile_gpu.py --no-profiler" bash lab/ab/run_ab.sh
-    step pytest_hostbhsd 200 bash -c "cd '$PWD/build/ab-hostbhsd' && PYTHONPATH='$PWD/build/ab-hostbhsd' \
-      FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_gpu.py \
-      tests/kernels/test_nonfinite_gpu.py tests/kernels/test_torch_impl_gpu.py -ra"
+    host_patch_ab hostbhsd host_fwd_bhsd_no_views.diff 1
+    ;;
+  hostbhsdout)  # prepared 2026-12-02, not yet run: flashattn::fwd_bhsd allocates out as [B, H, S, D] over the [B, S, H, D]
+                # memory the kernels write (empty_strided) instead of transposing it after the call
+                # (lab/ab/host_fwd_bhsd_out_strided.diff; the kernels' parameters are the same): its A/B on the host
+                # profile, then the entry points' tests in the copy
+    host_patch_ab hostbhsdout host_fwd_bhsd_out_strided.diff 0
     ;;
   hostprofile)  # the host profile alone, on a built tree (a second look at the numbers)
     env_info > "$OUT/env.txt" 2>&1
@@ -1408,7 +1426,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|hostbhsd|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|hostbhsd|hostbhsdout|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
