@@ -68,9 +68,9 @@
 #   bash lab/gpu_run.sh hostbhsd measured, landed (single calls +7% against SDPA's): fwd_bhsd without transposed views
 #                                     of q, k, v (lab/ab/host_fwd_bhsd_no_views.diff, applied in reverse since): its A/B
 #                                     on the host profile, the tests (~7 min)
-#   bash lab/gpu_run.sh hostbhsdout prepared, not yet run: fwd_bhsd's out allocated as [B, H, S, D] over [B, S, H, D]
-#                                     memory, no transpose after (lab/ab/host_fwd_bhsd_out_strided.diff): its A/B on
-#                                     the host profile, the tests (~7 min)
+#   bash lab/gpu_run.sh hostoutputs prepared, not yet run: the dense forward's outputs allocated without a dispatcher op
+#                                     each, lse shaped in place, fwd_bhsd's out in its final layout (no transpose after;
+#                                     lab/ab/host_fwd_outputs.diff): its A/B on the host profile, the tests (~7 min)
 #   bash lab/gpu_run.sh fwdd64otma measured, landed (D=64 causal S=512 +3-4%): D=64's default config with O through shared
 #                                     memory and TMA stores (lab/ab/fwd_d64_o_tma.diff, applied in reverse since): its A/B
 #                                     on D=64 cells, the checks (~5 min)
@@ -1401,11 +1401,12 @@ PY
              # kernels' parameters are the same): its A/B on the host profile, then the entry points' tests in the copy
     host_patch_ab hostbhsd host_fwd_bhsd_no_views.diff 1
     ;;
-  hostbhsdout)  # prepared 2026-12-02, not yet run: flashattn::fwd_bhsd allocates out as [B, H, S, D] over the [B, S, H, D]
-                # memory the kernels write (empty_strided) instead of transposing it after the call
-                # (lab/ab/host_fwd_bhsd_out_strided.diff; the kernels' parameters are the same): its A/B on the host
-                # profile, then the entry points' tests in the copy
-    host_patch_ab hostbhsdout host_fwd_bhsd_out_strided.diff 0
+  hostoutputs)  # prepared 2026-12-02, not yet run: the dense forward's out, lse (+ tile counter) and split partials
+                # from at::detail::empty_cuda (the caching allocator without a dispatcher op each), lse shaped in
+                # place instead of an as_strided view, fwd_bhsd's out allocated as [B, H, S, D] over the [B, S, H, D]
+                # memory the kernels write instead of transposed after the call (lab/ab/host_fwd_outputs.diff; the
+                # kernels' parameters are the same): its A/B on the host profile, then the entry points' tests in the copy
+    host_patch_ab hostoutputs host_fwd_outputs.diff 0
     ;;
   hostprofile)  # the host profile alone, on a built tree (a second look at the numbers)
     env_info > "$OUT/env.txt" 2>&1
@@ -1426,7 +1427,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|hostbhsd|hostbhsdout|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
