@@ -215,9 +215,16 @@
 # H200 with REVERSE=0: the 16-bit forward 1.003, FP8 D=256 causal +4-5%; landed, so REVERSE=1 now undoes it).
 # AB_SMOKE: a command (e.g. a few GPU tests) run in the patched copy before any round, 90 s at most.
 # host_fwd_bhsd_no_views.diff: flashattn::fwd_bhsd reads q, k, v [B, H, S, D] through their strides (set_dense's
-# s_dim/h_dim) instead of taking a transposed view of each, three dispatcher ops a call fewer: REVERSE=0
-# AB_CMD="python3 lab/host_profile_gpu.py --no-profiler" (bash lab/gpu_run.sh hostbhsd; prepared 2026-12-02,
-# not yet run).
+# s_dim/h_dim) instead of taking a transposed view of each, three dispatcher ops a call fewer,
+# AB_CMD="python3 lab/host_profile_gpu.py --no-profiler" (bash lab/gpu_run.sh hostbhsd; measured 2026-12-02 on an
+# H200 with REVERSE=0: the seed shapes' single calls 1.24 -> 1.32-1.33x SDPA's; landed, so REVERSE=1 now undoes it).
+# host_fwd_outputs.diff: the dense forward's outputs from at::detail::empty_cuda, lse shaped in place,
+# fwd_bhsd's out allocated in its final layout: REVERSE=0 with the same AB_CMD (bash lab/gpu_run.sh
+# hostoutputs; prepared 2026-12-02, not yet run).
+# fwd_d64_o_tma.diff: D=64's default config with O through shared memory and TMA stores (bash lab/gpu_run.sh
+# fwdd64otma; measured 2026-12-02 on an H200 with REVERSE=0: causal S=512 +3.2-3.6% against cuDNN, 1k
+# +1.1-1.3%, 2k -0.3..-2.4%; landed, so REVERSE=1 now undoes it). fwd_d64_wide_o_tma.diff: the same on D=64's
+# three-warpgroup configs: REVERSE=0 (bash lab/gpu_run.sh fwdd64widetma; prepared 2026-12-02, not yet run).
 # lab_softcap_no_tanh.diff: a measurement only (wrong results): the one-pass softcap kernels without
 # their tanh, to price the second SFU operation a score: REVERSE=0 with the AB_CMD above (measured
 # 2026-11-28: D=64 cost 1.18-1.22 -> 1.06-1.11).

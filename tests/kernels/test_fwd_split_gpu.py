@@ -37,6 +37,8 @@ CASES = [
     (1, 1500, 700, 1, 1, 64, BOTTOM_RIGHT, (-1, -1), 0.0),
     (1, 129, 9000, 3, 1, 64, NONE, (-1, -1), 0.0),
 ]
+
+
 def case_ids(cases) -> list[str]:
     return [f"b{b}-sq{sq}-sk{sk}-h{hq}:{hk}-d{d}-c{c}-w{w[0]}:{w[1]}-cap{cap:g}" for b, sq, sk, hq, hk, d, c, w, cap in cases]
 
@@ -90,9 +92,10 @@ def test_the_rule_splits_small_grids_only(monkeypatch, device: torch.device) -> 
     """B=1 H=1 S=2048 (11-16 query tiles for 132 SMs) splits: with the combine kernel when forced
     (FLASHATTN_FWD_SPLIT_MERGE=combine); B=1 H=1 S=1024 (sixteen 64-row tiles of the small-grid
     config, split over their keys) as one kernel merging in clusters by default; so does B=1 H=1
-    S=2048 causal, whose rule of 8 splits may not fit as 8-CTA clusters (then fewer splits that do); a grid that fills the SMs (B=8 H=16 S=2048) runs the
-    kernel alone; FLASHATTN_FWD_SPLITS=1 turns it off; more splits than a cluster takes
-    (FLASHATTN_FWD_SPLITS=16) merge through the combine kernel."""
+    S=2048 causal, whose rule of 8 splits may not fit as 8-CTA clusters (then fewer splits that
+    do); a grid that fills the SMs (B=8 H=16 S=2048) runs the kernel alone; FLASHATTN_FWD_SPLITS=1
+    turns it off; more splits than a cluster takes (FLASHATTN_FWD_SPLITS=16) merge through the
+    combine kernel."""
     monkeypatch.delenv("FLASHATTN_FWD_SPLITS", raising=False)
     small = torch.randn(1, 2048, 1, 64, device=device, dtype=torch.bfloat16)
     short = torch.randn(1, 1024, 1, 64, device=device, dtype=torch.bfloat16)
