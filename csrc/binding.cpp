@@ -2,6 +2,7 @@
 // flashattn::fwd_bhsd (schemas in flashattn/_ops.py, autograd in csrc/autograd.cpp). Thin by
 // design: checks (csrc/host_args.h), fills FwdParams, calls the launcher in csrc/flash_fwd/ or
 // csrc/flash_fwd_sm90/.
+#include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
@@ -22,7 +23,7 @@ namespace {
 using flashattn::CausalMode;
 
 // The dense forward on q, k, v [B, S, H, D] (bhsd false) or [B, H, S, D] (bhsd true: read through
-// their strides as they are, no transposed views taken), out [B, Sq, Hq, D].
+// their strides as they are, no transposed views taken), out shaped like q, stored [B, Sq, Hq, D].
 std::tuple<at::Tensor, at::Tensor> fwd_impl(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                                             std::optional<double> softmax_scale, int64_t causal_mode,
                                             c10::string_view backend, int64_t window_left, int64_t window_right,
@@ -41,13 +42,19 @@ std::tuple<at::Tensor, at::Tensor> fwd_impl(const at::Tensor& q_in, const at::Te
   FLASHATTN_CHECK(B <= INT32_MAX && Sq <= INT32_MAX && Sk <= INT32_MAX && Hq <= INT32_MAX, op, ": sizes too large");
 
   const c10::cuda::CUDAGuard guard(q_in.device());
-  at::Tensor out = at::empty({B, Sq, Hq, D}, q_in.options());
-  // lse, and behind it (where the Hopper path's dynamic schedule wants it, below) one int32 word
-  // for its tile counter: one allocation for both.
+  // The outputs come from the caching allocator without a dispatcher op each
+  // (at::detail::empty_cuda; the kernels write every element, so the fill of new memory that
+  // torch.use_deterministic_algorithms asks of at::empty is not wanted). out in [B, Sq, Hq, D]
+  // memory, for fwd_bhsd seen as [B, Hq, Sq, D] (no transposed view after).
+  const at::TensorOptions options = q_in.options();
+  at::Tensor out = bhsd ? at::detail::empty_strided_cuda({B, Hq, Sq, D}, {Sq * Hq * D, D, Hq * D, 1}, options)
+                        : at::detail::empty_cuda({B, Sq, Hq, D}, options);
+  // lse [B, Hq, Sq], and behind it (where the Hopper path's dynamic schedule wants it, below) one
+  // int32 word for its tile counter: one allocation for both, shaped as lse in place (no view op).
   const int64_t lse_numel = B * Hq * Sq;
-  at::Tensor lse_storage = at::empty({lse_numel + 1}, q_in.options().dtype(at::kFloat));
-  // One view op (narrow then view took three dispatches: narrow, its slice, view).
-  at::Tensor lse = lse_storage.as_strided({B, Hq, Sq}, {Hq * Sq, Sq, 1});
+  at::Tensor lse = at::detail::empty_cuda({lse_numel + 1}, options.dtype(at::kFloat));
+  const int64_t lse_sizes[] = {B, Hq, Sq}, lse_strides[] = {Hq * Sq, Sq, 1};
+  lse.unsafeGetTensorImpl()->set_sizes_and_strides(at::IntArrayRef(lse_sizes), at::IntArrayRef(lse_strides));
   if (out.numel() == 0) return {out, lse};
 
   const at::Tensor q = flashattn::aligned_or_copy(q_in), k = flashattn::aligned_or_copy(k_in),
@@ -72,7 +79,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_impl(const at::Tensor& q_in, const at::Te
   // counter private to this call: the word behind lse, zeroed by a stream-ordered memset, so
   // concurrent streams never share one and CUDA-graph capture records it (at::zeros cost an
   // allocation and a fill kernel per call).
-  if (plan.tile_counter) flashattn::set_zeroed_tile_counter(op, p, lse_storage, lse_numel, stream);
+  if (plan.tile_counter) flashattn::set_zeroed_tile_counter(op, p, lse, lse_numel, stream);
   // Few query tiles for the SMs (short prefills, B=1 H=1): the Hopper path splits each tile's keys
   // over several CTAs, which merge in shared memory as one cluster where they can, else write
   // float32 partials (one allocation: o_accum, then lse_accum) that a second kernel merges into
@@ -81,7 +88,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_impl(const at::Tensor& q_in, const at::Te
   p.num_splits = plan.split.num_splits;
   if (plan.split.num_splits > 1 && !plan.split.in_cluster) {
     const int64_t rows = plan.split.num_splits * B * Hq * Sq;
-    split_accum = at::empty({rows * (D + 1)}, q.options().dtype(at::kFloat));
+    split_accum = at::detail::empty_cuda({rows * (D + 1)}, options.dtype(at::kFloat));
     p.o_accum = split_accum.data_ptr<float>();
     p.lse_accum = p.o_accum + rows * D;
   }
@@ -113,15 +120,14 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q, const at::Tenso
   return fwd_impl(q, k, v, softmax_scale, causal_mode, backend, window_left, window_right, softcap, false);
 }
 
-// flashattn::fwd on the torch layout [B, H, S, D] (SDPA's), out in that layout too (a transposed view
-// of the [B, S, H, D] buffer the kernels write). q, k, v are read through their own strides: a
-// transposed view of each cost a dispatcher op a call.
+// flashattn::fwd on the torch layout [B, H, S, D] (SDPA's), out in that layout too (allocated as the
+// [B, S, H, D] buffer the kernels write, seen as [B, H, S, D]). q, k, v are read through their own
+// strides: a transposed view of each tensor cost a dispatcher op a call.
 std::tuple<at::Tensor, at::Tensor> fwd_bhsd_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                  std::optional<double> softmax_scale, int64_t causal_mode,
                                                  c10::string_view backend, int64_t window_left, int64_t window_right,
                                                  double softcap) {
-  auto [out, lse] = fwd_impl(q, k, v, softmax_scale, causal_mode, backend, window_left, window_right, softcap, true);
-  return {out.transpose(1, 2), lse};
+  return fwd_impl(q, k, v, softmax_scale, causal_mode, backend, window_left, window_right, softcap, true);
 }
 
 }  // namespace

@@ -79,15 +79,15 @@ inline void set_bshd(const at::Tensor& t, Ptr& ptr, int64_t& batch_stride, int64
   head_stride = t.stride(h_dim);
 }
 
-// A dense call: q, k, v [B, S, H, D] (or stored as [B, H, S, D]: s_dim 2, h_dim 1) and o [B, Sq, Hq, D],
-// their pointers and strides, and the sizes read from them (each binding has checked them against
-// int32 first).
+// A dense call: q, k, v and o [B, S, H, D] (or seen as [B, H, S, D]: s_dim 2, h_dim 1), their
+// pointers and strides, and the sizes read from them (each binding has checked them against int32
+// first).
 inline void set_dense(FwdParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o,
                       int s_dim = 1, int h_dim = 2) {
   set_bshd(q, p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, s_dim, h_dim);
   set_bshd(k, p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, s_dim, h_dim);
   set_bshd(v, p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, s_dim, h_dim);
-  set_bshd(o, p.o, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+  set_bshd(o, p.o, p.o_batch_stride, p.o_row_stride, p.o_head_stride, s_dim, h_dim);
   p.batch = static_cast<int>(q.size(0));
   p.seqlen_q = static_cast<int>(q.size(s_dim));
   p.heads_q = static_cast<int>(q.size(h_dim));

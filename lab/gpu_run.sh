@@ -68,15 +68,18 @@
 #   bash lab/gpu_run.sh hostbhsd measured, landed (single calls +7% against SDPA's): fwd_bhsd without transposed views
 #                                     of q, k, v (lab/ab/host_fwd_bhsd_no_views.diff, applied in reverse since): its A/B
 #                                     on the host profile, the tests (~7 min)
-#   bash lab/gpu_run.sh hostoutputs prepared, not yet run: the dense forward's outputs allocated without a dispatcher op
-#                                     each, lse shaped in place, fwd_bhsd's out in its final layout (no transpose after;
-#                                     lab/ab/host_fwd_outputs.diff): its A/B on the host profile, the tests (~7 min)
+#   bash lab/gpu_run.sh hostoutputs measured, landed (1.5-2.5 us less a call): the dense forward's outputs allocated without
+#                                     a dispatcher op each, lse shaped in place, fwd_bhsd's out in its final layout
+#                                     (lab/ab/host_fwd_outputs.diff, applied in reverse since): its A/B on the host
+#                                     profile, the tests (~7 min)
 #   bash lab/gpu_run.sh fwdd64otma measured, landed (D=64 causal S=512 +3-4%): D=64's default config with O through shared
 #                                     memory and TMA stores (lab/ab/fwd_d64_o_tma.diff, applied in reverse since): its A/B
 #                                     on D=64 cells, the checks (~5 min)
-#   bash lab/gpu_run.sh fwdd64widetma prepared, not yet run: D=64's three-warpgroup configs (non-causal; causal from 4k
-#                                     keys) with O through shared memory and TMA stores (lab/ab/fwd_d64_wide_o_tma.diff):
-#                                     its A/B on D=64 cells of both masks, the checks (~5 min)
+#   bash lab/gpu_run.sh fwdd64widetma measured, landed for the non-causal config (S=512 +1.3-3.1%, 1k +1.8-3.4%): D=64's
+#                                     three-warpgroup non-causal config with O through shared memory and TMA stores
+#                                     (lab/ab/fwd_d64_noncausal_o_tma.diff, applied in reverse since; the long-keys
+#                                     causal config's lab/ab/fwd_d64_long_keys_o_tma.diff lost 1-6%): its A/B on D=64
+#                                     cells, the checks (~5 min)
 #   bash lab/gpu_run.sh fwdncu   ncu on the forward of ours, cuDNN and FlashAttention-3 side by side (NCU_FWD_SHAPES) (~3 min)
 #   bash lab/gpu_run.sh waveprobe what the last partial wave of non-causal tiles costs each implementation: the
 #                                     standard cells beside B:H that fill whole waves of 132 SMs (lab/fwd_time.py) (~3 min)
@@ -822,13 +825,16 @@ case "${1:-verify}" in
     fwd_patch_ab fwdd64otma fwd_d64_o_tma.diff \
       "${FWD_D64_OTMA_CELLS:-64:512:1 64:1024:1 64:2048:1 64:512:0 64:1024:0 64:4096:1 128:1024:1}" 1
     ;;
-  fwdd64widetma)  # prepared 2026-12-02 (issue 29), not yet run: D=64's three-warpgroup configs, the non-causal one (192-row
-                  # tiles) and the long-keys causal one (from 4096 keys), with O through shared memory and TMA stores
-                  # (lab/ab/fwd_d64_wide_o_tma.diff: kOTma, as D=64's default config since 2026-12-02, where causal
-                  # S=512 gained 3.2-3.6% against cuDNN): its A/B on the cells those configs serve and a default-config
-                  # control, then the fwdq2 stage's tests and sanitizers in the copy (packed batches: `fwdland` after landing)
-    fwd_patch_ab fwdd64widetma fwd_d64_wide_o_tma.diff \
-      "${FWD_D64_WIDE_OTMA_CELLS:-64:512:0 64:1024:0 64:4096:0 64:16384:0 64:4096:1 64:16384:1 64:1024:1}"
+  fwdd64widetma)  # 2026-12-02 (issue 29; measured on an H200, landed for the non-causal config): D=64's three-warpgroup
+                  # non-causal config (192-row tiles) with O through shared memory and TMA stores, as D=64's default
+                  # config (lab/ab/fwd_d64_noncausal_o_tma.diff, applied in reverse since it landed: side B is the tree
+                  # without it; S=512 +1.3-3.1%, 1k +1.8-3.4%, 4k-16k within +-3%). The long-keys causal config with the
+                  # same store lost 1.2-3.2% at 4k and 4.8-6.1% at 16k: FWD_WIDE_OTMA_DIFF=fwd_d64_long_keys_o_tma.diff
+                  # FWD_WIDE_OTMA_REVERSE=0 repeats that. Its A/B on the cells those configs serve and a default-config
+                  # control, then the fwdq2 stage's tests and sanitizers in the copy
+    fwd_patch_ab fwdd64widetma "${FWD_WIDE_OTMA_DIFF:-fwd_d64_noncausal_o_tma.diff}" \
+      "${FWD_D64_WIDE_OTMA_CELLS:-64:512:0 64:1024:0 64:4096:0 64:16384:0 64:4096:1 64:16384:1 64:1024:1}" \
+      "${FWD_WIDE_OTMA_REVERSE:-1}"
     ;;
   fwdostore)  # 2026-11-30 (issue 29; measured on an H200: 1.000, not adopted): the Hopper forward's register epilogue (D=64's configs) with
               # O transposed across each quad of lanes and stored 16 bytes a lane (lab/ab/fwd_o_store_16b.diff): its A/B
@@ -1401,12 +1407,13 @@ PY
              # kernels' parameters are the same): its A/B on the host profile, then the entry points' tests in the copy
     host_patch_ab hostbhsd host_fwd_bhsd_no_views.diff 1
     ;;
-  hostoutputs)  # prepared 2026-12-02, not yet run: the dense forward's out, lse (+ tile counter) and split partials
+  hostoutputs)  # 2026-12-02 (issue 28; measured on an H200: 1.5-2.5 us less a call on the host profile's layers, the
+                # controls unchanged; landed): the dense forward's out, lse (+ tile counter) and split partials
                 # from at::detail::empty_cuda (the caching allocator without a dispatcher op each), lse shaped in
                 # place instead of an as_strided view, fwd_bhsd's out allocated as [B, H, S, D] over the [B, S, H, D]
-                # memory the kernels write instead of transposed after the call (lab/ab/host_fwd_outputs.diff; the
-                # kernels' parameters are the same): its A/B on the host profile, then the entry points' tests in the copy
-    host_patch_ab hostoutputs host_fwd_outputs.diff 0
+                # memory the kernels write instead of transposed after the call (lab/ab/host_fwd_outputs.diff, applied
+                # in reverse since it landed): its A/B on the host profile, then the entry points' tests in the copy
+    host_patch_ab hostoutputs host_fwd_outputs.diff 1
     ;;
   hostprofile)  # the host profile alone, on a built tree (a second look at the numbers)
     env_info > "$OUT/env.txt" 2>&1

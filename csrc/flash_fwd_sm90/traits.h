@@ -354,14 +354,17 @@ struct Sm90DefaultConfig<256> {
 //   kNonCausal: calls without a causal mask. At D=64, three consumer warpgroups (192-row tiles):
 //     +4.9-7.4% at every S from 512 to 16k against the two-warpgroup configs (also against the
 //     long-keys one), but -13% causal at S <= 4k, where the coarser tiles mask more of the
-//     diagonal (lab alternating A/B, perf-notes "v12").
+//     diagonal (lab alternating A/B, perf-notes "v12"). O by TMA store as the default config's:
+//     S=512 +1.3-3.1%, 1k +1.8-3.4%, 4k-16k within +-3% (H200, 2026-12-02, perf-notes "D=64's
+//     three-warpgroup configs with O by TMA").
 //   kLongKeys: causal calls with seqlen_k >= kSm90LongKeysMin. At D=64, three consumer warpgroups
 //     (192 x 128 tiles, FlashAttention-3's D=64 causal tile) with the softmax reductions in 4
 //     chains: against the 128 x 192 config that served from 4k before, +5.1% at 4k and +8.0% at
 //     16k on the standard grid, +2.7% and +7.8% on the seed's split grids (B=1 H=1) at 4k and 8k.
 //     At 2k it gained 2.7% on the standard grid but lost 23% on the seed's split grid (fewer,
 //     taller tiles to split), and at S <= 1k 12%: so from 4k, as before (lab A/Bs, perf-notes
-//     "Kernel by kernel against cuDNN"; the 128 x 192 config: "v11").
+//     "Kernel by kernel against cuDNN"; the 128 x 192 config: "v11"). Its O stays in registers:
+//     the TMA store lost 1.2-3.2% at 4k and 4.8-6.1% at 16k (H200, 2026-12-02).
 // A head dim whose config of a kind is not distinct (kDistinct false) uses its default there, and
 // has no instantiation of it (tools/gen_instantiations.py).
 //   kSmallGrid: not a kind of call but of grid (dispatch.cu find_launcher): a D=64 call of at most
@@ -393,7 +396,7 @@ struct Sm90NonCausalConfig : Sm90SameAsDefault<kHeadDim> {};
 template <>
 struct Sm90NonCausalConfig<64> {
   static constexpr bool kDistinct = true;
-  using Traits = Sm90FwdTraits<64, 128, 2, true, 1, false, 1, 3>;
+  using Traits = Sm90FwdTraits<64, 128, 2, true, 1, true, 1, 3>;
 };
 
 template <int kHeadDim>

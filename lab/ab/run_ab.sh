@@ -219,12 +219,15 @@
 # AB_CMD="python3 lab/host_profile_gpu.py --no-profiler" (bash lab/gpu_run.sh hostbhsd; measured 2026-12-02 on an
 # H200 with REVERSE=0: the seed shapes' single calls 1.24 -> 1.32-1.33x SDPA's; landed, so REVERSE=1 now undoes it).
 # host_fwd_outputs.diff: the dense forward's outputs from at::detail::empty_cuda, lse shaped in place,
-# fwd_bhsd's out allocated in its final layout: REVERSE=0 with the same AB_CMD (bash lab/gpu_run.sh
-# hostoutputs; prepared 2026-12-02, not yet run).
+# fwd_bhsd's out allocated in its final layout, the same AB_CMD (bash lab/gpu_run.sh hostoutputs; measured
+# 2026-12-02 on an H200 with REVERSE=0: 1.5-2.5 us less a call; landed, so REVERSE=1 now undoes it).
 # fwd_d64_o_tma.diff: D=64's default config with O through shared memory and TMA stores (bash lab/gpu_run.sh
 # fwdd64otma; measured 2026-12-02 on an H200 with REVERSE=0: causal S=512 +3.2-3.6% against cuDNN, 1k
-# +1.1-1.3%, 2k -0.3..-2.4%; landed, so REVERSE=1 now undoes it). fwd_d64_wide_o_tma.diff: the same on D=64's
-# three-warpgroup configs: REVERSE=0 (bash lab/gpu_run.sh fwdd64widetma; prepared 2026-12-02, not yet run).
+# +1.1-1.3%, 2k -0.3..-2.4%; landed, so REVERSE=1 now undoes it). fwd_d64_noncausal_o_tma.diff: the same on
+# D=64's three-warpgroup non-causal config (bash lab/gpu_run.sh fwdd64widetma; measured 2026-12-02 on an H200
+# with REVERSE=0: S=512 +1.3-3.1%, 1k +1.8-3.4%, 4k-16k within +-3%; landed, so REVERSE=1 now undoes it).
+# fwd_d64_long_keys_o_tma.diff: the same on D=64's long-keys causal config: REVERSE=0 (measured 2026-12-02:
+# 4k -1.2..-3.2%, 16k -4.8..-6.1%; not adopted).
 # lab_softcap_no_tanh.diff: a measurement only (wrong results): the one-pass softcap kernels without
 # their tanh, to price the second SFU operation a score: REVERSE=0 with the AB_CMD above (measured
 # 2026-11-28: D=64 cost 1.18-1.22 -> 1.06-1.11).
