@@ -80,6 +80,9 @@
 #                                     (lab/ab/fwd_d64_noncausal_o_tma.diff, applied in reverse since; the long-keys
 #                                     causal config's lab/ab/fwd_d64_long_keys_o_tma.diff lost 1-6%): its A/B on D=64
 #                                     cells, the checks (~5 min)
+#   bash lab/gpu_run.sh fwdd64longkeys2k prepared, not yet run (its lab form measured: 2k +3-5%, 3k +10% on the standard
+#                                     grid): D=64 causal calls from 2048 keys on the long-keys config where its tiles
+#                                     fill 8 waves (lab/ab/fwd_d64_long_keys_full_grid.diff): its A/B, the checks (~5 min)
 #   bash lab/gpu_run.sh fwdncu   ncu on the forward of ours, cuDNN and FlashAttention-3 side by side (NCU_FWD_SHAPES) (~3 min)
 #   bash lab/gpu_run.sh waveprobe what the last partial wave of non-causal tiles costs each implementation: the
 #                                     standard cells beside B:H that fill whole waves of 132 SMs (lab/fwd_time.py) (~3 min)
@@ -836,6 +839,17 @@ case "${1:-verify}" in
       "${FWD_D64_WIDE_OTMA_CELLS:-64:512:0 64:1024:0 64:4096:0 64:16384:0 64:4096:1 64:16384:1 64:1024:1}" \
       "${FWD_WIDE_OTMA_REVERSE:-1}"
     ;;
+  fwdd64longkeys2k)  # issue 29: D=64 causal calls from 2048 keys on the long-keys config (192 x 128 tiles, three consumer
+                     # warpgroups) where those tiles fill at least 8 waves (traits.h kSm90LongKeysFullGridWaves), the
+                     # default config below (lab/ab/fwd_d64_long_keys_full_grid.diff, prepared 2026-12-02, not yet run:
+                     # the rule, the balance model's tile shape and the test that pins which config serves a call).
+                     # FWD_LONG_KEYS_DIFF=fwd_d64_long_keys_2k.diff is the lab form measured 2026-12-02 on an H200
+                     # (any grid over half the SMs: standard 2k +2.9-4.8%, 3k +10.2-10.9%, B=2 H=16 2k -1.6..-2.8%).
+                     # Its A/B on 2k-3k causal cells (one at exactly 8 waves of 132 SMs) with cuDNN and
+                     # FlashAttention-3 beside, a small-grid and two default-rule controls, then the fwdq2 checks
+    fwd_patch_ab fwdd64longkeys2k "${FWD_LONG_KEYS_DIFF:-fwd_d64_long_keys_full_grid.diff}" \
+      "${FWD_LONG_KEYS_2K_CELLS:-64:2048:1 64:3072:1 64:2048:1:1:96 64:2048:1:2:16 64:2048:1:1:4 64:1024:1 64:4096:1}"
+    ;;
   fwdostore)  # 2026-11-30 (issue 29; measured on an H200: 1.000, not adopted): the Hopper forward's register epilogue (D=64's configs) with
               # O transposed across each quad of lanes and stored 16 bytes a lane (lab/ab/fwd_o_store_16b.diff): its A/B
               # on short cells of both masks, then the fwdq2 stage's tests and sanitizers in the copy
@@ -1434,7 +1448,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

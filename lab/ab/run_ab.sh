@@ -228,6 +228,11 @@
 # with REVERSE=0: S=512 +1.3-3.1%, 1k +1.8-3.4%, 4k-16k within +-3%; landed, so REVERSE=1 now undoes it).
 # fwd_d64_long_keys_o_tma.diff: the same on D=64's long-keys causal config: REVERSE=0 (measured 2026-12-02:
 # 4k -1.2..-3.2%, 16k -4.8..-6.1%; not adopted).
+# fwd_d64_long_keys_2k.diff: D=64 causal calls of 2048-4095 keys on the long-keys config where their grid fills
+# more than half the SMs, a lab form: REVERSE=0 (measured 2026-12-02 on an H200: the standard grid's 2k +2.9-4.8%,
+# 3k +10.2-10.9%, B=2 H=16 2k -1.6..-2.8%). fwd_d64_long_keys_full_grid.diff: the same from 8 waves of those
+# tiles, as it would land (the rule, the balance model, a test): REVERSE=0 (bash lab/gpu_run.sh
+# fwdd64longkeys2k; prepared 2026-12-02, not yet run).
 # lab_softcap_no_tanh.diff: a measurement only (wrong results): the one-pass softcap kernels without
 # their tanh, to price the second SFU operation a score: REVERSE=0 with the AB_CMD above (measured
 # 2026-11-28: D=64 cost 1.18-1.22 -> 1.06-1.11).
