@@ -83,6 +83,9 @@
 #   bash lab/gpu_run.sh fwdd64longkeys2k prepared, not yet run (its lab form measured: 2k +3-5%, 3k +10% on the standard
 #                                     grid): D=64 causal calls from 2048 keys on the long-keys config where its tiles
 #                                     fill 8 waves (lab/ab/fwd_d64_long_keys_full_grid.diff): its A/B, the checks (~5 min)
+#   bash lab/gpu_run.sh fwdd64fewwaves prepared, not yet run: D=64 causal calls from 4096 keys on the default config where
+#                                     the long-keys tiles fill under 8 waves (lab/ab/fwd_d64_long_keys_few_waves_default.diff):
+#                                     its A/B on few-wave cells, the checks (~5 min)
 #   bash lab/gpu_run.sh fwdncu   ncu on the forward of ours, cuDNN and FlashAttention-3 side by side (NCU_FWD_SHAPES) (~3 min)
 #   bash lab/gpu_run.sh waveprobe what the last partial wave of non-causal tiles costs each implementation: the
 #                                     standard cells beside B:H that fill whole waves of 132 SMs (lab/fwd_time.py) (~3 min)
@@ -850,6 +853,14 @@ case "${1:-verify}" in
     fwd_patch_ab fwdd64longkeys2k "${FWD_LONG_KEYS_DIFF:-fwd_d64_long_keys_full_grid.diff}" \
       "${FWD_LONG_KEYS_2K_CELLS:-64:2048:1 64:3072:1 64:2048:1:1:96 64:2048:1:2:16 64:2048:1:1:4 64:1024:1 64:4096:1}"
     ;;
+  fwdd64fewwaves)  # issue 29, prepared 2026-12-02, not yet run: the other side of fwdd64longkeys2k's rule, D=64 causal calls of
+                   # 4096 keys or more whose 192-row long-keys tiles fill more than half the SMs but under 8 waves on the
+                   # default config's 128-row tiles (lab/ab/fwd_d64_long_keys_few_waves_default.diff, a lab form): whether the
+                   # loss of the taller tiles on few waves seen at 2048 keys holds from 4096. Its A/B on 2.6-5.3-wave cells
+                   # and an 8-wave and a standard-grid control, then the fwdq2 checks
+    fwd_patch_ab fwdd64fewwaves fwd_d64_long_keys_few_waves_default.diff \
+      "${FWD_FEW_WAVES_CELLS:-64:4096:1:1:16 64:4096:1:1:32 64:8192:1:1:8 64:16384:1:1:4 64:4096:1:1:48 64:4096:1}"
+    ;;
   fwdostore)  # 2026-11-30 (issue 29; measured on an H200: 1.000, not adopted): the Hopper forward's register epilogue (D=64's configs) with
               # O transposed across each quad of lanes and stored 16 bytes a lane (lab/ab/fwd_o_store_16b.diff): its A/B
               # on short cells of both masks, then the fwdq2 stage's tests and sanitizers in the copy
@@ -1448,7 +1459,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64fewwaves|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -233,6 +233,9 @@
 # 3k +10.2-10.9%, B=2 H=16 2k -1.6..-2.8%). fwd_d64_long_keys_full_grid.diff: the same from 8 waves of those
 # tiles, as it would land (the rule, the balance model, a test): REVERSE=0 (bash lab/gpu_run.sh
 # fwdd64longkeys2k; prepared 2026-12-02, not yet run).
+# fwd_d64_long_keys_few_waves_default.diff: D=64 causal calls from 4096 keys on the default config where the
+# long-keys tiles fill more than half the SMs but under 8 waves, a lab form: REVERSE=0 (bash lab/gpu_run.sh
+# fwdd64fewwaves; prepared 2026-12-02, not yet run).
 # lab_softcap_no_tanh.diff: a measurement only (wrong results): the one-pass softcap kernels without
 # their tanh, to price the second SFU operation a score: REVERSE=0 with the AB_CMD above (measured
 # 2026-11-28: D=64 cost 1.18-1.22 -> 1.06-1.11).
