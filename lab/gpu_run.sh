@@ -82,7 +82,8 @@
 #                                     cells, the checks (~5 min)
 #   bash lab/gpu_run.sh fwdd64longkeys2k prepared, not yet run (its lab form measured: 2k +3-5%, 3k +10% on the standard
 #                                     grid): D=64 causal calls from 2048 keys on the long-keys config where its tiles
-#                                     fill 8 waves (lab/ab/fwd_d64_long_keys_full_grid.diff): its A/B, the checks (~5 min)
+#                                     fill 8 waves (lab/ab/fwd_d64_long_keys_full_grid.diff): its A/B, fwdland's checks in
+#                                     the copy (~9 min)
 #   bash lab/gpu_run.sh fwdd64fewwaves prepared, not yet run: D=64 causal calls from 4096 keys on the default config where
 #                                     the long-keys tiles fill under 8 waves (lab/ab/fwd_d64_long_keys_few_waves_default.diff):
 #                                     its A/B on few-wave cells, the checks (~5 min)
@@ -392,8 +393,16 @@ hopper_switch_ab() {
 # FP8 tests, then memcheck, racecheck and synccheck on the small dense, split and FP8 cases, each in that
 # copy (the steps took 29, 5, 22 and 4 s on an H200).
 #   fwd_copy_checks COPY NAME
+# FWD_COPY_WHOLE=1: fwdland's checks instead (the kernel tests whole, the sanitizers on the packed cases
+# too), so that a diff landed from its A/B needs no fwdland call after (~4 min more).
 fwd_copy_checks() {
   local copy=$1 name=$2
+  if [ "${FWD_COPY_WHOLE:-0}" = 1 ]; then
+    copy_sanitize_steps "$copy" "$name" 120 auto dense,split,fp8,varlen
+    step "pytest_$name" 330 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q \
+      -p no:cacheprovider tests/kernels -ra --durations=10"
+    return 0
+  fi
   step "pytest_$name" 200 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q \
     -p no:cacheprovider tests/kernels/test_attention_gpu.py tests/kernels/test_window_gpu.py tests/kernels/test_fwd_split_gpu.py \
     tests/kernels/test_fp8_gpu.py -ra"
@@ -850,7 +859,8 @@ case "${1:-verify}" in
                      # (any grid over half the SMs: standard 2k +2.9-4.8%, 3k +10.2-10.9%, B=2 H=16 2k -1.6..-2.8%).
                      # Its A/B on 2k-3k causal cells (one at exactly 8 waves of 132 SMs) with cuDNN and
                      # FlashAttention-3 beside, a small-grid and two default-rule controls, then the fwdq2 checks
-    fwd_patch_ab fwdd64longkeys2k "${FWD_LONG_KEYS_DIFF:-fwd_d64_long_keys_full_grid.diff}" \
+    # The kernel tests whole in the copy (FWD_COPY_WHOLE): landing it then needs no fwdland call.
+    FWD_COPY_WHOLE="${FWD_COPY_WHOLE:-1}" fwd_patch_ab fwdd64longkeys2k "${FWD_LONG_KEYS_DIFF:-fwd_d64_long_keys_full_grid.diff}" \
       "${FWD_LONG_KEYS_2K_CELLS:-64:2048:1 64:3072:1 64:2048:1:1:96 64:2048:1:2:16 64:2048:1:1:4 64:1024:1 64:4096:1}"
     ;;
   fwdd64fewwaves)  # issue 29, prepared 2026-12-02, not yet run: the other side of fwdd64longkeys2k's rule, D=64 causal calls of
