@@ -1438,8 +1438,9 @@ PY
     ;;
   hostbhsd)  # 2026-12-02 (issue 28's host path; measured on an H200: the seed shapes' single calls 1.24 -> 1.32-1.33x SDPA's,
              # landed): flashattn::fwd_bhsd reads q, k, v [B, H, S, D] through their strides instead of taking a
-             # transposed view of each (lab/ab/host_fwd_bhsd_no_views.diff, applied in reverse since it landed; the
-             # kernels' parameters are the same): its A/B on the host profile, then the entry points' tests in the copy
+             # transposed view of each (lab/ab/host_fwd_bhsd_no_views.diff, applied in reverse on a tree from its landing
+             # to commit 2041474: host_fwd_outputs.diff, landed after it, rewrote the same lines; the kernels'
+             # parameters are the same): its A/B on the host profile, then the entry points' tests in the copy
     host_patch_ab hostbhsd host_fwd_bhsd_no_views.diff 1
     ;;
   hostoutputs)  # 2026-12-02 (issue 28; measured on an H200: 1.5-2.5 us less a call on the host profile's layers, the

@@ -217,7 +217,8 @@
 # host_fwd_bhsd_no_views.diff: flashattn::fwd_bhsd reads q, k, v [B, H, S, D] through their strides (set_dense's
 # s_dim/h_dim) instead of taking a transposed view of each, three dispatcher ops a call fewer,
 # AB_CMD="python3 lab/host_profile_gpu.py --no-profiler" (bash lab/gpu_run.sh hostbhsd; measured 2026-12-02 on an
-# H200 with REVERSE=0: the seed shapes' single calls 1.24 -> 1.32-1.33x SDPA's; landed, so REVERSE=1 now undoes it).
+# H200 with REVERSE=0: the seed shapes' single calls 1.24 -> 1.32-1.33x SDPA's; landed; REVERSE=1 undoes it on a
+# tree up to commit 2041474, host_fwd_outputs.diff having rewritten its lines since).
 # host_fwd_outputs.diff: the dense forward's outputs from at::detail::empty_cuda, lse shaped in place,
 # fwd_bhsd's out allocated in its final layout, the same AB_CMD (bash lab/gpu_run.sh hostoutputs; measured
 # 2026-12-02 on an H200 with REVERSE=0: 1.5-2.5 us less a call; landed, so REVERSE=1 now undoes it).
