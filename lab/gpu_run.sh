@@ -861,7 +861,7 @@ case "${1:-verify}" in
                      # FlashAttention-3 beside, a small-grid and two default-rule controls, then the fwdq2 checks
     # The kernel tests whole in the copy (FWD_COPY_WHOLE): landing it then needs no fwdland call.
     FWD_COPY_WHOLE="${FWD_COPY_WHOLE:-1}" fwd_patch_ab fwdd64longkeys2k "${FWD_LONG_KEYS_DIFF:-fwd_d64_long_keys_full_grid.diff}" \
-      "${FWD_LONG_KEYS_2K_CELLS:-64:2048:1 64:3072:1 64:2048:1:1:96 64:2048:1:2:16 64:2048:1:1:4 64:1024:1 64:4096:1}"
+      "${FWD_LONG_KEYS_2K_CELLS:-64:2048:1 64:2560:1 64:3072:1 64:3584:1 64:2048:1:1:96 64:2048:1:2:16 64:2048:1:1:4 64:1024:1 64:4096:1}"
     ;;
   fwdd64fewwaves)  # issue 29, prepared 2026-12-02, not yet run: the other side of fwdd64longkeys2k's rule, D=64 causal calls of
                    # 4096 keys or more whose 192-row long-keys tiles fill more than half the SMs but under 8 waves on the
