@@ -66,7 +66,7 @@
 #                                     lab/ab/fwd_step_order2.diff; fwd_d128_order2.diff: D=128 alone): a ping-pong turn
 #                                     holds only the GEMMs' issue, as FlashAttention-3's: its A/B, the checks (~5 min)
 #   bash lab/gpu_run.sh hostbhsd measured, landed (single calls +7% against SDPA's): fwd_bhsd without transposed views
-#                                     of q, k, v (lab/ab/host_fwd_bhsd_no_views.diff, applied in reverse since): its A/B
+#                                     of q, k, v (lab/ab/host_fwd_bhsd_no_views.diff, reverse up to 2041474): its A/B
 #                                     on the host profile, the tests (~7 min)
 #   bash lab/gpu_run.sh hostoutputs measured, landed (1.5-2.5 us less a call): the dense forward's outputs allocated without
 #                                     a dispatcher op each, lse shaped in place, fwd_bhsd's out in its final layout
@@ -399,8 +399,7 @@ fwd_copy_checks() {
   local copy=$1 name=$2
   if [ "${FWD_COPY_WHOLE:-0}" = 1 ]; then
     copy_sanitize_steps "$copy" "$name" 120 auto dense,split,fp8,varlen
-    step "pytest_$name" 330 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q \
-      -p no:cacheprovider tests/kernels -ra --durations=10"
+    step "pytest_$name" 330 env -C "$copy" PYTHONPATH="$copy" "${pytest_kernels[@]}" -ra --durations=10
     return 0
   fi
   step "pytest_$name" 200 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q \

@@ -356,7 +356,7 @@ struct Sm90DefaultConfig<256> {
 //     long-keys one), but -13% causal at S <= 4k, where the coarser tiles mask more of the
 //     diagonal (lab alternating A/B, perf-notes "v12"). O by TMA store as the default config's:
 //     S=512 +1.3-3.1%, 1k +1.8-3.4%, 4k-16k within +-3% (H200, 2026-12-02, perf-notes "D=64's
-//     three-warpgroup configs with O by TMA").
+//     non-causal config with O by TMA").
 //   kLongKeys: causal calls with seqlen_k >= kSm90LongKeysMin. At D=64, three consumer warpgroups
 //     (192 x 128 tiles, FlashAttention-3's D=64 causal tile) with the softmax reductions in 4
 //     chains: against the 128 x 192 config that served from 4k before, +5.1% at 4k and +8.0% at
