@@ -80,10 +80,11 @@
 #                                     (lab/ab/fwd_d64_noncausal_o_tma.diff, applied in reverse since; the long-keys
 #                                     causal config's lab/ab/fwd_d64_long_keys_o_tma.diff lost 1-6%): its A/B on D=64
 #                                     cells, the checks (~5 min)
-#   bash lab/gpu_run.sh fwdd64longkeys2k prepared, not yet run (its lab form measured: 2k +3-5%, 3k +10% on the standard
-#                                     grid): D=64 causal calls from 2048 keys on the long-keys config where its tiles
-#                                     fill 8 waves (lab/ab/fwd_d64_long_keys_full_grid.diff): its A/B, fwdland's checks in
-#                                     the copy (~9 min)
+#   bash lab/gpu_run.sh fwdd64longkeys2k measured, landed (2k +5.5-6.0%, 3k +10.8-12.9%, 3.5k +8.5-10.4%, the 8-wave
+#                                     cell -0.6..+0.9%; applied in reverse since): D=64 causal calls from 2048 keys
+#                                     on the long-keys config where its tiles fill 8 waves
+#                                     (lab/ab/fwd_d64_long_keys_full_grid.diff, FWD_LONG_KEYS_REVERSE=1 now): its
+#                                     A/B, fwdland's checks in the copy (~9 min)
 #   bash lab/gpu_run.sh fwdd64fewwaves prepared, not yet run: D=64 causal calls from 4096 keys on the default config where
 #                                     the long-keys tiles fill under 8 waves (lab/ab/fwd_d64_long_keys_few_waves_default.diff):
 #                                     its A/B on few-wave cells, the checks (~5 min)
@@ -852,15 +853,19 @@ case "${1:-verify}" in
     ;;
   fwdd64longkeys2k)  # issue 29: D=64 causal calls from 2048 keys on the long-keys config (192 x 128 tiles, three consumer
                      # warpgroups) where those tiles fill at least 8 waves (traits.h kSm90LongKeysFullGridWaves), the
-                     # default config below (lab/ab/fwd_d64_long_keys_full_grid.diff, prepared 2026-12-02, not yet run:
-                     # the rule, the balance model's tile shape and the test that pins which config serves a call).
-                     # FWD_LONG_KEYS_DIFF=fwd_d64_long_keys_2k.diff is the lab form measured 2026-12-02 on an H200
+                     # default config below (lab/ab/fwd_d64_long_keys_full_grid.diff: the rule, the balance model's
+                     # tile shape and the test that pins which config serves a call; measured 2026-12-02 on an H200:
+                     # 2k +5.5-6.0%, 3k +10.8-12.9%, 2.5k +3.0-3.2%, 3.5k +8.5-10.4%, the 8-wave cell -0.6..+0.9%, the
+                     # kernel tests 2936 passed and the sanitizers clean in the copy; landed, REVERSE=1 undoes it).
+                     # FWD_LONG_KEYS_DIFF=fwd_d64_long_keys_2k.diff FWD_LONG_KEYS_REVERSE=0 (trees before the landing)
+                     # is the lab form measured 2026-12-02 on an H200
                      # (any grid over half the SMs: standard 2k +2.9-4.8%, 3k +10.2-10.9%, B=2 H=16 2k -1.6..-2.8%).
                      # Its A/B on 2k-3k causal cells (one at exactly 8 waves of 132 SMs) with cuDNN and
                      # FlashAttention-3 beside, a small-grid and two default-rule controls, then the fwdq2 checks
     # The kernel tests whole in the copy (FWD_COPY_WHOLE): landing it then needs no fwdland call.
     FWD_COPY_WHOLE="${FWD_COPY_WHOLE:-1}" fwd_patch_ab fwdd64longkeys2k "${FWD_LONG_KEYS_DIFF:-fwd_d64_long_keys_full_grid.diff}" \
-      "${FWD_LONG_KEYS_2K_CELLS:-64:2048:1 64:2560:1 64:3072:1 64:3584:1 64:2048:1:1:96 64:2048:1:2:16 64:2048:1:1:4 64:1024:1 64:4096:1}"
+      "${FWD_LONG_KEYS_2K_CELLS:-64:2048:1 64:2560:1 64:3072:1 64:3584:1 64:2048:1:1:96 64:2048:1:2:16 64:2048:1:1:4 64:1024:1 64:4096:1}" \
+      "${FWD_LONG_KEYS_REVERSE:-1}"
     ;;
   fwdd64fewwaves)  # issue 29, prepared 2026-12-02, not yet run: the other side of fwdd64longkeys2k's rule, D=64 causal calls of
                    # 4096 keys or more whose 192-row long-keys tiles fill more than half the SMs but under 8 waves on the

@@ -24,16 +24,25 @@ TILE_DEFAULT = {64: (128, 128), 128: (128, 128), 256: (128, 64)}  # Sm90DefaultC
 TILE_LONG_KEYS = {64: (192, 128)}  # Sm90LongKeysConfig<D>: causal, seqlen_k >= LONG_KEYS_MIN
 TILE_NON_CAUSAL = {64: (192, 128)}  # Sm90NonCausalConfig<D>: no causal mask
 LONG_KEYS_MIN = 4096  # traits.h kSm90LongKeysMin
+LONG_KEYS_FULL_GRID_MIN = 2048  # traits.h kSm90LongKeysFullGridMin
+LONG_KEYS_FULL_GRID_WAVES = 8  # traits.h kSm90LongKeysFullGridWaves
 
 
-def tile_shape(head_dim: int, seqlen_k: int, causal: bool) -> tuple[int, int]:
-    """traits.h sm90_tile_shape: (block M, block N) of the config the launcher picks (a grid of
-    non-causal tiles filling at most half the SMs takes the default config instead, dispatch.cu
-    find_launcher: smaller than the grids modelled here)."""
+def tile_shape(head_dim: int, seqlen_k: int, causal: bool, batch_heads: int = 0, seqlen_q: int = 0,
+               sms: int = 132) -> tuple[int, int]:
+    """traits.h sm90_tile_shape: (block M, block N) of the config the launcher picks; with
+    batch_heads and seqlen_q, also dispatch.cu find_launcher's long-keys rule for causal grids of
+    many waves from LONG_KEYS_FULL_GRID_MIN keys (a grid of non-causal tiles filling at most half
+    the SMs takes the default config instead: smaller than the grids modelled here)."""
     if not causal and head_dim in TILE_NON_CAUSAL:
         return TILE_NON_CAUSAL[head_dim]
-    if causal and seqlen_k >= LONG_KEYS_MIN and head_dim in TILE_LONG_KEYS:
-        return TILE_LONG_KEYS[head_dim]
+    if causal and head_dim in TILE_LONG_KEYS:
+        if seqlen_k >= LONG_KEYS_MIN:
+            return TILE_LONG_KEYS[head_dim]
+        block_m = TILE_LONG_KEYS[head_dim][0]
+        tiles = -(-seqlen_q // block_m) * batch_heads
+        if seqlen_k >= LONG_KEYS_FULL_GRID_MIN and tiles >= LONG_KEYS_FULL_GRID_WAVES * sms:
+            return TILE_LONG_KEYS[head_dim]
     return TILE_DEFAULT[head_dim]
 
 
@@ -57,7 +66,7 @@ def dynamic_schedule_pays(causal: bool, seqlen_q: int, batch_heads: int, block_m
 def tile_work(seqlen: int, head_dim: int, batch: int, heads: int, causal: bool, overhead: float,
               budget: int | None = None, sms: int = SMS) -> list[float]:
     """Work of tile t for t in the kernel's tile order (Sq = Sk = seqlen, top-left causal)."""
-    block_m, block_n = tile_shape(head_dim, seqlen, causal)
+    block_m, block_n = tile_shape(head_dim, seqlen, causal, batch * heads, seqlen, sms)
     m_blocks = math.ceil(seqlen / block_m)
     batch_heads = batch * heads
     if budget is None:  # the budget of the schedule the binding picks (launch.cuh)

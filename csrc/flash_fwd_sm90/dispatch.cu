@@ -143,13 +143,24 @@ int small_grid_launcher(const FwdParams& p, const DeviceLimits& dev, int d) {
   return p.seqlen_k <= max_keys ? i : -1;
 }
 
-// The instantiation that serves `p`: sm90_config_kind()'s, except on small grids.
+// The instantiation that serves `p`: sm90_config_kind()'s, except on small grids and on causal D=64
+// grids of many waves from 2048 keys.
 int find_launcher(const FwdParams& p, const DeviceLimits& dev) {
   const int d = sm90_round_head_dim(p.head_dim);
   const int small = small_grid_launcher(p, dev, d);
   if (small >= 0) return small;
   // A local window is banded like causal masking: the causal configs (and their schedule) serve it.
   const Sm90ConfigKind kind = sm90_config_kind(d, p.seqlen_k, p.causal || p.has_window());
+  // The long-keys config's taller tiles pay from 2048 keys on a causal grid of many waves (D=64,
+  // H200, 2026-12-02, B*S = 16k H = 32 against the default config: 2k +2.9-4.8%, 3k +10.2-10.9%),
+  // but not on a grid of 2.7 waves (B=2 H=16 2k: -1.6..-2.8%) nor on the seed's split grids (2k
+  // -23% when it served every call from 2k): hence from kSm90LongKeysFullGridWaves waves.
+  if (kind == Sm90ConfigKind::kDefault && p.causal && !p.has_window() && p.seqlen_k >= kSm90LongKeysFullGridMin) {
+    const int j = launcher_of(p.dtype, d, Sm90ConfigKind::kLongKeys);
+    if (j >= 0 && query_blocks(p, kLaunchers[j].block_m) * p.batch * p.heads_q >=
+                      static_cast<int64_t>(kSm90LongKeysFullGridWaves) * dev.sm_count)
+      return j;
+  }
   const int i = launcher_of(p.dtype, d, kind);
   // The non-causal config's taller tiles (192 rows, three consumer warpgroups) pay in throughput,
   // once the SMs are full. A grid of them that fills at most half the SMs (what the split over the

@@ -232,8 +232,8 @@
 # fwd_d64_long_keys_2k.diff: D=64 causal calls of 2048-4095 keys on the long-keys config where their grid fills
 # more than half the SMs, a lab form: REVERSE=0 (measured 2026-12-02 on an H200: the standard grid's 2k +2.9-4.8%,
 # 3k +10.2-10.9%, B=2 H=16 2k -1.6..-2.8%). fwd_d64_long_keys_full_grid.diff: the same from 8 waves of those
-# tiles, as it would land (the rule, the balance model, a test): REVERSE=0 (bash lab/gpu_run.sh
-# fwdd64longkeys2k; prepared 2026-12-02, not yet run).
+# tiles, as landed (the rule, the balance model, a test; bash lab/gpu_run.sh fwdd64longkeys2k, measured
+# 2026-12-02 on an H200 with REVERSE=0: 2k +5.5-6.0%, 3k +10.8-12.9%; landed, so REVERSE=1 now undoes it).
 # fwd_d64_long_keys_few_waves_default.diff: D=64 causal calls from 4096 keys on the default config where the
 # long-keys tiles fill more than half the SMs but under 8 waves, a lab form: REVERSE=0 (bash lab/gpu_run.sh
 # fwdd64fewwaves; prepared 2026-12-02, not yet run).

@@ -212,3 +212,33 @@ def test_larger_grids_keep_the_two_consumer_configs(device: torch.device) -> Non
         k = torch.randn(b, sk, 1, d, device=device, dtype=torch.bfloat16)
         names = forward_kernels(lambda: torch.ops.flashattn.fwd(q, k, k, None, NONE, "hopper"))
         assert names and not runs_small_grid_config(names), (b, sq, sk, d, names)
+
+
+# D=64's long-keys config (traits.h Sm90LongKeysConfig<64>: 192-row tiles, three consumer warpgroups),
+# as the profiler names its kernel demangled or not.
+LONG_KEYS_TRAITS = ("Sm90FwdTraits<64, 128, 2, true, 1, false, 4, 3, true>",
+                    "Sm90FwdTraitsILi64ELi128ELi2ELb1ELi1ELb0ELi4ELi3ELb1EE")
+
+
+def test_causal_grids_of_many_waves_take_the_long_keys_config_from_2048_keys(device: torch.device) -> None:
+    """A causal D=64 call takes the long-keys config from 4096 keys, and from 2048 keys when its
+    192-row tiles fill at least 8 waves (dispatch.cu find_launcher, traits.h
+    kSm90LongKeysFullGridWaves); below either bound the default config serves it. The call that the
+    grid rule moves meets the criterion against the float64 reference on a few of its heads."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    full = -(-8 * sms // 11)  # heads whose 11 query tiles of 2048 rows fill 8 waves
+    for sq, sk, heads, expect in ((2048, 2048, full, True), (2048, 2047, full, False),
+                                  (2048, 2048, full - 1, False), (256, 4096, 1, True)):
+        spec = AttentionSpec(1, sq, sk, heads, heads, 64, torch.bfloat16, BOTTOM_RIGHT, None, Layout("contiguous"),
+                             Layout("contiguous"), 1.0, sq + sk + heads)
+        x = spec.make(device)
+        names = forward_kernels(lambda: torch.ops.flashattn.fwd(x.q, x.k, x.v, None, BOTTOM_RIGHT, "hopper"))
+        took = any(t in n for n in names for t in LONG_KEYS_TRAITS)
+        assert names and took == expect, (sq, sk, heads, names)
+        if expect and sq == sk:
+            poison_cuda_allocator()
+            out, lse = torch.ops.flashattn.fwd(x.q, x.k, x.v, None, BOTTOM_RIGHT, "hopper")
+            for h in (0, heads // 2, heads - 1):
+                sl = slice(h, h + 1)
+                assert_attention_matches(out[:, :, sl], lse[:, sl], x.q[:, :, sl], x.k[:, :, sl], x.v[:, :, sl],
+                                         x.scale, BOTTOM_RIGHT, context=f"head {h} of {heads}")
