@@ -85,6 +85,9 @@
 #                                     on the long-keys config where its tiles fill 8 waves
 #                                     (lab/ab/fwd_d64_long_keys_full_grid.diff, FWD_LONG_KEYS_REVERSE=1 now): its
 #                                     A/B, fwdland's checks in the copy (~9 min)
+#   bash lab/gpu_run.sh fwdpartialfirst prepared, not yet run: the Hopper forward's partial query tile first under a
+#                                     causal mask or a window, where the last (longest) tile is otherwise partial
+#                                     (lab/ab/fwd_partial_tile_first.diff): its A/B, fwdland's checks in the copy (~9 min)
 #   bash lab/gpu_run.sh fwdd64fewwaves prepared, not yet run: D=64 causal calls from 4096 keys on the default config where
 #                                     the long-keys tiles fill under 8 waves (lab/ab/fwd_d64_long_keys_few_waves_default.diff):
 #                                     its A/B on few-wave cells, the checks (~5 min)
@@ -867,6 +870,18 @@ case "${1:-verify}" in
       "${FWD_LONG_KEYS_2K_CELLS:-64:2048:1 64:2560:1 64:3072:1 64:3584:1 64:2048:1:1:96 64:2048:1:2:16 64:2048:1:1:4 64:1024:1 64:4096:1}" \
       "${FWD_LONG_KEYS_REVERSE:-1}"
     ;;
+  fwdpartialfirst)  # issue 29, prepared 2026-12-02, not yet run: the Hopper forward's query tiles shifted so that under a
+                    # causal mask or a local window the partial tile is the first (the shortest: it sees the fewest
+                    # keys), not the last (the longest), whose unused rows otherwise cost a full tile's work on every
+                    # key (Sm90Params::q_row_shift; lab/ab/fwd_partial_tile_first.diff). D=64's 192-row tiles leave a
+                    # partial tile at every power-of-two length: 2k, 2.5k, 3.5k, 4k, 8k, 16k causal; 3k (192 x 16)
+                    # and 1k at D=128 unchanged (controls), D=128 causal S=1000 (an odd length), D=64 4k non-causal
+                    # (no shift). Then fwdland's checks in the copy (the kernel tests whole, the sanitizers), so
+                    # landing it needs no second call.
+    FWD_COPY_WHOLE="${FWD_COPY_WHOLE:-1}" fwd_patch_ab fwdpartialfirst fwd_partial_tile_first.diff \
+      "${FWD_PARTIAL_FIRST_CELLS:-64:2048:1 64:2560:1 64:3584:1 64:4096:1 64:8192:1 64:16384:1 128:1000:1 64:3072:1 128:1024:1 64:4096:0}" \
+      "${FWD_PARTIAL_FIRST_REVERSE:-0}"
+    ;;
   fwdd64fewwaves)  # issue 29, prepared 2026-12-02, not yet run: the other side of fwdd64longkeys2k's rule, D=64 causal calls of
                    # 4096 keys or more whose 192-row long-keys tiles fill more than half the SMs but under 8 waves on the
                    # default config's 128-row tiles (lab/ab/fwd_d64_long_keys_few_waves_default.diff, a lab form): whether the
@@ -1474,7 +1489,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64fewwaves|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64fewwaves|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -234,6 +234,9 @@
 # 3k +10.2-10.9%, B=2 H=16 2k -1.6..-2.8%). fwd_d64_long_keys_full_grid.diff: the same from 8 waves of those
 # tiles, as landed (the rule, the balance model, a test; bash lab/gpu_run.sh fwdd64longkeys2k, measured
 # 2026-12-02 on an H200 with REVERSE=0: 2k +5.5-6.0%, 3k +10.8-12.9%; landed, so REVERSE=1 now undoes it).
+# fwd_partial_tile_first.diff: the Hopper forward's query tiles shifted (Sm90Params::q_row_shift) so that under a
+# causal mask or a local window the partial tile is the first, not the last: REVERSE=0 (bash lab/gpu_run.sh
+# fwdpartialfirst; prepared 2026-12-02, not yet run).
 # fwd_d64_long_keys_few_waves_default.diff: D=64 causal calls from 4096 keys on the default config where the
 # long-keys tiles fill more than half the SMs but under 8 waves, a lab form: REVERSE=0 (bash lab/gpu_run.sh
 # fwdd64fewwaves; prepared 2026-12-02, not yet run).
