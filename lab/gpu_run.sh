@@ -870,14 +870,17 @@ case "${1:-verify}" in
       "${FWD_LONG_KEYS_2K_CELLS:-64:2048:1 64:2560:1 64:3072:1 64:3584:1 64:2048:1:1:96 64:2048:1:2:16 64:2048:1:1:4 64:1024:1 64:4096:1}" \
       "${FWD_LONG_KEYS_REVERSE:-1}"
     ;;
-  fwdpartialfirst)  # issue 29, prepared 2026-12-02, not yet run: the Hopper forward's query tiles shifted so that under a
-                    # causal mask or a local window the partial tile is the first (the shortest: it sees the fewest
-                    # keys), not the last (the longest), whose unused rows otherwise cost a full tile's work on every
-                    # key (Sm90Params::q_row_shift; lab/ab/fwd_partial_tile_first.diff). D=64's 192-row tiles leave a
-                    # partial tile at every power-of-two length: 2k, 2.5k, 3.5k, 4k, 8k, 16k causal; 3k (192 x 16)
-                    # and 1k at D=128 unchanged (controls), D=128 causal S=1000 (an odd length), D=64 4k non-causal
-                    # (no shift). Then fwdland's checks in the copy (the kernel tests whole, the sanitizers), so
-                    # landing it needs no second call.
+  fwdpartialfirst)  # issue 29: the Hopper forward's query tiles shifted so that under a causal mask or a local
+                    # window the partial tile is the first (the shortest: it sees the fewest keys), not the last (the
+                    # longest), whose unused rows otherwise cost a full tile's work on every key (Sm90Params::
+                    # q_row_shift; lab/ab/fwd_partial_tile_first.diff). Its first all-config form measured 2026-12-03
+                    # (H200): the long-keys cells +0..+11%, D=128 S=1000 -1..-4.5% (128-row tiles over 128-key blocks
+                    # see the same key blocks shifted or not), a 3k long-keys control -3%. This form shifts the
+                    # long-keys config's 192-row tiles only (Traits::kPartialTileFirst; every other kernel's PTX
+                    # unchanged, tools/kernel_identity.py). Cells: D=64 causal 2k, 2.5k, 3.5k, 4k, 8k, 16k (partial
+                    # 192-row tiles); 3k (192 x 16, no shift) on the same kernel; D=128 S=1000/1024 causal and D=64 4k
+                    # non-causal on unchanged kernels (the noise). Then fwdland's checks in the copy (the kernel tests
+                    # whole, the sanitizers), so landing it needs no second call.
     FWD_COPY_WHOLE="${FWD_COPY_WHOLE:-1}" fwd_patch_ab fwdpartialfirst fwd_partial_tile_first.diff \
       "${FWD_PARTIAL_FIRST_CELLS:-64:2048:1 64:2560:1 64:3584:1 64:4096:1 64:8192:1 64:16384:1 128:1000:1 64:3072:1 128:1024:1 64:4096:0}" \
       "${FWD_PARTIAL_FIRST_REVERSE:-0}"
