@@ -85,9 +85,11 @@
 #                                     on the long-keys config where its tiles fill 8 waves
 #                                     (lab/ab/fwd_d64_long_keys_full_grid.diff, FWD_LONG_KEYS_REVERSE=1 now): its
 #                                     A/B, fwdland's checks in the copy (~9 min)
-#   bash lab/gpu_run.sh fwdpartialfirst prepared, not yet run: the Hopper forward's partial query tile first under a
+#   bash lab/gpu_run.sh fwdpartialfirst measured, landed (D=64 causal 2k +4.7-6.0%, 4k +5.4-9.4%, 8k +1.4-2.0%; applied
+#                                     in reverse since): the long-keys config's partial query tile first under a
 #                                     causal mask or a window, where the last (longest) tile is otherwise partial
-#                                     (lab/ab/fwd_partial_tile_first.diff): its A/B, fwdland's checks in the copy (~9 min)
+#                                     (lab/ab/fwd_partial_tile_first.diff, FWD_PARTIAL_FIRST_REVERSE=1 now): its A/B,
+#                                     fwdland's checks in the copy (~7 min)
 #   bash lab/gpu_run.sh fwdd64fewwaves prepared, not yet run: D=64 causal calls from 4096 keys on the default config where
 #                                     the long-keys tiles fill under 8 waves (lab/ab/fwd_d64_long_keys_few_waves_default.diff):
 #                                     its A/B on few-wave cells, the checks (~5 min)
@@ -877,13 +879,16 @@ case "${1:-verify}" in
                     # (H200): the long-keys cells +0..+11%, D=128 S=1000 -1..-4.5% (128-row tiles over 128-key blocks
                     # see the same key blocks shifted or not), a 3k long-keys control -3%. This form shifts the
                     # long-keys config's 192-row tiles only (Traits::kPartialTileFirst; every other kernel's PTX
-                    # unchanged, tools/kernel_identity.py). Cells: D=64 causal 2k, 2.5k, 3.5k, 4k, 8k, 16k (partial
+                    # unchanged, tools/kernel_identity.py), measured 2026-12-03 on an H200: 2k +4.7-6.0%, 2.5k
+                    # +3.0-6.2%, 3.5k +2.7-2.9%, 4k +5.4-9.4%, 8k +1.4-2.0%, 16k +0.3-1.7%, the unshifted 3k
+                    # -1.6..+0.2%, the unchanged kernels -2.6..+1.7%; the kernel tests 2941 passed and the
+                    # sanitizers clean in the copy; landed, REVERSE=1 undoes it. Cells: D=64 causal 2k, 2.5k, 3.5k, 4k, 8k, 16k (partial
                     # 192-row tiles); 3k (192 x 16, no shift) on the same kernel; D=128 S=1000/1024 causal and D=64 4k
                     # non-causal on unchanged kernels (the noise). Then fwdland's checks in the copy (the kernel tests
                     # whole, the sanitizers), so landing it needs no second call.
     FWD_COPY_WHOLE="${FWD_COPY_WHOLE:-1}" fwd_patch_ab fwdpartialfirst fwd_partial_tile_first.diff \
       "${FWD_PARTIAL_FIRST_CELLS:-64:2048:1 64:2560:1 64:3584:1 64:4096:1 64:8192:1 64:16384:1 128:1000:1 64:3072:1 128:1024:1 64:4096:0}" \
-      "${FWD_PARTIAL_FIRST_REVERSE:-0}"
+      "${FWD_PARTIAL_FIRST_REVERSE:-1}"
     ;;
   fwdd64fewwaves)  # issue 29, prepared 2026-12-02, not yet run: the other side of fwdd64longkeys2k's rule, D=64 causal calls of
                    # 4096 keys or more whose 192-row long-keys tiles fill more than half the SMs but under 8 waves on the

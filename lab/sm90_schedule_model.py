@@ -73,6 +73,8 @@ def tile_work(seqlen: int, head_dim: int, batch: int, heads: int, causal: bool, 
         dynamic = dynamic_schedule_pays(causal, seqlen, batch_heads, block_m, sms)
         budget = L2_GROUP_BUDGET_DYNAMIC if dynamic else L2_GROUP_BUDGET
     group = l2_group_heads(seqlen, head_dim, batch_heads, budget)
+    # traits.h kPartialTileFirst: the long-keys config's tiles start q_row_shift rows early under a mask.
+    row_shift = m_blocks * block_m - seqlen if causal and (block_m, block_n) == TILE_LONG_KEYS.get(head_dim) else 0
     work = []
     for t in range(m_blocks * batch_heads):
         per_group = group * m_blocks
@@ -80,7 +82,8 @@ def tile_work(seqlen: int, head_dim: int, batch: int, heads: int, causal: bool, 
         heads_here = min(group, batch_heads - g * group)
         m_idx = within // heads_here
         m_block = m_blocks - 1 - m_idx
-        keys = min(seqlen, (m_block + 1) * block_m) if causal else seqlen
+        # Causal tiles end at (m + 1) block_m - q_row_shift (launch.cuh: the partial tile first).
+        keys = min(seqlen, (m_block + 1) * block_m - row_shift) if causal else seqlen
         work.append(math.ceil(keys / block_n) + overhead)
     return work
 

@@ -183,7 +183,11 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
     if constexpr (kPacked) {
       if (!st.template has_rows<Traits>()) continue;  // past its sequence's queries: nothing to store
     }
-    const int row0 = tc.m_block * kBlockM + row_in_tile;  // sequence index of this thread's first row
+    // Sequence index of this thread's first row (tile_rows: the tiles after the first may start early).
+    const int row0 = (Traits::kPartialTileFirst && !kPacked
+                           ? tile_rows(tc.m_block, kBlockM, params.seqlen_q, q_row_shift<Traits>(params)).first
+                           : tc.m_block * kBlockM) +
+                     row_in_tile;
     if constexpr (kFp8) {
       // Per (batch, KV head): q_descale * k_descale joins the softmax scale (uniform over the CTA,
       // so the fold decision stays uniform), v_descale scales O with the row-sum normalization.
@@ -397,10 +401,27 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
       // blocks: the D=64 two-consumer kernel, at 240 registers, spilled with its rows kept.
       store_o_packed<Traits, OutElement>(params, packed_seq(params, tc.batch), sm.o(), o, lse, tc.head_q, tc.m_block,
                                          wg, row0, col_in_quad, lane % 4 == 0);
-    } else if constexpr (Traits::kOTma)
-      store_o_tma<Traits, OutElement>(params, sm.o(), o, lse, tc.batch, tc.head_q, tc.m_block, wg, row0, lane % 4 == 0);
-    else
-      store_o_lse<OutElement>(params, o, lse, tc.batch, tc.head_q, row0, col_in_quad, lane % 4 == 0);
+    } else if constexpr (!Traits::kPartialTileFirst) {
+      // Unshifted tiles, spelled as before the shift: the other configs' PTX stays bit-for-bit.
+      if constexpr (Traits::kOTma)
+        store_o_tma<Traits, OutElement>(params, sm.o(), o, lse, tc.batch, tc.head_q, tc.m_block * kBlockM, wg, row0,
+                                        lane % 4 == 0);
+      else
+        store_o_lse<OutElement>(params, o, lse, tc.batch, tc.head_q, row0, col_in_quad, lane % 4 == 0);
+    } else {
+      // A shifted first tile's last rows are the next tile's: it stores from registers, bounded by
+      // the rows it owns (the O map bounds at seqlen_q only). The condition is uniform over the CTA.
+      const TileRows rows = tile_rows(tc.m_block, kBlockM, params.seqlen_q, q_row_shift<Traits>(params));
+      bool stored = false;
+      if constexpr (Traits::kOTma) {
+        if (tc.m_block > 0 || params.q_row_shift == 0) {
+          store_o_tma<Traits, OutElement>(params, sm.o(), o, lse, tc.batch, tc.head_q, rows.first, wg, row0,
+                                          lane % 4 == 0);
+          stored = true;
+        }
+      }
+      if (!stored) store_o_lse<OutElement>(params, o, lse, tc.batch, tc.head_q, row0, col_in_quad, lane % 4 == 0, rows.end);
+    }
   }
   // The CTA's shared memory must outlive the last TMA store's reads (and the kernel its writes).
   if constexpr (Traits::kOTma) {

@@ -77,11 +77,12 @@ __device__ __forceinline__ void store_o_rows(Element* o_head, int64_t o_row_stri
 
 template <typename Element, int kORegs>
 __device__ __forceinline__ void store_o_lse(const Sm90Params& params, const float (&o)[kORegs], const float (&lse)[2],
-                                            int batch, int head_q, int row0, int col0, bool write_lse) {
+                                            int batch, int head_q, int row0, int col0, bool write_lse,
+                                            int row_end = -1) {  // rows from row_end on not stored; -1: seqlen_q
   Element* o_head = static_cast<Element*>(params.o) + batch * params.o_batch_stride + head_q * params.o_head_stride;
   float* lse_head = params.lse + (static_cast<int64_t>(batch) * params.heads_q + head_q) * params.seqlen_q;
-  store_o_rows<Element>(o_head, params.o_row_stride, lse_head, params.seqlen_q, params.head_dim, o, lse, row0, col0,
-                        write_lse);
+  store_o_rows<Element>(o_head, params.o_row_stride, lse_head, row_end < 0 ? params.seqlen_q : row_end, params.head_dim,
+                        o, lse, row0, col0, write_lse);
 }
 
 // o: this thread's m64 x kHeadDim fragment, normalized over the split's keys, and the split's LSE:
@@ -238,7 +239,7 @@ __device__ __forceinline__ void store_o_tile_tma(const Sm90Params& params, uint3
 
 template <typename Traits, typename Element, int kORegs>
 __device__ __forceinline__ void store_o_tma(const Sm90Params& params, uint32_t o_tile, const float (&o)[kORegs],
-                                            const float (&lse)[2], int batch, int head_q, int m_block, int wg,
+                                            const float (&lse)[2], int batch, int head_q, int tile_row0, int wg,
                                             int row0, bool write_lse) {
   // LSE first: its registers are then free before the O stores' barriers (kept until after them, the
   // FP8 D=256 dynamic kernel spilled them).
@@ -248,7 +249,7 @@ __device__ __forceinline__ void store_o_tma(const Sm90Params& params, uint32_t o
     for (int h = 0; h < 2; ++h)
       if (row0 + 8 * h < params.seqlen_q) lse_head[row0 + 8 * h] = lse[h];
   }
-  store_o_tile_tma<Traits, Element>(params, o_tile, o, batch, head_q, m_block * Traits::kBlockM + wg * 64, wg);
+  store_o_tile_tma<Traits, Element>(params, o_tile, o, batch, head_q, tile_row0 + wg * 64, wg);
 }
 
 // The packed flavour (packed.cuh): the sequence's rows only, LSE [Hq, total_q]. A warpgroup whose 64

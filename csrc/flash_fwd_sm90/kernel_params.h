@@ -48,6 +48,12 @@ struct Sm90Params {
   // t / num_splits (tile_scheduler.h, split_tile); with num_splits > 1 the consumers write float32
   // partials here instead of o and lse (epilogue.cuh, store_o_partial).
   int num_splits;
+  // Query blocks m >= 1 start this many rows early (num_m_blocks * kBlockM - seqlen_q, under a causal
+  // mask or a local window, dense, one split, on configs with Traits::kPartialTileFirst; else 0), so
+  // that the partial block is block 0, which sees the fewest keys, not the last, which sees the most
+  // (launch.cuh make_sm90_params, tile_scheduler.h tile_rows). In the padding before o_accum: the
+  // struct's layout, and so every other config's code, stays as it was.
+  int q_row_shift;
   float* o_accum;    // [num_splits, B, Hq, Sq, head_dim]
   float* lse_accum;  // [num_splits, B, Hq, Sq]
 };

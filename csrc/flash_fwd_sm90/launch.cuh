@@ -136,6 +136,12 @@ bool make_sm90_params(const FwdParams& p, const FwdTmaTensors& t, Sm90Params& k,
   if (k.num_splits > 1 && ((k.o_accum == nullptr) != (k.lse_accum == nullptr) || k.num_splits > kMaxKeySplits ||
                            dynamic_schedule))
     return false;
+  // The partial query block first where blocks differ in their keys (a causal mask or a local window):
+  // the last block, the one that sees the most keys, is then whole (docs/perf-notes.md "The partial
+  // query tile first"). Not with a split (its partials are indexed by row) nor packed (per sequence).
+  k.q_row_shift = Traits::kPartialTileFirst && p.has_mask() && k.num_splits == 1 && p.cu_seqlens_q == nullptr
+                      ? k.num_m_blocks * Traits::kBlockM - p.seqlen_q
+                      : 0;
   k.num_tiles = k.num_m_blocks * p.batch * p.heads_q * k.num_splits;
   k.group_heads = l2_group_heads(p, dynamic_schedule);
   k.tile_counter = p.tile_counter;

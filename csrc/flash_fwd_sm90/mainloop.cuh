@@ -58,7 +58,7 @@ __device__ __forceinline__ void producer_loop(const Params& params, const SmemMa
       if constexpr (kIsPacked<Params>)
         return st.seq.q_row0 + tc.m_block * kBlockM;
       else
-        return tc.m_block * kBlockM;
+        return tile_rows(tc.m_block, kBlockM, params.seqlen_q, q_row_shift<Traits>(params)).first;
     };
 
     auto load_kv = [&](const CUtensorMap* tmap, PipeCount<Traits::kStages>& st, uint32_t tile_base, uint32_t full,

@@ -45,12 +45,38 @@ __device__ __forceinline__ uint32_t tile_ring_parity(uint32_t n) {
   return (n / Traits::kTileRing) & 1u;
 }
 
+// Params: Sm90Params, Sm90Fp8Params, or Sm90PackedParams (the packed flavour, dynamic schedule only:
+// each tile's work then carries its sequence, packed.cuh).
+template <typename Params>
+constexpr bool kIsPacked = std::is_same<Params, Sm90PackedParams>::value;
+
+// Sm90Params::q_row_shift where the config shifts its tiles (Traits::kPartialTileFirst), else a
+// compile-time 0 that leaves the other configs' code as it was.
+template <typename Traits, typename Params>
+__device__ __forceinline__ int q_row_shift(const Params& params) {
+  if constexpr (Traits::kPartialTileFirst && !kIsPacked<Params>)
+    return params.q_row_shift;
+  else
+    return 0;
+}
+
+// The key blocks of query tile m_block: over the rows it owns where the config shifts its tiles.
+template <typename Traits>
+__device__ __forceinline__ KeyBlocks tile_block_range(const Sm90Params& params, int m_block) {
+  if constexpr (Traits::kPartialTileFirst)
+    return block_range(m_block, Traits::kBlockM, Traits::kBlockN, params.seqlen_q, params.seqlen_k,
+                       params.causal_offset, Traits::kLocal ? params.window_left : -1,
+                       Traits::kLocal ? params.window_right : -1, params.q_row_shift);
+  else
+    return block_range(m_block, Traits::kBlockM, Traits::kBlockN, params.seqlen_q, params.seqlen_k,
+                       params.causal_offset, Traits::kLocal ? params.window_left : -1,
+                       Traits::kLocal ? params.window_right : -1);
+}
+
 // The tile's key blocks from its decoded index (split_tile: the integer divisions).
 template <typename Traits>
 __device__ __forceinline__ TileWork tile_work_of(const Sm90Params& params, const SplitTile& st) {
-  const KeyBlocks r = block_range(st.coord.m_block, Traits::kBlockM, Traits::kBlockN, params.seqlen_q, params.seqlen_k,
-                                  params.causal_offset, Traits::kLocal ? params.window_left : -1,
-                                  Traits::kLocal ? params.window_right : -1);
+  const KeyBlocks r = tile_block_range<Traits>(params, st.coord.m_block);
   return TileWork{st.coord, st.split, split_blocks(r, st.split, params.num_splits)};
 }
 
@@ -68,9 +94,7 @@ __device__ __forceinline__ TileWork tile_work(const Sm90Params& params, int t) {
 // split (written apart: tile_work_of built on it changed the static FP8 kernels' PTX).
 template <typename Traits>
 __device__ __forceinline__ TileWork unsplit_tile_work(const Sm90Params& params, const TileCoord& c) {
-  const KeyBlocks r = block_range(c.m_block, Traits::kBlockM, Traits::kBlockN, params.seqlen_q, params.seqlen_k,
-                                  params.causal_offset, Traits::kLocal ? params.window_left : -1,
-                                  Traits::kLocal ? params.window_right : -1);
+  const KeyBlocks r = tile_block_range<Traits>(params, c.m_block);
   return TileWork{c, 0, r};
 }
 
@@ -80,10 +104,6 @@ __device__ __forceinline__ int static_next_tile(int tile) {
   return static_next_tile(tile, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), kSnake);
 }
 
-// Params: Sm90Params, Sm90Fp8Params, or Sm90PackedParams (the packed flavour, dynamic schedule only:
-// each tile's work then carries its sequence, packed.cuh).
-template <typename Params>
-constexpr bool kIsPacked = std::is_same<Params, Sm90PackedParams>::value;
 template <typename Params>
 using TileWorkOf = typename std::conditional<kIsPacked<Params>, PackedTileWork, TileWork>::type;
 // The parameter block the schedule reads: the packed flavour's own, else Sm90Params (the FP8 kernels

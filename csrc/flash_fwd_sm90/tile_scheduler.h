@@ -138,11 +138,34 @@ FLASHATTN_HD bool dynamic_schedule_pays(bool causal, long long seqlen_q, long lo
 // (which walk them): [n_begin, n_end), walked from n_end - 1 down to n_begin, so that cost follows
 // the causal mask / local window, not Sk; blocks outside [full_begin, full_end) need the mask (past
 // Sk, crossing the diagonal or a window edge for some row of the tile). csrc/common/mask.cuh.
+// The rows of query tile m_block under Sm90Params::q_row_shift (0: rows [m block_m, (m + 1) block_m)
+// up to seqlen_q). With a shift s, tile m >= 1 starts s rows early and tile 0 owns rows [0, block_m - s)
+// only; it still loads and computes block_m rows from row 0 (no negative TMA coordinate), the last s
+// of them the next tile's, which it never stores. Every tile's rows end at or before seqlen_q.
+struct TileRows {
+  int first;  // the sequence row of the tile's row 0
+  int end;    // one past the last row the tile owns (stores)
+};
+FLASHATTN_HD TileRows tile_rows(int m_block, int block_m, int seqlen_q, int row_shift) {
+  const int start = m_block * block_m - row_shift;
+  const int end = start + block_m;
+  // Only a shift makes start negative: unshifted (a compile-time 0 in most kernels) no clamp is compiled.
+  return TileRows{row_shift == 0 || start > 0 ? start : 0, end < seqlen_q ? end : seqlen_q};
+}
+
 FLASHATTN_HD KeyBlocks block_range(int m_block, int block_m, int block_n, int seqlen_q, int seqlen_k, int offset,
                                    int window_left, int window_right) {
   const int m0 = m_block * block_m;
   const int m1 = m0 + block_m < seqlen_q ? m0 + block_m : seqlen_q;
   return key_blocks(make_key_window(seqlen_k, offset, window_left, window_right), m0, m1, block_n);
+}
+// The same over the rows a tile owns under a shift (tile_rows). Apart from the unshifted form, which
+// the configs without Traits::kPartialTileFirst keep: through one function with a compile-time 0
+// shift, the static FP8 kernels' PTX numbered its registers apart and ptxas scheduled them anew.
+FLASHATTN_HD KeyBlocks block_range(int m_block, int block_m, int block_n, int seqlen_q, int seqlen_k, int offset,
+                                   int window_left, int window_right, int row_shift) {
+  const TileRows rows = tile_rows(m_block, block_m, seqlen_q, row_shift);
+  return key_blocks(make_key_window(seqlen_k, offset, window_left, window_right), rows.first, rows.end, block_n);
 }
 
 }  // namespace sm90

@@ -91,6 +91,11 @@ struct Sm90FwdTraits {
   // serves calls without a mask (kNonCausal). The three-consumer long-keys config takes masks.
   static constexpr bool kLocal = kLocal_;
   static constexpr int kBlockN = kBlockN_;                   // keys per K/V block
+  // The partial query tile first under a mask (Sm90Params::q_row_shift): the long-keys config only,
+  // whose 192-row tiles over 128-key blocks leave a partial tile at every power-of-two length and
+  // save a key block on every other tile when shifted by 64 rows. Tiles that are a multiple of the
+  // key block gain nothing from it (the same key blocks either way) and keep their code unchanged.
+  static constexpr bool kPartialTileFirst = kLocal && kConsumerWGs == 3;
   static constexpr int kStages = kStages_;                   // K/V ring depth
   static constexpr bool kPingPong = kPingPong_;              // the consumers take turns at the GEMMs
   static_assert(kConsumerWGs > 1 || !kPingPong, "one consumer warpgroup has nobody to take turns with");
@@ -225,6 +230,7 @@ struct Sm90Fp8FwdTraits {
   static constexpr int kEpilogueBarrierBase = kPingPongBarrierBase + kConsumerWGs;
   static constexpr int kBlockM = kRowsPerConsumer * kConsumerWGs;
   static constexpr bool kLocal = true;
+  static constexpr bool kPartialTileFirst = false;  // Sm90FwdTraits::kPartialTileFirst
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
   static constexpr bool kPingPong = true;
@@ -431,10 +437,11 @@ constexpr Sm90ConfigKind sm90_config_kind(int head_dim_instantiated, int seqlen_
 
 struct Sm90TileShape {
   int block_m, block_n;
+  bool partial_tile_first;  // Sm90FwdTraits::kPartialTileFirst
 };
 template <typename Traits>
 constexpr Sm90TileShape sm90_tile_shape_of() {
-  return {Traits::kBlockM, Traits::kBlockN};
+  return {Traits::kBlockM, Traits::kBlockN, Traits::kPartialTileFirst};
 }
 template <int kHeadDim>
 constexpr Sm90TileShape sm90_tile_shape(int seqlen_k, bool causal) {

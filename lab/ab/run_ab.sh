@@ -235,8 +235,9 @@
 # tiles, as landed (the rule, the balance model, a test; bash lab/gpu_run.sh fwdd64longkeys2k, measured
 # 2026-12-02 on an H200 with REVERSE=0: 2k +5.5-6.0%, 3k +10.8-12.9%; landed, so REVERSE=1 now undoes it).
 # fwd_partial_tile_first.diff: the Hopper forward's query tiles shifted (Sm90Params::q_row_shift) so that under a
-# causal mask or a local window the partial tile is the first, not the last: REVERSE=0 (bash lab/gpu_run.sh
-# fwdpartialfirst; prepared 2026-12-02, not yet run).
+# causal mask or a local window the partial tile is the first, not the last, on the long-keys config (bash
+# lab/gpu_run.sh fwdpartialfirst, measured 2026-12-03 on an H200 with REVERSE=0: D=64 causal 2k +4.7-6.0%, 4k
+# +5.4-9.4%, 8k +1.4-2.0%; landed, so REVERSE=1 now undoes it).
 # fwd_d64_long_keys_few_waves_default.diff: D=64 causal calls from 4096 keys on the default config where the
 # long-keys tiles fill more than half the SMs but under 8 waves, a lab form: REVERSE=0 (bash lab/gpu_run.sh
 # fwdd64fewwaves; prepared 2026-12-02, not yet run).

@@ -100,6 +100,9 @@ EDGES = [
     # Sk >= 4096 at D <= 64: the Hopper path's long-keys config (three warpgroups, 192-row tiles), ragged last block.
     Edge("long-keys,D=40,GQA", 2, 333, 4100, 6, 2, 40),
     Edge("long-keys,D=64,Sq>Sk", 1, 4500, 4096, 4, 4, 64, modes=(TOP_LEFT, BOTTOM_RIGHT)),
+    # 4096 rows in 192-row tiles: the partial query tile first (Sm90Params::q_row_shift = 128): tile 0
+    # owns rows 0-63 but computes 0-191, the next tile's first 128, which it must not store.
+    Edge("long-keys,causal-4k,partial-tile-first", 2, 4096, 4096, 3, 1, 64, modes=(TOP_LEFT,)),
     Edge("causal-8k", 1, 8192, 8192, 1, 1, 64, modes=(BOTTOM_RIGHT,), slow=True),
     # Causal with far more query tiles than SMs: on an H100 the Hopper path hands these tiles out
     # through its per-call atomic counter (dynamic schedule), incl. tiles with no visible key.

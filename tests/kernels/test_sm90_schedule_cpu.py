@@ -30,8 +30,8 @@ int main() {
     for (int sk : {1, 4095, 4096, 65536})
       for (int causal : {0, 1}) {
         const Sm90TileShape ts = d == 64 ? shape<64>(sk, causal) : d == 128 ? shape<128>(sk, causal) : shape<256>(sk, causal);
-        std::printf("kind %d %d %d %d %d %d\n", d, sk, causal, int(sm90_config_kind(d, sk, causal != 0)), ts.block_m,
-                    ts.block_n);
+        std::printf("kind %d %d %d %d %d %d %d\n", d, sk, causal, int(sm90_config_kind(d, sk, causal != 0)), ts.block_m,
+                    ts.block_n, int(ts.partial_tile_first));
       }
   // policy causal seqlen_q batch_heads sm_count -> 0/1
   for (int causal : {0, 1})
@@ -67,10 +67,26 @@ int main() {
           if (pass == 1 && !(d == 256 && s == 4096 && causal)) break;
           for (int t = 0; t < m_blocks * b * h; ++t) {
             const TileCoord c = decode_tile(t, m_blocks, h, b * h, pass == 0 ? group : static_group);
-            const flashattn::KeyBlocks r = block_range(c.m_block, bm, bn, s, s, 0, -1, causal ? 0 : -1);
+            // q_row_shift as launch.cuh sets it for a dense unsplit call (the partial tile first)
+            const flashattn::KeyBlocks r = block_range(c.m_block, bm, bn, s, s, 0, -1, causal ? 0 : -1,
+                                                       causal && ts.partial_tile_first ? m_blocks * bm - s : 0);
             std::printf("%s %d %d %d %d %d %d %d %d %d %d\n", pass == 0 ? "tile" : "statictile", d, s, causal, t,
                         c.m_block, c.batch, c.head_q, r.count(), bm, bn);
           }
+        }
+      }
+  // tile_rows under a shift, and block_range's key blocks from them: rows block_m seqlen_q shift m_block
+  // first end n_begin n_end full_begin full_end (causal, bottom-right over seqlen_k = seqlen_q + 37)
+  for (int bm : {64, 128, 192})
+    for (int s : {1, 63, 64, 65, 191, 192, 193, 1000, 4096})
+      for (int shifted : {0, 1}) {
+        const int m_blocks = (s + bm - 1) / bm, shift = shifted ? m_blocks * bm - s : 0;
+        if (shifted && shift == 0) continue;  // a whole last tile: the unshifted case again
+        for (int m = 0; m < m_blocks; ++m) {
+          const TileRows t = tile_rows(m, bm, s, shift);
+          const flashattn::KeyBlocks r = block_range(m, bm, 128, s, s + 37, 37, -1, 0, shift);
+          std::printf("rows %d %d %d %d %d %d %d %d %d %d\n", bm, s, shift, m, t.first, t.end, r.n_begin, r.n_end,
+                      r.full_begin, r.full_end);
         }
       }
 }
@@ -80,7 +96,8 @@ int main() {
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory) -> dict:
     out = run_cpp_probe(tmp_path_factory, "sm90_schedule", _PROBE)
-    table: dict = {"policy": {}, "tiles": {}, "statictiles": {}, "group": {}, "oplanes": {}, "kind": {}, "static": {}}
+    table: dict = {"policy": {}, "tiles": {}, "statictiles": {}, "group": {}, "oplanes": {}, "kind": {}, "static": {},
+                   "rows": {}}
     for line in out:
         kind, *vals = line.split()
         if kind == "oplanes":
@@ -93,6 +110,9 @@ def probe(tmp_path_factory) -> dict:
             table["policy"][tuple(vals[:4])] = bool(vals[4])
         elif kind == "group":
             table["group"][tuple(vals[:3])] = tuple(vals[3:])  # (dynamic, group, static group)
+        elif kind == "rows":
+            bm, s, shift, *rest = vals
+            table["rows"].setdefault((bm, s, shift), []).append(tuple(rest))
         elif kind == "static":
             snake, n, g, cta, *seq = vals
             table["static"].setdefault((snake, n, g), {})[cta] = seq
@@ -107,16 +127,41 @@ def test_config_kind_per_call(probe: dict) -> None:
     """traits.h sm90_config_kind: D=64 without a mask runs the three-warpgroup config (192-row
     tiles) at every length; causal D=64 the three-warpgroup masked config (192-row tiles) from
     seqlen_k 4096; everything else,
-    and every D=128/256 call, the default."""
+    and every D=128/256 call, the default. Only the long-keys config shifts its partial query tile
+    first (kPartialTileFirst): the others' tiles are whole key blocks, which a shift cannot save."""
     default, long_keys, non_causal = 0, 1, 2
     assert len(probe["kind"]) == 3 * 4 * 2
-    for (d, sk, causal), (kind, bm, bn) in probe["kind"].items():
+    for (d, sk, causal), (kind, bm, bn, partial_first) in probe["kind"].items():
+        assert partial_first == (kind == long_keys), (d, sk, causal)
         if d == 64 and not causal:
             assert (kind, bm, bn) == (non_causal, 192, 128), (d, sk, causal)
         elif d == 64 and sk >= 4096:
             assert (kind, bm, bn) == (long_keys, 192, 128), (d, sk, causal)
         else:
             assert kind == default and bm == 128 and bn == (64 if d == 256 else 128), (d, sk, causal)
+
+
+def test_the_partial_query_tile_comes_first_and_the_tiles_own_every_row_once(probe: dict) -> None:
+    """tile_rows (tile_scheduler.h) under Sm90Params::q_row_shift = tiles x block_m - seqlen_q: tile 0
+    owns rows [0, block_m - shift), every later tile block_m rows ending at seqlen_q for the last; each
+    tile loads block_m rows from a row >= 0 (no negative TMA coordinate) that cover the rows it owns;
+    together they own every row exactly once. Without the shift, the plain tiles. block_range's key
+    blocks are those the owned rows see (causal, bottom-right, seqlen_k = seqlen_q + 37)."""
+    assert probe["rows"], "the probe printed no tile rows"
+    for (bm, s, shift), tiles in probe["rows"].items():
+        owned = []
+        for i, (m, first, end, n_begin, n_end, full_begin, full_end) in enumerate(tiles):
+            assert m == i
+            start = 0 if m == 0 else m * bm - shift
+            assert first == max(m * bm - shift, 0) and first >= 0, (bm, s, shift, m)
+            assert end == min((m + 1) * bm - shift, s) and start < end <= first + bm, (bm, s, shift, m)
+            owned.extend(range(start, end))
+            # rows [start, end) see keys [0, row + 37 + 1): the blocks up to the last row's key
+            assert (n_begin, n_end) == (0, -(-(end - 1 + 38) // 128)), (bm, s, shift, m)
+            assert full_begin == 0 and full_end == (start + 38) // 128 or full_begin == full_end == n_end, (bm, s, shift, m)
+        assert owned == list(range(s)), (bm, s, shift)
+        if shift:
+            assert tiles[-1][2] == s and (bm - shift) == s - (len(tiles) - 1) * bm, "the last tile is whole"
 
 
 def test_dynamic_schedule_only_for_unequal_tiles_beyond_one_wave(probe: dict) -> None:
