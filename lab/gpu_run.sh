@@ -90,9 +90,11 @@
 #                                     causal mask or a window, where the last (longest) tile is otherwise partial
 #                                     (lab/ab/fwd_partial_tile_first.diff, FWD_PARTIAL_FIRST_REVERSE=1 now): its A/B,
 #                                     fwdland's checks in the copy (~7 min)
-#   bash lab/gpu_run.sh fwdd64longkeys512 prepared, not yet run: D=64 causal calls from 512 keys on the long-keys
-#                                     config (now with the partial tile first) where its tiles fill 8 waves
+#   bash lab/gpu_run.sh fwdd64longkeys512 measured (1.5k +3.8-6.0%, 1k -0.6..-2.4%, 512 -9..-11%): D=64 causal calls
+#                                     from 512 keys on the long-keys config where its tiles fill 8 waves
 #                                     (lab/ab/fwd_d64_long_keys_512.diff): its A/B on 512-2k cells, the checks (~6 min)
+#   bash lab/gpu_run.sh fwdd64longkeys1536 prepared, not yet run: the same rule's bound at 1536, to land
+#                                     (lab/ab/fwd_d64_long_keys_1536.diff): its A/B, fwdland's checks in the copy (~8 min)
 #   bash lab/gpu_run.sh fwdd64fewwaves prepared, not yet run: D=64 causal calls from 4096 keys on the default config where
 #                                     the long-keys tiles fill under 8 waves (lab/ab/fwd_d64_long_keys_few_waves_default.diff):
 #                                     its A/B on few-wave cells, the checks (~5 min)
@@ -893,7 +895,8 @@ case "${1:-verify}" in
       "${FWD_PARTIAL_FIRST_CELLS:-64:2048:1 64:2560:1 64:3584:1 64:4096:1 64:8192:1 64:16384:1 128:1000:1 64:3072:1 128:1024:1 64:4096:0}" \
       "${FWD_PARTIAL_FIRST_REVERSE:-1}"
     ;;
-  fwdd64longkeys512)  # issue 29, prepared 2026-12-03, not yet run: the long-keys rule's key bound from 2048 down to 512
+  fwdd64longkeys512)  # issue 29, measured 2026-12-03 on an H200 (1.5k +3.8-6.0%, 1k -0.6..-2.4%, 768 -3..-5%, 512
+                      # -9..-11%; the bound lands at 1536 through fwdd64longkeys1536): the long-keys rule's key bound from 2048 down to 512
                       # (traits.h kSm90LongKeysFullGridMin; lab/ab/fwd_d64_long_keys_512.diff, a lab form), now that the
                       # long-keys config puts its partial tile first: D=64 causal 512 / 1k at 0.92 / 0.95x cuDNN are
                       # issue 29's lowest cells, their 128-row tiles pay a tile's setup and epilogue for 1-8 key
@@ -902,6 +905,15 @@ case "${1:-verify}" in
                       # long-keys config either side and a 1k grid of 2.7 waves on the default config (controls).
     fwd_patch_ab fwdd64longkeys512 fwd_d64_long_keys_512.diff \
       "${FWD_LONG_KEYS_512_CELLS:-64:512:1 64:768:1 64:1024:1 64:1536:1 64:2048:1 64:1024:1:2:8 64:4096:1}"
+    ;;
+  fwdd64longkeys1536)  # issue 29, prepared 2026-12-03, not yet run: the long-keys rule's key bound at 1536 instead of 2048
+                       # (traits.h kSm90LongKeysFullGridMin, the balance model, the GPU test's cases;
+                       # lab/ab/fwd_d64_long_keys_1536.diff), as fwdd64longkeys512 measured it: 1.5k gains, 1k loses.
+                       # Cells: 1.5k (a multiple of 192) and 1.75k (10 tiles, a 128-row shift) on full grids, which
+                       # move; 1k, 2k and a 1.5k grid of 2 waves, which do not. Then fwdland's checks in the copy
+                       # (the kernel tests whole, the sanitizers), so landing it needs no second call.
+    FWD_COPY_WHOLE="${FWD_COPY_WHOLE:-1}" fwd_patch_ab fwdd64longkeys1536 fwd_d64_long_keys_1536.diff \
+      "${FWD_LONG_KEYS_1536_CELLS:-64:1536:1 64:1792:1 64:1024:1 64:2048:1 64:1536:1:1:32}"
     ;;
   fwdd64fewwaves)  # issue 29, prepared 2026-12-02, not yet run: the other side of fwdd64longkeys2k's rule, D=64 causal calls of
                    # 4096 keys or more whose 192-row long-keys tiles fill more than half the SMs but under 8 waves on the
@@ -1510,7 +1522,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64fewwaves|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

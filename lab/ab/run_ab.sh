@@ -239,7 +239,9 @@
 # lab/gpu_run.sh fwdpartialfirst, measured 2026-12-03 on an H200 with REVERSE=0: D=64 causal 2k +4.7-6.0%, 4k
 # +5.4-9.4%, 8k +1.4-2.0%; landed, so REVERSE=1 now undoes it).
 # fwd_d64_long_keys_512.diff: the long-keys rule's key bound at 512 instead of 2048 (full grids of 8 waves), a lab
-# form: REVERSE=0 (bash lab/gpu_run.sh fwdd64longkeys512; prepared 2026-12-03, not yet run).
+# form: REVERSE=0 (bash lab/gpu_run.sh fwdd64longkeys512; measured 2026-12-03 on an H200: 1.5k +3.8-6.0%, 1k
+# -0.6..-2.4%, 768 -3..-5%, 512 -9..-11%). fwd_d64_long_keys_1536.diff: the bound at 1536, to land: REVERSE=0
+# (bash lab/gpu_run.sh fwdd64longkeys1536; prepared 2026-12-03, not yet run).
 # fwd_d64_long_keys_few_waves_default.diff: D=64 causal calls from 4096 keys on the default config where the
 # long-keys tiles fill more than half the SMs but under 8 waves, a lab form: REVERSE=0 (bash lab/gpu_run.sh
 # fwdd64fewwaves; prepared 2026-12-02, not yet run).
