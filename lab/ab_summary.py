@@ -9,6 +9,9 @@ understood, whichever the log holds:
   lab/fp8_time.py   D S causal TFLOP/s(ours FP8, FA3 FP8, ours bf16) ours/FA3: the figure is
                     ours/FA3 (FlashAttention-3's time over ours in the same round)
 
+A cell that lab/fwd_time.py found host-bound for flashattn on either side ("  host-bound: flashattn"
+after its row) is marked: its B / A is partly the two processes' host time, not the kernels'.
+
 usage: python3 lab/ab_summary.py LOG [--figure tflops]   (tflops: our own TFLOP/s instead)
 """
 
@@ -25,6 +28,7 @@ _NUM = r"(-?[\d.]+|nan)"
 # D S causal ours cudnn fa3 x_cudnn x_fa3 [B H]
 _FWD = re.compile(rf"^\s*(\d+)\s+(\d+)\s+([01])\s+{_NUM}\s+{_NUM}\s+{_NUM}\s+{_NUM}\s+{_NUM}(?:\s+(\d+)\s+(\d+))?\s*$")
 # D S causal(False/True) fp8_ours fp8_fa3 bf16_ours ratio
+_HOST_BOUND = re.compile(r"^\s+host-bound: flashattn\b")
 _FP8 = re.compile(rf"^\s*(\d+)\s+(\d+)\s+(True|False)\s+{_NUM}\s+{_NUM}\s+{_NUM}\s+{_NUM}\s*$")
 
 
@@ -53,6 +57,20 @@ def parse(text: str, figure: str = "ratio") -> dict[str, dict[str, list[float]]]
     return dict(cells)
 
 
+def host_bound_cells(text: str) -> set[str]:
+    """The fwd_time cells (parse's names) after whose row, on either side, flashattn was host-bound."""
+    out: set[str] = set()
+    cell = None
+    for line in text.splitlines():
+        m = _FWD.match(line)
+        if m:
+            d, s, c, *_, b, h = m.groups()
+            cell = f"D={d} S={s} causal={c}" + (f" B={b} H={h}" if b else "")
+        elif cell is not None and _HOST_BOUND.match(line):
+            out.add(cell)
+    return out
+
+
 def summarize(cells: dict[str, dict[str, list[float]]]) -> tuple[list[tuple[str, list[float], list[float], float]], float]:
     """(cell, A rounds, B rounds, B / A of the round means) for the cells both sides measured, and
     the geomean of those ratios (nan without any)."""
@@ -72,7 +90,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--figure", choices=("ratio", "tflops"), default="ratio")
     args = ap.parse_args(argv)
     with open(args.log, encoding="utf-8") as f:
-        rows, geo = summarize(parse(f.read(), args.figure))
+        text = f.read()
+    rows, geo = summarize(parse(text, args.figure))
+    host_bound = host_bound_cells(text)
     if not rows:
         print(f"{args.log}: no cell timed on both sides", file=sys.stderr)
         return 1
@@ -80,7 +100,8 @@ def main(argv: list[str]) -> int:
     for cell, a, b, r in rows:
         sa = " / ".join(format(x, fmt) for x in a)
         sb = " / ".join(format(x, fmt) for x in b)
-        print(f"{cell:<36} A {sa:<22} B {sb:<22} B/A {r:.3f}")
+        mark = "  (host-bound)" if cell in host_bound else ""
+        print(f"{cell:<36} A {sa:<22} B {sb:<22} B/A {r:.3f}{mark}")
     print(f"geomean B/A over {len(rows)} cells: {geo:.4f}")
     return 0
 

@@ -7,6 +7,9 @@ minute for a handful of cells, so that a kernel change can be timed on both side
 (lab/ab/run_ab.sh AB_CMD="python3 lab/fwd_time.py ...") without the whole suite.
 A cell D:S:causal:B:H takes that batch and head count instead (a grid off the standard one, e.g.
 a tile count that fills whole waves of the SMs: lab/gpu_run.sh waveprobe).
+A line "  host-bound: IMPL ..." after a cell's row says that IMPL's host time per call reached
+bench_common.HOST_BOUND_FRACTION of its GPU time: its back-to-back calls ran at the host's launch
+rate, so its figure there is partly host time (and an A/B of two builds compares their processes).
 usage: python3 lab/fwd_time.py [--dtype bf16|fp16] [--rounds N] D:S:causal[:B:H] ...
        (default cells: 64:1024:1 64:4096:0 128:1024:1 128:4096:0 128:4096:1 128:16384:1 256:4096:1 256:16384:0)
 """
@@ -34,7 +37,7 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     import torch
 
-    settings = bc.Settings(args.rounds, 2, 2.0, 1000, 0, host_probe_calls=0)
+    settings = bc.Settings(args.rounds, 2, 2.0, 1000, 0, host_probe_calls=16)
     print(f"{args.dtype}, B*S = 16k, H = 2048 / D unless a cell says B:H, TFLOP/s (median of {args.rounds} "
           "interleaved rounds); x = their time / flashattn's")
     print(f"{'D':>4} {'S':>6} {'causal':>6} " + " ".join(f"{n:>13}" for n in IMPLS) + "  x cudnn   x fa3   B   H")
@@ -56,8 +59,12 @@ def main(argv: list[str]) -> int:
                 runnables[impl] = bc.Runnable(fn, ctx)
             except bc.Unavailable as exc:
                 print(f"  {impl}: {exc}")
+        host_bound = []
         for impl, timing in bc.measure_interleaved(runnables, settings).items():
             times[impl] = statistics.median(timing.samples_ms)
+            if bc.is_host_bound(timing.host_ms, times[impl]):
+                host_bound.append(f"  host-bound: {impl} (host {timing.host_ms * 1e3:.1f} us a call, "
+                                  f"GPU {times[impl] * 1e3:.1f} us)")
         torch.cuda.synchronize()
         tf = {n: shape.flops / (times[n] * 1e-3) / 1e12 if n in times else float("nan") for n in IMPLS}
         x = {n: times[n] / times["flashattn"] if n in times else float("nan") for n in ratios}
@@ -66,6 +73,8 @@ def main(argv: list[str]) -> int:
                 ratios[n].append(x[n])
         print(f"{d:>4} {s:>6} {causal:>6} " + " ".join(f"{tf[n]:13.1f}" for n in IMPLS) +
               f"  {x['sdpa-default']:7.3f} {x['fa3']:7.3f} {b:3d} {h:3d}")
+        for line in host_bound:
+            print(line)
         del q, k, v
     for n, r in ratios.items():
         if r:

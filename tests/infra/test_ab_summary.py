@@ -25,6 +25,8 @@ geomean x sdpa-default: 1.011 (9 cells)
 === round 1 side B
   64    512      1         222.2         253.1         159.3    0.900   1.353
  128   4096      0         654.0         620.1         646.9    1.100   1.011   6  11
+  host-bound: flashattn (host 17.2 us a call, GPU 15.1 us)
+  host-bound: fa3 (host 130.0 us a call, GPU 129.5 us)
 === round 2 side A
   64    512      1         219.4         253.1         159.3    0.800   1.353
  128   4096      0         630.0         597.7         621.7    1.000   1.011   6  11
@@ -68,3 +70,16 @@ def test_main_fails_without_cells(tmp_path, capsys) -> None:
     log.write_text(_FP8_LOG)
     assert ab.main([str(log)]) == 0
     assert "geomean B/A over 1 cells: 1.0426" in capsys.readouterr().out
+
+
+def test_host_bound_cells_are_marked(tmp_path, capsys) -> None:
+    """The host-bound line names the cell above it; another implementation's does not count, and the
+    timing rows are read as before."""
+    assert ab.host_bound_cells(_FWD_LOG) == {"D=128 S=4096 causal=0 B=6 H=11"}
+    assert ab.parse(_FWD_LOG)["D=128 S=4096 causal=0 B=6 H=11"]["B"] == [1.1, 1.1]
+    log = tmp_path / "fwd.log"
+    log.write_text(_FWD_LOG)
+    assert ab.main([str(log)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("D=64 S=512 causal=1") and "host-bound" not in out[0]
+    assert out[1].startswith("D=128 S=4096 causal=0 B=6 H=11") and out[1].endswith("(host-bound)")
