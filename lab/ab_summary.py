@@ -27,9 +27,14 @@ _ROUND = re.compile(r"^=== round (\d+) side ([AB])\s*$")
 _NUM = r"(-?[\d.]+|nan)"
 # D S causal ours cudnn fa3 x_cudnn x_fa3 [B H]
 _FWD = re.compile(rf"^\s*(\d+)\s+(\d+)\s+([01])\s+{_NUM}\s+{_NUM}\s+{_NUM}\s+{_NUM}\s+{_NUM}(?:\s+(\d+)\s+(\d+))?\s*$")
-# D S causal(False/True) fp8_ours fp8_fa3 bf16_ours ratio
+# lab/fwd_time.py's line under a cell whose flashattn calls ran at the host's launch rate
 _HOST_BOUND = re.compile(r"^\s+host-bound: flashattn\b")
+# D S causal(False/True) fp8_ours fp8_fa3 bf16_ours ratio
 _FP8 = re.compile(rf"^\s*(\d+)\s+(\d+)\s+(True|False)\s+{_NUM}\s+{_NUM}\s+{_NUM}\s+{_NUM}\s*$")
+
+
+def _fwd_cell(d: str, s: str, c: str, b: str | None, h: str | None) -> str:
+    return f"D={d} S={s} causal={c}" + (f" B={b} H={h}" if b else "")
 
 
 def parse(text: str, figure: str = "ratio") -> dict[str, dict[str, list[float]]]:
@@ -46,8 +51,7 @@ def parse(text: str, figure: str = "ratio") -> dict[str, dict[str, list[float]]]
         m = _FWD.match(line)
         if m:
             d, s, c, ours, _, _, x_cudnn, _, b, h = m.groups()
-            cell = f"D={d} S={s} causal={c}" + (f" B={b} H={h}" if b else "")
-            cells[cell][side].append(float(ours if figure == "tflops" else x_cudnn))
+            cells[_fwd_cell(d, s, c, b, h)][side].append(float(ours if figure == "tflops" else x_cudnn))
             continue
         m = _FP8.match(line)
         if m:
@@ -65,7 +69,7 @@ def host_bound_cells(text: str) -> set[str]:
         m = _FWD.match(line)
         if m:
             d, s, c, *_, b, h = m.groups()
-            cell = f"D={d} S={s} causal={c}" + (f" B={b} H={h}" if b else "")
+            cell = _fwd_cell(d, s, c, b, h)
         elif cell is not None and _HOST_BOUND.match(line):
             out.add(cell)
     return out
