@@ -411,6 +411,8 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
     } else {
       // A shifted first tile's last rows are the next tile's: it stores from registers, bounded by
       // the rows it owns (the O map bounds at seqlen_q only). The condition is uniform over the CTA.
+      // The shipped long-keys config stores from registers always; the TMA branch serves the
+      // three-consumer masked variants with kOTma that lab/sm90_lab.cu compiles.
       const TileRows rows = tile_rows(tc.m_block, kBlockM, params.seqlen_q, q_row_shift<Traits>(params));
       bool stored = false;
       if constexpr (Traits::kOTma) {

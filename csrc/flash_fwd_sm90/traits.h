@@ -91,9 +91,10 @@ struct Sm90FwdTraits {
   // serves calls without a mask (kNonCausal). The three-consumer long-keys config takes masks.
   static constexpr bool kLocal = kLocal_;
   static constexpr int kBlockN = kBlockN_;                   // keys per K/V block
-  // The partial query tile first under a mask (Sm90Params::q_row_shift): the long-keys config only,
-  // whose 192-row tiles over 128-key blocks leave a partial tile at every power-of-two length and
-  // save a key block on every other tile when shifted by 64 rows. Tiles that are a multiple of the
+  // The partial query tile first under a mask (Sm90Params::q_row_shift): the three-consumer masked
+  // configs (of the shipped ones the long-keys config; also lab/sm90_lab.cu's variants), whose
+  // 192-row tiles over 128-key blocks leave a partial tile at every power-of-two length and save a
+  // key block on every other tile when shifted by 64 rows. Tiles that are a multiple of the
   // key block gain nothing from it (the same key blocks either way) and keep their code unchanged.
   static constexpr bool kPartialTileFirst = kLocal && kConsumerWGs == 3;
   static constexpr int kStages = kStages_;                   // K/V ring depth
