@@ -93,11 +93,14 @@
 #   bash lab/gpu_run.sh fwdd64longkeys512 measured (1.5k +3.8-6.0%, 1k -0.6..-2.4%, 512 -9..-11%): D=64 causal calls
 #                                     from 512 keys on the long-keys config where its tiles fill 8 waves
 #                                     (lab/ab/fwd_d64_long_keys_512.diff): its A/B on 512-2k cells, the checks (~6 min)
-#   bash lab/gpu_run.sh fwdd64longkeys1536 prepared, not yet run: the same rule's bound at 1536, to land
-#                                     (lab/ab/fwd_d64_long_keys_1536.diff): its A/B, fwdland's checks in the copy (~8 min)
-#   bash lab/gpu_run.sh fwdd64fewwaves prepared, not yet run: D=64 causal calls from 4096 keys on the default config where
-#                                     the long-keys tiles fill under 8 waves (lab/ab/fwd_d64_long_keys_few_waves_default.diff):
-#                                     its A/B on few-wave cells, the checks (~5 min)
+#   bash lab/gpu_run.sh fwdd64longkeys1536 measured, landed (1.5k +4.7%, 1.75k +5.6%, controls -1.4..-0.3%; applied
+#                                     in reverse since): the same rule's bound at 1536
+#                                     (lab/ab/fwd_d64_long_keys_1536.diff, FWD_LONG_KEYS_1536_REVERSE=1 now): its A/B,
+#                                     fwdland's checks in the copy (~8 min)
+#   bash lab/gpu_run.sh fwdd64fewwaves measured, not adopted (the default config -5..-12% on 2.6-5.3 waves): D=64
+#                                     causal calls from 4096 keys on the default config where the long-keys tiles
+#                                     fill under 8 waves (lab/ab/fwd_d64_long_keys_few_waves_default.diff): its A/B
+#                                     on few-wave cells, the checks (~5 min)
 #   bash lab/gpu_run.sh fwdncu   ncu on the forward of ours, cuDNN and FlashAttention-3 side by side (NCU_FWD_SHAPES) (~3 min)
 #   bash lab/gpu_run.sh waveprobe what the last partial wave of non-causal tiles costs each implementation: the
 #                                     standard cells beside B:H that fill whole waves of 132 SMs (lab/fwd_time.py) (~3 min)
@@ -906,16 +909,21 @@ case "${1:-verify}" in
     fwd_patch_ab fwdd64longkeys512 fwd_d64_long_keys_512.diff \
       "${FWD_LONG_KEYS_512_CELLS:-64:512:1 64:768:1 64:1024:1 64:1536:1 64:2048:1 64:1024:1:2:8 64:4096:1}"
     ;;
-  fwdd64longkeys1536)  # issue 29, prepared 2026-12-03, not yet run: the long-keys rule's key bound at 1536 instead of 2048
-                       # (traits.h kSm90LongKeysFullGridMin, the balance model, the GPU test's cases;
+  fwdd64longkeys1536)  # issue 29: the long-keys rule's key bound at 1536 instead of 2048 (traits.h
+                       # kSm90LongKeysFullGridMin, the balance model, the GPU test's cases;
                        # lab/ab/fwd_d64_long_keys_1536.diff), as fwdd64longkeys512 measured it: 1.5k gains, 1k loses.
-                       # Cells: 1.5k (a multiple of 192) and 1.75k (10 tiles, a 128-row shift) on full grids, which
-                       # move; 1k, 2k and a 1.5k grid of 2 waves, which do not. Then fwdland's checks in the copy
-                       # (the kernel tests whole, the sanitizers), so landing it needs no second call.
+                       # Measured 2026-12-03 on an H200 with REVERSE=0: 1.5k +4.7%, 1.75k +5.6%, the unmoved 1k, 2k
+                       # and 1.5k-on-2-waves cells -1.4..-0.3%; the kernel tests 2941 passed and the sanitizers clean
+                       # in the copy; landed, REVERSE=1 undoes it. Cells: 1.5k (a multiple of 192) and 1.75k (10
+                       # tiles, a 128-row shift) on full grids, which move; 1k, 2k and a 1.5k grid of 2 waves, which
+                       # do not. Then fwdland's checks in the copy (the kernel tests whole, the sanitizers).
     FWD_COPY_WHOLE="${FWD_COPY_WHOLE:-1}" fwd_patch_ab fwdd64longkeys1536 fwd_d64_long_keys_1536.diff \
-      "${FWD_LONG_KEYS_1536_CELLS:-64:1536:1 64:1792:1 64:1024:1 64:2048:1 64:1536:1:1:32}"
+      "${FWD_LONG_KEYS_1536_CELLS:-64:1536:1 64:1792:1 64:1024:1 64:2048:1 64:1536:1:1:32}" \
+      "${FWD_LONG_KEYS_1536_REVERSE:-1}"
     ;;
-  fwdd64fewwaves)  # issue 29, prepared 2026-12-02, not yet run: the other side of fwdd64longkeys2k's rule, D=64 causal calls of
+  fwdd64fewwaves)  # issue 29, measured 2026-12-03 on an H200, not adopted (the default config on those cells: 4k at 2.6 /
+                   # 5.3 waves -5.4 / -11.6%, 8k -7.2%, 16k -8.8%, the 8-wave and standard controls -0.7..-0.9%; the
+                   # long-keys config's partial tile first had tilted them its way): the other side of fwdd64longkeys2k's rule, D=64 causal calls of
                    # 4096 keys or more whose 192-row long-keys tiles fill more than half the SMs but under 8 waves on the
                    # default config's 128-row tiles (lab/ab/fwd_d64_long_keys_few_waves_default.diff, a lab form): whether the
                    # loss of the taller tiles on few waves seen at 2048 keys holds from 4096. Its A/B on 2.6-5.3-wave cells

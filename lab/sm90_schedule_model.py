@@ -24,7 +24,7 @@ TILE_DEFAULT = {64: (128, 128), 128: (128, 128), 256: (128, 64)}  # Sm90DefaultC
 TILE_LONG_KEYS = {64: (192, 128)}  # Sm90LongKeysConfig<D>: causal, seqlen_k >= LONG_KEYS_MIN
 TILE_NON_CAUSAL = {64: (192, 128)}  # Sm90NonCausalConfig<D>: no causal mask
 LONG_KEYS_MIN = 4096  # traits.h kSm90LongKeysMin
-LONG_KEYS_FULL_GRID_MIN = 2048  # traits.h kSm90LongKeysFullGridMin
+LONG_KEYS_FULL_GRID_MIN = 1536  # traits.h kSm90LongKeysFullGridMin
 LONG_KEYS_FULL_GRID_WAVES = 8  # traits.h kSm90LongKeysFullGridWaves
 
 

@@ -240,11 +240,12 @@
 # +5.4-9.4%, 8k +1.4-2.0%; landed, so REVERSE=1 now undoes it).
 # fwd_d64_long_keys_512.diff: the long-keys rule's key bound at 512 instead of 2048 (full grids of 8 waves), a lab
 # form: REVERSE=0 (bash lab/gpu_run.sh fwdd64longkeys512; measured 2026-12-03 on an H200: 1.5k +3.8-6.0%, 1k
-# -0.6..-2.4%, 768 -3..-5%, 512 -9..-11%). fwd_d64_long_keys_1536.diff: the bound at 1536, to land: REVERSE=0
-# (bash lab/gpu_run.sh fwdd64longkeys1536; prepared 2026-12-03, not yet run).
+# -0.6..-2.4%, 768 -3..-5%, 512 -9..-11%). fwd_d64_long_keys_1536.diff: the bound at 1536 (bash
+# lab/gpu_run.sh fwdd64longkeys1536, measured 2026-12-03 on an H200 with REVERSE=0: 1.5k +4.7%, 1.75k +5.6%;
+# landed, so REVERSE=1 now undoes it).
 # fwd_d64_long_keys_few_waves_default.diff: D=64 causal calls from 4096 keys on the default config where the
 # long-keys tiles fill more than half the SMs but under 8 waves, a lab form: REVERSE=0 (bash lab/gpu_run.sh
-# fwdd64fewwaves; prepared 2026-12-02, not yet run).
+# fwdd64fewwaves; measured 2026-12-03 on an H200: -5..-12%, not adopted).
 # lab_softcap_no_tanh.diff: a measurement only (wrong results): the one-pass softcap kernels without
 # their tanh, to price the second SFU operation a score: REVERSE=0 with the AB_CMD above (measured
 # 2026-11-28: D=64 cost 1.18-1.22 -> 1.06-1.11).

@@ -220,15 +220,17 @@ LONG_KEYS_TRAITS = ("Sm90FwdTraits<64, 128, 2, true, 1, false, 4, 3, true>",
                     "Sm90FwdTraitsILi64ELi128ELi2ELb1ELi1ELb0ELi4ELi3ELb1EE")
 
 
-def test_causal_grids_of_many_waves_take_the_long_keys_config_from_2048_keys(device: torch.device) -> None:
-    """A causal D=64 call takes the long-keys config from 4096 keys, and from 2048 keys when its
+def test_causal_grids_of_many_waves_take_the_long_keys_config_from_1536_keys(device: torch.device) -> None:
+    """A causal D=64 call takes the long-keys config from 4096 keys, and from 1536 keys when its
     192-row tiles fill at least 8 waves (dispatch.cu find_launcher, traits.h
     kSm90LongKeysFullGridWaves); below either bound the default config serves it. The call that the
     grid rule moves meets the criterion against the float64 reference on a few of its heads."""
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     full = -(-8 * sms // 11)  # heads whose 11 query tiles of 2048 rows fill 8 waves
-    for sq, sk, heads, expect in ((2048, 2048, full, True), (2048, 2047, full, False),
-                                  (2048, 2048, full - 1, False), (256, 4096, 1, True)):
+    full_1536 = sms  # heads whose 8 query tiles of 1536 rows fill 8 waves
+    for sq, sk, heads, expect in ((2048, 2048, full, True), (1536, 1535, full_1536, False),
+                                  (1536, 1536, full_1536, True), (2048, 2048, full - 1, False),
+                                  (256, 4096, 1, True)):
         spec = AttentionSpec(1, sq, sk, heads, heads, 64, torch.bfloat16, BOTTOM_RIGHT, None, Layout("contiguous"),
                              Layout("contiguous"), 1.0, sq + sk + heads)
         x = spec.make(device)

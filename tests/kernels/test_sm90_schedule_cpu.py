@@ -55,8 +55,15 @@ int main() {
   for (int d : {64, 128, 256})
     for (int s : {512, 4096, 16384})
       for (int causal : {0, 1}) {
-        const Sm90TileShape ts = d == 64 ? shape<64>(s, causal) : d == 128 ? shape<128>(s, causal) : shape<256>(s, causal);
-        const int b = 16384 / s, h = 2048 / d, bm = ts.block_m, bn = ts.block_n, m_blocks = (s + bm - 1) / bm;
+        Sm90TileShape ts = d == 64 ? shape<64>(s, causal) : d == 128 ? shape<128>(s, causal) : shape<256>(s, causal);
+        const int b = 16384 / s, h = 2048 / d;
+        // dispatch.cu find_launcher's grid rule: causal D=64 from kSm90LongKeysFullGridMin keys on the
+        // long-keys config where its tiles fill kSm90LongKeysFullGridWaves waves of 132 SMs.
+        const Sm90TileShape lk = sm90_tile_shape_of<Sm90LongKeysConfig<64>::Traits>();
+        if (d == 64 && causal && s >= kSm90LongKeysFullGridMin &&
+            (s + lk.block_m - 1) / lk.block_m * b * h >= kSm90LongKeysFullGridWaves * 132)
+          ts = lk;
+        const int bm = ts.block_m, bn = ts.block_n, m_blocks = (s + bm - 1) / bm;
         // The groups of the schedule the binding picks for this call (launch.cuh), and the static
         // schedule's (the FP8 D=256 kernel's at causal calls).
         const bool dynamic = dynamic_schedule_pays(causal != 0, s, b * h, bm, 132);
@@ -232,7 +239,8 @@ def test_snake_order_balances_causal_rounds(probe: dict) -> None:
 def test_balance_model_walks_the_kernels_tile_order(probe: dict) -> None:
     model = load_repo_module("lab/sm90_schedule_model.py")
     for (d, s, causal), tiles in probe["tiles"].items():
-        assert model.tile_shape(d, s, bool(causal)) == tiles[0][5], "the model's tile shape is the compiled one"
+        assert model.tile_shape(d, s, bool(causal), (16384 // s) * (2048 // d), s) == tiles[0][5], \
+            "the model's tile shape is the compiled one"
         work = model.tile_work(s, d, 16384 // s, 2048 // d, bool(causal), overhead=0.0)
         kernel = [n_blocks for _, _, _, _, n_blocks, _ in tiles]
         assert work == kernel, (d, s, causal)
