@@ -101,6 +101,9 @@
 #                                     causal calls from 4096 keys on the default config where the long-keys tiles
 #                                     fill under 8 waves (lab/ab/fwd_d64_long_keys_few_waves_default.diff): its A/B
 #                                     on few-wave cells, the checks (~5 min)
+#   bash lab/gpu_run.sh fwdd64longkeysonewave prepared, not yet run: the long-keys rule from one wave of its tiles
+#                                     instead of 8 (lab/ab/fwd_d64_long_keys_one_wave.diff): its A/B on 1.3-5.3-wave
+#                                     cells of 1.5k-3k keys, the checks (~6 min)
 #   bash lab/gpu_run.sh fwdncu   ncu on the forward of ours, cuDNN and FlashAttention-3 side by side (NCU_FWD_SHAPES) (~3 min)
 #   bash lab/gpu_run.sh waveprobe what the last partial wave of non-causal tiles costs each implementation: the
 #                                     standard cells beside B:H that fill whole waves of 132 SMs (lab/fwd_time.py) (~3 min)
@@ -931,6 +934,17 @@ case "${1:-verify}" in
     fwd_patch_ab fwdd64fewwaves fwd_d64_long_keys_few_waves_default.diff \
       "${FWD_FEW_WAVES_CELLS:-64:4096:1:1:16 64:4096:1:1:32 64:8192:1:1:8 64:16384:1:1:4 64:4096:1:1:48 64:4096:1}"
     ;;
+  fwdd64longkeysonewave)  # issue 29, prepared 2026-12-03, not yet run: the long-keys rule's waves bound
+                          # (traits.h kSm90LongKeysFullGridWaves) at one wave instead of 8
+                          # (lab/ab/fwd_d64_long_keys_one_wave.diff, a lab form), since fwdd64fewwaves measured the
+                          # default config 5-12% behind the long-keys config on 2.6-5.3-wave cells from 4096 keys once
+                          # the partial tile went first (its 2k loss on 2.7 waves, -1.6..-2.8%, predates that).
+                          # Cells (D=64 causal, moved): 2k on 2.7, 1.3 and 5.3 waves of 192-row tiles, 1.5k on 1.9,
+                          # 3k on 3.9; unmoved controls: 1.5k on 0.97 waves, the standard 2k (long-keys either side).
+                          # Then the fwdq2 checks in the copy (the GPU test pins the rule at one wave there).
+    fwd_patch_ab fwdd64longkeysonewave fwd_d64_long_keys_one_wave.diff \
+      "${FWD_ONE_WAVE_CELLS:-64:2048:1:2:16 64:2048:1:1:16 64:2048:1:4:16 64:1536:1:1:32 64:3072:1:1:32 64:1536:1:1:16 64:2048:1}"
+    ;;
   fwdostore)  # 2026-11-30 (issue 29; measured on an H200: 1.000, not adopted): the Hopper forward's register epilogue (D=64's configs) with
               # O transposed across each quad of lanes and stored 16 bytes a lane (lab/ab/fwd_o_store_16b.diff): its A/B
               # on short cells of both masks, then the fwdq2 stage's tests and sanitizers in the copy
@@ -1530,7 +1544,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
