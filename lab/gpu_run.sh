@@ -101,9 +101,11 @@
 #                                     causal calls from 4096 keys on the default config where the long-keys tiles
 #                                     fill under 8 waves (lab/ab/fwd_d64_long_keys_few_waves_default.diff): its A/B
 #                                     on few-wave cells, the checks (~5 min)
-#   bash lab/gpu_run.sh fwdd64longkeysonewave prepared, not yet run: the long-keys rule from one wave of its tiles
-#                                     instead of 8 (lab/ab/fwd_d64_long_keys_one_wave.diff): its A/B on 1.3-5.3-wave
-#                                     cells of 1.5k-3k keys, the checks (~6 min)
+#   bash lab/gpu_run.sh fwdd64longkeysonewave measured, landed from 1.5 waves (1.9-5.3 waves +2.2-7.2%, 1.3 waves
+#                                     -6.1%): the long-keys rule from 1.5 waves of its tiles instead of 8
+#                                     (lab/ab/fwd_d64_long_keys_1_5_waves.diff, REVERSE=1 now; its one-wave lab form
+#                                     FWD_ONE_WAVE_DIFF=fwd_d64_long_keys_one_wave.diff on commit 05e1645): its A/B on
+#                                     1.3-5.3-wave cells of 1.5k-3k keys, the checks (~6 min)
 #   bash lab/gpu_run.sh fwdncu   ncu on the forward of ours, cuDNN and FlashAttention-3 side by side (NCU_FWD_SHAPES) (~3 min)
 #   bash lab/gpu_run.sh waveprobe what the last partial wave of non-causal tiles costs each implementation: the
 #                                     standard cells beside B:H that fill whole waves of 132 SMs (lab/fwd_time.py) (~3 min)
@@ -868,7 +870,7 @@ case "${1:-verify}" in
       "${FWD_WIDE_OTMA_REVERSE:-1}"
     ;;
   fwdd64longkeys2k)  # issue 29: D=64 causal calls from 2048 keys on the long-keys config (192 x 128 tiles, three consumer
-                     # warpgroups) where those tiles fill at least 8 waves (traits.h kSm90LongKeysFullGridWaves), the
+                     # warpgroups) where those tiles fill at least 8 waves (traits.h kSm90LongKeysFullGridWaves then), the
                      # default config below (lab/ab/fwd_d64_long_keys_full_grid.diff: the rule, the balance model's
                      # tile shape and the test that pins which config serves a call; measured 2026-12-02 on an H200:
                      # 2k +5.5-6.0%, 3k +10.8-12.9%, 2.5k +3.0-3.2%, 3.5k +8.5-10.4%, the 8-wave cell -0.6..+0.9%, the
@@ -934,16 +936,20 @@ case "${1:-verify}" in
     fwd_patch_ab fwdd64fewwaves fwd_d64_long_keys_few_waves_default.diff \
       "${FWD_FEW_WAVES_CELLS:-64:4096:1:1:16 64:4096:1:1:32 64:8192:1:1:8 64:16384:1:1:4 64:4096:1:1:48 64:4096:1}"
     ;;
-  fwdd64longkeysonewave)  # issue 29, prepared 2026-12-03, not yet run: the long-keys rule's waves bound
-                          # (traits.h kSm90LongKeysFullGridWaves) at one wave instead of 8
-                          # (lab/ab/fwd_d64_long_keys_one_wave.diff, a lab form), since fwdd64fewwaves measured the
+  fwdd64longkeysonewave)  # issue 29: the long-keys rule's waves bound at one wave instead of 8
+                          # (lab/ab/fwd_d64_long_keys_one_wave.diff, a lab form on commit 05e1645; measured 2026-12-03
+                          # on an H200 with REVERSE=0: 2k on 1.3 / 2.7 / 5.3 waves -6.1 / +2.2 / +6.5%, 1.5k on 1.9
+                          # +5.6%, 3k on 3.9 +7.2%, the controls 1.000-1.001; landed from 1.5 waves,
+                          # traits.h kSm90LongKeysGridHalfWaves = 3, lab/ab/fwd_d64_long_keys_1_5_waves.diff, which
+                          # this stage now undoes, FWD_ONE_WAVE_REVERSE=1), since fwdd64fewwaves measured the
                           # default config 5-12% behind the long-keys config on 2.6-5.3-wave cells from 4096 keys once
                           # the partial tile went first (its 2k loss on 2.7 waves, -1.6..-2.8%, predates that).
                           # Cells (D=64 causal, moved): 2k on 2.7, 1.3 and 5.3 waves of 192-row tiles, 1.5k on 1.9,
                           # 3k on 3.9; unmoved controls: 1.5k on 0.97 waves, the standard 2k (long-keys either side).
                           # Then the fwdq2 checks in the copy (the GPU test pins the rule at one wave there).
-    fwd_patch_ab fwdd64longkeysonewave fwd_d64_long_keys_one_wave.diff \
-      "${FWD_ONE_WAVE_CELLS:-64:2048:1:2:16 64:2048:1:1:16 64:2048:1:4:16 64:1536:1:1:32 64:3072:1:1:32 64:1536:1:1:16 64:2048:1}"
+    fwd_patch_ab fwdd64longkeysonewave "${FWD_ONE_WAVE_DIFF:-fwd_d64_long_keys_1_5_waves.diff}" \
+      "${FWD_ONE_WAVE_CELLS:-64:2048:1:2:16 64:2048:1:1:16 64:2048:1:4:16 64:1536:1:1:32 64:3072:1:1:32 64:1536:1:1:16 64:2048:1}" \
+      "${FWD_ONE_WAVE_REVERSE:-1}"
     ;;
   fwdostore)  # 2026-11-30 (issue 29; measured on an H200: 1.000, not adopted): the Hopper forward's register epilogue (D=64's configs) with
               # O transposed across each quad of lanes and stored 16 bytes a lane (lab/ab/fwd_o_store_16b.diff): its A/B

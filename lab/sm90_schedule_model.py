@@ -25,7 +25,7 @@ TILE_LONG_KEYS = {64: (192, 128)}  # Sm90LongKeysConfig<D>: causal, seqlen_k >= 
 TILE_NON_CAUSAL = {64: (192, 128)}  # Sm90NonCausalConfig<D>: no causal mask
 LONG_KEYS_MIN = 4096  # traits.h kSm90LongKeysMin
 LONG_KEYS_FULL_GRID_MIN = 1536  # traits.h kSm90LongKeysFullGridMin
-LONG_KEYS_FULL_GRID_WAVES = 8  # traits.h kSm90LongKeysFullGridWaves
+LONG_KEYS_GRID_HALF_WAVES = 3  # traits.h kSm90LongKeysGridHalfWaves
 
 
 def tile_shape(head_dim: int, seqlen_k: int, causal: bool, batch_heads: int = 0, seqlen_q: int = 0,
@@ -41,7 +41,7 @@ def tile_shape(head_dim: int, seqlen_k: int, causal: bool, batch_heads: int = 0,
             return TILE_LONG_KEYS[head_dim]
         block_m = TILE_LONG_KEYS[head_dim][0]
         tiles = -(-seqlen_q // block_m) * batch_heads
-        if seqlen_k >= LONG_KEYS_FULL_GRID_MIN and tiles >= LONG_KEYS_FULL_GRID_WAVES * sms:
+        if seqlen_k >= LONG_KEYS_FULL_GRID_MIN and 2 * tiles >= LONG_KEYS_GRID_HALF_WAVES * sms:
             return TILE_LONG_KEYS[head_dim]
     return TILE_DEFAULT[head_dim]
 

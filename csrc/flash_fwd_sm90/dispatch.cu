@@ -144,7 +144,7 @@ int small_grid_launcher(const FwdParams& p, const DeviceLimits& dev, int d) {
 }
 
 // The instantiation that serves `p`: sm90_config_kind()'s, except on small grids and on causal D=64
-// grids of many waves from 1536 keys.
+// grids of 1.5 waves or more from 1536 keys.
 int find_launcher(const FwdParams& p, const DeviceLimits& dev) {
   const int d = sm90_round_head_dim(p.head_dim);
   const int small = small_grid_launcher(p, dev, d);
@@ -154,14 +154,16 @@ int find_launcher(const FwdParams& p, const DeviceLimits& dev) {
   // The long-keys config's taller tiles pay from 2048 keys on a causal grid of many waves (D=64,
   // H200, 2026-12-02, B*S = 16k H = 32 against the default config: 2k +2.9-4.8%, 3k +10.2-10.9%),
   // but not on a grid of 2.7 waves (B=2 H=16 2k: -1.6..-2.8%) nor on the seed's split grids (2k
-  // -23% when it served every call from 2k): hence from kSm90LongKeysFullGridWaves waves. With the
-  // partial query tile first, from 1536 keys (H200, 2026-12-03, the bound at 512 against 2048 on full
-  // grids: 1.5k +3.8-6.0%, 1k -0.6..-2.4%, 768 -3..-5%, 512 -9..-11%: perf-notes "The long-keys
-  // rule from 512 keys").
+  // -23% when it served every call from 2k): hence from 8 waves at first. With the partial query
+  // tile first, from 1536 keys (H200, 2026-12-03, the bound at 512 against 2048 on full grids: 1.5k
+  // +3.8-6.0%, 1k -0.6..-2.4%, 768 -3..-5%, 512 -9..-11%) and from 1.5 waves (the same day, against
+  // the default config: 1.5k on 1.9 waves +5.6%, 2k on 2.7 / 5.3 waves +2.2 / +6.5%, 3k on 3.9 waves
+  // +7.2%, but 2k on 1.3 waves -6.1%, whose 176 tiles leave a second wave a third full): perf-notes
+  // "The long-keys rule from 1.5 waves".
   if (kind == Sm90ConfigKind::kDefault && p.causal && !p.has_window() && p.seqlen_k >= kSm90LongKeysFullGridMin) {
     const int j = launcher_of(p.dtype, d, Sm90ConfigKind::kLongKeys);
-    if (j >= 0 && query_blocks(p, kLaunchers[j].block_m) * p.batch * p.heads_q >=
-                      static_cast<int64_t>(kSm90LongKeysFullGridWaves) * dev.sm_count)
+    if (j >= 0 && 2 * query_blocks(p, kLaunchers[j].block_m) * p.batch * p.heads_q >=
+                      static_cast<int64_t>(kSm90LongKeysGridHalfWaves) * dev.sm_count)
       return j;
   }
   const int i = launcher_of(p.dtype, d, kind);

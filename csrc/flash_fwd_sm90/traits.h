@@ -383,9 +383,9 @@ struct Sm90DefaultConfig<256> {
 enum class Sm90ConfigKind { kDefault, kLongKeys, kNonCausal, kSmallGrid };
 constexpr int kSm90LongKeysMin = 4096;
 // From this many keys a causal call takes the long-keys config also below kSm90LongKeysMin when its
-// tiles of that config fill at least kSm90LongKeysFullGridWaves waves (dispatch.cu find_launcher).
+// tiles of that config fill at least kSm90LongKeysGridHalfWaves half waves (dispatch.cu find_launcher).
 constexpr int kSm90LongKeysFullGridMin = 1536;
-constexpr int kSm90LongKeysFullGridWaves = 8;
+constexpr int kSm90LongKeysGridHalfWaves = 3;
 
 // A kind's primary template: not distinct, i.e. the head dim's default config.
 template <int kHeadDim>

@@ -247,7 +247,9 @@
 # long-keys tiles fill more than half the SMs but under 8 waves, a lab form: REVERSE=0 (bash lab/gpu_run.sh
 # fwdd64fewwaves; measured 2026-12-03 on an H200: -5..-12%, not adopted).
 # fwd_d64_long_keys_one_wave.diff: the long-keys rule from one wave of its tiles instead of 8, a lab form:
-# REVERSE=0 (bash lab/gpu_run.sh fwdd64longkeysonewave; prepared 2026-12-03, not yet run).
+# REVERSE=0 (bash lab/gpu_run.sh fwdd64longkeysonewave, measured 2026-12-03 on an H200 on commit 05e1645: 1.9-5.3
+# waves +2.2-7.2%, 1.3 waves -6.1%). fwd_d64_long_keys_1_5_waves.diff: the rule from 1.5 waves, as landed
+# (kSm90LongKeysGridHalfWaves, the model, the tests): REVERSE=1 undoes it.
 # lab_softcap_no_tanh.diff: a measurement only (wrong results): the one-pass softcap kernels without
 # their tanh, to price the second SFU operation a score: REVERSE=0 with the AB_CMD above (measured
 # 2026-11-28: D=64 cost 1.18-1.22 -> 1.06-1.11).

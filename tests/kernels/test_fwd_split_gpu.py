@@ -218,17 +218,17 @@ def test_larger_grids_keep_the_two_consumer_configs(device: torch.device) -> Non
 # as the profiler names its kernel demangled or not.
 LONG_KEYS_TRAITS = ("Sm90FwdTraits<64, 128, 2, true, 1, false, 4, 3, true>",
                     "Sm90FwdTraitsILi64ELi128ELi2ELb1ELi1ELb0ELi4ELi3ELb1EE")
-LONG_KEYS_FULL_GRID_WAVES = 8  # traits.h kSm90LongKeysFullGridWaves
+LONG_KEYS_GRID_HALF_WAVES = 3  # traits.h kSm90LongKeysGridHalfWaves
 
 
-def test_causal_grids_of_many_waves_take_the_long_keys_config_from_1536_keys(device: torch.device) -> None:
+def test_causal_grids_of_1_5_waves_take_the_long_keys_config_from_1536_keys(device: torch.device) -> None:
     """A causal D=64 call takes the long-keys config from 4096 keys, and from 1536 keys when its
-    192-row tiles fill at least 8 waves (dispatch.cu find_launcher, traits.h
-    kSm90LongKeysFullGridWaves); below either bound the default config serves it. The call that the
+    192-row tiles fill at least 1.5 waves (dispatch.cu find_launcher, traits.h
+    kSm90LongKeysGridHalfWaves); below either bound the default config serves it. The call that the
     grid rule moves meets the criterion against the float64 reference on a few of its heads."""
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    full = -(-LONG_KEYS_FULL_GRID_WAVES * sms // 11)  # heads whose 11 query tiles of 2048 rows fill the waves
-    full_1536 = -(-LONG_KEYS_FULL_GRID_WAVES * sms // 8)  # heads whose 8 query tiles of 1536 rows fill them
+    full = -(-LONG_KEYS_GRID_HALF_WAVES * sms // (2 * 11))  # heads whose 11 query tiles of 2048 rows fill 1.5 waves
+    full_1536 = -(-LONG_KEYS_GRID_HALF_WAVES * sms // (2 * 8))  # heads whose 8 query tiles of 1536 rows fill them
     for sq, sk, heads, expect in ((2048, 2048, full, True), (1536, 1535, full_1536, False),
                                   (1536, 1536, full_1536, True), (2048, 2048, full - 1, False),
                                   (256, 4096, 1, True)):
