@@ -974,11 +974,12 @@ case "${1:-verify}" in
     fwd_patch_ab fwdtilework fwd_tile_decode_published.diff \
       "${FWD_TILEWORK_CELLS:-64:512:1 64:1024:1 64:2048:1 128:512:1 128:1024:1 256:1024:1 64:4096:1 128:16384:1}" 1
     ;;
-  fwdtimeline)  # 2026-11-30 (issue 29; measured on an H200, the start stamps since moved): where a Hopper forward tile's time goes, phase by
+  fwdtimeline)  # 2026-11-30 (issue 29; measured on an H200, the start stamps since moved; the diff rebased 2026-12-03 onto the
+                # packed flavour and the partial tile first, not yet run on that tree): where a Hopper forward tile's time goes, phase by
                 # phase (lab/ab/lab_fwd_tile_timeline.diff: SM clock stamps of each consumer warpgroup per tile;
                 # lab/fwd_tile_timeline.py reads them), on the short causal cells where cuDNN leads and on a
                 # long one for the steady block; FWD_TIMELINE_CELLS overrides the cells, FWD_TIMELINE_DIFF the diffs
-                # (with "lab_fwd_tile_timeline.diff fwd_q_double_buffer.diff": the stamps with two Q buffers).
+                # (with fwdq2's two-Q-buffer diff added after it: the stamps with two Q buffers, on the tree of 2026-11-30).
     env_info > "$OUT/env.txt" 2>&1
     copy="$PWD/build/ab-timeline"
     build_patched timeline "${FWD_TIMELINE_DIFF:-lab_fwd_tile_timeline.diff}" 0
