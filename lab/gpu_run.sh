@@ -83,7 +83,7 @@
 #   bash lab/gpu_run.sh fwdd64longkeys2k measured, landed (2k +5.5-6.0%, 3k +10.8-12.9%, 3.5k +8.5-10.4%, the 8-wave
 #                                     cell -0.6..+0.9%; applied in reverse since): D=64 causal calls from 2048 keys
 #                                     on the long-keys config where its tiles fill 8 waves
-#                                     (lab/ab/fwd_d64_long_keys_full_grid.diff, FWD_LONG_KEYS_REVERSE=1 now): its
+#                                     (lab/ab/fwd_d64_long_keys_full_grid.diff, FWD_LONG_KEYS_REVERSE=1 up to 6e2a873): its
 #                                     A/B, fwdland's checks in the copy (~9 min)
 #   bash lab/gpu_run.sh fwdpartialfirst measured, landed (D=64 causal 2k +4.7-6.0%, 4k +5.4-9.4%, 8k +1.4-2.0%; applied
 #                                     in reverse since): the long-keys config's partial query tile first under a
@@ -95,7 +95,7 @@
 #                                     (lab/ab/fwd_d64_long_keys_512.diff): its A/B on 512-2k cells, the checks (~6 min)
 #   bash lab/gpu_run.sh fwdd64longkeys1536 measured, landed (1.5k +4.7%, 1.75k +5.6%, controls -1.4..-0.3%; applied
 #                                     in reverse since): the same rule's bound at 1536
-#                                     (lab/ab/fwd_d64_long_keys_1536.diff, FWD_LONG_KEYS_1536_REVERSE=1 now): its A/B,
+#                                     (lab/ab/fwd_d64_long_keys_1536.diff, REVERSE=1 on trees up to e71d8c0): its A/B,
 #                                     fwdland's checks in the copy (~8 min)
 #   bash lab/gpu_run.sh fwdd64fewwaves measured, not adopted (the default config -5..-12% on 2.6-5.3 waves): D=64
 #                                     causal calls from 4096 keys on the default config where the long-keys tiles
@@ -883,7 +883,8 @@ case "${1:-verify}" in
                      # default config below (lab/ab/fwd_d64_long_keys_full_grid.diff: the rule, the balance model's
                      # tile shape and the test that pins which config serves a call; measured 2026-12-02 on an H200:
                      # 2k +5.5-6.0%, 3k +10.8-12.9%, 2.5k +3.0-3.2%, 3.5k +8.5-10.4%, the 8-wave cell -0.6..+0.9%, the
-                     # kernel tests 2936 passed and the sanitizers clean in the copy; landed, REVERSE=1 undoes it).
+                     # kernel tests 2936 passed and the sanitizers clean in the copy; landed, REVERSE=1 undoes it on trees up
+                     # to 6e2a873).
                      # FWD_LONG_KEYS_DIFF=fwd_d64_long_keys_2k.diff FWD_LONG_KEYS_REVERSE=0 (trees before the landing)
                      # is the lab form measured 2026-12-02 on an H200
                      # (any grid over half the SMs: standard 2k +2.9-4.8%, 3k +10.2-10.9%, B=2 H=16 2k -1.6..-2.8%).
@@ -928,7 +929,8 @@ case "${1:-verify}" in
                        # lab/ab/fwd_d64_long_keys_1536.diff), as fwdd64longkeys512 measured it: 1.5k gains, 1k loses.
                        # Measured 2026-12-03 on an H200 with REVERSE=0: 1.5k +4.7%, 1.75k +5.6%, the unmoved 1k, 2k
                        # and 1.5k-on-2-waves cells -1.4..-0.3%; the kernel tests 2941 passed and the sanitizers clean
-                       # in the copy; landed, REVERSE=1 undoes it. Cells: 1.5k (a multiple of 192) and 1.75k (10
+                       # in the copy; landed, REVERSE=1 undoes it on trees up to commit e71d8c0 (the 1.5-wave rule
+                       # rewrote its lines after). Cells: 1.5k (a multiple of 192) and 1.75k (10
                        # tiles, a 128-row shift) on full grids, which move; 1k, 2k and a 1.5k grid of 2 waves, which
                        # do not. Then fwdland's checks in the copy (the kernel tests whole, the sanitizers).
     FWD_COPY_WHOLE="${FWD_COPY_WHOLE:-1}" fwd_patch_ab fwdd64longkeys1536 fwd_d64_long_keys_1536.diff \

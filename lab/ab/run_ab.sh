@@ -233,7 +233,8 @@
 # more than half the SMs, a lab form: REVERSE=0 (measured 2026-12-02 on an H200: the standard grid's 2k +2.9-4.8%,
 # 3k +10.2-10.9%, B=2 H=16 2k -1.6..-2.8%). fwd_d64_long_keys_full_grid.diff: the same from 8 waves of those
 # tiles, as landed (the rule, the balance model, a test; bash lab/gpu_run.sh fwdd64longkeys2k, measured
-# 2026-12-02 on an H200 with REVERSE=0: 2k +5.5-6.0%, 3k +10.8-12.9%; landed, so REVERSE=1 now undoes it).
+# 2026-12-02 on an H200 with REVERSE=0: 2k +5.5-6.0%, 3k +10.8-12.9%; landed, so REVERSE=1 undoes it on trees
+# up to commit 6e2a873, after which the 1536-key bound rewrote its lines).
 # fwd_partial_tile_first.diff: the Hopper forward's query tiles shifted (Sm90Params::q_row_shift) so that under a
 # causal mask or a local window the partial tile is the first, not the last, on the long-keys config (bash
 # lab/gpu_run.sh fwdpartialfirst, measured 2026-12-03 on an H200 with REVERSE=0: D=64 causal 2k +4.7-6.0%, 4k
@@ -242,7 +243,7 @@
 # form: REVERSE=0 (bash lab/gpu_run.sh fwdd64longkeys512; measured 2026-12-03 on an H200: 1.5k +3.8-6.0%, 1k
 # -0.6..-2.4%, 768 -3..-5%, 512 -9..-11%). fwd_d64_long_keys_1536.diff: the bound at 1536 (bash
 # lab/gpu_run.sh fwdd64longkeys1536, measured 2026-12-03 on an H200 with REVERSE=0: 1.5k +4.7%, 1.75k +5.6%;
-# landed, so REVERSE=1 now undoes it).
+# landed, so REVERSE=1 undoes it on trees up to commit e71d8c0, after which the 1.5-wave rule rewrote its lines).
 # fwd_d64_long_keys_few_waves_default.diff: D=64 causal calls from 4096 keys on the default config where the
 # long-keys tiles fill more than half the SMs but under 8 waves, a lab form: REVERSE=0 (bash lab/gpu_run.sh
 # fwdd64fewwaves; measured 2026-12-03 on an H200: -5..-12%, not adopted).
