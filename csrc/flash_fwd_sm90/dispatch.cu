@@ -162,8 +162,8 @@ int find_launcher(const FwdParams& p, const DeviceLimits& dev) {
   // "The long-keys rule from 1.5 waves".
   if (kind == Sm90ConfigKind::kDefault && p.causal && !p.has_window() && p.seqlen_k >= kSm90LongKeysFullGridMin) {
     const int j = launcher_of(p.dtype, d, Sm90ConfigKind::kLongKeys);
-    if (j >= 0 && 2 * query_blocks(p, kLaunchers[j].block_m) * p.batch * p.heads_q >=
-                      static_cast<int64_t>(kSm90LongKeysGridHalfWaves) * dev.sm_count)
+    if (j >= 0 &&
+        sm90_long_keys_tiles_fill_grid(query_blocks(p, kLaunchers[j].block_m) * p.batch * p.heads_q, dev.sm_count))
       return j;
   }
   const int i = launcher_of(p.dtype, d, kind);

@@ -386,6 +386,11 @@ constexpr int kSm90LongKeysMin = 4096;
 // tiles of that config fill at least kSm90LongKeysGridHalfWaves half waves (dispatch.cu find_launcher).
 constexpr int kSm90LongKeysFullGridMin = 1536;
 constexpr int kSm90LongKeysGridHalfWaves = 3;
+// Whether a grid of `long_keys_tiles` tiles of that config fills kSm90LongKeysGridHalfWaves half
+// waves of `sm_count` SMs: dispatch.cu find_launcher's rule, and the CPU probe's (its test).
+constexpr bool sm90_long_keys_tiles_fill_grid(long long long_keys_tiles, int sm_count) {
+  return 2 * long_keys_tiles >= static_cast<long long>(kSm90LongKeysGridHalfWaves) * sm_count;
+}
 
 // A kind's primary template: not distinct, i.e. the head dim's default config.
 template <int kHeadDim>

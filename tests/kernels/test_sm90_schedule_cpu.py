@@ -58,10 +58,10 @@ int main() {
         Sm90TileShape ts = d == 64 ? shape<64>(s, causal) : d == 128 ? shape<128>(s, causal) : shape<256>(s, causal);
         const int b = 16384 / s, h = 2048 / d;
         // dispatch.cu find_launcher's grid rule: causal D=64 from kSm90LongKeysFullGridMin keys on the
-        // long-keys config where its tiles fill kSm90LongKeysGridHalfWaves half waves of 132 SMs.
+        // long-keys config where its tiles fill the rule's share of 132 SMs.
         const Sm90TileShape lk = sm90_tile_shape_of<Sm90LongKeysConfig<64>::Traits>();
         if (d == 64 && causal && s >= kSm90LongKeysFullGridMin &&
-            2 * ((s + lk.block_m - 1) / lk.block_m) * b * h >= kSm90LongKeysGridHalfWaves * 132)
+            sm90_long_keys_tiles_fill_grid(static_cast<long long>((s + lk.block_m - 1) / lk.block_m) * b * h, 132))
           ts = lk;
         const int bm = ts.block_m, bn = ts.block_n, m_blocks = (s + bm - 1) / bm;
         // The groups of the schedule the binding picks for this call (launch.cuh), and the static
