@@ -44,6 +44,8 @@
 #                                     dQ tiles (lab/ab/bwd_dq_cluster_pair_d256.diff): tests first, then pair off/on (~6 min)
 #   bash lab/gpu_run.sh bwdmulticast measured, not adopted: the D=256 Hopper backward's Q/dO loaded once per two-CTA cluster by TMA
 #                                     multicast (lab/ab/bwd_qdo_multicast_d256.diff): tests first, then off/on (~6 min)
+#   bash lab/gpu_run.sh powerprobe each implementation's forward held 3 s a cell under nvidia-smi's clock, power and
+#                                     clock-event samples (lab/power_probe.py): is fp16's lower rate the power limit (~2 min)
 #   bash lab/gpu_run.sh fwddynlean measured, landed (16-bit 1.003, FP8 D=256 causal +4-5%): the Hopper forward's dynamic
 #                                     schedule leaner (lab/ab/fwd_dynamic_lean.diff, applied in reverse since: no key
 #                                     split, the producer's rings as counts, LSE before O; D=64 on 240 registers, an FP8
@@ -105,7 +107,10 @@
 #                                     -6.1%): the long-keys rule from 1.5 waves of its tiles instead of 8
 #                                     (lab/ab/fwd_d64_long_keys_1_5_waves.diff, REVERSE=1 now; its one-wave lab form
 #                                     FWD_ONE_WAVE_DIFF=fwd_d64_long_keys_one_wave.diff on commit 05e1645): its A/B on
-#                                     1.3-5.3-wave cells of 1.5k-3k keys, the checks (~6 min)
+#                                     1.3-5.3-wave cells of 1.5k-3k keys, the checks (~6 min); undone on 1.5-2.7 waves
+#                                     2026-12-03 (-1.6..-3.8% for the rule), and its bound at 1.75 waves
+#                                     (FWD_ONE_WAVE_DIFF=fwd_d64_long_keys_7_quarter_waves.diff FWD_ONE_WAVE_REVERSE=0):
+#                                     measured, not adopted (-5.4..+7.6% by cell and machine, geomean 0.999)
 #   bash lab/gpu_run.sh fwdncu   ncu on the forward of ours, cuDNN and FlashAttention-3 side by side (NCU_FWD_SHAPES) (~3 min)
 #   bash lab/gpu_run.sh waveprobe what the last partial wave of non-causal tiles costs each implementation: the
 #                                     standard cells beside B:H that fill whole waves of 132 SMs (lab/fwd_time.py) (~3 min)
@@ -800,6 +805,14 @@ case "${1:-verify}" in
     [ "${FWDGRID_VARLEN:-1}" = 1 ] && step bench_varlen 240 python3 -m pytest -q -s -p no:cacheprovider \
       benchmarks/test_bench_varlen.py -m "bench and varlen" -ra --benchmark-json="$OUT/bench-varlen.json"
     ;;
+  powerprobe)  # issue 29: each implementation's forward held 3 s a cell while nvidia-smi samples the SM clock, the power
+              # draw and the clock-event reasons (lab/power_probe.py; POWER_CELLS, default D=128 S=16k and 4k
+              # non-causal, D=64 S=512 causal; both dtypes): whether fp16's lower rate than bf16's on the same
+              # SASS (ours and cuDNN's; FlashAttention-3's fp16 matches its bf16) is the board's power limit.
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    step power 240 python3 lab/power_probe.py ${POWER_CELLS:-}
+    ;;
   flexgrid)  # measured 2026-12-02 (ours 1.59x forward, 1.48x backward): torch's FlexAttention (benchmarks' opt-in `flex`, compiled, a block
              # mask for causal) beside ours, cuDNN and FlashAttention-3 on the quick shapes of the forward grid
              # (bf16, D 64/128, S 1k/4k/16k, both masks), then beside ours and cuDNN on the same shapes' backward
@@ -955,6 +968,11 @@ case "${1:-verify}" in
                           # this stage now undoes, FWD_ONE_WAVE_REVERSE=1), since fwdd64fewwaves measured the
                           # default config 5-12% behind the long-keys config on 2.6-5.3-wave cells from 4096 keys once
                           # the partial tile went first (its 2k loss on 2.7 waves, -1.6..-2.8%, predates that).
+                          # Measured again 2026-12-03 on a588ca7 (REVERSE=1, cells 1536 H=25, 2048 H=18, 2048 B=2 H=16:
+                          # -2.9 / -3.8 / -1.6% for the rule), then its bound at 1.75 waves on another H200
+                          # (FWD_ONE_WAVE_DIFF=fwd_d64_long_keys_7_quarter_waves.diff FWD_ONE_WAVE_REVERSE=0: 2048 H=18
+                          # +4.3% for the rule there, 2048 H=20 +5.4%, 1536 H=28 -7.6%; not adopted, perf-notes
+                          # "The landed 1.5-wave rule on a GPU").
                           # Cells (D=64 causal, moved): 2k on 2.7, 1.3 and 5.3 waves of 192-row tiles, 1.5k on 1.9,
                           # 3k on 3.9; unmoved controls: 1.5k on 0.97 waves, the standard 2k (long-keys either side).
                           # Then the fwdq2 checks in the copy (the GPU test pins the rule at one wave there).
@@ -986,7 +1004,8 @@ case "${1:-verify}" in
       "${FWD_TILEWORK_CELLS:-64:512:1 64:1024:1 64:2048:1 128:512:1 128:1024:1 256:1024:1 64:4096:1 128:16384:1}" 1
     ;;
   fwdtimeline)  # 2026-11-30 (issue 29; measured on an H200, the start stamps since moved; the diff rebased 2026-12-03 onto the
-                # packed flavour and the partial tile first, not yet run on that tree): where a Hopper forward tile's time goes, phase by
+                # packed flavour and the partial tile first, run on a588ca7 the same day: D=64 causal 512's first softmax
+                # 21-22% of the time, perf-notes "The landed 1.5-wave rule on a GPU"): where a Hopper forward tile's time goes, phase by
                 # phase (lab/ab/lab_fwd_tile_timeline.diff: SM clock stamps of each consumer warpgroup per tile;
                 # lab/fwd_tile_timeline.py reads them), on the short causal cells where cuDNN leads and on a
                 # long one for the steady block; FWD_TIMELINE_CELLS overrides the cells, FWD_TIMELINE_DIFF the diffs
@@ -1562,7 +1581,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
