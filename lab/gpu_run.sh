@@ -784,22 +784,25 @@ case "${1:-verify}" in
       FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider tests/kernels/test_varlen_gpu.py -ra"
     ;;
   fwdgrid)  # issue 29's forward grid (benchmarks' "standard": D 64/128/256, S 512..16k, causal on/off; 36 shapes a
-            # dtype) against cuDNN/SDPA and FlashAttention-3 (tokenspeed-fa3 carried in .whl/), FWDGRID_K (default
-            # bf16; fp16 the other half), then the FP8 forward's errors and speed against FlashAttention-3's
-            # (FWDGRID_FP8=0: not), then the packed-batch benchmark (FWDGRID_VARLEN=0: not)
+            # dtype) against cuDNN/SDPA and FlashAttention-3 (tokenspeed-fa3 carried in .whl/), for each dtype in
+            # FWDGRID_K (default bf16; "bf16 fp16" runs both back to back, a folder bench-DTYPE and a step log each),
+            # then the FP8 forward's errors and speed against FlashAttention-3's (FWDGRID_FP8=0: not), then the
+            # packed-batch benchmark (FWDGRID_VARLEN=0: not)
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
-    # The SM clock and power beside the grid (5 a second): whether fp16's lower rate than bf16's on the
-    # same SASS (perf-notes, 2026-12-03) is the clock. FWDGRID_CLOCKS=0: not.
-    clock_pid=""
-    if [ "${FWDGRID_CLOCKS:-1}" = 1 ] && command -v nvidia-smi > /dev/null; then
-      nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 200 \
-        > "$OUT/clocks-${FWDGRID_K:-bf16}.csv" 2>&1 &
-      clock_pid=$!
-    fi
-    step bench_fwd 480 env FLASHATTN_BENCH_IMPLS="${FLASHATTN_BENCH_IMPLS:-flashattn,sdpa-default,fa3}" \
-      BENCH_MARKERS="bench and standard" BENCH_K="${FWDGRID_K:-bf16}" bash benchmarks/run_benchmarks.sh "$OUT/bench"
-    [ -n "$clock_pid" ] && { kill "$clock_pid" 2>/dev/null; wait "$clock_pid" 2>/dev/null; }
+    for k in ${FWDGRID_K:-bf16}; do
+      # The SM clock and power beside the grid (5 a second): whether fp16's lower rate than bf16's on the
+      # same SASS (perf-notes, 2026-12-03) is the clock. FWDGRID_CLOCKS=0: not.
+      clock_pid=""
+      if [ "${FWDGRID_CLOCKS:-1}" = 1 ] && command -v nvidia-smi > /dev/null; then
+        nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 200 \
+          > "$OUT/clocks-$k.csv" 2>&1 &
+        clock_pid=$!
+      fi
+      step "bench_fwd_$k" 480 env FLASHATTN_BENCH_IMPLS="${FLASHATTN_BENCH_IMPLS:-flashattn,sdpa-default,fa3}" \
+        BENCH_MARKERS="bench and standard" BENCH_K="$k" bash benchmarks/run_benchmarks.sh "$OUT/bench-$k"
+      if [ -n "$clock_pid" ]; then kill "$clock_pid" 2>/dev/null; wait "$clock_pid" 2>/dev/null || true; fi
+    done
     [ "${FWDGRID_FP8:-1}" = 1 ] && step fp8_time 120 python3 lab/fp8_time.py --check
     # Packed batches beside the dense Hopper call and FlashAttention-3's varlen (TFLOP/s printed per case)
     [ "${FWDGRID_VARLEN:-1}" = 1 ] && step bench_varlen 240 python3 -m pytest -q -s -p no:cacheprovider \
