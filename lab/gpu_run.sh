@@ -659,7 +659,8 @@ case "${1:-verify}" in
     ;;
   fwdncu)  # issue 29: ncu on our forward, cuDNN's and FlashAttention-3's (carried in .whl/) side by side on
            # NCU_FWD_SHAPES (default: D=128 S=16k causal and not, where FlashAttention-3 leads the causal cell
-           # by 4% and not the other)
+           # by 4% and not the other), in NCU_FWD_DTYPE (bf16, the default, or fp16: ncu locks the clocks, so
+           # fp16 against bf16 there says whether fp16's lower rate in the timed grid is the power limit)
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
     step ncu_fwd 420 bash lab/ncu_fwd.sh ${NCU_FWD_SHAPES:-128:16384:1 128:16384:0}

@@ -11,6 +11,7 @@ usage: python lab/ncu_fwd.py [--fp8] 128:512:0 64:512:0 ...
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -20,13 +21,14 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import flashattn
 
 
-def bf16_cases(specs, fa3_mod) -> list:
-    """(label, calls) per shape: flashattn's, cuDNN's and FlashAttention-3's forward, bf16, the
-    inputs (and FlashAttention-3's [B, S, H, D] copies) made here, outside the profiled range."""
+def sixteen_bit_cases(specs, fa3_mod, dtype_name: str = "bf16") -> list:
+    """(label, calls) per shape: flashattn's, cuDNN's and FlashAttention-3's forward in bf16 or fp16,
+    the inputs (and FlashAttention-3's [B, S, H, D] copies) made here, outside the profiled range."""
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
     cases = []
     for d, s, causal in specs:
         b, h = 16384 // s, 2048 // d
-        q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=dtype) for _ in range(3))
         bshd = tuple(t.transpose(1, 2).contiguous() for t in (q, k, v))
         causal = bool(causal)
 
@@ -40,7 +42,7 @@ def bf16_cases(specs, fa3_mod) -> list:
         calls = [ours, cudnn]
         if fa3_mod is not None:
             calls.append(lambda bshd=bshd, causal=causal: fa3_mod.flash_attn_func(*bshd, causal=causal))
-        cases.append((f"D={d} S={s} causal={int(causal)}", calls))
+        cases.append((f"{dtype_name} D={d} S={s} causal={int(causal)}", calls))
     return cases
 
 
@@ -69,7 +71,8 @@ def main(argv: list[str]) -> int:
     except ImportError as exc:
         print(f"FlashAttention-3 not importable ({exc}): profiled without it")
         fa3_mod = None
-    cases = (fp8_cases if fp8 else bf16_cases)(specs, fa3_mod)
+    dtype_name = os.environ.get("NCU_FWD_DTYPE", "bf16")
+    cases = fp8_cases(specs, fa3_mod) if fp8 else sixteen_bit_cases(specs, fa3_mod, dtype_name)
     for _, calls in cases:  # warm up (and build cuDNN's plans) outside the profiled range
         for _ in range(3):
             for call in calls:
