@@ -56,7 +56,7 @@ BEST_PEER = "best peer"
 NOT_PEERS = ("sdpa-math", "copy-floor")
 NOISE_MARGIN = 0.98  # a speedup below this against the best peer marks a shape where a peer wins
 # Marks a speedup where either side was host-bound (extra_info.host_bound, set by the suite where an
-# implementation's host time per call reached 90% of its GPU time per call): back to back it ran at
+# implementation's host time per call reached 80% of its GPU time per call, bench_common.HOST_BOUND_FRACTION): back to back it ran at
 # its launch rate, so the ratio is partly host work, not kernel speed.
 HOST_MARK = "†"
 
@@ -296,7 +296,7 @@ def host_bound_note(report: Report) -> str | None:
         return None
     who = ", ".join(f"{impl} on {n} shape{'s' if n > 1 else ''}" for impl, n in counts.items())
     return (f"{HOST_MARK}: host-bound ({who}): that implementation's host work per call (Python, dispatch, "
-            "launch; timed apart from an idle GPU) was at least 90% of its GPU time per call, so back to back it "
+            "launch; timed apart from an idle GPU) was at least 80% of its GPU time per call, so back to back it "
             "ran at its launch rate: the ratio is partly host time, not kernel speed.")
 
 

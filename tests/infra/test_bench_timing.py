@@ -108,7 +108,7 @@ def test_host_time_per_call_is_probed_after_the_rounds_and_marks_host_bound_impl
     assert sorted(probes) == ["host:host_bound", "host:kernel_bound"]
     assert gpu.log[-2:] == probes  # last: the probes never sit between timed rounds
     assert not bc.is_host_bound(0.03, 1.0)
-    assert bc.is_host_bound(0.1, 0.1) and bc.is_host_bound(0.095, 0.1) and not bc.is_host_bound(0.085, 0.1)
+    assert bc.is_host_bound(0.1, 0.1) and bc.is_host_bound(0.085, 0.1) and not bc.is_host_bound(0.075, 0.1)
     assert not bc.is_host_bound(None, 0.1) and not bc.is_host_bound(0.1, None)
 
     off = DriftingGpu()
