@@ -49,6 +49,30 @@ def sampler(field: str) -> subprocess.Popen | None:
                              "-lms", "100"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
 
+def parse_samples(text: str) -> list[tuple[float, float, int]]:
+    """nvidia-smi's csv lines (noheader, nounits: "1980, 544.81, 0x0000000000000004") as (MHz, W,
+    reason bits); lines it could not fill ([N/A], a partial last line) are left out."""
+    samples = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        try:
+            samples.append((float(parts[0]), float(parts[1]), int(parts[2], 16)))
+        except (ValueError, IndexError):
+            continue
+    return samples
+
+
+def summarize(samples: list[tuple[float, float, int]]) -> tuple[float, float, str]:
+    """Median MHz, median W, and each active capping reason with its share of the samples."""
+    if not samples:
+        return float("nan"), float("nan"), "no samples"
+    mhz = statistics.median(x[0] for x in samples)
+    watts = statistics.median(x[1] for x in samples)
+    shares = {name: sum(1 for x in samples if x[2] & bit) / len(samples) for bit, name in REASONS.items()}
+    capped = ", ".join(f"{name} {share:.0%}" for name, share in shares.items() if share > 0) or "-"
+    return mhz, watts, capped
+
+
 def held(fn: Callable[[], object], seconds: float, field: str) -> tuple[float, list[tuple[float, float, int]]]:
     """Calls fn back to back for `seconds` (after a 0.5 s ramp that is not counted); the mean time a
     call in ms and the samples (MHz, W, reasons) taken while the counted calls ran."""
@@ -71,16 +95,11 @@ def held(fn: Callable[[], object], seconds: float, field: str) -> tuple[float, l
             torch.cuda.current_stream().synchronize()
     stop.record()
     torch.cuda.synchronize()
-    samples = []
+    samples: list[tuple[float, float, int]] = []
     if proc is not None:
         proc.terminate()
         out, _ = proc.communicate(timeout=10)
-        for line in out.splitlines():
-            parts = [p.strip() for p in line.split(",")]
-            try:
-                samples.append((float(parts[0]), float(parts[1]), int(parts[2], 16)))
-            except (ValueError, IndexError):
-                continue
+        samples = parse_samples(out)
     return start.elapsed_time(stop) / calls, samples
 
 
@@ -114,12 +133,7 @@ def main(argv: list[str]) -> int:
                 with ctx():
                     ms, samples = held(fn, args.seconds, field)
                 tf = shape.flops / (ms * 1e-3) / 1e12
-                mhz = statistics.median(x[0] for x in samples) if samples else float("nan")
-                watts = statistics.median(x[1] for x in samples) if samples else float("nan")
-                caps = sorted({name for x in samples for bit, name in REASONS.items() if x[2] & bit})
-                share = {name: sum(1 for x in samples if x[2] & bit) / len(samples)
-                         for bit, name in REASONS.items() if samples}
-                capped = ", ".join(f"{c} {share[c]:.0%}" for c in caps) or "-"
+                mhz, watts, capped = summarize(samples)
                 print(f"{cell:>22} {dtype:>5} {impl:>13} {tf:8.1f} {mhz:6.0f} {watts:6.0f} {tf / mhz * 1e3:11.1f}  {capped}")
             del q, k, v
             torch.cuda.empty_cache()
