@@ -549,6 +549,7 @@ def add_timing_info(benchmark, timing: ImplTiming, flops: float, io_bytes: float
         )
         if timing.host_ms is not None:
             info["host_bound"] = is_host_bound(timing.host_ms, med_ms)
+            info["host_bound_fraction"] = HOST_BOUND_FRACTION  # the criterion the flag was taken with
 
 
 def median(xs):

@@ -56,9 +56,12 @@ BEST_PEER = "best peer"
 NOT_PEERS = ("sdpa-math", "copy-floor")
 NOISE_MARGIN = 0.98  # a speedup below this against the best peer marks a shape where a peer wins
 # Marks a speedup where either side was host-bound (extra_info.host_bound, set by the suite where an
-# implementation's host time per call reached 80% of its GPU time per call, bench_common.HOST_BOUND_FRACTION): back to back it ran at
-# its launch rate, so the ratio is partly host work, not kernel speed.
+# implementation's host time per call reached extra_info.host_bound_fraction of its GPU time per
+# call, bench_common.HOST_BOUND_FRACTION): back to back it ran at its launch rate, so the ratio is
+# partly host work, not kernel speed.
 HOST_MARK = "†"
+# The criterion of JSONs written before the suite recorded it (extra_info.host_bound_fraction).
+HOST_BOUND_FRACTION_BEFORE_RECORDED = 0.9
 
 
 def is_peer(impl: str, ours: str = OURS) -> bool:
@@ -91,6 +94,7 @@ class Row:
     latency_ms: float | None = None  # median single-call latency, where measured
     pass_: str = "fwd"  # "fwd", "bwd" or "fwd+bwd"
     host_bound: bool = False  # its host work per call nearly or wholly covered its GPU time per call
+    host_bound_fraction: float = HOST_BOUND_FRACTION_BEFORE_RECORDED  # the criterion host_bound was taken with
 
     @property
     def tflops(self) -> float:
@@ -193,6 +197,7 @@ def _row_from_bench(bench: dict) -> Row:
         latency_ms=float(info["latency_ms"]) if info.get("latency_ms") is not None else None,
         pass_=pass_,
         host_bound=bool(info.get("host_bound", False)),
+        host_bound_fraction=float(info.get("host_bound_fraction", HOST_BOUND_FRACTION_BEFORE_RECORDED)),
     )
 
 
@@ -295,9 +300,11 @@ def host_bound_note(report: Report) -> str | None:
     if not counts:
         return None
     who = ", ".join(f"{impl} on {n} shape{'s' if n > 1 else ''}" for impl, n in counts.items())
+    fractions = sorted({r.host_bound_fraction for sh in report.shapes for r in sh.rows.values() if r.host_bound})
+    at_least = " or ".join(f"{f:.0%}" for f in fractions)
     return (f"{HOST_MARK}: host-bound ({who}): that implementation's host work per call (Python, dispatch, "
-            "launch; timed apart from an idle GPU) was at least 80% of its GPU time per call, so back to back it "
-            "ran at its launch rate: the ratio is partly host time, not kernel speed.")
+            f"launch; timed apart from an idle GPU) was at least {at_least} of its GPU time per call, so back to "
+            "back it ran at its launch rate: the ratio is partly host time, not kernel speed.")
 
 
 def geomean(xs) -> float | None:

@@ -154,11 +154,12 @@ def test_record_timing_puts_the_measured_rounds_into_pytest_benchmark(benchmark)
     assert info["median_ms"] == pytest.approx(3.0) and info["calls_per_round"] == 7
     assert info["tflops"] == pytest.approx(2.0)  # 6 GFLOP in 3 ms
     assert info["timing"] == "interleaved"
-    assert "host_ms" not in info and "host_bound" not in info  # no probe, no claim
+    assert "host_ms" not in info and "host_bound" not in info and "host_bound_fraction" not in info  # no probe, no claim
 
     probed = bc.ImplTiming(samples_ms=[2.0, 1.0, 4.0, 3.0, 5.0], calls_per_round=7, latency_ms=[], host_ms=2.9)
     bc.add_timing_info(benchmark, probed, flops=6e9, io_bytes=3e6)
-    assert info["host_ms"] == pytest.approx(2.9) and info["host_bound"] is True  # 2.9 >= 0.9 x 3.0
+    assert info["host_ms"] == pytest.approx(2.9) and info["host_bound"] is True  # 2.9 >= 0.8 x 3.0
+    assert info["host_bound_fraction"] == bc.HOST_BOUND_FRACTION  # the criterion, for the report's note
 
 
 def test_case_bench_measures_a_case_once_for_all_its_impls(monkeypatch):

@@ -168,6 +168,12 @@ def test_host_bound_rows_mark_their_ratios(capsys):
     md = br.markdown(rep)
     assert f"| 0.80x{br.HOST_MARK} | 0.80x{br.HOST_MARK} sdpa-cudnn (peer wins) |" in md
     assert f"{br.HOST_MARK}: host-bound (sdpa-cudnn on 1 shape)" in md
+    # The note states the criterion the flag was taken with: the JSON's, else the one before it was recorded.
+    assert "was at least 90% of its GPU time per call" in md
+    for b in data["benchmarks"]:
+        if b["extra_info"].get("host_bound"):
+            b["extra_info"]["host_bound_fraction"] = 0.8
+    assert "was at least 80% of its GPU time per call" in br.markdown(br.build(data))
     plain = br.load(str(FIXTURE))
     assert br.host_bound_counts(plain) == {} and br.HOST_MARK not in br.markdown(plain)
 
