@@ -7,8 +7,10 @@ Everything above the "GPU side" line is plain Python (no torch at import), so th
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+import weakref
 from dataclasses import dataclass, replace
 
 # --------------------------------------------------------------------------------------------
@@ -326,20 +328,82 @@ def host_calls_ms(fn, calls: int) -> float:
     return (t1 - t0) * 1e3
 
 
-def time_calls_ms(fn, calls: int) -> float:
+# A timed batch starts on an idle GPU (the previous batch was waited for), so without a lead the
+# GPU would idle from the start event until the host had issued the first call, and that host
+# time would count as the batch's: for a call longer than a round, all of its host work. That
+# favoured implementations with a short host path: FlashAttention-3's ~0.25 ms a call read 6-7%
+# slow at D=128 S=16k (3.45 ms a call; its kernel's rate held 3 s under the same power cap was 5%
+# above ours, H200, 2026-12-03). So each batch is led by a spin on the GPU long enough for the host
+# to issue the first call; after it, back-to-back calls run at the slower of the kernel's rate and
+# the host's (the host-bound mark says which).
+# The lead is 1.5 x the function's first-call host time in its previous batch, plus 50 us: long
+# enough for the host's jitter, short enough that a host-bound call's batch still shows its launch
+# rate (a lead of L hides L of the host's time: for N calls (host - kernel) less than that, spread
+# over N; with 8+ calls a round for such calls, ~0.2 host / N).
+LEAD_HOST_FACTOR = 1.5
+LEAD_MARGIN_MS = 0.05
+LEAD_FIRST_MS = 1.0  # before a function's host time is known (its first, untimed warm-up batch)
+LEAD_MAX_MS = 20.0
+_LEAD: dict = {"cycles_per_ms": None, "host_ms": weakref.WeakKeyDictionary()}
+
+
+def lead_ms(first_call_host_ms: float | None) -> float:
+    """The GPU spin before a timed batch, from the function's first-call host time in its previous
+    batch (LEAD_FIRST_MS while none is known), at most LEAD_MAX_MS."""
+    if first_call_host_ms is None:
+        return LEAD_FIRST_MS
+    return min(LEAD_MAX_MS, LEAD_HOST_FACTOR * first_call_host_ms + LEAD_MARGIN_MS)
+
+
+def gpu_spin_ms(ms: float) -> None:
+    """Keeps the current stream busy for about `ms` (torch.cuda._sleep: one thread spinning on the SM
+    clock, no memory traffic); its cycles per ms are measured once, on the first use."""
+    import torch
+
+    if _LEAD["cycles_per_ms"] is None:
+        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        cycles = 2_000_000
+        torch.cuda._sleep(cycles)  # the first launch loads the kernel: not timed
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        _LEAD["cycles_per_ms"] = cycles / max(start.elapsed_time(end), 1e-3)
+    torch.cuda._sleep(int(ms * _LEAD["cycles_per_ms"]))
+
+
+def time_calls_ms(fn, calls: int, lead: bool = True) -> float:
     """GPU milliseconds for `calls` back-to-back calls of fn: a CUDA event recorded before and
     after them on the current stream, then a wait for the second (never a host clock around
-    asynchronous work)."""
+    asynchronous work). With `lead`, a GPU spin (lead_ms) before the first event lets the host
+    issue the first call before the GPU reaches it, so no host time before the first kernel is
+    counted; lead=False times a call from an idle GPU, host time included (the latency samples)."""
+    import time
+
     import torch
 
     if not _EVENTS:
         _EVENTS.extend(torch.cuda.Event(enable_timing=True) for _ in range(2))
     start, end = _EVENTS
+    seen = _LEAD["host_ms"]
+    try:
+        known = seen.get(fn)
+    except TypeError:  # not weakly referenceable: every batch gets the default lead
+        known = None
+    if lead:
+        gpu_spin_ms(lead_ms(known))
     start.record()
-    for _ in range(calls):
+    t0 = time.perf_counter()
+    fn()
+    first_ms = (time.perf_counter() - t0) * 1e3
+    for _ in range(calls - 1):
         fn()
     end.record()
     end.synchronize()
+    try:
+        seen[fn] = first_ms
+    except TypeError:
+        pass
     return start.elapsed_time(end)
 
 
@@ -388,8 +452,9 @@ def measure_interleaved(runnables: dict, settings: Settings, time_calls=None, sy
     GPU): where it reaches HOST_BOUND_FRACTION of the GPU time per call, back-to-back calls ran
     at the host's launch rate, and the report says so instead of calling it kernel speed.
 
-    time_calls(fn, n) -> GPU ms for n back-to-back calls (default: CUDA events); synchronize()
-    idles the GPU before a latency sample; host_calls(fn, n) -> host ms to issue n calls
+    time_calls(fn, n) -> GPU ms for n back-to-back calls (default: time_calls_ms, CUDA events
+    behind a GPU spin that hides the first call's host time; the latency samples time theirs
+    without it); synchronize() idles the GPU before a latency sample; host_calls(fn, n) -> host ms to issue n calls
     (default: host_calls_ms). All three are parameters so the schedule can be tested on a CPU.
     Returns {name: ImplTiming}.
     """
@@ -397,6 +462,9 @@ def measure_interleaved(runnables: dict, settings: Settings, time_calls=None, sy
 
     if time_calls is None:
         time_calls = time_calls_ms
+        idle_call = functools.partial(time_calls_ms, lead=False)  # a latency sample: host time counted
+    else:
+        idle_call = time_calls
     if synchronize is None:
         import torch
 
@@ -426,7 +494,7 @@ def measure_interleaved(runnables: dict, settings: Settings, time_calls=None, sy
         # same op ran (a fixed order left the second of two copies of one op 20% "faster").
         for name in round_order(names, r):
             synchronize()
-            latency[name].append(timed(name, 1))
+            latency[name].append(timed(name, 1, idle_call))
     host = {name: None for name in names}
     if settings.host_probe_calls > 0:
         for name in names:

@@ -226,3 +226,98 @@ def test_the_tools_median_is_the_suites_event_timer(monkeypatch):
     monkeypatch.setattr(gt.torch.cuda, "synchronize", lambda: None)
     assert gt.median_ms(gpu.impl("x", 0.25), samples=5, reps=4, warmup=2) == pytest.approx(0.25)
     assert gpu.log == ["x"] * 5  # five timed batches (the warm-up calls are not timed)
+
+
+class QueueClock:
+    """A fake torch.cuda and host clock on one timeline (ms): the host issues work in order, the GPU
+    runs each item from when it is issued or when the GPU frees up, whichever is later. Enough of
+    torch for time_calls_ms: Event(record, synchronize, elapsed_time) and _sleep (1 cycle = 1 us)."""
+
+    def __init__(self):
+        self.host = 0.0
+        self.gpu_free = 0.0
+        self.sleeps: list[float] = []
+        outer = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.t = None
+
+            def record(self):
+                self.t = outer.gpu_free = max(outer.host, outer.gpu_free)
+
+            def synchronize(self):
+                outer.host = max(outer.host, self.t)
+
+            def elapsed_time(self, other):
+                return other.t - self.t
+
+        def _sleep(cycles):
+            self.sleeps.append(cycles / 1000.0)
+            self.gpu_free = max(self.host, self.gpu_free) + cycles / 1000.0
+
+        self.cuda = type("cuda", (), {"Event": Event, "_sleep": staticmethod(_sleep)})
+
+    def perf_counter(self):
+        return self.host / 1e3
+
+    def call(self, host_ms: float, kernel_ms: float):
+        def fn():
+            self.host += host_ms  # the Python, dispatch and launch work before the kernel is queued
+            self.gpu_free = max(self.host, self.gpu_free) + kernel_ms
+
+        return fn
+
+
+@pytest.fixture
+def queue_clock(monkeypatch):
+    import sys
+    import time
+    import weakref
+
+    clock = QueueClock()
+    monkeypatch.setitem(sys.modules, "torch", clock)
+    monkeypatch.setattr(time, "perf_counter", clock.perf_counter)
+    monkeypatch.setattr(bc, "_EVENTS", [])
+    monkeypatch.setitem(bc._LEAD, "cycles_per_ms", None)
+    monkeypatch.setitem(bc._LEAD, "host_ms", weakref.WeakKeyDictionary())
+    return clock
+
+
+def test_a_timed_batch_counts_no_host_time_before_its_first_kernel(queue_clock):
+    """A 3 ms kernel behind 0.25 ms of host work a call (FlashAttention-3's long cells): from an idle
+    GPU the events would read 3.25 ms a call; led by a GPU spin, 3.0, the kernel's time. Back to
+    back, the host's later calls hide behind the running kernels as in a model."""
+    peer = queue_clock.call(host_ms=0.25, kernel_ms=3.0)
+    assert bc.time_calls_ms(peer, 1) == pytest.approx(3.0)
+    assert bc.time_calls_ms(peer, 4) == pytest.approx(12.0)
+    assert bc.time_calls_ms(peer, 1, lead=False) == pytest.approx(3.25)  # a latency sample: host counted
+
+
+def test_the_lead_follows_the_functions_host_time(queue_clock):
+    """The first batch of a function is led by LEAD_FIRST_MS; a call whose host work outlasts it
+    shows that work once, then the lead is LEAD_HOST_FACTOR x its host time plus a margin."""
+    slow_host = queue_clock.call(host_ms=2.0, kernel_ms=3.0)
+    assert bc.time_calls_ms(slow_host, 1) == pytest.approx(3.0 + 2.0 - bc.LEAD_FIRST_MS)
+    assert bc.time_calls_ms(slow_host, 1) == pytest.approx(3.0)
+    assert queue_clock.sleeps[-1] == pytest.approx(bc.LEAD_HOST_FACTOR * 2.0 + bc.LEAD_MARGIN_MS, rel=1e-3)
+    assert bc.lead_ms(None) == bc.LEAD_FIRST_MS and bc.lead_ms(1e3) == bc.LEAD_MAX_MS
+
+
+def test_a_host_bound_call_still_times_at_its_launch_rate(queue_clock):
+    """0.3 ms of host work for a 0.1 ms kernel: back to back the GPU waits on the host after the
+    lead, so ten calls take ~ten host times (the host-bound mark then names it), not ten kernels."""
+    tiny = queue_clock.call(host_ms=0.3, kernel_ms=0.1)
+    bc.time_calls_ms(tiny, 10)
+    per_call = bc.time_calls_ms(tiny, 10) / 10
+    assert 0.25 < per_call <= 0.3 and bc.is_host_bound(0.3, per_call)
+
+
+def test_latency_samples_keep_their_host_time(queue_clock):
+    """measure_interleaved's rounds are led; its latency samples (one call from an idle GPU) are not."""
+    fn = queue_clock.call(host_ms=0.25, kernel_ms=3.0)
+    settings = bc.Settings(rounds=3, warmup_rounds=1, round_ms=2.0, max_calls_per_round=10, latency_samples=2,
+                           host_probe_calls=0)
+    res = bc.measure_interleaved({"peer": bc.Runnable(fn)}, settings, synchronize=lambda: None)["peer"]
+    assert res.samples_ms == pytest.approx([3.0] * 3)
+    assert res.latency_ms == pytest.approx([3.25] * 2)
