@@ -44,9 +44,11 @@
 #                                     dQ tiles (lab/ab/bwd_dq_cluster_pair_d256.diff): tests first, then pair off/on (~6 min)
 #   bash lab/gpu_run.sh bwdmulticast measured, not adopted: the D=256 Hopper backward's Q/dO loaded once per two-CTA cluster by TMA
 #                                     multicast (lab/ab/bwd_qdo_multicast_d256.diff): tests first, then off/on (~6 min)
-#   bash lab/gpu_run.sh fwdd128q2 prepared, not yet run: D=128's default config with two Q buffers
+#   bash lab/gpu_run.sh fwdd128q2 measured, not adopted (1.0005; S=512 non-causal 0.991): D=128's default config with two Q buffers
 #                                     (lab/ab/fwd_d128_q_double_buffer.diff): its A/B on D=128 cells, the checks (~6 min)
-#   bash lab/gpu_run.sh powerprobe each implementation's forward held 3 s a cell under nvidia-smi's clock, power and
+#   bash lab/gpu_run.sh fwdvwait  prepared, not yet run: the consumers' wait for V before their ping-pong turn, not inside it
+#                                     (lab/ab/fwd_v_wait_before_turn.diff): its A/B over D=64/128/256 cells, the checks (~6 min)
+#   bash lab/gpu_run.sh powerprobe measured 2026-12-03 (fp16's lower rate is the power cap): each implementation's forward held 3 s a cell under nvidia-smi's clock, power and
 #                                     clock-event samples (lab/power_probe.py): is fp16's lower rate the power limit (~2 min)
 #   bash lab/gpu_run.sh fwddynlean measured, landed (16-bit 1.003, FP8 D=256 causal +4-5%): the Hopper forward's dynamic
 #                                     schedule leaner (lab/ab/fwd_dynamic_lean.diff, applied in reverse since: no key
@@ -865,7 +867,7 @@ case "${1:-verify}" in
     fwd_patch_ab fwdq2 fwd_q_double_buffer.diff \
       "${FWD_Q2_CELLS:-64:512:1 64:1024:1 64:4096:1 64:512:0 64:4096:0 128:512:1 128:1024:1 128:512:0 128:4096:0 128:16384:1}"
     ;;
-  fwdd128q2)  # issue 29, prepared 2026-12-03, not yet run: D=128's default config with two Q buffers
+  fwdd128q2)  # issue 29, measured 2026-12-03 on an H200, not adopted (geomean 1.0005; the target cell 0.991): D=128's default config with two Q buffers
               # (lab/ab/fwd_d128_q_double_buffer.diff: kQStages 2, 224 KB of shared memory; 0 spills on sm_90a),
               # since the tile timeline of 2026-12-03 found every 4-block tile of D=128 non-causal S=512 waiting
               # 0.36 us for its Q (4.5% of the tile), a cell 0.96-0.97x cuDNN; fwdq2 (2026-11-30, D=64 and D=128)
@@ -876,6 +878,15 @@ case "${1:-verify}" in
               # FWD_TIMELINE_CELLS="128:512:0 128:512:1" bash lab/gpu_run.sh fwdtimeline (q_wait ~0.1 us predicted).
     fwd_patch_ab fwdd128q2 fwd_d128_q_double_buffer.diff \
       "${FWD_D128_Q2_CELLS:-128:512:0 128:1024:0 128:512:1 128:1024:1 128:4096:0 128:16384:0 128:16384:1 64:512:1}"
+    ;;
+  fwdvwait)  # issue 29, prepared 2026-12-03, not yet run: the consumers' wait for V[n+1] moved from inside their ping-pong
+             # section (between the S = Q K^T and the P V issue) to before the turn (lab/ab/fwd_v_wait_before_turn.diff);
+             # V[n+1] landed with K[n+1] a step earlier, so the wait is one try_wait round trip (~50 cycles a step in the
+             # source counters of 2026-12-01) that the section no longer holds. Every config changes (the loop is
+             # shared). Prediction: D=128 +0-2% (FlashAttention-3 leads by 3-7% there), D=64 causal S <= 1k +0-1.5%,
+             # the rest +-1%. Its A/B, then the fwdq2 checks in the copy.
+    fwd_patch_ab fwdvwait fwd_v_wait_before_turn.diff \
+      "${FWD_VWAIT_CELLS:-128:1024:0 128:4096:0 128:16384:0 128:2048:1 128:16384:1 64:512:1 64:4096:0 256:4096:0}"
     ;;
   fwdstreamq2)  # 2026-11-30 (issue 29; measured on an H200: 0.938, not adopted): fwdstream with two Q buffers (lab/ab/fwd_q_double_buffer.diff on top), so the
                 # next tile's Q is resident when the streamed step needs it (the D=128 dynamic kernels spill 8 B with both)
@@ -1599,7 +1610,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
