@@ -307,6 +307,27 @@ def host_bound_note(report: Report) -> str | None:
             "back it ran at its launch rate: the ratio is partly host time, not kernel speed.")
 
 
+def kernel_bound_lines(report: Report) -> list:
+    """Per grid and pass with a host-bound (HOST_MARK) pair: ours' geometric-mean speedup over each
+    baseline on the shapes where neither side ran host-bound, i.e. the kernels' ratio alone, with the
+    number of shapes kept. Empty where nothing ran host-bound."""
+    by_section = defaultdict(list)
+    for sh in report.shapes:
+        by_section[sh.section].append(sh)
+    out = []
+    for (grid, pass_), shapes in by_section.items():
+        parts = []
+        for bl in report.baselines():
+            pairs = [(speedup(sh, report.ours, bl), host_mark(sh, report.ours, bl)) for sh in shapes]
+            pairs = [(x, m) for x, m in pairs if x is not None]
+            kept = [x for x, m in pairs if not m]
+            if len(kept) < len(pairs) and kept:
+                parts.append(f"{bl} {_x(geomean(kept))} ({len(kept)} of {len(pairs)} shapes)")
+        if parts:
+            out.append(f"{grid}{_pass_suffix(pass_)} without the {HOST_MARK} shapes: vs " + ", ".join(parts))
+    return out
+
+
 def geomean(xs) -> float | None:
     xs = [x for x in xs if x is not None]
     if not xs:
@@ -578,6 +599,7 @@ def markdown(report: Report) -> str:
     note = host_bound_note(report)
     if note is not None:
         out.append(note)
+        out += ["", *kernel_bound_lines(report)]
     return "\n".join(out) + "\n"
 
 
@@ -622,6 +644,8 @@ def print_report(report: Report, file=None) -> None:
     if note is not None:
         print(file=file)
         print(note, file=file)
+        for line in kernel_bound_lines(report):
+            print(line, file=file)
 
 
 # ---------------------------------------------------------------------------------------------

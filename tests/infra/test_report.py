@@ -178,6 +178,28 @@ def test_host_bound_rows_mark_their_ratios(capsys):
     assert br.host_bound_counts(plain) == {} and br.HOST_MARK not in br.markdown(plain)
 
 
+def test_the_kernels_ratio_leaves_the_host_bound_shapes_out(capsys):
+    """Where a pair ran host-bound, the report adds each baseline's geometric mean over the shapes
+    where neither side did (the kernels' ratio alone), with how many shapes it kept; a baseline
+    with no such pair gets none, and a report with none gets no line."""
+    data = json.loads(FIXTURE.read_text())
+    for b in data["benchmarks"]:
+        if b["name"] == "test_standard[bf16-D64-S1024-B16-H32-full-sdpa-cudnn]":
+            b["extra_info"].update(host_ms=0.45, host_bound=True)
+    rep = br.build(data)
+    lines = br.kernel_bound_lines(rep)
+    assert len(lines) == 1 and lines[0].startswith(f"standard without the {br.HOST_MARK} shapes: vs ")
+    cudnn = [sh for sh in rep.shapes if sh.section == ("standard", "fwd") and "sdpa-cudnn" in sh.rows
+             and br.host_mark(sh, "flashattn", "sdpa-cudnn") == ""]
+    kept = br.geomean(br.speedup(sh, "flashattn", "sdpa-cudnn") for sh in cudnn)
+    assert f"sdpa-cudnn {br._x(kept)} ({len(cudnn)} of {len(cudnn) + 1} shapes)" in lines[0]
+    assert "sdpa-flash" not in lines[0]  # none of its pairs is host-bound
+    br.print_report(rep)
+    assert lines[0] in capsys.readouterr().out
+    assert lines[0] in br.markdown(rep)
+    assert br.kernel_bound_lines(br.load(str(FIXTURE))) == []
+
+
 def test_geomean():
     assert br.geomean([1.25, 2.0]) == pytest.approx(math.sqrt(2.5))
     assert br.geomean([0.5, 2.0]) == pytest.approx(1.0)
