@@ -50,6 +50,8 @@
 #                                     (lab/ab/fwd_v_wait_before_turn.diff): its A/B over D=64/128/256 cells, the checks (~6 min)
 #   bash lab/gpu_run.sh fwdrelease prepared, not yet run: the Q/K/V stages released with one arrival a consumer warp, not a thread
 #                                     (lab/ab/fwd_release_one_lane.diff): its A/B over D=64/128/256 cells, the checks (~6 min)
+#   bash lab/gpu_run.sh fwdunmasked prepared, not yet run: the key-block walk in three loops, the unmasked one with the mask
+#                                     compiled out (lab/ab/fwd_unmasked_loop.diff): its A/B over D=64/128/256 cells, the checks (~6 min)
 #   bash lab/gpu_run.sh powerprobe measured 2026-12-03 (fp16's lower rate is the power cap): each implementation's forward held 3 s a cell under nvidia-smi's clock, power and
 #                                     clock-event samples (lab/power_probe.py): is fp16's lower rate the power limit (~2 min)
 #   bash lab/gpu_run.sh fwddynlean measured, landed (16-bit 1.003, FP8 D=256 causal +4-5%): the Hopper forward's dynamic
@@ -899,6 +901,16 @@ case "${1:-verify}" in
     fwd_patch_ab fwdrelease fwd_release_one_lane.diff \
       "${FWD_RELEASE_CELLS:-128:1024:0 128:4096:0 128:16384:0 128:2048:1 128:16384:1 64:512:1 64:4096:0 256:4096:0}"
     ;;
+  fwdunmasked)  # issue 29, prepared 2026-12-03, not yet run: the consumers' key-block walk as three loops over one step
+                # body, the masked upper edge blocks, the unmasked blocks with the mask compiled out, the masked
+                # lower ones (lab/ab/fwd_unmasked_loop.diff), as FlashAttention-3 runs its unmasked steps in a loop
+                # of their own (472 instructions a step; ours one loop of 1069 with the mask behind a uniform
+                # branch; with the diff, sm_90a D=128 bf16 static: the unmasked loop 724 instructions, the
+                # masked ones 1055-1058, the kernel 6456 instructions against 4664; 0 spills in the 103 forward
+                # kernels). Prediction: D=128 +0-1.5%, the rest +-1%. Its A/B, then the fwdq2 checks in the copy.
+    fwd_patch_ab fwdunmasked fwd_unmasked_loop.diff \
+      "${FWD_UNMASKED_CELLS:-128:1024:0 128:4096:0 128:16384:0 128:2048:1 128:16384:1 64:512:1 64:4096:0 256:4096:1}"
+    ;;
   fwdstreamq2)  # 2026-11-30 (issue 29; measured on an H200: 0.938, not adopted): fwdstream with two Q buffers (lab/ab/fwd_q_double_buffer.diff on top), so the
                 # next tile's Q is resident when the streamed step needs it (the D=128 dynamic kernels spill 8 B with both)
     fwd_patch_ab fwdstreamq2 "fwd_stream_tiles.diff fwd_q_double_buffer.diff" \
@@ -1621,7 +1633,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
