@@ -311,11 +311,9 @@ def kernel_bound_lines(report: Report) -> list:
     """Per grid and pass with a host-bound (HOST_MARK) pair: ours' geometric-mean speedup over each
     baseline on the shapes where neither side ran host-bound, i.e. the kernels' ratio alone, with the
     number of shapes kept. Empty where nothing ran host-bound."""
-    by_section = defaultdict(list)
-    for sh in report.shapes:
-        by_section[sh.section].append(sh)
     out = []
-    for (grid, pass_), shapes in by_section.items():
+    for grid, pass_ in sections(report):
+        shapes = [sh for sh in report.shapes if sh.section == (grid, pass_)]
         parts = []
         for bl in report.baselines():
             pairs = [(speedup(sh, report.ours, bl), host_mark(sh, report.ours, bl)) for sh in shapes]
