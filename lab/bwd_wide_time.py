@@ -7,7 +7,9 @@ S 1k..16k, non-causal; also each config's deterministic mode. --causal: the same
 mask, where the wide config runs only with FLASHATTN_BWD_WIDE=2 (a lab trial). ms per call of the
 op alone (triton do_bench medians, then the median over rounds); TFLOP/s = 2.5 x the forward's
 FLOPs / time (half under the mask).
-usage: python lab/bwd_wide_time.py [--rounds N] [--dims 128,96] [--causal]"""
+--seqs 512,1024: those sequence lengths alone (B*S = 16k, no GQA shapes), e.g. the short calls the
+wide rule (csrc/flash_bwd_sm90/wide_rule.h) was first measured without.
+usage: python lab/bwd_wide_time.py [--rounds N] [--dims 128,96] [--causal] [--seqs 512,1024]"""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dims", default="128", help="head dims, comma-separated (96 and 80 run padded to 128)")
     ap.add_argument("--causal", action="store_true", help="causal calls (the wide config by FLASHATTN_BWD_WIDE=2)")
+    ap.add_argument("--seqs", default="", help="sequence lengths, comma-separated (default 1k..16k and two GQA shapes)")
     args = ap.parse_args()
     cm = 1 if args.causal else 0
     switch = {"wide": "2" if args.causal else "1", "narrow": "0"}
@@ -41,8 +44,10 @@ def main() -> None:
         print(f"{'D':>4} {'S':>6} {'Hq:Hk':>6} {'cudnn':>8} " +
               " ".join(f"{m:>8} {'TFLOP/s':>8} {'x cudnn':>7} {'det':>5}" for m in modes) + f" {'wide gain':>9}")
         for d in (int(x) for x in args.dims.split(",")):
-            shapes = [(s, 2048 // d, 2048 // d) for s in (1024, 2048, 4096, 8192, 16384)]
-            shapes += [(4096, 2048 // d, 2048 // d // 4), (16384, 2048 // d, 1)]  # GQA 4:1, MQA
+            seqs = [int(x) for x in args.seqs.split(",")] if args.seqs else [1024, 2048, 4096, 8192, 16384]
+            shapes = [(s, 2048 // d, 2048 // d) for s in seqs]
+            if not args.seqs:
+                shapes += [(4096, 2048 // d, 2048 // d // 4), (16384, 2048 // d, 1)]  # GQA 4:1, MQA
             for s, hq, hk in shapes:
                 b = 16384 // s
                 q, dout = (torch.randn(b, s, hq, d, device="cuda", dtype=dtype) for _ in range(2))
