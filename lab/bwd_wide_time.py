@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """The Hopper backward's wide config (csrc/flash_bwd_sm90/traits.h: 80-query steps, dQ transposed)
 against the 64-query config it replaces for D = 128 calls without a mask or softcap, side by side in
-one process (FLASHATTN_BWD_WIDE=1 / 0, alternating rounds), with cuDNN's backward (SDPA's default on
+one process (FLASHATTN_BWD_WIDE=3 / 0, alternating rounds), with cuDNN's backward (SDPA's default on
 an H100) on the same tensors. bf16 and fp16, B*S = 16k tokens, H*D = 2048 (and two GQA shapes),
 S 1k..16k, non-causal; also each config's deterministic mode. --causal: the same under a causal
-mask, where the wide config runs only with FLASHATTN_BWD_WIDE=2 (a lab trial). ms per call of the
+mask. FLASHATTN_BWD_WIDE=3 puts every call on the wide config, 0 none (wide_rule.h). ms per call of the
 op alone (triton do_bench medians, then the median over rounds); TFLOP/s = 2.5 x the forward's
 FLOPs / time (half under the mask).
 --seqs 512,1024: those sequence lengths alone (B*S = 16k, no GQA shapes), e.g. the short calls the
@@ -31,11 +31,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dims", default="128", help="head dims, comma-separated (96 and 80 run padded to 128)")
-    ap.add_argument("--causal", action="store_true", help="causal calls (the wide config by FLASHATTN_BWD_WIDE=2)")
+    ap.add_argument("--causal", action="store_true", help="causal calls")
     ap.add_argument("--seqs", default="", help="sequence lengths, comma-separated (default 1k..16k and two GQA shapes)")
     args = ap.parse_args()
     cm = 1 if args.causal else 0
-    switch = {"wide": "2" if args.causal else "1", "narrow": "0"}
+    switch = {"wide": "3", "narrow": "0"}  # every call on the wide config, none on it
     modes = ("wide", "narrow")
     gains: list[float] = []
     vs_cudnn = {m: [] for m in modes}

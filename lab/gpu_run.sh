@@ -31,8 +31,9 @@
 #                                     (lab/bwd_lab.sh), ncu on the backward kernels, timing vs SDPA (~7 min)
 #   bash lab/gpu_run.sh bwdwide  build, the backward's wide-config tests, its A/B timing vs the 64-query
 #                                     config and cuDNN (lab/bwd_wide_time.py), memcheck  (~5 min)
-#   bash lab/gpu_run.sh bwdwideshort prepared: the backward's wide config against the 64-query one on calls of 512-2048 keys, causal
+#   bash lab/gpu_run.sh bwdwideshort measured, landed 2026-12-03: the backward's wide config against the 64-query one on calls of 512-2048 keys, causal
 #                                     and not, with cuDNN; the kernel breakdown of D=128 S=512/1k (~4 min)
+#   bash lab/gpu_run.sh bwdwideland after the wide rule's bounds: the backward tests, the training grid bf16 and fp16 vs cuDNN (~6 min)
 #   bash lab/gpu_run.sh bwdgqa   build, the backward tests, the GQA group split's A/B against no split and
 #                                     cuDNN, memcheck/racecheck/synccheck on small dense cases (~7 min)
 #   bash lab/gpu_run.sh hostsplit build, the forward's split/attention tests, the latency grid, the GQA
@@ -1340,17 +1341,29 @@ case "${1:-verify}" in
     step memcheck_dense 150 env SANITIZE_BACKENDS=auto compute-sanitizer --tool memcheck --error-exitcode 99 \
       python3 lab/sanitize_small.py --only dense
     ;;
-  bwdwideshort)  # issue 27, prepared 2026-12-03: the wide config (80-query steps) on short calls, never measured
-                 # below 1k keys; causal D=128 calls take it at every length (wide_rule.h), though windows that
+  bwdwideshort)  # issue 27, measured 2026-12-03 on an H200, landed as wide_rule.h's bounds (causal S=512 +9.8%, non-causal
+                 # S=512 +3.5% on the 64-query config): the wide config (80-query steps) on short calls, never measured
+                 # below 1k keys before; causal D=128 calls took it at every length, though windows that
                  # see <= 1024 keys lost 2-5% with it. The D=128 S=512 causal backward is issue 27's one cell
                  # under 0.9x cuDNN on the H200 (0.89x, bf16 and fp16). The A/B against the 64-query config
-                 # (FLASHATTN_BWD_WIDE=1 turns the wide one off for masked calls, 0 for all) causal and not,
+                 # (lab/bwd_wide_time.py: FLASHATTN_BWD_WIDE=3 / 0, every call on one config or the other) causal and not,
                  # cuDNN alongside, then the kernel-by-kernel breakdown of those calls beside cuDNN's
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
     step bwd_wide_short_causal 240 python3 lab/bwd_wide_time.py --causal --rounds 5 --seqs 512,768,1024,1536,2048
     step bwd_wide_short 150 python3 lab/bwd_wide_time.py --rounds 5 --seqs 512,768,1024
     step bwd_breakdown_short 150 python3 lab/kernel_breakdown.py --dims 128 --seqs 512,1024
+    ;;
+  bwdwideland)  # issue 27, 2026-12-03: after wide_rule.h's bounds (short calls on the 64-query config): build, the
+                # backward tests (the wide config forced on and off, the default's choice at the bounds), then
+                # the training grid against cuDNN in bf16 and fp16 (BENCH_K per run, a folder each)
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    step pytest_backward 240 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py -ra
+    for k in ${BWDWIDELAND_K:-bf16 fp16}; do
+      step "bench_training_$k" 150 env FLASHATTN_BENCH_IMPLS=flashattn,sdpa-default BENCH_MARKERS="bench and training" \
+        BENCH_K="$k" bash benchmarks/run_benchmarks.sh "$OUT/bench-training-$k"
+    done
     ;;
   bwdgqa)  # the Hopper backward's GQA group split: build, the backward tests, its A/B against no split
            # with cuDNN alongside (lab/bwd_group_split_time.py), memcheck/racecheck/synccheck on the small dense cases

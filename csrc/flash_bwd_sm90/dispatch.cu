@@ -84,7 +84,7 @@ bool wide_config(const BwdParams& p) {
   if (instantiated_head_dim(p.head_dim) != 128 || p.cu_seqlens_q != nullptr) return false;
   const char* v = std::getenv("FLASHATTN_BWD_WIDE");
   const int mode = v == nullptr || *v == '\0' ? 2 : std::atoi(v);
-  return bwd_wide_rule(mode, p.causal, p.window_left, p.window_right, p.seqlen_k);
+  return bwd_wide_rule(mode, p.causal, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k);
 }
 int block_n(int d) { return d == 256 ? Sm90BwdTraits<256>::kBlockN : Sm90BwdTraits<128>::kBlockN; }
 

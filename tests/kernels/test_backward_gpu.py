@@ -361,9 +361,9 @@ def set_switch(monkeypatch: pytest.MonkeyPatch, name: str, value: str | None) ->
 
 
 # The Hopper backward's wide config (csrc/flash_bwd_sm90/traits.h: 80-query steps, dQ transposed)
-# runs D = 128 (and the dims padded to it) with no mask, a causal one or a window of >= 2048 keys,
-# the softcap included; FLASHATTN_BWD_WIDE=0 gives those calls the 64-query config. Query lengths around multiples of 80
-# and of 64, GQA, both causal alignments, both modes; the kernel that ran is checked by name.
+# runs D = 128 (and the dims padded to it), the softcap included, where wide_rule.h says:
+# FLASHATTN_BWD_WIDE=3 puts every such call on it, 0 none. Query lengths around multiples of 80
+# and of 64, GQA, both causal alignments, windows, both modes; the kernel that ran is checked by name.
 WIDE_SHAPES = [
     pytest.param(1, 1, 300, 2, 1, 128, id="Sq=1"),
     pytest.param(2, 79, 130, 4, 2, 128, id="Sq=79"),
@@ -372,51 +372,77 @@ WIDE_SHAPES = [
     pytest.param(1, 1000, 1300, 8, 2, 96, id="Sq=1000,D=96"),
     pytest.param(1, 2048, 700, 2, 2, 128, id="Sq=2048"),
 ]
-WIDE_MASKS = [  # (causal mode, window, runs the wide config by default)
-    pytest.param(NONE, (-1, -1), True, id="full"),
-    pytest.param(BOTTOM_RIGHT, (-1, -1), True, id="causal-bottom-right"),
-    pytest.param(TOP_LEFT, (-1, -1), True, id="causal-top-left"),
-    pytest.param(NONE, (40, 7), False, id="window"),
-    pytest.param(BOTTOM_RIGHT, (2047, 0), True, id="causal-window-2048"),
+WIDE_MASKS = [  # (causal mode, window)
+    pytest.param(NONE, (-1, -1), id="full"),
+    pytest.param(BOTTOM_RIGHT, (-1, -1), id="causal-bottom-right"),
+    pytest.param(TOP_LEFT, (-1, -1), id="causal-top-left"),
+    pytest.param(NONE, (40, 7), id="window"),
+    pytest.param(BOTTOM_RIGHT, (2047, 0), id="causal-window-2048"),
 ]
 
 
-@pytest.mark.parametrize("wide", [True, False], ids=["default", "wide-off"])
+@pytest.mark.parametrize("wide", [True, False], ids=["wide", "wide-off"])
 @pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
-@pytest.mark.parametrize(("mode", "window", "wide_by_default"), WIDE_MASKS)
+@pytest.mark.parametrize(("mode", "window"), WIDE_MASKS)
 @pytest.mark.parametrize(("batch", "sq", "sk", "hq", "hk", "d"), WIDE_SHAPES)
 def test_hopper_wide_config_gradients(batch: int, sq: int, sk: int, hq: int, hk: int, d: int, mode: int, window,
-                                      wide_by_default: bool, deterministic: bool, wide: bool, backend: str,
-                                      device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
+                                      deterministic: bool, wide: bool, backend: str, device: torch.device,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
     skip_unless_hopper_backward(backend, device, "configs")
-    set_switch(monkeypatch, "FLASHATTN_BWD_WIDE", None if wide else "0")
+    set_switch(monkeypatch, "FLASHATTN_BWD_WIDE", "3" if wide else "0")
     for dtype in (torch.bfloat16, torch.float16):
         x = AttentionSpec(batch, sq, sk, hq, hk, d, dtype, mode, None, Layout("contiguous"), Layout("contiguous"), 1.0,
                           sq + d).make(device)
         dout = make_dout(x, "contiguous", 5)
         grads, names = profiled_op_grads(x, dout, backend, deterministic, window)
         main = {n for n in names if "flash_bwd_sm90_kernel" in n}
-        assert len(main) == 1 and (", 80>" in next(iter(main))) == (wide and wide_by_default), main
+        assert len(main) == 1 and (", 80>" in next(iter(main))) == wide, main
         check(grads, x, dout, f"wide {wide}, deterministic {deterministic}, {dtype}, window {window}", window)
 
 
+# The library's own choice (wide_rule.h) at the lengths that set its bounds (measured on an H200,
+# 2026-12-03): (Sq, Sk, causal mode, window, runs the wide config).
+WIDE_DEFAULT_CASES = [
+    pytest.param(512, 512, NONE, (-1, -1), False, id="full-512"),
+    pytest.param(768, 300, NONE, (-1, -1), True, id="full-768-queries"),
+    pytest.param(1536, 1536, BOTTOM_RIGHT, (-1, -1), False, id="causal-1536"),
+    pytest.param(2048, 2048, TOP_LEFT, (-1, -1), True, id="causal-2048"),
+    pytest.param(300, 2100, BOTTOM_RIGHT, (2047, 0), True, id="causal-window-2048"),
+    pytest.param(2048, 2048, BOTTOM_RIGHT, (1023, 0), False, id="causal-window-1024"),
+]
+
+
+@pytest.mark.parametrize(("sq", "sk", "mode", "window", "wide"), WIDE_DEFAULT_CASES)
+def test_hopper_wide_config_default_rule(sq: int, sk: int, mode: int, window, wide: bool, backend: str,
+                                         device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
+    skip_unless_hopper_backward(backend, device, "configs")
+    set_switch(monkeypatch, "FLASHATTN_BWD_WIDE", None)
+    x = AttentionSpec(1, sq, sk, 2, 2, 128, torch.bfloat16, mode, None, Layout("contiguous"), Layout("contiguous"), 1.0,
+                      sq + sk).make(device)
+    dout = make_dout(x, "contiguous", 5)
+    grads, names = profiled_op_grads(x, dout, backend, False, window)
+    main = {n for n in names if "flash_bwd_sm90_kernel" in n}
+    assert len(main) == 1 and (", 80>" in next(iter(main))) == wide, main
+    check(grads, x, dout, f"default rule, window {window}", window)
+
+
 @pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
-@pytest.mark.parametrize(("mode", "window", "wide_by_default"),
-                         [WIDE_MASKS[0], WIDE_MASKS[1], WIDE_MASKS[3], WIDE_MASKS[4]])
+@pytest.mark.parametrize(("mode", "window"), [WIDE_MASKS[0], WIDE_MASKS[1], WIDE_MASKS[3], WIDE_MASKS[4]])
 @pytest.mark.parametrize(("batch", "sq", "sk", "hq", "hk", "d"), [WIDE_SHAPES[1], WIDE_SHAPES[3], WIDE_SHAPES[4]])
 def test_hopper_wide_config_softcap_gradients(batch: int, sq: int, sk: int, hq: int, hk: int, d: int, mode: int, window,
-                                              wide_by_default: bool, deterministic: bool, backend: str,
-                                              device: torch.device) -> None:
+                                              deterministic: bool, backend: str, device: torch.device,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """The wide config with the logit softcap (its one-pass form: P and dS after both score GEMMs,
     the mask as selects afterwards), against the float64 reference; the kernel is checked by name."""
     skip_unless_hopper_backward(backend, device, "configs")
+    set_switch(monkeypatch, "FLASHATTN_BWD_WIDE", "3")
     for dtype, softcap in ((torch.bfloat16, 30.0), (torch.float16, 5.0)):
         x = AttentionSpec(batch, sq, sk, hq, hk, d, dtype, mode, None, Layout("contiguous"), Layout("contiguous"), 1.0,
                           sq + d).make(device)
         dout = make_dout(x, "contiguous", 5)
         grads, names = profiled_op_grads(x, dout, backend, deterministic, window, softcap)
         main = {n for n in names if "flash_bwd_sm90_kernel" in n}
-        assert len(main) == 1 and (", 80>" in next(iter(main))) == wide_by_default, main
+        assert len(main) == 1 and ", 80>" in next(iter(main)), main
         check(grads, x, dout, f"softcap {softcap}, deterministic {deterministic}, {dtype}, window {window}", window,
               softcap)
 

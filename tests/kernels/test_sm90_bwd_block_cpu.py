@@ -9,7 +9,8 @@ each CTA walks exactly its own sequence's query blocks that see its keys (tile e
 sequences, both causal alignments, windows, D 64/128/256, clamped bad offsets), and the
 sequences' dq_accum tiles stay inside the buffer and apart. The GQA group split's rule
 (group_split.h): the smallest divisor of the group that fills the GPU. The wide config's rule
-(wide_rule.h): by the lab switch's mode, the mask, and the keys a windowed row sees."""
+(wide_rule.h): by the lab switch's mode, the mask, the query rows of an unmasked call and the keys a
+masked row sees."""
 
 from __future__ import annotations
 
@@ -533,58 +534,71 @@ using namespace flashattn::sm90;
 int main() {
   const int lefts[] = {-1, 0, 255, 1023, 2046, 2047, 4095};
   const int rights[] = {-1, 0, 7, 1000, 2047};
-  const int seqlens[] = {300, 2048, 16384};
+  const int seqlens[] = {300, 512, 767, 768, 1536, 2047, 2048, 16384};
   for (int mode = 0; mode <= 3; ++mode)
     for (int causal = 0; causal < 2; ++causal)
       for (int l : lefts)
         for (int r : rights)
-          for (int sk : seqlens)
-            if (!causal || r == 0)  // BwdParams: a causal mask is window_right = 0
-              std::printf("%d %d %d %d %d %d\n", mode, causal, l, r, sk, bwd_wide_rule(mode, causal != 0, l, r, sk) ? 1 : 0);
+          for (int sq : seqlens)
+            for (int sk : seqlens)
+              if (!causal || r == 0)  // BwdParams: a causal mask is window_right = 0
+                std::printf("%d %d %d %d %d %d %d\n", mode, causal, l, r, sq, sk,
+                            bwd_wide_rule(mode, causal != 0, l, r, sq, sk) ? 1 : 0);
   std::printf("keys %lld\n", kBwdWideWindowKeys);
+  std::printf("queries %lld\n", kBwdWideUnmaskedQueries);
 }
 """
 
 
 @pytest.fixture(scope="module")
 def wide_rule(tmp_path_factory) -> dict:
-    """{(mode, causal, left, right, seqlen_k): wide} and the window threshold in keys."""
+    """{(mode, causal, left, right, seqlen_q, seqlen_k): wide} and the two bounds."""
     table: dict = {}
-    keys = 0
+    bounds: dict = {}
     for line in run_cpp_probe(tmp_path_factory, "sm90_bwd_wide_rule", _WIDE_PROBE):
         parts = line.split()
-        if parts[0] == "keys":
-            keys = int(parts[1])
+        if parts[0] in ("keys", "queries"):
+            bounds[parts[0]] = int(parts[1])
             continue
-        mode, causal, left, right, sk, wide = (int(x) for x in parts)
-        table[(mode, bool(causal), left, right, sk)] = bool(wide)
-    return {"table": table, "keys": keys}
+        mode, causal, left, right, sq, sk, wide = (int(x) for x in parts)
+        table[(mode, bool(causal), left, right, sq, sk)] = bool(wide)
+    return {"table": table, **bounds}
 
 
 def test_wide_rule_by_mode_mask_and_window(wide_rule: dict) -> None:
-    """Mode 0 never; 1 unmasked calls; 2 (the default) also causal ones and windows a row sees at
-    least `keys` keys of (an open side counts the whole sequence); 3 every window."""
-    threshold = wide_rule["keys"]
-    assert threshold == 2048
-    for (mode, causal, left, right, sk), wide in wide_rule["table"].items():
-        window = left >= 0 or (not causal and right >= 0)
-        if not window:
-            want = mode >= (2 if causal else 1)
+    """Mode 0 never, 3 always; 1 unmasked calls of at least `queries` query rows; 2 (the default)
+    also masked calls (causal, windows) whose rows see at least `keys` keys (an open side counts
+    the whole sequence)."""
+    assert wide_rule["keys"] == 2048 and wide_rule["queries"] == 768
+    for (mode, causal, left, right, sq, sk), wide in wide_rule["table"].items():
+        masked = causal or left >= 0 or right >= 0
+        if mode in (0, 3):
+            want = mode == 3
+        elif not masked:
+            want = sq >= wide_rule["queries"]
         else:
             seen = min(sk, (sk if left < 0 else left) + (sk if right < 0 else right) + 1)
-            want = mode >= 3 or (mode == 2 and seen >= threshold)
-        assert wide == want, (mode, causal, left, right, sk)
+            want = mode == 2 and seen >= wide_rule["keys"]
+        assert wide == want, (mode, causal, left, right, sq, sk)
 
 
 def test_wide_rule_examples(wide_rule: dict) -> None:
+    """The measured cells behind the bounds (H200, 2026-12-03; H100, 2026-11-27)."""
     t = wide_rule["table"]
-    assert t[(2, False, -1, -1, 16384)]          # no mask
-    assert t[(2, True, -1, 0, 16384)]            # causal
-    assert not t[(1, True, -1, 0, 16384)]        # causal, mode 1
-    assert t[(2, True, 2047, 0, 16384)]          # causal + a 2048-key window: measured +2.6%
-    assert not t[(2, True, 1023, 0, 16384)]      # a 1024-key window: measured 1.8% slower
-    assert not t[(2, False, 1023, 7, 16384)]     # a two-sided window of 1031 keys
-    assert not t[(2, False, -1, 7, 300)]         # open left side, but 300 keys in all
-    assert t[(2, False, -1, 7, 16384)]           # open left side over 16k keys
-    assert t[(3, True, 255, 0, 16384)]           # mode 3: every window
-    assert not t[(0, False, -1, -1, 16384)]      # mode 0: never
+    assert t[(2, False, -1, -1, 16384, 16384)]   # no mask: +2.4%
+    assert t[(2, False, -1, -1, 768, 768)]       # no mask, 768 queries: a tie
+    assert not t[(2, False, -1, -1, 512, 512)]   # no mask, 512 queries: -3.5% on 80-row steps
+    assert not t[(2, False, -1, -1, 512, 16384)]  # the query rows decide without a mask
+    assert t[(2, True, -1, 0, 16384, 16384)]     # causal: +3.3%
+    assert t[(2, True, -1, 0, 2048, 2048)]       # causal 2k: +0.5-1.2%
+    assert not t[(2, True, -1, 0, 1536, 1536)]   # causal 1.5k: -2..-3%
+    assert not t[(2, True, -1, 0, 512, 512)]     # causal 512: -9%
+    assert not t[(1, True, -1, 0, 16384, 16384)]  # causal, mode 1
+    assert t[(2, True, 2047, 0, 16384, 16384)]   # causal + a 2048-key window: measured +2.6%
+    assert not t[(2, True, 1023, 0, 16384, 16384)]  # a 1024-key window: measured 1.8% slower
+    assert not t[(2, False, 1023, 7, 16384, 16384)]  # a two-sided window of 1031 keys
+    assert not t[(2, False, -1, 7, 300, 300)]    # open left side, but 300 keys in all
+    assert t[(2, False, -1, 7, 16384, 16384)]    # open left side over 16k keys
+    assert t[(3, True, 255, 0, 512, 512)]        # mode 3: every call
+    assert t[(3, False, -1, -1, 300, 300)]
+    assert not t[(0, False, -1, -1, 16384, 16384)]  # mode 0: never
