@@ -49,11 +49,11 @@
 #                                     multicast (lab/ab/bwd_qdo_multicast_d256.diff): tests first, then off/on (~6 min)
 #   bash lab/gpu_run.sh fwdd128q2 measured, not adopted (1.0005; S=512 non-causal 0.991): D=128's default config with two Q buffers
 #                                     (lab/ab/fwd_d128_q_double_buffer.diff): its A/B on D=128 cells, the checks (~6 min)
-#   bash lab/gpu_run.sh fwdvwait  prepared, not yet run: the consumers' wait for V before their ping-pong turn, not inside it
+#   bash lab/gpu_run.sh fwdvwait  measured 2026-12-03, not adopted (0.983): the consumers' wait for V before their ping-pong turn, not inside it
 #                                     (lab/ab/fwd_v_wait_before_turn.diff): its A/B over D=64/128/256 cells, the checks (~6 min)
-#   bash lab/gpu_run.sh fwdrelease prepared, not yet run: the Q/K/V stages released with one arrival a consumer warp, not a thread
+#   bash lab/gpu_run.sh fwdrelease measured 2026-12-03, not adopted (0.990): the Q/K/V stages released with one arrival a consumer warp, not a thread
 #                                     (lab/ab/fwd_release_one_lane.diff): its A/B over D=64/128/256 cells, the checks (~6 min)
-#   bash lab/gpu_run.sh fwdunmasked prepared, not yet run: the key-block walk in three loops, the unmasked one with the mask
+#   bash lab/gpu_run.sh fwdunmasked measured 2026-12-03, not adopted (0.983): the key-block walk in three loops, the unmasked one with the mask
 #                                     compiled out (lab/ab/fwd_unmasked_loop.diff): its A/B over D=64/128/256 cells, the checks (~6 min)
 #   bash lab/gpu_run.sh powerprobe measured 2026-12-03 (fp16's lower rate is the power cap): each implementation's forward held 3 s a cell under nvidia-smi's clock, power and
 #                                     clock-event samples (lab/power_probe.py): is fp16's lower rate the power limit (~2 min)
@@ -828,7 +828,7 @@ case "${1:-verify}" in
     ensure_built
     step power 240 python3 lab/power_probe.py ${POWER_CELLS:-}
     ;;
-  flexgrid)  # measured 2026-12-02 (ours 1.59x forward, 1.48x backward): torch's FlexAttention (benchmarks' opt-in `flex`, compiled, a block
+  flexgrid)  # measured 2026-12-03 with led batches (ours 1.51x forward, 1.44x backward; 2026-12-02's 1.59x / 1.48x counted its host time): torch's FlexAttention (benchmarks' opt-in `flex`, compiled, a block
              # mask for causal) beside ours, cuDNN and FlashAttention-3 on the quick shapes of the forward grid
              # (bf16, D 64/128, S 1k/4k/16k, both masks), then beside ours and cuDNN on the same shapes' backward
              # and forward+backward (the training grid's quick cases)
@@ -886,7 +886,7 @@ case "${1:-verify}" in
     fwd_patch_ab fwdd128q2 fwd_d128_q_double_buffer.diff \
       "${FWD_D128_Q2_CELLS:-128:512:0 128:1024:0 128:512:1 128:1024:1 128:4096:0 128:16384:0 128:16384:1 64:512:1}"
     ;;
-  fwdvwait)  # issue 29, prepared 2026-12-03, not yet run: the consumers' wait for V[n+1] moved from inside their ping-pong
+  fwdvwait)  # issue 29, measured 2026-12-03 on an H200, not adopted (0.983; D=128 from 4k keys -5%): the consumers' wait for V[n+1] moved from inside their ping-pong
              # section (between the S = Q K^T and the P V issue) to before the turn (lab/ab/fwd_v_wait_before_turn.diff);
              # V[n+1] landed with K[n+1] a step earlier, so the wait is one try_wait round trip (~50 cycles a step in the
              # source counters of 2026-12-01) that the section no longer holds. Every config changes (the loop is
@@ -895,7 +895,7 @@ case "${1:-verify}" in
     fwd_patch_ab fwdvwait fwd_v_wait_before_turn.diff \
       "${FWD_VWAIT_CELLS:-128:1024:0 128:4096:0 128:16384:0 128:2048:1 128:16384:1 64:512:1 64:4096:0 256:4096:0}"
     ;;
-  fwdrelease)  # issue 29, prepared 2026-12-03, not yet run: the consumers release each Q, K and V stage with one arrival a warp
+  fwdrelease)  # issue 29, measured 2026-12-03 on an H200, not adopted (0.990): the consumers release each Q, K and V stage with one arrival a warp
                # (lane 0, once its warp has waited for the wgmma that read it; the empty barriers count
                # kConsumerThreads / 32) instead of one a thread: 32 times fewer arrivals on the barrier a release.
                # FlashAttention-3's pipelines (CUTLASS's PipelineTmaAsync) arrive once a warpgroup; its consumers'
@@ -904,7 +904,7 @@ case "${1:-verify}" in
     fwd_patch_ab fwdrelease fwd_release_one_lane.diff \
       "${FWD_RELEASE_CELLS:-128:1024:0 128:4096:0 128:16384:0 128:2048:1 128:16384:1 64:512:1 64:4096:0 256:4096:0}"
     ;;
-  fwdunmasked)  # issue 29, prepared 2026-12-03, not yet run: the consumers' key-block walk as three loops over one step
+  fwdunmasked)  # issue 29, measured 2026-12-03 on an H200, not adopted (0.983): the consumers' key-block walk as three loops over one step
                 # body, the masked upper edge blocks, the unmasked blocks with the mask compiled out, the masked
                 # lower ones (lab/ab/fwd_unmasked_loop.diff), as FlashAttention-3 runs its unmasked steps in a loop
                 # of their own (472 instructions a step; ours one loop of 1069 with the mask behind a uniform
