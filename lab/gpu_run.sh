@@ -33,6 +33,8 @@
 #                                     config and cuDNN (lab/bwd_wide_time.py), memcheck  (~5 min)
 #   bash lab/gpu_run.sh bwdwideshort measured, landed 2026-12-03: the backward's wide config against the 64-query one on calls of 512-2048 keys, causal
 #                                     and not, with cuDNN; the kernel breakdown of D=128 S=512/1k (~4 min)
+#   bash lab/gpu_run.sh bwdpersistent prepared, not yet run: the Hopper backward on a persistent grid (lab/ab/bwd_persistent.diff):
+#                                     its tests, its timing against a CTA a block with cuDNN, the backward tests, sanitizers (~8 min)
 #   bash lab/gpu_run.sh bwdwideland after the wide rule's bounds: the backward tests, the training grid bf16 and fp16 vs cuDNN (~6 min)
 #   bash lab/gpu_run.sh bwdgqa   build, the backward tests, the GQA group split's A/B against no split and
 #                                     cuDNN, memcheck/racecheck/synccheck on small dense cases (~7 min)
@@ -1353,6 +1355,26 @@ case "${1:-verify}" in
     step bwd_wide_short_causal 240 python3 lab/bwd_wide_time.py --causal --rounds 5 --seqs 512,768,1024,1536,2048
     step bwd_wide_short 150 python3 lab/bwd_wide_time.py --rounds 5 --seqs 512,768,1024
     step bwd_breakdown_short 150 python3 lab/kernel_breakdown.py --dims 128 --seqs 512,1024
+    ;;
+  bwdpersistent)  # issue 27, prepared 2026-12-03, not yet run: the Hopper backward on a persistent grid
+                  # (lab/ab/bwd_persistent.diff: kernel.cuh kPersistent, one CTA an SM walking blocks c, c + SMs, ...,
+                  # each role carrying its barrier phases in one word, BwdPhase; the next block's K/V loaded behind
+                  # the epilogue, dK/dV staged over the dS^T buffers and the dQ tile when a block follows; unmasked
+                  # dense D <= 128 calls without a softcap, by default). At S=512 a CTA's time beyond its steps is
+                  # ~5 us of ~25 (perf-notes, 2026-12-03). Prediction: unmasked S=512 +5-10%, 1k +3-5%, 2k +1-3%,
+                  # from 4k +-1%; causal on a static stride (FLASHATTN_BWD_PERSISTENT=<SMs>) slower (unequal blocks).
+                  # The copy built alone; its persistent-grid tests first (FLASHATTN_BWD_PERSISTENT=3: many blocks a
+                  # CTA on small calls); the timing, both kernels in one process (lab/bwd_persistent_time.py); the
+                  # backward tests whole; memcheck/racecheck/synccheck on the small dense cases with the switch at 3
+    env_info > "$OUT/env.txt" 2>&1
+    copy="$PWD/build/ab-bwdpersistent"
+    build_patched bwdpersistent bwd_persistent.diff 0
+    step pytest_persistent 150 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest \
+      -q -x -p no:cacheprovider tests/kernels/test_backward_gpu.py -k persistent -ra"
+    step bwd_persistent_time 300 bash -c "cd '$copy' && PYTHONPATH='$copy' python3 lab/bwd_persistent_time.py ${BWD_PERSISTENT_ARGS:-}"
+    step pytest_backward_persistent 240 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci \
+      python3 -m pytest -q -p no:cacheprovider tests/kernels/test_backward_gpu.py -ra"
+    FLASHATTN_BWD_PERSISTENT=3 copy_sanitize_steps "$copy" persistent 150 auto dense
     ;;
   bwdwideland)  # issue 27, 2026-12-03: after wide_rule.h's bounds (short calls on the 64-query config): build, the
                 # backward tests (the wide config forced on and off, the default's choice at the bounds), then
