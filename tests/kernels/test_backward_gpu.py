@@ -345,6 +345,18 @@ def test_backward_path_follows_the_backend(d: int, backend: str, device: torch.d
     assert backward_kernels(x, backend, softcap=30.0) == {want}
 
 
+def checked_main_kernel(x: AttentionInputs, backend: str, context: str, deterministic: bool = False, window=(-1, -1),
+                        softcap: float = 0.0) -> str:
+    """Runs x's forward and backward on the op (profiled), checks the gradients against the float64
+    reference and returns the name of the one Hopper main backward kernel that ran."""
+    dout = make_dout(x, "contiguous", 5)
+    grads, names = profiled_op_grads(x, dout, backend, deterministic, window, softcap)
+    main = {n for n in names if "flash_bwd_sm90_kernel" in n}
+    assert len(main) == 1, main
+    check(grads, x, dout, context, window, softcap)
+    return next(iter(main))
+
+
 def skip_unless_hopper_backward(backend: str, device: torch.device, what: str) -> None:
     """Skips a test of the Hopper backward's `what` but under the `hopper` backend parameter on an H100."""
     if backend != "hopper" or torch.cuda.get_device_capability(device) != (9, 0):
@@ -393,11 +405,9 @@ def test_hopper_wide_config_gradients(batch: int, sq: int, sk: int, hq: int, hk:
     for dtype in (torch.bfloat16, torch.float16):
         x = AttentionSpec(batch, sq, sk, hq, hk, d, dtype, mode, None, Layout("contiguous"), Layout("contiguous"), 1.0,
                           sq + d).make(device)
-        dout = make_dout(x, "contiguous", 5)
-        grads, names = profiled_op_grads(x, dout, backend, deterministic, window)
-        main = {n for n in names if "flash_bwd_sm90_kernel" in n}
-        assert len(main) == 1 and (", 80>" in next(iter(main))) == wide, main
-        check(grads, x, dout, f"wide {wide}, deterministic {deterministic}, {dtype}, window {window}", window)
+        name = checked_main_kernel(x, backend, f"wide {wide}, deterministic {deterministic}, {dtype}, window {window}",
+                                   deterministic, window)
+        assert (", 80>" in name) == wide, name
 
 
 # The library's own choice (wide_rule.h) at the lengths that set its bounds (measured on an H200,
@@ -419,11 +429,8 @@ def test_hopper_wide_config_default_rule(sq: int, sk: int, mode: int, window, wi
     set_switch(monkeypatch, "FLASHATTN_BWD_WIDE", None)
     x = AttentionSpec(1, sq, sk, 2, 2, 128, torch.bfloat16, mode, None, Layout("contiguous"), Layout("contiguous"), 1.0,
                       sq + sk).make(device)
-    dout = make_dout(x, "contiguous", 5)
-    grads, names = profiled_op_grads(x, dout, backend, False, window)
-    main = {n for n in names if "flash_bwd_sm90_kernel" in n}
-    assert len(main) == 1 and (", 80>" in next(iter(main))) == wide, main
-    check(grads, x, dout, f"default rule, window {window}", window)
+    name = checked_main_kernel(x, backend, f"default rule, window {window}", window=window)
+    assert (", 80>" in name) == wide, name
 
 
 @pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
@@ -439,12 +446,9 @@ def test_hopper_wide_config_softcap_gradients(batch: int, sq: int, sk: int, hq: 
     for dtype, softcap in ((torch.bfloat16, 30.0), (torch.float16, 5.0)):
         x = AttentionSpec(batch, sq, sk, hq, hk, d, dtype, mode, None, Layout("contiguous"), Layout("contiguous"), 1.0,
                           sq + d).make(device)
-        dout = make_dout(x, "contiguous", 5)
-        grads, names = profiled_op_grads(x, dout, backend, deterministic, window, softcap)
-        main = {n for n in names if "flash_bwd_sm90_kernel" in n}
-        assert len(main) == 1 and ", 80>" in next(iter(main)), main
-        check(grads, x, dout, f"softcap {softcap}, deterministic {deterministic}, {dtype}, window {window}", window,
-              softcap)
+        name = checked_main_kernel(x, backend, f"softcap {softcap}, deterministic {deterministic}, {dtype}, window {window}",
+                                   deterministic, window, softcap)
+        assert ", 80>" in name, name
 
 
 # A GQA group split over CTAs (csrc/flash_bwd_sm90/dispatch.cu group_split_of): each CTA walks a
