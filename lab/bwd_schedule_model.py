@@ -7,13 +7,17 @@ without v18's split last wave (csrc/flash_bwd_sm90/tail_split.h), and in determi
 The order mirrors csrc/flash_bwd_sm90/block.h (bwd_block) and launch.cuh (bwd_lpt_heads: 8 MiB
 groups of (batch, head) pairs under a causal mask, key block slowest inside a group; deterministic
 mode: each head's key blocks from the last down); tiles are traits.h's (query rows per step, keys
-per unit: D=64 128 x 128, D=128 80 x 128 (the wide config; 64 in deterministic mode's check below
-is not modelled), D=256 64 x 64). A unit's time = its steps + a fixed cost (--fixed, in steps: its
-K/V load and epilogue); a piece of the split wave adds tail_split.h's kBwdTailPieceCost.
+per unit: D=64 128 x 128, D=128 80 x 128 where wide_rule.h takes the wide config (masked calls
+from 2048 keys, unmasked ones from 768 query rows), else 64 x 128, D=256 64 x 64). A unit's time =
+its steps + a fixed cost (--fixed, in steps: its K/V load and epilogue; ~2 steps at D=128 on an
+H200, perf-notes 2026-12-03); a piece of the split wave adds tail_split.h's kBwdTailPieceCost.
 Fill = the steps / (SMs x the last SM's end): 1.0 = no SM ever idle and no fixed cost.
+--persistent: also a persistent grid (lab/ab/bwd_persistent.diff: one CTA an SM running units c,
+c + SMs, ... in the same order, a static stride), its units' fixed cost --persistent-fixed (what
+the next unit's loads under the epilogue do not hide), and its predicted gain over a CTA a unit.
 A model, not a measurement: no L2 effects, no ticket waits, every step the same length.
 
-usage: python3 lab/bwd_schedule_model.py [--sms 132] [--fixed 1.0]
+usage: python3 lab/bwd_schedule_model.py [--sms 132] [--fixed 1.0] [--persistent] [--persistent-fixed 1.0]
 """
 
 from __future__ import annotations
@@ -22,6 +26,14 @@ import argparse
 import heapq
 
 TILES = {64: (128, 128), 128: (80, 128), 256: (64, 64)}  # (query rows per step, keys per unit)
+WIDE_MASKED_KEYS, WIDE_UNMASKED_QUERIES = 2048, 768  # wide_rule.h
+
+
+def tiles(s: int, d: int, causal: bool) -> tuple[int, int]:
+    """traits.h's tile of a D x S call (S queries and keys), the wide config by wide_rule.h."""
+    if d == 128 and s < (WIDE_MASKED_KEYS if causal else WIDE_UNMASKED_QUERIES):
+        return 64, 128
+    return TILES[d]
 LPT_BUDGET = 8 << 20  # launch.cuh kBwdLptL2Bytes
 PIECE_COST = 3.0  # tail_split.h kBwdTailPieceCost
 MAX_SPLIT = 64  # tail_split.h kBwdTailMaxSplit
@@ -43,7 +55,7 @@ def tail_plan(units: int, steps: int, sms: int) -> tuple[int, int]:
 
 def unit_steps(s: int, d: int, causal: bool, deterministic: bool) -> list[int]:
     """Steps of each unit in launch order."""
-    bm, bn = TILES[d]
+    bm, bn = tiles(s, d, causal)
     b, h = 16384 // s, 2048 // d
     nb, mb = -(-s // bn), -(-s // bm)
     pairs = b * h
@@ -61,22 +73,52 @@ def unit_steps(s: int, d: int, causal: bool, deterministic: bool) -> list[int]:
     return out
 
 
-def makespan(units: list[int], sms: int, fixed: float, tail: tuple[int, int] = (0, 1)) -> float:
+def unit_times(units: list[int], fixed: float, tail: tuple[int, int] = (0, 1)) -> list[float]:
+    """Each CTA-sized piece of work in launch order: a unit's steps and fixed cost, the split last
+    wave's pieces (tail_split.h) each with the piece cost on top."""
     r, s = tail
     times = [u + fixed for u in units[:len(units) - r]]
     for u in units[len(units) - r:]:
         times += [(p + 1) * u // s - p * u // s + fixed + PIECE_COST - 1 for p in range(s)]
+    return times
+
+
+def makespan(units: list[int], sms: int, fixed: float, tail: tuple[int, int] = (0, 1)) -> float:
+    times = unit_times(units, fixed, tail)
     free = [0.0] * sms
     for t in times:
         heapq.heappush(free, heapq.heappop(free) + t)
     return max(free)
 
 
+def makespan_static(units: list[int], ctas: int, fixed: float, tail: tuple[int, int] = (0, 1)) -> float:
+    """A persistent grid: CTA c runs the pieces c, c + ctas, ... of unit_times back to back."""
+    times = unit_times(units, fixed, tail)
+    return max(sum(times[c::ctas]) for c in range(min(ctas, len(times))))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sms", type=int, default=132)
     ap.add_argument("--fixed", type=float, default=1.0)
+    ap.add_argument("--persistent", action="store_true", help="also a persistent grid with a static stride")
+    ap.add_argument("--persistent-fixed", type=float, default=1.0, help="its units' fixed cost, in steps")
     args = ap.parse_args()
+    if args.persistent:
+        print(f"a CTA a unit (fixed {args.fixed} steps) against a persistent grid of {args.sms} CTAs, a static "
+              f"stride (fixed {args.persistent_fixed}): fill each, gain = the first's end / the second's")
+        print(f"{'D':>4} {'S':>6} {'causal':>6} {'units':>6} {'steps':>6} {'fill':>6} {'persist':>7} {'gain':>6}")
+        for d in (64, 128):
+            for s in (512, 1024, 2048, 4096, 8192, 16384):
+                for causal in (False, True):
+                    units = unit_steps(s, d, causal, False)
+                    work = sum(units)
+                    plan = (0, 1) if causal else tail_plan(len(units), units[0], args.sms)
+                    base = makespan(units, args.sms, args.fixed, plan)
+                    pers = makespan_static(units, args.sms, args.persistent_fixed, plan)
+                    print(f"{d:>4} {s:>6} {str(causal):>6} {len(units):>6} {max(units):>6} {work / (args.sms * base):6.3f} "
+                          f"{work / (args.sms * pers):7.3f} {base / pers:6.3f}")
+        return
     print(f"fill = steps / (SMs x end), {args.sms} SMs, a unit's fixed cost {args.fixed} steps")
     print(f"{'D':>4} {'S':>6} {'causal':>6} {'units':>6} {'steps':>6} {'fill':>6} {'split':>9} {'fill':>6} "
           f"{'gain':>6} {'det fill':>8}")
