@@ -1,6 +1,6 @@
 """The CUDA-event timers the GPU tools share (lab/ceilings.py, quick_check.py, sm90_check.py,
 decode_check.py; do_bench_ms, cudnn_backward_ms, flex_backward_ms and geomean for the backward A/B
-scripts), on top of
+scripts; cudnn_backward_fn, the same callable for interleaved rounds), on top of
 the benchmark suite's primitives (benchmarks/bench_common.py: time_calls_ms, one event pair around
 back-to-back calls; measure_interleaved, the round schedule); and kernel_table, a call's kernels
 under torch.profiler (decode_profile.py, fp8_time.py --breakdown, bwd_softcap_kernels.py).
@@ -56,10 +56,10 @@ def interleaved_ms(fns: dict[Any, Callable[[], object]], round_ms: float = 2.0, 
     return {name: statistics.median(t.samples_ms) for name, t in timings.items()}
 
 
-def cudnn_backward_ms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor, causal: bool) -> float:
+def cudnn_backward_fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor,
+                      causal: bool) -> Callable[[], object] | None:
     """cuDNN's backward (SDPA's cuDNN backend, the forward once, then torch.autograd.grad) on the
-    same [B, S, H, D] tensors as ours, timed by do_bench_ms; nan where cuDNN refuses the shape. The
-    backward A/B scripts' reference column."""
+    same [B, S, H, D] tensors as ours, as a callable; None where cuDNN refuses the shape."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -67,8 +67,21 @@ def cudnn_backward_ms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: t
     try:
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=q.shape[2] != k.shape[2])
-        return do_bench_ms(lambda: torch.autograd.grad(o, (qt, kt, vt), dout.transpose(1, 2), retain_graph=True))
     except RuntimeError:  # cuDNN refuses the shape
+        return None
+    do_t = dout.transpose(1, 2)
+    return lambda: torch.autograd.grad(o, (qt, kt, vt), do_t, retain_graph=True)
+
+
+def cudnn_backward_ms(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor, causal: bool) -> float:
+    """cudnn_backward_fn timed by do_bench_ms; nan where cuDNN refuses the shape. The backward A/B
+    scripts' reference column."""
+    fn = cudnn_backward_fn(q, k, v, dout, causal)
+    if fn is None:
+        return float("nan")
+    try:
+        return do_bench_ms(fn)
+    except RuntimeError:  # cuDNN refuses the shape at its backward
         return float("nan")
 
 

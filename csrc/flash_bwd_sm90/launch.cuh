@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdlib>
 
 #include "../common/bwd_packed.cuh"
@@ -69,6 +70,21 @@ inline int bwd_reverse_m(const BwdParams& p) {
   return v == nullptr || *v == '\0' ? kBwdReverseM : (std::atoi(v) != 0 ? 1 : 0);
 }
 
+// The current device's SM count, read once per device: a driver query on every call would sit on
+// the call's host path (0 when it cannot be read).
+inline int bwd_sm_count() {
+  constexpr int kMaxDevices = 64;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return 0;
+  static std::atomic<int> cache[kMaxDevices] = {};
+  int sms = cache[device].load(std::memory_order_relaxed);
+  if (sms == 0) {
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return 0;
+    cache[device].store(sms, std::memory_order_relaxed);
+  }
+  return sms;
+}
+
 // Deterministic mode without a mask: every key block of a head walks the same query blocks, so with
 // the count-down order (block.h: bwd_det_ticket) the head's CTAs, which start together, queue on
 // one ticket after another: key block n's first addition waits for the N - 1 - n blocks above it,
@@ -85,11 +101,8 @@ int bwd_rotate_m(const BwdParams& p, int num_n_blocks, int num_m_blocks) {
   if (p.dq_semaphore == nullptr || kPacked || p.has_mask() || num_n_blocks > num_m_blocks) return 0;
   const char* v = std::getenv("FLASHATTN_BWD_ROTATE");
   if (v != nullptr && *v != '\0' && std::atoi(v) == 0) return 0;
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-    return 0;
-  return 2 * num_n_blocks <= sms ? 1 : 0;
+  const int sms = bwd_sm_count();
+  return sms > 0 && 2 * num_n_blocks <= sms ? 1 : 0;
 }
 
 // dq_accum tiles per query head of a packed batch (block.h: bwd_packed_dq_block0).
