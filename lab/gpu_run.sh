@@ -33,9 +33,9 @@
 #                                     config and cuDNN (lab/bwd_wide_time.py), memcheck  (~5 min)
 #   bash lab/gpu_run.sh bwdwideshort measured, landed 2026-12-03: the backward's wide config against the 64-query one on calls of 512-2048 keys, causal
 #                                     and not, with cuDNN; the kernel breakdown of D=128 S=512/1k (~4 min)
-#   bash lab/gpu_run.sh bwdpersistent prepared, not yet run: the Hopper backward on a persistent grid (lab/ab/bwd_persistent.diff):
+#   bash lab/gpu_run.sh bwdpersistent measured 2026-12-03, not adopted (non-causal 0.980, causal 0.817): the Hopper backward on a persistent grid (lab/ab/bwd_persistent.diff):
 #                                     its tests, its timing against a CTA a block with cuDNN, the backward tests, sanitizers (~8 min)
-#   bash lab/gpu_run.sh bwdwideland after the wide rule's bounds: the backward tests, the training grid bf16 and fp16 vs cuDNN (~6 min)
+#   bash lab/gpu_run.sh bwdwideland measured 2026-12-03 (bwd 1.06x, fwd+bwd 1.06x cuDNN, lowest cell 0.97x): after the wide rule's bounds: the backward tests, the training grid bf16 and fp16 vs cuDNN (~6 min)
 #   bash lab/gpu_run.sh bwdgqa   build, the backward tests, the GQA group split's A/B against no split and
 #                                     cuDNN, memcheck/racecheck/synccheck on small dense cases (~7 min)
 #   bash lab/gpu_run.sh hostsplit build, the forward's split/attention tests, the latency grid, the GQA
@@ -53,6 +53,14 @@
 #                                     (lab/ab/fwd_d128_q_double_buffer.diff): its A/B on D=128 cells, the checks (~6 min)
 #   bash lab/gpu_run.sh fwdvwait  measured 2026-12-03, not adopted (0.983): the consumers' wait for V before their ping-pong turn, not inside it
 #                                     (lab/ab/fwd_v_wait_before_turn.diff): its A/B over D=64/128/256 cells, the checks (~6 min)
+#   bash lab/gpu_run.sh fwdtoken  measured 2026-12-03, not adopted (0.997, D=256 -8%): each consumer K/V wait asked a step ahead by mbarrier.test_wait
+#                                     (lab/ab/fwd_wait_token.diff): its A/B over D=64/128/256 cells, the checks (~6 min)
+#   bash lab/gpu_run.sh fwdtokensel measured 2026-12-03, not adopted (0.995, FP8 1.000): fwdtoken on the step orders 0 and 1 only (lab/ab/fwd_wait_token_order01.diff):
+#                                     its A/B, the checks and packed-batch tests, its FP8 A/B in the same copy (~7 min)
+#   bash lab/gpu_run.sh fwdl2     ncu's breakdown of the L2's throughput and its sectors by operation, ours, cuDNN's and
+#                                     FlashAttention-3's forward at D=128 S=4k non-causal (~3 min)
+#   bash lab/gpu_run.sh fwdhalfkv prepared 2026-12-03, not yet run (wrong results, timing only): half of each K/V tile's chunks
+#                                     loaded, the upper bound of a 2-CTA K/V multicast (lab/ab/lab_fwd_half_kv_loads.diff) (~5 min)
 #   bash lab/gpu_run.sh fwdrelease measured 2026-12-03, not adopted (0.990): the Q/K/V stages released with one arrival a consumer warp, not a thread
 #                                     (lab/ab/fwd_release_one_lane.diff): its A/B over D=64/128/256 cells, the checks (~6 min)
 #   bash lab/gpu_run.sh fwdunmasked measured 2026-12-03, not adopted (0.983): the key-block walk in three loops, the unmasked one with the mask
@@ -897,6 +905,26 @@ case "${1:-verify}" in
     fwd_patch_ab fwdvwait fwd_v_wait_before_turn.diff \
       "${FWD_VWAIT_CELLS:-128:1024:0 128:4096:0 128:16384:0 128:2048:1 128:16384:1 64:512:1 64:4096:0 256:4096:0}"
     ;;
+  fwdtoken)  # issue 29, measured 2026-12-03 on an H200, not adopted (0.997; D=128 +0.1..+1.4%, D=256 order 2 -8%): each consumer K/V wait asked a step ahead (mbarrier.test_wait right after the
+             # previous release; the wait proper only where it said no: lab/ab/fwd_wait_token.diff). The 2026-12-01
+             # source counters put ~50 cycles a step on the branch after each first-try TRYWAIT (every wait had
+             # landed); asked ahead, that round trip runs under the softmax and the other warpgroup's turn. Every
+             # config changes (the loop is shared). Prediction: D=128 +0.5-2.5%, D=64 causal S <= 1k +0-2%, the
+             # rest +-1%. Its A/B, then the fwdq2 checks in the copy.
+    fwd_patch_ab fwdtoken fwd_wait_token.diff \
+      "${FWD_TOKEN_CELLS:-128:1024:0 128:4096:0 128:16384:0 128:2048:1 128:16384:1 64:512:1 64:4096:0 256:4096:0}"
+    ;;
+  fwdtokensel)  # issue 29, measured 2026-12-03 on an H200, not adopted (0.995, D=128 causal 2k -4.6%; FP8 1.000): fwdtoken's waits asked ahead on the step orders 0 and 1 only (D=128, D=64's three-consumer
+                # and small-grid configs, FP8 D=128; lab/ab/fwd_wait_token_order01.diff): fwdtoken measured D=128 +0.1..+1.4%
+                # over five cells but D=256 (order 2) -8%. Prediction: D=128 +0.5-1.5%, the order-2 kernels unchanged
+                # (D=256 control within noise), FP8 D=128 +0-1.5%. Its A/B on the 16-bit forward, the fwdq2 checks
+                # and the packed-batch tests in the copy, then its A/B on lab/fp8_time.py in the same copy.
+    fwd_patch_ab fwdtokensel fwd_wait_token_order01.diff \
+      "${FWD_TOKENSEL_CELLS:-128:512:1 128:1024:0 128:4096:0 128:16384:0 128:2048:1 128:16384:1 64:4096:0 64:4096:1 256:4096:0}"
+    step pytest_fwdtokensel_packed 150 bash -c "cd '$PWD/build/ab-fwdtokensel' && PYTHONPATH='$PWD/build/ab-fwdtokensel' \
+      FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider tests/kernels/test_varlen_gpu.py -ra"
+    fp8_patch_ab fwdtokenselfp8 fwd_wait_token_order01.diff 0 "$PWD/build/ab-fwdtokensel"
+    ;;
   fwdrelease)  # issue 29, measured 2026-12-03 on an H200, not adopted (0.990): the consumers release each Q, K and V stage with one arrival a warp
                # (lane 0, once its warp has waited for the wgmma that read it; the empty barriers count
                # kConsumerThreads / 32) instead of one a thread: 32 times fewer arrivals on the barrier a release.
@@ -1183,6 +1211,31 @@ case "${1:-verify}" in
     step "compare_$tag" 60 python3 lab/ncu_source_top.py --compare "$OUT/ncu_source_fwd_${tag}_ours.csv" \
       "$OUT/ncu_source_fwd_${tag}_$peer.csv" stall_wait
     ;;
+  fwdl2)  # issue 29, 2026-12-03: at D=128 S=4k non-causal ncu reads our L2 throughput 40.2% of peak against
+          # FlashAttention-3's 24.1% and cuDNN's 30.6% for the same K/V bytes (L1 hit rate 70% against 88%): which L2
+          # sub-unit and which operations (ncu's breakdown of lts__throughput, L2 sectors by read / write / atomic /
+          # reduction) for the three kernels (FWD_L2_SHAPES); then the plain sector counts alone (in case ncu refuses the breakdown)
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    l2_sectors=lts__t_sectors.sum,lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_atom.sum,lts__t_sectors_op_red.sum
+    step ncu_fwd_l2_breakdown 200 env OUT="$OUT/l2-breakdown" \
+      NCU_FWD_EXTRA="breakdown:lts__throughput.avg.pct_of_peak_sustained_elapsed,$l2_sectors" \
+      bash lab/ncu_fwd.sh ${FWD_L2_SHAPES:-128:4096:0}
+    step ncu_fwd_l2_sectors 200 env OUT="$OUT/l2-sectors" NCU_FWD_EXTRA="$l2_sectors" \
+      bash lab/ncu_fwd.sh ${FWD_L2_SHAPES:-128:4096:0}
+    ;;
+  fwdhalfkv)  # issue 29, prepared 2026-12-03, a measurement with wrong results (no tests): FlashAttention-3's D=128
+              # forward runs 2-CTA clusters that multicast K/V (ncu at S=4k non-causal: 76.6 M L2 read sectors against
+              # our 129.3 M and cuDNN's 100.4 M). lab/ab/lab_fwd_half_kv_loads.diff loads only the first half of each
+              # K/V tile's chunks (D=128: one of two, D=256: two of four; D=64 unchanged, its control) once the stages
+              # have been filled whole, as each CTA of a multicast pair would: the upper bound of what halving
+              # the L2 reads and TMA issues buys, before building the cluster. Prediction: D=128 +0-3% (the
+              # consumers' K/V waits already succeed at the first try), D=256 +0-2%.
+    env_info > "$OUT/env.txt" 2>&1
+    step ab_fwdhalfkv 500 env PATCH=lab_fwd_half_kv_loads.diff REVERSE=0 AB_COPY="$PWD/build/ab-fwdhalfkv" OUT="$OUT/ab" \
+      AB_CMD="python3 lab/fwd_time.py --rounds 8 ${FWD_HALF_KV_CELLS:-128:1024:0 128:4096:0 128:16384:0 128:4096:1 128:16384:1 256:4096:0 256:16384:1 64:4096:0}" \
+      bash lab/ab/run_ab.sh
+    ;;
   detsource)  # 2026-11-30 (issue 27; measured on an H200: the consumers wait for their stage): where
               # deterministic mode's D=256 cost goes, per SASS instruction: ncu's source counters of the Hopper main kernel, default and deterministic, at
               # S=4k non-causal (rotated walks) and S=8k causal (DET_SOURCE_SHAPES), then the two side by side
@@ -1356,7 +1409,7 @@ case "${1:-verify}" in
     step bwd_wide_short 150 python3 lab/bwd_wide_time.py --rounds 5 --seqs 512,768,1024
     step bwd_breakdown_short 150 python3 lab/kernel_breakdown.py --dims 128 --seqs 512,1024
     ;;
-  bwdpersistent)  # issue 27, prepared 2026-12-03, not yet run: the Hopper backward on a persistent grid
+  bwdpersistent)  # issue 27, measured 2026-12-03 on an H200, not adopted (non-causal 0.980, causal 0.817 on a static stride): the Hopper backward on a persistent grid
                   # (lab/ab/bwd_persistent.diff: kernel.cuh kPersistent, one CTA an SM walking blocks c, c + SMs, ...,
                   # each role carrying its barrier phases in one word, BwdPhase; the next block's K/V loaded behind
                   # the epilogue, dK/dV staged over the dS^T buffers and the dQ tile when a block follows; unmasked
@@ -1682,7 +1735,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

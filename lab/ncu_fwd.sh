@@ -22,6 +22,8 @@ stalls="${stalls}sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,
 stalls="${stalls},lts__throughput.avg.pct_of_peak_sustained_elapsed"
 stalls="${stalls},l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum"
 stalls="${stalls},smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active"
+# NCU_FWD_EXTRA: more metrics, comma-separated (e.g. breakdown:lts__throughput.avg.pct_of_peak_sustained_elapsed).
+stalls="${stalls}${NCU_FWD_EXTRA:+,$NCU_FWD_EXTRA}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 timeout 400 ncu --profile-from-start off --nvtx --print-summary none \
   --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
