@@ -1244,7 +1244,8 @@ case "${1:-verify}" in
                  # 64-column chunks into both, a stage's release also arrives on the other CTA's empty barrier, one
                  # arrival a consumer warp; FLASHATTN_FWD_CLUSTER_KV=0 off). Run after fwdhalfkv says the halved L2 reads
                  # pay. Prediction: D=128 non-causal +0-3% (at most fwdhalfkv's gain), the masked D=128 cell and the
-                 # D=64/256 controls unchanged. Its A/B, then the fwdq2 checks in the copy.
+                 # D=64/256 controls unchanged. Its A/B, then the fwdq2 checks in the copy (test_fwd_split_gpu.py's
+                 # test_cluster_kv_pairs_match_single_ctas among them: bitwise the outputs with FLASHATTN_FWD_CLUSTER_KV=0).
     fwd_patch_ab fwdclusterkv fwd_cluster_kv.diff \
       "${FWD_CLUSTER_KV_CELLS:-128:512:0 128:1024:0 128:4096:0 128:16384:0 128:4096:1 64:4096:0 256:4096:0}"
     ;;
