@@ -157,10 +157,12 @@ static void portable_bwd(const BwdParams& b, size_t nq) {
   CHECK(run_bwd<typename BwdTileConfig<D, BwdTileVariant::kLarge>::Traits, Element>(b, 0));
 }
 
+static DeviceLimits g_dev;  // main() fills it from the device's properties
+
 template <typename Traits, typename Element>
 static void sm90_bwd(const BwdParams& b, size_t accum) {
   CHECK(cudaMemsetAsync(b.dq_accum, 0, accum * 4, 0));
-  CHECK((sm90::run_bwd_sm90<Traits, Element, false, false>(b, 0)));
+  CHECK((sm90::run_bwd_sm90<Traits, Element, false, false>(b, g_dev, 0)));
 }
 
 struct Cmp {
@@ -288,6 +290,10 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+  g_dev.sm_count = prop.multiProcessorCount;
+  g_dev.max_smem_per_block = static_cast<int>(prop.sharedMemPerBlockOptin);
+  g_dev.cc_major = prop.major;
+  g_dev.cc_minor = prop.minor;
   if (prop.major != 9) {
     std::printf("FAIL: needs an sm_90 GPU (H100/H200)\n");
     return 1;

@@ -262,7 +262,7 @@ def bwd_sm90() -> KernelPath:
                     args = f"{traits}, {ctype}, {softcap}, {packed}"
                     entries.append(Entry(f"FLASHATTN_BWD_SM90_INSTANCE({ctype}, {d}, {softcap}, {packed}, {wide})", {
                         f"{prefix}_{dname}_hdim{d}{suffix}.cu": [
-                            f"template cudaError_t run_bwd_sm90<{args}>(const BwdParams&, cudaStream_t);\n",
+                            f"template cudaError_t run_bwd_sm90<{args}>(const BwdParams&, const DeviceLimits&, cudaStream_t);\n",
                             f"template bool bwd_kernel_is_real<{args}>();\n",
                         ]
                     }))

@@ -21,13 +21,13 @@ namespace flashattn {
 namespace sm90 {
 
 template <typename Traits, typename Element, bool kSoftcap, bool kPacked>
-cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream);
+cudaError_t run_bwd_sm90(const BwdParams& p, const DeviceLimits& dev, cudaStream_t stream);
 template <typename Traits, typename Element, bool kSoftcap, bool kPacked>
 bool bwd_kernel_is_real();
 
 namespace {
 
-using LaunchFn = cudaError_t (*)(const BwdParams&, cudaStream_t);
+using LaunchFn = cudaError_t (*)(const BwdParams&, const DeviceLimits&, cudaStream_t);
 using RealFn = bool (*)();
 
 struct Sm90BwdLauncher {
@@ -229,7 +229,7 @@ bool flash_bwd_sm90_supported(const BwdParams& p, const DeviceLimits& dev) {
 cudaError_t flash_bwd_sm90(const BwdParams& p, const DeviceLimits& dev, cudaStream_t stream) {
   const int i = sm90::supported_launcher(p, dev);
   if (i < 0) return cudaErrorNotSupported;
-  return sm90::kLaunchers[i].launch(p, stream);
+  return sm90::kLaunchers[i].launch(p, dev, stream);
 }
 
 }  // namespace flashattn

@@ -8,7 +8,6 @@
 
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdlib>
 
 #include "../common/bwd_packed.cuh"
@@ -70,21 +69,6 @@ inline int bwd_reverse_m(const BwdParams& p) {
   return v == nullptr || *v == '\0' ? kBwdReverseM : (std::atoi(v) != 0 ? 1 : 0);
 }
 
-// The current device's SM count, read once per device: a driver query on every call would sit on
-// the call's host path (0 when it cannot be read).
-inline int bwd_sm_count() {
-  constexpr int kMaxDevices = 64;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return 0;
-  static std::atomic<int> cache[kMaxDevices] = {};
-  int sms = cache[device].load(std::memory_order_relaxed);
-  if (sms == 0) {
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return 0;
-    cache[device].store(sms, std::memory_order_relaxed);
-  }
-  return sms;
-}
-
 // Deterministic mode without a mask: every key block of a head walks the same query blocks, so with
 // the count-down order (block.h: bwd_det_ticket) the head's CTAs, which start together, queue on
 // one ticket after another: key block n's first addition waits for the N - 1 - n blocks above it,
@@ -96,13 +80,12 @@ inline int bwd_sm_count() {
 // rotation (N <= M). FLASHATTN_BWD_ROTATE=0 keeps the count-down order (a lab switch read at every
 // such call, for side-by-side timing).
 template <bool kPacked>
-int bwd_rotate_m(const BwdParams& p, int num_n_blocks, int num_m_blocks) {
+int bwd_rotate_m(const BwdParams& p, const DeviceLimits& dev, int num_n_blocks, int num_m_blocks) {
   // (Deterministic mode never splits a GQA group or the last wave: run_bwd_sm90 refuses those.)
   if (p.dq_semaphore == nullptr || kPacked || p.has_mask() || num_n_blocks > num_m_blocks) return 0;
   const char* v = std::getenv("FLASHATTN_BWD_ROTATE");
   if (v != nullptr && *v != '\0' && std::atoi(v) == 0) return 0;
-  const int sms = bwd_sm_count();
-  return sms > 0 && 2 * num_n_blocks <= sms ? 1 : 0;
+  return 2 * num_n_blocks <= dev.sm_count ? 1 : 0;
 }
 
 // dq_accum tiles per query head of a packed batch (block.h: bwd_packed_dq_block0).
@@ -112,7 +95,7 @@ long long bwd_packed_dq_blocks(const BwdParams& p) {
 }
 
 template <typename Traits, typename Element, bool kSoftcap, bool kPacked>
-cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
+cudaError_t run_bwd_sm90(const BwdParams& p, const DeviceLimits& dev, cudaStream_t stream) {
   if ((p.softcap != 0.f) != kSoftcap || (p.cu_seqlens_q != nullptr) != kPacked) return cudaErrorInvalidValue;
   if (p.head_dim > Traits::kHeadDim || p.head_dim % 8 != 0) return cudaErrorInvalidValue;
   // A split GQA group: dense calls in the default mode only, with the float32 dK/dV sums.
@@ -130,7 +113,7 @@ cudaError_t run_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
   kp.num_m_blocks = (p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   kp.lpt_heads = bwd_lpt_heads<Traits>(p);
   kp.reverse_m = bwd_reverse_m(p);
-  kp.rotate_m = bwd_rotate_m<kPacked>(p, kp.num_n_blocks, kp.num_m_blocks);
+  kp.rotate_m = bwd_rotate_m<kPacked>(p, dev, kp.num_n_blocks, kp.num_m_blocks);
   const long long dq_blocks = kPacked ? bwd_packed_dq_blocks<Traits>(p) : 0;
   if (dq_blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
   kp.dq_blocks_per_head = static_cast<int>(dq_blocks);

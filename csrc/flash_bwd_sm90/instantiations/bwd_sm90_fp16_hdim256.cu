@@ -3,7 +3,7 @@
 
 namespace flashattn {
 namespace sm90 {
-template cudaError_t run_bwd_sm90<Sm90BwdConfig<256, false>::Traits, __half, false, false>(const BwdParams&, cudaStream_t);
+template cudaError_t run_bwd_sm90<Sm90BwdConfig<256, false>::Traits, __half, false, false>(const BwdParams&, const DeviceLimits&, cudaStream_t);
 template bool bwd_kernel_is_real<Sm90BwdConfig<256, false>::Traits, __half, false, false>();
 }  // namespace sm90
 }  // namespace flashattn

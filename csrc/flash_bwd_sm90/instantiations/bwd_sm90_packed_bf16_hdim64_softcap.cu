@@ -3,7 +3,7 @@
 
 namespace flashattn {
 namespace sm90 {
-template cudaError_t run_bwd_sm90<Sm90BwdConfig<64, true>::Traits, __nv_bfloat16, true, true>(const BwdParams&, cudaStream_t);
+template cudaError_t run_bwd_sm90<Sm90BwdConfig<64, true>::Traits, __nv_bfloat16, true, true>(const BwdParams&, const DeviceLimits&, cudaStream_t);
 template bool bwd_kernel_is_real<Sm90BwdConfig<64, true>::Traits, __nv_bfloat16, true, true>();
 }  // namespace sm90
 }  // namespace flashattn
