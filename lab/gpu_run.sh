@@ -1216,14 +1216,12 @@ case "${1:-verify}" in
   fwdl2)  # issue 29, 2026-12-03: at D=128 S=4k non-causal ncu reads our L2 throughput 40.2% of peak against
           # FlashAttention-3's 24.1% and cuDNN's 30.6% for the same K/V bytes (L1 hit rate 70% against 88%): which L2
           # sub-unit and which operations (ncu's breakdown of lts__throughput, L2 sectors by read / write / atomic /
-          # reduction) for the three kernels (FWD_L2_SHAPES); then the plain sector counts alone (in case ncu refuses the breakdown)
+          # reduction) for the three kernels (FWD_L2_SHAPES). (Its run of 2026-12-03 also ran the sector counts alone in
+          # case ncu refused the breakdown; it did not, so that second profile is gone.)
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
-    l2_sectors=lts__t_sectors.sum,lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_atom.sum,lts__t_sectors_op_red.sum
     step ncu_fwd_l2_breakdown 200 env OUT="$OUT/l2-breakdown" \
-      NCU_FWD_EXTRA="breakdown:lts__throughput.avg.pct_of_peak_sustained_elapsed,$l2_sectors" \
-      bash lab/ncu_fwd.sh ${FWD_L2_SHAPES:-128:4096:0}
-    step ncu_fwd_l2_sectors 200 env OUT="$OUT/l2-sectors" NCU_FWD_EXTRA="$l2_sectors" \
+      NCU_FWD_EXTRA="breakdown:lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sectors.sum,lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_atom.sum,lts__t_sectors_op_red.sum" \
       bash lab/ncu_fwd.sh ${FWD_L2_SHAPES:-128:4096:0}
     ;;
   fwdhalfkv)  # issue 29, prepared 2026-12-03, a measurement with wrong results (no tests): FlashAttention-3's D=128
@@ -1423,6 +1421,8 @@ case "${1:-verify}" in
     step bwd_breakdown_short 150 python3 lab/kernel_breakdown.py --dims 128 --seqs 512,1024
     ;;
   bwdpersistent)  # issue 27, measured 2026-12-03 on an H200, not adopted (non-causal 0.980, causal 0.817 on a static stride): the Hopper backward on a persistent grid
+                  # (the diff applies to commit eb5151f's csrc: it reads the SM count through bwd_sm_count, which the
+                  # backward's launchers replaced by the DeviceLimits they take since)
                   # (lab/ab/bwd_persistent.diff: kernel.cuh kPersistent, one CTA an SM walking blocks c, c + SMs, ...,
                   # each role carrying its barrier phases in one word, BwdPhase; the next block's K/V loaded behind
                   # the epilogue, dK/dV staged over the dS^T buffers and the dQ tile when a block follows; unmasked
