@@ -59,9 +59,9 @@
 #                                     its A/B, the checks and packed-batch tests, its FP8 A/B in the same copy (~7 min)
 #   bash lab/gpu_run.sh fwdl2     ncu's breakdown of the L2's throughput and its sectors by operation, ours, cuDNN's and
 #                                     FlashAttention-3's forward at D=128 S=4k non-causal (~3 min)
-#   bash lab/gpu_run.sh fwdhalfkv prepared 2026-12-03, not yet run (wrong results, timing only): half of each K/V tile's chunks
+#   bash lab/gpu_run.sh fwdhalfkv measured 2026-12-04 (1.0095; D=128 4k +0.9%, 16k 0%; wrong results, timing only): half of each K/V tile's chunks
 #                                     loaded, the upper bound of a 2-CTA K/V multicast (lab/ab/lab_fwd_half_kv_loads.diff) (~5 min)
-#   bash lab/gpu_run.sh fwdclusterkv prepared 2026-12-03, not yet run: the static D=128 forward in 2-CTA clusters sharing K/V by TMA
+#   bash lab/gpu_run.sh fwdclusterkv measured 2026-12-04, not adopted (clustered cells 0.71-0.72): the static D=128 forward in 2-CTA clusters sharing K/V by TMA
 #                                     multicast (lab/ab/fwd_cluster_kv.diff): its A/B on D=128 non-causal cells, the checks (~7 min)
 #   bash lab/gpu_run.sh fwdrelease measured 2026-12-03, not adopted (0.990): the Q/K/V stages released with one arrival a consumer warp, not a thread
 #                                     (lab/ab/fwd_release_one_lane.diff): its A/B over D=64/128/256 cells, the checks (~6 min)
@@ -1224,7 +1224,7 @@ case "${1:-verify}" in
       NCU_FWD_EXTRA="breakdown:lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sectors.sum,lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_atom.sum,lts__t_sectors_op_red.sum" \
       bash lab/ncu_fwd.sh ${FWD_L2_SHAPES:-128:4096:0}
     ;;
-  fwdhalfkv)  # issue 29, prepared 2026-12-03, a measurement with wrong results (no tests): FlashAttention-3's D=128
+  fwdhalfkv)  # issue 29, measured 2026-12-04 (1.0095: D=128 1k +3.3%, 4k +0.9%, 16k 0%), a measurement with wrong results (no tests): FlashAttention-3's D=128
               # forward runs 2-CTA clusters that multicast K/V (ncu at S=4k non-causal: 76.6 M L2 read sectors against
               # our 129.3 M and cuDNN's 100.4 M). lab/ab/lab_fwd_half_kv_loads.diff loads only the first half of each
               # K/V tile's chunks (D=128: one of two, D=256: two of four; D=64 unchanged, its control) once the stages
@@ -1236,7 +1236,7 @@ case "${1:-verify}" in
       AB_CMD="python3 lab/fwd_time.py --rounds 8 ${FWD_HALF_KV_CELLS:-128:1024:0 128:4096:0 128:16384:0 128:4096:1 128:16384:1 256:4096:0 256:16384:1 64:4096:0}" \
       bash lab/ab/run_ab.sh
     ;;
-  fwdclusterkv)  # issue 29, prepared 2026-12-03, not yet run: the static D=128 forward in 2-CTA clusters sharing each K/V tile by
+  fwdclusterkv)  # issue 29, measured 2026-12-04, not adopted (every clustered cell 0.71-0.72, correct): the static D=128 forward in 2-CTA clusters sharing each K/V tile by
                  # TMA multicast, as FlashAttention-3's (lab/ab/fwd_cluster_kv.diff, a lab form behind Sm90Params::cluster_kv:
                  # calls without a mask or a split whose query tiles a head are even; each CTA loads one of the two
                  # 64-column chunks into both, a stage's release also arrives on the other CTA's empty barrier, one
