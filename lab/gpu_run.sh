@@ -63,6 +63,8 @@
 #                                     loaded, the upper bound of a 2-CTA K/V multicast (lab/ab/lab_fwd_half_kv_loads.diff) (~5 min)
 #   bash lab/gpu_run.sh fwdclusterkv measured 2026-12-04, not adopted (clustered cells 0.71-0.72): the static D=128 forward in 2-CTA clusters sharing K/V by TMA
 #                                     multicast (lab/ab/fwd_cluster_kv.diff): its A/B on D=128 non-causal cells, the checks (~7 min)
+#   bash lab/gpu_run.sh fwdclusterkvcount prepared 2026-12-04, not yet run: fwdclusterkv's copy with the cluster count printed and
+#                                     forced (lab/fwd_cluster_kv_time.py: unclustered, the query's count, 66/64/48 clusters) (~3 min)
 #   bash lab/gpu_run.sh fwdrelease measured 2026-12-03, not adopted (0.990): the Q/K/V stages released with one arrival a consumer warp, not a thread
 #                                     (lab/ab/fwd_release_one_lane.diff): its A/B over D=64/128/256 cells, the checks (~6 min)
 #   bash lab/gpu_run.sh fwdunmasked measured 2026-12-03, not adopted (0.983): the key-block walk in three loops, the unmasked one with the mask
@@ -1247,6 +1249,18 @@ case "${1:-verify}" in
     fwd_patch_ab fwdclusterkv fwd_cluster_kv.diff \
       "${FWD_CLUSTER_KV_CELLS:-128:512:0 128:1024:0 128:4096:0 128:16384:0 128:4096:1 64:4096:0 256:4096:0}"
     ;;
+  fwdclusterkvcount)  # issue 29, prepared 2026-12-04, not yet run: why fwdclusterkv's clustered cells ran at 0.71-0.72 at
+                      # every length (a capacity loss: 96 of 132 SMs would give 0.727). The copy with lab/ab/fwd_cluster_kv.diff
+                      # built alone, then lab/fwd_cluster_kv_time.py: the occupancy query's cluster count printed, the call
+                      # unclustered, with the query's count and with 66 / 64 / 48 clusters forced
+                      # (FLASHATTN_FWD_CLUSTER_KV_CLUSTERS), interleaved in one process with SDPA's default. Prediction: the
+                      # query answers ~48 and 66 forced recovers >= 1.0x of the unclustered call (512/1k up to +3%, as
+                      # fwdhalfkv bounds it); if 66 forced stays ~0.72, the pair's lockstep is the loss instead.
+    env_info > "$OUT/env.txt" 2>&1
+    copy="$PWD/build/ab-fwdclusterkvcount"
+    build_patched fwdclusterkvcount fwd_cluster_kv.diff 0
+    step cluster_kv_time 300 bash -c "cd '$copy' && PYTHONPATH='$copy' python3 lab/fwd_cluster_kv_time.py ${FWD_CLUSTER_KV_TIME_ARGS:-}"
+    ;;
   detsource)  # 2026-11-30 (issue 27; measured on an H200: the consumers wait for their stage): where
               # deterministic mode's D=256 cost goes, per SASS instruction: ncu's source counters of the Hopper main kernel, default and deterministic, at
               # S=4k non-causal (rotated walks) and S=8k causal (DET_SOURCE_SHAPES), then the two side by side
@@ -1748,7 +1762,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
