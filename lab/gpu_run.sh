@@ -61,9 +61,9 @@
 #                                     FlashAttention-3's forward at D=128 S=4k non-causal (~3 min)
 #   bash lab/gpu_run.sh fwdhalfkv measured 2026-12-04 (1.0095; D=128 4k +0.9%, 16k 0%; wrong results, timing only): half of each K/V tile's chunks
 #                                     loaded, the upper bound of a 2-CTA K/V multicast (lab/ab/lab_fwd_half_kv_loads.diff) (~5 min)
-#   bash lab/gpu_run.sh fwdclusterkv measured 2026-12-04, not adopted (clustered cells 0.71-0.72): the static D=128 forward in 2-CTA clusters sharing K/V by TMA
+#   bash lab/gpu_run.sh fwdclusterkv measured 2026-12-04, not adopted (clustered cells 0.71-0.72 with a cluster-scope release; 0.98-1.00 CTA-scoped): the static D=128 forward in 2-CTA clusters sharing K/V by TMA
 #                                     multicast (lab/ab/fwd_cluster_kv.diff): its A/B on D=128 non-causal cells, the checks (~7 min)
-#   bash lab/gpu_run.sh fwdclusterkvcount prepared 2026-12-04, not yet run: fwdclusterkv's copy with the cluster count printed and
+#   bash lab/gpu_run.sh fwdclusterkvcount measured 2026-12-04 (66 clusters; CTA-scoped release 0.98-1.00, not adopted): fwdclusterkv's copy with the cluster count printed and
 #                                     forced (lab/fwd_cluster_kv_time.py: unclustered, the query's count, 66/64/48 clusters) (~3 min)
 #   bash lab/gpu_run.sh fwdrelease measured 2026-12-03, not adopted (0.990): the Q/K/V stages released with one arrival a consumer warp, not a thread
 #                                     (lab/ab/fwd_release_one_lane.diff): its A/B over D=64/128/256 cells, the checks (~6 min)
@@ -1249,8 +1249,10 @@ case "${1:-verify}" in
     fwd_patch_ab fwdclusterkv fwd_cluster_kv.diff \
       "${FWD_CLUSTER_KV_CELLS:-128:512:0 128:1024:0 128:4096:0 128:16384:0 128:4096:1 64:4096:0 256:4096:0}"
     ;;
-  fwdclusterkvcount)  # issue 29, prepared 2026-12-04, not yet run: why fwdclusterkv's clustered cells ran at 0.71-0.72 at
-                      # every length (a capacity loss: 96 of 132 SMs would give 0.727). The copy with lab/ab/fwd_cluster_kv.diff
+  fwdclusterkvcount)  # issue 29, 2026-12-04: why fwdclusterkv's clustered cells ran at 0.71-0.72 at every length. Measured
+                      # the same day: the query answers 66 clusters (not the grid), so the diff's remote release is now
+                      # CTA-scoped (mbarrier.arrive.shared::cluster, as CUTLASS's ClusterBarrier) instead of release.cluster:
+                      # the clustered call then 0.999 / 0.987 / 0.984 / 0.991 of the unclustered at 512 / 1k / 4k / 16k. The copy with lab/ab/fwd_cluster_kv.diff
                       # built alone, then lab/fwd_cluster_kv_time.py: the occupancy query's cluster count printed, the call
                       # unclustered, with the query's count and with 66 / 64 / 48 clusters forced
                       # (FLASHATTN_FWD_CLUSTER_KV_CLUSTERS), interleaved in one process with SDPA's default. Prediction: the
@@ -1259,6 +1261,8 @@ case "${1:-verify}" in
     env_info > "$OUT/env.txt" 2>&1
     copy="$PWD/build/ab-fwdclusterkvcount"
     build_patched fwdclusterkvcount fwd_cluster_kv.diff 0
+    step pytest_cluster_kv 120 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest \
+      -q -p no:cacheprovider tests/kernels/test_fwd_split_gpu.py -k cluster_kv -ra"
     step cluster_kv_time 300 bash -c "cd '$copy' && PYTHONPATH='$copy' python3 lab/fwd_cluster_kv_time.py ${FWD_CLUSTER_KV_TIME_ARGS:-}"
     ;;
   detsource)  # 2026-11-30 (issue 27; measured on an H200: the consumers wait for their stage): where
