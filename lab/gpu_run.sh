@@ -63,6 +63,8 @@
 #                                     loaded, the upper bound of a 2-CTA K/V multicast (lab/ab/lab_fwd_half_kv_loads.diff) (~5 min)
 #   bash lab/gpu_run.sh fwdclusterkv measured 2026-12-04, not adopted (clustered cells 0.71-0.72 with a cluster-scope release; 0.98-1.00 CTA-scoped): the static D=128 forward in 2-CTA clusters sharing K/V by TMA
 #                                     multicast (lab/ab/fwd_cluster_kv.diff): its A/B on D=128 non-causal cells, the checks (~7 min)
+#   bash lab/gpu_run.sh fwdnc176v2 prepared 2026-12-04: D=128 non-causal on 128 x 176 tiles on today's step
+#                                     (lab/ab/fwd_d128_noncausal_n176_v2.diff): its A/B on D=128 non-causal cells, the checks (~6 min)
 #   bash lab/gpu_run.sh fwdclusterkvcount measured 2026-12-04 (66 clusters; CTA-scoped release 0.98-1.00, not adopted): fwdclusterkv's copy with the cluster count printed and
 #                                     forced (lab/fwd_cluster_kv_time.py: unclustered, the query's count, 66/64/48 clusters) (~3 min)
 #   bash lab/gpu_run.sh fwdrelease measured 2026-12-03, not adopted (0.990): the Q/K/V stages released with one arrival a consumer warp, not a thread
@@ -1580,6 +1582,14 @@ PY
     step pytest_nc176 300 bash -c "cd /tmp/flashattn-nc176 && PYTHONPATH=/tmp/flashattn-nc176 FLASHATTN_HYPOTHESIS_PROFILE=ci \
       python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_gpu.py tests/kernels/test_window_gpu.py -x"
     ;;
+  fwdnc176v2)  # issue 29, prepared 2026-12-04: FlashAttention-3's D=128 non-causal tile (128 x 176) again, on today's step
+               # (lab/ab/fwd_d128_noncausal_n176_v2.diff, a lab form: Sm90NonCausalConfig<128> at every length, its
+               # static, dynamic and packed kernels generated; sm_90a 0 spills). Its A/B on D=128 non-causal cells
+               # with a causal and a D=64 control, then the fwdq2 checks in the patched copy. Prediction (its first form:
+               # 8k -0.3%, 16k +0.5-1.1%, S <= 1k -8..-19% on the H100): 16k +0-2%, 4k -1..+1%, 1k and below slower.
+    fwd_patch_ab fwdnc176v2 fwd_d128_noncausal_n176_v2.diff \
+      "${FWD_NC176_CELLS:-128:1024:0 128:4096:0 128:8192:0 128:16384:0 128:4096:1 64:4096:0}"
+    ;;
   fp8vt)  # 2026-11-28: the FP8 forward's V transpose at 128 x 128 per CTA (fp8_transpose.cu): build, the FP8
           # tests, the sanitizers on the FP8 cases, the kernel breakdown against FlashAttention-3
     env_info > "$OUT/env.txt" 2>&1
@@ -1766,7 +1776,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
