@@ -63,7 +63,7 @@
 #                                     loaded, the upper bound of a 2-CTA K/V multicast (lab/ab/lab_fwd_half_kv_loads.diff) (~5 min)
 #   bash lab/gpu_run.sh fwdclusterkv measured 2026-12-04, not adopted (clustered cells 0.71-0.72 with a cluster-scope release; 0.98-1.00 CTA-scoped): the static D=128 forward in 2-CTA clusters sharing K/V by TMA
 #                                     multicast (lab/ab/fwd_cluster_kv.diff): its A/B on D=128 non-causal cells, the checks (~7 min)
-#   bash lab/gpu_run.sh fwdnc176v2 prepared 2026-12-04: D=128 non-causal on 128 x 176 tiles on today's step
+#   bash lab/gpu_run.sh fwdnc176v2 measured 2026-12-04, not adopted (0.991; 8k/16k +1%, 1k -4%): D=128 non-causal on 128 x 176 tiles on today's step
 #                                     (lab/ab/fwd_d128_noncausal_n176_v2.diff): its A/B on D=128 non-causal cells, the checks (~6 min)
 #   bash lab/gpu_run.sh fwdclusterkvcount measured 2026-12-04 (66 clusters; CTA-scoped release 0.98-1.00, not adopted): fwdclusterkv's copy with the cluster count printed and
 #                                     forced (lab/fwd_cluster_kv_time.py: unclustered, the query's count, 66/64/48 clusters) (~3 min)
@@ -1582,7 +1582,7 @@ PY
     step pytest_nc176 300 bash -c "cd /tmp/flashattn-nc176 && PYTHONPATH=/tmp/flashattn-nc176 FLASHATTN_HYPOTHESIS_PROFILE=ci \
       python3 -m pytest -q -p no:cacheprovider tests/kernels/test_attention_gpu.py tests/kernels/test_window_gpu.py -x"
     ;;
-  fwdnc176v2)  # issue 29, prepared 2026-12-04: FlashAttention-3's D=128 non-causal tile (128 x 176) again, on today's step
+  fwdnc176v2)  # issue 29, measured 2026-12-04, not adopted (0.991: 1k -4.1%, 4k -0.8%, 8k/16k +0.9/+1.0%, controls -1.2%): FlashAttention-3's D=128 non-causal tile (128 x 176) again, on today's step
                # (lab/ab/fwd_d128_noncausal_n176_v2.diff, a lab form: Sm90NonCausalConfig<128> at every length, its
                # static, dynamic and packed kernels generated; sm_90a 0 spills). Its A/B on D=128 non-causal cells
                # with a causal and a D=64 control, then the fwdq2 checks in the patched copy. Prediction (its first form:
