@@ -25,22 +25,23 @@ from benchmarks import bench_common as bc  # noqa: E402
 DEFAULT_CELLS = "512:32:16 1024:16:16 4096:4:16 16384:1:16"
 
 
+def _apply(values: dict[str, str | None]) -> None:
+    """Set each variable, or unset it where the value is None."""
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @contextlib.contextmanager
 def _env(values: dict[str, str | None]):
     saved = {k: os.environ.get(k) for k in values}
     try:
-        for k, v in values.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _apply(values)
         yield
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _apply(saved)
 
 
 def main(argv: list[str]) -> int:
