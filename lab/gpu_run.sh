@@ -1241,7 +1241,7 @@ case "${1:-verify}" in
       AB_CMD="python3 lab/fwd_time.py --rounds 8 ${FWD_HALF_KV_CELLS:-128:1024:0 128:4096:0 128:16384:0 128:4096:1 128:16384:1 256:4096:0 256:16384:1 64:4096:0}" \
       bash lab/ab/run_ab.sh
     ;;
-  fwdclusterkv)  # issue 29, measured 2026-12-04, not adopted (every clustered cell 0.71-0.72, correct): the static D=128 forward in 2-CTA clusters sharing each K/V tile by
+  fwdclusterkv)  # issue 29, measured 2026-12-04, not adopted (every clustered cell 0.71-0.72, correct, with the remote release at cluster scope; CTA-scoped since, 0.98-1.00: fwdclusterkvcount): the static D=128 forward in 2-CTA clusters sharing each K/V tile by
                  # TMA multicast, as FlashAttention-3's (lab/ab/fwd_cluster_kv.diff, a lab form behind Sm90Params::cluster_kv:
                  # calls without a mask or a split whose query tiles a head are even; each CTA loads one of the two
                  # 64-column chunks into both, a stage's release also arrives on the other CTA's empty barrier, one
