@@ -14,34 +14,24 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
+import functools
 import statistics
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import bench_common as bc  # noqa: E402
+from gpu_timing import env_vars  # noqa: E402
 
 DEFAULT_CELLS = "512:32:16 1024:16:16 4096:4:16 16384:1:16"
 
 
-def _apply(values: dict[str, str | None]) -> None:
-    """Set each variable, or unset it where the value is None."""
-    for k, v in values.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-
-
 @contextlib.contextmanager
-def _env(values: dict[str, str | None]):
-    saved = {k: os.environ.get(k) for k in values}
-    try:
-        _apply(values)
+def _batch_ctx(env: dict[str, str | None], ctx) -> Iterator[None]:
+    """A variant's timed batches: its environment, then the implementation's own context."""
+    with env_vars(**env), ctx():
         yield
-    finally:
-        _apply(saved)
 
 
 def main(argv: list[str]) -> int:
@@ -70,17 +60,11 @@ def main(argv: list[str]) -> int:
         fn, ctx = bc.make_callable("flashattn", shape, q, k, v)
         runnables = {}
         for name, env in variants.items():
-            def make_ctx(env=env, ctx=ctx):
-                @contextlib.contextmanager
-                def both():
-                    with _env(env), ctx():
-                        yield
-                return both()
             if name == "query":
-                with _env({**env, "FLASHATTN_FWD_CLUSTER_KV_VERBOSE": "1"}), ctx():
+                with _batch_ctx({**env, "FLASHATTN_FWD_CLUSTER_KV_VERBOSE": "1"}, ctx):
                     fn()
                     torch.cuda.synchronize()
-            runnables[name] = bc.Runnable(fn, make_ctx)
+            runnables[name] = bc.Runnable(fn, functools.partial(_batch_ctx, env, ctx))
         sfn, sctx = bc.make_callable("sdpa-default", shape, q, k, v)
         runnables["sdpa-default"] = bc.Runnable(sfn, sctx)
         ref = None

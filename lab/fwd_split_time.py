@@ -28,7 +28,7 @@ import triton.testing
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
-from gpu_timing import geomean
+from gpu_timing import env_vars, geomean
 
 FWD = torch.ops.flashattn.fwd.default
 
@@ -49,23 +49,10 @@ def single_call_us(fn, samples: int = 40) -> float:
     return statistics.median(ts)
 
 
-def set_env(name: str, value: str | None) -> None:
-    if value is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = value
-
-
 def with_env(fn, **env: str | None) -> float:
     """fn's graph-replayed time (ms) with the environment variables set (None: unset) around it."""
-    saved = {k: os.environ.get(k) for k in env}
-    try:
-        for k, v in env.items():
-            set_env(k, v)
+    with env_vars(**env):
         return graph_ms(fn)
-    finally:
-        for k, v in saved.items():
-            set_env(k, v)
 
 
 def counts() -> None:

@@ -3,18 +3,22 @@ decode_check.py; do_bench_ms, cudnn_backward_ms, flex_backward_ms and geomean fo
 scripts; cudnn_backward_fn, the same callable for interleaved rounds), on top of
 the benchmark suite's primitives (benchmarks/bench_common.py: time_calls_ms, one event pair around
 back-to-back calls; measure_interleaved, the round schedule); and kernel_table, a call's kernels
-under torch.profiler (decode_profile.py, fp8_time.py --breakdown, bwd_softcap_kernels.py).
+under torch.profiler (decode_profile.py, fp8_time.py --breakdown, bwd_softcap_kernels.py); and
+env_vars, the extension's per-call lab switches set around a timing (fwd_split_time.py,
+fwd_cluster_kv_time.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
 import math
 import pathlib
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -29,6 +33,26 @@ def _bench_common():
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
     return sys.modules["flashattn_bench_common"]
+
+
+@contextlib.contextmanager
+def env_vars(**values: str | None) -> Iterator[None]:
+    """The environment variables set (None: unset) for the body, as they were after it: the lab
+    switches the extension reads per call (FLASHATTN_FWD_SPLITS, FLASHATTN_FWD_CLUSTER_KV, ...)."""
+    saved = {k: os.environ.get(k) for k in values}
+
+    def apply(vals: dict[str, str | None]) -> None:
+        for k, v in vals.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+    try:
+        apply(values)
+        yield
+    finally:
+        apply(saved)
 
 
 def median_ms(fn: Callable[[], object], samples: int, reps: int, warmup: int = 3) -> float:
