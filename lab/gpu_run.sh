@@ -65,6 +65,7 @@
 #                                     multicast (lab/ab/fwd_cluster_kv.diff): its A/B on D=128 non-causal cells, the checks (~7 min)
 #   bash lab/gpu_run.sh detcost   deterministic mode's cost against the default, D 64/128/256, with cuDNN (~3 min)
 #   bash lab/gpu_run.sh fwdheld measured 2026-12-04, not adopted (0.987): the forward's exponentials against the held row max, the max reduced beside them
+#   bash lab/gpu_run.sh fwdheldv2 measured 2026-12-04 (1.036, D=128 +6-7%; not landed: its warp-wide decisions break the packed bitwise tests): fwdheld with the check on the exponentials themselves
 #   bash lab/gpu_run.sh fwdheldearly measured 2026-12-04 (0.982): fwdheld with K released before the softmax, timing only
 #   bash lab/gpu_run.sh fwdnc176v2 measured 2026-12-04, not adopted (0.991; 8k/16k +1%, 1k -4%): D=128 non-causal on 128 x 176 tiles on today's step
 #                                     (lab/ab/fwd_d128_noncausal_n176_v2.diff): its A/B on D=128 non-causal cells, the checks (~6 min)
@@ -1595,6 +1596,16 @@ PY
     fwd_patch_ab fwdheld fwd_held_max.diff \
       "${FWD_HELD_CELLS:-128:1024:0 128:4096:0 128:16384:0 128:4096:1 128:16384:1 64:512:1 64:1024:1 64:4096:0 256:4096:0}"
     ;;
+  fwdheldv2)  # issue 29, measured 2026-12-04 (1.036: D=128 +5.8..+7.3% in every cell, D=64 -0.4/+1.4%, controls 0.99; its copy's
+             # forward tests and sanitizers clean, but the kernel tests whole (fwdland on the tree with it) failed two packed-batch
+             # bitwise tests: not landed, see perf-notes): fwdheld's second form (lab/ab/fwd_held_max_v2.diff): the check reads the exponentials
+             # (max p against 2^8, one vote, no shuffles), so their FMNMX and the sums' FADD follow the SFU's results
+             # and the MUFU stream starts at the first instruction (the first form's SASS bunched 52 of 64 MUFU after
+             # the shuffles and sank the sums behind the vote). Its A/B on fwdheld's cells, then the fwdq2 checks in
+             # the copy. Prediction: D=128 0..+3%, D=64 causal 512/1k 0..+4%.
+    fwd_patch_ab fwdheldv2 fwd_held_max_v2.diff \
+      "${FWD_HELD_CELLS:-128:1024:0 128:4096:0 128:16384:0 128:4096:1 128:16384:1 64:512:1 64:1024:1 64:4096:0 256:4096:0}"
+    ;;
   fwdheldearly)  # issue 29, measured 2026-12-04 (0.982: not the K release): fwdheld's exponentials against the held max with K[n] released before the
                 # softmax as in the tree and the recompute path dropped (lab/ab/lab_fwd_held_max_early_release.diff,
                 # wrong results on a rise past 2^120, so timing only): whether fwdheld's loss is its later K release.
@@ -1803,7 +1814,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
