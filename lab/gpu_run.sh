@@ -65,6 +65,8 @@
 #                                     multicast (lab/ab/fwd_cluster_kv.diff): its A/B on D=128 non-causal cells, the checks (~7 min)
 #   bash lab/gpu_run.sh detcost   deterministic mode's cost against the default, D 64/128/256, with cuDNN (~3 min)
 #   bash lab/gpu_run.sh fwdheld measured 2026-12-04, not adopted (0.987): the forward's exponentials against the held row max, the max reduced beside them
+#   bash lab/gpu_run.sh fwdheldv5 prepared 2026-12-04, not yet run: fwdheldv3 without the ~180 instructions ptxas put in its common case
+#   bash lab/gpu_run.sh fwdheldv3 measured 2026-12-04 (correct, 0.906): fwdheldv2 with each row's arithmetic its own (the packed bitwise tests)
 #   bash lab/gpu_run.sh fwdheldv2 measured 2026-12-04 (1.036, D=128 +6-7%; not landed: its warp-wide decisions break the packed bitwise tests): fwdheld with the check on the exponentials themselves
 #   bash lab/gpu_run.sh fwdheldearly measured 2026-12-04 (0.982): fwdheld with K released before the softmax, timing only
 #   bash lab/gpu_run.sh fwdnc176v2 measured 2026-12-04, not adopted (0.991; 8k/16k +1%, 1k -4%): D=128 non-causal on 128 x 176 tiles on today's step
@@ -1596,6 +1598,29 @@ PY
     fwd_patch_ab fwdheld fwd_held_max.diff \
       "${FWD_HELD_CELLS:-128:1024:0 128:4096:0 128:16384:0 128:4096:1 128:16384:1 64:512:1 64:1024:1 64:4096:0 256:4096:0}"
     ;;
+  fwdheldv5)  # issue 29, prepared 2026-12-04, not yet run: fwdheldv3 with the refill's masked flag and key base opaque
+             # (lab/ab/fwd_held_max_v5.diff; its SASS: the ~180 instructions gone from the common case, whose path is
+             # fwdheldv2's again). Its A/B on fwdheld's cells, the fwdq2 checks (the rising-max and row-independence
+             # tests among them), then the packed-batch tests and the sanitizers on the packed cases in the copy.
+             # Prediction: as fwdheldv2, D=128 +5-7%, the controls within noise. Lands (REVERSE=1 afterwards) if so.
+    fwd_patch_ab fwdheldv5 fwd_held_max_v5.diff \
+      "${FWD_HELD_CELLS:-128:1024:0 128:4096:0 128:16384:0 128:4096:1 128:16384:1 64:512:1 64:4096:0 256:4096:0}"
+    step pytest_fwdheldv5_packed 200 bash -c "cd '$PWD/build/ab-fwdheldv5' && PYTHONPATH='$PWD/build/ab-fwdheldv5' \
+      FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider tests/kernels/test_varlen_gpu.py -ra"
+    copy_sanitize_steps "$PWD/build/ab-fwdheldv5" fwdheldv5_packed 120 auto varlen
+    ;;
+  fwdheldv3)  # issue 29, measured 2026-12-04: correct (the forward tests 570 and the packed-batch tests 179 passed, the
+             # sanitizers clean) but 0.906, D=128 -10..-15%: ptxas built the refill's per-element masked flag into a
+             # bitmask in every step (~180 instructions); fwdheldv5 hides it. fwdheldv2's fast path with every row's arithmetic a function of that row alone
+             # (lab/ab/fwd_held_max_v3.diff: the other cases settled per row by selects after the P V wait, the
+             # rarest one refilling only its rows by mma.sync; D=128's two-consumer config only), for the packed
+             # bitwise tests fwdheldv2 failed. Its A/B (D=128 cells, a D=64 control), the fwdq2 checks, then the
+             # packed-batch tests and the sanitizers on the packed cases in the copy. Prediction: as fwdheldv2, D=128 +5-7%.
+    fwd_patch_ab fwdheldv3 fwd_held_max_v3.diff "${FWD_HELD_CELLS:-128:1024:0 128:4096:0 128:16384:0 128:4096:1 64:4096:0}"
+    step pytest_fwdheldv3_packed 200 bash -c "cd '$PWD/build/ab-fwdheldv3' && PYTHONPATH='$PWD/build/ab-fwdheldv3' \
+      FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider tests/kernels/test_varlen_gpu.py -ra"
+    copy_sanitize_steps "$PWD/build/ab-fwdheldv3" fwdheldv3_packed 120 auto varlen
+    ;;
   fwdheldv2)  # issue 29, measured 2026-12-04 (1.036: D=128 +5.8..+7.3% in every cell, D=64 -0.4/+1.4%, controls 0.99; its copy's
              # forward tests and sanitizers clean, but the kernel tests whole (fwdland on the tree with it) failed two packed-batch
              # bitwise tests: not landed, see perf-notes): fwdheld's second form (lab/ab/fwd_held_max_v2.diff): the check reads the exponentials
@@ -1814,7 +1839,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
