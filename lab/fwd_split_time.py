@@ -17,7 +17,6 @@ usage: python lab/fwd_split_time.py [--counts | --small-grid | --small-grid-keys
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import time
@@ -128,10 +127,8 @@ def main() -> None:
         qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
         cm = flashattn.CAUSAL_TOP_LEFT if causal else flashattn.CAUSAL_NONE
         ours = lambda: FWD(q, k, v, None, cm, "auto")  # noqa: E731
-        os.environ["FLASHATTN_FWD_SPLITS"] = "1"
-        t_nosplit = graph_ms(ours)
-        os.environ.pop("FLASHATTN_FWD_SPLITS")
-        t_rule = graph_ms(ours)
+        t_nosplit = with_env(ours, FLASHATTN_FWD_SPLITS="1")
+        t_rule = with_env(ours, FLASHATTN_FWD_SPLITS=None)
         t_port = graph_ms(lambda: FWD(q, k, v, None, cm, "portable"))
         sdpa = lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)  # noqa: E731
         t_sdpa = graph_ms(sdpa)
