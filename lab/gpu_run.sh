@@ -65,7 +65,7 @@
 #                                     multicast (lab/ab/fwd_cluster_kv.diff): its A/B on D=128 non-causal cells, the checks (~7 min)
 #   bash lab/gpu_run.sh detcost   deterministic mode's cost against the default, D 64/128/256, with cuDNN (~3 min)
 #   bash lab/gpu_run.sh fwdheld measured 2026-12-04, not adopted (0.987): the forward's exponentials against the held row max, the max reduced beside them
-#   bash lab/gpu_run.sh fwdheldv5 prepared 2026-12-04, not yet run: fwdheldv3 without the ~180 instructions ptxas put in its common case
+#   bash lab/gpu_run.sh fwdheldv5 measured 2026-12-04, landed (1.035, D=128 +3.6..+9.7%; FWD_HELD_REVERSE=1 undoes it): fwdheldv3 without the ~180 instructions ptxas put in its common case
 #   bash lab/gpu_run.sh fwdheldv3 measured 2026-12-04 (correct, 0.906): fwdheldv2 with each row's arithmetic its own (the packed bitwise tests)
 #   bash lab/gpu_run.sh fwdheldv2 measured 2026-12-04 (1.036, D=128 +6-7%; not landed: its warp-wide decisions break the packed bitwise tests): fwdheld with the check on the exponentials themselves
 #   bash lab/gpu_run.sh fwdheldearly measured 2026-12-04 (0.982): fwdheld with K released before the softmax, timing only
@@ -1598,14 +1598,17 @@ PY
     fwd_patch_ab fwdheld fwd_held_max.diff \
       "${FWD_HELD_CELLS:-128:1024:0 128:4096:0 128:16384:0 128:4096:1 128:16384:1 64:512:1 64:1024:1 64:4096:0 256:4096:0}"
     ;;
-  fwdheldv5)  # issue 29, prepared 2026-12-04, not yet run: fwdheldv3 with the refill's masked flag and key base opaque
+  fwdheldv5)  # issue 29, measured 2026-12-04 on an H200, landed: fwdheldv3 with the refill's masked flag and key base opaque
              # (lab/ab/fwd_held_max_v5.diff; its SASS: the ~180 instructions gone from the common case, whose path is
              # fwdheldv2's again). Its A/B on fwdheld's cells, then fwdland's checks in the copy (FWD_COPY_WHOLE=1: the
              # kernel tests whole, the packed-batch bitwise tests, the rising-max and row-independence tests among them,
              # and the sanitizers on the dense, split, FP8 and packed cases), so that it lands with no fwdland after.
-             # Prediction: as fwdheldv2, D=128 +5-7%, the controls within noise. Lands (REVERSE=1 afterwards) if so.
+             # Prediction: as fwdheldv2, D=128 +5-7%, the controls within noise. Outcome: 1.035, D=128 non-causal
+             # 1k / 4k / 16k +3.9 / +3.6 / +4.5%, causal 4k / 16k +6.7 / +9.7%, D=64 and D=256 controls 0.993-1.003;
+             # the kernel tests 2987 passed, memcheck/racecheck/synccheck clean. Landed: FWD_HELD_REVERSE=1 undoes it.
     FWD_COPY_WHOLE=${FWD_COPY_WHOLE:-1} fwd_patch_ab fwdheldv5 fwd_held_max_v5.diff \
-      "${FWD_HELD_CELLS:-128:1024:0 128:4096:0 128:16384:0 128:4096:1 128:16384:1 64:512:1 64:4096:0 256:4096:0}"
+      "${FWD_HELD_CELLS:-128:1024:0 128:4096:0 128:16384:0 128:4096:1 128:16384:1 64:512:1 64:4096:0 256:4096:0}" \
+      "${FWD_HELD_REVERSE:-1}"
     ;;
   fwdheldv3)  # issue 29, measured 2026-12-04: correct (the forward tests 570 and the packed-batch tests 179 passed, the
              # sanitizers clean) but 0.906, D=128 -10..-15%: ptxas built the refill's per-element masked flag into a

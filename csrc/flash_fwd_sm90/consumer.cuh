@@ -145,6 +145,8 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
     wgmma_commit();
   };
 
+  constexpr bool kHeld = Traits::kHoldLog2 >= 0;
+
   PipeState<Traits::kStages> kst, vst;
   PipeState<Traits::kQStages> qst;
   float scale_log2 = params.scale_log2;
@@ -262,6 +264,16 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
           }
         }
       };
+      // scale_and_mask's arithmetic for one score: row h, key base + 8 slice + e (base: the block's
+      // first key + col_in_quad), masked or not (update_held's refill, on the recomputed scores).
+      auto scale_and_mask_one = [&](float x, int slice, int h, int e, int base, bool masked) {
+        const bool softcap = score_mode & kSoftcap;
+        const bool fold_scale = score_mode & kFoldScale;
+        if (softcap) x = tanh_approx(x * params.softcap_scale) * params.softcap_log2;
+        if (!fold_scale && !softcap) x *= scale_log2;
+        const int key = base + 8 * slice + e;
+        return masked && (key < lo[h] || key >= hi[h]) ? -INFINITY : x;
+      };
       // P in the A-operand register layout of k-step kk (keys 16 kk .. 16 kk + 15): the
       // accumulator values of n8-slices 2 kk and 2 kk + 1, packed to 16 bits.
       // FP8: the k32 A fragment of keys 32 kk .. 32 kk + 31 holds, per thread, positions 4q..4q+3 and
@@ -332,10 +344,63 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
 
         wgmma_wait<1>();  // S = Q K[n]^T done; O += P V[n+1] may still run
         reg_fence(s);
-        mbar_arrive(sm.k_empty(kst.index));
-        kst.advance();
-        scale_and_mask(s, n, r.masked(n));
-        softmax.update(s, rescale, softmax_scale_log2);
+        // kHeld: the softmax's common case here; otherwise it is settled once P V[n+1] has completed
+        // (its registers are then free), and K[n] and (at the first block) Q are released after it:
+        // its refill may read them.
+        bool held_done = true;
+        typename Softmax::HeldRest held_rest;
+        const int k_stage = kst.index;
+        // update_held's rarest path (a row's max rose past 2^120 within the tile, so its held
+        // exponentials may have overflowed): the rows `rows` (h = 0, 1) of this thread get their
+        // scores again, raw S = Q K[n]^T by mma.sync from the swizzled tiles (K[n] is not released
+        // yet) through scale_and_mask's arithmetic; the other rows keep their registers
+        // (mma.sync's sums are not wgmma's bit for bit). mma m16n8 slice j's accumulators are the
+        // wgmma fragment's values 4 j .. 4 j + 3 (softmax.cuh's layout); the 128-byte swizzle XORs
+        // a row's 16-byte chunk index with the row mod 8 (planes 1024-byte aligned, this warp's
+        // rows a multiple of 8 into them). Warp-collective.
+        auto refill = [&](float (&s)[kSRegs], const bool (&rows)[2]) {
+          if constexpr (!kFp8) {
+            // Opaque: left visible, ptxas computed the refill's masked flag once an element in every
+            // step, in the common case's path (~180 instructions a step: D=128 -10..-15%).
+            const bool masked = opaque(static_cast<uint32_t>(r.masked(n))) != 0u;
+            const int base = static_cast<int>(opaque(static_cast<uint32_t>(n * kBlockN + col_in_quad)));
+            const int m = lane / 8, r8 = lane % 8;
+            const uint32_t q_row =
+                sm.q(0) + q_stage_off + (wg * 64 + warp * 16 + (m % 2) * 8 + r8) * kChunkRowBytes;
+            const uint32_t k_row = sm.k(k_stage) + ((m / 2) * 8 + r8) * kChunkRowBytes;
+#pragma unroll
+            for (int jj = 0; jj < kBlockN / 16; ++jj) {
+              float c[2][4] = {};
+#pragma unroll
+              for (int kk = 0; kk < kQK_K; ++kk) {
+                const int plane = kk / 4, chunk = (kk % 4) * 2;
+                uint32_t a[4], b[4];
+                ldmatrix_x4(a, q_row + plane * Traits::kQChunkBytes + (((chunk + m / 2) ^ r8) * 16));
+                ldmatrix_x4(b, k_row + plane * Traits::kKVChunkBytes + jj * 16 * kChunkRowBytes +
+                                   (((chunk + m % 2) ^ r8) * 16));
+                mma_m16n8k16<Element>(c[0], a, b[0], b[1]);
+                mma_m16n8k16<Element>(c[1], a, b[2], b[3]);
+              }
+#pragma unroll
+              for (int t = 0; t < 2; ++t)
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+                  s[8 * jj + 4 * t + i] = rows[i / 2] ? scale_and_mask_one(c[t][i], 2 * jj + t, i / 2, i % 2, base, masked)
+                                                      : s[8 * jj + 4 * t + i];
+            }
+          }
+        };
+        if constexpr (kHeld) {
+          scale_and_mask(s, n, r.masked(n));
+          held_done = softmax.template update_held<Traits::kHoldLog2>(s, rescale, softmax_scale_log2, held_rest);
+          if (held_done) mbar_arrive(sm.k_empty(k_stage));
+          kst.advance();
+        } else {
+          mbar_arrive(sm.k_empty(kst.index));
+          kst.advance();
+          scale_and_mask(s, n, r.masked(n));
+          softmax.update(s, rescale, softmax_scale_log2);
+        }
 
         // Orders 0 and 1 wait for the next K block here, not at the top of the next step: the spin
         // loop ends the basic block, and ptxas does not hoist the wgmma wait below across it (in
@@ -345,7 +410,7 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
         // (D=256: +2.7%; D=128: neutral).
         if (n > r.n_begin) {
           if constexpr (kOrder < 2) sm.wait(sm.k_full(kst.index), kst.phase, kTagConsumerKFull);
-        } else {
+        } else if (held_done) {
           mbar_arrive(sm.q_empty(qst.index));  // the tile's last read of Q was S = Q K[first]^T
         }
 
@@ -355,6 +420,13 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
         for (int kk = 0; kk < kPV_K; ++kk) reg_fence(p[kk]);
         mbar_arrive(sm.v_empty(vst.index));
         vst.advance();
+        if constexpr (kHeld) {
+          if (!held_done) {
+            softmax.template settle<Traits::kHoldLog2>(s, rescale, softmax_scale_log2, held_rest, refill);
+            mbar_arrive(sm.k_empty(k_stage));
+            if (n == r.n_begin) mbar_arrive(sm.q_empty(qst.index));
+          }
+        }
         if constexpr (kOrder > 0 && Traits::kConvertPFirst) {
           convert_p(s, p);
           rescale_o(o, rescale);  // to block n's maximum, before P[n] V[n] accumulates onto it

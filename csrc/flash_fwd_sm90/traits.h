@@ -105,6 +105,13 @@ struct Sm90FwdTraits {
   // chunk row; O planes like Q's; k-steps of 16 (S = Q K^T over D, O += P V over the keys).
   static constexpr bool kFp8 = false;
   static constexpr int kSoftmaxMaxOffset = 0;  // P in [0, 1] (Sm90Softmax)
+  // Past a tile's first key block, the exponentials against the row max held from the blocks before
+  // (Sm90Softmax::update_held), moved only when a row's max rises by more than 2^kHoldLog2: P in
+  // [0, 2^kHoldLog2]. -1: update() in every block. Measured (H200, 2026-12-04, perf-notes "The
+  // forward's exponentials against the held row max"): D=128 +3.6-9.7% in every cell; D=64's
+  // two-consumer config -0.4 / +1.4% (and its settle path made ptxas serialize its wgmma); the
+  // three-consumer configs (160 registers) and D=256 (O alone 128) spilled with it.
+  static constexpr int kHoldLog2 = kHeadDim_ == 128 && kConsumerWGs_ == 2 ? 8 : -1;
   static constexpr bool kStaticSnake = false;  // the static schedule's plain round-robin (schedule.cuh)
   // Where a key-block step converts P and rescales O (consumer.cuh): 0, P at the top of the next
   // step and O inside its ping-pong turn; 1, both once the step's P V has completed; 2, as 1 with
@@ -242,6 +249,7 @@ struct Sm90Fp8FwdTraits {
   static constexpr bool kFp8 = true;
   static constexpr bool kClusterMerge = false;  // no split over the keys (the binding sets none)
   static constexpr int kSoftmaxMaxOffset = 8;  // P in [0, 256], normal e4m3 numbers (Sm90Softmax says why)
+  static constexpr int kHoldLog2 = -1;  // e4m3's largest is 448: P has no room above 2^8
   static constexpr int kChunkElems = kChunkRowBytes;  // one byte per element
   static constexpr int kChunks = kHeadDim / kChunkElems;  // Q and K planes
   static constexpr int kOChunks = kHeadDim / kChunkCols;  // O planes (bfloat16, 64 columns each)

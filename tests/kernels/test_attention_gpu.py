@@ -131,6 +131,60 @@ def test_edge_case(edge: Edge, mode: int, dtype: torch.dtype, backend: str, devi
         assert errors.empty_rows == 2 * 4 * (300 - 17)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode", [NONE, BOTTOM_RIGHT], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("rise", [20.0, 150.0], ids=["rise-20", "rise-150"])
+def test_row_max_rising_past_the_held_max(
+    rise: float, head_dim: int, mode: int, dtype: torch.dtype, backend: str, device: torch.device
+) -> None:
+    """The Hopper forward walks a tile's key blocks from the last one down and, past the first, holds
+    each row's max from the blocks before (D=128: csrc/flash_fwd_sm90/softmax.cuh, update_held): a
+    block whose scores rise above it by more than 2^8 scales its exponentials down, by more than
+    2^120 (in log2 units) has its scores recomputed. Here every key before the last (partial) key
+    block scores `rise` (natural-log units) above the last block's keys: 29 and 216 in log2 units."""
+    batch, seqlen, heads, last_block = 2, 421, 3, 384
+    gen = torch.Generator(device=device).manual_seed(11)
+    q, k, v = (torch.randn(batch, seqlen, heads, head_dim, device=device, generator=gen) for _ in range(3))
+    q[..., 0] = 1.0
+    k[..., 0] = 0.0
+    k[:, :last_block, :, 0] = rise * head_dim**0.5  # + rise on every score against these keys
+    q, k, v = (t.to(dtype) for t in (q, k, v))
+    poison_cuda_allocator()
+    out, lse = torch.ops.flashattn.fwd(q, k, v, 1.0 / head_dim**0.5, mode, backend)
+    assert_attention_matches(out, lse, q, k, v, None, mode, context=f"backend {backend} rise {rise} D={head_dim}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode", [NONE, BOTTOM_RIGHT], ids=["full", "causal"])
+def test_a_row_is_independent_of_the_other_rows(mode: int, dtype: torch.dtype, backend: str, device: torch.device) -> None:
+    """A row's output and LSE are a function of its own query: bitwise the same when other rows of
+    its tile (its warp's, its quad's) are changed so that they take update_held's other cases (a
+    rise past 2^8 and past 2^120, NaN) in the blocks where this row takes the common one. Packed
+    batches rely on it (a neighbour's rows share a tile)."""
+    batch, seqlen, heads, head_dim, last_block = 1, 421, 2, 128, 384
+    gen = torch.Generator(device=device).manual_seed(5)
+    q, k, v = (torch.randn(batch, seqlen, heads, head_dim, device=device, generator=gen) for _ in range(3))
+    q[..., 0] = 1.0
+    k[..., 0] = 0.0
+    k[:, :last_block, :, 0] = 3.0 * head_dim**0.5  # every row's max rises by ~3 past the first block walked
+    changed = torch.zeros(seqlen, dtype=torch.bool, device=device)
+    changed[1::3] = True
+    q2 = q.clone()
+    q2[:, 1::3, :, 0] = 60.0  # these rows rise by ~180 natural-log units: their scores recomputed
+    q2[:, 4::9, :, 0] = 4.0  # ~12: scaled down
+    q2[:, 7::27] = float("nan")
+    q, k, v, q2 = (t.to(dtype) for t in (q, k, v, q2))
+    scale = 1.0 / head_dim**0.5
+    poison_cuda_allocator()
+    out, lse = torch.ops.flashattn.fwd(q, k, v, scale, mode, backend)
+    poison_cuda_allocator()
+    out2, lse2 = torch.ops.flashattn.fwd(q2, k, v, scale, mode, backend)
+    keep = ~changed
+    assert torch.equal(out[:, keep], out2[:, keep]), "a row's output changed with the other rows of its tile"
+    assert torch.equal(lse[:, :, keep], lse2[:, :, keep]), "a row's LSE changed with the other rows of its tile"
+
+
 def test_empty_batch(backend: str, device: torch.device) -> None:
     q = torch.randn(0, 7, 4, 64, device=device, dtype=torch.float16)
     k = torch.randn(0, 9, 2, 64, device=device, dtype=torch.float16)
