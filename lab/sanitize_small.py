@@ -6,7 +6,7 @@ Cases (each selectable with --only, a comma list of group names):
   dense     forward + backward on each backend of SANITIZE_BACKENDS (portable, auto = Hopper where
             it applies), default and deterministic, causal / full / sliding window / softcap, GQA,
             odd lengths and head dims; a causal call with more query tiles than SMs (the Hopper
-            forward's dynamic schedule);
+            forward's dynamic schedule); rows rising past the Hopper forward's held row max (D=128);
   varlen    packed batches: forward + backward on each backend of SANITIZE_BACKENDS (the backward:
             portable, or the Hopper one's packed kernels), empty and one-row sequences, tiles past a
             sequence's end, causal and window, softcap, D 64/96/128/256, deterministic;
@@ -86,6 +86,20 @@ def dense() -> None:
             with flashattn.use_backend("auto"):
                 out = flashattn.flash_attn_func(q, k, v, causal=True)
             out.float().sum().backward()
+    # The Hopper forward's held row max (D=128, csrc/flash_fwd_sm90/softmax.cuh): past the first key
+    # block walked, rows whose max rises by more than 2^8 (scaled down) and by more than 2^120 (their
+    # scores recomputed by mma.sync) beside rows that take the common case, in one tile; and a NaN row.
+    with torch.no_grad():
+        q, k, v = (rand(1, 421, 2, 128, dtype=torch.bfloat16) for _ in range(3))
+        q[..., 0], k[..., 0] = 1.0, 0.0
+        k[:, :384, :, 0] = 3.0 * 128**0.5  # the keys before the last (partial) block score ~3 higher
+        q[:, 1::3, :, 0] = 60.0  # ~180: recomputed
+        q[:, 4::9, :, 0] = 4.0  # ~12: scaled down
+        q[:, 7::27] = float("nan")
+        for backend in BACKENDS:
+            for causal in (False, True):
+                with flashattn.use_backend(backend):
+                    flashattn.flash_attn_func(q, k, v, causal=causal)
 
 
 def varlen() -> None:
