@@ -65,6 +65,7 @@
 #                                     multicast (lab/ab/fwd_cluster_kv.diff): its A/B on D=128 non-causal cells, the checks (~7 min)
 #   bash lab/gpu_run.sh detcost   deterministic mode's cost against the default, D 64/128/256, with cuDNN (~3 min)
 #   bash lab/gpu_run.sh fwdheld measured 2026-12-04, not adopted (0.987): the forward's exponentials against the held row max, the max reduced beside them
+#   bash lab/gpu_run.sh fwdpackedfirst prepared 2026-12-04, not yet run: packed causal D=64 on the long-keys config from 1536 keys, each sequence's partial tile first
 #   bash lab/gpu_run.sh fwdheldv5 measured 2026-12-04, landed (1.035, D=128 +3.6..+9.7%; FWD_HELD_REVERSE=1 undoes it): fwdheldv3 without the ~180 instructions ptxas put in its common case
 #   bash lab/gpu_run.sh fwdheldv3 measured 2026-12-04 (correct, 0.906): fwdheldv2 with each row's arithmetic its own (the packed bitwise tests)
 #   bash lab/gpu_run.sh fwdheldv2 measured 2026-12-04 (1.036, D=128 +6-7%; not landed: its warp-wide decisions break the packed bitwise tests): fwdheld with the check on the exponentials themselves
@@ -1598,6 +1599,27 @@ PY
     fwd_patch_ab fwdheld fwd_held_max.diff \
       "${FWD_HELD_CELLS:-128:1024:0 128:4096:0 128:16384:0 128:4096:1 128:16384:1 64:512:1 64:1024:1 64:4096:0 256:4096:0}"
     ;;
+  fwdpackedfirst)  # issue 29, prepared 2026-12-04, not yet run: the packed Hopper forward's causal D=64 calls on the
+                   # long-keys config from 1536 keys where one sequence of the bounds fills 1.5 waves of its tiles
+                   # (dispatch.cu packed_config_kind: the dense rule on the bounds and heads, never the batch), with
+                   # each sequence's partial query tile first (packed.cuh packed_row_shift), as the dense calls have
+                   # had since 2026-12-03 (lab/ab/fwd_packed_long_keys_first.diff, with its GPU test). The varlen
+                   # benchmark's D=64 causal cell read 0.87x our dense call and 0.84x FlashAttention-3's varlen
+                   # (2026-12-03), on the default config (its bound 4024 < 4096). Its A/B on lab/varlen_time.py
+                   # (the benchmark's packing and a short-heavy one under a 2048 bound; D=64 causal, D=64
+                   # non-causal and D=128 causal controls; forward only), then the packed-batch tests and the
+                   # sanitizers on the packed cases in the copy. Prediction: bench D=64 causal +6-12%; the
+                   # short-heavy mix -5..+3% (192-row tiles on its short sequences); the controls within noise.
+    env_info > "$OUT/env.txt" 2>&1
+    step ab_fwdpackedfirst 420 env PATCH=fwd_packed_long_keys_first.diff REVERSE="${FWD_PACKED_FIRST_REVERSE:-0}" \
+      AB_COPY="$PWD/build/ab-fwdpackedfirst" OUT="$OUT/ab" AB_ROUNDS="${FWD_PACKED_FIRST_ROUNDS:-3}" \
+      AB_SMOKE="python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_varlen_gpu.py -k long_bounds" \
+      AB_CMD="python3 lab/varlen_time.py --mix bench --mix short --cells 64:1,64:0,128:1 --forward-only" \
+      bash lab/ab/run_ab.sh
+    step pytest_fwdpackedfirst 240 bash -c "cd '$PWD/build/ab-fwdpackedfirst' && PYTHONPATH='$PWD/build/ab-fwdpackedfirst' \
+      FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider tests/kernels/test_varlen_gpu.py -ra"
+    copy_sanitize_steps "$PWD/build/ab-fwdpackedfirst" fwdpackedfirst 120 auto varlen
+    ;;
   fwdheldv5)  # issue 29, measured 2026-12-04 on an H200, landed: fwdheldv3 with the refill's masked flag and key base opaque
              # (lab/ab/fwd_held_max_v5.diff; its SASS: the ~180 instructions gone from the common case, whose path is
              # fwdheldv2's again). Its A/B on fwdheld's cells, then fwdland's checks in the copy (FWD_COPY_WHOLE=1: the
@@ -1840,7 +1862,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpackedfirst|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

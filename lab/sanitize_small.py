@@ -9,7 +9,8 @@ Cases (each selectable with --only, a comma list of group names):
             forward's dynamic schedule); rows rising past the Hopper forward's held row max (D=128);
   varlen    packed batches: forward + backward on each backend of SANITIZE_BACKENDS (the backward:
             portable, or the Hopper one's packed kernels), empty and one-row sequences, tiles past a
-            sequence's end, causal and window, softcap, D 64/96/128/256, deterministic;
+            sequence's end, causal and window, softcap, D 64/96/128/256, deterministic; a causal D=64
+            batch on the long-keys config by the packed grid rule, each sequence's partial tile first;
   decode    KV cache: contiguous and paged, appends across pages, forced splits (num_splits);
   split     the Hopper forward's split over the keys (small grids; FLASHATTN_FWD_SPLITS forces the
             count: empty splits, more splits than blocks), merged in clusters and through the combine
@@ -121,6 +122,16 @@ def varlen() -> None:
                                                                    causal=causal, **extra)
                         flashattn.set_deterministic(False)
                         out.float().sum().backward()
+    # A causal D=64 batch whose 1536+ key bound and heads take the long-keys config by the grid rule
+    # (dispatch.cu packed_config_kind), each sequence's partial tile first: the forward alone (its
+    # backward is the packed backward above), bf16.
+    if "auto" in BACKENDS:
+        lens = [1600, 700, 0, 1537]
+        heads = -(-3 * torch.cuda.get_device_properties(0).multi_processor_count // (2 * 9))  # 9 tiles of 192 rows
+        cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=I32, device=dev)
+        q, k, v = (rand(sum(lens), heads, 64, dtype=torch.bfloat16) for _ in range(3))
+        with flashattn.use_backend("auto"):
+            flashattn.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True)
 
 
 def decode() -> None:
