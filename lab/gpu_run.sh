@@ -65,6 +65,7 @@
 #                                     multicast (lab/ab/fwd_cluster_kv.diff): its A/B on D=128 non-causal cells, the checks (~7 min)
 #   bash lab/gpu_run.sh detcost   deterministic mode's cost against the default, D 64/128/256, with cuDNN (~3 min)
 #   bash lab/gpu_run.sh fwdheld measured 2026-12-04, not adopted (0.987): the forward's exponentials against the held row max, the max reduced beside them
+#   bash lab/gpu_run.sh bwdboundary prepared 2026-12-05, not yet run: the Hopper backward's dP^T wait kept below the score pass in unmasked dense steps (a basic-block boundary ptxas does not hoist it across)
 #   bash lab/gpu_run.sh softcapsplit prepared 2026-12-05, not yet run: the D=64 softcap backward's dP^T GEMM in two 64-query halves, the first half's pass under the second's GEMM
 #   bash lab/gpu_run.sh fwdpackedfirst prepared 2026-12-04, not yet run: packed causal D=64 on the long-keys config from 1536 keys, each sequence's partial tile first
 #   bash lab/gpu_run.sh fwdheldv5 measured 2026-12-04, landed (1.035, D=128 +3.6..+9.7%; FWD_HELD_REVERSE=1 undoes it): fwdheldv3 without the ~180 instructions ptxas put in its common case
@@ -1600,13 +1601,29 @@ PY
     fwd_patch_ab fwdheld fwd_held_max.diff \
       "${FWD_HELD_CELLS:-128:1024:0 128:4096:0 128:16384:0 128:4096:1 128:16384:1 64:512:1 64:1024:1 64:4096:0 256:4096:0}"
     ;;
+  bwdboundary)  # issue 27, prepared 2026-12-05, not yet run: the Hopper backward (D <= 128, dense calls, unmasked steps)
+                # with a basic-block boundary before its dP^T wait (mainloop.cuh schedule_boundary: a try_wait on
+                # the step's full barrier, complete since the step's start), so that ptxas keeps the score pass
+                # meant to run under the dP^T GEMM before the wait instead of hoisting the wait above it
+                # (lab/ab/bwd_dp_wait_boundary.diff). In the SASS of an unmasked step, the P exponentials before
+                # the wait: D=64 21 -> 42 of 64, D=128 7 -> 20 of 32, the wide config 11 -> 26 of 40; the
+                # softcap's tanh D=64 10 -> 64 of 64, wide 9 -> 25 of 40. Its A/B on the backward with cuDNN
+                # alongside (D=64/128, bf16), then on lab/bwd_softcap_time.py in the same copy, then the Hopper
+                # backward tests and the sanitizers on the dense cases in the copy. Prediction: D=64/128
+                # backward +1-4% (non-causal most, S >= 2k), D=64 softcap +2-5%, D=256 (unchanged) within noise.
+    hopper_ab boundary bwd_dp_wait_boundary.diff 64,128
+    step ab_boundary_softcap 420 env PATCH=bwd_dp_wait_boundary.diff REVERSE=0 AB_COPY="$PWD/build/ab-boundary" AB_REUSE=1 \
+      OUT="$OUT/ab-softcap" AB_CMD="python3 lab/bwd_softcap_time.py --hopper-only" bash lab/ab/run_ab.sh
+    bwd_copy_checks "$PWD/build/ab-boundary" boundary 240 150 hopper auto
+    ;;
   softcapsplit)  # issue 27, prepared 2026-12-05, not yet run: the dense D=64 softcap backward (one pass on 128-query
                  # steps) with its dP^T GEMM in two commit groups of 64 queries (WgmmaSS::mma_at on the halves of
                  # the accumulator), the first half's P and dS computed and packed to 16-bit A fragments while
-                 # the second half's GEMM runs (lab/ab/bwd_softcap_split_dp.diff). Why: in the tree's SASS ptxas
-                 # hoists the dP wait above most of the work meant to run under it (10 of 64 tanh and 4 of 64
-                 # exponentials before it at D=64 softcap; dense D=64 21 of 64, D=128 7 of 32); with the split,
-                 # 33 tanh and 30 exponentials sit between the two halves' waits. Its A/B on
+                 # the second half's GEMM runs, bwdboundary's boundary before each of the two waits in unmasked
+                 # steps (lab/ab/bwd_softcap_split_dp.diff). Why: in the tree's SASS ptxas hoists the dP wait
+                 # above most of the work meant to run under it (an unmasked step: 10 of 64 tanh and 4 of 64
+                 # exponentials before it, 54 and 60 after); with the split, all 64 tanh before the first
+                 # half's wait, 35 exponentials between the two waits, 29 after. Its A/B on
                  # lab/bwd_softcap_time.py (D=64/128/256, S 4k/16k, both masks; D=128/256 unchanged kernels as
                  # controls), then the softcap backward tests and the sanitizers on the dense cases in the copy.
                  # Prediction: D=64 softcap calls 3-7% faster (cost 1.14-1.17 -> 1.07-1.12), the rest within noise.
@@ -1883,7 +1900,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|softcapsplit|fwdpackedfirst|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|bwdboundary|softcapsplit|fwdpackedfirst|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
