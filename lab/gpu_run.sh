@@ -65,6 +65,8 @@
 #                                     multicast (lab/ab/fwd_cluster_kv.diff): its A/B on D=128 non-causal cells, the checks (~7 min)
 #   bash lab/gpu_run.sh detcost   deterministic mode's cost against the default, D 64/128/256, with cuDNN (~3 min)
 #   bash lab/gpu_run.sh fwdheld measured 2026-12-04, not adopted (0.987): the forward's exponentials against the held row max, the max reduced beside them
+#   bash lab/gpu_run.sh fwdpvboundary prepared 2026-12-05, not yet run: the step-order-2 forward (D=64 two consumers, D=256, FP8 D=256) with its softmax kept above the P V wait by a basic-block boundary
+#   bash lab/gpu_run.sh fwdpvboundaryfp8 prepared 2026-12-05, not yet run: fwdpvboundary's diff on the packed and FP8 forwards (tests, sanitizers, FP8 A/B), reusing its copy
 #   bash lab/gpu_run.sh bwdboundary prepared 2026-12-05, not yet run: the Hopper backward's dP^T wait kept below the score pass in unmasked dense steps (a basic-block boundary ptxas does not hoist it across)
 #   bash lab/gpu_run.sh softcapsplit prepared 2026-12-05, not yet run: the D=64 softcap backward's dP^T GEMM in two 64-query halves, the first half's pass under the second's GEMM
 #   bash lab/gpu_run.sh fwdpackedfirst prepared 2026-12-04, not yet run: packed causal D=64 on the long-keys config from 1536 keys, each sequence's partial tile first
@@ -1601,6 +1603,30 @@ PY
     fwd_patch_ab fwdheld fwd_held_max.diff \
       "${FWD_HELD_CELLS:-128:1024:0 128:4096:0 128:16384:0 128:4096:1 128:16384:1 64:512:1 64:1024:1 64:4096:0 256:4096:0}"
     ;;
+  fwdpvboundary)  # issue 29, prepared 2026-12-05, not yet run: the Hopper forward's step order 2 (D=64's two-consumer
+                  # config, D=256, FP8 D=256) with a basic-block boundary before the P V[n+1] wait (a try_wait on
+                  # V[n+1]'s full phase, complete until the release after that wait), so that ptxas keeps the
+                  # block's softmax under the P V GEMM instead of hoisting the wait above it
+                  # (lab/ab/fwd_order2_pv_wait_boundary.diff). In the tree's SASS the exponentials between the S
+                  # wait and the P V wait of a step: D=64 (two consumers) 0 of 64, D=256 5 of 32 (orders 0 and 1
+                  # have their K wait there as the boundary: 64 of 64 at D=64's three-consumer configs, all of
+                  # D=128's); with it: all of them. Its A/B on the short causal D=64 cells (the issue's worst,
+                  # 0.91-0.94x cuDNN), D=256, D=128 and D=64 three-consumer controls (unchanged kernels), the fwdq2
+                  # checks in the copy (~7 min); fwdpvboundaryfp8 after it, its A/B on lab/fp8_time.py. Prediction:
+                  # D=64 causal 512/1k/2k +1-4%, D=256 -1..+3%, controls within noise, FP8 D=256 -1..+2%.
+    fwd_patch_ab fwdpvboundary fwd_order2_pv_wait_boundary.diff \
+      "${FWD_PV_BOUNDARY_CELLS:-64:512:1 64:1024:1 64:2048:1 256:1024:1 256:4096:1 256:4096:0 256:16384:0 128:4096:0 64:4096:0}"
+    ;;
+  fwdpvboundaryfp8)  # prepared 2026-12-05, not yet run: fwdpvboundary's diff on the packed and FP8 forwards, reusing
+                     # fwdpvboundary's copy when the machine still has it built: the packed-batch tests and the
+                     # sanitizers on the packed cases in the copy (its packed D=64/256 kernels changed too), then
+                     # its A/B on lab/fp8_time.py (~6 min)
+    env_info > "$OUT/env.txt" 2>&1
+    fp8_patch_ab fp8pvboundary fwd_order2_pv_wait_boundary.diff 0 "$PWD/build/ab-fwdpvboundary"
+    step pytest_fwdpvboundary_varlen 200 bash -c "cd '$PWD/build/ab-fwdpvboundary' && PYTHONPATH='$PWD/build/ab-fwdpvboundary' \
+      FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider tests/kernels/test_varlen_gpu.py -ra"
+    copy_sanitize_steps "$PWD/build/ab-fwdpvboundary" fwdpvboundary_varlen 90 auto varlen
+    ;;
   bwdboundary)  # issue 27, prepared 2026-12-05, not yet run: the Hopper backward (D <= 128, dense calls, unmasked steps)
                 # with a basic-block boundary before its dP^T wait (mainloop.cuh schedule_boundary: a try_wait on
                 # the step's full barrier, complete since the step's start), so that ptxas keeps the score pass
@@ -1900,7 +1926,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|bwdboundary|softcapsplit|fwdpackedfirst|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
