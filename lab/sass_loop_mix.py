@@ -11,7 +11,7 @@ instructions one issues more of). Run where cuobjdump is (the GPU machine's CUDA
   cuobjdump -sass -arch sm_90 .../torch/lib/libtorch_cuda.so | awk '/Function : /{p = /flash_bwd_dq_dk_dv/} p' > fa2.sass
   python3 lab/sass_loop_mix.py ours.sass flash_bwd_kernel fa2.sass 'Li128ELi64ELi128E'
 
-usage: python3 lab/sass_loop_mix.py [--loops] [--range LO:HI] SASS NAME_REGEX [SASS NAME_REGEX ...]
+usage: python3 lab/sass_loop_mix.py [--loops] [--range LO:HI] [--waits] SASS NAME_REGEX [SASS NAME_REGEX ...]
 (the first function whose mangled name matches NAME_REGEX in each file)
   --loops        also list every backward branch whose body holds an MMA (target-branch addresses,
                  length, MMAs): a kernel with a tile loop around a key-block loop has both, and the
@@ -19,6 +19,17 @@ usage: python3 lab/sass_loop_mix.py [--loops] [--range LO:HI] SASS NAME_REGEX [S
   --range LO:HI  the mix of the instructions at addresses LO..HI (hex) instead of the main loop, e.g.
                  a per-block loop from --loops; a range holds every runtime branch's code (a softcap
                  or mask path behind a uniform branch), so the executed count is smaller
+
+  --waits        list the function's wgmma waits (WARPGROUP.DEPBAR.LE gsb0, N) in code order, each
+                 with the MUFU (by function: EX2, TANH, ...) and HGMMA instructions laid out since
+                 the wait before it: where ptxas put the work meant to run under a GEMM (the work
+                 between two waits runs while the later wait's GEMMs may still be in flight)
+
+The Hopper backward's score pass against its dP^T wait (docs/perf-notes.md, "The backward's dP^T
+wait hoisted by ptxas"):
+  nvcc ... -cubin -o bwd.cubin csrc/flash_bwd_sm90/instantiations/bwd_sm90_bf16_hdim64_softcap.cu
+  cuobjdump -sass bwd.cubin > bwd.sass
+  python3 lab/sass_loop_mix.py --waits bwd.sass flash_bwd_sm90_kernel
 
 The Hopper forward against FlashAttention-3 (its wheel's library holds one cubin per instantiation
 file; the nvidia-cuda-cuobjdump wheel has a cuobjdump where the CUDA toolkit has none):
@@ -88,11 +99,33 @@ def mma_loops(code: list[tuple[int, str]]) -> list[tuple[int, int, int, int]]:
     return [(target, address, len(body), mma) for target, address, body, mma in backward_branches(code) if mma]
 
 
+def wait_segments(code: list[tuple[int, str]]) -> list[tuple[int, int, collections.Counter]]:
+    """(address, groups allowed pending, counts) of every wgmma wait in code order; counts: the
+    MUFU instructions by function (`MUFU.EX2`, ...) and the HGMMA ones laid out between the wait
+    before it (or the function's start) and this one."""
+    out = []
+    counts: collections.Counter = collections.Counter()
+    for address, instruction in code:
+        text = re.sub(r"^@!?U?P[T0-9]+\s+", "", instruction)
+        m = re.match(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x([0-9a-f]+)", text)
+        if m:
+            out.append((address, int(m.group(1), 16), counts))
+            counts = collections.Counter()
+        elif text.startswith("MUFU."):
+            counts[text.split()[0]] += 1
+        elif opcode(instruction) == "HGMMA":
+            counts["HGMMA"] += 1
+    return out
+
+
 def main(argv: list[str]) -> int:
     argv = list(argv)
     list_loops = "--loops" in argv
     if list_loops:
         argv.remove("--loops")
+    list_waits = "--waits" in argv
+    if list_waits:
+        argv.remove("--waits")
     address_range = None
     if "--range" in argv:
         i = argv.index("--range")
@@ -123,6 +156,10 @@ def main(argv: list[str]) -> int:
         if list_loops:
             for target, address, length, mma in mma_loops(code):
                 print(f"  loop {target:x}-{address:x}: {length} instructions, {mma} MMA")
+        if list_waits:
+            for address, pending, counts in wait_segments(code):
+                since = ", ".join(f"{k} {n}" for k, n in sorted(counts.items())) or "nothing counted"
+                print(f"  wait {address:x} (<= {pending} pending): since the wait before, {since}")
     return 0
 
 

@@ -55,3 +55,32 @@ def test_loops_and_range(tmp_path, capsys) -> None:
     out = capsys.readouterr().out
     assert "range 3 instructions, 0 MMA" in out and "ISETP:1" in out and "IADD3:2" in out
     assert "loop 20-50: 4 instructions, 2 MMA" in out and "loop 0-90: 10 instructions, 2 MMA" in out
+
+
+_WAITS = """
+\t\tFunction : _Z4stepv
+        /*0000*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT ;
+        /*0010*/                   HGMMA.64x128x16.F32.BF16 R88, gdesc[UR8], RZ, !UPT, gsb0 ;
+        /*0020*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;
+        /*0030*/                   MUFU.TANH R24, R24 ;
+        /*0040*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0050*/                   MUFU.TANH R25, R25 ;
+        /*0060*/                   MUFU.EX2 R24, R24 ;
+        /*0070*/               @P0 MUFU.EX2 R25, R25 ;
+        /*0080*/              @!P1 WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0090*/                   EXIT ;
+"""
+
+
+def test_waits_count_what_lies_between_them(tmp_path, capsys) -> None:
+    path = tmp_path / "k.sass"
+    path.write_text(_WAITS)
+    segs = mix.wait_segments(mix.functions(str(path))["_Z4stepv"])
+    assert [(a, n) for a, n, _ in segs] == [(0x20, 1), (0x40, 0), (0x80, 0)]
+    assert segs[0][2] == {"HGMMA": 2}
+    assert segs[1][2] == {"MUFU.TANH": 1}
+    assert segs[2][2] == {"MUFU.TANH": 1, "MUFU.EX2": 2}  # a guarded MUFU counts as its function
+    assert mix.main(["--waits", str(path), "step"]) == 0
+    out = capsys.readouterr().out
+    assert "wait 40 (<= 0 pending): since the wait before, MUFU.TANH 1" in out
+    assert "wait 80 (<= 0 pending): since the wait before, MUFU.EX2 2, MUFU.TANH 1" in out
