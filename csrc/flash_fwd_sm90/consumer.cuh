@@ -406,8 +406,10 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
         // loop ends the basic block, and ptxas does not hoist the wgmma wait below across it (in
         // one block with the softmax it moved the wait, and the V release after it, above the whole
         // softmax at order 0, which then no longer overlapped with P V). Order 2 leaves the softmax,
-        // the wait and the rescale in one block: ptxas then puts the wait among the exponentials
-        // (D=256: +2.7%; D=128: neutral).
+        // the wait and the rescale in one block, and ptxas hoists the wait above the softmax (none of
+        // D=64's 64 exponentials before it, 5 of D=256's 32: lab/sass_loop_mix.py --waits); order 2
+        // measured faster all the same (D=256 +2.7%, D=64's two consumers +1.5-2% at S=512) for its
+        // shorter ping-pong turn.
         if (n > r.n_begin) {
           if constexpr (kOrder < 2) sm.wait(sm.k_full(kst.index), kst.phase, kTagConsumerKFull);
         } else if (held_done) {
