@@ -63,9 +63,14 @@ def functions(path: str) -> dict[str, list[tuple[int, str]]]:
     return out
 
 
+def unguarded(instruction: str) -> str:
+    """The instruction without its predicate guard: `@!P0 MUFU.EX2 R1, R1` -> `MUFU.EX2 R1, R1`."""
+    return re.sub(r"^@!?U?P[T0-9]+\s+", "", instruction)
+
+
 def opcode(instruction: str) -> str:
     """The opcode without its predicate guard or modifiers: `@!P0 REDG.E.ADD...` -> REDG."""
-    return re.sub(r"^@!?U?P[T0-9]+\s+", "", instruction).split()[0].split(".")[0]
+    return unguarded(instruction).split()[0].split(".")[0]
 
 
 def backward_branches(code: list[tuple[int, str]]):
@@ -106,7 +111,7 @@ def wait_segments(code: list[tuple[int, str]]) -> list[tuple[int, int, collectio
     out = []
     counts: collections.Counter = collections.Counter()
     for address, instruction in code:
-        text = re.sub(r"^@!?U?P[T0-9]+\s+", "", instruction)
+        text = unguarded(instruction)
         m = re.match(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x([0-9a-f]+)", text)
         if m:
             out.append((address, int(m.group(1), 16), counts))
