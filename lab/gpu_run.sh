@@ -67,7 +67,7 @@
 #   bash lab/gpu_run.sh fwdheld measured 2026-12-04, not adopted (0.987): the forward's exponentials against the held row max, the max reduced beside them
 #   bash lab/gpu_run.sh fwdpvboundary prepared 2026-12-05, not yet run: the step-order-2 forward (D=64 two consumers, D=256, FP8 D=256) with its softmax kept above the P V wait by a basic-block boundary
 #   bash lab/gpu_run.sh fwdpvboundaryfp8 prepared 2026-12-05, not yet run: fwdpvboundary's diff on the packed and FP8 forwards (tests, sanitizers, FP8 A/B), reusing its copy
-#   bash lab/gpu_run.sh bwdboundary prepared 2026-12-05, not yet run: the Hopper backward's dP^T wait kept below the score pass in unmasked dense steps (a basic-block boundary ptxas does not hoist it across)
+#   bash lab/gpu_run.sh bwdboundary measured 2026-12-05 on an H100, not adopted (0.991, non-causal 2k+ 0.978): the Hopper backward's dP^T wait kept below the score pass in unmasked dense steps (a basic-block boundary ptxas does not hoist it across)
 #   bash lab/gpu_run.sh softcapsplit prepared 2026-12-05, not yet run: the D=64 softcap backward's dP^T GEMM in two 64-query halves, the first half's pass under the second's GEMM
 #   bash lab/gpu_run.sh fwdpackedfirst prepared 2026-12-04, not yet run: packed causal D=64 on the long-keys config from 1536 keys, each sequence's partial tile first
 #   bash lab/gpu_run.sh fwdheldv5 measured 2026-12-04, landed (1.035, D=128 +3.6..+9.7%; FWD_HELD_REVERSE=1 undoes it): fwdheldv3 without the ~180 instructions ptxas put in its common case
@@ -1627,7 +1627,8 @@ PY
       FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider tests/kernels/test_varlen_gpu.py -ra"
     copy_sanitize_steps "$PWD/build/ab-fwdpvboundary" fwdpvboundary_varlen 90 auto varlen
     ;;
-  bwdboundary)  # issue 27, prepared 2026-12-05, not yet run: the Hopper backward (D <= 128, dense calls, unmasked steps)
+  bwdboundary)  # issue 27, measured 2026-12-05 on an H100, not adopted (0.991 over 24 cells, non-causal from 2k keys
+                # 0.978; docs/perf-notes.md): the Hopper backward (D <= 128, dense calls, unmasked steps)
                 # with a basic-block boundary before its dP^T wait (mainloop.cuh schedule_boundary: a try_wait on
                 # the step's full barrier, complete since the step's start), so that ptxas keeps the score pass
                 # meant to run under the dP^T GEMM before the wait instead of hoisting the wait above it
