@@ -68,8 +68,8 @@
 #   bash lab/gpu_run.sh fwdpvboundary prepared 2026-12-05, not yet run: the step-order-2 forward (D=64 two consumers, D=256, FP8 D=256) with its softmax kept above the P V wait by a basic-block boundary
 #   bash lab/gpu_run.sh fwdpvboundaryfp8 prepared 2026-12-05, not yet run: fwdpvboundary's diff on the packed and FP8 forwards (tests, sanitizers, FP8 A/B), reusing its copy
 #   bash lab/gpu_run.sh bwdboundary measured 2026-12-05 on an H100, not adopted (0.991, non-causal 2k+ 0.978): the Hopper backward's dP^T wait kept below the score pass in unmasked dense steps (a basic-block boundary ptxas does not hoist it across)
-#   bash lab/gpu_run.sh softcapsplit prepared 2026-12-05, not yet run: the D=64 softcap backward's dP^T GEMM in two 64-query halves, the first half's pass under the second's GEMM
-#   bash lab/gpu_run.sh fwdpackedfirst prepared 2026-12-04, not yet run: packed causal D=64 on the long-keys config from 1536 keys, each sequence's partial tile first
+#   bash lab/gpu_run.sh softcapsplit measured 2026-12-05 on an H100, not adopted (D=64 softcap 0.967): the D=64 softcap backward's dP^T GEMM in two 64-query halves, the first half's pass under the second's GEMM
+#   bash lab/gpu_run.sh fwdpackedfirst prepared 2026-12-04; on an H100 2026-12-05 its bitwise test failed (sequence 2 of 8), not timed: packed causal D=64 on the long-keys config from 1536 keys, each sequence's partial tile first
 #   bash lab/gpu_run.sh fwdheldv5 measured 2026-12-04, landed (1.035, D=128 +3.6..+9.7%; FWD_HELD_REVERSE=1 undoes it): fwdheldv3 without the ~180 instructions ptxas put in its common case
 #   bash lab/gpu_run.sh fwdheldv3 measured 2026-12-04 (correct, 0.906): fwdheldv2 with each row's arithmetic its own (the packed bitwise tests)
 #   bash lab/gpu_run.sh fwdheldv2 measured 2026-12-04 (1.036, D=128 +6-7%; not landed: its warp-wide decisions break the packed bitwise tests): fwdheld with the check on the exponentials themselves
@@ -1643,7 +1643,8 @@ PY
       OUT="$OUT/ab-softcap" AB_CMD="python3 lab/bwd_softcap_time.py --hopper-only" bash lab/ab/run_ab.sh
     bwd_copy_checks "$PWD/build/ab-boundary" boundary 240 150 hopper auto
     ;;
-  softcapsplit)  # issue 27, prepared 2026-12-05, not yet run: the dense D=64 softcap backward (one pass on 128-query
+  softcapsplit)  # issue 27, measured 2026-12-05 on an H100, not adopted (D=64 softcap calls 0.967, 4k 0.95-0.96;
+                 # docs/perf-notes.md): the dense D=64 softcap backward (one pass on 128-query
                  # steps) with its dP^T GEMM in two commit groups of 64 queries (WgmmaSS::mma_at on the halves of
                  # the accumulator), the first half's P and dS computed and packed to 16-bit A fragments while
                  # the second half's GEMM runs, bwdboundary's boundary before each of the two waits in unmasked
@@ -1664,7 +1665,8 @@ PY
       tests/kernels/test_public_gradients.py -k 'softcap or cap' -ra"
     copy_sanitize_steps "$PWD/build/ab-softcapsplit" softcapsplit 150 auto dense
     ;;
-  fwdpackedfirst)  # issue 29, prepared 2026-12-04, not yet run: the packed Hopper forward's causal D=64 calls on the
+  fwdpackedfirst)  # issue 29, prepared 2026-12-04; run 2026-12-05 on an H100: its test's bitwise comparison of
+                   # sequence 2 (250 rows) with its call alone failed, so no round was timed (docs/perf-notes.md); the packed Hopper forward's causal D=64 calls on the
                    # long-keys config from 1536 keys where one sequence of the bounds fills 1.5 waves of its tiles
                    # (dispatch.cu packed_config_kind: the dense rule on the bounds and heads, never the batch), with
                    # each sequence's partial query tile first (packed.cuh packed_row_shift), as the dense calls have
