@@ -38,6 +38,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_varlen_cuda(const at::Tensor& q_in, const
   flashattn::check_mask(op, causal_mode, window_left, window_right, softcap);
   flashattn::check_packed_backend(op, backend);
   const float scale = flashattn::softmax_scale_of(op, softmax_scale, D);
+  const int64_t bound_q = max_seqlen_q, bound_k = max_seqlen_k;  // the caller's, before the clamp below
   flashattn::check_packed_sizes(op, B, total_q, total_k, Hq, max_seqlen_q, max_seqlen_k);
 
   const c10::cuda::CUDAGuard guard(q_in.device());
@@ -57,6 +58,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_varlen_cuda(const at::Tensor& q_in, const
                    v = flashattn::aligned_or_copy(v_in);
   flashattn::FwdParams p;
   flashattn::set_packed(p, q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+  p.set_bounds(bound_q, bound_k);
   p.lse = lse.data_ptr<float>();
   p.dtype = flashattn::dtype_of(q);
   p.set_scale(scale);

@@ -69,7 +69,10 @@
 #   bash lab/gpu_run.sh fwdpvboundaryfp8 prepared 2026-12-05, not yet run: fwdpvboundary's diff on the packed and FP8 forwards (tests, sanitizers, FP8 A/B), reusing its copy
 #   bash lab/gpu_run.sh bwdboundary measured 2026-12-05 on an H100, not adopted (0.991, non-causal 2k+ 0.978): the Hopper backward's dP^T wait kept below the score pass in unmasked dense steps (a basic-block boundary ptxas does not hoist it across)
 #   bash lab/gpu_run.sh softcapsplit measured 2026-12-05 on an H100, not adopted (D=64 softcap 0.967): the D=64 softcap backward's dP^T GEMM in two 64-query halves, the first half's pass under the second's GEMM
-#   bash lab/gpu_run.sh fwdpackedfirst prepared 2026-12-04; on an H100 2026-12-05 its bitwise test failed (sequence 2 of 8), not timed: packed causal D=64 on the long-keys config from 1536 keys, each sequence's partial tile first
+#   bash lab/gpu_run.sh fwdpackedfirst prepared 2026-12-04; on an H100 2026-12-05 its bitwise test failed (sequence 2 of 8; cause: the clamped bounds, mended), not timed: packed causal D=64 on the long-keys config from 1536 keys, each sequence's partial tile first: its A/B (~7 min)
+#   bash lab/gpu_run.sh fwdpackedfirstcheck fwdpackedfirst's packed-batch tests and sanitizers in its copy (~5 min)
+#   bash lab/gpu_run.sh packedprobe measured 2026-12-05: where fwdpackedfirst's packed call and a sequence's call alone differ (lab/packed_alone_probe.py, ~4 min): the config, from the clamped bounds
+#   bash lab/gpu_run.sh packedbounds the packed Hopper forward's config from the caller's bounds and window: build, the packed-batch tests and public gradients (~6 min)
 #   bash lab/gpu_run.sh fwdheldv5 measured 2026-12-04, landed (1.035, D=128 +3.6..+9.7%; FWD_HELD_REVERSE=1 undoes it): fwdheldv3 without the ~180 instructions ptxas put in its common case
 #   bash lab/gpu_run.sh fwdheldv3 measured 2026-12-04 (correct, 0.906): fwdheldv2 with each row's arithmetic its own (the packed bitwise tests)
 #   bash lab/gpu_run.sh fwdheldv2 measured 2026-12-04 (1.036, D=128 +6-7%; not landed: its warp-wide decisions break the packed bitwise tests): fwdheld with the check on the exponentials themselves
@@ -1666,7 +1669,10 @@ PY
     copy_sanitize_steps "$PWD/build/ab-softcapsplit" softcapsplit 150 auto dense
     ;;
   fwdpackedfirst)  # issue 29, prepared 2026-12-04; run 2026-12-05 on an H100: its test's bitwise comparison of
-                   # sequence 2 (250 rows) with its call alone failed, so no round was timed (docs/perf-notes.md); the packed Hopper forward's causal D=64 calls on the
+                   # sequence 2 (250 rows) with its call alone failed, so no round was timed; the cause (packedprobe):
+                   # the config read the bounds clamped to the packed rows, so the sequence alone took the default
+                   # config; the diff now reads the caller's bounds (FwdParams::bound_q / bound_k, on main since
+                   # 2026-12-05; docs/perf-notes.md). The packed Hopper forward's causal D=64 calls on the
                    # long-keys config from 1536 keys where one sequence of the bounds fills 1.5 waves of its tiles
                    # (dispatch.cu packed_config_kind: the dense rule on the bounds and heads, never the batch), with
                    # each sequence's partial query tile first (packed.cuh packed_row_shift), as the dense calls have
@@ -1680,12 +1686,40 @@ PY
     env_info > "$OUT/env.txt" 2>&1
     step ab_fwdpackedfirst 420 env PATCH=fwd_packed_long_keys_first.diff REVERSE="${FWD_PACKED_FIRST_REVERSE:-0}" \
       AB_COPY="$PWD/build/ab-fwdpackedfirst" OUT="$OUT/ab" AB_ROUNDS="${FWD_PACKED_FIRST_ROUNDS:-3}" \
-      AB_SMOKE="python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_varlen_gpu.py -k long_bounds" \
+      AB_SMOKE="python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_varlen_gpu.py::test_long_bounds_take_the_long_keys_config_each_partial_tile_first tests/kernels/test_varlen_gpu.py::test_a_sequence_packed_alone_takes_its_batch_config" \
       AB_CMD="python3 lab/varlen_time.py --mix bench --mix short --cells 64:1,64:0,128:1 --forward-only" \
       bash lab/ab/run_ab.sh
+    ;;
+  fwdpackedfirstcheck)  # fwdpackedfirst's checks in its copy (build/ab-fwdpackedfirst, built there if absent): the packed-batch
+                        # tests, then the sanitizers on the packed cases (apart: with the A/B they outlast one call)
+    env_info > "$OUT/env.txt" 2>&1
+    compgen -G "build/ab-fwdpackedfirst/flashattn/*.so" > /dev/null || build_patched fwdpackedfirst fwd_packed_long_keys_first.diff
     step pytest_fwdpackedfirst 240 bash -c "cd '$PWD/build/ab-fwdpackedfirst' && PYTHONPATH='$PWD/build/ab-fwdpackedfirst' \
       FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider tests/kernels/test_varlen_gpu.py -ra"
     copy_sanitize_steps "$PWD/build/ab-fwdpackedfirst" fwdpackedfirst 120 auto varlen
+    ;;
+  packedbounds)  # 2026-12-05: the packed Hopper forward's config from the caller's bounds and window edges, never from the
+                 # packed rows (FwdParams::bound_q / bound_k; set_mask caps a packed call's window edges instead of
+                 # dropping them): the build, then the packed-batch tests, test_a_sequence_packed_alone_takes_its_batch_config
+                 # among them (a 4096-key bound and a window past a short sequence: before the change the sequence packed
+                 # alone took another D=64 config), then the public gradients (the backward reads the same mask)
+    env_info > "$OUT/env.txt" 2>&1
+    step build 420 bash lab/gpu_build.sh
+    step pytest_varlen 300 "${pytest_ci[@]}" tests/kernels/test_varlen_gpu.py tests/kernels/test_public_gradients.py -ra
+    ;;
+  packedprobe)  # issue 29, measured 2026-12-05 (H100: the packed call of 22 heads ran the long-keys config, each short
+                # sequence alone the default one: the bounds clamped to the packed rows; docs/perf-notes.md): why fwdpackedfirst's copy gives sequence 2 of its test's batch other bits than the
+                # sequence's call alone (lab/packed_alone_probe.py: repeated calls, the rows and heads that differ,
+                # each side's float64 error, the sequence alone with real rows past its end and after an empty
+                # sequence), on the test's batch, then the default config's heads (21 on an H100) as the control,
+                # then two smaller batches around the 250-row sequence. Reuses build/ab-fwdpackedfirst if there.
+    env_info > "$OUT/env.txt" 2>&1
+    compgen -G "build/ab-fwdpackedfirst/flashattn/*.so" > /dev/null || build_patched fwdpackedfirst fwd_packed_long_keys_first.diff
+    for args in "--hq 22" "--hq 21" "--hq 22 --lens 1700,250" "--hq 22 --lens 1700,1,250,900" "--hq 22 --dtype float16"; do
+      tag=$(echo "$args" | tr -c 'a-z0-9' '_')
+      step "probe$tag" 120 bash -c "cd '$PWD/build/ab-fwdpackedfirst' && PYTHONPATH='$PWD/build/ab-fwdpackedfirst' \
+        python3 '$PWD/lab/packed_alone_probe.py' --causal $args"
+    done
     ;;
   fwdheldv5)  # issue 29, measured 2026-12-04 on an H200, landed: fwdheldv3 with the refill's masked flag and key base opaque
              # (lab/ab/fwd_held_max_v5.diff; its SASS: the ~180 instructions gone from the common case, whose path is
@@ -1929,7 +1963,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

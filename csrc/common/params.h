@@ -2,6 +2,7 @@
 // or any C++ caller), passed by value to the kernel as a __grid_constant__.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 namespace flashattn {
@@ -98,6 +99,19 @@ struct FwdParams {
   float* o_accum = nullptr;
   float* lse_accum = nullptr;
 
+  // Packed batches: the caller's max_seqlen bounds as given, capped at 2^30 (set_varlen, then
+  // set_bounds), where seqlen_q / seqlen_k hold them clamped to the packed rows. The Hopper forward
+  // picks its config from these (flash_fwd_sm90/dispatch.cu): the packed rows depend on the
+  // neighbours, and a sequence's bits must not. Read on the host only; last, as the fields above.
+  int bound_q = 0;
+  int bound_k = 0;
+
+  void set_bounds(int64_t max_q, int64_t max_k) {
+    constexpr int64_t kCap = int64_t{1} << 30;
+    bound_q = static_cast<int>(max_q < kCap ? max_q : kCap);
+    bound_k = static_cast<int>(max_k < kCap ? max_k : kCap);
+  }
+
   void set_scale(float scale) {
     softmax_scale = scale;
     scale_log2 = scale * 1.4426950408889634f;
@@ -116,16 +130,18 @@ struct FwdParams {
     causal_offset = mask_top_left ? 0 : seqlen_k - seqlen_q;
     if (causal) right = 0;  // causal == the right edge on the diagonal (on top of any window)
     if (cu_seqlens_q != nullptr) {
-      // The offset is per sequence (the kernel computes it), so an edge is dropped only when no row
-      // of any sequence can reach it: normalize_window's bounds (bottom-right: left >= Sk - 1,
-      // right >= Sq - 1; top-left: left >= Sq - 1, right >= Sk - 1) with Sq, Sk the packed totals,
-      // which bound every sequence's lengths whatever the caller's max_seqlen says. An edge kept
-      // although a short sequence never reaches it changes no result (mask.cuh clamps each row's
-      // key range to the sequence) and keeps offset +- window within int range (totals < 2^30).
+      // The offset is per sequence (the kernel computes it). An edge the caller gave is kept, capped
+      // at normalize_window's bounds (bottom-right: left Sk - 1, right Sq - 1; top-left: left Sq - 1,
+      // right Sk - 1) with Sq, Sk the packed totals, which bound every sequence's lengths whatever
+      // the caller's max_seqlen says: a capped edge reaches no row of any sequence (mask.cuh clamps
+      // each row's key range to the sequence) and offset +- window stays within int range (totals
+      // < 2^30). Never dropped: whether a call has a window picks the Hopper config, and the totals
+      // depend on the neighbours, so a sequence packed with longer ones would take another config
+      // (other bits) than the same sequence packed alone.
       const int64_t left_bound = mask_top_left ? int64_t{total_q} - 1 : int64_t{total_k} - 1;
       const int64_t right_bound = mask_top_left ? int64_t{total_k} - 1 : int64_t{total_q} - 1;
-      if (left < 0 || left >= left_bound) left = -1;
-      if (right < 0 || right >= right_bound) right = -1;
+      left = left < 0 ? -1 : std::min(left, std::max<int64_t>(left_bound, 0));
+      right = right < 0 ? -1 : std::min(right, std::max<int64_t>(right_bound, 0));
     } else {
       normalize_window(seqlen_q, seqlen_k, causal_offset, left, right);
     }
@@ -139,8 +155,8 @@ struct FwdParams {
   void set_varlen(const int* cu_q, const int* cu_k, int max_q, int max_k, int total_q_rows, int total_k_rows) {
     cu_seqlens_q = cu_q;
     cu_seqlens_k = cu_k;
-    seqlen_q = max_q;
-    seqlen_k = max_k;
+    seqlen_q = bound_q = max_q;
+    seqlen_k = bound_k = max_k;
     total_q = total_q_rows;
     total_k = total_k_rows;
     q_batch_stride = k_batch_stride = v_batch_stride = o_batch_stride = 0;

@@ -271,14 +271,16 @@ int supported_launcher(const FwdParams& p, const DeviceLimits& dev) {
 }
 
 // The packed launcher that serves `p` (a packed batch) on this device, or -1: the dense rules on the
-// packed rows (the maps describe [1, total, H, D]), the config the dense call of the bounds would
-// take (no small-grid rule: a packed batch's tiles vary), the dynamic schedule.
+// packed rows (the maps describe [1, total, H, D]), the config the dense call of the caller's
+// bounds would take (FwdParams::bound_k, not seqlen_k: that one is clamped to the packed rows, so a
+// sequence packed alone would take another config, other bits, than in its batch; no small-grid
+// rule: a packed batch's tiles vary), the dynamic schedule.
 int supported_packed_launcher(const FwdParams& p, const DeviceLimits& dev) {
   if (!sm90_call_ok(p, dev)) return -1;
   if (p.cu_seqlens_q == nullptr || p.cu_seqlens_k == nullptr || p.num_splits > 1) return -1;
   if (p.batch < 1 || p.seqlen_q < 0 || p.seqlen_k < 0 || p.total_q < 1 || p.total_k < 1) return -1;
   const int d = sm90_round_head_dim(p.head_dim);
-  const Sm90ConfigKind kind = sm90_config_kind(d, p.seqlen_k, p.causal || p.has_window());
+  const Sm90ConfigKind kind = sm90_config_kind(d, p.bound_k, p.causal || p.has_window());
   const int i = row_of(kPackedLaunchers, p.dtype, d, kind);
   if (i < 0 || kPackedLaunchers[i].smem_bytes > dev.max_smem_per_block) return -1;
   const int64_t m_blocks = query_blocks(p, kPackedLaunchers[i].block_m);

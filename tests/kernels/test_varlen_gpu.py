@@ -227,6 +227,27 @@ def test_rows_of_one_sequence_never_reach_another(path: str, d: int, device: tor
     assert torch.equal(out[keep], ref[keep]) and torch.equal(lse[:, keep], ref_lse[:, keep])
 
 
+@pytest.mark.sm90
+@pytest.mark.parametrize("spec", [
+    # A 4096-key bound picks D=64's long-keys config for the batch; the 130-row sequence packed alone
+    # has 130 rows, below that bound.
+    pytest.param(_spec([4500, 130, 4097], [4500, 130, 4097], mode=BOTTOM_RIGHT, d=64, hq=2, hk=1), id="key-bound"),
+    # The window's edges reach into the 600-row sequence, never into the 100-row one: packed alone,
+    # the 100-row sequence's rows are fewer than the edges.
+    pytest.param(_spec([600, 100], mode=NONE, window=(300, 300), d=64, hq=2, hk=1), id="window-past-a-sequence"),
+])
+def test_a_sequence_packed_alone_takes_its_batch_config(spec: VarlenSpec, device: torch.device) -> None:
+    """The Hopper packed forward picks its config from the caller's bounds and window, never from the
+    packed rows (which depend on the neighbours): each sequence's rows are bitwise those of a packed
+    call holding it alone under the same bounds and window, where the alone call's rows are fewer
+    than the bound or the window's edges (the clamped bound, a dropped edge picked another D=64
+    config for the sequence alone, other bits, before 2026-12-05)."""
+    x, out, lse = run_varlen(spec, device)
+    check(spec, x, out, lse, "auto")
+    with forced_splits(1):
+        _check_each_sequence_alone(spec, x, out, lse, spec.causal_mode == BOTTOM_RIGHT, device)
+
+
 def _forward_kernels(backend: str, device: torch.device) -> set[str]:
     x = _spec([300, 200], d=128, mode=BOTTOM_RIGHT).make(device)
     with flashattn.use_backend(backend), torch.profiler.profile(
