@@ -7,7 +7,10 @@ can load it into an inner pytest run (`pytester`) and check marker selection end
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import sys
+import threading
 
 import pytest
 import torch
@@ -108,6 +111,48 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=reason))
         for name in sorted(implied_markers(names)):
             item.add_marker(name)
+
+
+# ---- a hung GPU test ends the run ----------------------------------------------------------------
+# A kernel that never finishes (a deterministic backward whose dQ tickets never come, a barrier no
+# one arrives at) blocks the test's next synchronization forever: no failure, no name, until an
+# outer time limit kills the run. Past FLASHATTN_TEST_HANG_S seconds (default 900; 0 turns it off)
+# of one GPU test's call, a timer thread lifts pytest's output capture, names the test, prints every
+# thread's stack and ends the process with status 1: a failed run (lab/planted_bug.sh counts it as
+# caught). torch's ops release the GIL while they wait on the GPU, so the thread runs; should it
+# not, faulthandler's own timer (no GIL needed, its output possibly captured) ends the process a
+# minute later.
+def hang_limit_s() -> float:
+    return float(os.environ.get("FLASHATTN_TEST_HANG_S", "900"))
+
+
+def _end_hung_run(item: pytest.Item, limit: float) -> None:
+    capman = item.config.pluginmanager.getplugin("capturemanager")
+    if capman is not None:
+        capman.suspend_global_capture(in_=True)
+    sys.stderr.write(f"\nflashattn: {item.nodeid} still running after {limit:.0f} s (FLASHATTN_TEST_HANG_S): a hang; "
+                     "every thread's stack follows, then exit status 1\n")
+    sys.stderr.flush()
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    sys.stderr.flush()
+    os._exit(1)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    limit = hang_limit_s()
+    timer = None
+    if limit > 0 and item.get_closest_marker("gpu") is not None:
+        timer = threading.Timer(limit, _end_hung_run, args=(item, limit))
+        timer.daemon = True
+        timer.start()
+        faulthandler.dump_traceback_later(limit + 60, exit=True, file=sys.__stderr__)
+    try:
+        yield
+    finally:
+        if timer is not None:
+            timer.cancel()
+            faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture(scope="session")

@@ -52,7 +52,8 @@ struct FwdParams {
   // Local (sliding-window) attention, FlashAttention's semantics (csrc/common/mask.cuh): key j is
   // visible to query i iff i + causal_offset - window_left <= j <= i + causal_offset + window_right,
   // -1 meaning unbounded on that side. The forward kernels read only these two for the mask:
-  // set_mask() folds causal masking in as window_right = 0 and turns edges no row reaches into -1.
+  // set_mask() folds causal masking in as window_right = 0 and turns edges no row reaches into -1
+  // (dense calls; a packed call's are capped at the packed totals instead, set_mask says why).
   // The portable backward reads them the same way (csrc/flash_bwd/mainloop.cuh).
   int window_left = -1;
   int window_right = -1;

@@ -186,10 +186,12 @@ __device__ __forceinline__ void consumer_loop(const Params& params, const SmemMa
       if (!st.template has_rows<Traits>()) continue;  // past its sequence's queries: nothing to store
     }
     // Sequence index of this thread's first row (tile_rows: the tiles after the first may start early).
-    const int row0 = (Traits::kPartialTileFirst && !kPacked
-                           ? tile_rows(tc.m_block, kBlockM, params.seqlen_q, q_row_shift<Traits>(params)).first
-                           : tc.m_block * kBlockM) +
-                     row_in_tile;
+    int tile_row0 = tc.m_block * kBlockM;
+    if constexpr (Traits::kPartialTileFirst && kPacked)
+      tile_row0 = packed_tile_rows<Traits>(st.seq, tc.m_block).first;
+    else if constexpr (Traits::kPartialTileFirst)
+      tile_row0 = tile_rows(tc.m_block, kBlockM, params.seqlen_q, q_row_shift<Traits>(params)).first;
+    const int row0 = tile_row0 + row_in_tile;
     if constexpr (kFp8) {
       // Per (batch, KV head): q_descale * k_descale joins the softmax scale (uniform over the CTA,
       // so the fold decision stays uniform), v_descale scales O with the row-sum normalization.

@@ -270,17 +270,36 @@ int supported_launcher(const FwdParams& p, const DeviceLimits& dev) {
   return launcher_available(i) ? i : -1;
 }
 
+// The packed config kind for `p`: sm90_config_kind() on the caller's bounds, and the long-keys
+// config for a causal D=64 call from kSm90LongKeysFullGridMin keys whose tiles of one sequence of
+// the bounds, over the heads, fill the grid as find_launcher's rule asks of a dense call (its taller
+// tiles with each sequence's partial tile first, packed.cuh). A function of the caller's bounds
+// (FwdParams::bound_q / bound_k, not seqlen_q / seqlen_k: those are clamped to the packed rows) and
+// the heads only, never of the batch or its lengths: a sequence's result does not depend on its
+// neighbours (the packed tests compare each sequence with a packed call of it alone under the same
+// bounds, bitwise).
+Sm90ConfigKind packed_config_kind(const FwdParams& p, const DeviceLimits& dev, int d) {
+  const Sm90ConfigKind kind = sm90_config_kind(d, p.bound_k, p.causal || p.has_window());
+  if (kind == Sm90ConfigKind::kDefault && p.causal && !p.has_window() && p.bound_k >= kSm90LongKeysFullGridMin) {
+    const int j = row_of(kPackedLaunchers, p.dtype, d, Sm90ConfigKind::kLongKeys);
+    if (j >= 0) {
+      const int block_m = kPackedLaunchers[j].block_m;
+      const int64_t tiles = (int64_t{p.bound_q} + block_m - 1) / block_m * p.heads_q;
+      if (sm90_long_keys_tiles_fill_grid(tiles, dev.sm_count)) return Sm90ConfigKind::kLongKeys;
+    }
+  }
+  return kind;
+}
+
 // The packed launcher that serves `p` (a packed batch) on this device, or -1: the dense rules on the
-// packed rows (the maps describe [1, total, H, D]), the config the dense call of the caller's
-// bounds would take (FwdParams::bound_k, not seqlen_k: that one is clamped to the packed rows, so a
-// sequence packed alone would take another config, other bits, than in its batch; no small-grid
+// packed rows (the maps describe [1, total, H, D]), the config of packed_config_kind (no small-grid
 // rule: a packed batch's tiles vary), the dynamic schedule.
 int supported_packed_launcher(const FwdParams& p, const DeviceLimits& dev) {
   if (!sm90_call_ok(p, dev)) return -1;
   if (p.cu_seqlens_q == nullptr || p.cu_seqlens_k == nullptr || p.num_splits > 1) return -1;
   if (p.batch < 1 || p.seqlen_q < 0 || p.seqlen_k < 0 || p.total_q < 1 || p.total_k < 1) return -1;
   const int d = sm90_round_head_dim(p.head_dim);
-  const Sm90ConfigKind kind = sm90_config_kind(d, p.bound_k, p.causal || p.has_window());
+  const Sm90ConfigKind kind = packed_config_kind(p, dev, d);
   const int i = row_of(kPackedLaunchers, p.dtype, d, kind);
   if (i < 0 || kPackedLaunchers[i].smem_bytes > dev.max_smem_per_block) return -1;
   const int64_t m_blocks = query_blocks(p, kPackedLaunchers[i].block_m);

@@ -252,18 +252,24 @@ __device__ __forceinline__ void store_o_tma(const Sm90Params& params, uint32_t o
   store_o_tile_tma<Traits, Element>(params, o_tile, o, batch, head_q, tile_row0 + wg * 64, wg);
 }
 
-// The packed flavour (packed.cuh): the sequence's rows only, LSE [Hq, total_q]. A warpgroup whose 64
-// rows all lie in the sequence stores O through the TMA map over the packed rows (kOTma configs);
-// one whose rows run past the sequence's end stores from registers, row-bounded, as the TMA store
-// would write on into the next sequence's rows (another CTA's).
+// The packed flavour (packed.cuh): the tile's own rows of the sequence only, LSE [Hq, total_q]. A
+// warpgroup whose 64 rows all lie in them stores O through the TMA map over the packed rows (kOTma
+// configs); one whose rows run past them stores from registers, row-bounded, as the TMA store would
+// write on into the next sequence's rows or the next shifted tile's (another CTA's).
 template <typename Traits, typename Element, int kORegs>
 __device__ __forceinline__ void store_o_packed(const Sm90PackedParams& params, const PackedSeq& seq, uint32_t o_tile,
                                                const float (&o)[kORegs], const float (&lse)[2], int head_q,
                                                int m_block, int wg, int row0, int col0, bool write_lse) {
   float* lse_head = params.lse + static_cast<int64_t>(head_q) * params.total_q + seq.q_row0;
-  const int wg_row0 = m_block * Traits::kBlockM + wg * kRowsPerConsumer;
+  int wg_row0 = m_block * Traits::kBlockM + wg * kRowsPerConsumer;
+  int row_end = seq.seqlen_q;
+  if constexpr (Traits::kPartialTileFirst) {
+    const TileRows rows = packed_tile_rows<Traits>(seq, m_block);
+    wg_row0 = rows.first + wg * kRowsPerConsumer;
+    row_end = rows.end;
+  }
   if constexpr (Traits::kOTma) {
-    if (wg_row0 + kRowsPerConsumer <= seq.seqlen_q) {  // uniform across the warpgroup
+    if (wg_row0 + kRowsPerConsumer <= row_end) {  // uniform across the warpgroup
       if (write_lse) {
         lse_head[row0] = lse[0];
         lse_head[row0 + 8] = lse[1];
@@ -274,7 +280,7 @@ __device__ __forceinline__ void store_o_packed(const Sm90PackedParams& params, c
   }
   Element* o_head = static_cast<Element*>(params.o) + static_cast<int64_t>(seq.q_row0) * params.o_row_stride +
                     static_cast<int64_t>(head_q) * params.o_head_stride;
-  store_o_rows<Element>(o_head, params.o_row_stride, lse_head, seq.seqlen_q, params.head_dim, o, lse, row0, col0,
+  store_o_rows<Element>(o_head, params.o_row_stride, lse_head, row_end, params.head_dim, o, lse, row0, col0,
                         write_lse);
 }
 

@@ -55,7 +55,9 @@ __device__ __forceinline__ void producer_loop(const Params& params, const SmemMa
         return n * kBlockN;
     };
     auto query_row = [&]() {
-      if constexpr (kIsPacked<Params>)
+      if constexpr (kIsPacked<Params> && Traits::kPartialTileFirst)
+        return st.seq.q_row0 + packed_tile_rows<Traits>(st.seq, tc.m_block).first;
+      else if constexpr (kIsPacked<Params>)
         return st.seq.q_row0 + tc.m_block * kBlockM;
       else
         return tile_rows(tc.m_block, kBlockM, params.seqlen_q, q_row_shift<Traits>(params)).first;

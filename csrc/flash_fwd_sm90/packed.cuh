@@ -38,10 +38,31 @@ __device__ __forceinline__ PackedSeq packed_seq(const Sm90PackedParams& p, int b
   return s;
 }
 
+// How many rows a tile of the sequence starts early by where the config puts its partial tile first
+// (Traits::kPartialTileFirst, the dense calls' Sm90Params::q_row_shift; tile_scheduler.h tile_rows):
+// a function of the sequence's own query count, so that each sequence's partial tile is its first.
+// The packed configs with it serve masked calls only (dispatch.cu), where the first tile sees the
+// fewest keys. Tile m of the sequence then owns rows tile_rows(m, kBlockM, seqlen_q, shift).
+template <typename Traits>
+__device__ __forceinline__ int packed_row_shift(const PackedSeq& s) {
+  if constexpr (Traits::kPartialTileFirst)
+    return (Traits::kBlockM - s.seqlen_q % Traits::kBlockM) % Traits::kBlockM;
+  else
+    return 0;
+}
+
+// The rows query tile m_block of the sequence owns (unshifted: [m kBlockM, (m + 1) kBlockM) up to
+// seqlen_q), relative to the sequence's first row.
+template <typename Traits>
+__device__ __forceinline__ TileRows packed_tile_rows(const PackedSeq& s, int m_block) {
+  return tile_rows(m_block, Traits::kBlockM, s.seqlen_q, packed_row_shift<Traits>(s));
+}
+
 // A tile's work with its sequence (the packed flavour's TileWork).
 struct PackedTileWork : TileWork {
   PackedSeq seq;
-  // Whether the tile holds rows of its sequence (else it loads, computes and stores nothing).
+  // Whether the tile holds rows of its sequence (else it loads, computes and stores nothing); the
+  // same shifted or not: a shift below kBlockM moves no tile past the sequence's last one.
   template <typename Traits>
   __device__ __forceinline__ bool has_rows() const {
     return coord.m_block * Traits::kBlockM < seq.seqlen_q;
@@ -57,9 +78,14 @@ __device__ __forceinline__ PackedTileWork packed_tile_work(const Sm90PackedParam
   w.split = 0;
   w.seq = packed_seq(params, c.batch);
   if (w.has_rows<Traits>()) {
-    w.blocks = block_range(c.m_block, Traits::kBlockM, Traits::kBlockN, w.seq.seqlen_q, w.seq.seqlen_k,
-                           w.seq.causal_offset, Traits::kLocal ? params.window_left : -1,
-                           Traits::kLocal ? params.window_right : -1);
+    if constexpr (Traits::kPartialTileFirst)
+      w.blocks = block_range(c.m_block, Traits::kBlockM, Traits::kBlockN, w.seq.seqlen_q, w.seq.seqlen_k,
+                             w.seq.causal_offset, Traits::kLocal ? params.window_left : -1,
+                             Traits::kLocal ? params.window_right : -1, packed_row_shift<Traits>(w.seq));
+    else
+      w.blocks = block_range(c.m_block, Traits::kBlockM, Traits::kBlockN, w.seq.seqlen_q, w.seq.seqlen_k,
+                             w.seq.causal_offset, Traits::kLocal ? params.window_left : -1,
+                             Traits::kLocal ? params.window_right : -1);
   } else {
     w.blocks.n_begin = w.blocks.n_end = w.blocks.full_begin = w.blocks.full_end = 0;
   }

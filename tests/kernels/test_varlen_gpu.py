@@ -154,7 +154,8 @@ def _check_each_sequence_alone(spec: VarlenSpec, x, out, lse, causal: bool, devi
 @given(spec=varlen_specs(max_seqlen=200), extra=st.sampled_from((1, 64, 1000)))
 def test_larger_max_seqlen_changes_nothing(path: str, spec: VarlenSpec, extra: int, device: torch.device) -> None:
     """max_seqlen only sizes the grid: blocks past a sequence's end exit without writing. (On the
-    Hopper path a bound past 4096 keys can pick another D=64 config: the extras stay below it.)"""
+    Hopper path a bound from 1536 keys can pick another D=64 config, dispatch.cu packed_config_kind: the
+    extras stay below it.)"""
     _, out, lse = run_varlen(spec, device, backend=path)
     _, out2, lse2 = run_varlen(spec, device, max_extra=extra, backend=path)
     assert torch.equal(out, out2) and torch.equal(lse, lse2)
@@ -246,6 +247,38 @@ def test_a_sequence_packed_alone_takes_its_batch_config(spec: VarlenSpec, device
     check(spec, x, out, lse, "auto")
     with forced_splits(1):
         _check_each_sequence_alone(spec, x, out, lse, spec.causal_mode == BOTTOM_RIGHT, device)
+
+
+# D=64's long-keys config (traits.h Sm90LongKeysConfig<64>: 192-row tiles, three consumer warpgroups,
+# the partial tile first), as the profiler names its packed kernel demangled or not.
+LONG_KEYS_TRAITS = ("Sm90FwdTraits<64, 128, 2, true, 1, false, 4, 3, true>",
+                    "Sm90FwdTraitsILi64ELi128ELi2ELb1ELi1ELb0ELi4ELi3ELb1EE")
+
+
+@pytest.mark.sm90
+@pytest.mark.parametrize("dtype", [pytest.param(torch.float16, id="fp16"), pytest.param(torch.bfloat16, id="bf16")])
+def test_long_bounds_take_the_long_keys_config_each_partial_tile_first(dtype, device: torch.device) -> None:
+    """A causal D=64 packed batch whose key bound reaches 1536, with heads enough that one sequence of
+    the bounds in 192-row tiles fills 1.5 waves, runs the long-keys config (dispatch.cu
+    packed_config_kind), each sequence's partial query tile first (packed.cuh packed_row_shift: the
+    lengths leave every remainder kind, a whole last tile included); one head fewer, the default
+    config. Either way the numerics hold per sequence, and each sequence's rows are bitwise those of
+    a packed call of it alone under the same bounds (the choice reads the bounds and heads only)."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    lens = [1700, 1537, 250, 1, 0, 900, 192, 191]
+    heads = -(-3 * sms // (2 * -(-max(lens) // 192)))  # kSm90LongKeysGridHalfWaves = 3
+    for hq, expect in ((heads, True), (heads - 1, False)):
+        spec = VarlenSpec(**{**_spec(lens, hq=hq, hk=1, d=64, mode=BOTTOM_RIGHT).__dict__, "dtype": dtype})
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            run_varlen(spec, device)
+            torch.cuda.synchronize(device)
+        names = {e.name for e in prof.events() if "flash_fwd" in e.name}
+        took = any(t in n for n in names for t in LONG_KEYS_TRAITS)
+        assert names and took == expect, (hq, names)
+        x, out, lse = run_varlen(spec, device)
+        check(spec, x, out, lse, f"{hq} heads")
+        with forced_splits(1):
+            _check_each_sequence_alone(spec, x, out, lse, True, device)
 
 
 def _forward_kernels(backend: str, device: torch.device) -> set[str]:
