@@ -191,12 +191,11 @@ inline int64_t check_packing(const char* op, const at::Tensor& cu_seqlens_q, con
   return cu_seqlens_q.size(0) - 1;
 }
 
-// The packed kernels' limits (per-sequence offsets and window bounds are int: 2^30 rows leave room
-// for their sums), then max_seqlen_q/k clamped to the totals: no sequence is longer, and a larger
-// bound would only launch blocks that exit at once.
+// The packed kernels' limits (kMaxPackedRows), then max_seqlen_q/k clamped to the totals: no
+// sequence is longer, and a larger bound would only launch blocks that exit at once.
 inline void check_packed_sizes(const char* op, int64_t batch, int64_t total_q, int64_t total_k, int64_t heads_q,
                                int64_t& max_seqlen_q, int64_t& max_seqlen_k) {
-  FLASHATTN_CHECK(total_q < (int64_t{1} << 30) && total_k < (int64_t{1} << 30) && batch < (int64_t{1} << 30) &&
+  FLASHATTN_CHECK(total_q < kMaxPackedRows && total_k < kMaxPackedRows && batch < kMaxPackedRows &&
                       heads_q <= INT32_MAX,
                   op, ": sizes too large (total rows must be below 2^30)");
   max_seqlen_q = std::min(max_seqlen_q, total_q);

@@ -15,6 +15,10 @@ enum class DType : int { kFloat16 = 0, kBFloat16 = 1, kFloat8E4M3 = 2 };
 // causal_offset = 0 (top-left, torch SDPA's is_causal) or Sk - Sq (bottom-right, FlashAttention).
 enum class CausalMode : int { kNone = 0, kTopLeft = 1, kBottomRight = 2 };
 
+// A packed batch's rows, sequences and bounds stay below this: the packed kernels keep per-sequence
+// offsets and window bounds in int, and 2^30 leaves room for their sums.
+constexpr int64_t kMaxPackedRows = int64_t{1} << 30;
+
 // A window edge that no query row reaches is no edge (-1): the kernels then take their unmasked
 // paths, and offset +- window stays within int range. offset as in csrc/common/mask.cuh; for
 // bottom-right alignment the bounds are exactly seqlen_k - 1 (left) and seqlen_q - 1 (right).
@@ -100,7 +104,7 @@ struct FwdParams {
   float* o_accum = nullptr;
   float* lse_accum = nullptr;
 
-  // Packed batches: the caller's max_seqlen bounds as given, capped at 2^30 (set_varlen, then
+  // Packed batches: the caller's max_seqlen bounds as given, capped at kMaxPackedRows (set_varlen, then
   // set_bounds), where seqlen_q / seqlen_k hold them clamped to the packed rows. The Hopper forward
   // picks its config from these (flash_fwd_sm90/dispatch.cu): the packed rows depend on the
   // neighbours, and a sequence's bits must not. Read on the host only; last, as the fields above.
@@ -108,9 +112,8 @@ struct FwdParams {
   int bound_k = 0;
 
   void set_bounds(int64_t max_q, int64_t max_k) {
-    constexpr int64_t kCap = int64_t{1} << 30;
-    bound_q = static_cast<int>(max_q < kCap ? max_q : kCap);
-    bound_k = static_cast<int>(max_k < kCap ? max_k : kCap);
+    bound_q = static_cast<int>(std::min(max_q, kMaxPackedRows));
+    bound_k = static_cast<int>(std::min(max_k, kMaxPackedRows));
   }
 
   void set_scale(float scale) {
