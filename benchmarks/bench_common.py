@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import warnings
 import weakref
 from dataclasses import dataclass, replace
 
@@ -56,11 +57,13 @@ class Shape:
 
     @property
     def id(self) -> str:
-        """Test-id fragment, for -k: e.g. "bf16-D128-S4096-B4-H16-causal"."""
+        """Test-id fragment, for -k: e.g. "bf16-D128-S4096-B4-H16-causal", "bf16-D128-S4096-B4-H16kv4-causal"
+        (GQA: the standard grid has both at the same D, S and B, so the K/V heads tell them apart)."""
         if self.grid == "decode":
             return f"{self.dtype}-D{self.d}-Sk{self.sk}-B{self.b}-H{self.hq}kv{self.hk}-decode"
         seq = f"S{self.sq}" if self.sq == self.sk else f"Sq{self.sq}-Sk{self.sk}"
-        base = f"{self.dtype}-D{self.d}-{seq}-B{self.b}-H{self.hq}-{'causal' if self.causal else 'full'}"
+        heads = f"H{self.hq}" if self.hq == self.hk else f"H{self.hq}kv{self.hk}"
+        base = f"{self.dtype}-D{self.d}-{seq}-B{self.b}-{heads}-{'causal' if self.causal else 'full'}"
         if self.grid == "latency-graph":
             base += "-graph"
         return base if self.pass_ == "fwd" else f"{base}-{self.pass_}"
@@ -171,10 +174,16 @@ STANDARD_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 STANDARD_HEADDIMS = (64, 128, 256)
 STANDARD_TOKENS = 16384  # B * S
 STANDARD_MODEL_DIM = 2048  # H * D
+# The standard grid's GQA shapes, as the project's issues define its grids: D=128, Hq = 2048/D = 16
+# and B*S = 16k like the grid's other shapes, with fewer K/V heads: (S, Hk), group 4 at S=4k and
+# group 8 at S=16k.
+STANDARD_GQA_HEADDIM = 128
+STANDARD_GQA = ((4096, 4), (16384, 2))
 
 
 def standard_shapes() -> list[Shape]:
-    """bf16 and fp16, D in {64,128,256}, H = 2048/D, B*S = 16k, S 512..16k, causal on/off."""
+    """bf16 and fp16, D in {64,128,256}, H = 2048/D, B*S = 16k, S 512..16k, causal on/off; then per
+    dtype the GQA shapes (STANDARD_GQA: D=128, Hq=16, Hk 4 at S=4k and 2 at S=16k, causal on/off)."""
     out = []
     for dtype in ("bf16", "fp16"):
         for d in STANDARD_HEADDIMS:
@@ -183,6 +192,12 @@ def standard_shapes() -> list[Shape]:
                     h, b = STANDARD_MODEL_DIM // d, STANDARD_TOKENS // s
                     quick = dtype == "bf16" and d in (64, 128) and s in (1024, 4096, 16384)
                     out.append(Shape("standard", dtype, b, h, h, s, s, d, causal, quick=quick))
+        d = STANDARD_GQA_HEADDIM
+        for causal in (False, True):
+            for s, hk in STANDARD_GQA:
+                h, b = STANDARD_MODEL_DIM // d, STANDARD_TOKENS // s
+                quick = dtype == "bf16" and s == 4096  # one GQA shape a mask, beside its MHA twin
+                out.append(Shape("standard", dtype, b, h, hk, s, s, d, causal, quick=quick))
     return out
 
 
@@ -655,6 +670,18 @@ class Unavailable(Exception):
     """The implementation cannot run here or for this shape (the test skips with this reason)."""
 
 
+def refusal_reason(what: str, exc: BaseException, caught=()) -> str:
+    """A skip reason: `what`, the error's first line, then the warnings caught around the call.
+    SDPA's "No available kernel" says nothing itself: its backend checks warn their reasons before
+    it (e.g. a forced backend that takes no GQA), so those warnings are the reason."""
+    msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    reason = f"{what}: {msg}"
+    why = [str(w.message).strip().replace("\n", " ") for w in caught]
+    if why:
+        reason += " | " + " | ".join(why)[:400]
+    return reason
+
+
 def make_callable(impl: str, shape: Shape, q, k, v):
     """Returns (fn, context_manager_factory). fn() runs one forward on the given [B,H,S,D] tensors;
     the context (SDPA backend choice, flashattn backend) is entered once around the whole timing,
@@ -663,6 +690,20 @@ def make_callable(impl: str, shape: Shape, q, k, v):
 
     import torch.nn.functional as F
 
+    # GQA (Hq != Hk): K and V keep their Hk heads in every implementation, none is handed repeated
+    # copies. Through SDPA, enable_gqa=True; which backends take it, from torch's backend checks
+    # (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp; the docstring of
+    # F.scaled_dot_product_attention, which names only flash and math, is older than them):
+    # - cuDNN (sdpa-cudnn) takes Hq a multiple of Hk natively; it is sdpa-default's first choice on
+    #   Hopper where torch prefers cuDNN, so sdpa-default runs GQA on cuDNN there and on FlashAttention-2
+    #   otherwise; neither falls back to the math backend's repeated K/V on these shapes.
+    # - FlashAttention-2 (sdpa-flash) has taken it since torch 2.5.
+    # - The memory-efficient backend (sdpa-efficient) took none until pytorch/pytorch#191085
+    #   (2026-07); forced in a torch without it, the call raises "No available kernel", which the
+    #   suite turns into a skip with torch's reasons (Unavailable), not a failure.
+    # - math (sdpa-math) repeats K and V (repeat_interleave) and computes every score.
+    # FlashAttention-3 (fa3) and flex take GQA natively (flex through its own enable_gqa); flashattn
+    # through its SDPA-compatible enable_gqa.
     gqa = shape.hq != shape.hk
     kw = {"is_causal": shape.causal}
     if gqa:
@@ -885,14 +926,15 @@ def make_training_callable(impl: str, shape: Shape, q, k, v, dout):
         return fn, ctx
     if shape.pass_ != "bwd":
         raise ValueError(f"make_training_callable: pass {shape.pass_!r} is not a training pass")
-    try:
-        with ctx():
-            out = forward()
-    except (RuntimeError, ValueError, TypeError, NotImplementedError) as exc:
-        if isinstance(exc, torch.cuda.OutOfMemoryError):
-            torch.cuda.empty_cache()
-        msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise Unavailable(f"{impl} cannot run this shape's forward: {msg}") from exc
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with ctx():
+                out = forward()
+        except (RuntimeError, ValueError, TypeError, NotImplementedError) as exc:
+            if isinstance(exc, torch.cuda.OutOfMemoryError):
+                torch.cuda.empty_cache()
+            raise Unavailable(refusal_reason(f"{impl} cannot run this shape's forward", exc, caught)) from exc
 
     def fn():
         return torch.autograd.grad(out, inputs, dout, retain_graph=True)

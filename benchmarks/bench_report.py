@@ -6,12 +6,13 @@ usage: python benchmarks/bench_report.py results.json [--png out.png] [--markdow
 
 Prints, per shape, each implementation's time and TFLOP/s and flashattn's speedup over it
 (time_other / time_ours, so > 1 means flashattn is faster), then the geometric mean of those
-speedups per category (grid x dtype x D x causal x pass), per grid and pass and overall, and a
-training table (fwd, bwd, fwd+bwd side by side against SDPA's default and FlashAttention-2
-backends). --markdown writes the same as tables for the README; --png draws the figure: first a
-summary panel, ours' geometric-mean speedup over each peer per suite (forward, backward, fwd+bwd,
-decode, latency; 1.0 marked), then TFLOP/s (µs, GB/s) against S, one line per implementation, one
-panel per dtype x D x causal x pass where there are two or more S to draw, each with its legend.
+speedups per category (grid x dtype x D x causal x pass; the standard grid's GQA shapes in
+categories of their own, "... GQA"), per grid and pass and overall, and a training table (fwd,
+bwd, fwd+bwd side by side against SDPA's default and FlashAttention-2 backends). --markdown
+writes the same as tables for the README; --png draws the figure: first a summary panel, ours'
+geometric-mean speedup over each peer per suite (forward, backward, fwd+bwd, decode, latency; 1.0
+marked), then TFLOP/s (µs, GB/s) against S, one line per implementation, one panel per dtype x D
+x causal x pass (x GQA) where there are two or more S to draw, each with its legend.
 Needs only the standard library, plus matplotlib for --png.
 """
 
@@ -49,6 +50,11 @@ IMPL_ORDER = (
     "copy-floor",
 )
 MISSING = "—"
+# Grids that hold MHA and GQA shapes of the same dtype, D and mask (the standard grid: its GQA
+# shapes share D=128 and S=4k/16k with MHA ones). There a GQA shape gets a category, a figure panel
+# and a training-table row of its own, so the MHA ones keep their meaning from run to run; in the
+# other grids (decode, context parallelism) every shape is GQA, and their labels stay as they were.
+MIXED_HEADS_GRIDS = ("standard",)
 # Per shape, the fastest of the other libraries that ran (SDPA's backends, FlashAttention-3): the
 # bar to clear is the best of them on each shape, not each one on average. Not peers: our own
 # variants, SDPA's reference math backend, the copy floor.
@@ -121,10 +127,16 @@ class Shape:
     pass_: str = "fwd"
 
     @property
+    def gqa(self) -> bool:
+        """A GQA shape of a grid that mixes them with MHA ones (MIXED_HEADS_GRIDS)."""
+        return self.grid in MIXED_HEADS_GRIDS and self.hq != self.hk
+
+    @property
     def category(self) -> str:
         if self.grid == "decode":
             return f"decode {self.dtype} D={self.d}"
-        return f"{self.grid} {self.dtype} D={self.d} {'causal' if self.causal else 'noncausal'}" + _pass_suffix(self.pass_)
+        return (f"{self.grid} {self.dtype} D={self.d} {'causal' if self.causal else 'noncausal'}"
+                + (" GQA" if self.gqa else "") + _pass_suffix(self.pass_))
 
     @property
     def section(self) -> tuple:
@@ -135,7 +147,7 @@ class Shape:
         # latency: the B=1 H=1 sweep before the multi-head case; decode: by B, then Sk
         sub = self.b * self.hq if self.grid.startswith("latency") else (self.b if self.grid == "decode" else 0)
         return (GRID_ORDER.get(self.grid, 9), self.grid, PASS_ORDER.get(self.pass_, 9), self.dtype, self.d, self.causal,
-                sub, self.sk, self.sq, self.b)
+                self.gqa, sub, self.sk, self.sq, self.b)
 
 
 def _pass_suffix(pass_: str) -> str:
@@ -489,8 +501,9 @@ def training_table(report: Report):
     for sh in report.shapes:
         if sh.grid == "decode":
             continue
-        key = (GRID_ORDER.get(sh.grid, 9), sh.grid, sh.dtype, sh.d, sh.causal)
-        labels[key] = f"{sh.grid} {sh.dtype} D={sh.d} {'causal' if sh.causal else 'noncausal'}"
+        key = (GRID_ORDER.get(sh.grid, 9), sh.grid, sh.dtype, sh.d, sh.causal, sh.gqa)
+        labels[key] = (f"{sh.grid} {sh.dtype} D={sh.d} {'causal' if sh.causal else 'noncausal'}"
+                       + (" GQA" if sh.gqa else ""))
         keyed[key][sh.pass_].append(sh)
     header = ["category"] + [f"{p} vs {b}" for p in have for b in baselines]
     rows = []
@@ -652,9 +665,11 @@ def print_report(report: Report, file=None) -> None:
 
 
 def panels(report: Report) -> list:
-    """[(title, xlabel, ylabel, {impl: [(x, y), ...]})], one per grid x dtype x D x causal.
-    standard: TFLOP/s vs S. latency: µs per call vs S (B=1, H=1 shapes). decode: GB/s vs Sk."""
+    """[(title, xlabel, ylabel, {impl: [(x, y), ...]})], one per grid x dtype x D x causal (x GQA in
+    MIXED_HEADS_GRIDS). standard: TFLOP/s vs S. latency: µs per call vs S (B=1, H=1 shapes).
+    decode: GB/s vs Sk."""
     keyed: dict = {}
+    heads: dict = defaultdict(set)  # GQA panels: key -> {(S, Hq, Hk)}
     for sh in report.shapes:
         if sh.grid.startswith("latency") and (sh.b != 1 or sh.hq != 1):
             continue
@@ -669,9 +684,12 @@ def panels(report: Report) -> list:
                 "µs per call",
             )
         else:
-            key = (GRID_ORDER.get(sh.grid, 9), sh.grid, PASS_ORDER.get(sh.pass_, 9), sh.dtype, sh.causal, sh.d)
-            title = f"{sh.grid} {sh.dtype} D={sh.d} {'causal' if sh.causal else 'noncausal'}{_pass_suffix(sh.pass_)}"
+            key = (GRID_ORDER.get(sh.grid, 9), sh.grid, PASS_ORDER.get(sh.pass_, 9), sh.dtype, sh.causal, sh.d, sh.gqa)
+            title = (f"{sh.grid} {sh.dtype} D={sh.d} {'causal' if sh.causal else 'noncausal'}"
+                     + (" GQA" if sh.gqa else "") + _pass_suffix(sh.pass_))
             xl, yl = "S (B*S and H*D fixed)" if sh.grid == "standard" else "S", "TFLOP/s"
+            if sh.gqa:
+                heads[key].add((sh.sq, sh.hq, sh.hk))
         p = keyed.setdefault(key, (title, xl, yl, defaultdict(list)))
         for impl, r in sh.rows.items():
             if sh.grid == "decode":
@@ -684,8 +702,14 @@ def panels(report: Report) -> list:
     out = []
     for key in sorted(keyed):
         title, xl, yl, lines = keyed[key]
+        if key in heads:  # a GQA panel's K/V heads differ from one S to the next: its axis names them
+            xl = "S (Hq/Hk: " + ", ".join(f"{_s_label(s)} {hq}/{hk}" for s, hq, hk in sorted(heads[key])) + ")"
         out.append((title, xl, yl, {i: sorted(v) for i, v in lines.items()}))
     return out
+
+
+def _s_label(x: int) -> str:
+    return f"{x // 1024}k" if x >= 1024 and x % 1024 == 0 else str(x)
 
 
 def curve_panels(report: Report) -> list:
@@ -782,7 +806,7 @@ def draw(report: Report):
         ax.set_xscale("log", base=2)
         xs = sorted({p[0] for pts in lines.values() for p in pts})
         ax.set_xticks(xs)
-        ax.set_xticklabels([f"{x // 1024}k" if x >= 1024 and x % 1024 == 0 else str(x) for x in xs])
+        ax.set_xticklabels([_s_label(x) for x in xs])
         ax.minorticks_off()
         ax.set_title(title, fontsize=10)
         ax.set_xlabel(xl)

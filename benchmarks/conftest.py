@@ -20,7 +20,8 @@ def pytest_configure(config):
     for line in (
         "bench: benchmark, kept out of the default run",
         "latency: benchmark grid of tiny, launch/latency-bound shapes (fp16, D=64, S 32..512)",
-        "standard: benchmark grid bf16/fp16, D 64/128/256, H=2048/D, B*S=16k, S 512..16k, causal on/off",
+        "standard: benchmark grid bf16/fp16, D 64/128/256, H=2048/D, B*S=16k, S 512..16k, causal on/off; "
+        "GQA at D=128: H=16/4 at S=4k, H=16/2 at S=16k",
         "decode: benchmark grid for decode (Sq=1, KV cache, GQA 32:8); runs once flash_attn_with_kvcache exists",
         "training: the standard grid's shapes, backward ('bwd') and forward+backward ('fwd+bwd')",
         "quick: a small subset of the benchmark grids, for a fast look (-m 'bench and quick')",

@@ -98,12 +98,7 @@ def _first_call(impl, fn):
         except (RuntimeError, ValueError, TypeError, NotImplementedError) as exc:
             if isinstance(exc, torch.cuda.OutOfMemoryError):
                 torch.cuda.empty_cache()
-            msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            why = [str(w.message).strip().replace("\n", " ") for w in caught]
-            reason = f"{impl} cannot run this shape: {msg}"
-            if why:
-                reason += " | " + " | ".join(why)[:400]
-            raise bc.Unavailable(reason) from exc
+            raise bc.Unavailable(bc.refusal_reason(f"{impl} cannot run this shape", exc, caught)) from exc
 
 
 _BENCH = bc.CaseBench()
@@ -180,7 +175,8 @@ def test_latency_graph(benchmark, shape, impl):
     "shape,impl", list(_params(bc.standard_shapes(), bc.selected_impls(bc.DEFAULT_IMPLS), pytest.mark.standard))
 )
 def test_standard(benchmark, shape, impl):
-    """bf16/fp16, D in {64,128,256}, H=2048/D, B*S=16k, S 512..16k, causal on/off."""
+    """bf16/fp16, D in {64,128,256}, H=2048/D, B*S=16k, S 512..16k, causal on/off; GQA at D=128:
+    Hq=16 with Hk=4 at S=4k and Hk=2 at S=16k."""
     run_case(benchmark, shape, impl)
 
 

@@ -860,8 +860,8 @@ case "${1:-verify}" in
     ;;
   flexgrid)  # measured 2026-12-03 with led batches (ours 1.51x forward, 1.44x backward; 2026-12-02's 1.59x / 1.48x counted its host time): torch's FlexAttention (benchmarks' opt-in `flex`, compiled, a block
              # mask for causal) beside ours, cuDNN and FlashAttention-3 on the quick shapes of the forward grid
-             # (bf16, D 64/128, S 1k/4k/16k, both masks), then beside ours and cuDNN on the same shapes' backward
-             # and forward+backward (the training grid's quick cases)
+             # (bf16, D 64/128, S 1k/4k/16k, both masks; D=128 GQA 16/4 at S=4k), then beside ours and cuDNN on
+             # the same shapes' backward and forward+backward (the training grid's quick cases)
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
     step bench_flex_fwd 300 env FLASHATTN_BENCH_IMPLS="flashattn,sdpa-default,fa3,flex" \

@@ -357,14 +357,38 @@ def test_causal_flops_when_sq_differs_from_sk():
 
 def test_standard_grid():
     shapes = bc.standard_shapes()
-    assert len(shapes) == 2 * 3 * 6 * 2
+    mha = [s for s in shapes if s.hq == s.hk]
+    gqa = [s for s in shapes if s.hq != s.hk]
+    assert len(mha) == 2 * 3 * 6 * 2 and len(gqa) == 2 * 4  # four GQA shapes a dtype, as the issues' grid
+    assert len(shapes) == 80
     assert all(s.b * s.sq == 16384 and s.hq * s.d == 2048 and s.sq == s.sk for s in shapes)
     assert {s.d for s in shapes} == {64, 128, 256}
     assert {s.sq for s in shapes} == {512, 1024, 2048, 4096, 8192, 16384}
     assert {(s.dtype, s.causal) for s in shapes} == {("bf16", False), ("bf16", True), ("fp16", False), ("fp16", True)}
-    assert len({s.group for s in shapes}) == len(shapes)
+    assert len({s.group for s in shapes}) == len(shapes) and len({s.id for s in shapes}) == len(shapes)
     assert "bf16 D=128 S=4096 B=4 H=16 causal" in {s.group for s in shapes}
     assert 0 < sum(s.quick for s in shapes) < len(shapes)
+
+
+def test_standard_grid_gqa_shapes():
+    """D=128, Hq=16: Hk=4 (group 4) at S=4k B=4, Hk=2 (group 8) at S=16k B=1, both masks, both
+    dtypes; groups and ids name the K/V heads, so each differs from its MHA twin's (same D, S, B);
+    FLOPs count the query heads; quick: bf16 S=4k alone."""
+    gqa = [s for s in bc.standard_shapes() if s.hq != s.hk]
+    assert {(s.dtype, s.d, s.sq, s.b, s.hq, s.hk, s.causal) for s in gqa} == {
+        (dt, 128, s, b, 16, hk, c) for dt in ("bf16", "fp16") for s, b, hk in ((4096, 4, 4), (16384, 1, 2))
+        for c in (False, True)}
+    assert {s.hq // s.hk for s in gqa} == {4, 8}
+    groups = {s.group for s in gqa}
+    assert "bf16 D=128 S=4096 B=4 H=16/4 causal" in groups and "fp16 D=128 S=16384 B=1 H=16/2 noncausal" in groups
+    assert "bf16-D128-S4096-B4-H16kv4-causal" in {s.id for s in gqa}
+    twins = {(s.dtype, s.sq, s.causal): s for s in bc.standard_shapes() if s.hq == s.hk and s.d == 128}
+    for s in gqa:
+        twin = twins[(s.dtype, s.sq, s.causal)]
+        assert (twin.b, twin.hq) == (s.b, s.hq) and twin.group != s.group and twin.id != s.id
+        assert s.flops == twin.flops  # Hq's work: fewer K/V heads do not shrink it
+        assert s.io_bytes < twin.io_bytes  # but K and V are smaller
+    assert {(s.dtype, s.sq, s.causal) for s in gqa if s.quick} == {("bf16", 4096, False), ("bf16", 4096, True)}
 
 
 def test_latency_and_decode_grids():
@@ -520,6 +544,11 @@ def test_training_grid():
     assert {(s.dtype, s.d, s.sq, s.causal) for s in shapes} == {(s.dtype, s.d, s.sq, s.causal) for s in standard}
     assert "bf16 D=128 S=4096 B=4 H=16 causal bwd" in {s.group for s in shapes}
     assert "bf16-D128-S4096-B4-H16-causal-fwd+bwd" in {s.id for s in shapes}
+    gqa = [s for s in shapes if s.hq != s.hk]
+    assert len(gqa) == 2 * len([s for s in standard if s.hq != s.hk]) == 16
+    assert {(s.sq, s.hk) for s in gqa} == {(4096, 4), (16384, 2)}
+    assert "bf16 D=128 S=16384 B=1 H=16/2 causal bwd" in {s.group for s in gqa}
+    assert "bf16-D128-S4096-B4-H16kv4-full-fwd+bwd" in {s.id for s in gqa}
     assert sum(s.quick for s in shapes) == 2 * sum(s.quick for s in standard)
     every = bc.latency_shapes() + standard + shapes + bc.decode_shapes()
     assert len({s.group for s in every}) == len(every) and len({s.id for s in every}) == len(every)
@@ -581,6 +610,60 @@ def test_panels_with_backward(training_report):
     assert "standard bf16 D=64 noncausal" in titles
     assert "standard bf16 D=64 noncausal bwd" in titles and "standard bf16 D=64 causal fwd+bwd" in titles
     assert titles.index("standard bf16 D=64 causal") < titles.index("standard bf16 D=64 noncausal bwd")
+
+
+def _standard_d128_with_gqa() -> dict:
+    """The fixture's JSON with its benchmarks replaced by the standard grid's bf16 D=128 shapes at S 4k
+    and 16k, MHA and GQA alike, forward and both training passes: ours 1.0 ms, sdpa-default 1.2 ms on
+    MHA and 1.5 ms on GQA; the bf16 D=128 S=4096 shapes as the suite writes them."""
+    data = json.loads(FIXTURE.read_text())
+    (proto,) = [b for b in data["benchmarks"] if b["group"] == NC1 and b["extra_info"]["impl"] == "flashattn"]
+    shapes = [s for s in bc.standard_shapes() + bc.training_shapes()
+              if s.dtype == "bf16" and s.d == 128 and s.sq in (4096, 16384)]
+    benches = []
+    for shape in shapes:
+        for impl, ms in (("flashattn", 1.0), ("sdpa-default", 1.5 if shape.hq != shape.hk else 1.2)):
+            b = json.loads(json.dumps(proto))
+            b["group"], b["name"] = shape.group, f"test_x[{shape.id}-{impl}]"
+            b["extra_info"].update(impl=impl, grid=shape.grid, dtype=shape.dtype, b=shape.b, hq=shape.hq, hk=shape.hk,
+                                   sq=shape.sq, sk=shape.sk, d=shape.d, causal=shape.causal, flops=shape.flops,
+                                   io_bytes=shape.io_bytes, median_ms=ms)
+            b["extra_info"]["pass"] = shape.pass_
+            b["stats"]["median"] = ms * 1e-3
+            benches.append(b)
+    return {**data, "benchmarks": benches}
+
+
+def test_report_keeps_gqa_shapes_apart_from_their_mha_twins():
+    """The standard grid's GQA shapes share D, S and B with MHA ones: they get shapes, categories,
+    training rows and figure panels of their own, never mixed into (or colliding with) the MHA ones."""
+    rep = br.build(_standard_d128_with_gqa())
+    assert len(rep.shapes) == 2 * 2 * 2 * 3  # (MHA, GQA) x S x mask x pass
+    assert len({sh.group for sh in rep.shapes}) == len(rep.shapes)
+    fwd = [sh.group for sh in rep.shapes if sh.pass_ == "fwd"]
+    assert fwd == ["bf16 D=128 S=4096 B=4 H=16 noncausal", "bf16 D=128 S=16384 B=1 H=16 noncausal",
+                   "bf16 D=128 S=4096 B=4 H=16/4 noncausal", "bf16 D=128 S=16384 B=1 H=16/2 noncausal",
+                   "bf16 D=128 S=4096 B=4 H=16 causal", "bf16 D=128 S=16384 B=1 H=16 causal",
+                   "bf16 D=128 S=4096 B=4 H=16/4 causal", "bf16 D=128 S=16384 B=1 H=16/2 causal"]
+    table = {label: (n, g) for label, n, g in br.summary(rep)}
+    assert table["standard bf16 D=128 noncausal"] == (2, {"sdpa-default": (pytest.approx(1.2), 2)})
+    assert table["standard bf16 D=128 noncausal GQA"] == (2, {"sdpa-default": (pytest.approx(1.5), 2)})
+    assert table["standard bf16 D=128 causal GQA bwd"][1]["sdpa-default"] == (pytest.approx(1.5), 2)
+    assert table["standard (all)"][0] == 8
+    header, rows = br.training_table(rep)
+    by_cat = {r[0]: r[1:] for r in rows}
+    assert by_cat["standard bf16 D=128 causal GQA"] == ["1.50x"] * 3
+    assert by_cat["standard bf16 D=128 causal"] == ["1.20x"] * 3
+    panels = {title: (xl, lines) for title, xl, _, lines in br.panels(rep)}
+    assert len(panels) == 2 * 2 * 3
+    xl, lines = panels["standard bf16 D=128 causal GQA bwd"]
+    assert xl == "S (Hq/Hk: 4k 16/4, 16k 16/2)"
+    assert [x for x, _ in lines["flashattn"]] == [4096, 16384]
+    for _, lines in panels.values():  # one point a value of S: no two shapes on one x
+        assert all(len({x for x, _ in pts}) == len(pts) for pts in lines.values())
+    md = br.markdown(rep)
+    assert "| standard bf16 D=128 noncausal GQA | 2 | 1.50x |" in md
+    assert "| bf16 D=128 S=16384 B=1 H=16/2 causal |" in md
 
 
 def test_cli_png_with_backward(tmp_path):
@@ -823,6 +906,31 @@ def test_fa3_forward_comparator_runs_on_the_same_memory(monkeypatch):
     monkeypatch.setattr(bc, "_FA3", {})
     with pytest.raises(bc.Unavailable, match="no flash_attn_func"):
         bc.make_callable("fa3", shape, q, k, v)
+
+
+def test_a_refused_backward_forward_skips_with_torchs_reasons(monkeypatch):
+    """The "bwd" pass runs the forward at preparation: a backend that refuses the shape (SDPA's "No
+    available kernel", e.g. a forced backend that takes no GQA) skips with the warnings torch gave
+    its reasons in, as the forward's first call does (bench_common.refusal_reason)."""
+    import contextlib
+    import warnings
+
+    torch = pytest.importorskip("torch")
+
+    def forward():
+        warnings.warn("Memory efficient kernel not used because:")
+        warnings.warn("For dense inputs, both fused kernels require query, key and value to have the same num_heads.")
+        raise RuntimeError("No available kernel. Aborting execution.")
+
+    monkeypatch.setattr(bc, "make_callable", lambda *a: (forward, contextlib.nullcontext))
+    shape = bc.Shape("standard", "bf16", 4, 16, 4, 4096, 4096, 128, False, pass_="bwd")
+    q, k, v = (torch.zeros(1) for _ in range(3))
+    with pytest.raises(bc.Unavailable) as info:
+        bc.make_training_callable("sdpa-efficient", shape, q, k, v, None)
+    assert str(info.value) == (
+        "sdpa-efficient cannot run this shape's forward: No available kernel. Aborting execution. | Memory efficient "
+        "kernel not used because: | For dense inputs, both fused kernels require query, key and value to have the "
+        "same num_heads.")
 
 
 def test_report_of_the_decode_kv_grid():
