@@ -690,20 +690,12 @@ def make_callable(impl: str, shape: Shape, q, k, v):
 
     import torch.nn.functional as F
 
-    # GQA (Hq != Hk): K and V keep their Hk heads in every implementation, none is handed repeated
-    # copies. Through SDPA, enable_gqa=True; which backends take it, from torch's backend checks
-    # (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp; the docstring of
-    # F.scaled_dot_product_attention, which names only flash and math, is older than them):
-    # - cuDNN (sdpa-cudnn) takes Hq a multiple of Hk natively; it is sdpa-default's first choice on
-    #   Hopper where torch prefers cuDNN, so sdpa-default runs GQA on cuDNN there and on FlashAttention-2
-    #   otherwise; neither falls back to the math backend's repeated K/V on these shapes.
-    # - FlashAttention-2 (sdpa-flash) has taken it since torch 2.5.
-    # - The memory-efficient backend (sdpa-efficient) took none until pytorch/pytorch#191085
-    #   (2026-07); forced in a torch without it, the call raises "No available kernel", which the
-    #   suite turns into a skip with torch's reasons (Unavailable), not a failure.
-    # - math (sdpa-math) repeats K and V (repeat_interleave) and computes every score.
-    # FlashAttention-3 (fa3) and flex take GQA natively (flex through its own enable_gqa); flashattn
-    # through its SDPA-compatible enable_gqa.
+    # GQA (Hq != Hk): K and V keep their Hk heads in every implementation; none is handed repeated
+    # copies. SDPA takes them with enable_gqa=True: cuDNN and FlashAttention-2 natively (so
+    # sdpa-default's GQA cells time the same backend as its MHA cells: on an H200 with torch 2.11 both
+    # read 1.1-1.3x behind ours, 2026-12-06), math by repeating K/V; a backend that refuses GQA (the
+    # memory-efficient one in older torch) raises "No available kernel", which becomes a skip with
+    # torch's warnings as its reason (Unavailable). FlashAttention-3 and flex take GQA natively.
     gqa = shape.hq != shape.hk
     kw = {"is_causal": shape.causal}
     if gqa:
