@@ -15,9 +15,15 @@ Fill = the steps / (SMs x the last SM's end): 1.0 = no SM ever idle and no fixed
 --persistent: also a persistent grid (lab/ab/bwd_persistent.diff: one CTA an SM running units c,
 c + SMs, ... in the same order, a static stride), its units' fixed cost --persistent-fixed (what
 the next unit's loads under the epilogue do not hide), and its predicted gain over a CTA a unit.
+--gqa: the GQA grids (Hq = 2048/D query heads, Hk = Hq/4 and Hq/8 at S 2k-16k, and the training grid's
+16:4 at 4k and 16:2 at 16k): each split of a group over CTAs (group_split.h; a unit walks its share of
+the group's query heads, its Q/dO bytes set the 8 MiB groups), its fill, its end against the MHA
+twin's (the same FLOPs, Hk = Hq), and the split the rule takes (--waves, kBwdSplitMaskedWaves); a
+split unit's float32 dK/dV sums cost --split-fixed more steps.
 A model, not a measurement: no L2 effects, no ticket waits, every step the same length.
 
 usage: python3 lab/bwd_schedule_model.py [--sms 132] [--fixed 1.0] [--persistent] [--persistent-fixed 1.0]
+       python3 lab/bwd_schedule_model.py --gqa [--fixed 2.0] [--split-fixed 1.0] [--waves 4]
 """
 
 from __future__ import annotations
@@ -53,13 +59,16 @@ def tail_plan(units: int, steps: int, sms: int) -> tuple[int, int]:
     return plan
 
 
-def unit_steps(s: int, d: int, causal: bool, deterministic: bool) -> list[int]:
-    """Steps of each unit in launch order."""
+def unit_steps(s: int, d: int, causal: bool, deterministic: bool, hk: int = 0, split: int = 1) -> list[int]:
+    """Steps of each unit in launch order; hk K/V heads (0: as many as query heads), each group's
+    query heads shared out over `split` CTAs (group_split.h)."""
     bm, bn = tiles(s, d, causal)
     b, h = 16384 // s, 2048 // d
+    hk = hk or h
+    share = h // hk // split  # query heads a unit walks
     nb, mb = -(-s // bn), -(-s // bm)
-    pairs = b * h
-    lpt = max(1, min(pairs, LPT_BUDGET // (2 * 2 * s * d))) if causal and not deterministic else 0
+    pairs = b * hk * split
+    lpt = max(1, min(pairs, LPT_BUDGET // (2 * 2 * share * s * d))) if causal and not deterministic else 0
     out = []
     for cta in range(nb * pairs):
         if lpt:
@@ -69,8 +78,43 @@ def unit_steps(s: int, d: int, causal: bool, deterministic: bool) -> list[int]:
         else:
             idx = cta % nb
         n = nb - 1 - idx if deterministic else idx
-        out.append(mb - (n * bn) // bm if causal else mb)
+        out.append(share * (mb - (n * bn) // bm if causal else mb))
     return out
+
+
+def rule_split(group: int, ctas: int, causal: bool, sms: int, waves: int) -> int:
+    """group_split.h bwd_group_split."""
+    want = waves * sms if causal else sms // 2
+    split = 1
+    while ctas * split < want and split < group:
+        split += 1
+        while group % split:
+            split += 1
+    return split
+
+
+def gqa_table(sms: int, fixed: float, split_fixed: float, waves: int) -> None:
+    print(f"GQA: fill = steps / (SMs x end), {sms} SMs, a unit's fixed cost {fixed} steps (+{split_fixed} when split); "
+          f"x MHA = the MHA twin's end / this end; * = the rule's split ({waves} waves for masked calls)")
+    print(f"{'D':>4} {'S':>6} {'Hq:Hk':>6} {'causal':>6}  " + "  ".join(f"{'s=' + str(k):>13}" for k in (1, 2, 4, 8)))
+    cells = [(d, s, 2048 // d // g) for d in (64, 128) for s in (2048, 4096, 16384) for g in (4, 8)]
+    cells += [(128, 4096, 4), (128, 16384, 2)]
+    for d, s, hk in dict.fromkeys(cells):
+        h = 2048 // d
+        for causal in (True, False):
+            twin = makespan(unit_steps(s, d, causal, False), sms, fixed)
+            bn = tiles(s, d, causal)[1]
+            rule = rule_split(h // hk, -(-s // bn) * (16384 // s) * hk, causal, sms, waves)
+            row = []
+            for k in (1, 2, 4, 8):
+                if (h // hk) % k:
+                    row.append(f"{'-':>13}")
+                    continue
+                units = unit_steps(s, d, causal, False, hk, k)
+                end = makespan(units, sms, fixed + (split_fixed if k > 1 else 0.0))
+                mark = "*" if k == rule else " "
+                row.append(f"{sum(units) / (sms * end):5.3f} {twin / end:5.3f}{mark}")
+            print(f"{d:>4} {s:>6} {f'{h}:{hk}':>6} {str(causal):>6}  " + "  ".join(row))
 
 
 def unit_times(units: list[int], fixed: float, tail: tuple[int, int] = (0, 1)) -> list[float]:
@@ -103,7 +147,13 @@ def main() -> None:
     ap.add_argument("--fixed", type=float, default=1.0)
     ap.add_argument("--persistent", action="store_true", help="also a persistent grid with a static stride")
     ap.add_argument("--persistent-fixed", type=float, default=1.0, help="its units' fixed cost, in steps")
+    ap.add_argument("--gqa", action="store_true", help="the GQA grids under each group split")
+    ap.add_argument("--split-fixed", type=float, default=1.0, help="a split unit's float32 dK/dV sums, in steps")
+    ap.add_argument("--waves", type=int, default=4, help="group_split.h's waves for masked calls")
     args = ap.parse_args()
+    if args.gqa:
+        gqa_table(args.sms, args.fixed, args.split_fixed, args.waves)
+        return
     if args.persistent:
         print(f"a CTA a unit (fixed {args.fixed} steps) against a persistent grid of {args.sms} CTAs, a static "
               f"stride (fixed {args.persistent_fixed}): fill each, gain = the first's end / the second's")
