@@ -33,7 +33,7 @@ import heapq
 
 TILES = {64: (128, 128), 128: (80, 128), 256: (64, 64)}  # (query rows per step, keys per unit)
 WIDE_MASKED_KEYS, WIDE_UNMASKED_QUERIES = 2048, 768  # wide_rule.h
-LPT_BUDGET = 8 << 20  # launch.cuh kBwdLptL2Bytes
+LPT_BUDGET = 8 << 20  # block.h kBwdLptL2Bytes
 PIECE_COST = 3.0  # tail_split.h kBwdTailPieceCost
 MAX_SPLIT = 64  # tail_split.h kBwdTailMaxSplit
 MIN_GAIN = 0.10  # tail_split.h kBwdTailMinGain

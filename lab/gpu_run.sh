@@ -36,8 +36,8 @@
 #   bash lab/gpu_run.sh bwdpersistent measured 2026-12-03, not adopted (non-causal 0.980, causal 0.817): the Hopper backward on a persistent grid (lab/ab/bwd_persistent.diff):
 #                                     its tests, its timing against a CTA a block with cuDNN, the backward tests, sanitizers (~8 min)
 #   bash lab/gpu_run.sh bwdwideland measured 2026-12-03 (bwd 1.06x, fwd+bwd 1.06x cuDNN, lowest cell 0.97x): after the wide rule's bounds: the backward tests, the training grid bf16 and fp16 vs cuDNN (~6 min)
-#   bash lab/gpu_run.sh gqasplit the GQA causal backward's split count (issue 27, 16:4 at 4k 0.93x cuDNN, 2026-12-06): the rule
-#                                     with 8 waves and a forced 4 against today's 4 waves, D=64/128, cuDNN alongside (~5 min)
+#   bash lab/gpu_run.sh gqasplit the GQA causal backward's split count (issue 27, 16:4 at 4k 0.93x cuDNN, 2026-12-06): group_split.h's
+#                                     dispatch model and a forced 4 against today's wave rule, cuDNN alongside; the group-split tests (~7 min)
 #   bash lab/gpu_run.sh bwdgqa   build, the backward tests, the GQA group split's A/B against no split and
 #                                     cuDNN, memcheck/racecheck/synccheck on small dense cases (~7 min)
 #   bash lab/gpu_run.sh hostsplit build, the forward's split/attention tests, the latency grid, the GQA
@@ -1490,13 +1490,16 @@ case "${1:-verify}" in
     done
     ;;
   gqasplit)  # issue 27, prepared 2026-12-06: the training grid's GQA 16:4 causal backward at 4k ran 0.93x cuDNN and 8%
-              # slower than its MHA twin (H200); the rule splits its group over 2 CTAs. Both sides of each A/B are the
-              # same build (FLASHATTN_BWD_GROUP_SPLIT read at every call): the rule with eight waves for masked calls,
-              # then a forced 4, each against today's four waves (perf-notes "The landed tree on an H200")
+              # slower than its MHA twin (H200); the wave rule splits its group over 2 CTAs, group_split.h's dispatch
+              # model (FLASHATTN_BWD_GROUP_SPLIT=m, a lab switch) over 4 and leaves D=64 32:8 at 2k unsplit. Both sides
+              # of each A/B are one build (the switch is read at every call): the model against the wave rule, a
+              # forced 4 against it, then the group-split tests with the model among them (perf-notes "The landed
+              # tree on an H200")
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
-    step split_w8_vs_w4 280 python3 lab/bwd_group_split_time.py --dims 64,128 --force w8 --against w4
-    step split_4_vs_w4 200 python3 lab/bwd_group_split_time.py --dims 128 --force 4 --against w4
+    step split_model_vs_w4 280 python3 lab/bwd_group_split_time.py --dims 64,128 --force m --against w4
+    step split_4_vs_w4 150 python3 lab/bwd_group_split_time.py --dims 128 --force 4 --against w4
+    step pytest_group_split 150 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py -k group_split -ra
     ;;
   bwdgqa)  # the Hopper backward's GQA group split: build, the backward tests, its A/B against no split
            # with cuDNN alongside (lab/bwd_group_split_time.py), memcheck/racecheck/synccheck on the small dense cases

@@ -31,9 +31,9 @@ def load_repo_module(relpath: str, name: str | None = None):
     return mod
 
 
-def run_cpp_probe(tmp_path_factory, name: str, source: str) -> list[str]:
-    """Compiles `source` (C++17, -O1, csrc/ on the include path) with the host compiler and returns
-    its stdout lines; skips the test when there is no host compiler."""
+def run_cpp_probe(tmp_path_factory, name: str, source: str, stdin: str = "") -> list[str]:
+    """Compiles `source` (C++17, -O1, csrc/ on the include path) with the host compiler, runs it on
+    `stdin` and returns its stdout lines; skips the test when there is no host compiler."""
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
         pytest.skip(f"no host C++ compiler (g++) to build the {name} probe")
@@ -41,7 +41,7 @@ def run_cpp_probe(tmp_path_factory, name: str, source: str) -> list[str]:
     (d / "probe.cpp").write_text(source)
     subprocess.run([cxx, "-std=c++17", "-O1", f"-I{ROOT / 'csrc'}", str(d / "probe.cpp"), "-o", str(d / "probe")],
                    check=True)
-    return subprocess.run([str(d / "probe")], capture_output=True, text=True, check=True).stdout.splitlines()
+    return subprocess.run([str(d / "probe")], input=stdin, capture_output=True, text=True, check=True).stdout.splitlines()
 
 
 def _cuda_include() -> Path | None:

@@ -13,12 +13,28 @@
 // query head, a layout with one spare block per sequence, so tiles of two sequences never overlap.
 #pragma once
 
+#include <cstdlib>
+
 #include "../common/bwd_params.h"
 #include "../common/mask.cuh"
 #include "../common/sm90/ptx.cuh"  // FLASHATTN_HD
 
 namespace flashattn {
 namespace sm90 {
+
+// The CTA order under a causal mask (bwd_block): groups of (batch, K/V head) pairs whose Q and dO
+// (2 bytes an element) take at most kBwdLptL2Bytes together, at least one pair a group. 0 (key
+// blocks one head after another) without a causal mask, where every key block has the same
+// query blocks, and in deterministic mode, whose tickets need that order.
+constexpr long long kBwdLptL2Bytes = 8ll << 20;
+
+// FLASHATTN_BWD_LPT=<MiB> sets the group budget, 0 keeps the plain order under a causal mask too: a
+// lab switch for measuring the orders side by side in one process (lab/bwd_order_time.py), read at
+// every causal call (a getenv, well under a microsecond).
+inline long long bwd_lpt_budget_bytes() {
+  const char* v = std::getenv("FLASHATTN_BWD_LPT");
+  return v == nullptr || *v == '\0' ? kBwdLptL2Bytes : std::atoll(v) << 20;
+}
 
 struct BwdBlock {
   int n_block, head_kv, batch, group, n0;

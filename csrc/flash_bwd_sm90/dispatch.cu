@@ -11,6 +11,7 @@
 #include "../common/dtype_of.h"
 #include "../common/sm90/tma_host.h"
 #include "api.h"
+#include "block.h"
 #include "group_split.h"
 #include "tail_split.h"
 #include "tma_tensors.h"
@@ -99,15 +100,38 @@ bool launcher_available(int i) {
   return v == 1;
 }
 
+// group_split.h's model rule for a dense call: the key blocks' query blocks as bwd_block counts them
+// (the tile of the call's config: wide_config's answer does not depend on the split).
+int group_split_by_model(const BwdParams& p, const DeviceLimits& dev) {
+  const int d = instantiated_head_dim(p.head_dim);
+  const int bn = block_n(d), bm = block_m_of(d, p.softcap != 0.f, wide_config(p));
+  const KeyWindow w = make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right);
+  const auto steps_of = [&](int n) {
+    const int n0 = n * bn, n1 = n0 + bn < p.seqlen_k ? n0 + bn : p.seqlen_k;
+    const QueryBlocks qb = query_blocks(w, n0, n1, p.seqlen_q, bm);
+    return qb.m_end - qb.m_begin;
+  };
+  BwdSplitGrid g;
+  g.group = p.heads_q / p.heads_kv;
+  g.num_n_blocks = (p.seqlen_k + bn - 1) / bn;
+  g.pairs = static_cast<long long>(p.batch) * p.heads_kv;
+  g.lpt = p.causal;  // launch.cuh bwd_lpt_heads: the grouped order under a causal mask (default mode)
+  g.lpt_budget = bwd_lpt_budget_bytes();
+  g.head_bytes = 2ll * 2 * p.seqlen_q * d;
+  g.sm_count = dev.sm_count;
+  return bwd_group_split_model(g, p.has_mask(), steps_of);
+}
+
 // How many CTAs share a GQA group's query heads (BwdParams::group_split): group_split.h's rule,
 // for dense calls in the default mode (the split's dK/dV sums are float atomics).
 // FLASHATTN_BWD_GROUP_SPLIT=<n> forces n (a divisor of the group; 1 = none), =w<n> sets the waves
-// masked calls want (lab switches read at every GQA call).
+// masked calls want, =m takes group_split.h's dispatch model (lab switches read at every GQA call).
 int group_split_of(const BwdParams& p, const DeviceLimits& dev, const bool deterministic) {
   const int group = p.heads_q / p.heads_kv;
   if (group <= 1 || p.cu_seqlens_q != nullptr || deterministic) return 1;
   int waves = kBwdSplitMaskedWaves;
   if (const char* v = std::getenv("FLASHATTN_BWD_GROUP_SPLIT"); v != nullptr && *v != '\0') {
+    if (*v == 'm') return group_split_by_model(p, dev);
     if (*v == 'w') {
       waves = std::atoi(v + 1);
     } else {

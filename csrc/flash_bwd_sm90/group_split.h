@@ -10,6 +10,10 @@
 // docs/perf-notes.md "Backward v17") and unmasked ones at least half a wave, or the whole group.
 #pragma once
 
+#include <functional>
+#include <queue>
+#include <vector>
+
 namespace flashattn {
 namespace sm90 {
 
@@ -26,6 +30,81 @@ inline int bwd_group_split(const int group, const long long ctas, const bool mas
     while (group % split != 0);
   }
   return split;
+}
+
+// A lab rule (FLASHATTN_BWD_GROUP_SPLIT=m, dispatch.cu), not the default: the split whose grid ends
+// first in a model of the dispatch, the units in launch order (bwd_block: under a causal mask groups
+// of lpt units, key block slowest inside a group; else key block fastest) each taking the first
+// free SM for its steps plus a fixed cost, a split unit's float32 dK/dV sums a little more. The
+// same model as lab/bwd_schedule_model.py --gqa, which reproduces the measured 16:4 causal cell at
+// 4k (0.93 of its MHA twin's time with 2 CTAs a group) and the D=64 32:8 2k loss with a split
+// (docs/perf-notes.md "The landed tree on an H200"). Costs and the L2 budget in steps and bytes:
+constexpr double kBwdModelFixedSteps = 2.0;       // a unit's K/V load and epilogue
+constexpr double kBwdModelSplitSteps = 1.0;       // a split unit's dK/dV float32 sums on top
+constexpr long long kBwdModelMaxUnitSteps = 1 << 16;  // larger grids keep the wave rule (host time)
+
+struct BwdSplitGrid {
+  int group;            // Hq / Hk
+  int num_n_blocks;     // key blocks
+  long long pairs;      // B x Hk
+  bool lpt;             // the grouped longest-first order (launch.cuh bwd_lpt_heads: causal calls)
+  long long lpt_budget; // its group budget in bytes
+  long long head_bytes; // Q and dO bytes of one query head (2 x 2 x Sq x D)
+  int sm_count;
+};
+
+// The model's end, in steps, with `split` CTAs a group; steps_of(n): query blocks key block n sees.
+template <typename StepsOf>
+inline double bwd_split_model_end(const BwdSplitGrid& g, const int split, StepsOf steps_of) {
+  const int share = g.group / split;
+  const long long units = g.pairs * split;
+  long long lpt = 0;
+  if (g.lpt) {
+    const long long pair_bytes = g.head_bytes * share;
+    lpt = pair_bytes > 0 ? g.lpt_budget / pair_bytes : units;
+    lpt = lpt < 1 ? 1 : (lpt > units ? units : lpt);
+  }
+  const double fixed = kBwdModelFixedSteps + (split > 1 ? kBwdModelSplitSteps : 0.0);
+  std::priority_queue<double, std::vector<double>, std::greater<double>> free_at;
+  for (int i = 0; i < g.sm_count; ++i) free_at.push(0.0);
+  double end = 0.0;
+  const auto run = [&](int n) {
+    const double t = free_at.top() + share * static_cast<double>(steps_of(n)) + fixed;
+    free_at.pop();
+    free_at.push(t);
+    end = t > end ? t : end;
+  };
+  if (lpt > 0) {
+    for (long long u0 = 0; u0 < units; u0 += lpt) {
+      const long long here = units - u0 < lpt ? units - u0 : lpt;
+      for (int n = 0; n < g.num_n_blocks; ++n)
+        for (long long u = 0; u < here; ++u) run(n);
+    }
+  } else {
+    for (long long u = 0; u < units; ++u)
+      for (int n = 0; n < g.num_n_blocks; ++n) run(n);
+  }
+  return end;
+}
+
+// The divisor of the group with the model's earliest end (a larger split only where it ends 1%
+// sooner: more splits, more float32 sums); the wave rule where the grid is too large to model.
+template <typename StepsOf>
+inline int bwd_group_split_model(const BwdSplitGrid& g, const bool masked, StepsOf steps_of) {
+  if (g.group <= 1) return 1;
+  if (g.pairs * g.group * g.num_n_blocks > kBwdModelMaxUnitSteps)
+    return bwd_group_split(g.group, g.pairs * g.num_n_blocks, masked, g.sm_count);
+  int best = 1;
+  double best_end = bwd_split_model_end(g, 1, steps_of);
+  for (int s = 2; s <= g.group; ++s) {
+    if (g.group % s != 0) continue;
+    const double e = bwd_split_model_end(g, s, steps_of);
+    if (e < best_end * 0.99) {
+      best_end = e;
+      best = s;
+    }
+  }
+  return best;
 }
 
 }  // namespace sm90

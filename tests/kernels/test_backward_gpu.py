@@ -454,7 +454,8 @@ def test_hopper_wide_config_softcap_gradients(batch: int, sq: int, sk: int, hq: 
 # A GQA group split over CTAs (csrc/flash_bwd_sm90/dispatch.cu group_split_of): each CTA walks a
 # share of the group's query heads and adds its dK/dV into float32 sums, converted at the end. The
 # rule splits grids of few CTAs (the first shapes: MQA and GQA at B=1); FLASHATTN_BWD_GROUP_SPLIT
-# forces a count. Deterministic mode never splits.
+# forces a count, or (m) takes group_split.h's dispatch model, whatever split it picks checked like
+# the others. Deterministic mode never splits.
 SPLIT_SHAPES = [
     pytest.param(1, 700, 900, 8, 1, 128, id="MQA-8:1,D=128"),
     pytest.param(2, 333, 257, 6, 2, 64, id="GQA-3:1,D=64"),
@@ -463,7 +464,7 @@ SPLIT_SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("force", [None, "1", "2"], ids=["rule", "no-split", "split-2"])
+@pytest.mark.parametrize("force", [None, "1", "2", "m"], ids=["rule", "no-split", "split-2", "model"])
 @pytest.mark.parametrize("mode", [NONE, BOTTOM_RIGHT, TOP_LEFT], ids=["full", "causal-bottom-right", "causal-top-left"])
 @pytest.mark.parametrize(("batch", "sq", "sk", "hq", "hk", "d"), SPLIT_SHAPES)
 def test_hopper_gqa_group_split_gradients(batch: int, sq: int, sk: int, hq: int, hk: int, d: int, mode: int, force,
@@ -478,8 +479,11 @@ def test_hopper_gqa_group_split_gradients(batch: int, sq: int, sk: int, hq: int,
         split = any("convert_dkv" in n for n in names)
         # The rule splits every shape here (at most a few dozen CTAs), masked or not; a forced count
         # that does not divide the group means none.
-        forced_ok = force is None or (force != "1" and (hq // hk) % int(force) == 0)
-        assert split == (not deterministic and forced_ok), (force, deterministic)
+        if force == "m":
+            assert not (deterministic and split), "deterministic mode split its group"
+        else:
+            forced_ok = force is None or (force != "1" and (hq // hk) % int(force) == 0)
+            assert split == (not deterministic and forced_ok), (force, deterministic)
         check(grads, x, dout, f"group split {force}, deterministic {deterministic}, {dtype}")
 
 

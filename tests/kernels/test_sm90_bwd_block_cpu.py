@@ -17,7 +17,7 @@ from __future__ import annotations
 import collections
 
 import pytest
-from repo_modules import run_cpp_probe
+from repo_modules import load_repo_module, run_cpp_probe
 
 _PROBE = r"""
 #include <cstdio>
@@ -522,6 +522,72 @@ def test_group_split_examples(split_rule: dict) -> None:
     assert t[(8, 1024, True)] == 1    # enough CTAs already
     assert t[(1, 1, True)] == 1       # no group, nothing to split
     assert t[(3, 8, False)] == 3      # a group that has only itself and 1 as divisors
+
+
+# ==== the GQA split's dispatch model (group_split.h bwd_group_split_model, FLASHATTN_BWD_GROUP_SPLIT=m) ====
+
+_MODEL_CELLS = [  # D, S (queries = keys), Hk, causal; Hq = 2048 / D, B = 16384 / S (the standard grid's GQA)
+    (128, 4096, 4, True), (128, 4096, 4, False), (128, 16384, 2, True), (128, 4096, 2, True),
+    (64, 2048, 8, True), (64, 2048, 8, False), (64, 4096, 8, True), (64, 4096, 4, True),
+]
+
+_MODEL_PROBE = r"""
+#include <cstdio>
+#include "flash_bwd_sm90/group_split.h"
+using namespace flashattn::sm90;
+
+int main() {
+  int d, s, hk, causal, bm, bn;
+  while (std::scanf("%d %d %d %d %d %d", &d, &s, &hk, &causal, &bm, &bn) == 6) {
+    const int mb = (s + bm - 1) / bm;
+    const auto steps_of = [&](int n) { return causal ? mb - (n * bn) / bm : mb; };
+    BwdSplitGrid g;
+    g.group = 2048 / d / hk;
+    g.num_n_blocks = (s + bn - 1) / bn;
+    g.pairs = static_cast<long long>(16384 / s) * hk;
+    g.lpt = causal != 0;
+    g.lpt_budget = 8ll << 20;
+    g.head_bytes = 2ll * 2 * s * d;
+    g.sm_count = 132;
+    std::printf("%d %d %d %d %d", d, s, hk, causal, bwd_group_split_model(g, causal != 0, steps_of));
+    for (int k = 1; k <= g.group; ++k)
+      if (g.group % k == 0) std::printf(" %d:%.1f", k, bwd_split_model_end(g, k, steps_of));
+    std::printf("\n");
+  }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def split_model(tmp_path_factory) -> dict:
+    """{(D, S, Hk, causal): (the model's split, {split: end in steps})} from the C++ rule."""
+    model = load_repo_module("lab/bwd_schedule_model.py")
+    feed = "".join(f"{dd} {ss} {hk} {int(c)} {model.tiles(ss, dd, c)[0]} {model.tiles(ss, dd, c)[1]}\n"
+                   for dd, ss, hk, c in _MODEL_CELLS)
+    out = run_cpp_probe(tmp_path_factory, "sm90_bwd_split_model", _MODEL_PROBE, stdin=feed)
+    table = {}
+    for line in out:
+        dd, ss, hk, c, split, *ends = line.split()
+        table[(int(dd), int(ss), int(hk), c == "1")] = (int(split), {int(k): float(v) for k, v in (e.split(":") for e in ends)})
+    return table
+
+
+def test_split_model_matches_the_lab_model(split_model: dict) -> None:
+    """The C++ rule's ends are lab/bwd_schedule_model.py's (a unit's fixed cost 2 steps, a split
+    unit's 1 more), shape by shape and split by split, and it takes the split that ends first."""
+    model = load_repo_module("lab/bwd_schedule_model.py")
+    for (d, s, hk, causal), (split, ends) in split_model.items():
+        for k, end in ends.items():
+            units = model.unit_steps(s, d, causal, False, hk, k)
+            assert end == pytest.approx(model.makespan(units, 132, 2.0 + (1.0 if k > 1 else 0.0)), abs=0.05), (d, s, hk, causal, k)
+        assert ends[split] <= min(ends.values()) / 0.99 + 1e-9
+        assert all(ends[k] >= ends[split] * 0.99 - 1e-9 for k in ends if k > split)
+
+
+def test_split_model_examples(split_model: dict) -> None:
+    assert split_model[(128, 4096, 4, True)][0] == 4    # the training grid's 16:4 causal cell (the wave rule: 2)
+    assert split_model[(64, 2048, 8, True)][0] == 1     # D=64 32:8 causal 2k, where a split measured a loss
+    assert split_model[(128, 4096, 4, False)][0] == 1   # unmasked: every unit alike, no split pays
 
 
 # ==== the wide config's rule (csrc/flash_bwd_sm90/wide_rule.h) ========================================
