@@ -8,7 +8,8 @@ keeps the forward walk whatever the switch; the grouped order starts a group's l
 each CTA walks exactly its own sequence's query blocks that see its keys (tile edges, empty
 sequences, both causal alignments, windows, D 64/128/256, clamped bad offsets), and the
 sequences' dq_accum tiles stay inside the buffer and apart. The GQA group split's rule
-(group_split.h): the smallest divisor of the group that fills the GPU. The wide config's rule
+(group_split.h): the smallest divisor of the group that fills the GPU; its lab form by a model of the
+dispatch (bwd_group_split_model), the lab model's ends split by split. The wide config's rule
 (wide_rule.h): by the lab switch's mode, the mask, the query rows of an unmasked call and the keys a
 masked row sees."""
 
