@@ -38,7 +38,8 @@ inline int bwd_group_split(const int group, const long long ctas, const bool mas
 // free SM for its steps plus a fixed cost, a split unit's float32 dK/dV sums a little more. The
 // same model as lab/bwd_schedule_model.py --gqa, which reproduces the measured 16:4 causal cell at
 // 4k (0.93 of its MHA twin's time with 2 CTAs a group) and the D=64 32:8 2k loss with a split
-// (docs/perf-notes.md "The landed tree on an H200"). Costs and the L2 budget in steps and bytes:
+// (docs/perf-notes.md "The landed tree on an H200"). The split last wave (tail_split.h, masked grids
+// of at most half a wave) is left out. Costs in steps:
 constexpr double kBwdModelFixedSteps = 2.0;       // a unit's K/V load and epilogue
 constexpr double kBwdModelSplitSteps = 1.0;       // a split unit's dK/dV float32 sums on top
 constexpr long long kBwdModelMaxUnitSteps = 1 << 16;  // larger grids keep the wave rule (host time)
@@ -59,7 +60,7 @@ inline double bwd_split_model_end(const BwdSplitGrid& g, const int split, StepsO
   const int share = g.group / split;
   const long long units = g.pairs * split;
   long long lpt = 0;
-  if (g.lpt) {
+  if (g.lpt && g.lpt_budget > 0) {  // a budget of 0 (FLASHATTN_BWD_LPT=0) keeps the plain order
     const long long pair_bytes = g.head_bytes * share;
     lpt = pair_bytes > 0 ? g.lpt_budget / pair_bytes : units;
     lpt = lpt < 1 ? 1 : (lpt > units ? units : lpt);
