@@ -36,6 +36,15 @@ inline long long bwd_lpt_budget_bytes() {
   return v == nullptr || *v == '\0' ? kBwdLptL2Bytes : std::atoll(v) << 20;
 }
 
+// Units a group of that order holds: as many as fit `budget` bytes of Q and dO (`unit_bytes` a unit:
+// a (batch, K/V head) pair, or its share of a split GQA group), at least one, at most all `units`;
+// 0, the plain order, for no budget. launch.cuh's bwd_lpt_heads and group_split.h's model share it.
+inline long long bwd_lpt_group_units(const long long budget, const long long unit_bytes, const long long units) {
+  if (budget <= 0) return 0;
+  const long long fit = unit_bytes > 0 ? budget / unit_bytes : units;
+  return fit < 1 ? 1 : (fit > units ? units : fit);
+}
+
 struct BwdBlock {
   int n_block, head_kv, batch, group, n0;
   int head_q0;  // the first query head of the block's walk (its share of the GQA group)

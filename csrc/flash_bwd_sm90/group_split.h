@@ -14,6 +14,8 @@
 #include <queue>
 #include <vector>
 
+#include "block.h"
+
 namespace flashattn {
 namespace sm90 {
 
@@ -59,12 +61,7 @@ template <typename StepsOf>
 inline double bwd_split_model_end(const BwdSplitGrid& g, const int split, StepsOf steps_of) {
   const int share = g.group / split;
   const long long units = g.pairs * split;
-  long long lpt = 0;
-  if (g.lpt && g.lpt_budget > 0) {  // a budget of 0 (FLASHATTN_BWD_LPT=0) keeps the plain order
-    const long long pair_bytes = g.head_bytes * share;
-    lpt = pair_bytes > 0 ? g.lpt_budget / pair_bytes : units;
-    lpt = lpt < 1 ? 1 : (lpt > units ? units : lpt);
-  }
+  const long long lpt = g.lpt ? bwd_lpt_group_units(g.lpt_budget, g.head_bytes * share, units) : 0;
   const double fixed = kBwdModelFixedSteps + (split > 1 ? kBwdModelSplitSteps : 0.0);
   std::priority_queue<double, std::vector<double>, std::greater<double>> free_at;
   for (int i = 0; i < g.sm_count; ++i) free_at.push(0.0);

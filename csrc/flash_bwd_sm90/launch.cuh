@@ -28,14 +28,11 @@ namespace sm90 {
 template <typename Traits>
 int bwd_lpt_heads(const BwdParams& p) {
   if (!p.causal || p.dq_semaphore != nullptr) return 0;
-  const long long budget = bwd_lpt_budget_bytes();
-  if (budget <= 0) return 0;
   // A unit is a (batch, K/V head) pair, or its share of the GQA group (BwdParams::group_split).
   const long long pair_bytes =
       2ll * 2 * (p.heads_q / p.heads_kv / p.group_split) * static_cast<long long>(p.seqlen_q) * Traits::kHeadDim;
   const long long pairs = static_cast<long long>(p.batch) * p.heads_kv * p.group_split;
-  const long long fit = pair_bytes > 0 ? budget / pair_bytes : pairs;
-  return static_cast<int>(fit < 1 ? 1 : (fit > pairs ? pairs : fit));
+  return static_cast<int>(bwd_lpt_group_units(bwd_lpt_budget_bytes(), pair_bytes, pairs));
 }
 
 // The query blocks' walk inside a CTA under a causal mask or a window. Forward (0): key block n
