@@ -5,10 +5,11 @@ against no split (FLASHATTN_BWD_GROUP_SPLIT=1), side by side in alternating roun
 backward on the same tensors. bf16, B*S = 16k tokens, H*D = 2048, GQA 4:1 and MQA, S 2k..16k,
 causal and not, D 64/128/256. ms per call of the op alone (triton do_bench medians, then the median
 over rounds); the split column is the rule's count for the shape.
---force / --against: FLASHATTN_BWD_GROUP_SPLIT for the two columns (a count, w<n>: the rule with n
-waves for masked calls, or m: group_split.h's dispatch model), e.g. --force w4 --against w2 compares two
-wave targets, --force m --against w4 the model against today's rule.
-usage: python lab/bwd_group_split_time.py [--rounds N] [--dims 64,128,256] [--force N|wN|m] [--against N|wN|m]"""
+--force / --against: FLASHATTN_BWD_GROUP_SPLIT for the two columns (a count, w<n>: the default with n
+waves for masked calls, r<n>: the wave rule alone, m: group_split.h's dispatch model alone), e.g.
+--force w4 --against w2 compares two wave targets, --against r4 the default against the wave rule it
+raises.
+usage: python lab/bwd_group_split_time.py [--rounds N] [--dims 64,128,256] [--force N|wN|rN|m] [--against N|wN|rN|m]"""
 
 from __future__ import annotations
 

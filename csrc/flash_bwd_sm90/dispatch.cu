@@ -3,10 +3,13 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 
 #include "../common/dtype_of.h"
 #include "../common/sm90/tma_host.h"
@@ -100,9 +103,10 @@ bool launcher_available(int i) {
   return v == 1;
 }
 
-// group_split.h's model rule for a dense call: the key blocks' query blocks as bwd_block counts them
-// (the tile of the call's config: wide_config's answer does not depend on the split).
-int group_split_by_model(const BwdParams& p, const DeviceLimits& dev) {
+// group_split.h's dispatch model for a dense call: the key blocks' query blocks as bwd_block counts
+// them (the tile of the call's config: wide_config's answer does not depend on the split).
+// raised: bwd_group_split_raised (the default for masked calls), else bwd_group_split_model (=m).
+int group_split_by_model(const BwdParams& p, const DeviceLimits& dev, const bool raised, const int waves) {
   const int d = instantiated_head_dim(p.head_dim);
   const int bn = block_n(d), bm = block_m_of(d, p.softcap != 0.f, wide_config(p));
   const KeyWindow w = make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right);
@@ -119,26 +123,47 @@ int group_split_by_model(const BwdParams& p, const DeviceLimits& dev) {
   g.lpt_budget = bwd_lpt_budget_bytes();
   g.head_bytes = 2ll * 2 * p.seqlen_q * d;
   g.sm_count = dev.sm_count;
-  return bwd_group_split_model(g, p.has_mask(), steps_of);
+  if (!raised) return bwd_group_split_model(g, p.has_mask(), steps_of);
+
+  // The model walks every unit (a few ms at its largest grid): its answer is kept per shape.
+  using Key = std::array<long long, 14>;
+  const Key key = {d, bn, bm, p.seqlen_q, p.seqlen_k, p.causal_offset, p.window_left, p.window_right,
+                   g.pairs, g.group, p.causal, g.lpt_budget, g.sm_count, waves};
+  static std::mutex mu;
+  static std::map<Key, int> known;
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    if (const auto it = known.find(key); it != known.end()) return it->second;
+  }
+  const int split = bwd_group_split_raised(g, steps_of, waves);
+  const std::lock_guard<std::mutex> lock(mu);
+  if (known.size() >= 4096) known.clear();  // a bound for calls of ever new shapes
+  known.emplace(key, split);
+  return split;
 }
 
-// How many CTAs share a GQA group's query heads (BwdParams::group_split): group_split.h's rule,
-// for dense calls in the default mode (the split's dK/dV sums are float atomics).
+// How many CTAs share a GQA group's query heads (BwdParams::group_split), for dense calls in the
+// default mode (the split's dK/dV sums are float atomics): group_split.h's wave rule, raised by its
+// dispatch model under a mask (bwd_group_split_raised).
 // FLASHATTN_BWD_GROUP_SPLIT=<n> forces n (a divisor of the group; 1 = none), =w<n> sets the waves
-// masked calls want, =m takes group_split.h's dispatch model (lab switches read at every GQA call).
+// masked calls want, =r<n> the wave rule alone with n waves, =m the dispatch model alone (lab
+// switches read at every GQA call).
 int group_split_of(const BwdParams& p, const DeviceLimits& dev, const bool deterministic) {
   const int group = p.heads_q / p.heads_kv;
   if (group <= 1 || p.cu_seqlens_q != nullptr || deterministic) return 1;
   int waves = kBwdSplitMaskedWaves;
+  bool raise = true;
   if (const char* v = std::getenv("FLASHATTN_BWD_GROUP_SPLIT"); v != nullptr && *v != '\0') {
-    if (*v == 'm') return group_split_by_model(p, dev);
-    if (*v == 'w') {
+    if (*v == 'm') return group_split_by_model(p, dev, false, waves);
+    if (*v == 'w' || *v == 'r') {
       waves = std::atoi(v + 1);
+      raise = *v == 'w';
     } else {
       const int n = std::atoi(v);
       return n >= 1 && group % n == 0 ? n : 1;
     }
   }
+  if (raise && p.has_mask()) return group_split_by_model(p, dev, true, waves);
   const int bn = block_n(instantiated_head_dim(p.head_dim));
   const long long ctas = (static_cast<long long>(p.seqlen_k) + bn - 1) / bn * p.batch * p.heads_kv;
   return bwd_group_split(group, ctas, p.has_mask(), dev.sm_count, waves);

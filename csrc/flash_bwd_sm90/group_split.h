@@ -8,6 +8,9 @@
 // takes the longest CTA's time, twice the average. So the group is split: the smallest divisor of
 // it that gives masked calls at least kBwdSplitMaskedWaves waves (two left a long tail at GQA 4:1:
 // docs/perf-notes.md "Backward v17") and unmasked ones at least half a wave, or the whole group.
+// Masked calls then take a larger divisor where the dispatch model below says it ends at least 1%
+// sooner (bwd_group_split_raised): the model alone lost up to 18% on 16k-key MQA calls, the rule
+// alone up to 6% on 4k-key ones.
 #pragma once
 
 #include <functional>
@@ -34,8 +37,8 @@ inline int bwd_group_split(const int group, const long long ctas, const bool mas
   return split;
 }
 
-// A lab rule (FLASHATTN_BWD_GROUP_SPLIT=m, dispatch.cu), not the default: the split whose grid ends
-// first in a model of the dispatch, the units in launch order (bwd_block: under a causal mask groups
+// A model of the dispatch (alone a lab rule, FLASHATTN_BWD_GROUP_SPLIT=m, dispatch.cu): the split
+// whose grid ends first in a model of the dispatch, the units in launch order (bwd_block: under a causal mask groups
 // of lpt units, key block slowest inside a group; else key block fastest) each taking the first
 // free SM for its steps plus a fixed cost, a split unit's float32 dK/dV sums a little more. The
 // same model as lab/bwd_schedule_model.py --gqa, which reproduces the measured 16:4 causal cell at
@@ -95,6 +98,28 @@ inline int bwd_group_split_model(const BwdSplitGrid& g, const bool masked, Steps
   int best = 1;
   double best_end = bwd_split_model_end(g, 1, steps_of);
   for (int s = 2; s <= g.group; ++s) {
+    if (g.group % s != 0) continue;
+    const double e = bwd_split_model_end(g, s, steps_of);
+    if (e < best_end * 0.99) {
+      best_end = e;
+      best = s;
+    }
+  }
+  return best;
+}
+
+// The default for masked calls: the wave rule's split, raised to a larger divisor where the model
+// ends at least 1% sooner. Measured on an H100 (2026-12-06, lab/bwd_group_split_time.py, bf16): the
+// model alone gained 2-6% on the 4k causal cells (4 CTAs a group at 16:4 where the rule takes 2, 16
+// at 16:1 where it takes 8) but lost 4-18% at 16k causal, where it takes fewer than the rule (2
+// against 8 at 16:1: its blind spot is a grid of few long units, which the wave rule avoids).
+template <typename StepsOf>
+inline int bwd_group_split_raised(const BwdSplitGrid& g, StepsOf steps_of, const int waves = kBwdSplitMaskedWaves) {
+  const int rule = bwd_group_split(g.group, g.pairs * g.num_n_blocks, true, g.sm_count, waves);
+  if (rule >= g.group || g.pairs * g.group * g.num_n_blocks > kBwdModelMaxUnitSteps) return rule;
+  int best = rule;
+  double best_end = bwd_split_model_end(g, rule, steps_of);
+  for (int s = rule + 1; s <= g.group; ++s) {
     if (g.group % s != 0) continue;
     const double e = bwd_split_model_end(g, s, steps_of);
     if (e < best_end * 0.99) {
