@@ -132,11 +132,19 @@ class Shape:
         return self.grid in MIXED_HEADS_GRIDS and self.hq != self.hk
 
     @property
+    def mask_label(self) -> str:
+        return "causal" if self.causal else "noncausal"
+
+    @property
+    def kind(self) -> str:
+        """grid, dtype, D, mask and GQA, without the pass: a training-table row, a figure panel."""
+        return f"{self.grid} {self.dtype} D={self.d} {self.mask_label}" + (" GQA" if self.gqa else "")
+
+    @property
     def category(self) -> str:
         if self.grid == "decode":
             return f"decode {self.dtype} D={self.d}"
-        return (f"{self.grid} {self.dtype} D={self.d} {'causal' if self.causal else 'noncausal'}"
-                + (" GQA" if self.gqa else "") + _pass_suffix(self.pass_))
+        return self.kind + _pass_suffix(self.pass_)
 
     @property
     def section(self) -> tuple:
@@ -502,8 +510,7 @@ def training_table(report: Report):
         if sh.grid == "decode":
             continue
         key = (GRID_ORDER.get(sh.grid, 9), sh.grid, sh.dtype, sh.d, sh.causal, sh.gqa)
-        labels[key] = (f"{sh.grid} {sh.dtype} D={sh.d} {'causal' if sh.causal else 'noncausal'}"
-                       + (" GQA" if sh.gqa else ""))
+        labels[key] = sh.kind
         keyed[key][sh.pass_].append(sh)
     header = ["category"] + [f"{p} vs {b}" for p in have for b in baselines]
     rows = []
@@ -679,14 +686,13 @@ def panels(report: Report) -> list:
         elif sh.grid.startswith("latency"):
             key = (GRID_ORDER.get(sh.grid, 9), sh.grid, sh.dtype, sh.d, sh.causal)
             title, xl, yl = (
-                f"{sh.grid} {sh.dtype} D={sh.d} B=1 H=1 {'causal' if sh.causal else 'noncausal'}",
+                f"{sh.grid} {sh.dtype} D={sh.d} B=1 H=1 {sh.mask_label}",
                 "S",
                 "µs per call",
             )
         else:
             key = (GRID_ORDER.get(sh.grid, 9), sh.grid, PASS_ORDER.get(sh.pass_, 9), sh.dtype, sh.causal, sh.d, sh.gqa)
-            title = (f"{sh.grid} {sh.dtype} D={sh.d} {'causal' if sh.causal else 'noncausal'}"
-                     + (" GQA" if sh.gqa else "") + _pass_suffix(sh.pass_))
+            title = sh.kind + _pass_suffix(sh.pass_)
             xl, yl = "S (B*S and H*D fixed)" if sh.grid == "standard" else "S", "TFLOP/s"
             if sh.gqa:
                 heads[key].add((sh.sq, sh.hq, sh.hk))

@@ -103,12 +103,22 @@ bool launcher_available(int i) {
   return v == 1;
 }
 
-// group_split.h's dispatch model for a dense call: the key blocks' query blocks as bwd_block counts
-// them (the tile of the call's config: wide_config's answer does not depend on the split).
-// raised: bwd_group_split_raised (the default for masked calls), else bwd_group_split_model (=m).
-int group_split_by_model(const BwdParams& p, const DeviceLimits& dev, const bool raised, const int waves) {
+// The tile of a call's config (wide_config's answer does not depend on the group split or the
+// tail plan, which both read it).
+struct CallTile {
+  int d, bn, bm;
+};
+CallTile call_tile_of(const BwdParams& p) {
   const int d = instantiated_head_dim(p.head_dim);
-  const int bn = block_n(d), bm = block_m_of(d, p.softcap != 0.f, wide_config(p));
+  return CallTile{d, block_n(d), block_m_of(d, p.softcap != 0.f, wide_config(p))};
+}
+
+// group_split.h's dispatch model for a dense call: the key blocks' query blocks as bwd_block counts
+// them in the call's tile. raised: bwd_group_split_raised (the default for masked calls), else
+// bwd_group_split_model (=m).
+int group_split_by_model(const BwdParams& p, const DeviceLimits& dev, const bool raised, const int waves) {
+  const CallTile t = call_tile_of(p);
+  const int d = t.d, bn = t.bn, bm = t.bm;
   const KeyWindow w = make_key_window(p.seqlen_k, p.causal_offset, p.window_left, p.window_right);
   const auto steps_of = [&](int n) {
     const int n0 = n * bn, n1 = n0 + bn < p.seqlen_k ? n0 + bn : p.seqlen_k;
@@ -177,11 +187,10 @@ int group_split_of(const BwdParams& p, const DeviceLimits& dev, const bool deter
 BwdTailPlan tail_plan_of(const BwdParams& p, const DeviceLimits& dev, const bool deterministic) {
   const BwdTailPlan none{0, 1};
   if (deterministic || p.cu_seqlens_q != nullptr || dev.sm_count < 2) return none;
-  const int d = instantiated_head_dim(p.head_dim);
-  const int bn = block_n(d), bm = block_m_of(d, p.softcap != 0.f, wide_config(p));
-  const long long units = (static_cast<long long>(p.seqlen_k) + bn - 1) / bn * p.batch * p.heads_kv * p.group_split;
+  const CallTile t = call_tile_of(p);
+  const long long units = (static_cast<long long>(p.seqlen_k) + t.bn - 1) / t.bn * p.batch * p.heads_kv * p.group_split;
   const long long steps =
-      (static_cast<long long>(p.seqlen_q) + bm - 1) / bm * (p.heads_q / p.heads_kv / p.group_split);
+      (static_cast<long long>(p.seqlen_q) + t.bm - 1) / t.bm * (p.heads_q / p.heads_kv / p.group_split);
   if (units < 1 || steps < 2 || steps > 0x7fffffffLL || bwd_tail_grid(units, 0, 1) > 0x7fffffffLL) return none;
   if (const char* v = std::getenv("FLASHATTN_BWD_TAIL"); v != nullptr && *v != '\0') {
     const int n = std::atoi(v);
