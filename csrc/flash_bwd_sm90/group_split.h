@@ -88,16 +88,13 @@ inline double bwd_split_model_end(const BwdSplitGrid& g, const int split, StepsO
   return end;
 }
 
-// The divisor of the group with the model's earliest end (a larger split only where it ends 1%
-// sooner: more splits, more float32 sums); the wave rule where the grid is too large to model.
+// The divisor of the group from `from` up with the model's earliest end (a larger split only where
+// it ends 1% sooner: more splits, more float32 sums).
 template <typename StepsOf>
-inline int bwd_group_split_model(const BwdSplitGrid& g, const bool masked, StepsOf steps_of) {
-  if (g.group <= 1) return 1;
-  if (g.pairs * g.group * g.num_n_blocks > kBwdModelMaxUnitSteps)
-    return bwd_group_split(g.group, g.pairs * g.num_n_blocks, masked, g.sm_count);
-  int best = 1;
-  double best_end = bwd_split_model_end(g, 1, steps_of);
-  for (int s = 2; s <= g.group; ++s) {
+inline int bwd_group_split_search(const BwdSplitGrid& g, const int from, StepsOf steps_of) {
+  int best = from;
+  double best_end = bwd_split_model_end(g, from, steps_of);
+  for (int s = from + 1; s <= g.group; ++s) {
     if (g.group % s != 0) continue;
     const double e = bwd_split_model_end(g, s, steps_of);
     if (e < best_end * 0.99) {
@@ -106,6 +103,15 @@ inline int bwd_group_split_model(const BwdSplitGrid& g, const bool masked, Steps
     }
   }
   return best;
+}
+
+// The model alone: its best divisor of the group; the wave rule where the grid is too large to model.
+template <typename StepsOf>
+inline int bwd_group_split_model(const BwdSplitGrid& g, const bool masked, StepsOf steps_of) {
+  if (g.group <= 1) return 1;
+  if (g.pairs * g.group * g.num_n_blocks > kBwdModelMaxUnitSteps)
+    return bwd_group_split(g.group, g.pairs * g.num_n_blocks, masked, g.sm_count);
+  return bwd_group_split_search(g, 1, steps_of);
 }
 
 // The default for masked calls: the wave rule's split, raised to a larger divisor where the model
@@ -117,17 +123,7 @@ template <typename StepsOf>
 inline int bwd_group_split_raised(const BwdSplitGrid& g, StepsOf steps_of, const int waves = kBwdSplitMaskedWaves) {
   const int rule = bwd_group_split(g.group, g.pairs * g.num_n_blocks, true, g.sm_count, waves);
   if (rule >= g.group || g.pairs * g.group * g.num_n_blocks > kBwdModelMaxUnitSteps) return rule;
-  int best = rule;
-  double best_end = bwd_split_model_end(g, rule, steps_of);
-  for (int s = rule + 1; s <= g.group; ++s) {
-    if (g.group % s != 0) continue;
-    const double e = bwd_split_model_end(g, s, steps_of);
-    if (e < best_end * 0.99) {
-      best_end = e;
-      best = s;
-    }
-  }
-  return best;
+  return bwd_group_split_search(g, rule, steps_of);
 }
 
 }  // namespace sm90
