@@ -1494,13 +1494,15 @@ case "${1:-verify}" in
   gqaraised)  # issue 27, 2026-12-06: the default's split under a mask is the wave rule's raised by group_split.h's
               # dispatch model (bwd_group_split_raised; the model alone gained 2-6% on the 4k causal cells and lost
               # 4-18% at 16k, gqasplit). The default against the wave rule alone (=r4) at D=64/128, the backward
-              # tests, then the training grid bf16 against cuDNN
+              # tests, then the training grid against cuDNN (GQARAISED_K, default bf16: the dtypes, a folder each)
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
     step raised_vs_r4 280 python3 lab/bwd_group_split_time.py --dims 64,128 --against r4
     step pytest_backward 240 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py -ra
-    step bench_training_bf16 150 env FLASHATTN_BENCH_IMPLS=flashattn,sdpa-default BENCH_MARKERS="bench and training" \
-      BENCH_K=bf16 bash benchmarks/run_benchmarks.sh "$OUT/bench-training-bf16"
+    for k in ${GQARAISED_K:-bf16}; do
+      step "bench_training_$k" 150 env FLASHATTN_BENCH_IMPLS=flashattn,sdpa-default BENCH_MARKERS="bench and training" \
+        BENCH_K="$k" bash benchmarks/run_benchmarks.sh "$OUT/bench-training-$k"
+    done
     ;;
   gqasplit)  # issue 27, prepared 2026-12-06: the training grid's GQA 16:4 causal backward at 4k ran 0.93x cuDNN and 8%
               # slower than its MHA twin (H200); the wave rule splits its group over 2 CTAs, group_split.h's dispatch
