@@ -37,7 +37,7 @@
 #                                     its tests, its timing against a CTA a block with cuDNN, the backward tests, sanitizers (~8 min)
 #   bash lab/gpu_run.sh bwdwideland measured 2026-12-03 (bwd 1.06x, fwd+bwd 1.06x cuDNN, lowest cell 0.97x): after the wide rule's bounds: the backward tests, the training grid bf16 and fp16 vs cuDNN (~6 min)
 #   bash lab/gpu_run.sh gqaraised the default's split under a mask, the wave rule raised by the dispatch model, against the
-#                                     wave rule alone; the backward tests; the training grid bf16 vs cuDNN (~9 min)
+#                                     wave rule alone; the backward tests; the training grid vs cuDNN, GQARAISED_K its dtypes (~7-9 min)
 #   bash lab/gpu_run.sh gqasplit the GQA causal backward's split count (issue 27, 16:4 at 4k 0.93x cuDNN, 2026-12-06): group_split.h's
 #                                     dispatch model and a forced 4 against today's wave rule, cuDNN alongside; the group-split tests (~7 min)
 #   bash lab/gpu_run.sh bwdgqa   build, the backward tests, the GQA group split's A/B against no split and

@@ -173,10 +173,12 @@ int group_split_of(const BwdParams& p, const DeviceLimits& dev, const bool deter
       return n >= 1 && group % n == 0 ? n : 1;
     }
   }
-  if (raise && p.has_mask()) return group_split_by_model(p, dev, true, waves);
   const int bn = block_n(instantiated_head_dim(p.head_dim));
   const long long ctas = (static_cast<long long>(p.seqlen_k) + bn - 1) / bn * p.batch * p.heads_kv;
-  return bwd_group_split(group, ctas, p.has_mask(), dev.sm_count, waves);
+  const int rule = bwd_group_split(group, ctas, p.has_mask(), dev.sm_count, waves);
+  // Only a split below the whole group can be raised: the others skip the model and its cache.
+  if (raise && p.has_mask() && rule < group) return group_split_by_model(p, dev, true, waves);
+  return rule;
 }
 
 // The split of the grid's last wave (BwdParams::tail_split, tail_units): tail_split.h's rules (one

@@ -38,9 +38,10 @@ inline int bwd_group_split(const int group, const long long ctas, const bool mas
 }
 
 // A model of the dispatch (alone a lab rule, FLASHATTN_BWD_GROUP_SPLIT=m, dispatch.cu): the split
-// whose grid ends first in a model of the dispatch, the units in launch order (bwd_block: under a causal mask groups
-// of lpt units, key block slowest inside a group; else key block fastest) each taking the first
-// free SM for its steps plus a fixed cost, a split unit's float32 dK/dV sums a little more. The
+// whose grid ends first in a model of the dispatch, the units in launch order (bwd_block: under a
+// causal mask groups of lpt units, key block slowest inside a group; else key block fastest) each
+// taking the first free SM for its steps plus a fixed cost, a split unit's float32 dK/dV sums a
+// little more. The
 // same model as lab/bwd_schedule_model.py --gqa, which reproduces the measured 16:4 causal cell at
 // 4k (0.93 of its MHA twin's time with 2 CTAs a group) and the D=64 32:8 2k loss with a split
 // (docs/perf-notes.md "The landed tree on an H200"). The split last wave (tail_split.h, masked grids
@@ -88,6 +89,11 @@ inline double bwd_split_model_end(const BwdSplitGrid& g, const int split, StepsO
   return end;
 }
 
+// Whether the model walks this grid at its largest split (host time: larger grids keep the wave rule).
+inline bool bwd_split_grid_modelled(const BwdSplitGrid& g) {
+  return g.pairs * g.group * g.num_n_blocks <= kBwdModelMaxUnitSteps;
+}
+
 // The divisor of the group from `from` up with the model's earliest end (a larger split only where
 // it ends 1% sooner: more splits, more float32 sums).
 template <typename StepsOf>
@@ -109,7 +115,7 @@ inline int bwd_group_split_search(const BwdSplitGrid& g, const int from, StepsOf
 template <typename StepsOf>
 inline int bwd_group_split_model(const BwdSplitGrid& g, const bool masked, StepsOf steps_of) {
   if (g.group <= 1) return 1;
-  if (g.pairs * g.group * g.num_n_blocks > kBwdModelMaxUnitSteps)
+  if (!bwd_split_grid_modelled(g))
     return bwd_group_split(g.group, g.pairs * g.num_n_blocks, masked, g.sm_count);
   return bwd_group_split_search(g, 1, steps_of);
 }
@@ -122,7 +128,7 @@ inline int bwd_group_split_model(const BwdSplitGrid& g, const bool masked, Steps
 template <typename StepsOf>
 inline int bwd_group_split_raised(const BwdSplitGrid& g, StepsOf steps_of, const int waves = kBwdSplitMaskedWaves) {
   const int rule = bwd_group_split(g.group, g.pairs * g.num_n_blocks, true, g.sm_count, waves);
-  if (rule >= g.group || g.pairs * g.group * g.num_n_blocks > kBwdModelMaxUnitSteps) return rule;
+  if (rule >= g.group || !bwd_split_grid_modelled(g)) return rule;
   return bwd_group_split_search(g, rule, steps_of);
 }
 
