@@ -38,6 +38,8 @@
 #   bash lab/gpu_run.sh bwdwideland measured 2026-12-03 (bwd 1.06x, fwd+bwd 1.06x cuDNN, lowest cell 0.97x): after the wide rule's bounds: the backward tests, the training grid bf16 and fp16 vs cuDNN (~6 min)
 #   bash lab/gpu_run.sh gqaraised the default's split under a mask, the wave rule raised by the dispatch model, against the
 #                                     wave rule alone; the backward tests; the training grid vs cuDNN, GQARAISED_K its dtypes (~7-9 min)
+#   bash lab/gpu_run.sh gqancu   ncu on the D=128 GQA causal backward (16:4 at 16k and 4k) at splits 2 and 4, cuDNN's and the MHA
+#                                     twin alongside: where the GQA cell's 7% against cuDNN goes (~4 min)
 #   bash lab/gpu_run.sh gqasplit the GQA causal backward's split count (issue 27, 16:4 at 4k 0.93x cuDNN, 2026-12-06): group_split.h's
 #                                     dispatch model and a forced 4 against today's wave rule, cuDNN alongside; the group-split tests (~7 min)
 #   bash lab/gpu_run.sh bwdgqa   build, the backward tests, the GQA group split's A/B against no split and
@@ -1504,6 +1506,13 @@ case "${1:-verify}" in
         BENCH_K="$k" bash benchmarks/run_benchmarks.sh "$OUT/bench-training-$k"
     done
     ;;
+  gqancu)  # issue 27, prepared 2026-12-07: D=128 S=16k 16:4 causal GQA backward runs 0.93x cuDNN with every split (2
+            # best, 4 4% slower) while its MHA twin runs ~1.0x. ncu on ours at splits 2 and 4, cuDNN's GQA call and
+            # the MHA twin side by side (tensor pipe, stalls, DRAM bytes, L2 hit rate); then the 4k training cell
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    step ncu_gqa 420 env NCU_BWD_SPLITS="2 4" NCU_BWD_PEERS=1 bash lab/ncu_bwd.sh ${GQANCU_SHAPES:-128:16384:1:4 128:16384:1 128:4096:1:4}
+    ;;
   gqasplit)  # issue 27, prepared 2026-12-06: the training grid's GQA 16:4 causal backward at 4k ran 0.93x cuDNN and 8%
               # slower than its MHA twin (H200); the wave rule splits its group over 2 CTAs, group_split.h's dispatch
               # model (FLASHATTN_BWD_GROUP_SPLIT=m, a lab switch) over 4 and leaves D=64 32:8 at 2k unsplit. Both sides
@@ -1994,7 +2003,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

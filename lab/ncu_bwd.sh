@@ -3,7 +3,8 @@
 # side by side (lab/ncu_bwd.py, one call of each per shape). Only kernels whose name says
 # backward (or cuDNN: its generated kernels are named by tile, not by pass) are profiled; only
 # backward calls run inside the profiled range. Text report to ${OUT:-build}/ncu_bwd.txt.
-#   bash lab/ncu_bwd.sh [D:S:causal ...]      default: D=64 and D=128 at S=4k, non-causal
+#   bash lab/ncu_bwd.sh [D:S:causal[:Hk] ...]  default: D=64 and D=128 at S=4k, non-causal (Hk: GQA's K/V heads;
+#                                             NCU_BWD_SPLITS: ours once per group split, lab/ncu_bwd.py)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 out=${OUT:-build}
@@ -21,6 +22,8 @@ stalls="${stalls},lts__t_sectors_op_red.sum,lts__t_sectors_op_atom.sum,lts__thro
 # conflicts (the portable D=64 kernel waits on the shared-memory instruction queue).
 stalls="${stalls},smsp__inst_executed.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"
 stalls="${stalls},l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"
+# DRAM bytes and the L2's hit rate: whether a grid's launch order re-reads Q/dO from memory.
+stalls="${stalls},dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 timeout 400 ncu --profile-from-start off --nvtx --print-summary none \
   --kernel-name regex:'flash_bwd|bwd_dq_dk_dv|dgrad|backward|bprop|cudnn' \
@@ -29,5 +32,5 @@ timeout 400 ncu --profile-from-start off --nvtx --print-summary none \
   --metrics "$stalls" \
   python3 lab/ncu_bwd.py "${shapes[@]}" > "$out/ncu_bwd.txt" 2>&1
 rc=$?
-grep -E "^  [a-zA-Z_].*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Hit|L2 Hit|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Registers Per|Shared Memory Configuration|Dynamic Shared|Achieved Occupancy|Stall|Executed Ipc A|issue_stalled|pipe_tensor|lts__|inst_executed.sum|bank_conflicts" "$out/ncu_bwd.txt" | head -200
+grep -E "^  [a-zA-Z_].*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Hit|L2 Hit|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Registers Per|Shared Memory Configuration|Dynamic Shared|Achieved Occupancy|Stall|Executed Ipc A|issue_stalled|pipe_tensor|lts__|dram__|inst_executed.sum|bank_conflicts" "$out/ncu_bwd.txt" | head -200
 exit $rc
