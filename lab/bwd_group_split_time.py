@@ -8,8 +8,11 @@ over rounds); the split column is the rule's count for the shape.
 --force / --against: FLASHATTN_BWD_GROUP_SPLIT for the two columns (a count, w<n>: the default with n
 waves for masked calls, r<n>: the wave rule alone, m: group_split.h's dispatch model alone), e.g.
 --force w4 --against w2 compares two wave targets, --against r4 the default against the wave rule it
-raises.
-usage: python lab/bwd_group_split_time.py [--rounds N] [--dims 64,128,256] [--force N|wN|rN|m] [--against N|wN|rN|m]"""
+raises. A value with "=" is a list of environment settings instead (NAME=VALUE[,NAME=VALUE...]), e.g.
+--force FLASHATTN_BWD_HEAD_WALK=1 --against FLASHATTN_BWD_HEAD_WALK=0 for the GQA heads' walk
+(launch.cuh bwd_interleave_heads) at the default split.
+usage: python lab/bwd_group_split_time.py [--rounds N] [--dims 64,128,256] [--force N|wN|rN|m|NAME=V,...]
+                                          [--against N|wN|rN|m|NAME=V,...]"""
 
 from __future__ import annotations
 
@@ -27,6 +30,21 @@ BWD = torch.ops.flashattn.bwd.default
 FWD = torch.ops.flashattn.fwd.default
 
 
+def settings(value: str) -> dict[str, str]:
+    """A column's environment: NAME=VALUE pairs, or a FLASHATTN_BWD_GROUP_SPLIT value ("" = unset)."""
+    if "=" in value:
+        return dict(item.split("=", 1) for item in value.split(","))
+    return {"FLASHATTN_BWD_GROUP_SPLIT": value} if value else {}
+
+
+def apply(env: dict[str, str], names: set[str]) -> None:
+    for name in names:
+        if name in env:
+            os.environ[name] = env[name]
+        else:
+            os.environ.pop(name, None)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -34,6 +52,8 @@ def main() -> None:
     ap.add_argument("--force", default="", help="FLASHATTN_BWD_GROUP_SPLIT for the split column (default: the rule)")
     ap.add_argument("--against", default="1", help="FLASHATTN_BWD_GROUP_SPLIT for the other column (default 1: none)")
     args = ap.parse_args()
+    envs = {"split": settings(args.force), "none": settings(args.against)}
+    names = {"FLASHATTN_BWD_GROUP_SPLIT"} | set(envs["split"]) | set(envs["none"])
     gains: list[float] = []
     vs_cudnn: dict[str, list[float]] = {"split": [], "none": []}
     dtype = torch.bfloat16
@@ -51,13 +71,10 @@ def main() -> None:
                     out, lse = FWD(q, k, v, scale, cm, "auto")
                     t = {"split": [], "none": []}
                     for _ in range(args.rounds):
-                        for name, env in (("split", args.force), ("none", args.against)):
-                            if env:
-                                os.environ["FLASHATTN_BWD_GROUP_SPLIT"] = env
-                            else:
-                                os.environ.pop("FLASHATTN_BWD_GROUP_SPLIT", None)
+                        for name, env in envs.items():
+                            apply(env, names)
                             t[name].append(timed(lambda: BWD(dout, q, k, v, out, lse, scale, cm, False, "auto")))
-                    os.environ.pop("FLASHATTN_BWD_GROUP_SPLIT", None)
+                    apply({}, names)
                     t_cudnn = cudnn_backward_ms(q, k, v, dout, causal)
                     med = {name: sorted(ts)[len(ts) // 2] for name, ts in t.items()}
                     gains.append(med["none"] / med["split"])

@@ -38,6 +38,8 @@
 #   bash lab/gpu_run.sh bwdwideland measured 2026-12-03 (bwd 1.06x, fwd+bwd 1.06x cuDNN, lowest cell 0.97x): after the wide rule's bounds: the backward tests, the training grid bf16 and fp16 vs cuDNN (~6 min)
 #   bash lab/gpu_run.sh gqaraised the default's split under a mask, the wave rule raised by the dispatch model, against the
 #                                     wave rule alone; the backward tests; the training grid vs cuDNN, GQARAISED_K its dtypes (~7-9 min)
+#   bash lab/gpu_run.sh gqawalk  a GQA group's heads walked interleaved under a mask (FLASHATTN_BWD_HEAD_WALK=1) against one head
+#                                     after another: its A/B with cuDNN, the walk's tests, the sanitizers with it on (~6 min)
 #   bash lab/gpu_run.sh gqancu   ncu on the D=128 GQA causal backward (16:4 at 16k and 4k) at splits 2 and 4, cuDNN's and the MHA
 #                                     twin alongside: where the GQA cell's 7% against cuDNN goes (~4 min)
 #   bash lab/gpu_run.sh gqasplit the GQA causal backward's split count (issue 27, 16:4 at 4k 0.93x cuDNN, 2026-12-06): group_split.h's
@@ -1506,6 +1508,19 @@ case "${1:-verify}" in
         BENCH_K="$k" bash benchmarks/run_benchmarks.sh "$OUT/bench-training-$k"
     done
     ;;
+  gqawalk)  # issue 27, prepared 2026-12-07: a GQA group's heads walked interleaved under a mask (launch.cuh
+             # bwd_interleave_heads, FLASHATTN_BWD_HEAD_WALK=1, a lab switch read at every call, so both sides are
+             # one build): its A/B against the heads one after another at the default split, cuDNN alongside; the
+             # walk's and the group split's tests; memcheck/racecheck/synccheck on the small dense cases with it on
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    step walk_ab 280 python3 lab/bwd_group_split_time.py --dims 64,128 --force FLASHATTN_BWD_HEAD_WALK=1 \
+      --against FLASHATTN_BWD_HEAD_WALK=0
+    step pytest_walk 240 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py -k "heads_walk or group_split" -ra
+    export FLASHATTN_BWD_HEAD_WALK=1
+    sanitize_dense_steps 150
+    unset FLASHATTN_BWD_HEAD_WALK
+    ;;
   gqancu)  # issue 27, prepared 2026-12-07: D=128 S=16k 16:4 causal GQA backward runs 0.93x cuDNN with every split (2
             # best, 4 4% slower) while its MHA twin runs ~1.0x. ncu on ours at splits 2 and 4, cuDNN's GQA call and
             # the MHA twin side by side (tensor pipe, stalls, DRAM bytes, L2 hit rate); then the 4k training cell
@@ -2003,7 +2018,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
