@@ -6,7 +6,7 @@ a GQA/MQA call with Hk key/value heads (cuDNN through enable_gqa; FlashAttention
 usage: python lab/ncu_bwd.py 128:4096:0 64:4096:0 128:16384:1:4 ...
 NCU_BWD_BACKEND=portable (default auto) picks flashattn's backward path, e.g. the portable one
 against FlashAttention-2 on an H100. NCU_BWD_DET=1 adds flashattn's deterministic call per shape
-(its cost against the default, kernel by kernel); NCU_BWD_PEERS=0 leaves out FA2 and cuDNN. NCU_BWD_SPLITS="2 4" profiles flashattn's call once per
+(its cost against the default, kernel by kernel); NCU_BWD_PEERS=0 leaves out FA2 and cuDNN. NCU_BWD_SPLITS="2 4" profiles flashattn's GQA calls once per
 FLASHATTN_BWD_GROUP_SPLIT value (the GQA group split, read at every call) instead of once as is.
 """
 
@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
         scale, cm = d**-0.5, int(bool(causal))
         out, lse = FWD(q, k, v, scale, cm, "auto")
         label = f"D={d} S={s} causal={cm}" + (f" Hq:Hk={h}:{hk}" if hk != h else "")
-        for split in splits:
+        for split in splits if hk != h else [None]:
             tag = f" split={split}" if split else ""
             calls.append((f"{label} flashattn {backend}{tag}", lambda q=q, k=k, v=v, o=out, l=lse, g=dout, sc=scale, c=cm:
                           BWD(g, q, k, v, o, l, sc, c, False, backend), split))
