@@ -9,8 +9,8 @@ over rounds); the split column is the rule's count for the shape.
 waves for masked calls, r<n>: the wave rule alone, m: group_split.h's dispatch model alone), e.g.
 --force w4 --against w2 compares two wave targets, --against r4 the default against the wave rule it
 raises. A value with "=" is a list of environment settings instead (NAME=VALUE[,NAME=VALUE...]), e.g.
---force FLASHATTN_BWD_HEAD_WALK=1 --against FLASHATTN_BWD_HEAD_WALK=0 for the GQA heads' walk
-(launch.cuh bwd_interleave_heads) at the default split.
+--force FLASHATTN_BWD_HEAD_WALK=1 --against FLASHATTN_BWD_HEAD_WALK=0 for the GQA heads' walk at the
+default split (in a copy with lab/ab/bwd_gqa_heads_interleaved.diff: bash lab/gpu_run.sh gqawalk).
 usage: python lab/bwd_group_split_time.py [--rounds N] [--dims 64,128,256] [--force N|wN|rN|m|NAME=V,...]
                                           [--against N|wN|rN|m|NAME=V,...]"""
 

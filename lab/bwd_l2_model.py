@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """How well L2 holds the Hopper backward's Q/dO and dq_accum tiles under a causal mask, by the CTA
 order and walks of csrc/flash_bwd_sm90/block.h (the grouped longest-first order, the query blocks
-walked from the last down, a GQA group's heads in turn or interleaved, FLASHATTN_BWD_HEAD_WALK):
+walked from the last down, a GQA group's heads in turn as block.h walks them, or interleaved as
+lab/ab/bwd_gqa_heads_interleaved.diff did: measured 2026-12-07, not adopted):
 132 SMs run one CTA each, every step takes one time unit, each step touches the (head, query block)
 tile of Q and dO (64 rows, 32 KB at D=128) and the same tile of dq_accum (float32, 32 KB), and L2 is
 one LRU of --l2-mb (an H100 has 50 MB in two partitions; data that SMs of both read may sit in

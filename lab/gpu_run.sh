@@ -36,10 +36,10 @@
 #   bash lab/gpu_run.sh bwdpersistent measured 2026-12-03, not adopted (non-causal 0.980, causal 0.817): the Hopper backward on a persistent grid (lab/ab/bwd_persistent.diff):
 #                                     its tests, its timing against a CTA a block with cuDNN, the backward tests, sanitizers (~8 min)
 #   bash lab/gpu_run.sh bwdwideland measured 2026-12-03 (bwd 1.06x, fwd+bwd 1.06x cuDNN, lowest cell 0.97x): after the wide rule's bounds: the backward tests, the training grid bf16 and fp16 vs cuDNN (~6 min)
-#   bash lab/gpu_run.sh gqaraised the default's split under a mask, the wave rule raised by the dispatch model, against the
+#   bash lab/gpu_run.sh gqaraised measured 2026-12-07 on an H100 (4k causal GQA cells +2.6..+6.4%, the rest within noise): the default's split under a mask, the wave rule raised by the dispatch model, against the
 #                                     wave rule alone; the backward tests; the training grid vs cuDNN, GQARAISED_K its dtypes (~7-9 min)
-#   bash lab/gpu_run.sh gqawalk  a GQA group's heads walked interleaved under a mask (FLASHATTN_BWD_HEAD_WALK=1) against one head
-#                                     after another: its A/B with cuDNN, the walk's tests, the sanitizers with it on (~6 min)
+#   bash lab/gpu_run.sh gqawalk  measured 2026-12-07, not adopted (1.001; 16k 16:4 causal 0.949): a GQA group's heads walked interleaved
+#                                     under a mask (lab/ab/bwd_gqa_heads_interleaved.diff) against one head after another, in a copy (~5 min)
 #   bash lab/gpu_run.sh gqancu   ncu on the D=128 GQA causal backward (16:4 at 16k and 4k) at splits 2 and 4, cuDNN's and the MHA
 #                                     twin alongside: where the GQA cell's 7% against cuDNN goes (~4 min)
 #   bash lab/gpu_run.sh gqasplit the GQA causal backward's split count (issue 27, 16:4 at 4k 0.93x cuDNN, 2026-12-06): group_split.h's
@@ -73,8 +73,8 @@
 #                                     multicast (lab/ab/fwd_cluster_kv.diff): its A/B on D=128 non-causal cells, the checks (~7 min)
 #   bash lab/gpu_run.sh detcost   deterministic mode's cost against the default, D 64/128/256, with cuDNN (~3 min)
 #   bash lab/gpu_run.sh fwdheld measured 2026-12-04, not adopted (0.987): the forward's exponentials against the held row max, the max reduced beside them
-#   bash lab/gpu_run.sh fwdpvboundary prepared 2026-12-05, not yet run: the step-order-2 forward (D=64 two consumers, D=256, FP8 D=256) with its softmax kept above the P V wait by a basic-block boundary
-#   bash lab/gpu_run.sh fwdpvboundaryfp8 prepared 2026-12-05, not yet run: fwdpvboundary's diff on the packed and FP8 forwards (tests, sanitizers, FP8 A/B), reusing its copy
+#   bash lab/gpu_run.sh fwdpvboundary measured 2026-12-07 on an H100, not adopted (0.986; D=64 causal 512 / 1k -4 / -5%): the step-order-2 forward (D=64 two consumers, D=256, FP8 D=256) with its softmax kept above the P V wait by a basic-block boundary
+#   bash lab/gpu_run.sh fwdpvboundaryfp8 prepared 2026-12-05, left unrun (moot after fwdpvboundary's 0.986): fwdpvboundary's diff on the packed and FP8 forwards (tests, sanitizers, FP8 A/B), reusing its copy
 #   bash lab/gpu_run.sh bwdboundary measured 2026-12-05 on an H100, not adopted (0.991, non-causal 2k+ 0.978): the Hopper backward's dP^T wait kept below the score pass in unmasked dense steps (a basic-block boundary ptxas does not hoist it across)
 #   bash lab/gpu_run.sh softcapsplit measured 2026-12-05 on an H100, not adopted (D=64 softcap 0.967): the D=64 softcap backward's dP^T GEMM in two 64-query halves, the first half's pass under the second's GEMM
 #   bash lab/gpu_run.sh fwdpackedfirst measured 2026-12-05 on an H100, landed (bench packing D=64 causal 1.15x, short-heavy 1.08x; FWD_PACKED_FIRST_REVERSE=1, the default, undoes it): packed causal D=64 on the long-keys config from 1536 keys, each sequence's partial tile first (~3 min)
@@ -1495,7 +1495,7 @@ case "${1:-verify}" in
         BENCH_K="$k" bash benchmarks/run_benchmarks.sh "$OUT/bench-training-$k"
     done
     ;;
-  gqaraised)  # issue 27, 2026-12-06: the default's split under a mask is the wave rule's raised by group_split.h's
+  gqaraised)  # issue 27, measured 2026-12-07 on an H100 (docs/perf-notes.md), prepared 2026-12-06: the default's split under a mask is the wave rule's raised by group_split.h's
               # dispatch model (bwd_group_split_raised; the model alone gained 2-6% on the 4k causal cells and lost
               # 4-18% at 16k, gqasplit). The default against the wave rule alone (=r4) at D=64/128, the backward
               # tests, then the training grid against cuDNN (GQARAISED_K, default bf16: the dtypes, a folder each)
@@ -1508,17 +1508,20 @@ case "${1:-verify}" in
         BENCH_K="$k" bash benchmarks/run_benchmarks.sh "$OUT/bench-training-$k"
     done
     ;;
-  gqawalk)  # issue 27, prepared 2026-12-07: a GQA group's heads walked interleaved under a mask (launch.cuh
-             # bwd_interleave_heads, FLASHATTN_BWD_HEAD_WALK=1, a lab switch read at every call, so both sides are
-             # one build): its A/B against the heads one after another at the default split, cuDNN alongside; the
-             # walk's and the group split's tests; memcheck/racecheck/synccheck on the small dense cases with it on
+  gqawalk)  # issue 27, measured 2026-12-07 on an H100, not adopted (geomean 1.001 over 24 GQA shapes, D=128 S=16k 16:4
+             # causal 0.949; lab/bwd_l2_model.py predicted no gain at the rules' splits): a GQA group's heads walked
+             # interleaved under a mask (lab/ab/bwd_gqa_heads_interleaved.diff: BwdBlock::interleaved behind the switch
+             # FLASHATTN_BWD_HEAD_WALK, with its CPU and GPU tests). In a patched copy: the switch's A/B at the default
+             # split with cuDNN alongside, the walk's and the group split's tests, the sanitizers with it on
     env_info > "$OUT/env.txt" 2>&1
-    ensure_built
-    step walk_ab 280 python3 lab/bwd_group_split_time.py --dims 64,128 --force FLASHATTN_BWD_HEAD_WALK=1 \
-      --against FLASHATTN_BWD_HEAD_WALK=0
-    step pytest_walk 240 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py -k "heads_walk or group_split" -ra
+    build_patched walk bwd_gqa_heads_interleaved.diff 0
+    walk_copy="$PWD/build/ab-walk"
+    step walk_ab 280 env -C "$walk_copy" PYTHONPATH="$walk_copy" python3 lab/bwd_group_split_time.py --dims 64,128 \
+      --force FLASHATTN_BWD_HEAD_WALK=1 --against FLASHATTN_BWD_HEAD_WALK=0
+    step pytest_walk 240 env -C "$walk_copy" PYTHONPATH="$walk_copy" "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py \
+      -k "heads_walk or group_split" -ra
     export FLASHATTN_BWD_HEAD_WALK=1
-    sanitize_dense_steps 150
+    copy_sanitize_steps "$walk_copy" walk 150 auto dense
     unset FLASHATTN_BWD_HEAD_WALK
     ;;
   gqancu)  # issue 27, prepared 2026-12-07: D=128 S=16k 16:4 causal GQA backward runs 0.93x cuDNN with every split (2
@@ -1660,7 +1663,9 @@ PY
     fwd_patch_ab fwdheld fwd_held_max.diff \
       "${FWD_HELD_CELLS:-128:1024:0 128:4096:0 128:16384:0 128:4096:1 128:16384:1 64:512:1 64:1024:1 64:4096:0 256:4096:0}"
     ;;
-  fwdpvboundary)  # issue 29, prepared 2026-12-05, not yet run: the Hopper forward's step order 2 (D=64's two-consumer
+  fwdpvboundary)  # issue 29, measured 2026-12-07 on an H100, not adopted (B/A 0.986 over 9 cells; its targets, D=64
+                  # causal 512 / 1k, 0.961 / 0.948; its checks in the copy passed, racecheck cut off by the end of
+                  # the device time; docs/perf-notes.md): the Hopper forward's step order 2 (D=64's two-consumer
                   # config, D=256, FP8 D=256) with a basic-block boundary before the P V[n+1] wait (a try_wait on
                   # V[n+1]'s full phase, complete until the release after that wait), so that ptxas keeps the
                   # block's softmax under the P V GEMM instead of hoisting the wait above it
@@ -1674,7 +1679,7 @@ PY
     fwd_patch_ab fwdpvboundary fwd_order2_pv_wait_boundary.diff \
       "${FWD_PV_BOUNDARY_CELLS:-64:512:1 64:1024:1 64:2048:1 256:1024:1 256:4096:1 256:4096:0 256:16384:0 128:4096:0 64:4096:0}"
     ;;
-  fwdpvboundaryfp8)  # prepared 2026-12-05, not yet run: fwdpvboundary's diff on the packed and FP8 forwards, reusing
+  fwdpvboundaryfp8)  # prepared 2026-12-05, left unrun (moot: fwdpvboundary lost on its target cells, 2026-12-07): fwdpvboundary's diff on the packed and FP8 forwards, reusing
                      # fwdpvboundary's copy when the machine still has it built: the packed-batch tests and the
                      # sanitizers on the packed cases in the copy (its packed D=64/256 kernels changed too), then
                      # its A/B on lab/fp8_time.py (~6 min)

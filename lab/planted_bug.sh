@@ -53,7 +53,7 @@ bug_def() {
     bwd90_mask) f=csrc/flash_bwd_sm90/mainloop.cuh
       s='s/window\.has_hi ? key - window\.hi_shift + 1 : INT_MIN;/window.has_hi ? key - window.hi_shift : INT_MIN;/' ;;
     bwd90_gqa) f=csrc/flash_bwd_sm90/block.h
-      s='s/return head_q0 + (interleaved ? u - q \* d : q);/return head_q0;/' ;;
+      s='s/int head_q(int t) const { return head_q0 + (t0 + t) \/ m_steps; }/int head_q(int t) const { return head_q0; }/' ;;
     fwd90_packed) f=csrc/flash_fwd_sm90/packed.cuh
       s='s/s\.causal_offset = p\.mask_top_left ? 0 : s\.seqlen_k - s\.seqlen_q;/s.causal_offset = p.mask_top_left ? 0 : s.seqlen_k - s.seqlen_q + 1;/' ;;
     unaligned) f=csrc/host_args.h

@@ -57,25 +57,15 @@ struct BwdBlock {
                  // query block n and wraps around (rot = n), so the key blocks of a head running
                  // together add to different dQ rows; its tickets: bwd_det_ticket
   int rot;       // the walk's rotation (0 unless rotated)
-  bool interleaved;  // the group's heads interleaved (Sm90BwdParams::interleave_heads): step u is head
-                     // u % group of query block u / group, so that the CTAs of a K/V head that start
-                     // together stay at one query block (and its Q/dO rows in L2) through every
-                     // head, where walking the heads one after another puts each CTA of a masked
-                     // call at its own block from the second head on (the walks' lengths differ)
   BwdSeq seq;     // the sequence: a packed batch's (kPacked), else the call's lengths and rows 0
   int dq_block0;  // kPacked: the first dq_accum tile of the sequence (bwd_packed_dq_block0)
   // Step t is step u = t0 + t of the unit's walk: query block m_block(t) of query head
   // head_q0 + u / m_steps, the (u % m_steps)-th of [m_begin, m_begin + m_steps), counted from the
-  // first or (reverse) the last, or (rotated) the (u % m_steps + rot)-th modulo m_steps; interleaved,
-  // query head head_q0 + u % group and the (u / group)-th block. group: the query heads the unit
-  // walks (the GQA group, or its share with BwdParams::group_split > 1). One division either way.
-  FLASHATTN_HD int head_q(int t) const {
-    const int u = t0 + t, d = interleaved ? group : m_steps, q = u / d;
-    return head_q0 + (interleaved ? u - q * d : q);
-  }
+  // first or (reverse) the last, or (rotated) the (u % m_steps + rot)-th modulo m_steps. group: the
+  // query heads the unit walks (the GQA group, or its share with BwdParams::group_split > 1).
+  FLASHATTN_HD int head_q(int t) const { return head_q0 + (t0 + t) / m_steps; }
   FLASHATTN_HD int m_block(int t) const {
-    const int u = t0 + t, d = interleaved ? group : m_steps, q = u / d;
-    int i = (interleaved ? q : u - q * d) + rot;
+    int i = (t0 + t) % m_steps + rot;
     if (i >= m_steps) i -= m_steps;
     return reverse ? m_begin + m_steps - 1 - i : m_begin + i;
   }
@@ -121,7 +111,7 @@ FLASHATTN_HD BwdSeq bwd_dense_seq(const BwdParams& p) { return BwdSeq{p.seqlen_q
 // bwd_packed.cuh's bwd_seq in the packed kernels).
 template <typename Traits, bool kPacked = false, typename SeqOf>
 FLASHATTN_HD BwdBlock bwd_block(const BwdParams& p, int num_n_blocks, int lpt_heads, int reverse_m, int cta,
-                                SeqOf seq_of, int rotate_m = 0, int interleave_heads = 0) {
+                                SeqOf seq_of, int rotate_m = 0) {
   BwdBlock b;
   // Key blocks vary fastest (neighbouring CTAs share their Q/dO reads in L2), as in the portable
   // kernel: the first key block first (under a causal mask the one with the most query blocks),
@@ -197,18 +187,15 @@ FLASHATTN_HD BwdBlock bwd_block(const BwdParams& p, int num_n_blocks, int lpt_he
   b.reverse = reverse_m != 0 && p.dq_semaphore == nullptr;
   b.rotated = rotate_m != 0 && p.dq_semaphore != nullptr && b.m_steps > 0;
   b.rot = b.rotated ? b.n_block % b.m_steps : 0;
-  // Not in deterministic mode either: a CTA's tickets are polled in its walk's order, which the
-  // count-down order's freedom from deadlock was argued for (bwd_det_ticket).
-  b.interleaved = interleave_heads != 0 && p.dq_semaphore == nullptr && b.group > 1;
   return b;
 }
 
 // A dense call's block.
 template <typename Traits>
 FLASHATTN_HD BwdBlock bwd_block(const BwdParams& p, int num_n_blocks, int lpt_heads, int reverse_m, int cta,
-                                int rotate_m = 0, int interleave_heads = 0) {
+                                int rotate_m = 0) {
   return bwd_block<Traits, false>(p, num_n_blocks, lpt_heads, reverse_m, cta, [&](int) { return bwd_dense_seq(p); },
-                                  rotate_m, interleave_heads);
+                                  rotate_m);
 }
 
 }  // namespace sm90

@@ -29,7 +29,7 @@ __device__ __forceinline__ BwdBlock bwd_block_of_cta(const Sm90BwdParams& kp) {
                                       else
                                         return bwd_dense_seq(kp.p);
                                     },
-                                    kp.rotate_m, kp.interleave_heads);
+                                    kp.rotate_m);
 }
 
 // kSoftcap: the logit softcap's kernels (capped scores and tanh's derivative), apart so that the

@@ -30,8 +30,6 @@ struct Sm90BwdParams {
   int reverse_m;     // 1: each CTA walks its query blocks from the last down (launch.cuh says when)
   int dq_blocks_per_head;  // packed batches: dq_accum is [Hq, dq_blocks_per_head, kBlockM * kHeadDim] (block.h)
   int rotate_m;  // 1: deterministic mode's rotated walks (block.h: BwdBlock::rotated; launch.cuh says when)
-  int interleave_heads;  // 1: a CTA walks its GQA group's heads interleaved (block.h: BwdBlock::interleaved;
-                        // launch.cuh says when)
 };
 
 }  // namespace sm90

@@ -52,20 +52,6 @@ inline int bwd_reverse_m(const BwdParams& p) {
   return v == nullptr || *v == '\0' ? kBwdReverseM : (std::atoi(v) != 0 ? 1 : 0);
 }
 
-// A GQA group's heads under a mask or a window: walked one after another (0) or interleaved (1,
-// block.h: BwdBlock::interleaved), so that the CTAs of a K/V head that start together share their
-// Q/dO blocks in L2 through every head, as an MHA call's do. Prepared 2026-12-07 for D=128 S=16k
-// 16:4 causal (0.93x cuDNN at every group split while its MHA twin runs ~1.0x); not yet measured,
-// so the default stays 0. FLASHATTN_BWD_HEAD_WALK=0|1 sets it (a lab switch read at every masked
-// GQA call, for side-by-side rounds in one process).
-constexpr int kBwdInterleaveHeads = 0;
-
-inline int bwd_interleave_heads(const BwdParams& p) {
-  if (!p.has_mask() || p.heads_q == p.heads_kv) return 0;
-  const char* v = std::getenv("FLASHATTN_BWD_HEAD_WALK");
-  return v == nullptr || *v == '\0' ? kBwdInterleaveHeads : (std::atoi(v) != 0 ? 1 : 0);
-}
-
 // Deterministic mode without a mask: every key block of a head walks the same query blocks, so with
 // the count-down order (block.h: bwd_det_ticket) the head's CTAs, which start together, queue on
 // one ticket after another: key block n's first addition waits for the N - 1 - n blocks above it,
@@ -111,7 +97,6 @@ cudaError_t run_bwd_sm90(const BwdParams& p, const DeviceLimits& dev, cudaStream
   kp.lpt_heads = bwd_lpt_heads<Traits>(p);
   kp.reverse_m = bwd_reverse_m(p);
   kp.rotate_m = bwd_rotate_m<kPacked>(p, dev, kp.num_n_blocks, kp.num_m_blocks);
-  kp.interleave_heads = bwd_interleave_heads(p);
   const long long dq_blocks = kPacked ? bwd_packed_dq_blocks<Traits>(p) : 0;
   if (dq_blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
   kp.dq_blocks_per_head = static_cast<int>(dq_blocks);

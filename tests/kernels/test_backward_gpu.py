@@ -487,32 +487,6 @@ def test_hopper_gqa_group_split_gradients(batch: int, sq: int, sk: int, hq: int,
         check(grads, x, dout, f"group split {force}, deterministic {deterministic}, {dtype}")
 
 
-# A GQA group's heads walked interleaved (csrc/flash_bwd_sm90/launch.cuh bwd_interleave_heads, block.h
-# BwdBlock::interleaved; FLASHATTN_BWD_HEAD_WALK=1): under a mask or a window each CTA's steps run
-# query block by query block, the block's heads in order inside it. The dK/dV sums then add in
-# another order, so each case is checked against the float64 reference, with the group whole, split
-# over CTAs and in deterministic mode (which keeps the heads one after another), and with a window.
-@pytest.mark.parametrize("walk", ["0", "1"], ids=["heads-in-turn", "interleaved"])
-@pytest.mark.parametrize("force", [None, "1", "2"], ids=["rule", "no-split", "split-2"])
-@pytest.mark.parametrize(("mode", "window"), [(BOTTOM_RIGHT, (-1, -1)), (TOP_LEFT, (-1, -1)), (NONE, (96, 40))],
-                         ids=["causal-bottom-right", "causal-top-left", "window"])
-@pytest.mark.parametrize(("batch", "sq", "sk", "hq", "hk", "d"), SPLIT_SHAPES)
-def test_hopper_gqa_heads_walk_gradients(batch: int, sq: int, sk: int, hq: int, hk: int, d: int, mode: int, window,
-                                         force, walk: str, backend: str, device: torch.device,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    skip_unless_hopper_backward(backend, device, "heads' walk")
-    set_switch(monkeypatch, "FLASHATTN_BWD_GROUP_SPLIT", force)
-    set_switch(monkeypatch, "FLASHATTN_BWD_HEAD_WALK", walk)
-    for dtype, deterministic in ((torch.bfloat16, False), (torch.float16, False), (torch.bfloat16, True)):
-        x = AttentionSpec(batch, sq, sk, hq, hk, d, dtype, mode, None, Layout("contiguous"), Layout("contiguous"), 1.0,
-                          sq + 7 * hq).make(device)
-        dout = make_dout(x, "contiguous", 6)
-        grads, names = profiled_op_grads(x, dout, backend, deterministic, window)
-        assert any("flash_bwd_sm90_kernel" in n for n in names), names
-        check(grads, x, dout, f"heads' walk {walk}, group split {force}, deterministic {deterministic}, {dtype}",
-              window)
-
-
 # The split of the grid's last wave (csrc/flash_bwd_sm90/tail_split.h): the last wave's units
 # (key blocks) run as several CTAs, each a run of the unit's steps, adding dK/dV into float32 sums
 # converted at the end (convert_tail, or the GQA split's convert_dkv when the group is split too).

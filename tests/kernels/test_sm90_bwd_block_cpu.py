@@ -31,7 +31,7 @@ using namespace flashattn::sm90;
 
 template <int D>
 void walk(const char* name, int b, int hq, int hk, int sq, int sk, int causal, int lpt, int rev, int det, int split = 1,
-          int tail_units = 0, int tail_split = 1, int interleave = 0) {
+          int tail_units = 0, int tail_split = 1) {
   using T = Sm90BwdTraits<D>;
   BwdParams p;
   p.batch = b; p.heads_q = hq; p.heads_kv = hk; p.seqlen_q = sq; p.seqlen_k = sk; p.head_dim = D;
@@ -43,12 +43,11 @@ void walk(const char* name, int b, int hq, int hk, int sq, int sk, int causal, i
   p.tail_split = tail_split;
   const int n_blocks = (sk + T::kBlockN - 1) / T::kBlockN;
   const int grid = static_cast<int>(bwd_tail_grid(static_cast<long long>(n_blocks) * b * hk * split, tail_units, tail_split));
-  std::printf("shape %s %d %d %d %d %d %d %d %d %d\n", name, b, hq, hk, rev, det, split, tail_units, tail_split,
-              interleave);
+  std::printf("shape %s %d %d %d %d %d %d %d %d\n", name, b, hq, hk, rev, det, split, tail_units, tail_split);
   for (int cta = 0; cta < grid; ++cta) {
-    const BwdBlock blk = bwd_block<T>(p, n_blocks, lpt, rev, cta, 0, interleave);
-    std::printf("cta %s %d %d %d %d %d %d %d %d %d", name, cta, blk.batch, blk.head_kv, blk.n_block, blk.m_begin,
-                blk.m_steps, int(blk.reverse), blk.tail, int(blk.interleaved));
+    const BwdBlock blk = bwd_block<T>(p, n_blocks, lpt, rev, cta);
+    std::printf("cta %s %d %d %d %d %d %d %d %d", name, cta, blk.batch, blk.head_kv, blk.n_block, blk.m_begin,
+                blk.m_steps, int(blk.reverse), blk.tail);
     for (int t = 0; t < blk.steps; ++t) std::printf(" %d:%d", blk.head_q(t), blk.m_block(t));
     std::printf("\n");
   }
@@ -80,15 +79,6 @@ int main() {
   // grouped CTA order, the reversed walk, pieces with no step
   walk<128>("tail-causal", 1, 2, 2, 700, 900, 1, 2, 1, 0, 1, 16, 8);
   walk<128>("tail-causal-whole", 1, 2, 2, 700, 900, 1, 2, 1, 0, 1);
-  // ..., interleave: the group's heads interleaved (BwdBlock::interleaved), never in deterministic
-  // mode; with a group split and with the split last wave's pieces
-  walk<128>("ilv-lpt-rev", 2, 8, 2, 700, 700, 1, 3, 1, 0, 1, 0, 1, 1);
-  walk<128>("ilv-split-lpt", 2, 8, 2, 700, 600, 1, 3, 1, 0, 2, 0, 1, 1);
-  walk<64>("ilv-mqa-sq-gt-sk", 1, 3, 1, 517, 300, 1, 0, 1, 0, 1, 0, 1, 1);
-  walk<128>("ilv-det", 2, 4, 2, 700, 700, 1, 0, 1, 1, 1, 0, 1, 1);
-  walk<128>("ilv-mha", 1, 3, 3, 500, 500, 1, 2, 1, 0, 1, 0, 1, 1);
-  walk<128>("tail-causal-ilv", 1, 4, 2, 700, 900, 1, 2, 1, 0, 1, 8, 8, 1);
-  walk<128>("tail-causal-ilv-whole", 1, 4, 2, 700, 900, 1, 2, 1, 0, 1, 0, 1, 1);
   // The rule: units, steps, SMs
   for (auto c : {std::initializer_list<long long>{2048, 205, 132}, {2048, 26, 132}, {2048, 7, 132}, {4096, 256, 132},
                  {4096, 128, 132}, {2112, 205, 132}, {16, 9, 132}, {16, 2, 132}, {8, 72, 132}, {131, 300, 132},
@@ -105,7 +95,7 @@ int main() {
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory) -> dict:
     """{"shape": name -> (batch, heads_q, heads_kv, reverse asked, deterministic, split, tail_units,
-    tail_split, interleave asked), "cta": name -> rows, "plan": (units, steps, sms) -> (tail units, tail split)}"""
+    tail_split), "cta": name -> rows, "plan": (units, steps, sms) -> (tail units, tail split)}"""
     table: dict = {"shape": {}, "cta": {}, "plan": {}}
     for line in run_cpp_probe(tmp_path_factory, "sm90_bwd_block", _PROBE):
         kind, *rest = line.split()
@@ -116,24 +106,22 @@ def probe(tmp_path_factory) -> dict:
             continue
         name, *rest = rest
         if kind == "shape":
-            b, hq, hk, rev, det, split, tail_units, tail_split, ilv = (int(x) for x in rest)
-            table["shape"][name] = (b, hq, hk, bool(rev), bool(det), split, tail_units, tail_split, bool(ilv))
+            b, hq, hk, rev, det, split, tail_units, tail_split = (int(x) for x in rest)
+            table["shape"][name] = (b, hq, hk, bool(rev), bool(det), split, tail_units, tail_split)
             continue
-        cta, batch, head_kv, n_block, m_begin, m_steps, reverse, tail, ilv = (int(x) for x in rest[:9])
-        steps = [tuple(int(x) for x in s.split(":")) for s in rest[9:]]
+        cta, batch, head_kv, n_block, m_begin, m_steps, reverse, tail = (int(x) for x in rest[:8])
+        steps = [tuple(int(x) for x in s.split(":")) for s in rest[8:]]
         table["cta"].setdefault(name, []).append(dict(cta=cta, batch=batch, head_kv=head_kv, n_block=n_block,
                                                       m_begin=m_begin, m_steps=m_steps, reverse=bool(reverse),
-                                                      tail=tail, interleaved=bool(ilv), steps=steps))
+                                                      tail=tail, steps=steps))
     return table
 
 
 # The probe's cases (its main()), by name.
 NAMES = ["plain", "lpt", "lpt-rev", "rev-noncausal", "det-rev", "d256-rev", "d64-rev-sq-gt-sk", "split-mqa", "split-lpt",
          "split-d256-noncausal"]
-TAIL_NAMES = ["tail-mha", "tail-all-units-gqa", "tail-group-split", "tail-more-pieces-than-steps-per-head", "tail-causal",
-              "tail-causal-ilv"]
-ILV_NAMES = ["ilv-lpt-rev", "ilv-split-lpt", "ilv-mqa-sq-gt-sk", "ilv-det", "ilv-mha"]
-NAMES += ILV_NAMES + TAIL_NAMES + [n + "-whole" for n in TAIL_NAMES]
+TAIL_NAMES = ["tail-mha", "tail-all-units-gqa", "tail-group-split", "tail-more-pieces-than-steps-per-head", "tail-causal"]
+NAMES += TAIL_NAMES + [n + "-whole" for n in TAIL_NAMES]
 
 
 def test_the_probe_ran_every_case(probe: dict) -> None:
@@ -143,7 +131,7 @@ def test_the_probe_ran_every_case(probe: dict) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_every_key_block_is_one_ctas(probe: dict, name: str) -> None:
     """(group_split CTAs' with a split group; a unit of the split last wave, tail_split CTAs'.)"""
-    b, _, hk, _, _, split, tail_units, tail_split, _ = probe["shape"][name]
+    b, _, hk, _, _, split, tail_units, tail_split = probe["shape"][name]
     rows = probe["cta"][name]
     units = len(rows) - tail_units * (tail_split - 1)
     n_blocks = units // (b * hk * split)
@@ -160,7 +148,7 @@ def test_every_key_block_is_one_ctas(probe: dict, name: str) -> None:
 def test_the_walk_visits_each_visible_query_block_once_per_head(probe: dict, name: str) -> None:
     """Over the CTAs of a key block (one, or group_split sharing the group's heads, each its own
     heads whole)."""
-    _, hq, hk, rev, det, split, _, _, _ = probe["shape"][name]
+    _, hq, hk, rev, det, split, _, _ = probe["shape"][name]
     group = hq // hk
     by_key: dict = {}
     for r in probe["cta"][name]:
@@ -178,32 +166,13 @@ def test_the_walk_visits_each_visible_query_block_once_per_head(probe: dict, nam
             assert ms == (sorted(ms, reverse=True) if r["reverse"] else sorted(ms)), r
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_the_heads_are_interleaved_where_asked_and_only_then(probe: dict, name: str) -> None:
-    """BwdBlock::interleaved: asked, not in deterministic mode, a group of more than one head; then a
-    whole CTA's steps run query block by query block, the block's heads in order inside it (so the
-    CTAs of a K/V head stay at one block through every head); else head by head."""
-    _, hq, hk, _, det, split, _, _, ilv = probe["shape"][name]
-    group = hq // hk // split
-    for r in probe["cta"][name]:
-        assert r["interleaved"] == (ilv and not det and group > 1), r
-        if r["tail"] >= 0 or not r["steps"]:
-            continue
-        heads = sorted({h for h, _ in r["steps"]})
-        blocks = list(dict.fromkeys(m for _, m in r["steps"]))
-        if r["interleaved"]:
-            assert r["steps"] == [(h, m) for m in blocks for h in heads], r
-        else:
-            assert r["steps"] == [(h, m) for h in heads for m in blocks], r
-
-
 @pytest.mark.parametrize("name", TAIL_NAMES)
 def test_the_split_last_wave_is_the_grids_last_units_in_runs_of_steps(probe: dict, name: str) -> None:
     """The pieces are the grid's last CTAs, tail_split of them per unit in a row, numbered 0..tail_units-1
     in order; a unit's pieces walk, one after the other, exactly what its CTA walks in the unsplit
     grid (same key block, same heads, same order), each a run of about steps / tail_split (none
     empty without a mask)."""
-    _, _, _, _, _, _, tail_units, tail_split, _ = probe["shape"][name]
+    _, _, _, _, _, _, tail_units, tail_split = probe["shape"][name]
     rows = probe["cta"][name]
     whole = probe["cta"][name + "-whole"]
     first = len(rows) - tail_units * tail_split
