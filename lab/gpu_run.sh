@@ -38,6 +38,8 @@
 #   bash lab/gpu_run.sh bwdwideland measured 2026-12-03 (bwd 1.06x, fwd+bwd 1.06x cuDNN, lowest cell 0.97x): after the wide rule's bounds: the backward tests, the training grid bf16 and fp16 vs cuDNN (~6 min)
 #   bash lab/gpu_run.sh gqaraised measured 2026-12-07 on an H100 (4k causal GQA cells +2.6..+6.4%, the rest within noise): the default's split under a mask, the wave rule raised by the dispatch model, against the
 #                                     wave rule alone; the backward tests; the training grid vs cuDNN, GQARAISED_K its dtypes (~7-9 min)
+#   bash lab/gpu_run.sh causalsource ncu's source counters of the Hopper backward on D=128 S=16k causal and non-causal side by side:
+#                                     where a causal step's 13% extra goes (~3 min)
 #   bash lab/gpu_run.sh gqawalk  measured 2026-12-07, not adopted (1.001; 16k 16:4 causal 0.949): a GQA group's heads walked interleaved
 #                                     under a mask (lab/ab/bwd_gqa_heads_interleaved.diff) against one head after another, in a copy (~5 min)
 #   bash lab/gpu_run.sh gqancu   ncu on the D=128 GQA causal backward (16:4 at 16k and 4k) at splits 2 and 4, cuDNN's and the MHA
@@ -1508,6 +1510,22 @@ case "${1:-verify}" in
         BENCH_K="$k" bash benchmarks/run_benchmarks.sh "$OUT/bench-training-$k"
     done
     ;;
+  causalsource)  # issue 27, prepared 2026-12-07, not yet run: under locked clocks the Hopper backward's causal D=128 S=16k
+                 # call takes 0.570 of its non-causal time where cuDNN's takes 0.520 (the work: 0.504), a causal step 13%
+                 # slower than an unmasked one (gqancu). ncu's source counters of our main kernel on both calls (the same
+                 # kernel, CAUSAL_SOURCE_SHAPES), then the two side by side by stall reason: which instructions the
+                 # causal call's extra samples sit on (the mask's selects, the writer's waits, the producer's)
+    env_info > "$OUT/env.txt" 2>&1
+    ensure_built
+    for shape in ${CAUSAL_SOURCE_SHAPES:-128:16384:1 128:16384:0}; do
+      step "ncu_source_${shape//:/_}" 300 env OUT="$OUT" NCU_KERNEL=flash_bwd_sm90_kernel NCU_SCRIPT=lab/ncu_bwd.py \
+        NCU_BWD_PEERS=0 bash lab/ncu_source.sh "$shape"
+    done
+    set -- ${CAUSAL_SOURCE_SHAPES:-128:16384:1 128:16384:0}
+    step compare_causal 60 python3 lab/ncu_source_top.py --compare "$OUT/ncu_source_${1//:/_}.csv" "$OUT/ncu_source_${2//:/_}.csv" \
+      stall_long_sb
+    step waits_causal 60 python3 lab/ncu_source_top.py --waits "$OUT/ncu_source_${1//:/_}.csv" "$OUT/ncu_source_${2//:/_}.csv"
+    ;;
   gqawalk)  # issue 27, measured 2026-12-07 on an H100, not adopted (geomean 1.001 over 24 GQA shapes, D=128 S=16k 16:4
              # causal 0.949; lab/bwd_l2_model.py predicted no gain at the rules' splits): a GQA group's heads walked
              # interleaved under a mask (lab/ab/bwd_gqa_heads_interleaved.diff: BwdBlock::interleaved behind the switch
@@ -2024,7 +2042,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|causalsource|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
