@@ -17,13 +17,13 @@ usage: python lab/bwd_group_split_time.py [--rounds N] [--dims 64,128,256] [--fo
 from __future__ import annotations
 
 import argparse
-import os
 
 import torch
 
 import flashattn  # noqa: F401  (registers torch.ops.flashattn)
 from gpu_timing import cudnn_backward_ms
 from gpu_timing import do_bench_ms as timed
+from gpu_timing import env_vars
 from gpu_timing import geomean
 
 BWD = torch.ops.flashattn.bwd.default
@@ -37,14 +37,6 @@ def settings(value: str) -> dict[str, str]:
     return {"FLASHATTN_BWD_GROUP_SPLIT": value} if value else {}
 
 
-def apply(env: dict[str, str], names: set[str]) -> None:
-    for name in names:
-        if name in env:
-            os.environ[name] = env[name]
-        else:
-            os.environ.pop(name, None)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -52,8 +44,10 @@ def main() -> None:
     ap.add_argument("--force", default="", help="FLASHATTN_BWD_GROUP_SPLIT for the split column (default: the rule)")
     ap.add_argument("--against", default="1", help="FLASHATTN_BWD_GROUP_SPLIT for the other column (default 1: none)")
     args = ap.parse_args()
-    envs = {"split": settings(args.force), "none": settings(args.against)}
-    names = {"FLASHATTN_BWD_GROUP_SPLIT"} | set(envs["split"]) | set(envs["none"])
+    columns = {"split": settings(args.force), "none": settings(args.against)}
+    names = {"FLASHATTN_BWD_GROUP_SPLIT"} | set(columns["split"]) | set(columns["none"])
+    # Each column sets every name either column names (the other column's unset), for env_vars.
+    envs = {col: {n: env.get(n) for n in names} for col, env in columns.items()}
     gains: list[float] = []
     vs_cudnn: dict[str, list[float]] = {"split": [], "none": []}
     dtype = torch.bfloat16
@@ -72,9 +66,8 @@ def main() -> None:
                     t = {"split": [], "none": []}
                     for _ in range(args.rounds):
                         for name, env in envs.items():
-                            apply(env, names)
-                            t[name].append(timed(lambda: BWD(dout, q, k, v, out, lse, scale, cm, False, "auto")))
-                    apply({}, names)
+                            with env_vars(**env):
+                                t[name].append(timed(lambda: BWD(dout, q, k, v, out, lse, scale, cm, False, "auto")))
                     t_cudnn = cudnn_backward_ms(q, k, v, dout, causal)
                     med = {name: sorted(ts)[len(ts) // 2] for name, ts in t.items()}
                     gains.append(med["none"] / med["split"])

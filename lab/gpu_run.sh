@@ -42,8 +42,8 @@
 #                                     where a causal step's 13% extra goes (~3 min)
 #   bash lab/gpu_run.sh gqawalk  measured 2026-12-07, not adopted (1.001; 16k 16:4 causal 0.949): a GQA group's heads walked interleaved
 #                                     under a mask (lab/ab/bwd_gqa_heads_interleaved.diff) against one head after another, in a copy (~5 min)
-#   bash lab/gpu_run.sh gqancu   ncu on the D=128 GQA causal backward (16:4 at 16k and 4k) at splits 2 and 4, cuDNN's and the MHA
-#                                     twin alongside: where the GQA cell's 7% against cuDNN goes (~4 min)
+#   bash lab/gpu_run.sh gqancu   measured 2026-12-07 (the gap is the causal step, not GQA): ncu on the D=128 GQA causal backward
+#                                     (16:4 at 16k and 4k) at splits 2 and 4, cuDNN's and the MHA twin alongside (~4 min)
 #   bash lab/gpu_run.sh gqasplit the GQA causal backward's split count (issue 27, 16:4 at 4k 0.93x cuDNN, 2026-12-06): group_split.h's
 #                                     dispatch model and a forced 4 against today's wave rule, cuDNN alongside; the group-split tests (~7 min)
 #   bash lab/gpu_run.sh bwdgqa   build, the backward tests, the GQA group split's A/B against no split and
@@ -1497,10 +1497,11 @@ case "${1:-verify}" in
         BENCH_K="$k" bash benchmarks/run_benchmarks.sh "$OUT/bench-training-$k"
     done
     ;;
-  gqaraised)  # issue 27, measured 2026-12-07 on an H100 (docs/perf-notes.md), prepared 2026-12-06: the default's split under a mask is the wave rule's raised by group_split.h's
-              # dispatch model (bwd_group_split_raised; the model alone gained 2-6% on the 4k causal cells and lost
-              # 4-18% at 16k, gqasplit). The default against the wave rule alone (=r4) at D=64/128, the backward
-              # tests, then the training grid against cuDNN (GQARAISED_K, default bf16: the dtypes, a folder each)
+  gqaraised)  # issue 27, measured 2026-12-07 on an H100 (docs/perf-notes.md), prepared 2026-12-06: the default's
+              # split under a mask is the wave rule's raised by group_split.h's dispatch model
+              # (bwd_group_split_raised; the model alone gained 2-6% on the 4k causal cells and lost 4-18% at
+              # 16k, gqasplit). The default against the wave rule alone (=r4) at D=64/128, the backward tests,
+              # then the training grid against cuDNN (GQARAISED_K, default bf16: the dtypes, a folder each)
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
     step raised_vs_r4 280 python3 lab/bwd_group_split_time.py --dims 64,128 --against r4
@@ -1517,14 +1518,14 @@ case "${1:-verify}" in
                  # causal call's extra samples sit on (the mask's selects, the writer's waits, the producer's)
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
+    csv=()
     for shape in ${CAUSAL_SOURCE_SHAPES:-128:16384:1 128:16384:0}; do
       step "ncu_source_${shape//:/_}" 300 env OUT="$OUT" NCU_KERNEL=flash_bwd_sm90_kernel NCU_SCRIPT=lab/ncu_bwd.py \
         NCU_BWD_PEERS=0 bash lab/ncu_source.sh "$shape"
+      csv+=("$OUT/ncu_source_${shape//:/_}.csv")
     done
-    set -- ${CAUSAL_SOURCE_SHAPES:-128:16384:1 128:16384:0}
-    step compare_causal 60 python3 lab/ncu_source_top.py --compare "$OUT/ncu_source_${1//:/_}.csv" "$OUT/ncu_source_${2//:/_}.csv" \
-      stall_long_sb
-    step waits_causal 60 python3 lab/ncu_source_top.py --waits "$OUT/ncu_source_${1//:/_}.csv" "$OUT/ncu_source_${2//:/_}.csv"
+    step compare_causal 60 python3 lab/ncu_source_top.py --compare "${csv[0]}" "${csv[1]}" stall_long_sb
+    step waits_causal 60 python3 lab/ncu_source_top.py --waits "${csv[@]}"
     ;;
   gqawalk)  # issue 27, measured 2026-12-07 on an H100, not adopted (geomean 1.001 over 24 GQA shapes, D=128 S=16k 16:4
              # causal 0.949; lab/bwd_l2_model.py predicted no gain at the rules' splits): a GQA group's heads walked
@@ -1542,10 +1543,10 @@ case "${1:-verify}" in
     copy_sanitize_steps "$walk_copy" walk 150 auto dense
     unset FLASHATTN_BWD_HEAD_WALK
     ;;
-  gqancu)  # issue 27, prepared 2026-12-07: D=128 S=16k 16:4 causal GQA backward runs 0.93x cuDNN with every split (2
-            # best, 4 4% slower) while its MHA twin runs ~1.0x. ncu on ours at splits 2 and 4, cuDNN's GQA call and
-            # the MHA twin side by side (tensor pipe, stalls, DRAM bytes, L2 hit rate); the MHA twin without a mask
-            # (ours keeps 91.6% of its non-causal rate under the mask at 16k, cuDNN 95.3%: 2026-12-05); the 4k cell
+  gqancu)  # issue 27, measured 2026-12-07 on an H100 (docs/perf-notes.md: under locked clocks our 16k GQA call is
+            # the faster one; the gap is our causal step, 0.570 of the non-causal call's time against cuDNN's
+            # 0.520): ncu on ours at group splits 2 and 4, cuDNN's GQA call and the MHA twin side by side (tensor
+            # pipe, stalls, DRAM bytes, L2 hit rate), the MHA twin without a mask, the 4k cell
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
     step ncu_gqa 420 env NCU_BWD_SPLITS="2 4" NCU_BWD_PEERS=1 bash lab/ncu_bwd.sh ${GQANCU_SHAPES:-128:16384:1:4 128:16384:1 128:16384:0 128:4096:1:4}

@@ -5,7 +5,7 @@ the benchmark suite's primitives (benchmarks/bench_common.py: time_calls_ms, one
 back-to-back calls; measure_interleaved, the round schedule); and kernel_table, a call's kernels
 under torch.profiler (decode_profile.py, fp8_time.py --breakdown, bwd_softcap_kernels.py); and
 env_vars, the extension's per-call lab switches set around a timing (fwd_split_time.py,
-fwd_cluster_kv_time.py).
+fwd_cluster_kv_time.py, bwd_group_split_time.py, ncu_bwd.py).
 """
 
 from __future__ import annotations

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """One backward call of flashattn and of SDPA's FlashAttention-2 and cuDNN backends per shape,
 inside a profiler range, for Nsight Compute to compare side by side (lab/ncu_bwd.sh runs it under
-ncu). Shapes: the standard grid's (bf16, B*S = 16k, H = 2048/D), given as D:S:causal, or D:S:causal:Hk for
-a GQA/MQA call with Hk key/value heads (cuDNN through enable_gqa; FlashAttention-2 left out there).
+ncu). Shapes: the standard grid's (bf16, B*S = 16k, H = 2048/D), given as D:S:causal, or
+D:S:causal:Hk for a GQA/MQA call with Hk key/value heads (cuDNN through enable_gqa; FlashAttention-2
+left out there).
 usage: python lab/ncu_bwd.py 128:4096:0 64:4096:0 128:16384:1:4 ...
 NCU_BWD_BACKEND=portable (default auto) picks flashattn's backward path, e.g. the portable one
 against FlashAttention-2 on an H100. NCU_BWD_DET=1 adds flashattn's deterministic call per shape
-(its cost against the default, kernel by kernel); NCU_BWD_PEERS=0 leaves out FA2 and cuDNN. NCU_BWD_SPLITS="2 4" profiles flashattn's GQA calls once per
-FLASHATTN_BWD_GROUP_SPLIT value (the GQA group split, read at every call) instead of once as is.
+(its cost against the default, kernel by kernel); NCU_BWD_PEERS=0 leaves out FA2 and cuDNN.
+NCU_BWD_SPLITS="2 4" profiles flashattn's GQA calls once per FLASHATTN_BWD_GROUP_SPLIT value (the
+GQA group split, read at every call) instead of once as is.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn  # noqa: F401  (registers torch.ops.flashattn)
+from gpu_timing import env_vars
 
 FWD = torch.ops.flashattn.fwd.default
 BWD = torch.ops.flashattn.bwd.default
@@ -60,26 +63,19 @@ def main(argv: list[str]) -> int:
             calls.append((f"{label} {name}", lambda o=o, qt=qt, kt=kt, vt=vt, g=g:
                           torch.autograd.grad(o, (qt, kt, vt), g, retain_graph=True), None))
 
-    def with_split(split: str | None) -> None:
-        if split:
-            os.environ["FLASHATTN_BWD_GROUP_SPLIT"] = split
-        else:
-            os.environ.pop("FLASHATTN_BWD_GROUP_SPLIT", None)
-
     for _, fn, split in calls:  # warm up outside the profiled range
-        with_split(split)
-        for _ in range(2):
-            fn()
+        with env_vars(FLASHATTN_BWD_GROUP_SPLIT=split):
+            for _ in range(2):
+                fn()
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStart()
     for label, fn, split in calls:
-        with_split(split)
-        torch.cuda.nvtx.range_push(label)
-        fn()
-        torch.cuda.synchronize()
-        torch.cuda.nvtx.range_pop()
+        with env_vars(FLASHATTN_BWD_GROUP_SPLIT=split):
+            torch.cuda.nvtx.range_push(label)
+            fn()
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_pop()
     torch.cuda.cudart().cudaProfilerStop()
-    with_split(None)
     print("profiled:", ", ".join(label for label, _, _ in calls))
     return 0
 

@@ -41,11 +41,10 @@ inline int bwd_group_split(const int group, const long long ctas, const bool mas
 // whose grid ends first in a model of the dispatch, the units in launch order (bwd_block: under a
 // causal mask groups of lpt units, key block slowest inside a group; else key block fastest) each
 // taking the first free SM for its steps plus a fixed cost, a split unit's float32 dK/dV sums a
-// little more. The
-// same model as lab/bwd_schedule_model.py --gqa, which reproduces the measured 16:4 causal cell at
-// 4k (0.93 of its MHA twin's time with 2 CTAs a group) and the D=64 32:8 2k loss with a split
-// (docs/perf-notes.md "The landed tree on an H200"). The split last wave (tail_split.h, masked grids
-// of at most half a wave) is left out. Costs in steps:
+// little more. The same model as lab/bwd_schedule_model.py --gqa, which reproduces the measured
+// 16:4 causal cell at 4k (0.93 of its MHA twin's time with 2 CTAs a group) and the D=64 32:8 2k loss
+// with a split (docs/perf-notes.md "The landed tree on an H200"). The split last wave (tail_split.h,
+// masked grids of at most half a wave) is left out. Costs in steps:
 constexpr double kBwdModelFixedSteps = 2.0;       // a unit's K/V load and epilogue
 constexpr double kBwdModelSplitSteps = 1.0;       // a split unit's dK/dV float32 sums on top
 constexpr long long kBwdModelMaxUnitSteps = 1 << 16;  // larger grids keep the wave rule (host time)
