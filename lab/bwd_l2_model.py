@@ -3,8 +3,9 @@
 order and walks of csrc/flash_bwd_sm90/block.h (the grouped longest-first order, the query blocks
 walked from the last down, a GQA group's heads in turn as block.h walks them, or interleaved as
 lab/ab/bwd_gqa_heads_interleaved.diff did: measured 2026-12-07, not adopted):
-132 SMs run one CTA each, every step takes one time unit, each step touches the (head, query block)
-tile of Q and dO (64 rows, 32 KB at D=128) and the same tile of dq_accum (float32, 32 KB), and L2 is
+132 SMs run one CTA each in lab/bwd_schedule_model.py's launch order and tiles, every step takes one
+time unit, each step touches the (head, query block) tile of Q and dO (80 rows, 40 KB at D=128 on
+the wide config) and the same tile of dq_accum (float32, the same bytes), and L2 is
 one LRU of --l2-mb (an H100 has 50 MB in two partitions; data that SMs of both read may sit in
 both, so 25 MB is the pessimistic case). Prints the steps an SM runs (the grid's length, tail
 included) and the share of tile touches that miss, i.e. go to DRAM. A model: no K/V, no epilogue,
@@ -17,45 +18,32 @@ from __future__ import annotations
 import argparse
 import collections
 
-
-def cta_order(units: int, n_blocks: int, lpt: int) -> list[tuple[int, int]]:
-    """(unit, key block) by CTA index: block.h bwd_block's grouped order (lpt units a group, key
-    block slowest inside a group)."""
-    order = []
-    for cta in range(units * n_blocks):
-        grp, j = divmod(cta, lpt * n_blocks)
-        here = min(lpt, units - grp * lpt)
-        idx, r = divmod(j, here)
-        order.append((grp * lpt + r, idx))
-    return order
+from bwd_schedule_model import tiles, unit_order
 
 
-def model(hq: int, hk: int, split: int, interleave: bool, seq: int, dim: int, l2_mb: float, sms: int = 132,
-          lpt_budget: int = 8 << 20) -> tuple[int, int, int]:
-    """-> (steps an SM runs, tile touches, misses) of one causal call (B = 16384 / seq)."""
-    batch = max(1, 16384 // seq)
-    n_blocks, m_blocks = seq // 128, seq // 64  # kBlockN 128 keys, kBlockM 64 queries (D <= 128)
+def model(hq: int, hk: int, split: int, interleave: bool, seq: int, dim: int, l2_mb: float,
+          sms: int = 132) -> tuple[int, int, int]:
+    """-> (steps an SM runs, tile touches, misses) of one causal call (B = 16384 / seq, Hq = 2048 / dim
+    as in the training grid; bwd_schedule_model's tiles and launch order)."""
+    bm, bn = tiles(seq, dim, True)
+    m_blocks = -(-seq // bm)
     group = hq // hk
     share = group // split
-    per_batch = hk * split
-    units = batch * per_batch
-    unit_bytes = 2 * 2 * share * seq * dim
-    lpt = max(1, min(units, lpt_budget // unit_bytes))
 
-    def walk(unit: int, n: int) -> list[tuple[int, int, int]]:
-        b, u = divmod(unit, per_batch)
+    def walk(pair: int, n: int) -> list[tuple[int, int, int]]:
+        b, u = divmod(pair, hk * split)
         head_kv, part = divmod(u, split)
         h0 = head_kv * group + part * share
-        ms = range(m_blocks - 1, 2 * n - 1, -1)  # bottom-right causal, Sq = Sk: m >= 2n
+        ms = range(m_blocks - 1, (n * bn) // bm - 1, -1)  # bottom-right causal, Sq = Sk
         if interleave and share > 1:
             return [(b, h0 + i, m) for m in ms for i in range(share)]
         return [(b, h0 + i, m) for i in range(share) for m in ms]
 
-    tile_bytes = 64 * dim * 4  # Q + dO in 16 bits, or dq_accum in float32: the same bytes
+    tile_bytes = bm * dim * 4  # Q + dO in 16 bits, or dq_accum in float32: the same bytes
     capacity = int(l2_mb * (1 << 20)) // tile_bytes
     cache: collections.OrderedDict = collections.OrderedDict()
     touches = misses = 0
-    order = iter(cta_order(units, n_blocks, lpt))
+    order = iter(unit_order(seq, dim, True, False, hk, split))
     running = {}
     for sm in range(sms):
         nxt = next(order, None)
@@ -98,6 +86,9 @@ def main() -> None:
     print(f"{'Hq:Hk':>6} {'split':>5} {'walk':>11} {'L2 MB':>5} {'steps/SM':>8} {'miss':>6}")
     for shape in args.shapes.split(","):
         hq, hk, split = (int(x) for x in shape.split(":"))
+        if hq != 2048 // args.dim or hq % hk or (hq // hk) % split:
+            raise SystemExit(f"--shapes {shape}: Hq must be 2048 / D = {2048 // args.dim} (the training grid's), "
+                             "Hk must divide it and the split the group")
         for interleave in (False, True) if hq != hk else (False,):
             for l2 in (float(x) for x in args.l2_mb.split(",")):
                 t, touches, misses = model(hq, hk, split, interleave, args.seq, args.dim, l2)

@@ -59,27 +59,39 @@ def tail_plan(units: int, steps: int, sms: int) -> tuple[int, int]:
     return plan
 
 
-def unit_steps(s: int, d: int, causal: bool, deterministic: bool, hk: int = 0, split: int = 1) -> list[int]:
-    """Steps of each unit in launch order; hk K/V heads (0: as many as query heads), each group's
-    query heads shared out over `split` CTAs (group_split.h)."""
-    bm, bn = tiles(s, d, causal)
+def unit_order(s: int, d: int, causal: bool, deterministic: bool, hk: int = 0,
+               split: int = 1) -> list[tuple[int, int]]:
+    """(pair, key block) of each unit in launch order, block.h bwd_block's: pair = (batch, K/V head,
+    share of the group) as batch * hk * split + head * split + share; hk K/V heads (0: as many as
+    query heads), each group's query heads shared out over `split` CTAs (group_split.h)."""
+    bn = tiles(s, d, causal)[1]
     b, h = 16384 // s, 2048 // d
     hk = hk or h
     share = h // hk // split  # query heads a unit walks
-    nb, mb = -(-s // bn), -(-s // bm)
+    nb = -(-s // bn)
     pairs = b * hk * split
     lpt = max(1, min(pairs, LPT_BUDGET // (2 * 2 * share * s * d))) if causal and not deterministic else 0
     out = []
     for cta in range(nb * pairs):
         if lpt:
-            per = lpt * nb
-            g, j = divmod(cta, per)
-            idx = j // min(lpt, pairs - g * lpt)
+            g, j = divmod(cta, lpt * nb)
+            here = min(lpt, pairs - g * lpt)
+            idx, r = divmod(j, here)
+            pair = g * lpt + r
         else:
-            idx = cta % nb
-        n = nb - 1 - idx if deterministic else idx
-        out.append(share * (mb - (n * bn) // bm if causal else mb))
+            pair, idx = divmod(cta, nb)
+        out.append((pair, nb - 1 - idx if deterministic else idx))
     return out
+
+
+def unit_steps(s: int, d: int, causal: bool, deterministic: bool, hk: int = 0, split: int = 1) -> list[int]:
+    """Steps of each unit in launch order (unit_order's units)."""
+    bm, bn = tiles(s, d, causal)
+    h = 2048 // d
+    share = h // (hk or h) // split
+    mb = -(-s // bm)
+    return [share * (mb - (n * bn) // bm if causal else mb)
+            for _, n in unit_order(s, d, causal, deterministic, hk, split)]
 
 
 def rule_split(group: int, ctas: int, causal: bool, sms: int, waves: int) -> int:
