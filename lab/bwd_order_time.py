@@ -4,7 +4,10 @@ longest-first order (csrc/flash_bwd_sm90/launch.cuh, bwd_lpt_heads) for each L2 
 (FLASHATTN_BWD_LPT=<MiB>) against the plain order (0), in alternating rounds, with cuDNN's backward
 on the same tensors for the ratio. bf16 and fp16, B*S = 16k tokens, H*D = 2048, D 64/128/256, S 1k..16k, causal (bottom-right
 = top-left here, Sq = Sk); ms per call, the op alone, medians of rounds.
-usage: python lab/bwd_order_time.py [--rounds N] [--budgets 16,32,...] [--dims 128,256] [--reverse]"""
+--walks 1,2: instead, the default budget with each query-block walk (FLASHATTN_BWD_REVERSE values),
+gains over the first.
+usage: python lab/bwd_order_time.py [--rounds N] [--budgets 16,32,...] [--dims 128,256] [--reverse]
+                                    [--walks 1,2]"""
 
 from __future__ import annotations
 
@@ -34,11 +37,17 @@ def main() -> None:
     ap.add_argument("--dims", default="64,128,256", help="head dims, comma-separated")
     ap.add_argument("--reverse", action="store_true",
                     help="also each order with the query blocks walked from the last down (FLASHATTN_BWD_REVERSE=1)")
+    ap.add_argument("--walks", default="", help="FLASHATTN_BWD_REVERSE values at the first budget, compared to the first")
     args = ap.parse_args()
     # (name, FLASHATTN_BWD_LPT, FLASHATTN_BWD_REVERSE)
-    modes = [("plain", "0", "0")] + [(f"{m}MiB", m, "0") for m in args.budgets.split(",")]
-    if args.reverse:
-        modes += [(name + "-rev", lpt, "1") for name, lpt, _ in list(modes)]
+    if args.walks:
+        budget = args.budgets.split(",")[0]
+        modes = [(f"walk{w}", budget, w) for w in args.walks.split(",")]
+    else:
+        modes = [("plain", "0", "0")] + [(f"{m}MiB", m, "0") for m in args.budgets.split(",")]
+        if args.reverse:
+            modes += [(name + "-rev", lpt, "1") for name, lpt, _ in list(modes)]
+    base = modes[0][0]
     gains = {name: [] for name, _, _ in modes[1:]}
     for dtype in (torch.bfloat16, torch.float16):
         print(f"{dtype}: ms; x cudnn = cuDNN's time / ours")
@@ -63,10 +72,10 @@ def main() -> None:
                 t_cudnn = timed(lambda: torch.autograd.grad(o, (qt, kt, vt), dout.transpose(1, 2), retain_graph=True))
                 med = {name: sorted(ts)[len(ts) // 2] for name, ts in t.items()}
                 for name in gains:
-                    gains[name].append(med["plain"] / med[name])
+                    gains[name].append(med[base] / med[name])
                 print(f"{d:>4} {s:>6} {t_cudnn:8.3f} " + " ".join(f"{med[name]:10.3f} {t_cudnn / med[name]:7.3f}" for name, _, _ in modes))
     for name, g in gains.items():
-        print(f"geomean gain over the plain order, {name}: {math.exp(sum(map(math.log, g)) / len(g)):.3f} ({len(g)} shapes)")
+        print(f"geomean gain over {base}, {name}: {math.exp(sum(map(math.log, g)) / len(g)):.3f} ({len(g)} shapes)")
 
 
 if __name__ == "__main__":

@@ -40,6 +40,8 @@
 #                                     wave rule alone; the backward tests; the training grid vs cuDNN, GQARAISED_K its dtypes (~7-9 min)
 #   bash lab/gpu_run.sh causalsource ncu's source counters of the Hopper backward on D=128 S=16k causal and non-causal side by side:
 #                                     where a causal step's 13% extra goes (~3 min)
+#   bash lab/gpu_run.sh zigzag   the causal backward's walk alternating down/up by group of the grouped order
+#                                     (lab/ab/bwd_zigzag_walk.diff) against today's, in a copy; tests, sanitizers (~8 min)
 #   bash lab/gpu_run.sh gqawalk  measured 2026-12-07, not adopted (1.001; 16k 16:4 causal 0.949): a GQA group's heads walked interleaved
 #                                     under a mask (lab/ab/bwd_gqa_heads_interleaved.diff) against one head after another, in a copy (~5 min)
 #   bash lab/gpu_run.sh gqancu   measured 2026-12-07 (the gap is the causal step, not GQA): ncu on the D=128 GQA causal backward
@@ -1515,7 +1517,8 @@ case "${1:-verify}" in
                  # call takes 0.570 of its non-causal time where cuDNN's takes 0.520 (the work: 0.504), a causal step 13%
                  # slower than an unmasked one (gqancu). ncu's source counters of our main kernel on both calls (the same
                  # kernel, CAUSAL_SOURCE_SHAPES), then the two side by side by stall reason: which instructions the
-                 # causal call's extra samples sit on (the mask's selects, the writer's waits, the producer's)
+                 # causal call's extra samples sit on (the mask's selects, the writer's waits, the producer's); then
+                 # lab/bwd_causal_step_time.py: the main kernels' times at 1, 2 and 16 heads, both walks, cuDNN's
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
     csv=()
@@ -1526,6 +1529,29 @@ case "${1:-verify}" in
     done
     step compare_causal 60 python3 lab/ncu_source_top.py --compare "${csv[0]}" "${csv[1]}" stall_long_sb
     step waits_causal 60 python3 lab/ncu_source_top.py --waits "${csv[@]}"
+    # The step's price without the grid's dynamics: one head is one wave (the longest CTA walks
+    # every query block), 16 heads the ncu call's grid; both walks; cuDNN's alongside.
+    step causal_step_time 200 python3 lab/bwd_causal_step_time.py --dims 128,64 --heads 1,2,16
+    ;;
+  zigzag)  # issue 27, prepared 2026-12-07, not yet run: the causal backward's walk alternating by group of the grouped
+            # order (lab/ab/bwd_zigzag_walk.diff, FLASHATTN_BWD_REVERSE=2: the first group walked down, the next up
+            # from each key block's diagonal, ...): where a group about fills the GPU (D=128 16k: one head) every
+            # group's CTAs are then at one query block at each step, as without a mask; today every other group's
+            # are each at a different one. In a patched copy: the walks' A/B (1 = today, 2) over D 64/128/256,
+            # S 1k..16k, both dtypes, cuDNN alongside; the step probe with both; the walk's CPU tests, the Hopper
+            # backward's causal GPU tests and the sanitizers with it on
+    env_info > "$OUT/env.txt" 2>&1
+    build_patched zigzag bwd_zigzag_walk.diff 0
+    zz_copy="$PWD/build/ab-zigzag"
+    step zigzag_ab 300 env -C "$zz_copy" PYTHONPATH="$zz_copy" python3 lab/bwd_order_time.py --walks 1,2 --dims 128,64,256 \
+      --rounds 2
+    step zigzag_steps 150 env -C "$zz_copy" PYTHONPATH="$zz_copy" python3 lab/bwd_causal_step_time.py --dims 128 \
+      --heads 16 --walks 1,2
+    export FLASHATTN_BWD_REVERSE=2
+    step pytest_zigzag 280 env -C "$zz_copy" PYTHONPATH="$zz_copy" "${pytest_ci[@]}" tests/kernels/test_sm90_bwd_block_cpu.py \
+      tests/kernels/test_backward_gpu.py -k "zigzag or hopper" -ra
+    copy_sanitize_steps "$zz_copy" zigzag 150 auto dense
+    unset FLASHATTN_BWD_REVERSE
     ;;
   gqawalk)  # issue 27, measured 2026-12-07 on an H100, not adopted (geomean 1.001 over 24 GQA shapes, D=128 S=16k 16:4
              # causal 0.949; lab/bwd_l2_model.py predicted no gain at the rules' splits): a GQA group's heads walked
@@ -2043,7 +2069,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|causalsource|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|causalsource|zigzag|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
