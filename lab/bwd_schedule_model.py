@@ -20,10 +20,16 @@ the next unit's loads under the epilogue do not hide), and its predicted gain ov
 the group's query heads, its Q/dO bytes set the 8 MiB groups), its fill, its end against the MHA
 twin's (the same FLOPs, Hk = Hq), and the split the rule takes (--waves, kBwdSplitMaskedWaves); a
 split unit's float32 dK/dV sums cost --split-fixed more steps.
+--walks: under a causal mask, how many CTAs work on the same (batch, head, query block) at once,
+averaged over the call, for each query-block walk (launch.cuh bwd_reverse_m: 1 = every CTA from the
+last block down, today's; 0 = from its diagonal up; 2 = the zigzag of lab/ab/bwd_zigzag_walk.diff,
+the grouped order's groups alternating, the first down); the non-causal call alongside (every CTA
+of a head from block 0 up).
 A model, not a measurement: no L2 effects, no ticket waits, every step the same length.
 
 usage: python3 lab/bwd_schedule_model.py [--sms 132] [--fixed 1.0] [--persistent] [--persistent-fixed 1.0]
        python3 lab/bwd_schedule_model.py --gqa [--fixed 2.0] [--split-fixed 1.0] [--waves 4]
+       python3 lab/bwd_schedule_model.py --walks [--fixed 2.0]
 """
 
 from __future__ import annotations
@@ -153,6 +159,39 @@ def makespan_static(units: list[int], ctas: int, fixed: float, tail: tuple[int, 
     return max(sum(times[c::ctas]) for c in range(min(ctas, len(times))))
 
 
+def walk_sharing(s: int, d: int, causal: bool, walk: int, sms: int, fixed: float) -> tuple[float, float]:
+    """(end, CTAs a (pair, query block) in flight): the grid dispatched as makespan() does, each CTA
+    stepping through its query blocks one a unit of time after half its fixed cost; sampled at every
+    whole time, the running CTAs over the distinct (pair, block) they work on."""
+    bm, bn = tiles(s, d, causal)
+    mb = -(-s // bm)
+    order = unit_order(s, d, causal, False)
+    nb = -(-s // bn)
+    pairs = (16384 // s) * (2048 // d)
+    lpt = max(1, min(pairs, LPT_BUDGET // (2 * 2 * s * d))) if causal else 0
+    free = [(0.0, i) for i in range(sms)]
+    spans = []  # (first step's time, pair, query blocks in walk order)
+    for cta, (pair, n) in enumerate(order):
+        blocks = list(range((n * bn) // bm if causal else 0, mb))
+        group = cta // (lpt * nb) if lpt else 0
+        if causal and (walk == 1 or (walk == 2 and group % 2 == 0)):
+            blocks.reverse()
+        t, sm = heapq.heappop(free)
+        spans.append((t + fixed / 2, pair, blocks))
+        heapq.heappush(free, (t + fixed + len(blocks), sm))
+    end = max(t for t, _ in free)
+    running = distinct = 0
+    for now in range(int(end)):
+        here = set()
+        for start, pair, blocks in spans:
+            k = int(now - start)
+            if 0 <= k < len(blocks):
+                here.add((pair, blocks[k]))
+                running += 1
+        distinct += len(here)
+    return end, running / max(distinct, 1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sms", type=int, default=132)
@@ -162,7 +201,18 @@ def main() -> None:
     ap.add_argument("--gqa", action="store_true", help="the GQA grids under each group split")
     ap.add_argument("--split-fixed", type=float, default=1.0, help="a split unit's float32 dK/dV sums, in steps")
     ap.add_argument("--waves", type=int, default=4, help="group_split.h's waves for masked calls")
+    ap.add_argument("--walks", action="store_true", help="CTAs on one (head, query block) at once, by walk")
     args = ap.parse_args()
+    if args.walks:
+        print(f"CTAs working on the same (batch, head, query block) at once, averaged over the call ({args.sms} SMs, "
+              f"fixed {args.fixed} steps); walks: 1 down (today), 0 up, 2 zigzag")
+        print(f"{'D':>4} {'S':>6} {'non-causal':>10} {'walk 1':>7} {'walk 0':>7} {'walk 2':>7}")
+        for d in (64, 128, 256):
+            for s in (1024, 4096, 16384):
+                cells = [walk_sharing(s, d, False, 0, args.sms, args.fixed)[1]]
+                cells += [walk_sharing(s, d, True, w, args.sms, args.fixed)[1] for w in (1, 0, 2)]
+                print(f"{d:>4} {s:>6} " + " ".join(f"{c:>{w}.1f}" for c, w in zip(cells, (10, 7, 7, 7))))
+        return
     if args.gqa:
         gqa_table(args.sms, args.fixed, args.split_fixed, args.waves)
         return
