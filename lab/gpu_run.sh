@@ -1517,10 +1517,20 @@ case "${1:-verify}" in
                  # call takes 0.570 of its non-causal time where cuDNN's takes 0.520 (the work: 0.504), a causal step 13%
                  # slower than an unmasked one (gqancu). ncu's source counters of our main kernel on both calls (the same
                  # kernel, CAUSAL_SOURCE_SHAPES), then the two side by side by stall reason: which instructions the
-                 # causal call's extra samples sit on (the mask's selects, the writer's waits, the producer's); then
-                 # lab/bwd_causal_step_time.py: the main kernels' times at 1, 2 and 16 heads, both walks, cuDNN's
+                 # causal call's extra samples sit on (the mask's selects, the writer's waits, the producer's); first
+                 # lab/bwd_causal_step_time.py (the main kernels' times at 1, 2 and 16 heads, both walks, cuDNN's)
+                 # and ncu's L2 fabric traffic (between the L2's partitions) of ours and cuDNN's on both calls
     env_info > "$OUT/env.txt" 2>&1
     ensure_built
+    # The step's price without the grid's dynamics: one head is one wave (the longest CTA walks
+    # every query block), 16 heads the ncu call's grid; both walks; cuDNN's alongside.
+    step causal_step_time 200 python3 lab/bwd_causal_step_time.py --dims 128,64 --heads 1,2,16
+    # The traffic between the L2's two partitions (whether a Q/dO tile read by few CTAs at a time
+    # crosses it more often than one read by many at once), ours and cuDNN's, both masks.
+    fabric=$(ncu --query-metrics 2>/dev/null | awk '/ltcfabric/ {print $1 ".sum"}' | head -4 | paste -sd, -)
+    echo "fabric metrics: ${fabric:-none}" > "$OUT/fabric_metrics.txt"
+    step ncu_fabric 200 env OUT="$OUT/fabric" NCU_BWD_EXTRA="$fabric" NCU_BWD_PEERS=1 bash lab/ncu_bwd.sh \
+      128:16384:1 128:16384:0
     csv=()
     for shape in ${CAUSAL_SOURCE_SHAPES:-128:16384:1 128:16384:0}; do
       step "ncu_source_${shape//:/_}" 300 env OUT="$OUT" NCU_KERNEL=flash_bwd_sm90_kernel NCU_SCRIPT=lab/ncu_bwd.py \
@@ -1529,9 +1539,6 @@ case "${1:-verify}" in
     done
     step compare_causal 60 python3 lab/ncu_source_top.py --compare "${csv[0]}" "${csv[1]}" stall_long_sb
     step waits_causal 60 python3 lab/ncu_source_top.py --waits "${csv[@]}"
-    # The step's price without the grid's dynamics: one head is one wave (the longest CTA walks
-    # every query block), 16 heads the ncu call's grid; both walks; cuDNN's alongside.
-    step causal_step_time 200 python3 lab/bwd_causal_step_time.py --dims 128,64 --heads 1,2,16
     ;;
   zigzag)  # issue 27, prepared 2026-12-07, not yet run: the causal backward's walk alternating by group of the grouped
             # order (lab/ab/bwd_zigzag_walk.diff, FLASHATTN_BWD_REVERSE=2: the first group walked down, the next up

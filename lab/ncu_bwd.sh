@@ -4,7 +4,8 @@
 # backward (or cuDNN: its generated kernels are named by tile, not by pass) are profiled; only
 # backward calls run inside the profiled range. Text report to ${OUT:-build}/ncu_bwd.txt.
 #   bash lab/ncu_bwd.sh [D:S:causal[:Hk] ...]  default: D=64 and D=128 at S=4k, non-causal (Hk: GQA's K/V heads;
-#                                             NCU_BWD_SPLITS: ours once per group split, lab/ncu_bwd.py)
+#                                             NCU_BWD_SPLITS: ours once per group split, lab/ncu_bwd.py;
+#                                             NCU_BWD_EXTRA: more metrics)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 out=${OUT:-build}
@@ -24,6 +25,8 @@ stalls="${stalls},smsp__inst_executed.sum,l1tex__data_bank_conflicts_pipe_lsu_me
 stalls="${stalls},l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"
 # DRAM bytes and the L2's hit rate: whether a grid's launch order re-reads Q/dO from memory.
 stalls="${stalls},dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct"
+# NCU_BWD_EXTRA: more metrics, comma-separated (e.g. the L2 partitions' fabric traffic).
+[ -n "${NCU_BWD_EXTRA:-}" ] && stalls="${stalls},${NCU_BWD_EXTRA}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 timeout 400 ncu --profile-from-start off --nvtx --print-summary none \
   --kernel-name regex:'flash_bwd|bwd_dq_dk_dv|dgrad|backward|bprop|cudnn' \
