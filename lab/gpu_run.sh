@@ -40,6 +40,10 @@
 #                                     wave rule alone; the backward tests; the training grid vs cuDNN, GQARAISED_K its dtypes (~7-9 min)
 #   bash lab/gpu_run.sh causalsource ncu's source counters of the Hopper backward on D=128 S=16k causal and non-causal side by side:
 #                                     where a causal step's 13% extra goes (~3 min)
+#   bash lab/gpu_run.sh bwdprefetch the Hopper backward's load warp prefetching later steps' Q/dO, lse, dpsum (and dq_accum) into L2
+#                                     (lab/ab/bwd_l2_prefetch.diff): its modes' A/B with cuDNN, in a copy; its tests (~8 min)
+#   bash lab/gpu_run.sh bwdprefetchcheck after bwdprefetch: the backward, packed and public-gradient tests and the sanitizers
+#                                     in its copy with the prefetch on (~7 min)
 #   bash lab/gpu_run.sh zigzag   the causal backward's walk alternating down/up by group of the grouped order
 #                                     (lab/ab/bwd_zigzag_walk.diff) against today's, in a copy; tests, sanitizers (~8 min)
 #   bash lab/gpu_run.sh gqawalk  measured 2026-12-07, not adopted (1.001; 16k 16:4 causal 0.949): a GQA group's heads walked interleaved
@@ -1540,6 +1544,35 @@ case "${1:-verify}" in
     step compare_causal 60 python3 lab/ncu_source_top.py --compare "${csv[0]}" "${csv[1]}" stall_long_sb
     step waits_causal 60 python3 lab/ncu_source_top.py --waits "${csv[@]}"
     ;;
+  bwdprefetch)  # issue 27, prepared 2026-12-07, not yet run: the Hopper backward's load warp prefetching into L2 the Q/dO
+                # tiles, lse and dpsum rows (FLASHATTN_BWD_PREFETCH=<steps ahead>) and the dq_accum tile
+                # (FLASHATTN_BWD_PREFETCH_DQ=1) of a later step (lab/ab/bwd_l2_prefetch.diff, off by default in the
+                # copy). Reasoning: under a causal mask about two CTAs work on a (head, query block) at once
+                # (lab/bwd_schedule_model.py --walks), without one ~66, so a causal step is far more often the
+                # first reader of its tiles and waits on DRAM; a causal step costs 13% more than an unmasked one.
+                # Prediction: causal D=128 S=16k +4..+10%, causal cells from 4k +2..+6%, non-causal within +-1%.
+                # In a patched copy: the modes' A/B with cuDNN alongside, then the prefetch tests
+    env_info > "$OUT/env.txt" 2>&1
+    build_patched prefetch bwd_l2_prefetch.diff 0
+    pf_copy="$PWD/build/ab-prefetch"
+    step prefetch_ab 330 env -C "$pf_copy" PYTHONPATH="$pf_copy" python3 lab/bwd_switch_time.py --modes \
+      off:FLASHATTN_BWD_PREFETCH=0 ahead2:FLASHATTN_BWD_PREFETCH=2 ahead2dq:FLASHATTN_BWD_PREFETCH=2,FLASHATTN_BWD_PREFETCH_DQ=1 \
+      ahead4dq:FLASHATTN_BWD_PREFETCH=4,FLASHATTN_BWD_PREFETCH_DQ=1
+    step pytest_prefetch 150 env -C "$pf_copy" PYTHONPATH="$pf_copy" "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py \
+      -k prefetch -ra
+    ;;
+  bwdprefetchcheck)  # issue 27, prepared 2026-12-07, not yet run: after bwdprefetch, in its copy (lab/ab/bwd_l2_prefetch.diff)
+                     # with the prefetch on (2 steps ahead, dq_accum too): the Hopper backward, packed-batch
+                     # and public-gradient tests, memcheck/racecheck/synccheck on the small dense and packed cases
+    env_info > "$OUT/env.txt" 2>&1
+    pf_copy="$PWD/build/ab-prefetch"
+    [ -d "$pf_copy" ] || build_patched prefetch bwd_l2_prefetch.diff 0
+    export FLASHATTN_BWD_PREFETCH=2 FLASHATTN_BWD_PREFETCH_DQ=1
+    step pytest_prefetch_all 300 env -C "$pf_copy" PYTHONPATH="$pf_copy" "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py \
+      tests/kernels/test_public_gradients.py tests/kernels/test_varlen_gpu.py -k "hopper or prefetch or varlen" -ra
+    copy_sanitize_steps "$pf_copy" prefetch 120 auto dense,varlen
+    unset FLASHATTN_BWD_PREFETCH FLASHATTN_BWD_PREFETCH_DQ
+    ;;
   zigzag)  # issue 27, prepared 2026-12-07, not yet run: the causal backward's walk alternating by group of the grouped
             # order (lab/ab/bwd_zigzag_walk.diff, FLASHATTN_BWD_REVERSE=2: the first group walked down, the next up
             # from each key block's diagonal, ...): where a group about fills the GPU (D=128 16k: one head) every
@@ -2076,7 +2109,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|causalsource|zigzag|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|causalsource|zigzag|bwdprefetch|bwdprefetchcheck|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
