@@ -1551,7 +1551,8 @@ case "${1:-verify}" in
                 # (lab/bwd_schedule_model.py --walks), without one ~66, so a causal step is far more often the
                 # first reader of its tiles and waits on DRAM; a causal step costs 13% more than an unmasked one.
                 # Prediction: causal D=128 S=16k +4..+10%, causal cells from 4k +2..+6%, non-causal within +-1%.
-                # In a patched copy: the modes' A/B with cuDNN alongside, then the prefetch tests
+                # In a patched copy: the modes' A/B with cuDNN alongside, the prefetch tests, causalsource's
+                # step probe at D=128 with it off and on
     env_info > "$OUT/env.txt" 2>&1
     build_patched prefetch bwd_l2_prefetch.diff 0
     pf_copy="$PWD/build/ab-prefetch"
@@ -1560,6 +1561,10 @@ case "${1:-verify}" in
       ahead4dq:FLASHATTN_BWD_PREFETCH=4,FLASHATTN_BWD_PREFETCH_DQ=1
     step pytest_prefetch 150 env -C "$pf_copy" PYTHONPATH="$pf_copy" "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py \
       -k prefetch -ra
+    # A causal step's price with and without it (causalsource's probe, D=128: one head, one wave; 16 heads).
+    step causal_step_off 100 env -C "$pf_copy" PYTHONPATH="$pf_copy" python3 lab/bwd_causal_step_time.py --dims 128 --heads 1,16
+    step causal_step_on 100 env -C "$pf_copy" PYTHONPATH="$pf_copy" FLASHATTN_BWD_PREFETCH=2 FLASHATTN_BWD_PREFETCH_DQ=1 \
+      python3 lab/bwd_causal_step_time.py --dims 128 --heads 1,16
     ;;
   bwdprefetchcheck)  # issue 27, prepared 2026-12-07, not yet run: after bwdprefetch, in its copy (lab/ab/bwd_l2_prefetch.diff)
                      # with the prefetch on (2 steps ahead, dq_accum too): the Hopper backward, packed-batch
