@@ -192,6 +192,40 @@ def walk_sharing(s: int, d: int, causal: bool, walk: int, sms: int, fixed: float
     return end, running / max(distinct, 1)
 
 
+def pair_sharing(s: int, d: int, sms: int, fixed: float) -> tuple[float, float, float]:
+    """A lever not built: under a causal mask each CTA runs key block c walked down, then key block
+    N - 1 - c walked up from its diagonal (c < N / 2), heads one after another, so that a head's
+    CTAs, started together, stay at one query block through both walks. -> (end, fill, CTAs a
+    (head, query block) in flight), sampled as walk_sharing does."""
+    bm, bn = tiles(s, d, True)
+    mb, nb = -(-s // bm), -(-s // tiles(s, d, True)[1])
+    heads = (16384 // s) * (2048 // d)
+    free = [(0.0, i) for i in range(sms)]
+    spans, work = [], 0
+    for h in range(heads):
+        for c in range((nb + 1) // 2):
+            down = list(range((c * bn) // bm, mb))[::-1]
+            o = nb - 1 - c
+            up = list(range((o * bn) // bm, mb)) if o != c else []
+            t, sm = heapq.heappop(free)
+            spans.append((t + fixed / 2, h, down))
+            if up:
+                spans.append((t + fixed / 2 + len(down) + fixed, h, up))
+            work += len(down) + len(up)
+            heapq.heappush(free, (t + fixed * (2 if up else 1) + len(down) + len(up), sm))
+    end = max(t for t, _ in free)
+    running = distinct = 0
+    for now in range(int(end)):
+        here = set()
+        for start, h, blocks in spans:
+            k = int(now - start)
+            if 0 <= k < len(blocks):
+                here.add((h, blocks[k]))
+                running += 1
+        distinct += len(here)
+    return end, work / (sms * end), running / max(distinct, 1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sms", type=int, default=132)
@@ -206,12 +240,18 @@ def main() -> None:
     if args.walks:
         print(f"CTAs working on the same (batch, head, query block) at once, averaged over the call ({args.sms} SMs, "
               f"fixed {args.fixed} steps); walks: 1 down (today), 0 up, 2 zigzag")
-        print(f"{'D':>4} {'S':>6} {'non-causal':>10} {'walk 1':>7} {'walk 0':>7} {'walk 2':>7}")
+        print("pairs: a CTA two key blocks, c down then N-1-c up (not built); its fill against walk 1's")
+        print(f"{'D':>4} {'S':>6} {'non-causal':>10} {'walk 1':>7} {'walk 0':>7} {'walk 2':>7} {'pairs':>7} "
+              f"{'fill 1':>7} {'fill pairs':>10}")
         for d in (64, 128, 256):
             for s in (1024, 4096, 16384):
                 cells = [walk_sharing(s, d, False, 0, args.sms, args.fixed)[1]]
                 cells += [walk_sharing(s, d, True, w, args.sms, args.fixed)[1] for w in (1, 0, 2)]
-                print(f"{d:>4} {s:>6} " + " ".join(f"{c:>{w}.1f}" for c, w in zip(cells, (10, 7, 7, 7))))
+                end1 = walk_sharing(s, d, True, 1, args.sms, args.fixed)[0]
+                _, fill_pairs, share_pairs = pair_sharing(s, d, args.sms, args.fixed)
+                fill1 = sum(unit_steps(s, d, True, False)) / (args.sms * end1)
+                print(f"{d:>4} {s:>6} " + " ".join(f"{c:>{w}.1f}" for c, w in zip(cells, (10, 7, 7, 7)))
+                      + f" {share_pairs:>7.1f} {fill1:>7.3f} {fill_pairs:>10.3f}")
         return
     if args.gqa:
         gqa_table(args.sms, args.fixed, args.split_fixed, args.waves)
