@@ -159,6 +159,22 @@ def makespan_static(units: list[int], ctas: int, fixed: float, tail: tuple[int, 
     return max(sum(times[c::ctas]) for c in range(min(ctas, len(times))))
 
 
+def in_flight_sharing(spans: list[tuple[float, int, list[int]]], end: float) -> float:
+    """Walks (first step's time, pair, query blocks in walk order), one block a unit of time,
+    sampled at every whole time up to `end`: the running walks over the distinct (pair, block) they
+    work on, summed over the samples."""
+    running = distinct = 0
+    for now in range(int(end)):
+        here = set()
+        for start, pair, blocks in spans:
+            k = int(now - start)
+            if 0 <= k < len(blocks):
+                here.add((pair, blocks[k]))
+                running += 1
+        distinct += len(here)
+    return running / max(distinct, 1)
+
+
 def walk_sharing(s: int, d: int, causal: bool, walk: int, sms: int, fixed: float) -> tuple[float, float]:
     """(end, CTAs a (pair, query block) in flight): the grid dispatched as makespan() does, each CTA
     stepping through its query blocks one a unit of time after half its fixed cost; sampled at every
@@ -180,16 +196,7 @@ def walk_sharing(s: int, d: int, causal: bool, walk: int, sms: int, fixed: float
         spans.append((t + fixed / 2, pair, blocks))
         heapq.heappush(free, (t + fixed + len(blocks), sm))
     end = max(t for t, _ in free)
-    running = distinct = 0
-    for now in range(int(end)):
-        here = set()
-        for start, pair, blocks in spans:
-            k = int(now - start)
-            if 0 <= k < len(blocks):
-                here.add((pair, blocks[k]))
-                running += 1
-        distinct += len(here)
-    return end, running / max(distinct, 1)
+    return end, in_flight_sharing(spans, end)
 
 
 def pair_sharing(s: int, d: int, sms: int, fixed: float) -> tuple[float, float, float]:
@@ -214,16 +221,7 @@ def pair_sharing(s: int, d: int, sms: int, fixed: float) -> tuple[float, float, 
             work += len(down) + len(up)
             heapq.heappush(free, (t + fixed * (2 if up else 1) + len(down) + len(up), sm))
     end = max(t for t, _ in free)
-    running = distinct = 0
-    for now in range(int(end)):
-        here = set()
-        for start, h, blocks in spans:
-            k = int(now - start)
-            if 0 <= k < len(blocks):
-                here.add((h, blocks[k]))
-                running += 1
-        distinct += len(here)
-    return end, work / (sms * end), running / max(distinct, 1)
+    return end, work / (sms * end), in_flight_sharing(spans, end)
 
 
 def main() -> None:
