@@ -18,15 +18,14 @@ from __future__ import annotations
 import argparse
 import collections
 
-from bwd_schedule_model import tiles, unit_order
+from bwd_schedule_model import query_blocks, tiles, unit_order
 
 
 def model(hq: int, hk: int, split: int, interleave: bool, seq: int, dim: int, l2_mb: float,
           sms: int = 132) -> tuple[int, int, int]:
     """-> (steps an SM runs, tile touches, misses) of one causal call (B = 16384 / seq, Hq = 2048 / dim
     as in the training grid; bwd_schedule_model's tiles and launch order)."""
-    bm, bn = tiles(seq, dim, True)
-    m_blocks = -(-seq // bm)
+    bm = tiles(seq, dim, True)[0]
     group = hq // hk
     share = group // split
 
@@ -34,7 +33,7 @@ def model(hq: int, hk: int, split: int, interleave: bool, seq: int, dim: int, l2
         b, u = divmod(pair, hk * split)
         head_kv, part = divmod(u, split)
         h0 = head_kv * group + part * share
-        ms = range(m_blocks - 1, (n * bn) // bm - 1, -1)  # bottom-right causal, Sq = Sk
+        ms = query_blocks(seq, dim, True, n)[::-1]  # bottom-right causal, Sq = Sk
         if interleave and share > 1:
             return [(b, h0 + i, m) for m in ms for i in range(share)]
         return [(b, h0 + i, m) for i in range(share) for m in ms]

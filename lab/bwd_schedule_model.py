@@ -65,6 +65,19 @@ def tail_plan(units: int, steps: int, sms: int) -> tuple[int, int]:
     return plan
 
 
+def query_blocks(s: int, d: int, causal: bool, n: int) -> range:
+    """The query blocks key block n sees in a D x S call (Sq = Sk; under a causal mask from the
+    block holding its first key), by tiles()."""
+    bm, bn = tiles(s, d, causal)
+    return range((n * bn) // bm if causal else 0, -(-s // bm))
+
+
+def lpt_units(s: int, d: int, causal: bool, deterministic: bool, share: int, pairs: int) -> int:
+    """launch.cuh bwd_lpt_heads: units a group of the grouped order (0: the plain order), a unit
+    walking `share` query heads."""
+    return max(1, min(pairs, LPT_BUDGET // (2 * 2 * share * s * d))) if causal and not deterministic else 0
+
+
 def unit_order(s: int, d: int, causal: bool, deterministic: bool, hk: int = 0,
                split: int = 1) -> list[tuple[int, int]]:
     """(pair, key block) of each unit in launch order, block.h bwd_block's: pair = (batch, K/V head,
@@ -76,7 +89,7 @@ def unit_order(s: int, d: int, causal: bool, deterministic: bool, hk: int = 0,
     share = h // hk // split  # query heads a unit walks
     nb = -(-s // bn)
     pairs = b * hk * split
-    lpt = max(1, min(pairs, LPT_BUDGET // (2 * 2 * share * s * d))) if causal and not deterministic else 0
+    lpt = lpt_units(s, d, causal, deterministic, share, pairs)
     out = []
     for cta in range(nb * pairs):
         if lpt:
@@ -92,12 +105,9 @@ def unit_order(s: int, d: int, causal: bool, deterministic: bool, hk: int = 0,
 
 def unit_steps(s: int, d: int, causal: bool, deterministic: bool, hk: int = 0, split: int = 1) -> list[int]:
     """Steps of each unit in launch order (unit_order's units)."""
-    bm, bn = tiles(s, d, causal)
     h = 2048 // d
     share = h // (hk or h) // split
-    mb = -(-s // bm)
-    return [share * (mb - (n * bn) // bm if causal else mb)
-            for _, n in unit_order(s, d, causal, deterministic, hk, split)]
+    return [share * len(query_blocks(s, d, causal, n)) for _, n in unit_order(s, d, causal, deterministic, hk, split)]
 
 
 def rule_split(group: int, ctas: int, causal: bool, sms: int, waves: int) -> int:
@@ -179,18 +189,12 @@ def walk_sharing(s: int, d: int, causal: bool, walk: int, sms: int, fixed: float
     """(end, CTAs a (pair, query block) in flight): the grid dispatched as makespan() does, each CTA
     stepping through its query blocks one a unit of time after half its fixed cost; sampled at every
     whole time, the running CTAs over the distinct (pair, block) they work on."""
-    bm, bn = tiles(s, d, causal)
-    mb = -(-s // bm)
-    order = unit_order(s, d, causal, False)
-    nb = -(-s // bn)
-    pairs = (16384 // s) * (2048 // d)
-    lpt = max(1, min(pairs, LPT_BUDGET // (2 * 2 * s * d))) if causal else 0
+    lpt = lpt_units(s, d, causal, False, 1, (16384 // s) * (2048 // d))
     free = [(0.0, i) for i in range(sms)]
     spans = []  # (first step's time, pair, query blocks in walk order)
-    for cta, (pair, n) in enumerate(order):
-        blocks = list(range((n * bn) // bm if causal else 0, mb))
-        group = cta // (lpt * nb) if lpt else 0
-        if causal and (walk == 1 or (walk == 2 and group % 2 == 0)):
+    for pair, n in unit_order(s, d, causal, False):
+        blocks = list(query_blocks(s, d, causal, n))
+        if causal and (walk == 1 or (walk == 2 and pair // lpt % 2 == 0)):
             blocks.reverse()
         t, sm = heapq.heappop(free)
         spans.append((t + fixed / 2, pair, blocks))
@@ -204,16 +208,15 @@ def pair_sharing(s: int, d: int, sms: int, fixed: float) -> tuple[float, float, 
     N - 1 - c walked up from its diagonal (c < N / 2), heads one after another, so that a head's
     CTAs, started together, stay at one query block through both walks. -> (end, fill, CTAs a
     (head, query block) in flight), sampled as walk_sharing does."""
-    bm, bn = tiles(s, d, True)
-    mb, nb = -(-s // bm), -(-s // tiles(s, d, True)[1])
+    nb = -(-s // tiles(s, d, True)[1])
     heads = (16384 // s) * (2048 // d)
     free = [(0.0, i) for i in range(sms)]
     spans, work = [], 0
     for h in range(heads):
         for c in range((nb + 1) // 2):
-            down = list(range((c * bn) // bm, mb))[::-1]
+            down = list(query_blocks(s, d, True, c))[::-1]
             o = nb - 1 - c
-            up = list(range((o * bn) // bm, mb)) if o != c else []
+            up = list(query_blocks(s, d, True, o)) if o != c else []
             t, sm = heapq.heappop(free)
             spans.append((t + fixed / 2, h, down))
             if up:
@@ -243,9 +246,9 @@ def main() -> None:
               f"{'fill 1':>7} {'fill pairs':>10}")
         for d in (64, 128, 256):
             for s in (1024, 4096, 16384):
-                cells = [walk_sharing(s, d, False, 0, args.sms, args.fixed)[1]]
-                cells += [walk_sharing(s, d, True, w, args.sms, args.fixed)[1] for w in (1, 0, 2)]
-                end1 = walk_sharing(s, d, True, 1, args.sms, args.fixed)[0]
+                end1, share1 = walk_sharing(s, d, True, 1, args.sms, args.fixed)
+                cells = [walk_sharing(s, d, False, 0, args.sms, args.fixed)[1], share1]
+                cells += [walk_sharing(s, d, True, w, args.sms, args.fixed)[1] for w in (0, 2)]
                 _, fill_pairs, share_pairs = pair_sharing(s, d, args.sms, args.fixed)
                 fill1 = sum(unit_steps(s, d, True, False)) / (args.sms * end1)
                 print(f"{d:>4} {s:>6} " + " ".join(f"{c:>{w}.1f}" for c, w in zip(cells, (10, 7, 7, 7)))
