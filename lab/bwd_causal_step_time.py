@@ -8,7 +8,7 @@ block; 0, each key block from its diagonal up, the CTAs of a head at different b
 With one head the grid is one wave (S/128 key blocks <= the SMs), so the causal call lasts its
 longest CTA, which walks every query block: time / steps of that CTA against the non-causal call's
 is a causal step's price without the scheduling. With 16 heads it is the grid's (the figure
-docs/perf-notes.md quotes from ncu, 2026-12-07: 3.56 us a step against 3.15). Per step = kernel
+docs/perf-notes.md reads from ncu, 2026-12-07: 3.54 us a step against 3.15). Per step = kernel
 time x SMs busy / steps of the call (SMs busy = min(CTAs, SMs)); steps by traits.h's tiles (D=128:
 80 x 128 from 2048 keys, D=64: 128 x 128) as lab/bwd_schedule_model.py counts them.
 
@@ -41,9 +41,7 @@ def main_kernel_us(fn, marker: str) -> float:
 
 def steps(s: int, d: int, causal: bool, heads: int) -> tuple[int, int, int]:
     """(steps of the call, steps of its longest CTA, CTAs) for B=1 with `heads` query/key heads."""
-    bm, bn = model.tiles(s, d, causal)
-    mb = -(-s // bm)
-    per = [mb - (n * bn) // bm if causal else mb for n in range(-(-s // bn))]
+    per = [len(model.query_blocks(s, d, causal, n)) for n in range(-(-s // model.tiles(s, d, causal)[1]))]
     return heads * sum(per), max(per), heads * len(per)
 
 

@@ -39,7 +39,7 @@
 #   bash lab/gpu_run.sh gqaraised measured 2026-12-07 on an H100 (4k causal GQA cells +2.6..+6.4%, the rest within noise): the default's split under a mask, the wave rule raised by the dispatch model, against the
 #                                     wave rule alone; the backward tests; the training grid vs cuDNN, GQARAISED_K its dtypes (~7-9 min)
 #   bash lab/gpu_run.sh causalsource ncu's source counters of the Hopper backward on D=128 S=16k causal and non-causal side by side:
-#                                     where a causal step's 13% extra goes (~3 min)
+#                                     where a causal step's 12.5% extra goes (~6 min)
 #   bash lab/gpu_run.sh bwdprefetch the Hopper backward's load warp prefetching later steps' Q/dO, lse, dpsum (and dq_accum) into L2
 #                                     (lab/ab/bwd_l2_prefetch.diff): its modes' A/B with cuDNN, in a copy; its tests (~8 min)
 #   bash lab/gpu_run.sh bwdprefetchcheck after bwdprefetch: the backward, packed and public-gradient tests and the sanitizers
@@ -1518,7 +1518,7 @@ case "${1:-verify}" in
     done
     ;;
   causalsource)  # issue 27, prepared 2026-12-07, not yet run: under locked clocks the Hopper backward's causal D=128 S=16k
-                 # call takes 0.570 of its non-causal time where cuDNN's takes 0.520 (the work: 0.504), a causal step 13%
+                 # call takes 0.570 of its non-causal time where cuDNN's takes 0.520 (the work: 0.506), a causal step 12.5%
                  # slower than an unmasked one (gqancu). ncu's source counters of our main kernel on both calls (the same
                  # kernel, CAUSAL_SOURCE_SHAPES), then the two side by side by stall reason: which instructions the
                  # causal call's extra samples sit on (the mask's selects, the writer's waits, the producer's); first
@@ -1549,7 +1549,7 @@ case "${1:-verify}" in
                 # (FLASHATTN_BWD_PREFETCH_DQ=1) of a later step (lab/ab/bwd_l2_prefetch.diff, off by default in the
                 # copy). Reasoning: under a causal mask about two CTAs work on a (head, query block) at once
                 # (lab/bwd_schedule_model.py --walks), without one ~66, so a causal step is far more often the
-                # first reader of its tiles and waits on DRAM; a causal step costs 13% more than an unmasked one.
+                # first reader of its tiles and waits on DRAM; a causal step costs 12.5% more than an unmasked one.
                 # Prediction: causal D=128 S=16k +4..+10%, causal cells from 4k +2..+6%, non-causal within +-1%.
                 # In a patched copy: the modes' A/B with cuDNN alongside, the prefetch tests, causalsource's
                 # step probe at D=128 with it off and on
