@@ -46,6 +46,10 @@
 #                                     in its copy with the prefetch on (~7 min)
 #   bash lab/gpu_run.sh zigzag   the causal backward's walk alternating down/up by group of the grouped order
 #                                     (lab/ab/bwd_zigzag_walk.diff) against today's, in a copy; tests, sanitizers (~8 min)
+#   bash lab/gpu_run.sh causallevers both causal-step levers (bwd_l2_prefetch.diff, bwd_zigzag_walk.diff) in one copy: off,
+#                                     prefetch, zigzag and both side by side with cuDNN; the step probe (~8 min)
+#   bash lab/gpu_run.sh causalleverscheck after causallevers, in its copy with both on: the Hopper backward, packed and
+#                                     public-gradient tests, the block CPU tests, the sanitizers (~8 min)
 #   bash lab/gpu_run.sh gqawalk  measured 2026-12-07, not adopted (1.001; 16k 16:4 causal 0.949): a GQA group's heads walked interleaved
 #                                     under a mask (lab/ab/bwd_gqa_heads_interleaved.diff) against one head after another, in a copy (~5 min)
 #   bash lab/gpu_run.sh gqancu   measured 2026-12-07 (the gap is the causal step, not GQA): ncu on the D=128 GQA causal backward
@@ -1598,6 +1602,37 @@ case "${1:-verify}" in
     copy_sanitize_steps "$zz_copy" zigzag 150 auto dense
     unset FLASHATTN_BWD_REVERSE
     ;;
+  causallevers)  # issue 27, prepared 2026-12-07, not yet run: bwdprefetch's and zigzag's diffs applied together in one copy
+                 # (both are run-time switches, off by default there), so that one build answers both levers and
+                 # their sum: the causal cells (D 64/128/256, 4k and 16k) with the modes off, prefetch 2 steps ahead
+                 # with dq_accum, the zigzag walk, and both, cuDNN alongside; non-causal 16k controls; the step probe.
+                 # Predictions: the two stages' (prefetch causal D=128 16k +4..+10%; zigzag there +3..+8% if
+                 # sharing is the cause, both then less than the sum)
+    env_info > "$OUT/env.txt" 2>&1
+    build_patched levers "bwd_l2_prefetch.diff bwd_zigzag_walk.diff" 0
+    lv_copy="$PWD/build/ab-levers"
+    lv_modes=(off:FLASHATTN_BWD_PREFETCH=0 prefetch:FLASHATTN_BWD_PREFETCH=2,FLASHATTN_BWD_PREFETCH_DQ=1
+      zigzag:FLASHATTN_BWD_REVERSE=2 both:FLASHATTN_BWD_REVERSE=2,FLASHATTN_BWD_PREFETCH=2,FLASHATTN_BWD_PREFETCH_DQ=1)
+    step levers_causal 240 env -C "$lv_copy" PYTHONPATH="$lv_copy" python3 lab/bwd_switch_time.py --modes "${lv_modes[@]}" \
+      --seqs 4096,16384 --causal 1
+    step levers_noncausal 120 env -C "$lv_copy" PYTHONPATH="$lv_copy" python3 lab/bwd_switch_time.py --modes \
+      "${lv_modes[0]}" "${lv_modes[1]}" --seqs 16384 --causal 0
+    step levers_step_probe 100 env -C "$lv_copy" PYTHONPATH="$lv_copy" FLASHATTN_BWD_PREFETCH=2 FLASHATTN_BWD_PREFETCH_DQ=1 \
+      python3 lab/bwd_causal_step_time.py --dims 128 --heads 1,16 --walks 1,2
+    ;;
+  causalleverscheck)  # issue 27, prepared 2026-12-07, not yet run: after causallevers, in its copy with both levers on:
+                      # the prefetch and zigzag tests, the Hopper backward, packed-batch and public-gradient tests, the
+                      # block CPU tests, memcheck/racecheck/synccheck on the small dense and packed cases
+    env_info > "$OUT/env.txt" 2>&1
+    lv_copy="$PWD/build/ab-levers"
+    [ -d "$lv_copy" ] || build_patched levers "bwd_l2_prefetch.diff bwd_zigzag_walk.diff" 0
+    export FLASHATTN_BWD_PREFETCH=2 FLASHATTN_BWD_PREFETCH_DQ=1 FLASHATTN_BWD_REVERSE=2
+    step pytest_levers 330 env -C "$lv_copy" PYTHONPATH="$lv_copy" "${pytest_ci[@]}" tests/kernels/test_sm90_bwd_block_cpu.py \
+      tests/kernels/test_backward_gpu.py tests/kernels/test_public_gradients.py tests/kernels/test_varlen_gpu.py \
+      -k "hopper or prefetch or zigzag or varlen" -ra
+    copy_sanitize_steps "$lv_copy" levers 120 auto dense,varlen
+    unset FLASHATTN_BWD_PREFETCH FLASHATTN_BWD_PREFETCH_DQ FLASHATTN_BWD_REVERSE
+    ;;
   gqawalk)  # issue 27, measured 2026-12-07 on an H100, not adopted (geomean 1.001 over 24 GQA shapes, D=128 S=16k 16:4
              # causal 0.949; lab/bwd_l2_model.py predicted no gain at the rules' splits): a GQA group's heads walked
              # interleaved under a mask (lab/ab/bwd_gqa_heads_interleaved.diff: BwdBlock::interleaved behind the switch
@@ -2114,7 +2149,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|causalsource|zigzag|bwdprefetch|bwdprefetchcheck|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|causalsource|zigzag|bwdprefetch|bwdprefetchcheck|causallevers|causalleverscheck|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
