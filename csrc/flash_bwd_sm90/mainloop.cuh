@@ -468,6 +468,77 @@ __device__ __forceinline__ void bwd_sm90_store_dkv(const Sm90BwdParams& kp, cons
   }
 }
 
+// ---- What both consumer forms (bwd_sm90_consumer below, mainloop_roles.cuh's at D = 256) derive
+// alike from their block: its mask, the wait for K/V, each step's wait for its Q/dO stage, and the
+// walk that picks a step's masked or unmasked code.
+struct BwdBlockMask {
+  KeyWindow window;
+  bool keys_partial;  // the block's keys run past Sk: every step masked
+  bool has_mask;      // causal or a local window
+};
+template <typename Traits, bool kPacked>
+__device__ __forceinline__ BwdBlockMask bwd_block_mask(const BwdParams& p, const BwdBlock& blk) {
+  BwdBlockMask m;
+  m.keys_partial = blk.n0 + Traits::kBlockN > seqlen_k_of<kPacked>(p, blk);
+  m.window = make_key_window(seqlen_k_of<kPacked>(p, blk), causal_offset_of<kPacked>(p, blk), p.window_left,
+                             p.window_right);
+  m.has_mask = m.window.has_lo || m.window.has_hi;
+  return m;
+}
+
+// Key `key` is visible to the queries [qmin, qmax] (none when key >= seqlen_k): mask.cuh's
+// lo(i) <= key < hi(i) solved for the query i.
+__device__ __forceinline__ void bwd_key_queries(const KeyWindow& window, const int key, const int seqlen_k, int& qmin,
+                                                int& qmax) {
+  qmin = key >= seqlen_k ? INT_MAX : window.has_hi ? key - window.hi_shift + 1 : INT_MIN;
+  qmax = window.has_lo ? key - window.lo_shift : INT_MAX;
+}
+
+// K and V landed (a block with no step has none to wait for); a packed sequence's keys past its
+// end zeroed.
+template <typename Traits, bool kPacked>
+__device__ __forceinline__ void bwd_consumer_wait_kv(const BwdSmem<Traits>& sm, const BwdBlock& blk,
+                                                     const bool keys_partial) {
+  if (blk.steps > 0) mbar_wait(sm.kv_full(), 0);
+  if constexpr (kPacked) {
+    if (blk.steps > 0 && keys_partial)
+      bwd_sm90_zero_tail<Traits>(sm.k(), sm.v(), Traits::kKVPlaneBytes, Traits::kBlockN, blk.seq.seqlen_k - blk.n0,
+                                 consumer_tid());
+  }
+}
+
+// Step t's Q/dO stage landed; a packed sequence's query rows past its end zeroed (masked steps:
+// only they hold a tile's last rows).
+template <typename Traits, bool kPacked, bool kMasked>
+__device__ __forceinline__ void bwd_consumer_wait_step(const BwdParams& p, const BwdSmem<Traits>& sm, const int stage,
+                                                       const int t, const int m0) {
+  mbar_wait(sm.full(stage), (t / Traits::kStages) & 1);
+  if constexpr (kPacked && kMasked) {
+    const int seqlen_q = loop_seqlen_q<kPacked>(p, sm);
+    if (m0 + Traits::kBlockM > seqlen_q)
+      bwd_sm90_zero_tail<Traits>(sm.q(stage), sm.dout(stage), Traits::kQPlaneBytes, Traits::kBlockM, seqlen_q - m0,
+                                 consumer_tid());
+  }
+}
+
+// The block's steps, step(t, std::true_type) where the per-element mask runs (as the forward's
+// would: query blocks that straddle the diagonal or a window edge, key_blocks().masked(), and the
+// tail blocks of Sq and Sk), step(t, std::false_type) elsewhere.
+template <typename Traits, bool kPacked, typename Step>
+__device__ __forceinline__ void bwd_consumer_walk(const BwdParams& p, const BwdSmem<Traits>& sm, const BwdBlock& blk,
+                                                  const BwdBlockMask& mask, Step&& step) {
+  for (int t = 0; t < blk.steps; ++t) {
+    const int m0 = blk.m0(t, Traits::kBlockM);
+    const bool masked =
+        mask.keys_partial || m0 + Traits::kBlockM > loop_seqlen_q<kPacked>(p, sm) ||
+        (mask.has_mask && key_blocks(mask.window, m0, m0 + Traits::kBlockM, Traits::kBlockN).masked(blk.n_block));
+    if (masked)
+      step(t, std::true_type{});
+    else
+      step(t, std::false_type{});
+  }
+}
+
 // ---- Consumers.
 template <typename Traits, typename Element, bool kSoftcap, bool kPacked>
 __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const BwdSmem<Traits>& sm, const BwdBlock& blk,
@@ -520,17 +591,9 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
   const float scale_log2 = p.scale_log2;
   constexpr float kLog2e = 1.4426950408889634f;
   const float inv_softcap_log2 = kSoftcap ? 1.f / p.softcap_log2 : 0.f;
-  const bool keys_partial = n0 + Traits::kBlockN > seqlen_k_of<kPacked>(p, blk);
-  const KeyWindow window =
-      make_key_window(seqlen_k_of<kPacked>(p, blk), causal_offset_of<kPacked>(p, blk), p.window_left, p.window_right);
-  const bool has_mask = window.has_lo || window.has_hi;
-
-  if (blk.steps > 0) mbar_wait(sm.kv_full(), 0);
-  if constexpr (kPacked) {
-    if (blk.steps > 0 && keys_partial)
-      bwd_sm90_zero_tail<Traits>(sm.k(), sm.v(), Traits::kKVPlaneBytes, Traits::kBlockN, blk.seq.seqlen_k - n0,
-                                 consumer_tid());
-  }
+  const BwdBlockMask mask = bwd_block_mask<Traits, kPacked>(p, blk);
+  const KeyWindow& window = mask.window;
+  bwd_consumer_wait_kv<Traits, kPacked>(sm, blk, mask.keys_partial);
 
   auto step = [&](const int t, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
@@ -543,13 +606,7 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
     // (ptxas then spilled at D = 128). Recomputing them is one IADD each.
     const uint32_t dk_lo = opaque(desc_k), dv_lo = opaque(desc_v), dq_lo = opaque(desc_q), ddo_lo = opaque(desc_do);
 
-    mbar_wait(sm.full(stage), (t / Traits::kStages) & 1);
-    if constexpr (kPacked && kMasked) {
-      const int seqlen_q = loop_seqlen_q<kPacked>(p, sm);
-      if (m0 + kBlockM > seqlen_q)
-        bwd_sm90_zero_tail<Traits>(sm.q(stage), sm.dout(stage), Traits::kQPlaneBytes, kBlockM, seqlen_q - m0,
-                                   consumer_tid());
-    }
+    bwd_consumer_wait_step<Traits, kPacked, kMasked>(p, sm, stage, t, m0);
 
     // ---- S^T = K_wg Q^T and dP^T = V_wg dO^T (two commit groups).
     float s[kSRegs];
@@ -601,15 +658,11 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
       wgmma_wait<1>();
       reg_fence(s);
     }
-    // Key row 8 h of this thread is visible to queries [qmin[h], qmax[h]] (none when past Sk):
-    // lo(i) <= key < hi(i) of mask.cuh, solved for the query i.
+    // Key row 8 h of this thread is visible to queries [qmin[h], qmax[h]].
     int qmin[2], qmax[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int key = n0 + wg * 64 + acc_row + 8 * h;
-      qmin[h] = key >= loop_seqlen_k<kPacked>(p, sm) ? INT_MAX : window.has_hi ? key - window.hi_shift + 1 : INT_MIN;
-      qmax[h] = window.has_lo ? key - window.lo_shift : INT_MAX;
-    }
+    for (int h = 0; h < 2; ++h)
+      bwd_key_queries(window, n0 + wg * 64 + acc_row + 8 * h, loop_seqlen_k<kPacked>(p, sm), qmin[h], qmax[h]);
     const int q_end = loop_seqlen_q<kPacked>(p, sm) - m0;  // in-block query columns < q_end exist
     // Softcap: tanh's derivative 1 - t^2 of each score, kept from here to dS as two float16 a
     // register (relative error 2^-11). Recovering it from the 16-bit P and lse instead
@@ -778,18 +831,7 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
     mbar_arrive(sm.dq_full());
   };
 
-  // The per-element mask runs where the forward's would: query blocks that straddle the diagonal
-  // or a window edge (key_blocks().masked(): this key block not seen whole by every row), and the
-  // tail blocks of Sq and Sk.
-  for (int t = 0; t < blk.steps; ++t) {
-    const int m0 = blk.m0(t, kBlockM);
-    const bool masked = keys_partial || m0 + kBlockM > loop_seqlen_q<kPacked>(p, sm) ||
-                        (has_mask && key_blocks(window, m0, m0 + kBlockM, Traits::kBlockN).masked(blk.n_block));
-    if (masked)
-      step(t, std::true_type{});
-    else
-      step(t, std::false_type{});
-  }
+  bwd_consumer_walk<Traits, kPacked>(p, sm, blk, mask, step);
 
   // ---- Epilogue: warpgroup wg's 64 key rows, all columns. (A CTA with no step, e.g. keys no
   // query sees under causal masking, writes zeros.)

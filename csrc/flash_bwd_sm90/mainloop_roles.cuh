@@ -115,26 +115,14 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
   const float scale_log2 = p.scale_log2;
   constexpr float kLog2e = 1.4426950408889634f;
   const float inv_softcap_log2 = kSoftcap ? 1.f / p.softcap_log2 : 0.f;
-  const bool keys_partial = n0 + Traits::kBlockN > seqlen_k_of<kPacked>(p, blk);
-  const KeyWindow window =
-      make_key_window(seqlen_k_of<kPacked>(p, blk), causal_offset_of<kPacked>(p, blk), p.window_left, p.window_right);
-  const bool has_mask = window.has_lo || window.has_hi;
-  // Key row 8 h of this thread sees queries [qmin[h], qmax[h]] (none past Sk): mask.cuh's
-  // lo(i) <= key < hi(i) solved for the query i.
+  const BwdBlockMask mask = bwd_block_mask<Traits, kPacked>(p, blk);
+  // Key row 8 h of this thread sees queries [qmin[h], qmax[h]].
   int qmin[2], qmax[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int key = n0 + acc_row + 8 * h;
-    qmin[h] = key >= seqlen_k_of<kPacked>(p, blk) ? INT_MAX : window.has_hi ? key - window.hi_shift + 1 : INT_MIN;
-    qmax[h] = window.has_lo ? key - window.lo_shift : INT_MAX;
-  }
+  for (int h = 0; h < 2; ++h)
+    bwd_key_queries(mask.window, n0 + acc_row + 8 * h, seqlen_k_of<kPacked>(p, blk), qmin[h], qmax[h]);
 
-  if (blk.steps > 0) mbar_wait(sm.kv_full(), 0);
-  if constexpr (kPacked) {
-    if (blk.steps > 0 && keys_partial)
-      bwd_sm90_zero_tail<Traits>(sm.k(), sm.v(), Traits::kKVPlaneBytes, Traits::kBlockN, blk.seq.seqlen_k - n0,
-                                 consumer_tid());
-  }
+  bwd_consumer_wait_kv<Traits, kPacked>(sm, blk, mask.keys_partial);
 
   auto step = [&](const int t, auto masked) {
     constexpr bool kMasked = decltype(masked)::value;
@@ -146,13 +134,7 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
     const uint32_t ds_tile = sm.ds(0) + buf_off;
     const uint32_t sa_lo = opaque(desc_sa), sb_lo = opaque(desc_sb);
 
-    mbar_wait(sm.full(stage), (t / Traits::kStages) & 1);
-    if constexpr (kPacked && kMasked) {
-      const int seqlen_q = loop_seqlen_q<kPacked>(p, sm);
-      if (m0 + kBlockM > seqlen_q)
-        bwd_sm90_zero_tail<Traits>(sm.q(stage), sm.dout(stage), Traits::kQPlaneBytes, kBlockM, seqlen_q - m0,
-                                   consumer_tid());
-    }
+    bwd_consumer_wait_step<Traits, kPacked, kMasked>(p, sm, stage, t, m0);
 
     // This thread's row statistics (columns 8 j + acc_col + e): lse for the scores, read while
     // the GEMM runs; dpsum for their gradients, read while S^T's GEMM runs.
@@ -294,15 +276,7 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
     mbar_arrive(sm.dq_ready(stage));
   };
 
-  for (int t = 0; t < blk.steps; ++t) {
-    const int m0 = blk.m0(t, kBlockM);
-    const bool masked = keys_partial || m0 + kBlockM > loop_seqlen_q<kPacked>(p, sm) ||
-                        (has_mask && key_blocks(window, m0, m0 + kBlockM, Traits::kBlockN).masked(blk.n_block));
-    if (masked)
-      step(t, std::true_type{});
-    else
-      step(t, std::false_type{});
-  }
+  bwd_consumer_walk<Traits, kPacked>(p, sm, blk, mask, step);
 
   // The epilogue stages dK and dV in the Q/dO ring: wait until the writer has read the last dQ
   // (it reads in step order, so every earlier one too).
