@@ -38,17 +38,17 @@
 #   bash lab/gpu_run.sh bwdwideland measured 2026-12-03 (bwd 1.06x, fwd+bwd 1.06x cuDNN, lowest cell 0.97x): after the wide rule's bounds: the backward tests, the training grid bf16 and fp16 vs cuDNN (~6 min)
 #   bash lab/gpu_run.sh gqaraised measured 2026-12-07 on an H100 (4k causal GQA cells +2.6..+6.4%, the rest within noise): the default's split under a mask, the wave rule raised by the dispatch model, against the
 #                                     wave rule alone; the backward tests; the training grid vs cuDNN, GQARAISED_K its dtypes (~7-9 min)
-#   bash lab/gpu_run.sh causalsource ncu's source counters of the Hopper backward on D=128 S=16k causal and non-causal side by side:
+#   bash lab/gpu_run.sh causalsource measured 2026-12-07 (H200) but for its fabric step: ncu's source counters of the Hopper backward on D=128 S=16k causal and non-causal side by side:
 #                                     where a causal step's 12.5% extra goes (~6 min)
-#   bash lab/gpu_run.sh bwdprefetch the Hopper backward's load warp prefetching later steps' Q/dO, lse, dpsum (and dq_accum) into L2
+#   bash lab/gpu_run.sh bwdprefetch measured 2026-12-07 (H200), not adopted (0.954 causal): the Hopper backward's load warp prefetching later steps' Q/dO, lse, dpsum (and dq_accum) into L2
 #                                     (lab/ab/bwd_l2_prefetch.diff): its modes' A/B with cuDNN, in a copy; its tests (~8 min)
-#   bash lab/gpu_run.sh bwdprefetchcheck after bwdprefetch: the backward, packed and public-gradient tests and the sanitizers
+#   bash lab/gpu_run.sh bwdprefetchcheck moot, left unrun: after bwdprefetch: the backward, packed and public-gradient tests and the sanitizers
 #                                     in its copy with the prefetch on (~7 min)
-#   bash lab/gpu_run.sh zigzag   the causal backward's walk alternating down/up by group of the grouped order
+#   bash lab/gpu_run.sh zigzag   measured 2026-12-07 (H200), not adopted (1.000): the causal backward's walk alternating down/up by group of the grouped order
 #                                     (lab/ab/bwd_zigzag_walk.diff) against today's, in a copy; tests, sanitizers (~8 min)
-#   bash lab/gpu_run.sh causallevers both causal-step levers (bwd_l2_prefetch.diff, bwd_zigzag_walk.diff) in one copy: off,
+#   bash lab/gpu_run.sh causallevers measured 2026-12-07 (H200), neither adopted: both causal-step levers (bwd_l2_prefetch.diff, bwd_zigzag_walk.diff) in one copy: off,
 #                                     prefetch, zigzag and both side by side with cuDNN; the step probe (~8 min)
-#   bash lab/gpu_run.sh causalleverscheck after causallevers, in its copy with both on: the Hopper backward, packed and
+#   bash lab/gpu_run.sh causalleverscheck moot, left unrun: after causallevers, in its copy with both on: the Hopper backward, packed and
 #                                     public-gradient tests, the block CPU tests, the sanitizers (~8 min)
 #   bash lab/gpu_run.sh gqawalk  measured 2026-12-07, not adopted (1.001; 16k 16:4 causal 0.949): a GQA group's heads walked interleaved
 #                                     under a mask (lab/ab/bwd_gqa_heads_interleaved.diff) against one head after another, in a copy (~5 min)
@@ -1521,7 +1521,7 @@ case "${1:-verify}" in
         BENCH_K="$k" bash benchmarks/run_benchmarks.sh "$OUT/bench-training-$k"
     done
     ;;
-  causalsource)  # issue 27, prepared 2026-12-07, not yet run: under locked clocks the Hopper backward's causal D=128 S=16k
+  causalsource)  # issue 27, measured 2026-12-07 on an H200 but for its fabric step (its metric query, fixed since): under locked clocks the Hopper backward's causal D=128 S=16k
                  # call takes 0.570 of its non-causal time where cuDNN's takes 0.520 (the work: 0.506), a causal step 12.5%
                  # slower than an unmasked one (gqancu). ncu's source counters of our main kernel on both calls (the same
                  # kernel, CAUSAL_SOURCE_SHAPES), then the two side by side by stall reason: which instructions the
@@ -1535,7 +1535,7 @@ case "${1:-verify}" in
     step causal_step_time 200 python3 lab/bwd_causal_step_time.py --dims 128,64 --heads 1,2,16
     # The traffic between the L2's two partitions (whether a Q/dO tile read by few CTAs at a time
     # crosses it more often than one read by many at once), ours and cuDNN's, both masks.
-    fabric=$(ncu --query-metrics 2>/dev/null | awk '/ltcfabric/ {print $1 ".sum"}' | head -4 | paste -sd, -)
+    fabric=$(ncu --query-metrics 2>/dev/null | awk '$1 ~ /^lts__ltcfabric/ {print $1 ".sum"}' | head -4 | paste -sd, -)
     echo "fabric metrics: ${fabric:-none}" > "$OUT/fabric_metrics.txt"
     step ncu_fabric 200 env OUT="$OUT/fabric" NCU_BWD_EXTRA="$fabric" NCU_BWD_PEERS=1 bash lab/ncu_bwd.sh \
       128:16384:1 128:16384:0
@@ -1548,7 +1548,7 @@ case "${1:-verify}" in
     step compare_causal 60 python3 lab/ncu_source_top.py --compare "${csv[0]}" "${csv[1]}" stall_long_sb
     step waits_causal 60 python3 lab/ncu_source_top.py --waits "${csv[@]}"
     ;;
-  bwdprefetch)  # issue 27, prepared 2026-12-07, not yet run: the Hopper backward's load warp prefetching into L2 the Q/dO
+  bwdprefetch)  # issue 27, measured 2026-12-07 on an H200 through causallevers, not adopted (causal 0.954, non-causal 0.938, D=256 -12..-16%): the Hopper backward's load warp prefetching into L2 the Q/dO
                 # tiles, lse and dpsum rows (FLASHATTN_BWD_PREFETCH=<steps ahead>) and the dq_accum tile
                 # (FLASHATTN_BWD_PREFETCH_DQ=1) of a later step (lab/ab/bwd_l2_prefetch.diff, off by default in the
                 # copy). Reasoning: under a causal mask about two CTAs work on a (head, query block) at once
@@ -1570,7 +1570,7 @@ case "${1:-verify}" in
     step causal_step_on 100 env -C "$pf_copy" PYTHONPATH="$pf_copy" FLASHATTN_BWD_PREFETCH=2 FLASHATTN_BWD_PREFETCH_DQ=1 \
       python3 lab/bwd_causal_step_time.py --dims 128 --heads 1,16
     ;;
-  bwdprefetchcheck)  # issue 27, prepared 2026-12-07, not yet run: after bwdprefetch, in its copy (lab/ab/bwd_l2_prefetch.diff)
+  bwdprefetchcheck)  # issue 27, moot after bwdprefetch's loss (measured 2026-12-07 through causallevers), left unrun: after bwdprefetch, in its copy (lab/ab/bwd_l2_prefetch.diff)
                      # with the prefetch on (2 steps ahead, dq_accum too): the Hopper backward, packed-batch
                      # and public-gradient tests, memcheck/racecheck/synccheck on the small dense and packed cases
     env_info > "$OUT/env.txt" 2>&1
@@ -1582,7 +1582,7 @@ case "${1:-verify}" in
     copy_sanitize_steps "$pf_copy" prefetch 120 auto dense,varlen
     unset FLASHATTN_BWD_PREFETCH FLASHATTN_BWD_PREFETCH_DQ
     ;;
-  zigzag)  # issue 27, prepared 2026-12-07, not yet run: the causal backward's walk alternating by group of the grouped
+  zigzag)  # issue 27, measured 2026-12-07 on an H200 through causallevers, not adopted (1.000 over 6 causal cells): the causal backward's walk alternating by group of the grouped
             # order (lab/ab/bwd_zigzag_walk.diff, FLASHATTN_BWD_REVERSE=2: the first group walked down, the next up
             # from each key block's diagonal, ...): where a group about fills the GPU (D=128 16k: one head) every
             # group's CTAs are then at one query block at each step, as without a mask; today every other group's
@@ -1602,7 +1602,7 @@ case "${1:-verify}" in
     copy_sanitize_steps "$zz_copy" zigzag 150 auto dense
     unset FLASHATTN_BWD_REVERSE
     ;;
-  causallevers)  # issue 27, prepared 2026-12-07, not yet run: bwdprefetch's and zigzag's diffs applied together in one copy
+  causallevers)  # issue 27, measured 2026-12-07 on an H200 (prefetch 0.954 causal / 0.938 non-causal, zigzag 1.000; neither adopted): bwdprefetch's and zigzag's diffs applied together in one copy
                  # (both are run-time switches, off by default there), so that one build answers both levers and
                  # their sum: the causal cells (D 64/128/256, 4k and 16k) with the modes off, prefetch 2 steps ahead
                  # with dq_accum, the zigzag walk, and both, cuDNN alongside; non-causal 16k controls; the step probe.
@@ -1620,7 +1620,7 @@ case "${1:-verify}" in
     step levers_step_probe 100 env -C "$lv_copy" PYTHONPATH="$lv_copy" FLASHATTN_BWD_PREFETCH=2 FLASHATTN_BWD_PREFETCH_DQ=1 \
       python3 lab/bwd_causal_step_time.py --dims 128 --heads 1,16 --walks 1,2
     ;;
-  causalleverscheck)  # issue 27, prepared 2026-12-07, not yet run: after causallevers, in its copy with both levers on:
+  causalleverscheck)  # issue 27, moot after causallevers (neither lever adopted), left unrun: after causallevers, in its copy with both levers on:
                       # the prefetch and zigzag tests, the Hopper backward, packed-batch and public-gradient tests, the
                       # block CPU tests, memcheck/racecheck/synccheck on the small dense and packed cases
     env_info > "$OUT/env.txt" 2>&1
