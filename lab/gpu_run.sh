@@ -50,6 +50,8 @@
 #                                     prefetch, zigzag and both side by side with cuDNN; the step probe (~8 min)
 #   bash lab/gpu_run.sh causalleverscheck moot, left unrun: after causallevers, in its copy with both on: the Hopper backward, packed and
 #                                     public-gradient tests, the block CPU tests, the sanitizers (~8 min)
+#   bash lab/gpu_run.sh bwdtimeline where a Hopper backward CTA's time goes (SM clock stamps, lab/ab/lab_bwd_cta_timeline.diff):
+#                                     its fixed part, the SMs' busy share, causal and not at 2 and 16 heads; ncu's L2/DRAM (~6 min)
 #   bash lab/gpu_run.sh gqawalk  measured 2026-12-07, not adopted (1.001; 16k 16:4 causal 0.949): a GQA group's heads walked interleaved
 #                                     under a mask (lab/ab/bwd_gqa_heads_interleaved.diff) against one head after another, in a copy (~5 min)
 #   bash lab/gpu_run.sh gqancu   measured 2026-12-07 (the gap is the causal step, not GQA): ncu on the D=128 GQA causal backward
@@ -1602,6 +1604,23 @@ case "${1:-verify}" in
     copy_sanitize_steps "$zz_copy" zigzag 150 auto dense
     unset FLASHATTN_BWD_REVERSE
     ;;
+  bwdtimeline)  # issue 27, prepared 2026-12-07, not yet run: a causal D=128 S=16k backward costs 7-9% more than its work
+                # at 16 heads but matches cuDNN's ratio at two (perf-notes "The causal step's two levers measured");
+                # ncu put half the excess inside the step loop, half outside it. In a copy with SM clock stamps a CTA
+                # (lab/ab/lab_bwd_cta_timeline.diff; dense kernels only), lab/bwd_cta_timeline.py: each CTA's launch
+                # gap, K/V and first-stage waits, step 0, the steady step, the epilogue; the fixed part in steps; the
+                # SMs' busy share; the steady step by quarter of the call (BWD_TIMELINE_CELLS overrides the cells).
+                # Then ncu's DRAM bytes and L2 sectors of the plain tree's causal call at 2 and 16 heads.
+                # Predictions: the fixed part 2-5 steps a CTA, the same at 2 and 16 heads; at 16 heads the causal
+                # call's steady step ~3-5% above the non-causal one's, in the quarters where two heads overlap
+    env_info > "$OUT/env.txt" 2>&1
+    build_patched timeline_bwd lab_bwd_cta_timeline.diff 0
+    tl_copy="$PWD/build/ab-timeline_bwd"
+    step bwd_timeline 300 env -C "$tl_copy" PYTHONPATH="$tl_copy" python3 lab/bwd_cta_timeline.py --json "$OUT/bwd_timeline.json" \
+      ${BWD_TIMELINE_CELLS:-}
+    ensure_built
+    step ncu_heads 200 env OUT="$OUT/ncu_heads" NCU_BWD_PEERS=0 bash lab/ncu_bwd.sh 128:16384:1 128:16384:0
+    ;;
   causallevers)  # issue 27, measured 2026-12-07 on an H200 (prefetch 0.954 causal / 0.938 non-causal, zigzag 1.000; neither adopted): bwdprefetch's and zigzag's diffs applied together in one copy
                  # (both are run-time switches, off by default there), so that one build answers both levers and
                  # their sum: the causal cells (D 64/128/256, 4k and 16k) with the modes off, prefetch 2 steps ahead
@@ -2149,7 +2168,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|causalsource|zigzag|bwdprefetch|bwdprefetchcheck|causallevers|causalleverscheck|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|causalsource|zigzag|bwdprefetch|bwdprefetchcheck|causallevers|causalleverscheck|bwdtimeline|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
