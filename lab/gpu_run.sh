@@ -50,7 +50,10 @@
 #                                     prefetch, zigzag and both side by side with cuDNN; the step probe (~8 min)
 #   bash lab/gpu_run.sh causalleverscheck moot, left unrun: after causallevers, in its copy with both on: the Hopper backward, packed and
 #                                     public-gradient tests, the block CPU tests, the sanitizers (~8 min)
-#   bash lab/gpu_run.sh bwdtimeline where a Hopper backward CTA's time goes (SM clock stamps, lab/ab/lab_bwd_cta_timeline.diff):
+#   bash lab/gpu_run.sh fwd192   prepared, not yet run: the Hopper forward's D=192 config (head dims 136..192, lab/ab/fwd_d192_config.diff)
+#                                     in a copy: its tests, its time against D=256's kernel on the same grid with cuDNN and
+#                                     FlashAttention-3, the sanitizers on its small cases (~7 min)
+#   bash lab/gpu_run.sh bwdtimeline measured 2026-12-07 (H100): where a Hopper backward CTA's time goes (SM clock stamps, lab/ab/lab_bwd_cta_timeline.diff):
 #                                     its fixed part, the SMs' busy share, causal and not at 2 and 16 heads; ncu's L2/DRAM (~6 min)
 #   bash lab/gpu_run.sh gqawalk  measured 2026-12-07, not adopted (1.001; 16k 16:4 causal 0.949): a GQA group's heads walked interleaved
 #                                     under a mask (lab/ab/bwd_gqa_heads_interleaved.diff) against one head after another, in a copy (~5 min)
@@ -1604,7 +1607,29 @@ case "${1:-verify}" in
     copy_sanitize_steps "$zz_copy" zigzag 150 auto dense
     unset FLASHATTN_BWD_REVERSE
     ;;
-  bwdtimeline)  # issue 27, prepared 2026-12-07, not yet run: a causal D=128 S=16k backward costs 7-9% more than its work
+  fwd192)  # prepared 2026-12-07, not yet run: head dims 136..192 on a Hopper forward config of their own
+           # (lab/ab/fwd_d192_config.diff: Sm90DefaultConfig<192>, 80-key blocks, the whole 128 x 192 O tile
+           # through shared memory, 217.1 KB; sm_90a 168 registers, 0 spills) instead of D=256's kernel, a
+           # quarter of whose GEMM work is zero columns. In a copy with the diff: its tests (the D=192/176/152
+           # edge cases, the split, packed rows), its time against D=256's kernel on the same grid (what serves
+           # these dims on the tree: the same B, H and S), cuDNN and FlashAttention-3 alongside (carry .whl/),
+           # memcheck/racecheck/synccheck on the small D=168/192 cases, the backward at D=96/192 (D=128's and
+           # D=256's kernels) against cuDNN for the record, the property tests. Prediction: D=192 1.2-1.3x
+           # faster than the D=256 kernel from 4k keys, 1.1-1.2x at 1k. Lands by `git apply` of the diff.
+    env_info > "$OUT/env.txt" 2>&1
+    build_patched fwd192 fwd_d192_config.diff 0
+    d192_copy="$PWD/build/ab-fwd192"
+    step pytest_d192 240 env -C "$d192_copy" PYTHONPATH="$d192_copy" "${pytest_ci[@]}" tests/kernels/test_attention_gpu.py \
+      tests/kernels/test_fwd_split_gpu.py tests/kernels/test_varlen_gpu.py -k "192 or 152 or 176" -ra
+    step time_d192 240 env -C "$d192_copy" PYTHONPATH="$d192_copy" python3 lab/fwd_time.py --rounds 8 \
+      ${FWD192_CELLS:-192:1024:1:16:10 256:1024:1:16:10 192:4096:0:4:10 256:4096:0:4:10 192:4096:1:4:10 \
+      256:4096:1:4:10 192:16384:0:1:10 256:16384:0:1:10 192:16384:1:1:10 256:16384:1:1:10 96:4096:0 96:4096:1}
+    SANITIZE_IN="$d192_copy" SANITIZE_DIMS=168,192 sanitize_steps 120 auto dense,varlen,split d192
+    step bwd_odd_dims 120 env -C "$d192_copy" PYTHONPATH="$d192_copy" python3 lab/bwd_check.py --time-only --time --lean \
+      --dtype bf16 --dims 96,192
+    step pytest_properties 200 env -C "$d192_copy" PYTHONPATH="$d192_copy" "${pytest_ci[@]}" tests/kernels/test_properties_gpu.py -ra
+    ;;
+  bwdtimeline)  # issue 27, measured 2026-12-07 on an H100: a causal D=128 S=16k backward costs 7-9% more than its work
                 # at 16 heads but matches cuDNN's ratio at two (perf-notes "The causal step's two levers measured");
                 # ncu put half the excess inside the step loop, half outside it. In a copy with SM clock stamps a CTA
                 # (lab/ab/lab_bwd_cta_timeline.diff; dense kernels only), lab/bwd_cta_timeline.py: each CTA's launch
@@ -1612,7 +1637,9 @@ case "${1:-verify}" in
                 # SMs' busy share; the steady step by quarter of the call (BWD_TIMELINE_CELLS overrides the cells).
                 # Then ncu's DRAM bytes and L2 sectors of the plain tree's causal call at 2 and 16 heads.
                 # Predictions: the fixed part 2-5 steps a CTA, the same at 2 and 16 heads; at 16 heads the causal
-                # call's steady step ~3-5% above the non-causal one's, in the quarters where two heads overlap
+                # call's steady step ~3-5% above the non-causal one's, in the quarters where two heads overlap.
+                # Outcome (perf-notes "The landed tree on an H100 again"): the fixed part 1.9-2.8 steps, smaller
+                # at 16 heads; SMs busy 99%; the causal steady step +3.0% at 16 heads, flat over the quarters
     env_info > "$OUT/env.txt" 2>&1
     build_patched timeline_bwd lab_bwd_cta_timeline.diff 0
     tl_copy="$PWD/build/ab-timeline_bwd"

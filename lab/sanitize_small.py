@@ -9,12 +9,12 @@ Cases (each selectable with --only, a comma list of group names):
             forward's dynamic schedule); rows rising past the Hopper forward's held row max (D=128);
   varlen    packed batches: forward + backward on each backend of SANITIZE_BACKENDS (the backward:
             portable, or the Hopper one's packed kernels), empty and one-row sequences, tiles past a
-            sequence's end, causal and window, softcap, D 64/96/128/256, deterministic; a causal D=64
+            sequence's end, causal and window, softcap, D 64/96/128/192/256, deterministic; a causal D=64
             batch on the long-keys config by the packed grid rule, each sequence's partial tile first;
   decode    KV cache: contiguous and paged, appends across pages, forced splits (num_splits);
   split     the Hopper forward's split over the keys (small grids; FLASHATTN_FWD_SPLITS forces the
             count: empty splits, more splits than blocks), merged in clusters and through the combine
-            kernel, causal both ways, a window, D 64/128/256; skipped where the Hopper path does not run;
+            kernel, causal both ways, a window, D 64/128/192/256; skipped where the Hopper path does not run;
   fp8       the FP8 forward (Hopper): causal or not, GQA, odd
             lengths, D 64/128/256; skipped where the Hopper path does not run;
   bad       bad device-side indices with the checked mode off (memcheck only: the results are
@@ -43,6 +43,13 @@ GROUPS = ("dense", "varlen", "decode", "split", "fp8", "bad")
 QUICK = False
 dev = "cuda"
 I32 = torch.int32
+# SANITIZE_DIMS=160,192 keeps the dense, varlen and split cases of those head dims only (a change
+# to one head dim's config checked without the whole set).
+DIMS = {int(x) for x in os.environ.get("SANITIZE_DIMS", "").split(",") if x}
+
+
+def keep(d: int) -> bool:
+    return not DIMS or d in DIMS
 
 
 def rand(*shape, dtype, grad=False):
@@ -58,6 +65,7 @@ def dense() -> None:
     for dtype in dtypes():
         for b, sq, sk, hq, hk, d, causal in ((1, 37, 53, 4, 2, 40, True), (2, 70, 33, 2, 1, 128, True),
                                              (1, 17, 130, 3, 3, 256, False), (1, 65, 65, 2, 2, 64, False),
+                                             (1, 150, 170, 4, 2, 192, True), (1, 90, 61, 2, 2, 168, False),  # the forward's D=192 config
                                              (2, 83, 150, 4, 2, 128, False),  # the wide backward (80-query steps)
                                              (1, 200, 300, 4, 1, 128, True),  # MQA: the backward's group split
                                              (1, 333, 4200, 2, 1, 64, True),  # the forward's masked 3-warpgroup config
@@ -65,6 +73,8 @@ def dense() -> None:
                                              # the backward's split last wave (pieces of 5-9 steps), D 64/128/256
                                              (1, 600, 200, 2, 2, 64, False), (1, 700, 300, 2, 2, 128, False),
                                              (1, 400, 150, 2, 2, 256, False)):
+            if not keep(d):
+                continue
             q, k, v = rand(b, sq, hq, d, dtype=dtype, grad=True), rand(b, sk, hk, d, dtype=dtype, grad=True), \
                 rand(b, sk, hk, d, dtype=dtype, grad=True)
             for backend in BACKENDS:
@@ -107,7 +117,10 @@ def varlen() -> None:
     for dtype in dtypes():
         for q_lens, k_lens, hq, hk, d in (([37, 0, 1, 70], [53, 9, 1, 66], 4, 2, 64), ([129, 5], [3, 200], 2, 2, 128),
                                           ([17, 40], [17, 41], 3, 1, 96), ([65, 3], [70, 130], 2, 1, 256),
+                                          ([90, 1], [81, 140], 2, 1, 192),
                                           ([300, 9], [4100, 9], 1, 1, 64)):  # 4k keys: D=64's long-keys config
+            if not keep(d):
+                continue
             cu_q = torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist(), dtype=I32, device=dev)
             cu_k = torch.tensor([0] + torch.tensor(k_lens).cumsum(0).tolist(), dtype=I32, device=dev)
             q = rand(sum(q_lens) + 3, hq, d, dtype=dtype, grad=True)  # 3 rows owned by no sequence
@@ -194,8 +207,11 @@ def split() -> None:
             for b, sq, sk, hq, hk, d, mode, window in ((1, 1000, 1537, 2, 1, 64, flashattn.CAUSAL_BOTTOM_RIGHT, (-1, -1)),
                                                       (1, 300, 2049, 1, 1, 128, flashattn.CAUSAL_TOP_LEFT, (-1, -1)),
                                                       (1, 129, 1100, 2, 2, 256, flashattn.CAUSAL_NONE, (300, 40)),
+                                                      (1, 150, 1300, 2, 1, 192, flashattn.CAUSAL_BOTTOM_RIGHT, (-1, -1)),
                                                       # D=64 past 256 keys: the one-consumer config, split (key bound kSmallGridMaxKeys = 1024)
                                                       (1, 200, 1000, 2, 1, 64, flashattn.CAUSAL_TOP_LEFT, (-1, -1))):
+                if not keep(d):
+                    continue
                 for dtype in dtypes():
                     q, k, v = rand(b, sq, hq, d, dtype=dtype), rand(b, sk, hk, d, dtype=dtype), rand(b, sk, hk, d, dtype=dtype)
                     torch.ops.flashattn.fwd(q, k, v, None, mode, "hopper", window[0], window[1], 0.0)

@@ -87,6 +87,9 @@ EDGES = [
     Edge("D=8", 2, 130, 130, 4, 2, 8),
     Edge("D=256", 2, 130, 130, 4, 2, 256),
     Edge("D=256,Sq>Sk", 1, 200, 70, 2, 1, 256, modes=(BOTTOM_RIGHT,)),
+    # Head dims 136..192 run on the Hopper path's D=192 config (80-key blocks, three O planes).
+    Edge("D=192", 2, 130, 130, 4, 2, 192),
+    Edge("D=152,Sq>Sk,GQA", 1, 200, 70, 6, 2, 152, modes=(BOTTOM_RIGHT,)),
     Edge("MQA", 2, 65, 257, 8, 1, 128),
     Edge("scale=0", 2, 70, 90, 4, 2, 64, scale=0.0),
     Edge("scale<0", 2, 70, 90, 4, 2, 64, scale=-0.7),
@@ -109,9 +112,11 @@ EDGES = [
     Edge("causal-1296-tiles,GQA", 3, 1100, 1300, 48, 8, 128, modes=(TOP_LEFT, BOTTOM_RIGHT)),
     Edge("causal-960-tiles,Sq>Sk", 2, 1500, 700, 40, 8, 64, modes=(BOTTOM_RIGHT,)),
     Edge("causal-400-tiles,D=256", 1, 1200, 1200, 40, 40, 256, modes=(TOP_LEFT,)),
+    Edge("causal-400-tiles,D=192", 1, 1200, 1200, 40, 20, 192, modes=(TOP_LEFT, BOTTOM_RIGHT)),
     # Without a mask, several tiles of several key blocks per CTA (the static schedule's rounds).
     Edge("full-480-tiles,D=64,GQA", 2, 1000, 1000, 40, 8, 64, modes=(NONE,)),
     Edge("full-480-tiles,D=128,GQA", 2, 1000, 1000, 30, 6, 128, modes=(NONE,)),
+    Edge("full-480-tiles,D=176,GQA", 2, 1000, 1000, 30, 6, 176, modes=(NONE,)),
 ]
 EDGE_PARAMS = [
     pytest.param(edge, mode, id=f"{edge.id}-{MODE_IDS[mode]}", marks=[pytest.mark.slow] if edge.slow else [])
