@@ -50,7 +50,7 @@
 #                                     prefetch, zigzag and both side by side with cuDNN; the step probe (~8 min)
 #   bash lab/gpu_run.sh causalleverscheck moot, left unrun: after causallevers, in its copy with both on: the Hopper backward, packed and
 #                                     public-gradient tests, the block CPU tests, the sanitizers (~8 min)
-#   bash lab/gpu_run.sh fwd192   prepared, not yet run: the Hopper forward's D=192 config (head dims 136..192, lab/ab/fwd_d192_config.diff)
+#   bash lab/gpu_run.sh fwd192   prepared, its time not yet measured: the Hopper forward's D=192 config (head dims 136..192, lab/ab/fwd_d192_config.diff)
 #                                     in a copy: its tests, its time against D=256's kernel on the same grid with cuDNN and
 #                                     FlashAttention-3, the sanitizers on its small cases (~7 min)
 #   bash lab/gpu_run.sh bwdtimeline measured 2026-12-07 (H100): where a Hopper backward CTA's time goes (SM clock stamps, lab/ab/lab_bwd_cta_timeline.diff):
@@ -353,6 +353,16 @@ step() {  # step NAME TIMEOUT_S COMMAND...
   tail -25 "$OUT/step_$name.log"
   echo "=== $name: exit $rc in $(( $(date +%s) - t0 )) s" | tee -a "$OUT/summary.txt"
   [ $rc -eq 0 ] || failed=$((failed + 1))
+  snapshot_logs
+}
+# Every step's logs so far in one archive whose name sorts first: a call cut off by its time limit hands
+# back only the first few files of $OUT (by name), and 0-partial.tgz is one of them (the archive at the
+# end replaces it).
+snapshot_logs() {
+  local tmp
+  tmp=$(mktemp) || return 0
+  (cd "$OUT" && tar -czf "$tmp" --exclude=./0-partial.tgz --exclude=./logs.tgz . && chmod 644 "$tmp" && mv "$tmp" 0-partial.tgz) \
+    > /dev/null 2>&1 || rm -f "$tmp"
 }
 
 env_info() {
@@ -1607,7 +1617,7 @@ case "${1:-verify}" in
     copy_sanitize_steps "$zz_copy" zigzag 150 auto dense
     unset FLASHATTN_BWD_REVERSE
     ;;
-  fwd192)  # prepared 2026-12-07, not yet run: head dims 136..192 on a Hopper forward config of their own
+  fwd192)  # prepared 2026-12-07; tests and sanitizers passed in its copy on an H100 the same day, its timing's log lost: head dims 136..192 on a Hopper forward config of their own
            # (lab/ab/fwd_d192_config.diff: Sm90DefaultConfig<192>, 80-key blocks, the whole 128 x 192 O tile
            # through shared memory, 217.1 KB; sm_90a 168 registers, 0 spills) instead of D=256's kernel, a
            # quarter of whose GEMM work is zero columns. In a copy with the diff: its tests (the D=192/176/152
@@ -2195,7 +2205,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|causalsource|zigzag|bwdprefetch|bwdprefetchcheck|causallevers|causalleverscheck|bwdtimeline|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|causalsource|zigzag|bwdprefetch|bwdprefetchcheck|causallevers|causalleverscheck|bwdtimeline|fwd192|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
@@ -2204,6 +2214,7 @@ echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
 # logs to the first one's archive, never replaces it.
 (
   cd "$OUT" || exit 0
+  rm -f 0-partial.tgz
   [ -f logs.tgz ] && tar -xzf logs.tgz && rm -f logs.tgz
   keep="summary.txt bench/report.txt bench/bench.json"
   files=$(find . -type f ! -name logs.tgz | sed 's#^\./##' | grep -vxF -f <(tr ' ' '\n' <<< "$keep"))
