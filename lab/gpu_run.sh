@@ -53,6 +53,8 @@
 #   bash lab/gpu_run.sh fwd192   prepared, its time not yet measured: the Hopper forward's D=192 config (head dims 136..192, lab/ab/fwd_d192_config.diff)
 #                                     in a copy: its tests, its time against D=256's kernel on the same grid with cuDNN and
 #                                     FlashAttention-3, the sanitizers on its small cases (~7 min)
+#   bash lab/gpu_run.sh fwdheaddims prepared, not yet run: fwd192 with head dims 72..96 on a config of their own too
+#                                     (lab/ab/fwd_d96_d192_configs.diff): tests, time against D=128's/D=256's kernels, sanitizers (~8 min)
 #   bash lab/gpu_run.sh bwdtimeline measured 2026-12-07 (H100): where a Hopper backward CTA's time goes (SM clock stamps, lab/ab/lab_bwd_cta_timeline.diff):
 #                                     its fixed part, the SMs' busy share, causal and not at 2 and 16 heads; ncu's L2/DRAM (~6 min)
 #   bash lab/gpu_run.sh gqawalk  measured 2026-12-07, not adopted (1.001; 16k 16:4 causal 0.949): a GQA group's heads walked interleaved
@@ -1617,7 +1619,7 @@ case "${1:-verify}" in
     copy_sanitize_steps "$zz_copy" zigzag 150 auto dense
     unset FLASHATTN_BWD_REVERSE
     ;;
-  fwd192)  # prepared 2026-12-07; tests and sanitizers passed in its copy on an H100 the same day, its timing's log lost: head dims 136..192 on a Hopper forward config of their own
+  fwd192)  # prepared 2026-12-07; tests and sanitizers passed in its copy on an H100 the same day, its timing not yet run (its log lost): head dims 136..192 on a Hopper forward config of their own
            # (lab/ab/fwd_d192_config.diff: Sm90DefaultConfig<192>, 80-key blocks, the whole 128 x 192 O tile
            # through shared memory, 217.1 KB; sm_90a 168 registers, 0 spills) instead of D=256's kernel, a
            # quarter of whose GEMM work is zero columns. In a copy with the diff: its tests (the D=192/176/152
@@ -1638,6 +1640,26 @@ case "${1:-verify}" in
     step bwd_odd_dims 120 env -C "$d192_copy" PYTHONPATH="$d192_copy" python3 lab/bwd_check.py --time-only --time --lean \
       --dtype bf16 --dims 96,192
     step pytest_properties 200 env -C "$d192_copy" PYTHONPATH="$d192_copy" "${pytest_ci[@]}" tests/kernels/test_properties_gpu.py -ra
+    ;;
+  fwdheaddims)  # prepared 2026-12-07, not yet run: fwd192 with head dims 72..96 on a config of their own as well
+                # (lab/ab/fwd_d96_d192_configs.diff: Sm90DefaultConfig<96>, D=128's tile with the second chunk plane
+                # half used, S = Q K^T in 6 k-steps, P V at N = 96, O 48 registers, the held row max as D=128's;
+                # sm_90a 168 registers, 0 spills). The one question the CPU cannot answer: wgmma's MN-major V operand
+                # at N = 96 over 128-byte swizzled planes (1.5 swizzle atoms; CuTe tiles no such layout) -- the D=96
+                # tests say. In a copy with the diff: the D=96/80/192/176/152 tests, the time of D=96 against
+                # D=128's kernel and of D=192 against D=256's on the same grids (cuDNN, FlashAttention-3 alongside;
+                # carry .whl/), memcheck/racecheck/synccheck on the small D=80/96/168/192 cases, the property tests.
+                # Prediction: D=96 1.15-1.25x faster than the D=128 kernel from 4k keys, D=192 as fwd192's
+    env_info > "$OUT/env.txt" 2>&1
+    build_patched fwdheaddims fwd_d96_d192_configs.diff 0
+    hd_copy="$PWD/build/ab-fwdheaddims"
+    step pytest_headdims 240 env -C "$hd_copy" PYTHONPATH="$hd_copy" "${pytest_ci[@]}" tests/kernels/test_attention_gpu.py \
+      tests/kernels/test_fwd_split_gpu.py tests/kernels/test_varlen_gpu.py -k "96 or 80 or 192 or 152 or 176" -ra
+    step time_headdims 300 env -C "$hd_copy" PYTHONPATH="$hd_copy" python3 lab/fwd_time.py --rounds 8 \
+      ${FWDHEADDIMS_CELLS:-96:1024:1:16:21 128:1024:1:16:21 96:4096:0:4:21 128:4096:0:4:21 96:4096:1:4:21 \
+      128:4096:1:4:21 96:16384:1:1:21 128:16384:1:1:21 192:4096:0:4:10 256:4096:0:4:10 192:16384:1:1:10 256:16384:1:1:10}
+    SANITIZE_IN="$hd_copy" SANITIZE_DIMS=80,96,168,192 sanitize_steps 120 auto dense,varlen,split headdims
+    step pytest_properties 200 env -C "$hd_copy" PYTHONPATH="$hd_copy" "${pytest_ci[@]}" tests/kernels/test_properties_gpu.py -ra
     ;;
   bwdtimeline)  # issue 27, measured 2026-12-07 on an H100: a causal D=128 S=16k backward costs 7-9% more than its work
                 # at 16 heads but matches cuDNN's ratio at two (perf-notes "The causal step's two levers measured");
@@ -2205,7 +2227,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|causalsource|zigzag|bwdprefetch|bwdprefetchcheck|causallevers|causalleverscheck|bwdtimeline|fwd192|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|causalsource|zigzag|bwdprefetch|bwdprefetchcheck|causallevers|causalleverscheck|bwdtimeline|fwd192|fwdheaddims|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

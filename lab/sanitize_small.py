@@ -14,7 +14,7 @@ Cases (each selectable with --only, a comma list of group names):
   decode    KV cache: contiguous and paged, appends across pages, forced splits (num_splits);
   split     the Hopper forward's split over the keys (small grids; FLASHATTN_FWD_SPLITS forces the
             count: empty splits, more splits than blocks), merged in clusters and through the combine
-            kernel, causal both ways, a window, D 64/128/192/256; skipped where the Hopper path does not run;
+            kernel, causal both ways, a window, D 64/96/128/192/256; skipped where the Hopper path does not run;
   fp8       the FP8 forward (Hopper): causal or not, GQA, odd
             lengths, D 64/128/256; skipped where the Hopper path does not run;
   bad       bad device-side indices with the checked mode off (memcheck only: the results are
@@ -66,6 +66,7 @@ def dense() -> None:
         for b, sq, sk, hq, hk, d, causal in ((1, 37, 53, 4, 2, 40, True), (2, 70, 33, 2, 1, 128, True),
                                              (1, 17, 130, 3, 3, 256, False), (1, 65, 65, 2, 2, 64, False),
                                              (1, 150, 170, 4, 2, 192, True), (1, 90, 61, 2, 2, 168, False),  # the forward's D=192 config
+                                             (1, 100, 130, 4, 2, 96, True), (1, 70, 90, 2, 2, 80, False),  # and its D=96 one
                                              (2, 83, 150, 4, 2, 128, False),  # the wide backward (80-query steps)
                                              (1, 200, 300, 4, 1, 128, True),  # MQA: the backward's group split
                                              (1, 333, 4200, 2, 1, 64, True),  # the forward's masked 3-warpgroup config
@@ -208,6 +209,7 @@ def split() -> None:
                                                       (1, 300, 2049, 1, 1, 128, flashattn.CAUSAL_TOP_LEFT, (-1, -1)),
                                                       (1, 129, 1100, 2, 2, 256, flashattn.CAUSAL_NONE, (300, 40)),
                                                       (1, 150, 1300, 2, 1, 192, flashattn.CAUSAL_BOTTOM_RIGHT, (-1, -1)),
+                                                      (1, 200, 1500, 2, 2, 96, flashattn.CAUSAL_NONE, (-1, -1)),
                                                       # D=64 past 256 keys: the one-consumer config, split (key bound kSmallGridMaxKeys = 1024)
                                                       (1, 200, 1000, 2, 1, 64, flashattn.CAUSAL_TOP_LEFT, (-1, -1))):
                 if not keep(d):

@@ -243,9 +243,12 @@ int main() {
   check_config<cute::half_t, 128, 128>();
   check_config<cute::half_t, 128, 176>();
   check_config<cute::half_t, 192, 112>();
+  check_config<cute::bfloat16_t, 192, 80>();  // Sm90DefaultConfig<192>
   check_fragment_layouts<128>();
   check_fragment_layouts<80>();
   check_fragment_layouts<256>();
+  check_fragment_layouts<192>();
+  check_fragment_layouts<96>();
   check_schedule();
   if (failures) {
     std::printf("FAIL: %d mismatches\n", failures);

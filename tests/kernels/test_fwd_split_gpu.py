@@ -7,7 +7,7 @@ Every split count (the rule's own, and forced ones through FLASHATTN_FWD_SPLITS,
 splits than blocks and splits that see no key), each through both merges
 (FLASHATTN_FWD_SPLIT_MERGE=combine forces the second), meets the suite's criterion against the
 float64 reference, for odd lengths, both causal alignments, Sq > Sk (rows that see no key), GQA,
-head dims 64/128/192/256, a local window and the softcap; outputs allocated from NaN-poisoned memory.
+head dims 64/96/128/192/256, a local window and the softcap; outputs allocated from NaN-poisoned memory.
 The rule splits the seed shapes (B=1 H=1) and leaves a full grid alone; a full causal grid takes
 the dynamic schedule's counter, zeroed by every call. A D <= 64 grid of at most 1024 keys runs the
 one-consumer small-grid config, unsplit at two key blocks or fewer, split past them; larger grids
@@ -34,6 +34,7 @@ CASES = [
     (1, 1000, 1537, 2, 1, 128, TOP_LEFT, (-1, -1), 0.0),
     (1, 777, 3001, 4, 2, 256, BOTTOM_RIGHT, (-1, -1), 0.0),
     (1, 333, 2500, 2, 1, 192, NONE, (-1, -1), 0.0),
+    (1, 300, 2049, 2, 1, 96, TOP_LEFT, (-1, -1), 0.0),
     (2, 300, 4099, 2, 2, 128, NONE, (700, 100), 30.0),
     (1, 1500, 700, 1, 1, 64, BOTTOM_RIGHT, (-1, -1), 0.0),
     (1, 129, 9000, 3, 1, 64, NONE, (-1, -1), 0.0),
