@@ -426,6 +426,25 @@ bwd_copy_checks() {
 # sanitize_steps' three tools in a patched copy on lab/sanitize_small.py's quick cases of GROUPS.
 #   copy_sanitize_steps COPY NAME LIMIT BACKENDS GROUPS
 copy_sanitize_steps() { SANITIZE_IN=$1 sanitize_steps "$3" "$4" "$5" "$2"; }
+# A Hopper forward config for more head dims as a patch (fwd192, fwdheaddims), in a copy with it: the
+# forward tests whose ids match FILTER, lab/fwd_time.py on CELLS (cuDNN and FlashAttention-3 alongside),
+# memcheck/racecheck/synccheck on lab/sanitize_small.py's cases of head dims DIMS, the backward of
+# D=96/192 against cuDNN, the property tests.
+#   head_dim_copy_steps NAME PATCH TAG FILTER DIMS CELLS...
+head_dim_copy_steps() {
+  local name=$1 patch=$2 tag=$3 filter=$4 dims=$5 copy
+  shift 5
+  env_info > "$OUT/env.txt" 2>&1
+  build_patched "$name" "$patch" 0
+  copy="$PWD/build/ab-$name"
+  step "pytest_$tag" 240 env -C "$copy" PYTHONPATH="$copy" "${pytest_ci[@]}" tests/kernels/test_attention_gpu.py \
+    tests/kernels/test_fwd_split_gpu.py tests/kernels/test_varlen_gpu.py -k "$filter" -ra
+  step "time_$tag" 300 env -C "$copy" PYTHONPATH="$copy" python3 lab/fwd_time.py --rounds 8 "$@"
+  SANITIZE_IN="$copy" SANITIZE_DIMS="$dims" sanitize_steps 120 auto dense,varlen,split "$tag"
+  step bwd_odd_dims 120 env -C "$copy" PYTHONPATH="$copy" python3 lab/bwd_check.py --time-only --time --lean \
+    --dtype bf16 --dims 96,192
+  step pytest_properties 200 env -C "$copy" PYTHONPATH="$copy" "${pytest_ci[@]}" tests/kernels/test_properties_gpu.py -ra
+}
 # ncu's stall samples per SASS instruction of the portable backward's main kernel in a patched copy,
 # by default at D=64 S=8k non-causal (compare with lab/ncu_source_top.py --compare OURS.csv FA2.csv).
 #   portable_copy_ncu COPY NAME [D:S:causal]
@@ -1628,18 +1647,9 @@ case "${1:-verify}" in
            # memcheck/racecheck/synccheck on the small D=168/192 cases, the backward at D=96/192 (D=128's and
            # D=256's kernels) against cuDNN for the record, the property tests. Prediction: D=192 1.2-1.3x
            # faster than the D=256 kernel from 4k keys, 1.1-1.2x at 1k. Lands by `git apply` of the diff.
-    env_info > "$OUT/env.txt" 2>&1
-    build_patched fwd192 fwd_d192_config.diff 0
-    d192_copy="$PWD/build/ab-fwd192"
-    step pytest_d192 240 env -C "$d192_copy" PYTHONPATH="$d192_copy" "${pytest_ci[@]}" tests/kernels/test_attention_gpu.py \
-      tests/kernels/test_fwd_split_gpu.py tests/kernels/test_varlen_gpu.py -k "192 or 152 or 176" -ra
-    step time_d192 240 env -C "$d192_copy" PYTHONPATH="$d192_copy" python3 lab/fwd_time.py --rounds 8 \
+    head_dim_copy_steps fwd192 fwd_d192_config.diff d192 "192 or 152 or 176" 168,192 \
       ${FWD192_CELLS:-192:1024:1:16:10 256:1024:1:16:10 192:4096:0:4:10 256:4096:0:4:10 192:4096:1:4:10 \
       256:4096:1:4:10 192:16384:0:1:10 256:16384:0:1:10 192:16384:1:1:10 256:16384:1:1:10 96:4096:0 96:4096:1}
-    SANITIZE_IN="$d192_copy" SANITIZE_DIMS=168,192 sanitize_steps 120 auto dense,varlen,split d192
-    step bwd_odd_dims 120 env -C "$d192_copy" PYTHONPATH="$d192_copy" python3 lab/bwd_check.py --time-only --time --lean \
-      --dtype bf16 --dims 96,192
-    step pytest_properties 200 env -C "$d192_copy" PYTHONPATH="$d192_copy" "${pytest_ci[@]}" tests/kernels/test_properties_gpu.py -ra
     ;;
   fwdheaddims)  # prepared 2026-12-07, not yet run: fwd192 with head dims 72..96 on a config of their own as well
                 # (lab/ab/fwd_d96_d192_configs.diff: Sm90DefaultConfig<96>, D=128's tile with the second chunk plane
@@ -1650,16 +1660,9 @@ case "${1:-verify}" in
                 # D=128's kernel and of D=192 against D=256's on the same grids (cuDNN, FlashAttention-3 alongside;
                 # carry .whl/), memcheck/racecheck/synccheck on the small D=80/96/168/192 cases, the property tests.
                 # Prediction: D=96 1.15-1.25x faster than the D=128 kernel from 4k keys, D=192 as fwd192's
-    env_info > "$OUT/env.txt" 2>&1
-    build_patched fwdheaddims fwd_d96_d192_configs.diff 0
-    hd_copy="$PWD/build/ab-fwdheaddims"
-    step pytest_headdims 240 env -C "$hd_copy" PYTHONPATH="$hd_copy" "${pytest_ci[@]}" tests/kernels/test_attention_gpu.py \
-      tests/kernels/test_fwd_split_gpu.py tests/kernels/test_varlen_gpu.py -k "96 or 80 or 192 or 152 or 176" -ra
-    step time_headdims 300 env -C "$hd_copy" PYTHONPATH="$hd_copy" python3 lab/fwd_time.py --rounds 8 \
+    head_dim_copy_steps fwdheaddims fwd_d96_d192_configs.diff headdims "96 or 80 or 192 or 152 or 176" 80,96,168,192 \
       ${FWDHEADDIMS_CELLS:-96:1024:1:16:21 128:1024:1:16:21 96:4096:0:4:21 128:4096:0:4:21 96:4096:1:4:21 \
       128:4096:1:4:21 96:16384:1:1:21 128:16384:1:1:21 192:4096:0:4:10 256:4096:0:4:10 192:16384:1:1:10 256:16384:1:1:10}
-    SANITIZE_IN="$hd_copy" SANITIZE_DIMS=80,96,168,192 sanitize_steps 120 auto dense,varlen,split headdims
-    step pytest_properties 200 env -C "$hd_copy" PYTHONPATH="$hd_copy" "${pytest_ci[@]}" tests/kernels/test_properties_gpu.py -ra
     ;;
   bwdtimeline)  # issue 27, measured 2026-12-07 on an H100: a causal D=128 S=16k backward costs 7-9% more than its work
                 # at 16 heads but matches cuDNN's ratio at two (perf-notes "The causal step's two levers measured");
