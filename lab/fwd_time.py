@@ -7,10 +7,13 @@ minute for a handful of cells, so that a kernel change can be timed on both side
 (lab/ab/run_ab.sh AB_CMD="python3 lab/fwd_time.py ...") without the whole suite.
 A cell D:S:causal:B:H takes that batch and head count instead (a grid off the standard one, e.g.
 a tile count that fills whole waves of the SMs: lab/gpu_run.sh waveprobe).
+--pass bwd (or fwd+bwd) times the backward alone (or a training step's attention) the way the
+training grid does (bench_common.make_training_callable: the same autograd call for every
+implementation; FlashAttention-3's wheel has no backward, so it drops out).
 A line "  host-bound: IMPL ..." after a cell's row says that IMPL's host time per call reached
 bench_common.HOST_BOUND_FRACTION of its GPU time: its back-to-back calls ran at the host's launch
 rate, so its figure there is partly host time (and an A/B of two builds compares their processes).
-usage: python3 lab/fwd_time.py [--dtype bf16|fp16] [--rounds N] D:S:causal[:B:H] ...
+usage: python3 lab/fwd_time.py [--dtype bf16|fp16] [--rounds N] [--pass fwd|bwd|fwd+bwd] D:S:causal[:B:H] ...
        (default cells: 64:1024:1 64:4096:0 128:1024:1 128:4096:0 128:4096:1 128:16384:1 256:4096:1 256:16384:0)
 """
 
@@ -34,12 +37,13 @@ def main(argv: list[str]) -> int:
     ap.add_argument("cells", nargs="*", default=DEFAULT_CELLS.split())
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("--pass", dest="pass_", default="fwd", choices=bc.PASSES)
     args = ap.parse_args(argv)
     import torch
 
     settings = bc.Settings(args.rounds, 2, 2.0, 1000, 0, host_probe_calls=16)
-    print(f"{args.dtype}, B*S = 16k, H = 2048 / D unless a cell says B:H, TFLOP/s (median of {args.rounds} "
-          "interleaved rounds); x = their time / flashattn's")
+    print(f"{args.dtype} {args.pass_}, B*S = 16k, H = 2048 / D unless a cell says B:H, TFLOP/s (median of "
+          f"{args.rounds} interleaved rounds); x = their time / flashattn's")
     print(f"{'D':>4} {'S':>6} {'causal':>6} " + " ".join(f"{n:>13}" for n in IMPLS) + "  x cudnn   x fa3   B   H")
     ratios: dict[str, list[float]] = {"sdpa-default": [], "fa3": []}
     for cell in args.cells:
@@ -48,12 +52,19 @@ def main(argv: list[str]) -> int:
             ap.error(f"cell {cell!r}: D:S:causal or D:S:causal:B:H")
         d, s, causal = fields[:3]
         b, h = fields[3:] if len(fields) == 5 else (16384 // s, 2048 // d)
-        shape = bc.Shape("standard", args.dtype, b, h, h, s, s, d, bool(causal))
+        shape = bc.Shape("standard", args.dtype, b, h, h, s, s, d, bool(causal), pass_=args.pass_)
         q, k, v = bc.make_inputs(shape)
+        dout = None
+        if args.pass_ != "fwd":
+            q, k, v = (t.requires_grad_() for t in (q, k, v))
+            dout = torch.randn_like(q)
         runnables, times = {}, {}
-        for impl in IMPLS:
+        for impl in IMPLS if dout is None else IMPLS[:2]:
             try:
-                fn, ctx = bc.make_callable(impl, shape, q, k, v)
+                if dout is None:
+                    fn, ctx = bc.make_callable(impl, shape, q, k, v)
+                else:
+                    fn, ctx = bc.make_training_callable(impl, shape, q, k, v, dout)
                 with ctx():
                     fn()
                 runnables[impl] = bc.Runnable(fn, ctx)
@@ -75,7 +86,7 @@ def main(argv: list[str]) -> int:
               f"  {x['sdpa-default']:7.3f} {x['fa3']:7.3f} {b:3d} {h:3d}")
         for line in host_bound:
             print(line)
-        del q, k, v
+        del q, k, v, dout
     for n, r in ratios.items():
         if r:
             print(f"geomean x {n}: {math.exp(sum(map(math.log, r)) / len(r)):.3f} ({len(r)} cells)")
