@@ -57,6 +57,8 @@
 #                                     (lab/ab/fwd_d96_d192_configs.diff): tests, time against D=128's/D=256's kernels, sanitizers (~8 min)
 #   bash lab/gpu_run.sh bwd192   prepared, not yet run: head dims 136..192 on a Hopper backward form of their own
 #                                     (lab/ab/bwd_d192_roles.diff): tests, time against D=256's kernel, sanitizers (~8 min)
+#   bash lab/gpu_run.sh headdims prepared, not yet run: fwdheaddims and bwd192 in one copy (lab/ab/head_dims_fwd_bwd.diff),
+#                                     HEADDIMS_PART=1 then 2 on one machine (~8 + ~6 min)
 #   bash lab/gpu_run.sh bwdtimeline measured 2026-12-07 (H100): where a Hopper backward CTA's time goes (SM clock stamps, lab/ab/lab_bwd_cta_timeline.diff):
 #                                     its fixed part, the SMs' busy share, causal and not at 2 and 16 heads; ncu's L2/DRAM (~6 min)
 #   bash lab/gpu_run.sh gqawalk  measured 2026-12-07, not adopted (1.001; 16k 16:4 causal 0.949): a GQA group's heads walked interleaved
@@ -1686,6 +1688,30 @@ case "${1:-verify}" in
       ${BWD192_CELLS:-192:2048:0:8:8 256:2048:0:8:8 192:8192:0:2:8 256:8192:0:2:8 192:8192:1:2:8 256:8192:1:2:8 192:4096:1}
     SANITIZE_IN="$b192_copy" SANITIZE_DIMS=168,192 sanitize_steps 150 auto dense,varlen bwd192
     ;;
+  headdims)  # issues 27, 29, prepared 2026-12-07, not yet run: fwdheaddims and bwd192 in one copy
+            # (lab/ab/head_dims_fwd_bwd.diff: the forward's D=96 and D=192 configs and the backward's D=192
+            # form), in two calls on one machine. HEADDIMS_PART=1 (the default): the copy built, the
+            # forward, split, packed and backward tests of head dims 80..96 and 152..192, the forward's time
+            # (FWDHEADDIMS_CELLS as fwdheaddims). HEADDIMS_PART=2, right after on the same machine (its
+            # build kept): the backward's time (BWD192_CELLS as bwd192), memcheck/racecheck/synccheck on the
+            # small D=80/96/168/192 cases, the property tests. Predictions: fwdheaddims's and bwd192's.
+    env_info > "$OUT/env.txt" 2>&1
+    hd_copy="$PWD/build/ab-headdims"
+    if [ "${HEADDIMS_PART:-1}" = 1 ]; then
+      build_patched headdims head_dims_fwd_bwd.diff 0
+      step pytest_headdims 280 env -C "$hd_copy" PYTHONPATH="$hd_copy" "${pytest_ci[@]}" tests/kernels/test_attention_gpu.py \
+        tests/kernels/test_fwd_split_gpu.py tests/kernels/test_varlen_gpu.py tests/kernels/test_backward_gpu.py \
+        -k "96 or 80 or 192 or 176 or 168 or 160 or 152" -ra
+      step time_fwd_headdims 240 env -C "$hd_copy" PYTHONPATH="$hd_copy" python3 lab/fwd_time.py --rounds 6 \
+        ${FWDHEADDIMS_CELLS:-96:1024:1:16:21 128:1024:1:16:21 96:4096:0:4:21 128:4096:0:4:21 96:4096:1:4:21 \
+        128:4096:1:4:21 96:16384:1:1:21 128:16384:1:1:21 192:4096:0:4:10 256:4096:0:4:10 192:16384:1:1:10 256:16384:1:1:10}
+    else
+      step time_bwd_headdims 200 env -C "$hd_copy" PYTHONPATH="$hd_copy" python3 lab/fwd_time.py --pass bwd --rounds 6 \
+        ${BWD192_CELLS:-192:2048:0:8:8 256:2048:0:8:8 192:8192:0:2:8 256:8192:0:2:8 192:8192:1:2:8 256:8192:1:2:8 192:4096:1}
+      SANITIZE_IN="$hd_copy" SANITIZE_DIMS=80,96,168,192 sanitize_steps 120 auto dense,varlen,split headdims
+      step pytest_properties 150 env -C "$hd_copy" PYTHONPATH="$hd_copy" "${pytest_ci[@]}" tests/kernels/test_properties_gpu.py -ra
+    fi
+    ;;
   bwdtimeline)  # issue 27, measured 2026-12-07 on an H100: a causal D=128 S=16k backward costs 7-9% more than its work
                 # at 16 heads but matches cuDNN's ratio at two (perf-notes "The causal step's two levers measured");
                 # ncu put half the excess inside the step loop, half outside it. In a copy with SM clock stamps a CTA
@@ -2252,7 +2278,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|causalsource|zigzag|bwdprefetch|bwdprefetchcheck|causallevers|causalleverscheck|bwdtimeline|fwd192|fwdheaddims|bwd192|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|causalsource|zigzag|bwdprefetch|bwdprefetchcheck|causallevers|causalleverscheck|bwdtimeline|fwd192|fwdheaddims|bwd192|headdims|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
