@@ -50,15 +50,8 @@
 #                                     prefetch, zigzag and both side by side with cuDNN; the step probe (~8 min)
 #   bash lab/gpu_run.sh causalleverscheck moot, left unrun: after causallevers, in its copy with both on: the Hopper backward, packed and
 #                                     public-gradient tests, the block CPU tests, the sanitizers (~8 min)
-#   bash lab/gpu_run.sh fwd192   prepared, its time not yet measured: the Hopper forward's D=192 config (head dims 136..192, lab/ab/fwd_d192_config.diff)
-#                                     in a copy: its tests, its time against D=256's kernel on the same grid with cuDNN and
-#                                     FlashAttention-3, the sanitizers on its small cases (~7 min)
-#   bash lab/gpu_run.sh fwdheaddims prepared, not yet run: fwd192 with head dims 72..96 on a config of their own too
-#                                     (lab/ab/fwd_d96_d192_configs.diff): tests, time against D=128's/D=256's kernels, sanitizers (~8 min)
-#   bash lab/gpu_run.sh bwd192   prepared, not yet run: head dims 136..192 on a Hopper backward form of their own
-#                                     (lab/ab/bwd_d192_roles.diff): tests, time against D=256's kernel, sanitizers (~8 min)
-#   bash lab/gpu_run.sh headdims prepared, not yet run: fwdheaddims and bwd192 in one copy (lab/ab/head_dims_fwd_bwd.diff),
-#                                     HEADDIMS_PART=1 then 2 on one machine (~8 + ~6 min)
+#   bash lab/gpu_run.sh headdims landed 2026-12-07 (H100): the forward's D=96/D=192 configs and the backward's D=192 form
+#                                     on the tree: tests, times, sanitizers; HEADDIMS_PART=1 then 2 (~5 + ~2 min)
 #   bash lab/gpu_run.sh bwdtimeline measured 2026-12-07 (H100): where a Hopper backward CTA's time goes (SM clock stamps, lab/ab/lab_bwd_cta_timeline.diff):
 #                                     its fixed part, the SMs' busy share, causal and not at 2 and 16 heads; ncu's L2/DRAM (~6 min)
 #   bash lab/gpu_run.sh gqawalk  measured 2026-12-07, not adopted (1.001; 16k 16:4 causal 0.949): a GQA group's heads walked interleaved
@@ -430,25 +423,6 @@ bwd_copy_checks() {
 # sanitize_steps' three tools in a patched copy on lab/sanitize_small.py's quick cases of GROUPS.
 #   copy_sanitize_steps COPY NAME LIMIT BACKENDS GROUPS
 copy_sanitize_steps() { SANITIZE_IN=$1 sanitize_steps "$3" "$4" "$5" "$2"; }
-# A Hopper forward config for more head dims as a patch (fwd192, fwdheaddims), in a copy with it: the
-# forward tests whose ids match FILTER, lab/fwd_time.py on CELLS (cuDNN and FlashAttention-3 alongside),
-# memcheck/racecheck/synccheck on lab/sanitize_small.py's cases of head dims DIMS, the backward of
-# D=96/192 against cuDNN, the property tests.
-#   head_dim_copy_steps NAME PATCH TAG FILTER DIMS CELLS...
-head_dim_copy_steps() {
-  local name=$1 patch=$2 tag=$3 filter=$4 dims=$5 copy
-  shift 5
-  env_info > "$OUT/env.txt" 2>&1
-  build_patched "$name" "$patch" 0
-  copy="$PWD/build/ab-$name"
-  step "pytest_$tag" 240 env -C "$copy" PYTHONPATH="$copy" "${pytest_ci[@]}" tests/kernels/test_attention_gpu.py \
-    tests/kernels/test_fwd_split_gpu.py tests/kernels/test_varlen_gpu.py -k "$filter" -ra
-  step "time_$tag" 300 env -C "$copy" PYTHONPATH="$copy" python3 lab/fwd_time.py --rounds 8 "$@"
-  SANITIZE_IN="$copy" SANITIZE_DIMS="$dims" sanitize_steps 120 auto dense,varlen,split "$tag"
-  step bwd_odd_dims 120 env -C "$copy" PYTHONPATH="$copy" python3 lab/bwd_check.py --time-only --time --lean \
-    --dtype bf16 --dims 96,192
-  step pytest_properties 200 env -C "$copy" PYTHONPATH="$copy" "${pytest_ci[@]}" tests/kernels/test_properties_gpu.py -ra
-}
 # ncu's stall samples per SASS instruction of the portable backward's main kernel in a patched copy,
 # by default at D=64 S=8k non-causal (compare with lab/ncu_source_top.py --compare OURS.csv FA2.csv).
 #   portable_copy_ncu COPY NAME [D:S:causal]
@@ -1642,74 +1616,29 @@ case "${1:-verify}" in
     copy_sanitize_steps "$zz_copy" zigzag 150 auto dense
     unset FLASHATTN_BWD_REVERSE
     ;;
-  fwd192)  # prepared 2026-12-07; tests and sanitizers passed in its copy on an H100 the same day, its timing not yet run (its log lost): head dims 136..192 on a Hopper forward config of their own
-           # (lab/ab/fwd_d192_config.diff: Sm90DefaultConfig<192>, 80-key blocks, the whole 128 x 192 O tile
-           # through shared memory, 217.1 KB; sm_90a 168 registers, 0 spills) instead of D=256's kernel, a
-           # quarter of whose GEMM work is zero columns. In a copy with the diff: its tests (the D=192/176/152
-           # edge cases, the split, packed rows), its time against D=256's kernel on the same grid (what serves
-           # these dims on the tree: the same B, H and S), cuDNN and FlashAttention-3 alongside (carry .whl/),
-           # memcheck/racecheck/synccheck on the small D=168/192 cases, the backward at D=96/192 (D=128's and
-           # D=256's kernels) against cuDNN for the record, the property tests. Prediction: D=192 1.2-1.3x
-           # faster than the D=256 kernel from 4k keys, 1.1-1.2x at 1k. Lands by `git apply` of the diff.
-    head_dim_copy_steps fwd192 fwd_d192_config.diff d192 "192 or 152 or 176" 168,192 \
-      ${FWD192_CELLS:-192:1024:1:16:10 256:1024:1:16:10 192:4096:0:4:10 256:4096:0:4:10 192:4096:1:4:10 \
-      256:4096:1:4:10 192:16384:0:1:10 256:16384:0:1:10 192:16384:1:1:10 256:16384:1:1:10 96:4096:0 96:4096:1}
-    ;;
-  fwdheaddims)  # prepared 2026-12-07, not yet run: fwd192 with head dims 72..96 on a config of their own as well
-                # (lab/ab/fwd_d96_d192_configs.diff: Sm90DefaultConfig<96>, D=128's tile with the second chunk plane
-                # half used, S = Q K^T in 6 k-steps, P V at N = 96, O 48 registers, the held row max as D=128's;
-                # sm_90a 168 registers, 0 spills). The one question the CPU cannot answer: wgmma's MN-major V operand
-                # at N = 96 over 128-byte swizzled planes (1.5 swizzle atoms; CuTe tiles no such layout) -- the D=96
-                # tests say. In a copy with the diff: the D=96/80/192/176/152 tests, the time of D=96 against
-                # D=128's kernel and of D=192 against D=256's on the same grids (cuDNN, FlashAttention-3 alongside;
-                # carry .whl/), memcheck/racecheck/synccheck on the small D=80/96/168/192 cases, the property tests.
-                # Prediction: D=96 1.15-1.25x faster than the D=128 kernel from 4k keys, D=192 as fwd192's
-    head_dim_copy_steps fwdheaddims fwd_d96_d192_configs.diff headdims "96 or 80 or 192 or 152 or 176" 80,96,168,192 \
-      ${FWDHEADDIMS_CELLS:-96:1024:1:16:21 128:1024:1:16:21 96:4096:0:4:21 128:4096:0:4:21 96:4096:1:4:21 \
-      128:4096:1:4:21 96:16384:1:1:21 128:16384:1:1:21 192:4096:0:4:10 256:4096:0:4:10 192:16384:1:1:10 256:16384:1:1:10}
-    ;;
-  bwd192)  # issue 27, prepared 2026-12-07, not yet run: head dims 136..192 on a Hopper backward form of their own
-          # (lab/ab/bwd_d192_roles.diff) instead of D=256's, a quarter of whose GEMM work is zero columns:
-          # the roles form (64-key blocks, S^T / dP^T split by role) with each warpgroup's 96 columns as
-          # one plane and half of the third (traits.h roles_col; descriptors.h roles_b: N = 96 as one
-          # swizzle atom and half of the next, warpgroup 1's half 64 bytes into plane 2's rows, the one
-          # layout question the CPU cannot answer), dQ through the shared 48 KB tile of the D <= 128 form
-          # (229 KB in all); sm_90a 168 registers, 0 spills. In a copy with the diff: the backward and
-          # packed-batch tests of head dims 152..192, the backward of D=192 against D=256's kernel on the
-          # same B, H and S with cuDNN alongside (lab/fwd_time.py --pass bwd, BWD192_CELLS),
-          # memcheck/racecheck/synccheck on the small D=168/192 cases. Prediction: D=192 1.2-1.3x the
-          # D=256 kernel's speed from 2k keys, 1.1-1.2x cuDNN's D=192 backward.
+  headdims)  # issues 27, 29, landed 2026-12-07 on an H100 (lab/ab/head_dims_fwd_bwd.diff, applied; perf-notes "Head dims
+            # 72..96 and 136..192 on forms of their own"): the forward's D=96 config 1.10-1.20x the D=128 kernel,
+            # D=192's 1.24x the D=256 kernel, the backward's D=192 form 1.27-1.43x the D=256 form, on the same
+            # B, H and S. On the tree: HEADDIMS_PART=1 (the default) builds it, runs the forward, split, packed
+            # and backward tests of head dims 80..96 and 152..192 and times the forward (FWDHEADDIMS_CELLS,
+            # D=96 beside D=128 and D=192 beside D=256, cuDNN and FlashAttention-3 alongside: carry .whl/);
+            # HEADDIMS_PART=2 times the backward (BWD192_CELLS, cuDNN alongside) and runs memcheck/racecheck/
+            # synccheck on the small D=80/96/168/192 cases and the property tests. (`git apply -R` of the diff
+            # gives the tree before it, whose D=96 and D=192 calls ran on D=128's and D=256's kernels.)
     env_info > "$OUT/env.txt" 2>&1
-    build_patched bwd192 bwd_d192_roles.diff 0
-    b192_copy="$PWD/build/ab-bwd192"
-    step pytest_bwd192 280 env -C "$b192_copy" PYTHONPATH="$b192_copy" "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py \
-      tests/kernels/test_varlen_gpu.py -k "192 or 176 or 168 or 160 or 152" -ra
-    step time_bwd192 240 env -C "$b192_copy" PYTHONPATH="$b192_copy" python3 lab/fwd_time.py --pass bwd --rounds 6 \
-      ${BWD192_CELLS:-192:2048:0:8:8 256:2048:0:8:8 192:8192:0:2:8 256:8192:0:2:8 192:8192:1:2:8 256:8192:1:2:8 192:4096:1}
-    SANITIZE_IN="$b192_copy" SANITIZE_DIMS=168,192 sanitize_steps 150 auto dense,varlen bwd192
-    ;;
-  headdims)  # issues 27, 29, prepared 2026-12-07, not yet run: fwdheaddims and bwd192 in one copy
-            # (lab/ab/head_dims_fwd_bwd.diff: the forward's D=96 and D=192 configs and the backward's D=192
-            # form), in two calls on one machine. HEADDIMS_PART=1 (the default): the copy built, the
-            # forward, split, packed and backward tests of head dims 80..96 and 152..192, the forward's time
-            # (FWDHEADDIMS_CELLS as fwdheaddims). HEADDIMS_PART=2, right after on the same machine (its
-            # build kept): the backward's time (BWD192_CELLS as bwd192), memcheck/racecheck/synccheck on the
-            # small D=80/96/168/192 cases, the property tests. Predictions: fwdheaddims's and bwd192's.
-    env_info > "$OUT/env.txt" 2>&1
-    hd_copy="$PWD/build/ab-headdims"
     if [ "${HEADDIMS_PART:-1}" = 1 ]; then
-      build_patched headdims head_dims_fwd_bwd.diff 0
-      step pytest_headdims 280 env -C "$hd_copy" PYTHONPATH="$hd_copy" "${pytest_ci[@]}" tests/kernels/test_attention_gpu.py \
-        tests/kernels/test_fwd_split_gpu.py tests/kernels/test_varlen_gpu.py tests/kernels/test_backward_gpu.py \
-        -k "96 or 80 or 192 or 176 or 168 or 160 or 152" -ra
-      step time_fwd_headdims 240 env -C "$hd_copy" PYTHONPATH="$hd_copy" python3 lab/fwd_time.py --rounds 6 \
+      ensure_built
+      step pytest_headdims 280 "${pytest_ci[@]}" tests/kernels/test_attention_gpu.py tests/kernels/test_fwd_split_gpu.py \
+        tests/kernels/test_varlen_gpu.py tests/kernels/test_backward_gpu.py -k "96 or 80 or 192 or 176 or 168 or 160 or 152" -ra
+      step time_fwd_headdims 240 python3 lab/fwd_time.py --rounds 6 \
         ${FWDHEADDIMS_CELLS:-96:1024:1:16:21 128:1024:1:16:21 96:4096:0:4:21 128:4096:0:4:21 96:4096:1:4:21 \
         128:4096:1:4:21 96:16384:1:1:21 128:16384:1:1:21 192:4096:0:4:10 256:4096:0:4:10 192:16384:1:1:10 256:16384:1:1:10}
     else
-      step time_bwd_headdims 200 env -C "$hd_copy" PYTHONPATH="$hd_copy" python3 lab/fwd_time.py --pass bwd --rounds 6 \
+      ensure_built
+      step time_bwd_headdims 200 python3 lab/fwd_time.py --pass bwd --rounds 6 \
         ${BWD192_CELLS:-192:2048:0:8:8 256:2048:0:8:8 192:8192:0:2:8 256:8192:0:2:8 192:8192:1:2:8 256:8192:1:2:8 192:4096:1}
-      SANITIZE_IN="$hd_copy" SANITIZE_DIMS=80,96,168,192 sanitize_steps 120 auto dense,varlen,split headdims
-      step pytest_properties 150 env -C "$hd_copy" PYTHONPATH="$hd_copy" "${pytest_ci[@]}" tests/kernels/test_properties_gpu.py -ra
+      SANITIZE_DIMS=80,96,168,192 sanitize_steps 120 auto dense,varlen,split headdims
+      step pytest_properties 150 "${pytest_ci[@]}" tests/kernels/test_properties_gpu.py -ra
     fi
     ;;
   bwdtimeline)  # issue 27, measured 2026-12-07 on an H100: a causal D=128 S=16k backward costs 7-9% more than its work
@@ -2278,7 +2207,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|causalsource|zigzag|bwdprefetch|bwdprefetchcheck|causallevers|causalleverscheck|bwdtimeline|fwd192|fwdheaddims|bwd192|headdims|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|causalsource|zigzag|bwdprefetch|bwdprefetchcheck|causallevers|causalleverscheck|bwdtimeline|headdims|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

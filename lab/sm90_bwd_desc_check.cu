@@ -14,6 +14,7 @@
 // tile order (check_wide_config).
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include <cute/tensor.hpp>
@@ -72,6 +73,27 @@ auto transposed_tile() {  // the same bytes viewed as (kCols, kRows): MN-major o
   return make_tensor(make_smem_ptr(reinterpret_cast<Element*>(g_smem)), t);
 }
 
+// The D = 192 roles form's MN-major operand of warpgroup wg (descriptors.h roles_b): N = 96 as plane
+// wg (one swizzle atom, which CuTe describes: every field but LBO checked against it) and the 32
+// columns of half wg of plane 2 as a partial second atom, which CuTe cannot tile: LBO checked as the
+// distance from the start to CuTe's address of column 128 + 32 wg at the k-step's first row, where
+// the swizzle leaves the row's 16-byte pieces in place (row % 8 == 0).
+template <class Tensor>
+void check_roles192(uint64_t desc, Tensor const& t, int wg, int kk, const char* what) {
+  auto atom = local_tile(t, Shape<_64, _16>{}, make_coord(wg, kk));
+  auto cute_desc = GMMA::make_gmma_desc<GMMA::Major::MN>(atom);
+  CHECK_EQ(flashattn::sm90::desc_from_lo(flashattn::sm90::desc_lo(desc), 0), desc, "desc upper word is kBwdDescHi");
+  GmmaDescriptor o(desc);
+  const uint32_t start = static_cast<uint32_t>(o.bitfield.start_address_) << 4;
+  CHECK_EQ(start, static_cast<uint32_t>(data_offset(atom)), what);
+  CHECK_EQ(o.bitfield.stride_byte_offset_, cute_desc.bitfield.stride_byte_offset_, what);
+  CHECK_EQ(o.bitfield.layout_type_, cute_desc.bitfield.layout_type_, what);
+  CHECK_EQ(o.bitfield.base_offset_, cute_desc.bitfield.base_offset_, what);
+  const uint32_t second = static_cast<uint32_t>(
+      reinterpret_cast<cute::uint8_t const*>(raw_pointer_cast(&t(128 + 32 * wg, 16 * kk))) - g_smem);
+  CHECK_EQ(start + (static_cast<uint32_t>(o.bitfield.leading_byte_offset_) << 4), second, what);
+}
+
 template <class Element, class Traits>
 void check_traits(const char* name) {
   using namespace flashattn::sm90;
@@ -100,7 +122,12 @@ void check_traits(const char* name) {
   {
     auto sQt = transposed_tile<Element, BM, D>();
     for (int kk = 0; kk < BM / 16; ++kk) {
-      if constexpr (Traits::kRoles) {  // warpgroup wg's N = D/2 columns
+      if constexpr (Traits::kRoles && D == 192) {  // plane wg, then half wg of plane 2 (roles_b)
+        for (int wg = 0; wg < 2; ++wg) {
+          std::snprintf(what, sizeof what, "%s acc B D=192 wg=%d kk=%d", name, wg, kk);
+          check_roles192(desc_advance(Descs::acc_b_half(0u, wg), Descs::acc_b_step(kk)), sQt, wg, kk, what);
+        }
+      } else if constexpr (Traits::kRoles) {  // warpgroup wg's N = D/2 columns
         for (int wg = 0; wg < 2; ++wg) {
           auto sub = local_tile(sQt, Shape<Int<D / 2>, _16>{}, make_coord(wg, kk));
           std::snprintf(what, sizeof what, "%s acc B half wg=%d kk=%d", name, wg, kk);
@@ -148,10 +175,14 @@ void check_traits(const char* name) {
         std::snprintf(what, sizeof what, "%s dQ A wg=%d kk=%d", name, wg, kk);
         check_desc(desc_advance(Descs::dq_a(0u, wg), Descs::dq_step(kk)), GMMA::make_gmma_desc<GMMA::Major::MN>(a),
                    data_offset(a), what);
-        auto b = local_tile(sKt, Shape<Int<Traits::kDqN>, _16>{}, make_coord(kSplitD ? wg : 0, kblock));
         std::snprintf(what, sizeof what, "%s dQ B wg=%d kk=%d", name, wg, kk);
-        check_desc(desc_advance(Descs::dq_b(0u, wg), Descs::dq_step(kk)), GMMA::make_gmma_desc<GMMA::Major::MN>(b),
-                   data_offset(b), what);
+        if constexpr (Traits::kRoles && D == 192) {
+          check_roles192(desc_advance(Descs::dq_b(0u, wg), Descs::dq_step(kk)), sKt, wg, kblock, what);
+        } else {
+          auto b = local_tile(sKt, Shape<Int<Traits::kDqN>, _16>{}, make_coord(kSplitD ? wg : 0, kblock));
+          check_desc(desc_advance(Descs::dq_b(0u, wg), Descs::dq_step(kk)), GMMA::make_gmma_desc<GMMA::Major::MN>(b),
+                     data_offset(b), what);
+        }
       }
   }
   std::printf("checked %s\n", name);
@@ -243,11 +274,38 @@ void check_wide_config() {
   std::printf("checked the wide config (80-query steps, dQ transposed)\n");
 }
 
+// The roles form's dQ tile order (traits.h): accumulator value v of n8 slice j of thread wtid of
+// warpgroup wg is row 16 warp + lane / 4 + 8 (v / 2), column roles_col(wg, 8 j + 2 (lane % 4) + v % 2)
+// of the block; dq_tile_offset_rc (the convert kernel's read) must find it where the consumer stored
+// it (dq_tile_offset), and every float of the tile is written once.
+template <class Traits>
+void check_roles_dq_order(const char* name) {
+  char what[200];
+  std::vector<int> seen(Traits::kDqTileFloats, 0);
+  for (int wg = 0; wg < 2; ++wg)
+    for (int wtid = 0; wtid < 128; ++wtid)
+      for (int j = 0; j < Traits::kDqRegs / 4; ++j)
+        for (int v = 0; v < 4; ++v) {
+          const int warp = wtid / 32, lane = wtid % 32;
+          const int row = 16 * warp + lane / 4 + 8 * (v / 2);
+          const int col = Traits::roles_col(wg, 8 * j + 2 * (lane % 4) + v % 2);
+          const int off = Traits::dq_tile_offset(wg, j, wtid, v);
+          std::snprintf(what, sizeof what, "%s dQ tile order (%d, %d)", name, row, col);
+          CHECK_EQ(Traits::dq_tile_offset_rc(row, col), off, what);
+          if (off >= 0 && off < Traits::kDqTileFloats) ++seen[off];
+        }
+  for (int i = 0; i < Traits::kDqTileFloats; ++i) CHECK_EQ(seen[i], 1, name);
+  std::printf("checked %s dQ tile order\n", name);
+}
+
 int main() {
   using namespace flashattn::sm90;
+  check_roles_dq_order<Sm90BwdTraits<192>>("D=192 roles");
+  check_roles_dq_order<Sm90BwdTraits<256>>("D=256 roles");
   check_wide_config<cute::bfloat16_t>();
   check_traits<cute::bfloat16_t, Sm90BwdTraits<128, Sm90BwdDqSplit::kSplitD>>("D=128 split-D");
   check_traits<cute::bfloat16_t, Sm90BwdTraits<256>>("D=256 roles");
+  check_traits<cute::half_t, Sm90BwdTraits<192>>("D=192 roles");
   check_traits<cute::bfloat16_t, Sm90BwdTraits<128, Sm90BwdDqSplit::kSplitKeys, 64>>("D=128 split-keys");
   check_traits<cute::bfloat16_t, Sm90BwdTraits<64, Sm90BwdDqSplit::kSplitKeys, 64>>("D=64 split-keys");
   check_traits<cute::half_t, Sm90BwdTraits<64, Sm90BwdDqSplit::kSplitD, 64>>("D=64 split-D");

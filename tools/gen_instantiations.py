@@ -51,7 +51,7 @@ HEAD_DIMS = {
 
 # Hopper path: head dims with a Sm90DefaultConfig (smaller dims run on the next one up), each in
 # both tile schedules (schedule.cuh).
-SM90_HEAD_DIMS = (64, 128, 256)
+SM90_HEAD_DIMS = (64, 96, 128, 192, 256)
 SM90_SCHEDULES = {"static": "false", "dynamic": "true"}
 # file-name infix -> (config template, Sm90ConfigKind, head dims); the long-keys and non-causal
 # configs only for head dims where they are distinct (Sm90LongKeysConfig<D>::kDistinct,
@@ -88,7 +88,7 @@ BWD_HEAD_DIMS = {
 
 # Backward (Hopper path): head dims with a Sm90BwdTraits (smaller dims run on the next one up;
 # the others on the portable backward).
-BWD_SM90_HEAD_DIMS = (64, 128, 256)
+BWD_SM90_HEAD_DIMS = (64, 128, 192, 256)
 
 # Decoding: head dim (kDecodeHeadDims) -> variants with a DecodeTileConfig in
 # csrc/flash_decode/decode_traits.h. kHopper, kHopperSplit and kHopperStream exist where

@@ -39,9 +39,9 @@ from __future__ import annotations
 import pathlib
 
 SS_N = (64, 80, 96, 112, 128, 144, 160, 176, 192)
-RS_N = (64, 128, 256)
-SST_N = (32, 64, 128)
-SSTB_N = (128,)
+RS_N = (64, 96, 128, 192, 256)
+SST_N = (32, 64, 96, 128)
+SSTB_N = (96, 128)
 SSTA_N = (80,)
 TYPES = (("__half", "f16"), ("__nv_bfloat16", "bf16"))
 FP8_SS_N = (128, 192)

@@ -47,11 +47,20 @@ struct Sm90BwdDescs {
     return make_smem_desc_sw128(q_tile, Traits::kChunks > 1 ? Traits::kQPlaneBytes : 0u, 1024u);
   }
   static FLASHATTN_HD uint32_t acc_b_step(int kk) { return static_cast<uint32_t>(kk) * 16u * kChunkRowBytes; }
-  // The D = 256 form: warpgroup wg's N = 128 columns [128 wg, 128 wg + 128) are planes 2 wg and
-  // 2 wg + 1 (LBO = the plane stride); k-steps as acc_b_step.
-  static FLASHATTN_HD uint64_t acc_b_half(uint32_t q_tile, int wg) {
-    return make_smem_desc_sw128(q_tile + static_cast<uint32_t>(2 * wg) * Traits::kQPlaneBytes, Traits::kQPlaneBytes, 1024u);
+  // The roles form: warpgroup wg's kAccN columns (traits.h roles_col) of a tile of `plane_bytes`
+  // planes as one MN-major operand. D = 256: planes 2 wg and 2 wg + 1 (LBO = the plane stride).
+  // D = 192: plane wg, then the 32 columns of half wg of plane 2 as a second, partial swizzle atom
+  // (N = 96): LBO = from the start to that half, 64 bytes into plane 2's rows for warpgroup 1
+  // (the swizzle applies to the address bits, so a start 64 bytes into a row reads on as the
+  // D = 64 kSplitD dQ's B did).
+  static FLASHATTN_HD uint64_t roles_b(uint32_t tile, int wg, uint32_t plane_bytes) {
+    if (Traits::kHeadDim == 192)
+      return make_smem_desc_sw128(tile + static_cast<uint32_t>(wg) * plane_bytes,
+                                  static_cast<uint32_t>(2 - wg) * plane_bytes + static_cast<uint32_t>(wg) * 64u, 1024u);
+    return make_smem_desc_sw128(tile + static_cast<uint32_t>(2 * wg) * plane_bytes, plane_bytes, 1024u);
   }
+  // B = dO or Q of dV += P^T dO / dK += dS^T Q in the roles form; k-steps as acc_b_step.
+  static FLASHATTN_HD uint64_t acc_b_half(uint32_t q_tile, int wg) { return roles_b(q_tile, wg, Traits::kQPlaneBytes); }
   // The D = 256 form's A of dV += P^T dO and dK += dS^T Q: P^T or dS^T [64 keys][64 queries]
   // (one plane) as K-major A (M = keys, K = queries): k-step kk is 32 bytes into the rows.
   static FLASHATTN_HD uint64_t pds_a(uint32_t tile) { return make_smem_desc_sw128(tile, 16u, 1024u); }
@@ -71,6 +80,7 @@ struct Sm90BwdDescs {
   static FLASHATTN_HD uint64_t dq_b(uint32_t k_tile, int wg) {
     if (Traits::kDqSplit == Sm90BwdDqSplit::kSplitQueries)
       return make_smem_desc_sw128(k_tile, Traits::kChunks > 1 ? Traits::kKVPlaneBytes : 0u, 1024u);
+    if (Traits::kRoles) return roles_b(k_tile, wg, Traits::kKVPlaneBytes);
     if (kSplitD) {
       const int col0 = wg * (Traits::kHeadDim / 2);
       const uint32_t off = static_cast<uint32_t>(col0 / kChunkCols) * Traits::kKVPlaneBytes +

@@ -61,7 +61,7 @@ const Sm90BwdLauncher kLaunchers[] = {
 constexpr int kNumLaunchers = sizeof(kLaunchers) / sizeof(kLaunchers[0]);
 
 static_assert(Sm90BwdTraits<64>::kBlockM == sm90_bwd_block_m(64) && Sm90BwdTraits<128>::kBlockM == sm90_bwd_block_m(128) &&
-                  Sm90BwdTraits<256>::kBlockM == sm90_bwd_block_m(256),
+                  Sm90BwdTraits<192>::kBlockM == sm90_bwd_block_m(192) && Sm90BwdTraits<256>::kBlockM == sm90_bwd_block_m(256),
               "flash_bwd_sm90_block_m() is the instantiations' query block");
 
 // Query rows per step and floats per dq_accum tile of the instantiation for (d, softcap, wide).
@@ -73,12 +73,17 @@ int block_m_of(int d, bool softcap, bool wide) {
   static_assert(Sm90BwdConfig<128, false, true>::Traits::kBlockM == Sm90BwdConfig<128, true, true>::Traits::kBlockM,
                 "one wide tile with and without a softcap");
   if (wide) return Sm90BwdConfig<128, false, true>::Traits::kBlockM;
-  return d == 64 ? config_block_m<64>(softcap) : d == 128 ? config_block_m<128>(softcap) : config_block_m<256>(softcap);
+  return d == 64    ? config_block_m<64>(softcap)
+         : d == 128 ? config_block_m<128>(softcap)
+         : d == 192 ? config_block_m<192>(softcap)
+                    : config_block_m<256>(softcap);
 }
 
 // The instantiated head dim that runs a call's head dim (smaller dims run zero-padded on the next
 // one up: TMA reads columns past head_dim as zeros, the epilogues drop them).
-int instantiated_head_dim(int head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
+int instantiated_head_dim(int head_dim) {
+  return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : head_dim <= 192 ? 192 : 256;
+}
 
 // The wide config (traits.h Sm90BwdConfig<128, softcap, true>): dense D = 128 calls (and D 72..120,
 // padded), the mask as wide_rule.h says. FLASHATTN_BWD_WIDE is read at every such
@@ -90,7 +95,10 @@ bool wide_config(const BwdParams& p) {
   const int mode = v == nullptr || *v == '\0' ? 2 : std::atoi(v);
   return bwd_wide_rule(mode, p.causal, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k);
 }
-int block_n(int d) { return d == 256 ? Sm90BwdTraits<256>::kBlockN : Sm90BwdTraits<128>::kBlockN; }
+int block_n(int d) {
+  static_assert(Sm90BwdTraits<192>::kBlockN == Sm90BwdTraits<256>::kBlockN, "one key block in the roles form");
+  return d > 128 ? Sm90BwdTraits<256>::kBlockN : Sm90BwdTraits<128>::kBlockN;
+}
 
 // Whether instantiation i holds real sm_90a code for the device, asked once per process.
 bool launcher_available(int i) {

@@ -46,10 +46,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #pragma unroll
     for (int s = 0; s < Traits::kStages; ++s) {
       mbar_init(sm.full(s), 1 + 2 * 32);  // the TMA lane (with the bytes), the lse and dpsum warps' lanes
-      // Freed by the consumers once they have read the stage, or in the D = 256 form by the dQ
-      // writer once it has read the dQ the consumers wrote over it.
-      mbar_init(sm.empty(s), Traits::kRoles ? 1 : Traits::kConsumerThreads);
-      if constexpr (Traits::kRoles) mbar_init(sm.dq_ready(s), Traits::kConsumerThreads);
+      // Freed by the consumers once they have read the stage, or at D = 256 by the dQ writer once
+      // it has read the dQ the consumers wrote over it.
+      mbar_init(sm.empty(s), Traits::kDqInStage ? 1 : Traits::kConsumerThreads);
+      if constexpr (Traits::kDqInStage) mbar_init(sm.dq_ready(s), Traits::kConsumerThreads);
     }
     mbar_init(sm.kv_full(), 1);
     mbar_init(sm.dq_full(), Traits::kConsumerThreads);
@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (warp == 0)
       bwd_sm90_load<Traits, kPacked>(params, sm, blk, threadIdx.x % 32);
     else if (warp == 1) {
-      if constexpr (Traits::kRoles)
+      if constexpr (Traits::kDqInStage)
         bwd_sm90_dq_writer_roles<Traits, kPacked>(params, sm, blk, threadIdx.x % 32);
       else
         bwd_sm90_dq_writer<Traits, kPacked>(params, sm, blk, threadIdx.x % 32);

@@ -343,7 +343,7 @@ __device__ __forceinline__ void bwd_sm90_zero_tail(const uint32_t a, const uint3
 }
 
 // ---- The consumers' epilogue (both forms): this warpgroup's part of dK (times softmax_scale) and
-// dV, rows [row0, row0 + 64) of the key block and columns [col0, col0 + 2 kRegs), staged in the
+// dV, rows [row0, row0 + 64) of the key block and its columns (BwdAccCols below), staged in the
 // Q/dO ring (free once both warpgroups are past their last step) in the TMA box layout, then
 // written by TMA stores, which clip rows past Sk and columns past head_dim. Direct 4-byte stores
 // from the accumulators (8 rows x 16 bytes a warp instruction, each with its own 64-bit address)
@@ -354,15 +354,15 @@ constexpr int kBwdEpilogueBarrier = 7;  // both warpgroups; + 1 + wg: one warpgr
 
 // The epilogue of a CTA that shares its key block with others (a split GQA group, BwdParams::
 // group_split > 1, or a piece of the split last wave, BwdBlock::tail >= 0): this warpgroup's part
-// of dK and dV, rows [row0, row0 + 64) and columns [col0, col0 + 2 kRegs) of the key block, added
+// of dK and dV, rows [row0, row0 + 64) and columns col_of(c) (c < 2 kRegs) of the key block, added
 // into dkv_accum by two-float reductions (a column pair per value pair of the accumulator); rows
 // past Sk are skipped. dkv_accum is [2][B][Hk][Sk][kHeadDim] with a group split, else
 // [2][tail_units][kBlockN][kHeadDim]. Once per CTA: 64 reductions a thread. dK's softmax_scale is
 // applied once to the sum, by the convert kernel, as the unsplit epilogue applies it once.
-template <typename Traits, int kRegs>
+template <typename Traits, int kRegs, typename ColOf>
 __device__ __forceinline__ void bwd_sm90_add_dkv(const BwdParams& p, const BwdBlock& blk, const int wtid,
                                                  const float (&dk)[kRegs], const float (&dv)[kRegs], const int row0,
-                                                 const int col0) {
+                                                 ColOf col_of) {
   const int warp = wtid / 32;
   const int lane = wtid % 32;
   const bool per_head = p.group_split > 1;
@@ -377,27 +377,48 @@ __device__ __forceinline__ void bwd_sm90_add_dkv(const BwdParams& p, const BwdBl
   for (int h = 0; h < 2; ++h) {
     const int row = row0 + 16 * warp + lane / 4 + 8 * h;
     if (blk.n0 + row >= p.seqlen_k) continue;
-    float* const r = base + static_cast<int64_t>(row) * Traits::kHeadDim + col0 + 2 * (lane % 4);
+    float* const r = base + static_cast<int64_t>(row) * Traits::kHeadDim + 2 * (lane % 4);
 #pragma unroll
     for (int j = 0; j < kRegs / 4; ++j) {
-      asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(r + 8 * j), "f"(dk[4 * j + 2 * h]),
+      asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(r + col_of(8 * j)), "f"(dk[4 * j + 2 * h]),
                    "f"(dk[4 * j + 2 * h + 1])
                    : "memory");
-      asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(r + plane + 8 * j), "f"(dv[4 * j + 2 * h]),
+      asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(r + plane + col_of(8 * j)), "f"(dv[4 * j + 2 * h]),
                    "f"(dv[4 * j + 2 * h + 1])
                    : "memory");
     }
   }
 }
 
+// The tile column of a warpgroup's accumulator column c (a multiple of 8: an n8 slice's first):
+// c itself where a warpgroup holds all columns (mainloop.cuh's form), traits.h's roles_col in the
+// roles form.
+template <typename Traits>
+struct BwdAccCols {
+  int wg;
+  __device__ __forceinline__ int operator()(const int c) const { return Traits::kRoles ? Traits::roles_col(wg, c) : c; }
+  // Whether this warpgroup stores plane `c` of the staged dK/dV tile: every plane of its own rows
+  // in mainloop.cuh's form; the planes of its columns in the roles form, plane 2 at D = 192 (half
+  // of each warpgroup's) by warpgroup 0.
+  __device__ __forceinline__ bool stores_plane(const int c) const {
+    if (!Traits::kRoles) return true;
+    if (Traits::kHeadDim == 192) return c < 2 ? c == wg : wg == 0;
+    return c * kChunkCols / Traits::kAccN == wg;
+  }
+};
+
 template <typename Traits, typename Element, bool kPacked, int kRegs>
 __device__ __forceinline__ void bwd_sm90_store_dkv(const Sm90BwdParams& kp, const BwdSmem<Traits>& sm, const BwdBlock& blk,
                                                    const int wg, const int wtid, const float (&dk)[kRegs],
-                                                   const float (&dv)[kRegs], const int row0, const int col0) {
+                                                   const float (&dv)[kRegs], const int row0) {
   static_assert(2 * Traits::kKVBytes <= 2 * Traits::kStages * Traits::kQBytes, "dK and dV fit in the Q/dO ring");
-  static_assert((2 * kRegs) % kChunkCols == 0, "whole 64-column planes per warpgroup");
+  static_assert((2 * kRegs) % kChunkCols == 0 || (Traits::kRoles && Traits::kHeadDim == 192),
+                "whole 64-column planes per warpgroup, or D = 192's plane and a half");
+  // D = 192: plane 2 holds half of each warpgroup's columns, so both write before either stores.
+  constexpr bool kSharedPlane = Traits::kRoles && Traits::kHeadDim == 192;
+  const BwdAccCols<Traits> col_of{wg};
   if (!kPacked && (kp.p.group_split > 1 || blk.tail >= 0)) {  // uniform: both warpgroups take this path
-    bwd_sm90_add_dkv<Traits>(kp.p, blk, wtid, dk, dv, row0, col0);
+    bwd_sm90_add_dkv<Traits>(kp.p, blk, wtid, dk, dv, row0, col_of);
     return;
   }
   const int warp = wtid / 32;
@@ -413,7 +434,7 @@ __device__ __forceinline__ void bwd_sm90_store_dkv(const Sm90BwdParams& kp, cons
     const int row = row0 + acc_row + 8 * h;
 #pragma unroll
     for (int j = 0; j < kRegs / 4; ++j) {
-      const int col = col0 + 8 * j + acc_col;
+      const int col = col_of(8 * j) + acc_col;
       const uint32_t off = static_cast<uint32_t>(col / kChunkCols) * Traits::kKVPlaneBytes + row * kChunkRowBytes +
                            ((static_cast<uint32_t>((col % kChunkCols) / 8) ^ static_cast<uint32_t>(row % 8)) * 16u) +
                            static_cast<uint32_t>(col % 8) * 2u;
@@ -422,7 +443,10 @@ __device__ __forceinline__ void bwd_sm90_store_dkv(const Sm90BwdParams& kp, cons
     }
   }
   fence_proxy_async();
-  named_barrier_sync(kBwdEpilogueBarrier + 1 + wg, kWarpgroupThreads);
+  if constexpr (kSharedPlane)
+    named_barrier_sync(kBwdEpilogueBarrier, Traits::kConsumerThreads);
+  else
+    named_barrier_sync(kBwdEpilogueBarrier + 1 + wg, kWarpgroupThreads);
   // The sequence read again (the batch index made opaque, so the compiler cannot reuse the first
   // read): kept from the block's start, its rows took a register through the whole loop, which
   // the softcap kernel at D = 128 spilled.
@@ -437,7 +461,7 @@ __device__ __forceinline__ void bwd_sm90_store_dkv(const Sm90BwdParams& kp, cons
       Element* dv = static_cast<Element*>(p.dv) + row_base * p.dv_row_stride + blk.head_kv * p.dv_head_stride;
       for (int i = wtid; i < (valid > 0 ? valid : 0) * kPieces; i += kWarpgroupThreads) {
         const int r = i / kPieces;
-        const int col = col0 + 8 * (i % kPieces);
+        const int col = col_of(8 * (i % kPieces));
         if (col >= p.head_dim) continue;
         const int row = row0 + r;
         const uint32_t off = static_cast<uint32_t>(col / kChunkCols) * Traits::kKVPlaneBytes + row * kChunkRowBytes +
@@ -453,7 +477,8 @@ __device__ __forceinline__ void bwd_sm90_store_dkv(const Sm90BwdParams& kp, cons
   }
   if (wtid == 0) {
 #pragma unroll
-    for (int c = col0 / kChunkCols; c < (col0 + 2 * kRegs) / kChunkCols; ++c) {
+    for (int c = 0; c < Traits::kChunks; ++c) {
+      if (!col_of.stores_plane(c)) continue;
       const uint32_t off = static_cast<uint32_t>(c) * Traits::kKVPlaneBytes + static_cast<uint32_t>(row0) * kChunkRowBytes;
       if constexpr (kPacked) {
         tma_store_4d(&kp.tma_dk, dk_s + off, c * kChunkCols, seq.k_row0 + blk.n0 + row0, blk.head_kv, 0);
@@ -835,7 +860,7 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
 
   // ---- Epilogue: warpgroup wg's 64 key rows, all columns. (A CTA with no step, e.g. keys no
   // query sees under causal masking, writes zeros.)
-  bwd_sm90_store_dkv<Traits, Element, kPacked>(kp, sm, blk, wg, wtid, dk, dv, 64 * wg, 0);
+  bwd_sm90_store_dkv<Traits, Element, kPacked>(kp, sm, blk, wg, wtid, dk, dv, 64 * wg);
 }
 
 #endif  // FLASHATTN_SM90A_ENABLED

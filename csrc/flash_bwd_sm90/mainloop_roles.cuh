@@ -1,6 +1,8 @@
-// The consumers of the Hopper backward at D = 256 (traits.h: the kRoles form). The producer
-// warpgroup is mainloop.cuh's (TMA of K/V once and Q/dO per step, lse/dpsum by two warps), its
-// dQ writer the form's own (bwd_sm90_dq_writer_roles: dQ from the step's stage).
+// The consumers of the Hopper backward at D = 256 and D = 192 (traits.h: the kRoles form). The
+// producer warpgroup is mainloop.cuh's (TMA of K/V once and Q/dO per step, lse/dpsum by two warps),
+// its dQ writer at D = 256 the form's own (bwd_sm90_dq_writer_roles: dQ from the step's stage), at
+// D = 192 the D <= 128 form's (dQ through the shared tile). The text below is D = 256's; D = 192
+// reads 96 columns a warpgroup (traits.h roles_col) where it says 128.
 //
 // One CTA per (batch, K/V head, block of 64 keys). dK and dV of 64 keys x 256 columns take 256
 // registers a thread in one warpgroup, so each warpgroup keeps the columns [128 wg, 128 wg + 128)
@@ -74,13 +76,13 @@ constexpr int kBwdSDoneBarrier = 5;    // both warpgroups: S^T of this step is c
 template <typename Traits, typename Element, bool kSoftcap, bool kPacked>
 __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp, const BwdSmem<Traits>& sm,
                                                         const BwdBlock& blk, const int wg, const int wtid) {
-  static_assert(Traits::kRoles && Traits::kBlockN == 64 && Traits::kBlockM == 64, "the D = 256 form");
+  static_assert(Traits::kRoles && Traits::kBlockN == 64 && Traits::kBlockM == 64, "the roles form");
   const BwdParams& p = kp.p;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kSRegs = Traits::kSRegs;      // 32: m64 (keys) x n64 (queries)
-  constexpr int kAccRegs = Traits::kAccRegs;  // 64: m64 (keys) x n128 (this warpgroup's columns)
-  constexpr int kDqRegs = Traits::kDqRegs;    // 64: m64 (queries) x n128
+  constexpr int kAccRegs = Traits::kAccRegs;  // 64 (48): m64 (keys) x n128 (n96), this warpgroup's columns
+  constexpr int kDqRegs = Traits::kDqRegs;    // 64 (48): m64 (queries) x n128 (n96)
   constexpr int kPVSteps = Traits::kPVSteps;  // 4: k = 64 queries
   using MmaScore = WgmmaSS<Element, kBlockM>;
   using MmaAcc = WgmmaSSTransB<Element, Traits::kAccN>;
@@ -254,6 +256,30 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
       MmaDq::mma(dq, desc_from_lo(dsmn_lo, buf_off + Descs::dq_step(kk)), desc_from_lo(kmn_lo, Descs::dq_step(kk)),
                  kk > 0 ? 1 : 0);
     wgmma_commit();
+
+    if constexpr (!Traits::kDqInStage) {
+      // ---- D = 192: the stage is free once dV and dK are complete (the score GEMMs of both
+      // warpgroups read it before DS_READY; lse and dpsum are in registers); dQ_wg goes to the
+      // shared dQ tile (traits.h's order), once the writer has read the previous step's, and the
+      // writer (mainloop.cuh's bwd_sm90_dq_writer) adds it as it does for D <= 128.
+      wgmma_wait<1>();
+      reg_fence(dv);
+      reg_fence(dk);
+      mbar_arrive(sm.empty(stage));
+      wgmma_wait<0>();
+      reg_fence(dq);
+      if (t > 0) mbar_wait(sm.dq_empty(), (t - 1) & 1);
+#pragma unroll
+      for (int j = 0; j < kDqRegs / 4; ++j) {
+        const uint32_t addr = sm.dq() + 4 * Traits::dq_tile_offset(wg, j, wtid, 0);
+        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(dq[4 * j]), "f"(dq[4 * j + 1]),
+                     "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3])
+                     : "memory");
+      }
+      fence_proxy_async();
+      mbar_arrive(sm.dq_full());
+      return;
+    }
     wgmma_wait<0>();
     reg_fence(dv);
     reg_fence(dk);
@@ -278,15 +304,15 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
 
   bwd_consumer_walk<Traits, kPacked>(p, sm, blk, mask, step);
 
-  // The epilogue stages dK and dV in the Q/dO ring: wait until the writer has read the last dQ
-  // (it reads in step order, so every earlier one too).
-  if (blk.steps > 0) {
+  // The epilogue stages dK and dV in the Q/dO ring: at D = 256 wait until the writer has read the
+  // last dQ (it reads in step order, so every earlier one too).
+  if (Traits::kDqInStage && blk.steps > 0) {
     const int last = blk.steps - 1;
     mbar_wait(sm.empty(last % Traits::kStages), (last / Traits::kStages) & 1);
   }
 
-  // ---- Epilogue: all 64 key rows, this warpgroup's 128 columns. (A CTA with no step writes zeros.)
-  bwd_sm90_store_dkv<Traits, Element, kPacked>(kp, sm, blk, wg, wtid, dk, dv, 0, Traits::kAccN * wg);
+  // ---- Epilogue: all 64 key rows, this warpgroup's columns. (A CTA with no step writes zeros.)
+  bwd_sm90_store_dkv<Traits, Element, kPacked>(kp, sm, blk, wg, wtid, dk, dv, 0);
 }
 
 #endif  // FLASHATTN_SM90A_ENABLED

@@ -26,6 +26,9 @@
 //     dQ writer adds it with bulk reduce-adds. (Vector reductions from registers, the earlier
 //     form, moved 64 KB a step through the load/store unit and held the next GEMMs on their
 //     source registers: ncu put a fifth of the consumers' stall samples there.)
+//   - D = 192, the same roles form (head dims 136..192): each warpgroup's 96 columns are one chunk
+//     plane and half of the third (roles_col below), and its 48 KB dQ tile fits beside two stages,
+//     so dQ goes through the shared tile and the writer of the D <= 128 form.
 //
 // Shared memory holds every 16-bit tile as 64-column (128-byte) chunk planes with the 128-byte
 // swizzle (../common/sm90/layout.h), exactly as the forward and as TMA's SWIZZLE_128B writes a
@@ -75,9 +78,13 @@ template <int kHeadDim_, Sm90BwdDqSplit kDqSplit_ = sm90_bwd_dq_split(kHeadDim_)
 struct Sm90BwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr Sm90BwdDqSplit kDqSplit = kDqSplit_;
-  // The D = 256 form (traits.h's header): score GEMMs split by role, P^T through shared memory,
-  // dQ reduced from registers (no shared dQ tile, no dQ writer).
+  // The roles form (traits.h's header, D = 192 and 256): score GEMMs split by role, P^T through
+  // shared memory, each warpgroup's key-side GEMMs over its own kAccN columns (roles_col below).
   static constexpr bool kRoles = kHeadDim > 128;
+  // Where the roles form puts a step's dQ: at D = 256 over the stage's Q/dO columns (no room for a
+  // tile of its own, the dQ writer frees the stage), at D = 192 in the shared dQ tile of the
+  // D <= 128 form (48 KB fit beside two stages: the consumers free the stage themselves).
+  static constexpr bool kDqInStage = kRoles && kHeadDim == 256;
   static constexpr int kConsumerWGs = 2;
   static constexpr int kConsumerThreads = kWarpgroupThreads * kConsumerWGs;
   static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWGs);
@@ -94,9 +101,9 @@ struct Sm90BwdTraits {
   static constexpr int kDsStages = 2;  // dS^T buffers: a consumer writes step t+1's while the other may still read step t's
   static constexpr int kChunks = kHeadDim / kChunkCols;
 
-  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
-                "head dims 64, 128 and 256 (smaller dims run on the next one up)");
-  static_assert(!kRoles || (kDqSplit == Sm90BwdDqSplit::kSplitD && kBlockM == 64), "the D = 256 form splits D");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
+                "head dims 64, 128, 192 and 256 (smaller dims run on the next one up)");
+  static_assert(!kRoles || (kDqSplit == Sm90BwdDqSplit::kSplitD && kBlockM == 64), "the roles form splits D");
   static constexpr bool kDqTransposed = kDqSplit == Sm90BwdDqSplit::kTransposed;
   static_assert(kDqTransposed || kBlockM == 64 || kBlockM == 128,
                 "dS^T rows are one or two 128-byte swizzle rows of queries");
@@ -109,8 +116,17 @@ struct Sm90BwdTraits {
   // wgmma N of the dQ GEMM and its k-steps.
   static constexpr int kDqN = kDqTransposed ? kBlockM : kDqSplit == Sm90BwdDqSplit::kSplitD ? kHeadDim / 2 : kHeadDim;
   static constexpr int kDqKSteps = (kDqSplit == Sm90BwdDqSplit::kSplitKeys ? kRowsPerConsumer : kBlockN) / 16;
-  // wgmma N of dV += P^T dO and dK += dS^T Q: all of D, or a warpgroup's half in the D = 256 form.
+  // wgmma N of dV += P^T dO and dK += dS^T Q: all of D, or a warpgroup's half in the roles form.
   static constexpr int kAccN = kRoles ? kHeadDim / 2 : kHeadDim;
+
+  // The roles form's column c < kAccN of warpgroup wg (its dK, dV and dQ accumulators' n index):
+  // at D = 256 column 128 wg + c (planes 2 wg, 2 wg + 1); at D = 192 plane wg whole, then half wg of
+  // plane 2 (columns 128 + 32 wg ..): a warpgroup's 96 columns as one MN-major operand of one
+  // swizzle atom and half of the next (descriptors.h roles_b), the two halves of plane 2 apart.
+  static constexpr int roles_col(int wg, int c) {
+    return kHeadDim == 192 ? (c < kChunkCols ? kChunkCols * wg + c : 2 * kChunkCols + 32 * wg + (c - kChunkCols))
+                           : kAccN * wg + c;
+  }
 
   // Bytes of one chunk plane and of whole tiles.
   static constexpr int kKVPlaneBytes = kBlockN * kChunkRowBytes;  // 16 KB (8 KB in the D = 256 form)
@@ -122,15 +138,17 @@ struct Sm90BwdTraits {
   static constexpr int kDSBytes = kDSPlaneBytes * ((kDqTransposed ? kBlockN : kBlockM) / kChunkCols);
   static constexpr int kPBytes = kRoles ? kDSBytes : 0;             // P^T, as dS^T
   static constexpr int kDqTileFloats = kBlockM * kHeadDim;    // one query block of dq_accum
-  static constexpr int kDqBytes = kRoles ? 0 : kDqTileFloats * 4;  // the shared dQ tile
+  static constexpr int kDqBytes = kDqInStage ? 0 : kDqTileFloats * 4;  // the shared dQ tile
 
   // Barriers (8 bytes each): full/empty per stage, K/V loaded, dQ tile written / read, and in the
   // D = 256 form dQ written into a stage, per stage.
-  static constexpr int kNumBarriers = 2 * kStages + 3 + (kRoles ? kStages : 0);
+  static constexpr int kNumBarriers = 2 * kStages + 3 + (kDqInStage ? kStages : 0);
   // The D = 256 form's dQ in a stage: each warpgroup's half (32 KB, dq_accum's tile order) as two
   // 16 KB pieces, over its own 128 columns (two planes) of Q, then of dO.
   static constexpr int kDqPieceBytes = 2 * kQPlaneBytes;
-  static_assert(!kRoles || (kChunks == 4 && 2 * kDqPieceBytes * 2 == kDqTileFloats * 4), "dQ halves fill the column halves");
+  static_assert(!kDqInStage || (kChunks == 4 && 2 * kDqPieceBytes * 2 == kDqTileFloats * 4),
+                "dQ halves fill the column halves");
+  static_assert(!kRoles || kHeadDim == 256 || (kHeadDim == 192 && kChunks == 3), "the roles form's column maps");
 
   // Shared-memory map, offsets from a 1024-byte-aligned base (the swizzle needs it).
   static constexpr int kOffK = 0;
@@ -179,6 +197,12 @@ struct Sm90BwdTraits {
                             2 * ((r % 16) / 8) + c % 2);
     }
     const bool split_d = kDqSplit == Sm90BwdDqSplit::kSplitD;
+    if (kRoles && kHeadDim == 192) {  // roles_col's inverse
+      const int plane = col / kChunkCols;
+      const int wg = plane < 2 ? plane : (col - 2 * kChunkCols) / 32;
+      const int c = plane < 2 ? col % kChunkCols : kChunkCols + (col - 2 * kChunkCols) % 32;
+      return dq_tile_offset(wg, c / 8, 32 * (row / 16) + 4 * (row % 8) + (c % 8) / 2, 2 * ((row % 16) / 8) + c % 2);
+    }
     const int wg = split_d ? col / kDqN : row / kRowsPerConsumer;
     const int c = split_d ? col % kDqN : col;
     const int r = split_d ? row : row % kRowsPerConsumer;

@@ -11,7 +11,7 @@ namespace flashattn {
 
 // True when this build and device can run `p` on the Hopper path: compute capability 9.0, the
 // kernel compiled for sm_90a in this build (TORCH_CUDA_ARCH_LIST with "9.0a"), head dim a multiple
-// of 8 up to 256 (64 / 128 / 256 instantiated; smaller dims run on the next one up), float16 or
+// of 8 up to 256 (64 / 96 / 128 / 192 / 256 instantiated; smaller dims run on the next one up), float16 or
 // bfloat16, both sequence lengths >= 1, and strides TMA accepts for q, k, v (16-byte aligned base
 // pointers, batch/row/head strides multiples of 8 elements, nonzero where the dimension has more
 // than one entry) and, where the config serving `p` stores O by TMA (every config above D=64, D=64's

@@ -116,7 +116,8 @@ constexpr bool launchers_cover() {
   }
   return true;
 }
-static_assert(launchers_cover<64>() && launchers_cover<128>() && launchers_cover<256>(),
+static_assert(launchers_cover<64>() && launchers_cover<96>() && launchers_cover<128>() && launchers_cover<192>() &&
+                  launchers_cover<256>(),
               "a config sm90_config_kind() picks has no instantiation: add it to tools/gen_instantiations.py");
 
 // Query blocks of `p` in tiles of block_m rows (per batch and head).

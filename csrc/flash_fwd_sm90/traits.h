@@ -100,7 +100,10 @@ struct Sm90FwdTraits {
   static constexpr int kStages = kStages_;                   // K/V ring depth
   static constexpr bool kPingPong = kPingPong_;              // the consumers take turns at the GEMMs
   static_assert(kConsumerWGs > 1 || !kPingPong, "one consumer warpgroup has nobody to take turns with");
-  static constexpr int kChunks = kHeadDim / kChunkCols;
+  // 64-column chunk planes; D=96's second plane is half used (TMA zero-fills columns 96..127 on
+  // the loads, the O store clips them), its GEMMs never read that half: S = Q K^T takes D/16
+  // k-steps and P V is N = D wide.
+  static constexpr int kChunks = (kHeadDim + kChunkCols - 1) / kChunkCols;
   // What the FP8 traits (Sm90Fp8FwdTraits below) set otherwise: 16-bit elements, 64 per 128-byte
   // chunk row; O planes like Q's; k-steps of 16 (S = Q K^T over D, O += P V over the keys).
   static constexpr bool kFp8 = false;
@@ -111,7 +114,7 @@ struct Sm90FwdTraits {
   // forward's exponentials against the held row max"): D=128 +3.6-9.7% in every cell; D=64's
   // two-consumer config -0.4 / +1.4% (and its settle path made ptxas serialize its wgmma); the
   // three-consumer configs (160 registers) and D=256 (O alone 128) spilled with it.
-  static constexpr int kHoldLog2 = kHeadDim_ == 128 && kConsumerWGs_ == 2 ? 8 : -1;
+  static constexpr int kHoldLog2 = (kHeadDim_ == 128 || kHeadDim_ == 96) && kConsumerWGs_ == 2 ? 8 : -1;
   static constexpr bool kStaticSnake = false;  // the static schedule's plain round-robin (schedule.cuh)
   // Where a key-block step converts P and rescales O (consumer.cuh): 0, P at the top of the next
   // step and O inside its ping-pong turn; 1, both once the step's P V has completed; 2, as 1 with
@@ -133,7 +136,7 @@ struct Sm90FwdTraits {
   static constexpr int kQKSteps = kHeadDim / 16;
   static constexpr int kPVSteps = kBlockN / 16;
 
-  static_assert(kHeadDim % 64 == 0 && kHeadDim >= 64 && kHeadDim <= 256, "head dim 64, 128, 192 or 256");
+  static_assert((kHeadDim % 64 == 0 || kHeadDim == 96) && kHeadDim >= 64 && kHeadDim <= 256, "head dim 64, 96, 128, 192 or 256");
   static_assert(kBlockN % 16 == 0 && kBlockN >= 16 && kBlockN <= 256, "wgmma N and the P V k-steps");
   static_assert(kBlockN % 8 == 0, "whole swizzle atoms per K/V tile");
 
@@ -352,10 +355,25 @@ struct Sm90DefaultConfig<64> {
 };
 
 template <>
+struct Sm90DefaultConfig<96> {
+  // Head dims 72..96 (Phi-3's 96, Stable Diffusion 1.5's 80), which ran on D=128's kernel with a
+  // quarter of its GEMM work on zero columns: D=128's tile and shared memory (two chunk planes, the
+  // second half used), 6 k-steps of S = Q K^T instead of 8 and P V at N = 96; O is 48 registers.
+  using Traits = Sm90FwdTraits<96, 128, 2, true, 1, true>;
+};
+template <>
 struct Sm90DefaultConfig<128> {
   // O through shared memory + TMA store: +22% at S=512, +12% at 1k, +2-4% at long S in the lab's
   // alternating A/B (docs/perf-notes.md "v8").
   using Traits = Sm90FwdTraits<128, 128, 2, true, 1, true>;
+};
+template <>
+struct Sm90DefaultConfig<192> {
+  // Head dims 136..192 (192 = three 128-byte chunk planes), which ran on D=256's kernel before: a
+  // quarter of its GEMM work on zero columns. 80-key blocks leave room for the whole 128 x 192 O tile
+  // (3 planes, 48 KB) beside Q (48 KB) and two K/V stages (120 KB): the TMA-store epilogue without
+  // streaming, as D=128's; S is 40 registers a thread, O 96.
+  using Traits = Sm90FwdTraits<192, 80, 2, true, 1, true>;
 };
 template <>
 struct Sm90DefaultConfig<256> {
@@ -433,7 +451,7 @@ struct Sm90SmallGridConfig<64> {
 
 // Head dims run by each instantiation: any multiple of 8 up to the instantiated one is served by
 // the next instantiation up (TMA zero-fills the missing columns, the epilogue clips them).
-constexpr int sm90_round_head_dim(int d) { return d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : 0; }
+constexpr int sm90_round_head_dim(int d) { return d <= 64 ? 64 : d <= 96 ? 96 : d <= 128 ? 128 : d <= 192 ? 192 : d <= 256 ? 256 : 0; }
 
 // The config kind that serves (head dim, seqlen_k, causal): what the launcher picks (dispatch.cu)
 // and what the schedule probe and model assume.

@@ -87,8 +87,8 @@ EDGES = [
     Edge("D=8", 2, 130, 130, 4, 2, 8),
     Edge("D=256", 2, 130, 130, 4, 2, 256),
     Edge("D=256,Sq>Sk", 1, 200, 70, 2, 1, 256, modes=(BOTTOM_RIGHT,)),
-    # Head dims 72..96 and 136..192 on the Hopper path (D=128's and D=256's kernels on the tree; their
-    # own configs with lab/ab/fwd_d96_d192_configs.diff: a half-used chunk plane at D=96).
+    # Head dims 72..96 and 136..192 on the Hopper path: their own configs (Sm90DefaultConfig<96>, whose
+    # second chunk plane is half used, and <192>).
     Edge("D=96,GQA", 2, 130, 130, 6, 2, 96),
     Edge("D=80,Sq>Sk", 1, 200, 70, 2, 1, 80, modes=(BOTTOM_RIGHT,)),
     Edge("full-480-tiles,D=96,GQA", 2, 1000, 1000, 30, 6, 96, modes=(NONE,)),

@@ -174,6 +174,11 @@ EDGES = [
     Edge("D=8", 2, 130, 130, 4, 2, 8),
     Edge("D=256", 2, 130, 130, 4, 2, 256),
     Edge("D=256,Sq>Sk", 1, 200, 70, 2, 1, 256, modes=(BOTTOM_RIGHT,)),
+    # D = 136..192 on the D = 192 roles form: each warpgroup's 96 columns are a plane and half of
+    # the third (traits.h roles_col), dQ through the shared tile
+    Edge("D=192", 2, 130, 130, 4, 2, 192),
+    Edge("D=176,Sq>Sk", 1, 200, 70, 2, 1, 176, modes=(BOTTOM_RIGHT,)),
+    Edge("D=152,many-blocks,GQA", 1, 700, 650, 6, 2, 152, modes=(NONE, BOTTOM_RIGHT, TOP_LEFT)),
     Edge("D=40,long-keys", 1, 333, 4100, 6, 2, 40, modes=(NONE, BOTTOM_RIGHT)),
     Edge("GQA-8:1", 2, 65, 257, 8, 1, 128),
     Edge("scale=0", 2, 70, 90, 4, 2, 64, scale=0.0),
@@ -223,6 +228,7 @@ WINDOW_EDGES = [
     ("D=256,window", (1, 333, 333, 2, 1, 256, BOTTOM_RIGHT), (50, -1), 0.0, 1.0, None),
     ("D=160,window,GQA", (1, 300, 410, 6, 2, 160, NONE), (20, 70), 0.0, 1.0, None),
     ("D=192,window", (1, 257, 300, 2, 2, 192, BOTTOM_RIGHT), (40, -1), 0.0, 1.0, None),
+    ("softcap,D=192,GQA", (2, 150, 333, 4, 2, 192, NONE), (-1, -1), 25.0, 10.0, None),
     ("D=8,window", (2, 77, 99, 3, 1, 8, NONE), (5, 5), 0.0, 1.0, None),
     # keys 0..~2900 are seen by no row: their key blocks walk no query block and write dK = dV = 0
     ("keys-no-row-sees,D=64", (1, 600, 4500, 4, 2, 64, BOTTOM_RIGHT), (1000, -1), 0.0, 1.0, None),
@@ -460,6 +466,7 @@ SPLIT_SHAPES = [
     pytest.param(1, 700, 900, 8, 1, 128, id="MQA-8:1,D=128"),
     pytest.param(2, 333, 257, 6, 2, 64, id="GQA-3:1,D=64"),
     pytest.param(1, 300, 200, 4, 2, 256, id="GQA-2:1,D=256"),
+    pytest.param(1, 300, 200, 4, 2, 192, id="GQA-2:1,D=192"),
     pytest.param(1, 129, 1000, 4, 1, 96, id="MQA-4:1,D=96"),
 ]
 
@@ -498,6 +505,7 @@ TAIL_SHAPES = [
     pytest.param(1, 700, 900, 2, 2, 128, None, True, id="MHA,D=128"),
     pytest.param(2, 333, 257, 3, 3, 64, None, False, id="MHA,D=64,partial-key-block"),
     pytest.param(1, 300, 200, 2, 2, 256, None, True, id="MHA,D=256"),
+    pytest.param(1, 300, 200, 2, 2, 192, None, True, id="MHA,D=192"),
     pytest.param(1, 129, 1000, 1, 1, 96, None, False, id="D=96,few-steps"),
     pytest.param(1, 500, 700, 4, 2, 128, "2", True, id="GQA-2:1,group-split,D=128"),
 ]

@@ -582,6 +582,8 @@ def test_hopper_gradients_equal_per_sequence_dense_backward(spec: VarlenSpec, de
     pytest.param(_spec([700, 300, 999], [800, 300, 1000], window=(64, 0), d=64), "left edge and causal", id="window+causal"),
     pytest.param(_spec([400, 513], [300, 700], mode=NONE, window=(100, 50), d=128, hq=4, hk=1), "two edges", id="two-sided"),
     pytest.param(_spec([257, 64, 300], softcap=15.0, mode=NONE, d=256, hq=2, hk=1, magnitude=30.0), "softcap", id="softcap"),
+    pytest.param(_spec([190, 64, 333], [300, 90, 333], window=(100, 0), d=192), "D=192, window and causal", id="d192"),
+    pytest.param(_spec([129, 257], mode=NONE, softcap=10.0, d=168, hq=3, hk=1), "D=168 softcap", id="d168-softcap"),
 ])
 def test_windowed_gradients_equal_per_sequence_dense_backward(spec: VarlenSpec, why: str, deterministic: bool,
                                                               path: str, device: torch.device) -> None:
