@@ -52,6 +52,8 @@
 #                                     public-gradient tests, the block CPU tests, the sanitizers (~8 min)
 #   bash lab/gpu_run.sh headdims landed 2026-12-07 (H100): the forward's D=96/D=192 configs and the backward's D=192 form
 #                                     on the tree: tests, times, sanitizers; HEADDIMS_PART=1 then 2 (~5 + ~2 min)
+#   bash lab/gpu_run.sh bwd96    prepared, not yet run: head dims 72..96 on Hopper backward configs of their own
+#                                     (lab/ab/bwd_d96.diff): tests, time against D=128's kernel, sanitizers (~7 min)
 #   bash lab/gpu_run.sh bwdtimeline measured 2026-12-07 (H100): where a Hopper backward CTA's time goes (SM clock stamps, lab/ab/lab_bwd_cta_timeline.diff):
 #                                     its fixed part, the SMs' busy share, causal and not at 2 and 16 heads; ncu's L2/DRAM (~6 min)
 #   bash lab/gpu_run.sh gqawalk  measured 2026-12-07, not adopted (1.001; 16k 16:4 causal 0.949): a GQA group's heads walked interleaved
@@ -1641,6 +1643,26 @@ case "${1:-verify}" in
       step pytest_properties 150 "${pytest_ci[@]}" tests/kernels/test_properties_gpu.py -ra
     fi
     ;;
+  bwd96)  # issue 27, prepared 2026-12-07, not yet run: head dims 72..96 on Hopper backward configs of their own
+         # (lab/ab/bwd_d96.diff) instead of D=128's, a quarter of whose GEMM work is zero columns: D=128's
+         # 64-query and wide (80-query) configs with two chunk planes, the second half used, S^T/dP^T in 6
+         # k-steps, dV/dK at N = 96 (RS, B one whole and one half swizzle atom: the read the D=192 forms
+         # proved), dQ transposed in both (M = 64 columns a warpgroup, the upper 32 of the second zeros);
+         # dq_accum tiles 128 columns wide; sm_90a 0 spills. In a copy with the diff: the backward and
+         # packed-batch tests of head dims 72..96, the backward of D=96 against D=128's kernel on the same
+         # B, H and S with cuDNN alongside (BWD96_CELLS), memcheck/racecheck/synccheck on the small D=80/96
+         # cases. Prediction: 1.1-1.2x the D=128 kernel (its critical path ~0.78 of D=128's GEMM work),
+         # the wide config's calls most.
+    env_info > "$OUT/env.txt" 2>&1
+    build_patched bwd96 bwd_d96.diff 0
+    b96_copy="$PWD/build/ab-bwd96"
+    step pytest_bwd96 280 env -C "$b96_copy" PYTHONPATH="$b96_copy" "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py \
+      tests/kernels/test_varlen_gpu.py -k "96 or 80 or 88 or 72" -ra
+    step time_bwd96 200 env -C "$b96_copy" PYTHONPATH="$b96_copy" python3 lab/fwd_time.py --pass bwd --rounds 6 \
+      ${BWD96_CELLS:-96:1024:1:16:21 128:1024:1:16:21 96:4096:0:4:21 128:4096:0:4:21 96:4096:1:4:21 128:4096:1:4:21 \
+      96:16384:0:1:21 128:16384:0:1:21}
+    SANITIZE_IN="$b96_copy" SANITIZE_DIMS=80,96 sanitize_steps 120 auto dense,varlen bwd96
+    ;;
   bwdtimeline)  # issue 27, measured 2026-12-07 on an H100: a causal D=128 S=16k backward costs 7-9% more than its work
                 # at 16 heads but matches cuDNN's ratio at two (perf-notes "The causal step's two levers measured");
                 # ncu put half the excess inside the step loop, half outside it. In a copy with SM clock stamps a CTA
@@ -2207,7 +2229,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|causalsource|zigzag|bwdprefetch|bwdprefetchcheck|causallevers|causalleverscheck|bwdtimeline|headdims|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|causalsource|zigzag|bwdprefetch|bwdprefetchcheck|causallevers|causalleverscheck|bwdtimeline|headdims|bwd96|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
