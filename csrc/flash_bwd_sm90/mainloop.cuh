@@ -493,7 +493,25 @@ __device__ __forceinline__ void bwd_sm90_store_dkv(const Sm90BwdParams& kp, cons
   }
 }
 
-// ---- What both consumer forms (bwd_sm90_consumer below, mainloop_roles.cuh's at D = 256) derive
+// ---- A step's dQ (this warpgroup's accumulators) -> the shared float32 tile (traits.h's order: one
+// float4 per n8 slice, thread order, conflict-free), once the writer has read the previous step's;
+// then the writer's signal. mainloop.cuh's form and the roles form at D = 192.
+template <typename Traits, int kRegs>
+__device__ __forceinline__ void bwd_sm90_store_dq_tile(const BwdSmem<Traits>& sm, const int wg, const int wtid,
+                                                       const int t, const float (&dq)[kRegs]) {
+  if (t > 0) mbar_wait(sm.dq_empty(), (t - 1) & 1);
+#pragma unroll
+  for (int j = 0; j < kRegs / 4; ++j) {
+    const uint32_t addr = sm.dq() + 4 * Traits::dq_tile_offset(wg, j, wtid, 0);
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(dq[4 * j]), "f"(dq[4 * j + 1]),
+                 "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3])
+                 : "memory");
+  }
+  fence_proxy_async();
+  mbar_arrive(sm.dq_full());
+}
+
+// ---- What both consumer forms (bwd_sm90_consumer below, mainloop_roles.cuh's at D = 192 and 256) derive
 // alike from their block: its mask, the wait for K/V, each step's wait for its Q/dO stage, and the
 // walk that picks a step's masked or unmasked code.
 struct BwdBlockMask {
@@ -842,18 +860,7 @@ __device__ __forceinline__ void bwd_sm90_consumer(const Sm90BwdParams& kp, const
     wgmma_wait<0>();
     reg_fence(dq);
 
-    // ---- dQ -> the shared float32 tile (traits.h's order: one float4 per n8 slice, thread order),
-    // once the writer has read the previous step's.
-    if (t > 0) mbar_wait(sm.dq_empty(), (t - 1) & 1);
-#pragma unroll
-    for (int j = 0; j < kDqRegs / 4; ++j) {
-      const uint32_t addr = sm.dq() + 4 * Traits::dq_tile_offset(wg, j, wtid, 0);
-      asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(dq[4 * j]), "f"(dq[4 * j + 1]),
-                   "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3])
-                   : "memory");
-    }
-    fence_proxy_async();
-    mbar_arrive(sm.dq_full());
+    bwd_sm90_store_dq_tile<Traits>(sm, wg, wtid, t, dq);
   };
 
   bwd_consumer_walk<Traits, kPacked>(p, sm, blk, mask, step);

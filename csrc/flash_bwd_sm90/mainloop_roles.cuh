@@ -268,16 +268,7 @@ __device__ __forceinline__ void bwd_sm90_consumer_roles(const Sm90BwdParams& kp,
       mbar_arrive(sm.empty(stage));
       wgmma_wait<0>();
       reg_fence(dq);
-      if (t > 0) mbar_wait(sm.dq_empty(), (t - 1) & 1);
-#pragma unroll
-      for (int j = 0; j < kDqRegs / 4; ++j) {
-        const uint32_t addr = sm.dq() + 4 * Traits::dq_tile_offset(wg, j, wtid, 0);
-        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(dq[4 * j]), "f"(dq[4 * j + 1]),
-                     "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3])
-                     : "memory");
-      }
-      fence_proxy_async();
-      mbar_arrive(sm.dq_full());
+      bwd_sm90_store_dq_tile<Traits>(sm, wg, wtid, t, dq);
       return;
     }
     wgmma_wait<0>();
