@@ -78,9 +78,7 @@ __global__ void __launch_bounds__(kBwdSm90ConvertThreads)
       t16[(q + 1) * kPitch + d + 8] = static_cast<uint16_t>(hi >> 16);
     } else {
       const int row = (kSplitD ? 0 : wg * kRowsPerConsumer) + 16 * (wtid / 32) + (wtid % 32) / 4;
-      // Split by columns: warpgroup wg's n8 slice j (the roles form's column map at D = 192/256).
-      const int col0 = kSplitD ? (Traits::kRoles ? Traits::roles_col(wg, 8 * j) : wg * Traits::kDqN + 8 * j) : 8 * j;
-      const int col = col0 + 2 * (wtid % 4);
+      const int col = (kSplitD ? Traits::dq_split_col(wg, 8 * j) : 8 * j) + 2 * (wtid % 4);
       tile[(row * kPitch + col) / 2] = pack2<Element>(v.x * s, v.y * s);
       tile[((row + 8) * kPitch + col) / 2] = pack2<Element>(v.z * s, v.w * s);
     }

@@ -54,7 +54,7 @@ struct Sm90BwdDescs {
   // (the swizzle applies to the address bits, so a start 64 bytes into a row reads on as the
   // D = 64 kSplitD dQ's B did).
   static FLASHATTN_HD uint64_t roles_b(uint32_t tile, int wg, uint32_t plane_bytes) {
-    if (Traits::kHeadDim == 192)
+    if (Traits::kSharedPlane)
       return make_smem_desc_sw128(tile + static_cast<uint32_t>(wg) * plane_bytes,
                                   static_cast<uint32_t>(2 - wg) * plane_bytes + static_cast<uint32_t>(wg) * 64u, 1024u);
     return make_smem_desc_sw128(tile + static_cast<uint32_t>(2 * wg) * plane_bytes, plane_bytes, 1024u);

@@ -402,7 +402,7 @@ struct BwdAccCols {
   // of each warpgroup's) by warpgroup 0.
   __device__ __forceinline__ bool stores_plane(const int c) const {
     if (!Traits::kRoles) return true;
-    if (Traits::kHeadDim == 192) return c < 2 ? c == wg : wg == 0;
+    if (Traits::kSharedPlane) return c < 2 ? c == wg : wg == 0;
     return c * kChunkCols / Traits::kAccN == wg;
   }
 };
@@ -412,10 +412,8 @@ __device__ __forceinline__ void bwd_sm90_store_dkv(const Sm90BwdParams& kp, cons
                                                    const int wg, const int wtid, const float (&dk)[kRegs],
                                                    const float (&dv)[kRegs], const int row0) {
   static_assert(2 * Traits::kKVBytes <= 2 * Traits::kStages * Traits::kQBytes, "dK and dV fit in the Q/dO ring");
-  static_assert((2 * kRegs) % kChunkCols == 0 || (Traits::kRoles && Traits::kHeadDim == 192),
+  static_assert((2 * kRegs) % kChunkCols == 0 || Traits::kSharedPlane,
                 "whole 64-column planes per warpgroup, or D = 192's plane and a half");
-  // D = 192: plane 2 holds half of each warpgroup's columns, so both write before either stores.
-  constexpr bool kSharedPlane = Traits::kRoles && Traits::kHeadDim == 192;
   const BwdAccCols<Traits> col_of{wg};
   if (!kPacked && (kp.p.group_split > 1 || blk.tail >= 0)) {  // uniform: both warpgroups take this path
     bwd_sm90_add_dkv<Traits>(kp.p, blk, wtid, dk, dv, row0, col_of);
@@ -443,7 +441,7 @@ __device__ __forceinline__ void bwd_sm90_store_dkv(const Sm90BwdParams& kp, cons
     }
   }
   fence_proxy_async();
-  if constexpr (kSharedPlane)
+  if constexpr (Traits::kSharedPlane)  // plane 2 holds half of each warpgroup's columns: both write first
     named_barrier_sync(kBwdEpilogueBarrier, Traits::kConsumerThreads);
   else
     named_barrier_sync(kBwdEpilogueBarrier + 1 + wg, kWarpgroupThreads);

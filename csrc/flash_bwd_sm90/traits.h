@@ -123,9 +123,11 @@ struct Sm90BwdTraits {
   // at D = 256 column 128 wg + c (planes 2 wg, 2 wg + 1); at D = 192 plane wg whole, then half wg of
   // plane 2 (columns 128 + 32 wg ..): a warpgroup's 96 columns as one MN-major operand of one
   // swizzle atom and half of the next (descriptors.h roles_b), the two halves of plane 2 apart.
+  // kSharedPlane: a warpgroup's columns are not whole planes (D = 192), so plane 2 is both's.
+  static constexpr bool kSharedPlane = kRoles && kAccN % kChunkCols != 0;
   static constexpr int roles_col(int wg, int c) {
-    return kHeadDim == 192 ? (c < kChunkCols ? kChunkCols * wg + c : 2 * kChunkCols + 32 * wg + (c - kChunkCols))
-                           : kAccN * wg + c;
+    return kSharedPlane ? (c < kChunkCols ? kChunkCols * wg + c : 2 * kChunkCols + 32 * wg + (c - kChunkCols))
+                        : kAccN * wg + c;
   }
 
   // Bytes of one chunk plane and of whole tiles.
@@ -187,6 +189,9 @@ struct Sm90BwdTraits {
   static constexpr int dq_tile_offset(int wg, int j, int wtid, int v) {
     return ((wg * (kDqRegs / 4) + j) * kWarpgroupThreads + wtid) * 4 + v;
   }
+  // The dQ column of warpgroup wg's accumulator column c where dQ is split by columns (kSplitD):
+  // its half of D, or the roles form's column map.
+  static constexpr int dq_split_col(int wg, int c) { return kRoles ? roles_col(wg, c) : kDqN * wg + c; }
   // The same position from a (row, column) of the block (row < kBlockM, column < D); the dQ
   // convert kernel reads dq_accum this way.
   // (kTransposed: the accumulator's rows are D columns, its columns the queries.)
@@ -197,7 +202,7 @@ struct Sm90BwdTraits {
                             2 * ((r % 16) / 8) + c % 2);
     }
     const bool split_d = kDqSplit == Sm90BwdDqSplit::kSplitD;
-    if (kRoles && kHeadDim == 192) {  // roles_col's inverse
+    if (kSharedPlane) {  // roles_col's inverse
       const int plane = col / kChunkCols;
       const int wg = plane < 2 ? plane : (col - 2 * kChunkCols) / 32;
       const int c = plane < 2 ? col % kChunkCols : kChunkCols + (col - 2 * kChunkCols) % 32;

@@ -38,7 +38,7 @@ void check(const char* name) {
             col = c;
           } else {
             row = r;
-            col = T::kRoles ? T::roles_col(wg, c) : T::kDqN * wg + c;
+            col = T::dq_split_col(wg, c);  // the convert kernel's column
           }
           const int off = T::dq_tile_offset(wg, j, wtid, v);
           if (off < 0 || off >= T::kDqTileFloats || T::dq_tile_offset_rc(row, col) != off) ++bad;
