@@ -7,7 +7,9 @@ D=128) in alternating rounds, and the 80-query time over the 64-query one.
 --flex: torch's FlexAttention beside them (compiled flex_attention, a block mask of the same causal
 window, its backward through autograd after one forward): its ms and its own cost per useful FLOP
 against its causal call, i.e. whether a peer's tiles pay the same geometry on narrow windows.
-usage: python lab/bwd_window_time.py [--wide] [--flex]"""
+--hopper-only: the Hopper backward alone (the portable column nan), e.g. as an A/B command; --dims
+picks the head dims (64,128).
+usage: python lab/bwd_window_time.py [--wide] [--flex] [--hopper-only] [--dims 64,128]"""
 
 from __future__ import annotations
 
@@ -35,20 +37,22 @@ def main() -> None:
     ap.add_argument("--wide", action="store_true", help="also the 64- and 80-query configs side by side (D=128)")
     ap.add_argument("--rounds", type=int, default=7, help="alternating rounds of the --wide pair")
     ap.add_argument("--flex", action="store_true", help="also FlexAttention's backward with the same window")
+    ap.add_argument("--hopper-only", action="store_true", help="time the Hopper backward alone")
+    ap.add_argument("--dims", default="64,128", help="head dims, comma-separated")
     args = ap.parse_args()
     s, h = 16384, 16
     print(f"{'D':>4} {'window':>7} {'portable ms':>12} {'hopper ms':>10} {'hopper/port':>11} {'cost/FLOP vs causal (hopper)':>29}"
           + (f" {'64q ms':>8} {'80q ms':>8} {'80q/64q':>8}" if args.wide else "")
           + (f" {'flex ms':>8} {'hopper/flex':>11} {'flex cost/FLOP':>14}" if args.flex else ""))
     flex_base: dict[int, float] = {}
-    for d in (64, 128):
+    for d in (int(x) for x in args.dims.split(",")):
         scale = d**-0.5
         q, k, v, dout = (torch.randn(1, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
         base = None
         for window in (-1, 256, 512, 1024, 2048, 4096, 8192):
             out, lse = FWD(q, k, v, scale, CAUSAL_BOTTOM_RIGHT, "auto", window, 0, 0.0)
-            t = {}
-            for backend in ("portable", "hopper"):
+            t = {"portable": float("nan")}
+            for backend in ("hopper",) if args.hopper_only else ("portable", "hopper"):
                 t[backend] = triton.testing.do_bench(
                     lambda: BWD(dout, q, k, v, out, lse, scale, CAUSAL_BOTTOM_RIGHT, False, backend, window, 0, 0.0),
                     warmup=30, rep=200, return_mode="median")

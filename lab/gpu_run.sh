@@ -56,6 +56,9 @@
 #                                     (lab/ab/bwd_d96.diff): tests, time against D=128's kernel, sanitizers (~7 min)
 #   bash lab/gpu_run.sh fwd192n  prepared, not yet run: the D=192 forward on 96- or 112-key blocks (FWD192N_DIFF,
 #                                     lab/ab/fwd_d192_n96.diff / _n112.diff): its A/B, the forward checks in the copy (~8 min)
+#   bash lab/gpu_run.sh bwdidle  prepared, not yet run: the D=128 Hopper backward's warpgroups skip a masked step none of
+#                                     whose queries their 64 keys see (lab/ab/bwd_idle_warpgroup.diff): IDLE_PART=1 its A/B on
+#                                     causal cells and narrow windows (~8 min), IDLE_PART=2 tests and sanitizers in its copy (~6 min)
 #   bash lab/gpu_run.sh bwdtimeline measured 2026-12-07 (H100): where a Hopper backward CTA's time goes (SM clock stamps, lab/ab/lab_bwd_cta_timeline.diff):
 #                                     its fixed part, the SMs' busy share, causal and not at 2 and 16 heads; ncu's L2/DRAM (~6 min)
 #   bash lab/gpu_run.sh gqawalk  measured 2026-12-07, not adopted (1.001; 16k 16:4 causal 0.949): a GQA group's heads walked interleaved
@@ -1676,6 +1679,30 @@ case "${1:-verify}" in
     fwd_patch_ab fwd192n "${FWD192N_DIFF:-fwd_d192_n96.diff}" \
       "${FWD192N_CELLS:-192:1024:1:16:10 192:4096:0:4:10 192:4096:1:4:10 192:16384:0:1:10 192:16384:1:1:10 128:4096:0}"
     ;;
+  bwdidle)  # issue 27, prepared 2026-12-07, not yet run: in the D=128 Hopper backward (64- and 80-query steps,
+           # 128-key blocks, each consumer warpgroup 64 of the keys) a masked step none of whose queries one
+           # warpgroup's keys see (a causal key block's first step, a window's far edge) computes that
+           # warpgroup's scores and its dV/dK GEMMs anyway, on zeros. lab/ab/bwd_idle_warpgroup.diff: such a
+           # warpgroup waits for the stage, frees it, writes zeros as its dS^T rows and computes its part of
+           # dQ; the other has the tensor cores to itself (mask.cuh keys_see_rows, checked on the CPU by
+           # test_window_cpu.py; D=64 and the packed softcap kernel keep the plain walk). IDLE_PART=1 (the
+           # default): its A/B on the causal cells at D=64/128 with cuDNN alongside, then on
+           # lab/bwd_window_time.py --hopper-only (D=128, windows 256-8192) in the same copy; IDLE_PART=2: the
+           # Hopper backward, public-gradient and packed-batch tests and memcheck/racecheck/synccheck on the
+           # dense and packed cases in that copy. Prediction: D=128 causal S=512 +4-6%, 1k +2-3%, from 2k
+           # within +-1%; D=128 windows 256 +6-9%, 512 +4-5%, 1024 +2-3%, from 2048 +0-2%; D=64 unchanged.
+    env_info > "$OUT/env.txt" 2>&1
+    if [ "${IDLE_PART:-1}" = 1 ]; then
+      step ab_idle 480 env PATCH=bwd_idle_warpgroup.diff REVERSE=0 AB_COPY="$PWD/build/ab-idle" OUT="$OUT/ab" \
+        AB_CMD="$bwd_time_lean 64,128 --causal-only" bash lab/ab/run_ab.sh
+      step ab_idle_windows 300 env PATCH=bwd_idle_warpgroup.diff REVERSE=0 AB_COPY="$PWD/build/ab-idle" AB_REUSE=1 \
+        OUT="$OUT/ab-windows" AB_CMD="python3 lab/bwd_window_time.py --hopper-only --dims 128" bash lab/ab/run_ab.sh
+    else
+      [ -d build/ab-idle ] || build_patched idle bwd_idle_warpgroup.diff 0
+      bwd_copy_checks "$PWD/build/ab-idle" idle 280 150 hopper auto tests/kernels/test_varlen_gpu.py
+      copy_sanitize_steps "$PWD/build/ab-idle" idle-varlen 150 hopper varlen
+    fi
+    ;;
   bwdtimeline)  # issue 27, measured 2026-12-07 on an H100: a causal D=128 S=16k backward costs 7-9% more than its work
                 # at 16 heads but matches cuDNN's ratio at two (perf-notes "The causal step's two levers measured");
                 # ncu put half the excess inside the step loop, half outside it. In a copy with SM clock stamps a CTA
@@ -2242,7 +2269,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|causalsource|zigzag|bwdprefetch|bwdprefetchcheck|causallevers|causalleverscheck|bwdtimeline|headdims|bwd96|fwd192n|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|causalsource|zigzag|bwdprefetch|bwdprefetchcheck|causallevers|causalleverscheck|bwdtimeline|headdims|bwd96|fwd192n|bwdidle|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
