@@ -52,8 +52,8 @@
 #                                     public-gradient tests, the block CPU tests, the sanitizers (~8 min)
 #   bash lab/gpu_run.sh headdims landed 2026-12-07 (H100): the forward's D=96/D=192 configs and the backward's D=192 form
 #                                     on the tree: tests, times, sanitizers; HEADDIMS_PART=1 then 2 (~5 + ~2 min)
-#   bash lab/gpu_run.sh bwd96    prepared, not yet run: head dims 72..96 on Hopper backward configs of their own
-#                                     (lab/ab/bwd_d96.diff): tests, time against D=128's kernel, sanitizers (~7 min)
+#   bash lab/gpu_run.sh bwd96    landed 2026-12-07 (H100): head dims 72..96 on Hopper backward configs of their own
+#                                     (lab/ab/bwd_d96.diff, applied), on the tree: tests, time against D=128's kernel, sanitizers (~3 min)
 #   bash lab/gpu_run.sh fwd192n  prepared, not yet run: the D=192 forward on 96- or 112-key blocks (FWD192N_DIFF,
 #                                     lab/ab/fwd_d192_n96.diff / _n112.diff): its A/B, the forward checks in the copy (~8 min)
 #   bash lab/gpu_run.sh bwdidle  prepared, not yet run: the D=128 Hopper backward's warpgroups skip a masked step none of
@@ -1648,25 +1648,24 @@ case "${1:-verify}" in
       step pytest_properties 150 "${pytest_ci[@]}" tests/kernels/test_properties_gpu.py -ra
     fi
     ;;
-  bwd96)  # issue 27, prepared 2026-12-07, not yet run: head dims 72..96 on Hopper backward configs of their own
-         # (lab/ab/bwd_d96.diff) instead of D=128's, a quarter of whose GEMM work is zero columns: D=128's
-         # 64-query and wide (80-query) configs with two chunk planes, the second half used, S^T/dP^T in 6
-         # k-steps, dV/dK at N = 96 (RS, B one whole and one half swizzle atom: the read the D=192 forms
-         # proved), dQ transposed in both (M = 64 columns a warpgroup, the upper 32 of the second zeros);
-         # dq_accum tiles 128 columns wide; sm_90a 0 spills. In a copy with the diff: the backward and
+  bwd96)  # issue 27, landed 2026-12-07 on an H100 (lab/ab/bwd_d96.diff, applied; perf-notes "Head dims 72..96 on
+         # backward configs of their own"): 1.11-1.20x the D=128 kernel these dims ran on, 0.98-1.15x cuDNN.
+         # Head dims 72..96 on Hopper backward configs of their own instead of D=128's, a quarter of whose
+         # GEMM work is zero columns: D=128's 64-query and wide (80-query) configs with two chunk planes, the
+         # second half used, S^T/dP^T in 6 k-steps, dV/dK at N = 96 (RS, B one whole and one half swizzle
+         # atom: the read the D=192 forms proved), dQ transposed in both (M = 64 columns a warpgroup, the
+         # upper 32 of the second zeros); dq_accum tiles 128 columns wide. On the tree: the backward and
          # packed-batch tests of head dims 72..96, the backward of D=96 against D=128's kernel on the same
          # B, H and S with cuDNN alongside (BWD96_CELLS), memcheck/racecheck/synccheck on the small D=80/96
-         # cases. Prediction: 1.1-1.2x the D=128 kernel (its critical path ~0.78 of D=128's GEMM work),
-         # the wide config's calls most.
+         # cases. (`git apply -R` of the diff gives the tree before it, whose D=96 calls ran on D=128's kernels.)
     env_info > "$OUT/env.txt" 2>&1
-    build_patched bwd96 bwd_d96.diff 0
-    b96_copy="$PWD/build/ab-bwd96"
-    step pytest_bwd96 280 env -C "$b96_copy" PYTHONPATH="$b96_copy" "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py \
-      tests/kernels/test_varlen_gpu.py -k "96 or 80 or 88 or 72" -ra
-    step time_bwd96 200 env -C "$b96_copy" PYTHONPATH="$b96_copy" python3 lab/fwd_time.py --pass bwd --rounds 6 \
+    ensure_built
+    step pytest_bwd96 280 "${pytest_ci[@]}" tests/kernels/test_backward_gpu.py tests/kernels/test_varlen_gpu.py \
+      -k "96 or 80 or 88 or 72" -ra
+    step time_bwd96 200 python3 lab/fwd_time.py --pass bwd --rounds 6 \
       ${BWD96_CELLS:-96:1024:1:16:21 128:1024:1:16:21 96:4096:0:4:21 128:4096:0:4:21 96:4096:1:4:21 128:4096:1:4:21 \
       96:16384:0:1:21 128:16384:0:1:21}
-    SANITIZE_IN="$b96_copy" SANITIZE_DIMS=80,96 sanitize_steps 120 auto dense,varlen bwd96
+    SANITIZE_DIMS=80,96 sanitize_steps 120 auto dense,varlen bwd96
     ;;
   fwd192n)  # issue 29, prepared 2026-12-07, not yet run: the D=192 forward (0.95x FlashAttention-3 on 2026-12-07's
            # H100, `headdims`) on larger key blocks, a lab form each: FWD192N_DIFF=fwd_d192_n96.diff (the

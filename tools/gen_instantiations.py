@@ -88,7 +88,7 @@ BWD_HEAD_DIMS = {
 
 # Backward (Hopper path): head dims with a Sm90BwdTraits (smaller dims run on the next one up;
 # the others on the portable backward).
-BWD_SM90_HEAD_DIMS = (64, 128, 192, 256)
+BWD_SM90_HEAD_DIMS = (64, 96, 128, 192, 256)
 
 # Decoding: head dim (kDecodeHeadDims) -> variants with a DecodeTileConfig in
 # csrc/flash_decode/decode_traits.h. kHopper, kHopperSplit and kHopperStream exist where
@@ -252,8 +252,8 @@ def bwd_sm90() -> KernelPath:
         for dname, ctype in DTYPES.items():
             for d in BWD_SM90_HEAD_DIMS:
                 for softcap, wide in (("false", "false"), ("true", "false"), ("false", "true"), ("true", "true")):
-                    # The wide config (traits.h): D = 128, dense.
-                    if wide == "true" and (d != 128 or packed == "true"):
+                    # The wide config (traits.h): D = 96 and 128, dense.
+                    if wide == "true" and (d not in (96, 128) or packed == "true"):
                         continue
                     suffix = ("_softcap" if softcap == "true" else "") + ("_wide" if wide == "true" else "")
                     prefix = "bwd_sm90_packed" if packed == "true" else "bwd_sm90"

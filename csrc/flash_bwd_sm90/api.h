@@ -19,7 +19,7 @@ namespace flashattn {
 int flash_bwd_sm90_block_m(const BwdParams& p);
 
 // Floats of this path's zeroed dq_accum for `p`: every query block is one tile of
-// flash_bwd_sm90_block_m(p) x (64, 128, 192 or 256) floats in the kernel's accumulator order (traits.h);
+// flash_bwd_sm90_block_m(p) x (64, 128, 192 or 256: D = 96 pads to 128) floats in the kernel's accumulator order (traits.h);
 // a packed batch's per query head ceil(total_q / block_m) + B of them (block.h).
 int64_t flash_bwd_sm90_dq_accum_floats(const BwdParams& p);
 
@@ -39,7 +39,7 @@ int64_t flash_bwd_sm90_dkv_accum_floats(const BwdParams& p);
 
 // True when this build and device can run `p` on the Hopper backward: compute capability 9.0, the
 // kernel compiled for sm_90a in this build, float16 or bfloat16, head dim a multiple of 8 up to
-// 256 (64, 128, 192 and 256 instantiated; smaller dims run on the next one up), causal masks, local
+// 256 (64, 96, 128, 192 and 256 instantiated; smaller dims run on the next one up), causal masks, local
 // windows and the softcap, packed variable-length batches (cu_seqlens_q set: the packed kernels),
 // both sequence lengths (bounds) >= 1, and q, k, v, dO describable by TMA (16-byte aligned,
 // positive strides in multiples of 8 elements: the bindings' aligned_or_copy and the dense one's

@@ -36,7 +36,9 @@ __global__ void __launch_bounds__(kBwdSm90ConvertThreads)
   static_assert(Traits::kDqSplit != Sm90BwdDqSplit::kSplitKeys, "the kernel's tile orders");
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kHeadDim = Traits::kHeadDim;
-  constexpr int kPitch = kHeadDim + 8;  // elements per shared row
+  // Elements per shared row: the planes' columns (D = 96's dQ^T has 128 rows, the last 32 zeros)
+  // and 8 more.
+  constexpr int kPitch = Traits::kChunks * kChunkCols + 8;
   constexpr int kVecs = Traits::kDqTileFloats / 4;
   constexpr int kVecsPerPart = Traits::kDqRegs / 4 * kWarpgroupThreads;  // one warpgroup's part
   constexpr bool kSplitD = Traits::kDqSplit == Sm90BwdDqSplit::kSplitD;

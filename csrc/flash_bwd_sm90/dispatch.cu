@@ -60,7 +60,8 @@ const Sm90BwdLauncher kLaunchers[] = {
 #undef FLASHATTN_BWD_SM90_INSTANCE
 constexpr int kNumLaunchers = sizeof(kLaunchers) / sizeof(kLaunchers[0]);
 
-static_assert(Sm90BwdTraits<64>::kBlockM == sm90_bwd_block_m(64) && Sm90BwdTraits<128>::kBlockM == sm90_bwd_block_m(128) &&
+static_assert(Sm90BwdTraits<64>::kBlockM == sm90_bwd_block_m(64) && Sm90BwdTraits<96>::kBlockM == sm90_bwd_block_m(96) &&
+                  Sm90BwdTraits<128>::kBlockM == sm90_bwd_block_m(128) &&
                   Sm90BwdTraits<192>::kBlockM == sm90_bwd_block_m(192) && Sm90BwdTraits<256>::kBlockM == sm90_bwd_block_m(256),
               "flash_bwd_sm90_block_m() is the instantiations' query block");
 
@@ -70,10 +71,12 @@ int config_block_m(bool softcap) {
   return softcap ? Sm90BwdConfig<D, true>::Traits::kBlockM : Sm90BwdConfig<D, false>::Traits::kBlockM;
 }
 int block_m_of(int d, bool softcap, bool wide) {
-  static_assert(Sm90BwdConfig<128, false, true>::Traits::kBlockM == Sm90BwdConfig<128, true, true>::Traits::kBlockM,
-                "one wide tile with and without a softcap");
+  static_assert(Sm90BwdConfig<128, false, true>::Traits::kBlockM == Sm90BwdConfig<128, true, true>::Traits::kBlockM &&
+                    Sm90BwdConfig<96, false, true>::Traits::kBlockM == Sm90BwdConfig<128, false, true>::Traits::kBlockM,
+                "one wide tile with and without a softcap, at D = 96 and 128");
   if (wide) return Sm90BwdConfig<128, false, true>::Traits::kBlockM;
   return d == 64    ? config_block_m<64>(softcap)
+         : d == 96  ? config_block_m<96>(softcap)
          : d == 128 ? config_block_m<128>(softcap)
          : d == 192 ? config_block_m<192>(softcap)
                     : config_block_m<256>(softcap);
@@ -82,15 +85,16 @@ int block_m_of(int d, bool softcap, bool wide) {
 // The instantiated head dim that runs a call's head dim (smaller dims run zero-padded on the next
 // one up: TMA reads columns past head_dim as zeros, the epilogues drop them).
 int instantiated_head_dim(int head_dim) {
-  return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : head_dim <= 192 ? 192 : 256;
+  return head_dim <= 64 ? 64 : head_dim <= 96 ? 96 : head_dim <= 128 ? 128 : head_dim <= 192 ? 192 : 256;
 }
 
-// The wide config (traits.h Sm90BwdConfig<128, softcap, true>): dense D = 128 calls (and D 72..120,
-// padded), the mask as wide_rule.h says. FLASHATTN_BWD_WIDE is read at every such
+// The wide config (traits.h Sm90BwdConfig<128 or 96, softcap, true>): dense D = 72..128 calls, the
+// mask as wide_rule.h says. FLASHATTN_BWD_WIDE is read at every such
 // call, like FLASHATTN_BWD_REVERSE (lab switches for side-by-side rounds in one process); the
 // binding sizes dq_accum and the tickets from the same answer.
 bool wide_config(const BwdParams& p) {
-  if (instantiated_head_dim(p.head_dim) != 128 || p.cu_seqlens_q != nullptr) return false;
+  const int d = instantiated_head_dim(p.head_dim);
+  if ((d != 96 && d != 128) || p.cu_seqlens_q != nullptr) return false;
   const char* v = std::getenv("FLASHATTN_BWD_WIDE");
   const int mode = v == nullptr || *v == '\0' ? 2 : std::atoi(v);
   return bwd_wide_rule(mode, p.causal, p.window_left, p.window_right, p.seqlen_q, p.seqlen_k);
@@ -266,7 +270,7 @@ int flash_bwd_sm90_block_m(const BwdParams& p) {
 int64_t flash_bwd_sm90_dq_accum_floats(const BwdParams& p) {
   const int block_m = flash_bwd_sm90_block_m(p);
   const int d = sm90::instantiated_head_dim(p.head_dim);
-  const int64_t tile = static_cast<int64_t>(block_m) * d;  // kDqTileFloats
+  const int64_t tile = static_cast<int64_t>(block_m) * ((d + 63) / 64 * 64);  // kDqTileFloats: whole chunk planes
   if (p.cu_seqlens_q != nullptr)  // packed: [Hq, ceil(total_q / block_m) + B tiles] (block.h)
     return static_cast<int64_t>(p.heads_q) * ((static_cast<int64_t>(p.total_q) + block_m - 1) / block_m + p.batch) * tile;
   const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + block_m - 1) / block_m;

@@ -412,8 +412,8 @@ __device__ __forceinline__ void bwd_sm90_store_dkv(const Sm90BwdParams& kp, cons
                                                    const int wg, const int wtid, const float (&dk)[kRegs],
                                                    const float (&dv)[kRegs], const int row0) {
   static_assert(2 * Traits::kKVBytes <= 2 * Traits::kStages * Traits::kQBytes, "dK and dV fit in the Q/dO ring");
-  static_assert((2 * kRegs) % kChunkCols == 0 || Traits::kSharedPlane,
-                "whole 64-column planes per warpgroup, or D = 192's plane and a half");
+  static_assert((2 * kRegs) % kChunkCols == 0 || Traits::kHeadDim == 96 || Traits::kSharedPlane,
+                "whole 64-column planes per warpgroup, or D = 96's and D = 192's plane and a half");
   const BwdAccCols<Traits> col_of{wg};
   if (!kPacked && (kp.p.group_split > 1 || blk.tail >= 0)) {  // uniform: both warpgroups take this path
     bwd_sm90_add_dkv<Traits>(kp.p, blk, wtid, dk, dv, row0, col_of);

@@ -70,8 +70,14 @@ enum class Sm90BwdDqSplit : int { kSplitD = 0, kSplitKeys = 1, kSplitQueries = 2
 // D = 64 walks 128 queries per step: its GEMMs are half as deep, so twice the rows per step halve
 // the per-step costs (barriers, waits, the dQ tile handoff) per FLOP, in the same registers.
 constexpr int sm90_bwd_block_m(int head_dim) { return head_dim <= 64 ? 128 : 64; }
+// D = 96 (two chunk planes, the second half used) transposes dQ as the wide config does: split by
+// columns, warpgroup 1's 48 would start inside a swizzle atom and run on into the next, which an
+// MN-major operand cannot; dQ^T's M = 64 columns a warpgroup keeps to whole planes (the upper 32 of
+// the second zeros, as TMA loads them).
 constexpr Sm90BwdDqSplit sm90_bwd_dq_split(int head_dim) {
-  return head_dim <= 64 ? Sm90BwdDqSplit::kSplitQueries : Sm90BwdDqSplit::kSplitD;
+  return head_dim <= 64 ? Sm90BwdDqSplit::kSplitQueries
+         : head_dim == 96 ? Sm90BwdDqSplit::kTransposed
+                          : Sm90BwdDqSplit::kSplitD;
 }
 
 template <int kHeadDim_, Sm90BwdDqSplit kDqSplit_ = sm90_bwd_dq_split(kHeadDim_), int kBlockM_ = sm90_bwd_block_m(kHeadDim_)>
@@ -99,10 +105,11 @@ struct Sm90BwdTraits {
   static constexpr int kBlockM = kBlockM_;  // queries per step (the N of S^T, the K of dV/dK)
   static constexpr int kStages = 2;   // Q, dO, lse, dpsum ring: the next step loads during this one
   static constexpr int kDsStages = 2;  // dS^T buffers: a consumer writes step t+1's while the other may still read step t's
-  static constexpr int kChunks = kHeadDim / kChunkCols;
+  // Chunk planes: D = 96's second is half used (TMA loads its columns past D as zeros).
+  static constexpr int kChunks = (kHeadDim + kChunkCols - 1) / kChunkCols;
 
-  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
-                "head dims 64, 128, 192 and 256 (smaller dims run on the next one up)");
+  static_assert(kHeadDim == 64 || kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
+                "head dims 64, 96, 128, 192 and 256 (smaller dims run on the next one up)");
   static_assert(!kRoles || (kDqSplit == Sm90BwdDqSplit::kSplitD && kBlockM == 64), "the roles form splits D");
   static constexpr bool kDqTransposed = kDqSplit == Sm90BwdDqSplit::kTransposed;
   static_assert(kDqTransposed || kBlockM == 64 || kBlockM == 128,
@@ -110,8 +117,9 @@ struct Sm90BwdTraits {
   static_assert(kDqSplit != Sm90BwdDqSplit::kSplitQueries || kBlockM == 2 * kRowsPerConsumer, "a query half per warpgroup");
   static_assert(kDqSplit == Sm90BwdDqSplit::kSplitQueries || kDqTransposed || kBlockM == 64,
                 "64-query steps split D or keys");
-  static_assert(!kDqTransposed || (kHeadDim == kRowsPerConsumer * kConsumerWGs && kBlockM % 16 == 0 && kBlockM <= 96),
-                "dQ^T: a 64-column M per warpgroup, N = kBlockM in k16 steps of dV/dK");
+  static_assert(!kDqTransposed || (kChunks * kChunkCols == kRowsPerConsumer * kConsumerWGs && kBlockM % 16 == 0 &&
+                                   kBlockM <= 96),
+                "dQ^T: a 64-column M per warpgroup (a chunk plane), N = kBlockM in k16 steps of dV/dK");
 
   // wgmma N of the dQ GEMM and its k-steps.
   static constexpr int kDqN = kDqTransposed ? kBlockM : kDqSplit == Sm90BwdDqSplit::kSplitD ? kHeadDim / 2 : kHeadDim;
@@ -139,7 +147,9 @@ struct Sm90BwdTraits {
   static constexpr int kDSPlaneBytes = (kDqTransposed ? kBlockM : kBlockN) * kChunkRowBytes;
   static constexpr int kDSBytes = kDSPlaneBytes * ((kDqTransposed ? kBlockN : kBlockM) / kChunkCols);
   static constexpr int kPBytes = kRoles ? kDSBytes : 0;             // P^T, as dS^T
-  static constexpr int kDqTileFloats = kBlockM * kHeadDim;    // one query block of dq_accum
+  // One query block of dq_accum: kBlockM x the planes' columns (D = 96: dQ^T's 128 rows, the last
+  // 32 zeros; the convert kernel writes D of them).
+  static constexpr int kDqTileFloats = kBlockM * kChunks * kChunkCols;
   static constexpr int kDqBytes = kDqInStage ? 0 : kDqTileFloats * 4;  // the shared dQ tile
 
   // Barriers (8 bytes each): full/empty per stage, K/V loaded, dQ tile written / read, and in the
@@ -226,12 +236,18 @@ struct Sm90BwdTraits {
 // one spilled 84 B at 80 rows).
 template <int kHeadDim, bool kSoftcap, bool kWide = false>
 struct Sm90BwdConfig {
-  static_assert(!kWide, "the wide config exists for D = 128");
+  static_assert(!kWide, "the wide config exists for D = 96 and 128");
   using Traits = Sm90BwdTraits<kHeadDim>;
 };
 template <bool kSoftcap>
 struct Sm90BwdConfig<128, kSoftcap, true> {
   using Traits = Sm90BwdTraits<128, Sm90BwdDqSplit::kTransposed, 80>;
+};
+// D = 96 (head dims 72..96): D = 128's two configs with the second chunk plane half used, dQ
+// transposed in both (sm90_bwd_dq_split).
+template <bool kSoftcap>
+struct Sm90BwdConfig<96, kSoftcap, true> {
+  using Traits = Sm90BwdTraits<96, Sm90BwdDqSplit::kTransposed, 80>;
 };
 
 }  // namespace sm90

@@ -179,6 +179,11 @@ EDGES = [
     Edge("D=192", 2, 130, 130, 4, 2, 192),
     Edge("D=176,Sq>Sk", 1, 200, 70, 2, 1, 176, modes=(BOTTOM_RIGHT,)),
     Edge("D=152,many-blocks,GQA", 1, 700, 650, 6, 2, 152, modes=(NONE, BOTTOM_RIGHT, TOP_LEFT)),
+    # D = 72..96 on D = 128's configs with two chunk planes, the second half used, and dQ transposed
+    # (64-query steps; 80-query ones on the wide config's calls: no mask from 768 rows, causal ones)
+    Edge("D=96,wide,GQA", 1, 1000, 1000, 4, 2, 96, modes=(NONE, BOTTOM_RIGHT)),
+    Edge("D=80,64-query,Sq>Sk", 2, 300, 170, 4, 1, 80, modes=(NONE, BOTTOM_RIGHT, TOP_LEFT)),
+    Edge("D=88,many-blocks", 1, 2100, 1900, 2, 2, 88, modes=(NONE, TOP_LEFT)),
     Edge("D=40,long-keys", 1, 333, 4100, 6, 2, 40, modes=(NONE, BOTTOM_RIGHT)),
     Edge("GQA-8:1", 2, 65, 257, 8, 1, 128),
     Edge("scale=0", 2, 70, 90, 4, 2, 64, scale=0.0),
