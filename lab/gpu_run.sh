@@ -56,7 +56,7 @@
 #                                     (lab/ab/bwd_d96.diff, applied), on the tree: tests, time against D=128's kernel, sanitizers (~3 min)
 #   bash lab/gpu_run.sh fwd192n  prepared, not yet run: the D=192 forward on 96- or 112-key blocks (FWD192N_DIFF,
 #                                     lab/ab/fwd_d192_n96.diff / _n112.diff): its A/B, the forward checks in the copy (~8 min)
-#   bash lab/gpu_run.sh bwdidle  prepared, not yet run: the D=128 Hopper backward's warpgroups skip a masked step none of
+#   bash lab/gpu_run.sh bwdidle  measured 2026-12-07 (H100), not adopted (causal 1.007, windows +1.4-2.2%): the D=128 Hopper backward's warpgroups skip a masked step none of
 #                                     whose queries their 64 keys see (lab/ab/bwd_idle_warpgroup.diff): IDLE_PART=1 its A/B on
 #                                     causal cells and narrow windows (~8 min), IDLE_PART=2 tests and sanitizers in its copy (~6 min)
 #   bash lab/gpu_run.sh bwdtimeline measured 2026-12-07 (H100): where a Hopper backward CTA's time goes (SM clock stamps, lab/ab/lab_bwd_cta_timeline.diff):
@@ -1678,7 +1678,13 @@ case "${1:-verify}" in
     fwd_patch_ab fwd192n "${FWD192N_DIFF:-fwd_d192_n96.diff}" \
       "${FWD192N_CELLS:-192:1024:1:16:10 192:4096:0:4:10 192:4096:1:4:10 192:16384:0:1:10 192:16384:1:1:10 128:4096:0}"
     ;;
-  bwdidle)  # issue 27, prepared 2026-12-07, not yet run: in the D=128 Hopper backward (64- and 80-query steps,
+  bwdidle)  # issue 27, measured 2026-12-07 on an H100, not adopted (perf-notes "The D=128 backward's warpgroup on a
+           # step its keys do not see"): D=128 causal 0.973-1.039 a cell, geomean 1.007 (predicted +4-6% at
+           # 512, +2-3% at 1k); windows of 256-2048 keys +1.4..+2.2% beside a +0.5% causal control (predicted
+           # +2..+9%); its tests passed in the copy (792), memcheck and racecheck clean, synccheck not: the
+           # idle step and a full one reached the step's bar.sync (.aligned) from different code; the diff
+           # now drops .aligned there (named_barrier_sync_unaligned), not rerun. As prepared:
+           # in the D=128 Hopper backward (64- and 80-query steps,
            # 128-key blocks, each consumer warpgroup 64 of the keys) a masked step none of whose queries one
            # warpgroup's keys see (a causal key block's first step, a window's far edge) computes that
            # warpgroup's scores and its dV/dK GEMMs anyway, on zeros. lab/ab/bwd_idle_warpgroup.diff: such a
