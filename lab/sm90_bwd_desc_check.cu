@@ -73,14 +73,16 @@ auto transposed_tile() {  // the same bytes viewed as (kCols, kRows): MN-major o
   return make_tensor(make_smem_ptr(reinterpret_cast<Element*>(g_smem)), t);
 }
 
-// The D = 192 roles form's MN-major operand of warpgroup wg (descriptors.h roles_b): N = 96 as plane
-// wg (one swizzle atom, which CuTe describes: every field but LBO checked against it) and the 32
-// columns of half wg of plane 2 as a partial second atom, which CuTe cannot tile: LBO checked as the
-// distance from the start to CuTe's address of column 128 + 32 wg at the k-step's first row, where
-// the swizzle leaves the row's 16-byte pieces in place (row % 8 == 0).
+// An MN-major operand of N = 96 as one whole swizzle atom and the first 32 columns of another
+// (descriptors.h roles_b at D = 192: plane wg, then half wg of plane 2; acc_b at D = 96: plane 0,
+// then the used half of plane 1): the atom, which CuTe describes (every field but LBO checked
+// against it), is 64-column block `atom_block` of `t`; the partial atom, which CuTe cannot tile,
+// starts at column `second_col`: LBO checked as the distance from the start to CuTe's address of
+// that column at the k-step's first row, where the swizzle leaves the row's 16-byte pieces in place
+// (row % 8 == 0).
 template <class Tensor>
-void check_roles192(uint64_t desc, Tensor const& t, int wg, int kk, const char* what) {
-  auto atom = local_tile(t, Shape<_64, _16>{}, make_coord(wg, kk));
+void check_partial_atom(uint64_t desc, Tensor const& t, int atom_block, int second_col, int kk, const char* what) {
+  auto atom = local_tile(t, Shape<_64, _16>{}, make_coord(atom_block, kk));
   auto cute_desc = GMMA::make_gmma_desc<GMMA::Major::MN>(atom);
   CHECK_EQ(flashattn::sm90::desc_from_lo(flashattn::sm90::desc_lo(desc), 0), desc, "desc upper word is kBwdDescHi");
   GmmaDescriptor o(desc);
@@ -90,8 +92,13 @@ void check_roles192(uint64_t desc, Tensor const& t, int wg, int kk, const char* 
   CHECK_EQ(o.bitfield.layout_type_, cute_desc.bitfield.layout_type_, what);
   CHECK_EQ(o.bitfield.base_offset_, cute_desc.bitfield.base_offset_, what);
   const uint32_t second = static_cast<uint32_t>(
-      reinterpret_cast<cute::uint8_t const*>(raw_pointer_cast(&t(128 + 32 * wg, 16 * kk))) - g_smem);
+      reinterpret_cast<cute::uint8_t const*>(raw_pointer_cast(&t(second_col, 16 * kk))) - g_smem);
   CHECK_EQ(start + (static_cast<uint32_t>(o.bitfield.leading_byte_offset_) << 4), second, what);
+}
+// The D = 192 roles form's operand of warpgroup wg.
+template <class Tensor>
+void check_roles192(uint64_t desc, Tensor const& t, int wg, int kk, const char* what) {
+  check_partial_atom(desc, t, wg, 128 + 32 * wg, kk, what);
 }
 
 template <class Element, class Traits>
@@ -195,41 +202,59 @@ void check_traits(const char* name) {
 // the PTX ISA's stmatrix: lanes 8 i .. 8 i + 7 give the row addresses of matrix i; thread t's
 // register i holds row t / 4, columns 2 (t % 4) and + 1 of matrix i; .trans stores element (r, c)
 // at row c, position r.
-template <class Element>
-void check_wide_config() {
+// The same holds for every config with dQ transposed: D = 96's two (64- and 80-query steps, two
+// chunk planes with the second half used: its score GEMMs take kHeadDim / 16 = 6 k-steps of the
+// 128-column tiles, its dV/dK B is a whole and a partial atom, check_partial_atom). `name` prefixes
+// each message.
+template <class Element, class Traits = flashattn::sm90::Sm90BwdConfig<128, false, true>::Traits>
+void check_wide_config(const char* name = "wide") {
   using flashattn::sm90::desc_advance;
-  using Traits = flashattn::sm90::Sm90BwdConfig<128, false, true>::Traits;
   using Descs = flashattn::sm90::Sm90BwdDescs<Traits>;
-  constexpr int BM = Traits::kBlockM, BN = Traits::kBlockN, D = Traits::kHeadDim;
-  static_assert(BM == 80 && BN == 128 && D == 128, "the wide config");
+  constexpr int BM = Traits::kBlockM, BN = Traits::kBlockN;
+  constexpr int D = Traits::kChunks * 64;  // the tiles' columns (D = 96: 128, the last 32 zeros)
+  static_assert(Traits::kDqTransposed && BN == 128 && D == 128, "a transposed-dQ config");
   char what[200];
   // The K-major B operands, N = 80: Q / dO [80 queries][128] of S^T = K Q^T (score_b), and dS
   // [80 queries][128 keys] of dQ^T = K^T dS^T (dqt_b): the same tile shape.
   auto sQ = kmajor_tile<Element, BM, D>();
   for (int kk = 0; kk < D / 16; ++kk) {
     auto sub = local_tile(sQ, Shape<Int<BM>, _16>{}, make_coord(0, kk));
-    std::snprintf(what, sizeof what, "wide score B (Q, dO) kk=%d", kk);
+    std::snprintf(what, sizeof what, "%s score B (Q, dO) kk=%d", name, kk);
+    if (kk < Traits::kHeadDim / 16)
     check_desc(desc_advance(Descs::score_b(0u), Descs::score_b_step(kk)), GMMA::make_gmma_desc<GMMA::Major::K>(sub),
                data_offset(sub), what);
-    std::snprintf(what, sizeof what, "wide dQ^T B (dS) kk=%d", kk);
+    std::snprintf(what, sizeof what, "%s dQ^T B (dS) kk=%d", name, kk);
     check_desc(desc_advance(Descs::dqt_b(0u), Descs::dqt_b_step(kk)), GMMA::make_gmma_desc<GMMA::Major::K>(sub),
                data_offset(sub), what);
   }
   // dV += P^T dO / dK += dS^T Q: B = dO / Q viewed (D, 80) MN-major, five k-steps of 16 queries.
   auto sQt = transposed_tile<Element, BM, D>();
   for (int kk = 0; kk < Traits::kPVSteps; ++kk) {
-    auto sub = local_tile(sQt, Shape<Int<D>, _16>{}, make_coord(0, kk));
-    std::snprintf(what, sizeof what, "wide acc B kk=%d", kk);
-    check_desc(desc_advance(Descs::acc_b(0u), Descs::acc_b_step(kk)), GMMA::make_gmma_desc<GMMA::Major::MN>(sub),
-               data_offset(sub), what);
+    std::snprintf(what, sizeof what, "%s acc B kk=%d", name, kk);
+    if constexpr (Traits::kHeadDim == 96) {  // N = 96: plane 0, then the used half of plane 1
+      check_partial_atom(desc_advance(Descs::acc_b(0u), Descs::acc_b_step(kk)), sQt, 0, 64, kk, what);
+    } else {
+      auto sub = local_tile(sQt, Shape<Int<D>, _16>{}, make_coord(0, kk));
+      check_desc(desc_advance(Descs::acc_b(0u), Descs::acc_b_step(kk)), GMMA::make_gmma_desc<GMMA::Major::MN>(sub),
+                 data_offset(sub), what);
+    }
   }
+  // S^T / dP^T: A = K_wg [64 keys][D] (K-major), kHeadDim / 16 k-steps.
+  auto sK = kmajor_tile<Element, BN, D>();
+  for (int wg = 0; wg < 2; ++wg)
+    for (int kk = 0; kk < Traits::kHeadDim / 16; ++kk) {
+      auto sub = local_tile(sK, Shape<_64, _16>{}, make_coord(wg, kk));
+      std::snprintf(what, sizeof what, "%s score A wg=%d kk=%d", name, wg, kk);
+      check_desc(desc_advance(Descs::score_a(0u, wg), Descs::score_a_step(kk)), GMMA::make_gmma_desc<GMMA::Major::K>(sub),
+                 data_offset(sub), what);
+    }
   // dQ^T = K^T dS^T: A = K viewed (D, keys) MN-major, warpgroup wg's M = 64 columns of D,
   // k-steps of 16 keys.
   auto sKt = transposed_tile<Element, BN, D>();
   for (int wg = 0; wg < 2; ++wg)
     for (int kk = 0; kk < Traits::kDqKSteps; ++kk) {
       auto a = local_tile(sKt, Shape<_64, _16>{}, make_coord(wg, kk));
-      std::snprintf(what, sizeof what, "wide dQ^T A wg=%d kk=%d", wg, kk);
+      std::snprintf(what, sizeof what, "%s dQ^T A wg=%d kk=%d", name, wg, kk);
       check_desc(desc_advance(Descs::dqt_a(0u, wg), Descs::dqt_a_step(kk)), GMMA::make_gmma_desc<GMMA::Major::MN>(a),
                  data_offset(a), what);
     }
@@ -244,21 +269,21 @@ void check_wide_config() {
           const int i = lane / 8, c = lane % 8;  // the lane addresses row c of matrix i
           const int j = 2 * g + i / 2, h = i % 2, q = 8 * j + c;
           const uint32_t row_addr = Descs::ds_t_addr(wg, w, 0, lane) + static_cast<uint32_t>(g) * 16u * 128u;
-          std::snprintf(what, sizeof what, "wide ds_t_addr g=%d lane=%d", g, lane);
+          std::snprintf(what, sizeof what, "%s ds_t_addr g=%d lane=%d", name, g, lane);
           CHECK_EQ(row_addr, Descs::ds_t_addr(wg, w, g, lane), what);
           for (int r = 0; r < 8; ++r) {  // element r of that row: key 64 wg + 16 w + 8 h + r
             const int key = 64 * wg + 16 * w + 8 * h + r;
             const uint32_t cute_off =
                 static_cast<uint32_t>(reinterpret_cast<cute::uint8_t const*>(raw_pointer_cast(&sDS(q, key))) - g_smem);
-            std::snprintf(what, sizeof what, "wide dS stmatrix.trans (query %d, key %d)", q, key);
+            std::snprintf(what, sizeof what, "%s dS stmatrix.trans (query %d, key %d)", name, q, key);
             CHECK_EQ(row_addr + 2u * static_cast<uint32_t>(r), cute_off, what);
             ++stored;
           }
         }
-  CHECK_EQ(stored, BM * BN, "wide dS: every (query, key) stored once");
+  CHECK_EQ(stored, BM * BN, name);
   // The dQ tile: value v of n8 slice j of thread wtid of warpgroup wg (accumulator row = column d
   // of dQ, accumulator column = query q) sits where the convert kernel's (row, col) says.
-  static int seen[Traits::kDqTileFloats];
+  std::vector<int> seen(Traits::kDqTileFloats, 0);
   for (int wg = 0; wg < 2; ++wg)
     for (int j = 0; j < Traits::kDqRegs / 4; ++j)
       for (int wtid = 0; wtid < 128; ++wtid)
@@ -266,12 +291,12 @@ void check_wide_config() {
           const int d = 64 * wg + 16 * (wtid / 32) + (wtid % 32) / 4 + 8 * (v / 2);
           const int q = 8 * j + 2 * (wtid % 4) + v % 2;
           const int off = Traits::dq_tile_offset(wg, j, wtid, v);
-          std::snprintf(what, sizeof what, "wide dq tile (query %d, column %d)", q, d);
+          std::snprintf(what, sizeof what, "%s dq tile (query %d, column %d)", name, q, d);
           CHECK_EQ(Traits::dq_tile_offset_rc(q, d), off, what);
           ++seen[off];
         }
-  for (int i = 0; i < Traits::kDqTileFloats; ++i) CHECK_EQ(seen[i], 1, "wide dq tile: a bijection");
-  std::printf("checked the wide config (80-query steps, dQ transposed)\n");
+  for (int i = 0; i < Traits::kDqTileFloats; ++i) CHECK_EQ(seen[i], 1, name);
+  std::printf("checked %s (%d-query steps, dQ transposed)\n", name, BM);
 }
 
 // The roles form's dQ tile order (traits.h): accumulator value v of n8 slice j of thread wtid of
@@ -303,6 +328,8 @@ int main() {
   check_roles_dq_order<Sm90BwdTraits<192>>("D=192 roles");
   check_roles_dq_order<Sm90BwdTraits<256>>("D=256 roles");
   check_wide_config<cute::bfloat16_t>();
+  check_wide_config<cute::half_t, Sm90BwdConfig<96, false, false>::Traits>("D=96");
+  check_wide_config<cute::bfloat16_t, Sm90BwdConfig<96, false, true>::Traits>("D=96 wide");
   check_traits<cute::bfloat16_t, Sm90BwdTraits<128, Sm90BwdDqSplit::kSplitD>>("D=128 split-D");
   check_traits<cute::bfloat16_t, Sm90BwdTraits<256>>("D=256 roles");
   check_traits<cute::half_t, Sm90BwdTraits<192>>("D=192 roles");
