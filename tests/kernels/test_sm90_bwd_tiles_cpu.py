@@ -1,6 +1,7 @@
 """CPU checks of the Hopper backward's dQ tile order (csrc/flash_bwd_sm90/traits.h, plain C++ built
 with the host compiler), for every form the kernels run: D=64's query halves, D=128's column halves,
-the wide config's transposed dQ, and the roles form at D=192 and 256. Each consumer accumulator
+the wide config's transposed dQ, D=96's (both its configs: dQ^T over two chunk planes, the last 32
+columns zeros), and the roles form at D=192 and 256. Each consumer accumulator
 value, placed at its (query row, column) of the block as the consumers and the convert kernel read
 it, is where dq_tile_offset_rc finds it (dq_tile_offset, the consumers' store), and every float of
 the tile is written exactly once; the roles form's column map (roles_col) gives each warpgroup its
@@ -75,6 +76,8 @@ int main() {
   check<Sm90BwdConfig<64, false>::Traits>("d64");
   check<Sm90BwdConfig<128, false>::Traits>("d128");
   check<Sm90BwdConfig<128, false, true>::Traits>("d128-wide");
+  check<Sm90BwdConfig<96, false>::Traits>("d96");
+  check<Sm90BwdConfig<96, false, true>::Traits>("d96-wide");
   check<Sm90BwdConfig<192, false>::Traits>("d192-roles");
   check<Sm90BwdConfig<256, false>::Traits>("d256-roles");
 }
@@ -83,7 +86,8 @@ int main() {
 
 def test_dq_tile_order_and_the_roles_column_map(tmp_path_factory) -> None:
     lines = run_cpp_probe(tmp_path_factory, "sm90_bwd_tiles", _PROBE)
-    assert [line.split()[0] for line in lines] == ["d64", "d128", "d128-wide", "d192-roles", "d256-roles"], lines
+    assert [line.split()[0] for line in lines] == ["d64", "d128", "d128-wide", "d96", "d96-wide", "d192-roles",
+                                                        "d256-roles"], lines
     for line in lines:
         fields = dict(f.split("=") for f in line.split()[1:])
         assert fields["bad"] == "0", line
