@@ -65,7 +65,18 @@ static_assert(Sm90BwdTraits<64>::kBlockM == sm90_bwd_block_m(64) && Sm90BwdTrait
                   Sm90BwdTraits<192>::kBlockM == sm90_bwd_block_m(192) && Sm90BwdTraits<256>::kBlockM == sm90_bwd_block_m(256),
               "flash_bwd_sm90_block_m() is the instantiations' query block");
 
-// Query rows per step and floats per dq_accum tile of the instantiation for (d, softcap, wide).
+// dq_accum's columns at instantiated head dim d: whole chunk planes (traits.h kDqTileFloats =
+// kBlockM x this; D = 96's dQ^T fills two planes, the last 32 columns zeros).
+constexpr int dq_tile_cols(int d) { return (d + kChunkCols - 1) / kChunkCols * kChunkCols; }
+template <typename T>
+constexpr bool dq_tile_sized() { return T::kDqTileFloats == T::kBlockM * dq_tile_cols(T::kHeadDim); }
+static_assert(dq_tile_sized<Sm90BwdTraits<64>>() && dq_tile_sized<Sm90BwdTraits<96>>() &&
+                  dq_tile_sized<Sm90BwdConfig<96, false, true>::Traits>() && dq_tile_sized<Sm90BwdTraits<128>>() &&
+                  dq_tile_sized<Sm90BwdConfig<128, false, true>::Traits>() && dq_tile_sized<Sm90BwdTraits<192>>() &&
+                  dq_tile_sized<Sm90BwdTraits<256>>(),
+              "flash_bwd_sm90_dq_accum_floats() sizes the instantiations' dQ tiles");
+
+// Query rows per step of the instantiation for (d, softcap, wide).
 template <int D>
 int config_block_m(bool softcap) {
   return softcap ? Sm90BwdConfig<D, true>::Traits::kBlockM : Sm90BwdConfig<D, false>::Traits::kBlockM;
@@ -270,7 +281,7 @@ int flash_bwd_sm90_block_m(const BwdParams& p) {
 int64_t flash_bwd_sm90_dq_accum_floats(const BwdParams& p) {
   const int block_m = flash_bwd_sm90_block_m(p);
   const int d = sm90::instantiated_head_dim(p.head_dim);
-  const int64_t tile = static_cast<int64_t>(block_m) * ((d + 63) / 64 * 64);  // kDqTileFloats: whole chunk planes
+  const int64_t tile = static_cast<int64_t>(block_m) * sm90::dq_tile_cols(d);  // kDqTileFloats
   if (p.cu_seqlens_q != nullptr)  // packed: [Hq, ceil(total_q / block_m) + B tiles] (block.h)
     return static_cast<int64_t>(p.heads_q) * ((static_cast<int64_t>(p.total_q) + block_m - 1) / block_m + p.batch) * tile;
   const int64_t m_blocks = (static_cast<int64_t>(p.seqlen_q) + block_m - 1) / block_m;
