@@ -214,20 +214,22 @@ void check_wide_config(const char* name = "wide") {
   constexpr int D = Traits::kChunks * 64;  // the tiles' columns (D = 96: 128, the last 32 zeros)
   static_assert(Traits::kDqTransposed && BN == 128 && D == 128, "a transposed-dQ config");
   char what[200];
-  // The K-major B operands, N = 80: Q / dO [80 queries][128] of S^T = K Q^T (score_b), and dS
-  // [80 queries][128 keys] of dQ^T = K^T dS^T (dqt_b): the same tile shape.
+  // The K-major B operands, N = kBlockM: Q / dO [kBlockM queries][128] of S^T = K Q^T (score_b,
+  // kHeadDim / 16 k-steps), and dS [kBlockM queries][128 keys] of dQ^T = K^T dS^T (dqt_b, 8
+  // k-steps of keys): the same tile shape.
   auto sQ = kmajor_tile<Element, BM, D>();
   for (int kk = 0; kk < D / 16; ++kk) {
     auto sub = local_tile(sQ, Shape<Int<BM>, _16>{}, make_coord(0, kk));
-    std::snprintf(what, sizeof what, "%s score B (Q, dO) kk=%d", name, kk);
-    if (kk < Traits::kHeadDim / 16)
-    check_desc(desc_advance(Descs::score_b(0u), Descs::score_b_step(kk)), GMMA::make_gmma_desc<GMMA::Major::K>(sub),
-               data_offset(sub), what);
+    if (kk < Traits::kHeadDim / 16) {
+      std::snprintf(what, sizeof what, "%s score B (Q, dO) kk=%d", name, kk);
+      check_desc(desc_advance(Descs::score_b(0u), Descs::score_b_step(kk)), GMMA::make_gmma_desc<GMMA::Major::K>(sub),
+                 data_offset(sub), what);
+    }
     std::snprintf(what, sizeof what, "%s dQ^T B (dS) kk=%d", name, kk);
     check_desc(desc_advance(Descs::dqt_b(0u), Descs::dqt_b_step(kk)), GMMA::make_gmma_desc<GMMA::Major::K>(sub),
                data_offset(sub), what);
   }
-  // dV += P^T dO / dK += dS^T Q: B = dO / Q viewed (D, 80) MN-major, five k-steps of 16 queries.
+  // dV += P^T dO / dK += dS^T Q: B = dO / Q viewed (D, kBlockM) MN-major, k-steps of 16 queries.
   auto sQt = transposed_tile<Element, BM, D>();
   for (int kk = 0; kk < Traits::kPVSteps; ++kk) {
     std::snprintf(what, sizeof what, "%s acc B kk=%d", name, kk);
