@@ -56,6 +56,9 @@
 #                                     (lab/ab/bwd_d96.diff, applied), on the tree: tests, time against D=128's kernel, sanitizers (~3 min)
 #   bash lab/gpu_run.sh fwd192n  prepared, not yet run: the D=192 forward on 96- or 112-key blocks (FWD192N_DIFF,
 #                                     lab/ab/fwd_d192_n96.diff / _n112.diff): its A/B, the forward checks in the copy (~8 min)
+#   bash lab/gpu_run.sh detlpt   prepared, not yet run: deterministic mode's D=256 cost with the causal grid in groups of
+#                                     heads, key blocks counting down inside a group (lab/ab/bwd_det_lpt.diff, its switch
+#                                     FLASHATTN_BWD_DET_LPT=<MiB> off / 8 / 64 in one build): the det tests, then A B C twice (~5 min)
 #   bash lab/gpu_run.sh bwdidle  measured 2026-12-07 (H100), not adopted (causal 1.007, windows +1.4-2.2%): the D=128 Hopper backward's warpgroups skip a masked step none of
 #                                     whose queries their 64 keys see (lab/ab/bwd_idle_warpgroup.diff): IDLE_PART=1 its A/B on
 #                                     causal cells and narrow windows (~8 min), IDLE_PART=2 tests and sanitizers in its copy (~6 min)
@@ -1182,6 +1185,33 @@ case "${1:-verify}" in
       step time_detprobe_r2_A 150 $bwd_time_lean "$dims"
     fi
     ;;
+  detlpt)  # issue 27, prepared 2026-12-07, not yet run: deterministic mode's D=256 causal cost (1.32-1.38 on an H100,
+          # the issue asks <= 1.3). Its grid runs key blocks fastest (block.h), so the CTAs in flight are many
+          # key blocks of one head, each adding to a query block one step after the key block above it (the
+          # count-down tickets): a chain as long as a head's CTAs in flight, one step of slack a link.
+          # lab/ab/bwd_det_lpt.diff lets the mode take the causal default's grouped order (groups of heads
+          # whose Q/dO fit FLASHATTN_BWD_DET_LPT MiB, heads fastest inside a group, key blocks counting down as
+          # before, so a CTA still waits only for CTAs launched before it): a few key blocks of each of
+          # many heads in flight, links with the slack of the CTAs launched between them. One build; the
+          # Hopper deterministic tests with the switch at 64; then off / 8 / 64 twice (steps
+          # time_detlpt_rR_lptV), DETLPT_DIMS (default 256). Prediction: the causal cost from 2k keys
+          # 1.32-1.38 -> 1.20-1.30 if the chain binds; unchanged if the link is the reductions alone (the
+          # two-chain probe of 2026-11-30 doubled the slack and moved nothing: expect the latter).
+    env_info > "$OUT/env.txt" 2>&1
+    copy="$PWD/build/ab-detlpt"
+    build_patched detlpt bwd_det_lpt.diff 0
+    before=$failed
+    step smoke_detlpt 240 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_BWD_DET_LPT=64 FLASHATTN_HYPOTHESIS_PROFILE=ci \
+      python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_backward_gpu.py -k 'determin and hopper' -ra"
+    if [ "$failed" = "$before" ]; then
+      for round in 1 2; do
+        for v in 0 8 64; do
+          step "time_detlpt_r${round}_lpt$v" 150 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_BWD_DET_LPT=$v \
+            $bwd_time_lean ${DETLPT_DIMS:-256}"
+        done
+      done
+    fi
+    ;;
   dqtraffic)  # measurements only (wrong results: no tests): the Hopper backward's dQ reductions priced,
               # DQ_TRAFFIC naming lab/ab/lab_dq_$DQ_TRAFFIC.diff: half_traffic_d256 (half of each step's
               # reductions left out; measured 2026-11-30 on an H200: +8.4%, deterministic mode's cost
@@ -2274,7 +2304,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|causalsource|zigzag|bwdprefetch|bwdprefetchcheck|causallevers|causalleverscheck|bwdtimeline|headdims|bwd96|fwd192n|bwdidle|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|detlpt|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|causalsource|zigzag|bwdprefetch|bwdprefetchcheck|causallevers|causalleverscheck|bwdtimeline|headdims|bwd96|fwd192n|bwdidle|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"
