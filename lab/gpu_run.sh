@@ -58,7 +58,7 @@
 #                                     lab/ab/fwd_d192_n96.diff / _n112.diff): its A/B, the forward checks in the copy (~8 min)
 #   bash lab/gpu_run.sh detlpt   prepared, not yet run: deterministic mode's D=256 cost with the causal grid in groups of
 #                                     heads, key blocks counting down inside a group (lab/ab/bwd_det_lpt.diff, its switch
-#                                     FLASHATTN_BWD_DET_LPT=<MiB> off / 8 / 64 in one build): the det tests, then A B C twice (~5 min)
+#                                     FLASHATTN_BWD_DET_LPT=<MiB> off / 8 / 64 in one build): A B C twice, then the det tests (~5 min)
 #   bash lab/gpu_run.sh bwdidle  measured 2026-12-07 (H100), not adopted (causal 1.007, windows +1.4-2.2%): the D=128 Hopper backward's warpgroups skip a masked step none of
 #                                     whose queries their 64 keys see (lab/ab/bwd_idle_warpgroup.diff): IDLE_PART=1 its A/B on
 #                                     causal cells and narrow windows (~8 min), IDLE_PART=2 tests and sanitizers in its copy (~6 min)
@@ -1192,25 +1192,23 @@ case "${1:-verify}" in
           # lab/ab/bwd_det_lpt.diff lets the mode take the causal default's grouped order (groups of heads
           # whose Q/dO fit FLASHATTN_BWD_DET_LPT MiB, heads fastest inside a group, key blocks counting down as
           # before, so a CTA still waits only for CTAs launched before it): a few key blocks of each of
-          # many heads in flight, links with the slack of the CTAs launched between them. One build; the
-          # Hopper deterministic tests with the switch at 64; then off / 8 / 64 twice (steps
-          # time_detlpt_rR_lptV), DETLPT_DIMS (default 256). Prediction: the causal cost from 2k keys
+          # many heads in flight, links with the slack of the CTAs launched between them. One build;
+          # off / 8 / 64 twice (steps time_detlpt_rR_lptV, DETLPT_DIMS, default 256), then the Hopper
+          # deterministic tests with the switch at 64. Prediction: the causal cost from 2k keys
           # 1.32-1.38 -> 1.20-1.30 if the chain binds; unchanged if the link is the reductions alone (the
           # two-chain probe of 2026-11-30 doubled the slack and moved nothing: expect the latter).
     env_info > "$OUT/env.txt" 2>&1
     copy="$PWD/build/ab-detlpt"
     build_patched detlpt bwd_det_lpt.diff 0
-    before=$failed
-    step smoke_detlpt 240 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_BWD_DET_LPT=64 FLASHATTN_HYPOTHESIS_PROFILE=ci \
-      python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_backward_gpu.py -k 'determin and hopper' -ra"
-    if [ "$failed" = "$before" ]; then
-      for round in 1 2; do
-        for v in 0 8 64; do
-          step "time_detlpt_r${round}_lpt$v" 150 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_BWD_DET_LPT=$v \
-            $bwd_time_lean ${DETLPT_DIMS:-256}"
-        done
+    # Times first (a deadlock would stop its step at 150 s), then the tests with the switch on.
+    for round in 1 2; do
+      for v in 0 8 64; do
+        step "time_detlpt_r${round}_lpt$v" 150 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_BWD_DET_LPT=$v \
+          $bwd_time_lean ${DETLPT_DIMS:-256}"
       done
-    fi
+    done
+    step pytest_detlpt 240 bash -c "cd '$copy' && PYTHONPATH='$copy' FLASHATTN_BWD_DET_LPT=64 FLASHATTN_HYPOTHESIS_PROFILE=ci \
+      python3 -m pytest -q -x -p no:cacheprovider tests/kernels/test_backward_gpu.py -k 'determin and hopper' -ra"
     ;;
   dqtraffic)  # measurements only (wrong results: no tests): the Hopper backward's dQ reductions priced,
               # DQ_TRAFFIC naming lab/ab/lab_dq_$DQ_TRAFFIC.diff: half_traffic_d256 (half of each step's
