@@ -461,9 +461,14 @@ constexpr Sm90ConfigKind sm90_config_kind(int seqlen_k, bool causal) {
          : causal && seqlen_k >= kSm90LongKeysMin && Sm90LongKeysConfig<kHeadDim>::kDistinct ? Sm90ConfigKind::kLongKeys
                                                                                              : Sm90ConfigKind::kDefault;
 }
+// Every instantiated head dim by name: a config made distinct for D=96 or D=192 later is then picked
+// without another edit here (an unknown head dim falls to D=256's rule, as sm90_round_head_dim's 0 never
+// reaches a launcher).
 constexpr Sm90ConfigKind sm90_config_kind(int head_dim_instantiated, int seqlen_k, bool causal) {
   return head_dim_instantiated == 64    ? sm90_config_kind<64>(seqlen_k, causal)
+         : head_dim_instantiated == 96  ? sm90_config_kind<96>(seqlen_k, causal)
          : head_dim_instantiated == 128 ? sm90_config_kind<128>(seqlen_k, causal)
+         : head_dim_instantiated == 192 ? sm90_config_kind<192>(seqlen_k, causal)
                                         : sm90_config_kind<256>(seqlen_k, causal);
 }
 
