@@ -33,6 +33,18 @@ int main() {
         std::printf("kind %d %d %d %d %d %d %d\n", d, sk, causal, int(sm90_config_kind(d, sk, causal != 0)), ts.block_m,
                     ts.block_n, int(ts.partial_tile_first));
       }
+  // the run-time kind (by the instantiated head dim's value) against each head dim's own rule:
+  // kindof d seqlen_k causal by-value by-template
+  for (int sk : {1, 1535, 1536, 4095, 4096, 65536})
+    for (int causal : {0, 1}) {
+      const bool c = causal != 0;
+      const int by_template[5] = {int(sm90_config_kind<64>(sk, c)), int(sm90_config_kind<96>(sk, c)),
+                                  int(sm90_config_kind<128>(sk, c)), int(sm90_config_kind<192>(sk, c)),
+                                  int(sm90_config_kind<256>(sk, c))};
+      const int dims[5] = {64, 96, 128, 192, 256};
+      for (int i = 0; i < 5; ++i)
+        std::printf("kindof %d %d %d %d %d\n", dims[i], sk, causal, int(sm90_config_kind(dims[i], sk, c)), by_template[i]);
+    }
   // policy causal seqlen_q batch_heads sm_count -> 0/1
   for (int causal : {0, 1})
     for (long long s : {1LL, 127LL, 128LL, 129LL, 512LL, 4096LL, 16384LL})
@@ -103,7 +115,7 @@ int main() {
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory) -> dict:
     out = run_cpp_probe(tmp_path_factory, "sm90_schedule", _PROBE)
-    table: dict = {"policy": {}, "tiles": {}, "statictiles": {}, "group": {}, "oplanes": {}, "kind": {}, "static": {},
+    table: dict = {"policy": {}, "tiles": {}, "statictiles": {}, "group": {}, "oplanes": {}, "kind": {}, "kindof": {}, "static": {},
                    "rows": {}}
     for line in out:
         kind, *vals = line.split()
@@ -113,6 +125,8 @@ def probe(tmp_path_factory) -> dict:
         vals = [int(x) for x in vals]
         if kind == "kind":
             table["kind"][tuple(vals[:3])] = tuple(vals[3:])
+        elif kind == "kindof":
+            table["kindof"][tuple(vals[:3])] = tuple(vals[3:])
         elif kind == "policy":
             table["policy"][tuple(vals[:4])] = bool(vals[4])
         elif kind == "group":
@@ -128,6 +142,15 @@ def probe(tmp_path_factory) -> dict:
             table["tiles" if kind == "tile" else "statictiles"].setdefault((d_, s, causal), []).append(
                 (t, m_block, batch, head, n_blocks, (bm, bn)))
     return table
+
+
+def test_config_kind_by_value_follows_each_head_dims_rule(probe: dict) -> None:
+    """traits.h sm90_config_kind(head_dim, ...), which the dispatcher calls with the instantiated head
+    dim's value, returns that head dim's own rule (sm90_config_kind<D>) for every instantiated head dim:
+    a config made distinct for D=96 or D=192 is picked without another edit."""
+    assert sorted({d for d, _, _ in probe["kindof"]}) == [64, 96, 128, 192, 256]
+    for (d, sk, causal), (by_value, by_template) in probe["kindof"].items():
+        assert by_value == by_template, (d, sk, causal)
 
 
 def test_config_kind_per_call(probe: dict) -> None:
