@@ -35,7 +35,6 @@ __global__ void __launch_bounds__(kBwdSm90ConvertThreads)
                                      const int dq_blocks_per_head) {
   static_assert(Traits::kDqSplit != Sm90BwdDqSplit::kSplitKeys, "the kernel's tile orders");
   constexpr int kBlockM = Traits::kBlockM;
-  constexpr int kHeadDim = Traits::kHeadDim;
   // Elements per shared row: the planes' columns (D = 96's dQ^T has 128 rows, the last 32 zeros)
   // and 8 more.
   constexpr int kPitch = Traits::kChunks * kChunkCols + 8;
