@@ -54,8 +54,8 @@
 #                                     on the tree: tests, times, sanitizers; HEADDIMS_PART=1 then 2 (~5 + ~2 min)
 #   bash lab/gpu_run.sh bwd96    landed 2026-12-07 (H100): head dims 72..96 on Hopper backward configs of their own
 #                                     (lab/ab/bwd_d96.diff, applied), on the tree: tests, time against D=128's kernel, sanitizers (~3 min)
-#   bash lab/gpu_run.sh fwd192n  prepared, not yet run: the D=192 forward on 96- or 112-key blocks (FWD192N_DIFF,
-#                                     lab/ab/fwd_d192_n96.diff / _n112.diff): its A/B, the forward checks in the copy (~8 min)
+#   bash lab/gpu_run.sh fwd192n  prepared, not yet run: the D=192 forward on 96- or 112-key blocks, or with the held row max
+#                                     (FWD192N_DIFF: lab/ab/fwd_d192_n96.diff / _n112 / _held / _n96_held): its A/B, the forward checks in the copy (~8 min)
 #   bash lab/gpu_run.sh detlpt   prepared, not yet run: deterministic mode's D=256 cost with the causal grid in groups of
 #                                     heads, key blocks counting down inside a group (lab/ab/bwd_det_lpt.diff, its switch
 #                                     FLASHATTN_BWD_DET_LPT=<MiB> off / 8 / 64 in one build): A B C twice, then the det tests (~5 min)
@@ -1703,6 +1703,10 @@ case "${1:-verify}" in
            # (cuDNN and FlashAttention-3 alongside: carry .whl/), then the forward checks in the copy.
            # Prediction: 96 keys +1..+3% from 4k keys (fewer per-block costs, the epilogue a few % of a
            # tile), 112 -2..+3% (the register epilogue's half-used sectors against the longer blocks).
+           # Prepared 2026-12-08 for the same stage: the held row max at D=192 (D=96/128's update_held,
+           # +3.6-9.7% at D=128), fwd_d192_held.diff on the 80-key blocks and fwd_d192_n96_held.diff on 96;
+           # sm_90a 0 spills in both. Prediction +2..+5% from 2k keys (perf-notes "The held row max at
+           # D=192"); the copy's forward checks run the held-max tests at D=192.
     fwd_patch_ab fwd192n "${FWD192N_DIFF:-fwd_d192_n96.diff}" \
       "${FWD192N_CELLS:-192:1024:1:16:10 192:4096:0:4:10 192:4096:1:4:10 192:16384:0:1:10 192:16384:1:1:10 128:4096:0}"
     ;;
