@@ -1706,9 +1706,15 @@ case "${1:-verify}" in
            # Prepared 2026-12-08 for the same stage: the held row max at D=192 (D=96/128's update_held,
            # +3.6-9.7% at D=128), fwd_d192_held.diff on the 80-key blocks and fwd_d192_n96_held.diff on 96;
            # sm_90a 0 spills in both. Prediction +2..+5% from 2k keys (perf-notes "The held row max at
-           # D=192"); the copy's forward checks run the held-max tests at D=192.
+           # D=192"); the copy's forward checks run the held-max tests at D=192, and for a held form
+           # the packed batches' D=192 tests run there after them (~1 min more).
     fwd_patch_ab fwd192n "${FWD192N_DIFF:-fwd_d192_n96.diff}" \
       "${FWD192N_CELLS:-192:1024:1:16:10 192:4096:0:4:10 192:4096:1:4:10 192:16384:0:1:10 192:16384:1:1:10 128:4096:0}"
+    # A held form: the packed batches' D=192 cases too (a row's bits must not depend on its tile's other rows).
+    case "${FWD192N_DIFF:-}" in
+      *held*) step pytest_fwd192n_packed 120 bash -c "cd '$PWD/build/ab-fwd192n' && PYTHONPATH='$PWD/build/ab-fwd192n' \
+        FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider tests/kernels/test_varlen_gpu.py -k '192' -ra" ;;
+    esac
     ;;
   bwdidle)  # issue 27, measured 2026-12-07 on an H100, not adopted (perf-notes "The D=128 backward's warpgroup on a
            # step its keys do not see"): D=128 causal 0.973-1.039 a cell, geomean 1.007 (predicted +4-6% at
