@@ -1708,6 +1708,8 @@ case "${1:-verify}" in
            # sm_90a 0 spills in both. Prediction +2..+5% from 2k keys (perf-notes "The held row max at
            # D=192"); the copy's forward checks run the held-max tests at D=192, and for a held form
            # the packed batches' D=192 tests run there after them (~1 min more).
+           # Also prepared 2026-12-08: fwd_d192_order2.diff, D=256's step order 2 at D=192 (0 spills; D=256
+           # +2.7% with it, D=128 -0.3..-1.8% from 4k): prediction -1..+2%, after the held forms.
     fwd_patch_ab fwd192n "${FWD192N_DIFF:-fwd_d192_n96.diff}" \
       "${FWD192N_CELLS:-192:1024:1:16:10 192:4096:0:4:10 192:4096:1:4:10 192:16384:0:1:10 192:16384:1:1:10 128:4096:0}"
     # A held form: the packed batches' D=192 cases too (a row's bits must not depend on its tile's other rows).
