@@ -56,6 +56,8 @@
 #                                     (lab/ab/bwd_d96.diff, applied), on the tree: tests, time against D=128's kernel, sanitizers (~3 min)
 #   bash lab/gpu_run.sh fwd192n  prepared, not yet run: the D=192 forward on 96- or 112-key blocks, or with the held row max
 #                                     (FWD192N_DIFF: lab/ab/fwd_d192_n96.diff / _n112 / _held / _n96_held): its A/B, the forward checks in the copy (~8 min)
+#   bash lab/gpu_run.sh fwd256held prepared, not yet run: the D=256 forward with the held row max at step order 0
+#                                     (lab/ab/fwd_d256_held_order0.diff, a lab form): its A/B, the forward checks in the copy (~8 min)
 #   bash lab/gpu_run.sh detlpt   prepared, not yet run: deterministic mode's D=256 cost with the causal grid in groups of
 #                                     heads, key blocks counting down inside a group (lab/ab/bwd_det_lpt.diff, its switch
 #                                     FLASHATTN_BWD_DET_LPT=<MiB> off / 8 / 64 in one build): A B C twice, then the det tests (~5 min)
@@ -1718,6 +1720,18 @@ case "${1:-verify}" in
         FLASHATTN_HYPOTHESIS_PROFILE=ci python3 -m pytest -q -p no:cacheprovider tests/kernels/test_varlen_gpu.py -k '192' -ra" ;;
     esac
     ;;
+  fwd256held)  # issue 29, prepared 2026-12-08, not yet run: the D=256 forward (causal 4k/8k 0.97x FlashAttention-3
+              # on 2026-12-05's H100) with the held row max (D=128's update_held, +3.6-9.7% when it landed),
+              # lab/ab/fwd_d256_held_order0.diff: at D=256's step order 2 ptxas serialized the wgmma for want of
+              # registers (C7511), so the form takes order 0 (order 2 measured +2.7% at D=256 on 2026-11-27);
+              # a lab form: the warpgroup index spills (4 B) in the dense dynamic kernels, 20 B in the packed
+              # ones, to be removed before it could land. Its A/B against the tree on D=256 cells with a D=128
+              # control (cuDNN and FlashAttention-3 alongside: carry .whl/), then the forward checks in the
+              # copy (the held-max tests run D=256 through the held path there). Prediction -1..+4% (the held
+              # step's gain less order 2's), perf-notes "The held row max at D=192".
+    fwd_patch_ab fwd256held fwd_d256_held_order0.diff \
+      "${FWD256HELD_CELLS:-256:1024:1 256:4096:1 256:8192:1 256:16384:1 256:4096:0 256:16384:0 128:4096:1}"
+    ;;
   bwdidle)  # issue 27, measured 2026-12-07 on an H100, not adopted (perf-notes "The D=128 backward's warpgroup on a
            # step its keys do not see"): D=128 causal 0.973-1.039 a cell, geomean 1.007 (predicted +4-6% at
            # 512, +2-3% at 1k); windows of 256-2048 keys +1.4..+2.2% beside a +0.5% causal control (predicted
@@ -2314,7 +2328,7 @@ PY
     step sanitize 590 env SANITIZE_TIMEOUT_S="${SANITIZE_TIMEOUT_S:-150}" bash lab/sanitize.sh "$OUT/sanitize"
     ;;
   *)
-    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|detlpt|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|causalsource|zigzag|bwdprefetch|bwdprefetchcheck|causallevers|causalleverscheck|bwdtimeline|headdims|bwd96|fwd192n|bwdidle|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
+    echo "usage: $0 verify|bwdwideshort|bwdwideland|bwdpersistent|planted|fwdsmallgrid|fwdsmallgridkeys|flexgrid|windowflex|fwdpacked|fwdpackedkeys|varlenloop|fwdfinalize|fwdchains|fwdpfirst|fwdpfirstsel|fwdwg0waits|fwdorder2|fwdncu|waveprobe|fwddynlean|fwddynleanfp8|fwdwaitsuspend|bwdmasklean|fwdgrid|powerprobe|fp8ab|fwdmasklean|fwdsource|fwdland|fwdstreamq2|fwdstream|fwdostore|fwdhalffirst|fwdtilework|fwdq2|fwdd128q2|fwdvwait|fwdrelease|fwdtoken|fwdtokensel|fwdl2|fwdhalfkv|fwdclusterkv|fwdclusterkvcount|fwdunmasked|dqpair|bwdmulticast|fwdtimeline|detprobe|detlpt|dqtraffic|detticketfirst|detsource|detwriterlanes|portabledqbulk|portabledqhalves|portabledeferbase|portableplanahead|portableplan|portabledefermore|softcapex2fma|portabledqorder|portabled128a4x2|portableswz128ab|portableb4x2ab|fwdch4lab|fp8land|fp8variants|fp8vtk|fp8vtkab|fp8vtkncu|fwdnc176ab|fwdnc176v2|fwdheld|fwdpvboundary|fwdpvboundaryfp8|bwdboundary|softcapsplit|fwdpackedfirst|fwdpackedfirstcheck|packedbounds|packedprobe|fwdheldv5|fwdheldv3|fwdheldv2|fwdheldearly|decodecopy|decodesw|decodeswab|decodebench|portablesource|tmal2ab|portableswizzle|portableswizzlecheck|check|suite|bench|hopper|tune|decode|explore|diagnose|l2decode|final|host|pytest|fp8|hostprofile|latencygrid|fwdd64otma|fwdd64widetma|fwdd64longkeys2k|fwdd64longkeys512|fwdd64longkeys1536|fwdd64fewwaves|fwdd64longkeysonewave|fwdpartialfirst|hostbhsd|hostoutputs|bwdlab|bwdwide|bwdgqa|gqasplit|gqaraised|gqancu|gqawalk|causalsource|zigzag|bwdprefetch|bwdprefetchcheck|causallevers|causalleverscheck|bwdtimeline|headdims|bwd96|fwd192n|fwd256held|bwdidle|hostsplit|training|shortcalls|tailsplit|twocta|fp8vt|detpieces|softcaponepass|softcapwide|softcaptanh|combineab|clustermerge|splitplan|smallgrid|softcapsan|detncu|detrotate|portableab|portablelab|portableland|fwdcheck|detcost|sanitizedense|bwd90|integrate|reliability" >&2; exit 2 ;;
 esac
 cp -r build/sm90_lab*.log "$OUT/" 2>/dev/null || true
 echo "failed steps: $failed" | tee -a "$OUT/summary.txt"

@@ -142,17 +142,17 @@ def test_edge_case(edge: Edge, mode: int, dtype: torch.dtype, backend: str, devi
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("mode", [NONE, BOTTOM_RIGHT], ids=["full", "causal"])
-@pytest.mark.parametrize("head_dim", [64, 96, 128, 192])
+@pytest.mark.parametrize("head_dim", [64, 96, 128, 192, 256])
 @pytest.mark.parametrize("rise", [20.0, 150.0], ids=["rise-20", "rise-150"])
 def test_row_max_rising_past_the_held_max(
     rise: float, head_dim: int, mode: int, dtype: torch.dtype, backend: str, device: torch.device
 ) -> None:
     """The Hopper forward walks a tile's key blocks from the last one down and, past the first, holds
     each row's max from the blocks before (the configs with traits.h kHoldLog2 >= 0, D=96 and D=128
-    today: csrc/flash_fwd_sm90/softmax.cuh, update_held; D=64 and D=192 run update() and check it): a
+    today: csrc/flash_fwd_sm90/softmax.cuh, update_held; the other head dims run update() and check it): a
     block whose scores rise above it by more than 2^8 scales its exponentials down, by more than
     2^120 (in log2 units) has its scores recomputed. Here every key before key 336 scores `rise`
-    (natural-log units) above the others: 29 and 216 in log2 units. With key blocks of 80 to 128 keys
+    (natural-log units) above the others: 29 and 216 in log2 units. With key blocks of 64 to 128 keys
     the first block walked (the last, partial) has none of them and the second has some: the rise
     meets a held max."""
     batch, seqlen, heads, last_block = 2, 421, 3, 336
@@ -169,7 +169,7 @@ def test_row_max_rising_past_the_held_max(
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("mode", [NONE, BOTTOM_RIGHT], ids=["full", "causal"])
-@pytest.mark.parametrize("head_dim", [96, 128, 192])
+@pytest.mark.parametrize("head_dim", [96, 128, 192, 256])
 def test_a_row_is_independent_of_the_other_rows(
     head_dim: int, mode: int, dtype: torch.dtype, backend: str, device: torch.device
 ) -> None:
